@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suites need on a fresh Debian machine. Packages come
+# from apt when running as root; otherwise a missing package is an error that
+# says what to install.
+set -euo pipefail
+
+need=()
+command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
+
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		echo "install-deps: apt-get install ${need[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq "${need[@]}" >/dev/null
+		# The package starts a system squid on :3128; the tests run their own.
+		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
+		service squid stop >/dev/null 2>&1 || true
+	else
+		echo "install-deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}' or run make test as root" >&2
+		exit 1
+	fi
+fi

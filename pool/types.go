@@ -1,0 +1,108 @@
+// Package pool holds the upstream members a gateway can lease: the lease store
+// (leases and cooldowns), the lease HTTP API (server and client), member
+// sources and through-the-member probes.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// Member is one upstream a lease can hand out: an upstream proxy URL, or
+// direct egress (URL nil), optionally bound to a local source address.
+type Member struct {
+	// Name is unique in a pool; it is what `proxy=` pins and what
+	// X-Proxyfleet-Proxy reports.
+	Name string
+	// URL is the upstream proxy (http, https or socks5, with optional
+	// credentials); nil for a direct member.
+	URL *url.URL
+	// SourceAddr binds direct egress to a local address; invalid (zero) lets the OS choose.
+	SourceAddr netip.Addr
+	// Attributes are what selectors match (region=eu, tier=dc).
+	Attributes map[string]string
+}
+
+// Direct reports whether the member dials targets itself instead of chaining.
+func (m Member) Direct() bool { return m.URL == nil }
+
+// Redacted returns the member's URL without its password, for logs and lists.
+func (m Member) Redacted() string {
+	if m.URL == nil {
+		if m.SourceAddr.IsValid() {
+			return "direct://" + m.SourceAddr.String()
+		}
+		return "direct://"
+	}
+	return m.URL.Redacted()
+}
+
+// AcquireRequest asks for one member for one target.
+type AcquireRequest struct {
+	// Selector is attribute equality; every pair must match.
+	Selector map[string]string
+	// Proxy pins the lease to the member of that name (empty: any).
+	Proxy string
+	// Target is the site key (rotation.TargetKey); cooldowns are per {member, target}.
+	Target string
+	// TTL is the lease lifetime; zero means the store's default.
+	TTL time.Duration
+}
+
+// Lease is a member handed to one client for one target until ExpiresAt.
+type Lease struct {
+	ID        string
+	Member    Member
+	Target    string
+	TTL       time.Duration
+	ExpiresAt time.Time
+}
+
+// Report is feedback on a lease: a ban or failure starts a cooldown, ok resets
+// the backoff.
+type Report struct {
+	Result rotation.Result
+	// Target overrides the lease's target; empty falls back to the lease's
+	// target, then to every target (the seeds' report → lease → global order).
+	Target string
+	// RetryAfter is the site's own Retry-After, when it sent one.
+	RetryAfter time.Duration
+}
+
+// Pool is what a gateway leases from: the in-process Store, or a Client of a
+// remote lease API. Implementations are safe for concurrent use.
+type Pool interface {
+	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
+	// Release is idempotent: releasing an unknown or expired lease is not an error.
+	Release(ctx context.Context, leaseID string) error
+	Report(ctx context.Context, leaseID string, r Report) error
+}
+
+// NoMatchError says why no member could be leased. The counts are additive:
+// Considered = AtCapacity + InCooldown + Unhealthy + eligible-but-outranked.
+type NoMatchError struct {
+	Considered int `json:"considered"`
+	AtCapacity int `json:"atCapacity"`
+	InCooldown int `json:"inCooldown"`
+	Unhealthy  int `json:"unhealthy"`
+}
+
+func (e *NoMatchError) Error() string {
+	return fmt.Sprintf("no usable upstream: %d considered, %d unhealthy, %d in cooldown, %d at capacity",
+		e.Considered, e.Unhealthy, e.InCooldown, e.AtCapacity)
+}
+
+var (
+	// ErrUnknownLease is a report on a lease that never existed or is past its report window.
+	ErrUnknownLease = errors.New("unknown lease")
+	// ErrTTLTooLong is a TTL above the store's maximum; a 400, never a silent clamp.
+	ErrTTLTooLong = errors.New("ttl above maximum")
+	// ErrUnreachable wraps a failure to reach a remote lease API.
+	ErrUnreachable = errors.New("pool API unreachable")
+)
