@@ -106,3 +106,19 @@ var (
 	// ErrUnreachable wraps a failure to reach a remote lease API.
 	ErrUnreachable = errors.New("pool API unreachable")
 )
+
+// MemberStatus is a member as the lease API lists it.
+type MemberStatus struct {
+	Member
+	// Healthy is the probe verdict (always true when probing is off); a member
+	// inside its upstream-failure window is still Healthy but InCooldown globally.
+	Healthy bool
+	// Latency is the last successful probe's round trip; zero when unknown.
+	Latency time.Duration
+	// ActiveLeases counts unexpired leases on the member.
+	ActiveLeases int
+	// Cooldowns lists the targets the member is cooling down for, with when
+	// each ends; target "" means every target (an upstream failure or a report
+	// without a target).
+	Cooldowns map[string]time.Time
+}
