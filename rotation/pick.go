@@ -1,0 +1,53 @@
+package rotation
+
+import "time"
+
+// Candidate is one eligible member as the selection sees it.
+type Candidate struct {
+	Name string
+	// Active is the member's unexpired lease count.
+	Active int
+	// LastChosen is the store's choice sequence number when the member was
+	// last picked; 0 means never. Smaller is longer ago.
+	LastChosen uint64
+	// Latency is the last probe round trip; 0 means unknown.
+	Latency time.Duration
+}
+
+// Less orders candidates best first: fewest active leases, then least
+// recently chosen (so per-request rotation cycles through every member),
+// then lowest known latency (unknown sorts after any known latency), then
+// name, so the order is total and deterministic.
+func Less(a, b Candidate) bool {
+	if a.Active != b.Active {
+		return a.Active < b.Active
+	}
+	if a.LastChosen != b.LastChosen {
+		return a.LastChosen < b.LastChosen
+	}
+	if a.Latency != b.Latency {
+		switch {
+		case a.Latency <= 0:
+			return false
+		case b.Latency <= 0:
+			return true
+		}
+		return a.Latency < b.Latency
+	}
+	return a.Name < b.Name
+}
+
+// Pick returns the index of the best candidate by Less, or -1 when cands is
+// empty. It is a linear scan: pools are small and selection runs per lease.
+func Pick(cands []Candidate) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	best := 0
+	for i := 1; i < len(cands); i++ {
+		if Less(cands[i], cands[best]) {
+			best = i
+		}
+	}
+	return best
+}
