@@ -1,0 +1,127 @@
+// Package metrics is proxyfleet's Prometheus instrumentation. Each package
+// that records something defines the small recorder interface it needs;
+// *Metrics satisfies them structurally, so only cmd/proxyfleet imports this
+// package. Registration is explicit (no init, no default registry) so tests
+// and several binaries in one process get independent registries.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace prefixes every proxyfleet series.
+const Namespace = "proxyfleet"
+
+// Metrics holds the fed vectors: counters and histograms that the gateway,
+// the prober and the lease API update as things happen.
+type Metrics struct {
+	requests         *prometheus.CounterVec
+	requestDuration  *prometheus.HistogramVec
+	upstreamFailures *prometheus.CounterVec
+	bytesRelayed     *prometheus.CounterVec
+	probeDuration    *prometheus.HistogramVec
+	probeFailures    *prometheus.CounterVec
+	leaseRequests    *prometheus.CounterVec
+}
+
+// requestBuckets reach into minutes because a CONNECT tunnel's duration is
+// the life of the tunnel, not one round trip.
+var requestBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// probeBuckets cover a probe through a proxy, bounded by the probe timeout.
+var probeBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// New creates the fed vectors and registers them with reg. It panics if reg
+// already holds them: registering twice is a wiring bug, not a runtime
+// condition.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "requests_total",
+			Help: "Client requests and CONNECT tunnels handled by the gateway, by the member that served them and the outcome.",
+		}, []string{"member", "outcome"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "request_duration_seconds",
+			Help:    "Time from receiving a client request to finishing its answer (for CONNECT: the life of the tunnel), by outcome.",
+			Buckets: requestBuckets,
+		}, []string{"outcome"}),
+		upstreamFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "upstream_failures_total",
+			Help: "Upstream failures (refused, timed out, CONNECT answered non-2xx by the upstream), by member.",
+		}, []string{"member"}),
+		bytesRelayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "bytes_relayed_total",
+			Help: "Bytes relayed between clients and upstreams, by direction (upstream: client to target; downstream: target to client).",
+		}, []string{"direction"}),
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "probe_duration_seconds",
+			Help:    "Duration of every health probe through a member, successful or not.",
+			Buckets: probeBuckets,
+		}, []string{"member"}),
+		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "probe_failures_total",
+			Help: "Failed health probes through a member.",
+		}, []string{"member"}),
+		leaseRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "lease_requests_total",
+			Help: "Lease API requests by outcome.",
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
+		m.probeDuration, m.probeFailures, m.leaseRequests)
+	return m
+}
+
+// Request records one finished client request or tunnel: which member served
+// it (empty when none could be leased), its outcome and how long it took.
+func (m *Metrics) Request(member, outcome string, d time.Duration) {
+	m.requests.WithLabelValues(member, outcome).Inc()
+	m.requestDuration.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// UpstreamFailure records that member itself failed (as opposed to the site
+// answering with a ban).
+func (m *Metrics) UpstreamFailure(member string) {
+	m.upstreamFailures.WithLabelValues(member).Inc()
+}
+
+// BytesRelayed adds n bytes relayed in direction ("upstream" or
+// "downstream"). Non-positive n is ignored, so callers can pass a copy's
+// count unconditionally.
+func (m *Metrics) BytesRelayed(direction string, n int64) {
+	if n <= 0 {
+		return
+	}
+	m.bytesRelayed.WithLabelValues(direction).Add(float64(n))
+}
+
+// ObserveProbe records one health probe through member: its duration always,
+// and a failure when ok is false.
+func (m *Metrics) ObserveProbe(member string, d time.Duration, ok bool) {
+	m.probeDuration.WithLabelValues(member).Observe(d.Seconds())
+	if !ok {
+		m.probeFailures.WithLabelValues(member).Inc()
+	} else {
+		// Touch the counter so a healthy member shows an explicit zero,
+		// which is what failure-ratio alerts divide by.
+		m.probeFailures.WithLabelValues(member)
+	}
+}
+
+// ForgetMember deletes every series labelled with member, so members removed
+// from the pool (an upstreams file edit) do not linger in scrapes forever.
+func (m *Metrics) ForgetMember(member string) {
+	l := prometheus.Labels{"member": member}
+	m.requests.DeletePartialMatch(l)
+	m.upstreamFailures.DeletePartialMatch(l)
+	m.probeDuration.DeletePartialMatch(l)
+	m.probeFailures.DeletePartialMatch(l)
+}
+
+// LeaseRequest records one lease API request by outcome (for example
+// "granted", "no_match", "bad_request", "unauthorized").
+func (m *Metrics) LeaseRequest(outcome string) {
+	m.leaseRequests.WithLabelValues(outcome).Inc()
+}
