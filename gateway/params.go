@@ -1,0 +1,470 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names a client uses to talk to the gateway instead of (or besides)
+// username parameters. Every X-Proxyfleet-* request header is stripped before
+// forwarding.
+const (
+	// HeaderSession names the sticky session (same as the `session` parameter).
+	HeaderSession = "X-Proxyfleet-Session"
+	// HeaderSelect is an attribute selector list: `region=eu,tier=dc`.
+	HeaderSelect = "X-Proxyfleet-Select"
+	// HeaderProxy pins the request to one member by name (the `proxy` parameter).
+	HeaderProxy = "X-Proxyfleet-Proxy"
+	// HeaderRotate is `sticky` or `request` (the `rotate` parameter).
+	HeaderRotate = "X-Proxyfleet-Rotate"
+	// HeaderSessTTL is how long the session keeps its member (the `sessttl` parameter).
+	HeaderSessTTL = "X-Proxyfleet-Sessttl"
+	// HeaderLease is set on every answer (and the CONNECT 200): the lease ID
+	// a crawler can report on through the lease API.
+	HeaderLease = "X-Proxyfleet-Lease"
+	// HeaderReason is set on answers the gateway itself produced (407, 403,
+	// 503, 502...): a short machine-readable cause.
+	HeaderReason = "X-Proxyfleet-Reason"
+
+	headerPrefix = "X-Proxyfleet-"
+)
+
+// Rotate values a client may ask for.
+const (
+	// RotateSticky keeps one member per (session, target) for the lease TTL.
+	RotateSticky = "sticky"
+	// RotateRequest leases a member per request and releases it right after.
+	RotateRequest = "request"
+)
+
+// Parameter keys with a meaning of their own; every other key is an attribute selector.
+const (
+	keySession = "session"
+	keySessTTL = "sessttl"
+	keyProxy   = "proxy"
+	keyRotate  = "rotate"
+)
+
+// maxUsernameLen bounds the username (and each parameter header) so a
+// hostile client cannot make the parser do unbounded work per request.
+const maxUsernameLen = 1024
+
+// Params is what one request asked of the gateway, from its username and its
+// X-Proxyfleet-* headers. The zero value means "defaults for everything".
+type Params struct {
+	// User is the client's name (the username before any parameter); "" when
+	// the client sent no credentials.
+	User string
+	// Session names the sticky session; "" is the user's default session.
+	Session string
+	// SessTTL is how long the session keeps its member; 0 is the gateway's default.
+	SessTTL time.Duration
+	// Proxy pins the request to the member of that name; "" means any.
+	Proxy string
+	// Rotate is RotateSticky, RotateRequest, or "" for the gateway's mode.
+	Rotate string
+	// Selector is attribute equality every chosen member must match; nil when empty.
+	Selector map[string]string
+}
+
+// SessionKey is the affinity key of the client's session: the user plus the
+// session name, so two users' sessions of the same name never share a member.
+func (p *Params) SessionKey() string {
+	if p.Session == "" {
+		return p.User
+	}
+	return p.User + "\x00" + p.Session
+}
+
+// ParamError is a malformed username, header or credential: the gateway
+// answers 407 with its message, never a silent default.
+type ParamError struct{ Msg string }
+
+func (e *ParamError) Error() string { return e.Msg }
+
+func paramErr(parts ...string) error { return &ParamError{Msg: strings.Join(parts, "")} }
+
+// ParseUsername reads the parameters a username carries, in either form:
+// `user-session-abc123-region-eu` (hyphen-separated key/value pairs after
+// the user) or `user;session=abc123;zone=europe-west1-b` (for values with
+// hyphens). The user name itself may contain neither '-' nor ';'.
+func ParseUsername(username string) (Params, error) {
+	var p Params
+	if username == "" {
+		return p, nil
+	}
+	if len(username) > maxUsernameLen {
+		return p, paramErr("username longer than ", strconv.Itoa(maxUsernameLen), " bytes")
+	}
+	sep, semi := byte('-'), false
+	if strings.IndexByte(username, ';') >= 0 {
+		sep, semi = ';', true
+	}
+	i := strings.IndexByte(username, sep)
+	if i < 0 {
+		if err := checkUser(username); err != nil {
+			return p, err
+		}
+		p.User = username
+		return p, nil
+	}
+	p.User, username = username[:i], username[i+1:]
+	if err := checkUser(p.User); err != nil {
+		return p, err
+	}
+	if username == "" {
+		return p, paramErr("username ends with ", quote(string(sep)))
+	}
+	if semi {
+		for {
+			seg, rest, more := strings.Cut(username, ";")
+			if seg == "" {
+				return p, paramErr("empty ;key=value pair in username")
+			}
+			k, v, ok := strings.Cut(seg, "=")
+			if !ok {
+				return p, paramErr("username parameter ", quote(seg), " is not key=value")
+			}
+			if err := p.set(k, v, true, "username"); err != nil {
+				return p, err
+			}
+			if !more {
+				return p, nil
+			}
+			username = rest
+		}
+	}
+	// Hyphen form: the rest is key-value-key-value...
+	for {
+		k, rest, ok := strings.Cut(username, "-")
+		if !ok {
+			return p, paramErr("username parameter ", quote(k), " has no value (odd number of key-value parts)")
+		}
+		v, rest, more := strings.Cut(rest, "-")
+		if err := p.set(k, v, false, "username"); err != nil {
+			return p, err
+		}
+		if !more {
+			return p, nil
+		}
+		if rest == "" {
+			return p, paramErr("username ends with '-'")
+		}
+		username = rest
+	}
+}
+
+// ParseHeaders reads the X-Proxyfleet-* request headers. Each may appear at
+// most once, except X-Proxyfleet-Select whose lines join as one list.
+func ParseHeaders(h http.Header) (Params, error) {
+	var p Params
+	for _, name := range [...]string{HeaderSession, HeaderProxy, HeaderRotate, HeaderSessTTL} {
+		vs := h[name]
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 {
+			return p, paramErr("header ", name, " given more than once")
+		}
+		if len(vs[0]) > maxUsernameLen {
+			return p, paramErr("header ", name, " longer than ", strconv.Itoa(maxUsernameLen), " bytes")
+		}
+		v := strings.TrimSpace(vs[0])
+		if v == "" {
+			return p, paramErr("header ", name, " is empty")
+		}
+		var k string
+		switch name {
+		case HeaderSession:
+			k = keySession
+		case HeaderProxy:
+			k = keyProxy
+		case HeaderRotate:
+			k = keyRotate
+		default:
+			k = keySessTTL
+		}
+		if err := p.set(k, v, true, name); err != nil {
+			return p, err
+		}
+	}
+	for _, line := range h[HeaderSelect] {
+		if len(line) > maxUsernameLen {
+			return p, paramErr("header ", HeaderSelect, " longer than ", strconv.Itoa(maxUsernameLen), " bytes")
+		}
+		for {
+			var item string
+			var more bool
+			item, line, more = strings.Cut(line, ",")
+			item = strings.TrimSpace(item)
+			if item == "" {
+				return p, paramErr("empty key=value item in ", HeaderSelect)
+			}
+			k, v, ok := strings.Cut(item, "=")
+			if !ok {
+				return p, paramErr(HeaderSelect, " item ", quote(item), " is not key=value")
+			}
+			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+			if isReserved(k) {
+				return p, paramErr(quote(k), " is not an attribute; use the X-Proxyfleet-", headerSuffix(k), " header or the username parameter")
+			}
+			if err := p.set(k, v, true, HeaderSelect); err != nil {
+				return p, err
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return p, nil
+}
+
+// Merge combines username parameters u with header parameters h. A key set
+// in both must have the same value: disagreeing is an error, not a precedence rule.
+func Merge(u, h Params) (Params, error) {
+	out := u
+	pick := func(key, a, b string) (string, error) {
+		if a != "" && b != "" && a != b {
+			return "", paramErr(key, ": username says ", quote(a), " but header says ", quote(b))
+		}
+		if a == "" {
+			return b, nil
+		}
+		return a, nil
+	}
+	var err error
+	if out.Session, err = pick(keySession, u.Session, h.Session); err != nil {
+		return u, err
+	}
+	if out.Proxy, err = pick(keyProxy, u.Proxy, h.Proxy); err != nil {
+		return u, err
+	}
+	if out.Rotate, err = pick(keyRotate, u.Rotate, h.Rotate); err != nil {
+		return u, err
+	}
+	if u.SessTTL != 0 && h.SessTTL != 0 && u.SessTTL != h.SessTTL {
+		return u, paramErr("sessttl: username says ", u.SessTTL.String(), " but header says ", h.SessTTL.String())
+	}
+	if out.SessTTL == 0 {
+		out.SessTTL = h.SessTTL
+	}
+	if len(h.Selector) > 0 {
+		if len(u.Selector) == 0 {
+			out.Selector = h.Selector
+		} else {
+			out.Selector = make(map[string]string, len(u.Selector)+len(h.Selector))
+			for k, v := range u.Selector {
+				out.Selector[k] = v
+			}
+			for k, v := range h.Selector {
+				if old, ok := out.Selector[k]; ok && old != v {
+					return u, paramErr(k, ": username says ", quote(old), " but header says ", quote(v))
+				}
+				out.Selector[k] = v
+			}
+		}
+	}
+	return out, nil
+}
+
+// set records one key/value; where names the source for the error text.
+// wide allows '-' in values (the ;key=value form and headers).
+func (p *Params) set(k, v string, wide bool, where string) error {
+	if k == "" {
+		return paramErr("empty key in ", where)
+	}
+	if v == "" {
+		return paramErr("empty value for ", quote(k), " in ", where)
+	}
+	for i := 0; i < len(k); i++ {
+		if !isKeyChar(k[i]) {
+			return paramErr("key ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_./]")
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		if !isValueChar(v[i], wide) {
+			if wide {
+				return paramErr("value of ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/-]")
+			}
+			return paramErr("value of ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')")
+		}
+	}
+	dup := func() error { return paramErr("key ", quote(k), " given twice in ", where) }
+	switch k {
+	case keySession:
+		if p.Session != "" {
+			return dup()
+		}
+		p.Session = v
+	case keyProxy:
+		if p.Proxy != "" {
+			return dup()
+		}
+		p.Proxy = v
+	case keyRotate:
+		if p.Rotate != "" {
+			return dup()
+		}
+		switch v {
+		case RotateSticky:
+			p.Rotate = RotateSticky
+		case RotateRequest, "per-request":
+			p.Rotate = RotateRequest
+		default:
+			return paramErr("rotate ", quote(v), " in ", where, ": want sticky or request")
+		}
+	case keySessTTL:
+		if p.SessTTL != 0 {
+			return dup()
+		}
+		d, err := parseSessTTL(v)
+		if err != nil {
+			return paramErr("sessttl ", quote(v), " in ", where, ": ", err.Error())
+		}
+		p.SessTTL = d
+	default:
+		if _, ok := p.Selector[k]; ok {
+			return dup()
+		}
+		if p.Selector == nil {
+			p.Selector = make(map[string]string, 2)
+		}
+		p.Selector[k] = v
+	}
+	return nil
+}
+
+// parseSessTTL accepts a Go duration ("90s", "5m") or integer seconds ("90").
+func parseSessTTL(v string) (time.Duration, error) {
+	allDigits := true
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			allDigits = false
+			break
+		}
+	}
+	if allDigits {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n > math.MaxInt64/int64(time.Second) {
+			return 0, paramErr("too long")
+		}
+		if n == 0 {
+			return 0, paramErr("must be greater than zero")
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, paramErr("want a duration (90s, 5m) or integer seconds")
+	}
+	if d <= 0 {
+		return 0, paramErr("must be greater than zero")
+	}
+	return d, nil
+}
+
+func checkUser(u string) error {
+	if u == "" {
+		return paramErr("empty user name before the parameters")
+	}
+	for i := 0; i < len(u); i++ {
+		c := u[i]
+		if !(isAlnum(c) || c == '_' || c == '.' || c == '@') {
+			return paramErr("user name ", quote(u), " has a character outside [A-Za-z0-9_.@]")
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func isKeyChar(c byte) bool { return isAlnum(c) || c == '_' || c == '.' || c == '/' }
+
+func isValueChar(c byte, wide bool) bool {
+	return isAlnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || (wide && c == '-')
+}
+
+func isReserved(k string) bool {
+	return k == keySession || k == keySessTTL || k == keyProxy || k == keyRotate
+}
+
+func headerSuffix(k string) string {
+	switch k {
+	case keySession:
+		return "Session"
+	case keySessTTL:
+		return "Sessttl"
+	case keyProxy:
+		return "Proxy"
+	}
+	return "Rotate"
+}
+
+// quote makes a client-supplied string safe to echo in a text body: printable
+// ASCII is kept, anything else becomes '?', long strings are cut.
+func quote(s string) string {
+	const max = 64
+	var b strings.Builder
+	b.Grow(min(len(s), max) + 5)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if i == max {
+			b.WriteString("...")
+			break
+		}
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// parseProxyAuthorization splits `Basic base64(user:token)`. The token is
+// returned for the constant-time check only; it must never be logged.
+func parseProxyAuthorization(v string) (user, token string, err error) {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", "", paramErr("Proxy-Authorization must be Basic base64(user:token)")
+	}
+	raw, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if derr != nil {
+		return "", "", paramErr("Proxy-Authorization is not valid base64")
+	}
+	user, token, ok = strings.Cut(string(raw), ":")
+	if !ok {
+		return "", "", paramErr("Proxy-Authorization credentials must be user:token")
+	}
+	return user, token, nil
+}
+
+// tokenSet checks client tokens in constant time: every configured token is
+// compared (as a SHA-256 digest, so lengths leak nothing) whatever matches.
+type tokenSet [][sha256.Size]byte
+
+func newTokenSet(tokens []string) tokenSet {
+	s := make(tokenSet, 0, len(tokens))
+	for _, t := range tokens {
+		s = append(s, sha256.Sum256([]byte(t)))
+	}
+	return s
+}
+
+func (s tokenSet) match(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	found := 0
+	for i := range s {
+		found |= subtle.ConstantTimeCompare(got[:], s[i][:])
+	}
+	return found == 1
+}
