@@ -1,0 +1,523 @@
+package providers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Provider types the config file knows. Which of them this binary can build is
+// up to the constructors handed to NewRegistry.
+const (
+	TypeKubernetes = "kubernetes"
+	TypeGCP        = "gcp"
+	TypeKVM        = "kvm"
+)
+
+// KnownTypes lists every type the config file accepts, sorted.
+func KnownTypes() []string { return []string{TypeGCP, TypeKubernetes, TypeKVM} }
+
+// Config is the providers config file: named provider entries that
+// Proxy.spec.provider refers to.
+type Config struct {
+	Providers []Entry `json:"providers"`
+}
+
+// Entry is one configured provider: a name, a type, and exactly the block of
+// settings for that type.
+type Entry struct {
+	// Name is what Proxy.spec.provider names; a DNS-1123 label, unique in the file.
+	Name string `json:"name"`
+	// Type selects the backend: kubernetes, gcp or kvm.
+	Type       string            `json:"type"`
+	Kubernetes *KubernetesConfig `json:"kubernetes,omitempty"`
+	GCP        *GCPConfig        `json:"gcp,omitempty"`
+	KVM        *KVMConfig        `json:"kvm,omitempty"`
+}
+
+// KubernetesConfig is the block of a kubernetes entry: Squid Pods in this cluster.
+type KubernetesConfig struct {
+	// Namespace the Pods are created in (required).
+	Namespace string `json:"namespace"`
+	// Image is the Squid container image; empty means the provider's pinned default.
+	Image string `json:"image,omitempty"`
+	// ClusterCIDRs are the cluster's Pod and Service ranges when they are not
+	// already private (RFC 1918, CGNAT, ULA): Squid denies them as
+	// destinations and accepts clients from them.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// ClientCIDRs replaces the default set of source ranges allowed to use the
+	// proxy (RFC 1918, CGNAT, ULA).
+	ClientCIDRs []string `json:"clientCIDRs,omitempty"`
+}
+
+// GCPConfig is the block of a gcp entry: Compute Engine VMs in one project.
+type GCPConfig struct {
+	// Project is the GCP project ID (required).
+	Project string `json:"project"`
+	// Defaults fill Proxy placement fields left empty.
+	Defaults GCPDefaults `json:"defaults,omitempty"`
+}
+
+// GCPDefaults are per-entry placement defaults for gcp.
+type GCPDefaults struct {
+	Zone        string `json:"zone,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// KVMConfig is the block of a kvm entry: libvirt guests on hosts reached over SSH.
+type KVMConfig struct {
+	// SSH is how the controller logs in to every host.
+	SSH KVMSSH `json:"ssh"`
+	// Hosts are the hypervisors; placement.zone picks one by name.
+	Hosts []KVMHost `json:"hosts"`
+	// Images maps a name placement.image may use to a cloud image.
+	Images map[string]KVMImage `json:"images,omitempty"`
+	// MachineTypes maps a name placement.machineType may use to a guest shape.
+	MachineTypes map[string]KVMMachineType `json:"machineTypes,omitempty"`
+}
+
+// KVMSSH holds the SSH login shared by all hosts of a kvm entry.
+type KVMSSH struct {
+	User string `json:"user"`
+	// PrivateKeyFile and KnownHostsFile are absolute paths (a mounted Secret).
+	// Host keys are always verified, so known_hosts is required.
+	PrivateKeyFile string `json:"privateKeyFile"`
+	KnownHostsFile string `json:"knownHostsFile"`
+}
+
+// KVMHost is one hypervisor of a kvm entry.
+type KVMHost struct {
+	// Name is the host's identifier in providerIDs and placement.zone.
+	Name string `json:"name"`
+	// Address is host:port of its sshd.
+	Address string `json:"address"`
+	// Pool and Network are the libvirt storage pool and network or bridge.
+	Pool    string `json:"pool,omitempty"`
+	Network string `json:"network,omitempty"`
+}
+
+// KVMImage is a downloadable base image.
+type KVMImage struct {
+	URL string `json:"url"`
+	// SHA256 is the expected hex digest; empty skips verification.
+	SHA256 string `json:"sha256,omitempty"`
+	// Firmware is "uefi" (default) or "bios".
+	Firmware string `json:"firmware,omitempty"`
+}
+
+// KVMMachineType is a guest shape.
+type KVMMachineType struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memoryMiB"`
+	DiskGiB   int `json:"diskGiB"`
+}
+
+// LoadConfig reads and validates the providers config file at path.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("providers config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("providers config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes YAML (or JSON) strictly — unknown and duplicate keys are
+// errors — and validates the result. Every error names the entry and field.
+func ParseConfig(data []byte) (Config, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return Config{}, err
+	}
+	var cfg Config
+	if len(bytes.TrimSpace(js)) == 0 || string(bytes.TrimSpace(js)) == "null" {
+		return cfg, nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
+		return Config{}, errors.New("the file must be a mapping with a providers list")
+	}
+	for k := range top {
+		if k != "providers" {
+			return Config{}, fmt.Errorf("unknown field %q (the file has one key, providers)", k)
+		}
+	}
+	var raw []json.RawMessage
+	if p, ok := top["providers"]; ok && string(p) != "null" {
+		if err := json.Unmarshal(p, &raw); err != nil {
+			return Config{}, errors.New("providers must be a list of entries")
+		}
+	}
+	var errs []error
+	for i, r := range raw {
+		e, err := decodeEntry(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", entryLabel(i, peekName(r)), err))
+			continue
+		}
+		cfg.Providers = append(cfg.Providers, e)
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return cfg, cfg.Validate()
+}
+
+// decodeEntry decodes one entry, reporting unknown keys by their full path.
+func decodeEntry(r json.RawMessage) (Entry, error) {
+	var generic any
+	if err := json.Unmarshal(r, &generic); err != nil {
+		return Entry{}, err
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return Entry{}, errors.New("an entry must be a mapping")
+	}
+	if err := unknownFields(generic, reflect.TypeOf(Entry{}), ""); err != nil {
+		return Entry{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(r))
+	dec.DisallowUnknownFields()
+	var e Entry
+	if err := dec.Decode(&e); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return Entry{}, fmt.Errorf("%s: want %s, got %s", te.Field, describeKind(te.Type), te.Value)
+		}
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// unknownFields walks decoded JSON against t's json tags and names the first
+// key t does not have, with its path.
+func unknownFields(v any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil // a type error; the decoder reports it
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ft, ok := fields[k]
+			if !ok {
+				return fmt.Errorf("%s: unknown field", join(path, k))
+			}
+			if err := unknownFields(m[k], ft, join(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		s, ok := v.([]any)
+		if !ok {
+			return nil
+		}
+		for i, item := range s {
+			if err := unknownFields(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := unknownFields(m[k], t.Elem(), fmt.Sprintf("%s[%s]", path, k)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func describeKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+// peekName reads an entry's name leniently, for error messages.
+func peekName(r json.RawMessage) string {
+	var p struct {
+		Name any `json:"name"`
+	}
+	if json.Unmarshal(r, &p) != nil {
+		return ""
+	}
+	s, _ := p.Name.(string)
+	return s
+}
+
+func entryLabel(i int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("providers[%d]", i)
+	}
+	return fmt.Sprintf("providers[%d] (%s)", i, name)
+}
+
+// Validate checks every entry and returns all problems, one per line, each
+// prefixed with the entry ("providers[1] (gcp-eu): gcp.project is required").
+func (c Config) Validate() error {
+	var errs []error
+	seen := map[string]int{}
+	for i, e := range c.Providers {
+		label := entryLabel(i, e.Name)
+		add := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%s: %s", label, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case e.Name == "":
+			add("name is required")
+		default:
+			if msgs := validation.IsDNS1123Label(e.Name); len(msgs) > 0 {
+				add("name %q is not a DNS-1123 label: %s", e.Name, strings.Join(msgs, "; "))
+			}
+			if j, dup := seen[e.Name]; dup {
+				add("name %q is already used by providers[%d]", e.Name, j)
+			} else {
+				seen[e.Name] = i
+			}
+		}
+		blocks := map[string]bool{
+			TypeKubernetes: e.Kubernetes != nil,
+			TypeGCP:        e.GCP != nil,
+			TypeKVM:        e.KVM != nil,
+		}
+		switch e.Type {
+		case "":
+			add("type is required (one of %s)", strings.Join(KnownTypes(), ", "))
+		case TypeKubernetes, TypeGCP, TypeKVM:
+			if !blocks[e.Type] {
+				add("%s block is required for type %s", e.Type, e.Type)
+			}
+		default:
+			add("type %q is unknown (want one of %s)", e.Type, strings.Join(KnownTypes(), ", "))
+		}
+		for _, t := range KnownTypes() {
+			if blocks[t] && t != e.Type {
+				add("%s block is not allowed for type %q", t, e.Type)
+			}
+		}
+		var problems []string
+		switch {
+		case e.Type == TypeKubernetes && e.Kubernetes != nil:
+			problems = e.Kubernetes.validate()
+		case e.Type == TypeGCP && e.GCP != nil:
+			problems = e.GCP.validate()
+		case e.Type == TypeKVM && e.KVM != nil:
+			problems = e.KVM.validate()
+		}
+		for _, p := range problems {
+			add("%s", p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var imageRef = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$`)
+
+func (k *KubernetesConfig) validate() []string {
+	var out []string
+	if k.Namespace == "" {
+		out = append(out, "kubernetes.namespace is required")
+	} else if msgs := validation.IsDNS1123Label(k.Namespace); len(msgs) > 0 {
+		out = append(out, fmt.Sprintf("kubernetes.namespace %q is not a DNS-1123 label: %s", k.Namespace, strings.Join(msgs, "; ")))
+	}
+	if k.Image != "" && !imageRef.MatchString(k.Image) {
+		out = append(out, fmt.Sprintf("kubernetes.image %q is not an image reference", k.Image))
+	}
+	out = append(out, validatePrefixes("kubernetes.clusterCIDRs", k.ClusterCIDRs)...)
+	out = append(out, validatePrefixes("kubernetes.clientCIDRs", k.ClientCIDRs)...)
+	return out
+}
+
+func validatePrefixes(field string, list []string) []string {
+	var out []string
+	for i, s := range list {
+		p, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s[%d] %q is not a CIDR", field, i, s))
+		case p.Masked() != p:
+			out = append(out, fmt.Sprintf("%s[%d] %q has host bits set (did you mean %s?)", field, i, s, p.Masked()))
+		}
+	}
+	return out
+}
+
+// ParsePrefixes parses CIDRs that Validate accepted.
+func ParsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+var (
+	gcpProject = regexp.MustCompile(`^[a-z][-a-z0-9]{4,28}[a-z0-9]$`)
+	gcpZone    = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	gcpName    = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+)
+
+func (g *GCPConfig) validate() []string {
+	var out []string
+	switch {
+	case g.Project == "":
+		out = append(out, "gcp.project is required")
+	case !gcpProject.MatchString(g.Project):
+		out = append(out, fmt.Sprintf("gcp.project %q is not a project ID (6-30 lower-case letters, digits and hyphens, starting with a letter)", g.Project))
+	}
+	if z := g.Defaults.Zone; z != "" && !gcpZone.MatchString(z) {
+		out = append(out, fmt.Sprintf("gcp.defaults.zone %q is not a zone (like europe-west1-b)", z))
+	}
+	if m := g.Defaults.MachineType; m != "" && !gcpName.MatchString(m) {
+		out = append(out, fmt.Sprintf("gcp.defaults.machineType %q is not a machine type (like e2-micro)", m))
+	}
+	if img := g.Defaults.Image; img != "" && strings.ContainsAny(img, " \t\n") {
+		out = append(out, fmt.Sprintf("gcp.defaults.image %q contains whitespace", img))
+	}
+	return out
+}
+
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (k *KVMConfig) validate() []string {
+	var out []string
+	if k.SSH.User == "" {
+		out = append(out, "kvm.ssh.user is required")
+	}
+	for field, v := range map[string]string{"kvm.ssh.privateKeyFile": k.SSH.PrivateKeyFile, "kvm.ssh.knownHostsFile": k.SSH.KnownHostsFile} {
+		switch {
+		case v == "":
+			out = append(out, field+" is required")
+		case !strings.HasPrefix(v, "/"):
+			out = append(out, fmt.Sprintf("%s %q must be an absolute path", field, v))
+		}
+	}
+	if len(k.Hosts) == 0 {
+		out = append(out, "kvm.hosts needs at least one host")
+	}
+	hosts := map[string]bool{}
+	for i, h := range k.Hosts {
+		f := fmt.Sprintf("kvm.hosts[%d]", i)
+		switch {
+		case h.Name == "":
+			out = append(out, f+".name is required")
+		case len(validation.IsDNS1123Label(h.Name)) > 0:
+			out = append(out, fmt.Sprintf("%s.name %q is not a DNS-1123 label", f, h.Name))
+		case hosts[h.Name]:
+			out = append(out, fmt.Sprintf("%s.name %q is used twice", f, h.Name))
+		}
+		hosts[h.Name] = true
+		if h.Address == "" {
+			out = append(out, f+".address is required")
+		} else if host, port, err := net.SplitHostPort(h.Address); err != nil || host == "" {
+			out = append(out, fmt.Sprintf("%s.address %q is not host:port", f, h.Address))
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			out = append(out, fmt.Sprintf("%s.address %q has no valid port", f, h.Address))
+		}
+	}
+	for _, key := range sortedKeys(k.Images) {
+		img := k.Images[key]
+		f := fmt.Sprintf("kvm.images[%s]", key)
+		if len(validation.IsDNS1123Label(key)) > 0 {
+			out = append(out, fmt.Sprintf("%s: the key is not a DNS-1123 label", f))
+		}
+		if u, err := url.Parse(img.URL); img.URL == "" {
+			out = append(out, f+".url is required")
+		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			out = append(out, fmt.Sprintf("%s.url %q is not an http(s) URL", f, img.URL))
+		}
+		if img.SHA256 != "" && !hex64.MatchString(img.SHA256) {
+			out = append(out, fmt.Sprintf("%s.sha256 is not 64 lower-case hex digits", f))
+		}
+		if img.Firmware != "" && img.Firmware != "uefi" && img.Firmware != "bios" {
+			out = append(out, fmt.Sprintf("%s.firmware %q is not uefi or bios", f, img.Firmware))
+		}
+	}
+	for _, key := range sortedKeys(k.MachineTypes) {
+		mt := k.MachineTypes[key]
+		f := fmt.Sprintf("kvm.machineTypes[%s]", key)
+		if len(validation.IsDNS1123Label(key)) > 0 {
+			out = append(out, fmt.Sprintf("%s: the key is not a DNS-1123 label", f))
+		}
+		if mt.VCPUs < 1 {
+			out = append(out, f+".vcpus must be at least 1")
+		}
+		if mt.MemoryMiB < 128 {
+			out = append(out, f+".memoryMiB must be at least 128")
+		}
+		if mt.DiskGiB < 1 {
+			out = append(out, f+".diskGiB must be at least 1")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,86 @@
+package providers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+type countingRecorder struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (r *countingRecorder) ProviderRequest(provider, op, result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[string]int{}
+	}
+	r.counts[provider+"/"+op+"/"+result]++
+}
+
+func TestWithMetricsCountsEveryOperation(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		err    error
+		result string
+	}{
+		{nil, "ok"},
+		{fmt.Errorf("%w: x", ErrTransient), "transient"},
+		{fmt.Errorf("%w: x", ErrPermanent), "permanent"},
+		{fmt.Errorf("%w: x", ErrQuotaExceeded), "quota_exceeded"},
+		{fmt.Errorf("%w: x", ErrNotFound), "not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.result, func(t *testing.T) {
+			inner := &recordingProvider{err: tt.err}
+			rec := &countingRecorder{}
+			p := WithMetrics(inner, "in-cluster", rec)
+			inst, err := p.Create(ctx, CreateRequest{Name: "proxy-a"})
+			if err != tt.err || inst.Name != "proxy-a" {
+				t.Fatalf("Create returned %+v, %v: the decorator must pass results through", inst, err)
+			}
+			_, _ = p.Get(ctx, "id")
+			_, _ = p.Get(ctx, "id")
+			_ = p.Delete(ctx, "id")
+			_, _ = p.ListByTag(ctx)
+			want := map[string]int{
+				"in-cluster/create/" + tt.result: 1,
+				"in-cluster/get/" + tt.result:    2,
+				"in-cluster/delete/" + tt.result: 1,
+				"in-cluster/list/" + tt.result:   1,
+			}
+			if fmt.Sprint(rec.counts) != fmt.Sprint(want) {
+				t.Fatalf("recorded %v, want %v", rec.counts, want)
+			}
+			if inner.calls[OpGet] != 2 {
+				t.Fatalf("inner saw %v", inner.calls)
+			}
+			if p.(Unwrapper).Unwrap() != Provider(inner) {
+				t.Fatal("Unwrap does not return the wrapped provider")
+			}
+		})
+	}
+}
+
+func TestWithMetricsPreservesChecker(t *testing.T) {
+	rec := &countingRecorder{}
+	inner := &checkingProvider{}
+	p := WithMetrics(inner, "pods", rec)
+	c, ok := p.(Checker)
+	if !ok {
+		t.Fatal("decorated Checker lost its Check method")
+	}
+	got := c.Check(context.Background())
+	if len(got) != 1 || got[0].Target != "apiserver" || inner.checks != 1 {
+		t.Fatalf("Check = %+v (inner checks %d)", got, inner.checks)
+	}
+	if len(rec.counts) != 0 {
+		t.Fatalf("a check was recorded as a provider request: %v", rec.counts)
+	}
+	if _, ok := WithMetrics(&recordingProvider{}, "x", rec).(Checker); ok {
+		t.Fatal("decorator claims Checker for a provider that has none")
+	}
+}

@@ -1,0 +1,134 @@
+// Package providers is the contract between the Proxy reconciler and the
+// backends that run upstream proxies (Squid pods, cloud VMs, KVM guests): the
+// Provider interface, the optional Checker, the error taxonomy every backend
+// maps its failures onto, deterministic instance names, the providers config
+// file, a registry that builds providers from it, and a metrics decorator.
+//
+// The reconciler never watches backend resources: it observes instances only by
+// polling Get, so every backend — including ones without any watch API —
+// behaves the same. docs/providers.md states the rules per method.
+package providers
+
+import (
+	"context"
+	"time"
+)
+
+// Provider creates, observes and deletes the instances behind Managed Proxies.
+// Implementations MUST be safe for concurrent use: the reconciler runs several
+// workers, the orphan GC and the health monitor call the same value.
+type Provider interface {
+	// Create starts the instance named req.Name. It MUST be idempotent by name:
+	// when an instance of that name already exists and belongs to req.OwnerUID,
+	// Create returns it with a nil error instead of failing (a retried Create
+	// after a crash or timeout is normal). It returns as soon as the backend has
+	// accepted the request; readiness is discovered by polling Get.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+	// Get observes the instance. It returns an error wrapping ErrNotFound when
+	// the instance is gone, which the reconciler answers by creating it again.
+	Get(ctx context.Context, providerID string) (Instance, error)
+	// Delete starts deleting the instance and returns; callers poll Get until it
+	// reports ErrNotFound. It MUST tolerate an instance that is already gone or
+	// already being deleted (nil error), because deletion is retried.
+	Delete(ctx context.Context, providerID string) error
+	// ListByTag lists every instance this provider manages, wherever it runs,
+	// with OwnerUID and CreatedAt filled in, so the orphan GC can delete the
+	// ones whose Proxy no longer exists. It MUST fail as a whole rather than
+	// return a partial list that hides instances it could not see.
+	ListByTag(ctx context.Context) ([]Instance, error)
+}
+
+// Checker is implemented by providers that can tell whether their backend is
+// reachable right now, without waiting for a Proxy to fail.
+type Checker interface {
+	// Check returns one verdict per target (an API server, a project, a host).
+	// It never fails as a whole: an unreachable target is a TargetStatus with
+	// Ready false. It honours ctx's deadline.
+	Check(ctx context.Context) []TargetStatus
+}
+
+// TargetStatus is the verdict of one Check on one target.
+type TargetStatus struct {
+	// Target names what was checked, stable across checks ("apiserver", a host name).
+	Target string
+	// Ready is true when the provider could use the target right now.
+	Ready bool
+	// Reason is a CamelCase machine-readable cause ("OK", "Forbidden", "Unreachable").
+	Reason string
+	// Message is for humans; it never carries a secret.
+	Message string
+	// Details are optional facts about the target (versions, capacity).
+	Details map[string]string
+}
+
+// Placement says where and on what an instance runs. Every field is optional
+// unless a provider documents otherwise; each provider documents its meaning.
+type Placement struct {
+	// Zone is a cloud zone, a KVM host, or a Kubernetes topology zone.
+	Zone string
+	// MachineType is a VM shape or a node instance type.
+	MachineType string
+	// Image is a VM image or, for the kubernetes provider, a container image.
+	Image string
+}
+
+// CreateRequest is everything a provider needs to start one instance. It
+// carries plain fields so providers do not depend on the Kubernetes API types;
+// the reconciler maps a Proxy onto it.
+type CreateRequest struct {
+	// Name is the instance name, NameFromUID(OwnerUID): deterministic, so a
+	// retried Create finds the instance a previous attempt started.
+	Name string
+	// OwnerUID is the owning Proxy's UID; every instance carries it so the
+	// orphan GC can prove ownership.
+	OwnerUID string
+	// OwnerName and OwnerNamespace name the owning Proxy, for humans reading
+	// the backend (labels, descriptions).
+	OwnerName      string
+	OwnerNamespace string
+	// Port is where the proxy listens on the instance (1-65535).
+	Port int
+	// Placement is the Proxy's spec.placement.
+	Placement Placement
+	// CloudInit is the resolved user-data for VM backends; nil when none.
+	CloudInit []byte
+	// Labels are extra labels applied where the backend supports them. Keys a
+	// provider reserves for itself (ownership, managed-by) win over these.
+	Labels map[string]string
+}
+
+// State is an instance's lifecycle state as the reconciler acts on it.
+type State string
+
+const (
+	// StateProvisioning: accepted but not yet usable (booting, no IP yet, or
+	// the backend cannot tell right now). The reconciler polls again.
+	StateProvisioning State = "Provisioning"
+	// StateRunning: up with an IP clients can reach on the proxy port.
+	StateRunning State = "Running"
+	// StateStopped: exists but is not running and will not by itself. The
+	// reconciler deletes and recreates it (cattle).
+	StateStopped State = "Stopped"
+	// StateTerminated: finished or being deleted. The reconciler deletes it
+	// (a no-op when already deleting) and polls until it is gone.
+	StateTerminated State = "Terminated"
+)
+
+// Instance is one backend instance as a provider observed it.
+type Instance struct {
+	// ProviderID identifies the instance for Get and Delete; the reconciler
+	// stores it in status.providerID. Its format is provider-specific.
+	ProviderID string
+	// Name is the instance name (CreateRequest.Name).
+	Name string
+	// State is the lifecycle state.
+	State State
+	// IP is the address clients and probes use; empty until one is known.
+	IP string
+	// OwnerUID is the UID the instance is tagged with; empty when untagged,
+	// which the GC reads as "never delete".
+	OwnerUID string
+	// CreatedAt is when the backend created the instance; the GC leaves young
+	// instances alone because their Proxy may not have recorded them yet.
+	CreatedAt time.Time
+}

@@ -1,0 +1,59 @@
+package providers
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Constructor builds a provider from its validated config entry. Constructors
+// are closures made at the composition root (cmd), where the clients they need
+// (a Kubernetes client, cloud credentials) are at hand.
+type Constructor func(e Entry) (Provider, error)
+
+// Registry builds providers from a Config with the constructors it was given.
+// It holds no package-level state: the binary decides which types it builds.
+type Registry struct {
+	constructors map[string]Constructor
+}
+
+// NewRegistry returns a registry that builds each type with constructors[type].
+// A type the config file knows but that has no constructor here is rejected
+// by Build with a clear error.
+func NewRegistry(constructors map[string]Constructor) *Registry {
+	c := make(map[string]Constructor, len(constructors))
+	for k, v := range constructors {
+		c[k] = v
+	}
+	return &Registry{constructors: c}
+}
+
+// Build validates cfg and builds every entry, keyed by entry name. It returns
+// the providers it could build together with an error naming every entry it
+// could not (an invalid config builds nothing). Callers that want all or
+// nothing treat a non-nil error as fatal; the map is never nil.
+func (r *Registry) Build(cfg Config) (map[string]Provider, error) {
+	out := map[string]Provider{}
+	if err := cfg.Validate(); err != nil {
+		return out, err
+	}
+	var errs []error
+	for i, e := range cfg.Providers {
+		label := entryLabel(i, e.Name)
+		ctor, ok := r.constructors[e.Type]
+		if !ok || ctor == nil {
+			errs = append(errs, fmt.Errorf("%s: provider type %s is not built into this binary yet", label, e.Type))
+			continue
+		}
+		p, err := ctor(e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", label, err))
+			continue
+		}
+		if p == nil {
+			errs = append(errs, fmt.Errorf("%s: the %s constructor returned no provider", label, e.Type))
+			continue
+		}
+		out[e.Name] = p
+	}
+	return out, errors.Join(errs...)
+}
