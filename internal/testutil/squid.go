@@ -1,0 +1,546 @@
+package testutil
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SquidBinary is where Debian installs Squid.
+const SquidBinary = "/usr/sbin/squid"
+
+// squidMissing is the failure message when Squid is absent: the suites never skip.
+const squidMissing = "squid not installed: run make test as root (it apt-installs squid) or apt-get install squid"
+
+// SquidOptions configures one Squid instance.
+type SquidOptions struct {
+	// OutgoingAddr is Squid's tcp_outgoing_address (a 127.0.0.N), the source
+	// address targets see for everything this Squid forwards, CONNECT tunnels
+	// included. Empty lets the kernel choose (127.0.0.1).
+	OutgoingAddr string
+	// Name labels the instance in logs and prefixes its visible_hostname,
+	// which is made unique per instance.
+	Name string
+	// ExtraConfig lines are appended to the generated squid.conf.
+	ExtraConfig []string
+	// StartTimeout bounds how long a start waits for Squid to proxy a request
+	// (default 30s).
+	StartTimeout time.Duration
+}
+
+// Squid is one Squid run in the foreground (squid -N) as a child process, on a
+// fixed 127.0.0.1 port that survives Stop/Kill and Start, so a restarted Squid
+// is the same upstream to whoever points at it.
+type Squid struct {
+	opts     SquidOptions
+	dir      string
+	hostname string
+	tb       testing.TB // nil for LaunchSquid
+
+	mu      sync.Mutex
+	port    int
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited
+	exitErr error
+}
+
+// StartSquid starts a Squid for the test and stops it, and removes its
+// directory, at cleanup; on failure the tail of its cache.log is in the test
+// log. A missing Squid fails the test (never skips).
+func StartSquid(t testing.TB, opts SquidOptions) *Squid {
+	t.Helper()
+	s, err := newSquid(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.tb = t
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("squid %s (%s) cache.log tail:\n%s", s.opts.Name, s.Addr(), s.LogTail(4096))
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("squid %s: %v", s.opts.Name, err)
+		}
+	})
+	if err := s.start(false); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// LaunchSquid starts a Squid outside a test (e2e/bench); the caller must Close it.
+func LaunchSquid(opts SquidOptions) (*Squid, error) {
+	s, err := newSquid(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(false); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSquid(opts SquidOptions) (*Squid, error) {
+	if _, err := os.Stat(SquidBinary); err != nil {
+		if _, lerr := exec.LookPath("squid"); lerr != nil {
+			return nil, errors.New(squidMissing)
+		}
+	}
+	if opts.Name == "" {
+		opts.Name = "squid"
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	if opts.OutgoingAddr != "" {
+		ip := net.ParseIP(opts.OutgoingAddr)
+		if ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+			return nil, fmt.Errorf("squid %s: OutgoingAddr %q must be an IPv4 loopback address (127.0.0.N)", opts.Name, opts.OutgoingAddr)
+		}
+	}
+	dir, err := squidDir(opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, err
+	}
+	return &Squid{
+		opts:     opts,
+		dir:      dir,
+		hostname: opts.Name + "-" + hex.EncodeToString(suffix),
+		done:     closedChan(),
+	}, nil
+}
+
+// squidDir makes a directory Squid can use after it drops to the proxy user:
+// every parent traversable, the directory itself owned by proxy when we are
+// root (t.TempDir is 0700 and root-owned, which Squid cannot write to).
+func squidDir(name string) (string, error) {
+	base := os.TempDir()
+	if !traversable(base) {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "testsquid-"+sanitize(name)+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("proxy")
+		if err != nil {
+			return "", fmt.Errorf("squid runs as user proxy when started as root, but that user is missing: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// traversable reports whether every directory from / down to dir lets others search it.
+func traversable(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == "/" || d == "." {
+			return true
+		}
+	}
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Addr is the 127.0.0.1:port Squid listens on.
+func (s *Squid) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// URL is the proxy URL to give a client or the gateway (http://127.0.0.1:port).
+func (s *Squid) URL() string { return "http://" + s.Addr() }
+
+// Name is the name given in SquidOptions.
+func (s *Squid) Name() string { return s.opts.Name }
+
+// OutgoingAddr is the source address targets see for this Squid's traffic.
+func (s *Squid) OutgoingAddr() string {
+	if s.opts.OutgoingAddr == "" {
+		return "127.0.0.1"
+	}
+	return s.opts.OutgoingAddr
+}
+
+// Hostname is the instance's unique visible_hostname (it appears in X-Cache).
+func (s *Squid) Hostname() string { return s.hostname }
+
+// Dir is the instance's directory (squid.conf, cache.log, squid.out).
+func (s *Squid) Dir() string { return s.dir }
+
+// PID is the running Squid's process id, 0 when it is not running.
+func (s *Squid) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Running reports whether the Squid process is alive.
+func (s *Squid) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil && !s.exited()
+}
+
+func (s *Squid) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a stopped or killed Squid again on the same port and waits
+// until it proxies. It fails the test (panics outside one) when it cannot.
+func (s *Squid) Start() {
+	if s.tb != nil {
+		s.tb.Helper()
+	}
+	s.must(s.start(true))
+}
+
+// Stop sends SIGTERM, waits for the exit (SIGKILL after 10s).
+func (s *Squid) Stop() {
+	if s.tb != nil {
+		s.tb.Helper()
+	}
+	s.must(s.stop(syscall.SIGTERM, 10*time.Second))
+}
+
+// Kill sends SIGKILL, simulating a crash: open connections are reset.
+func (s *Squid) Kill() {
+	if s.tb != nil {
+		s.tb.Helper()
+	}
+	s.must(s.stop(syscall.SIGKILL, 10*time.Second))
+}
+
+func (s *Squid) must(err error) {
+	if err == nil {
+		return
+	}
+	if s.tb != nil {
+		s.tb.Helper()
+		s.tb.Fatal(err)
+	}
+	panic(err)
+}
+
+// Close stops Squid and removes its directory.
+func (s *Squid) Close() error {
+	err := s.stop(syscall.SIGTERM, 10*time.Second)
+	if rerr := os.RemoveAll(s.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// LogTail returns the last n bytes of cache.log and of Squid's stdout/stderr.
+func (s *Squid) LogTail(n int) string {
+	var b strings.Builder
+	for _, f := range []string{"cache.log", "squid.out"} {
+		data, err := os.ReadFile(filepath.Join(s.dir, f))
+		if err != nil {
+			continue
+		}
+		if len(data) > n {
+			data = data[len(data)-n:]
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s", f, data)
+	}
+	return b.String()
+}
+
+// start runs Squid and waits until it proxies. sameOnly keeps the current
+// port (a restart), retrying while something else holds it; otherwise a port
+// taken between choosing and binding is replaced by another.
+func (s *Squid) start(samePort bool) error {
+	if s.Running() {
+		return fmt.Errorf("squid %s: already running", s.opts.Name)
+	}
+	deadline := time.Now().Add(s.opts.StartTimeout)
+	for attempt := 1; ; attempt++ {
+		if !samePort {
+			addr, err := FreeAddr()
+			if err != nil {
+				return err
+			}
+			_, p, _ := net.SplitHostPort(addr)
+			s.mu.Lock()
+			s.port, _ = strconv.Atoi(p)
+			s.mu.Unlock()
+		}
+		err := s.startOnce(deadline)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return fmt.Errorf("squid %s (attempt %d): %w\n%s", s.opts.Name, attempt, err, s.LogTail(2048))
+		}
+		if samePort {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+func (s *Squid) writeConfig() (string, error) {
+	s.mu.Lock()
+	port := s.port
+	s.mu.Unlock()
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	line("# generated by internal/testutil for %s", s.opts.Name)
+	line("http_port 127.0.0.1:%d", port)
+	if s.opts.OutgoingAddr != "" {
+		line("tcp_outgoing_address %s", s.opts.OutgoingAddr)
+	}
+	line("visible_hostname %s", s.hostname)
+	line("pid_filename %s", filepath.Join(s.dir, "squid.pid"))
+	line("cache_log %s", filepath.Join(s.dir, "cache.log"))
+	line("coredump_dir %s", s.dir)
+	line("access_log none")
+	line("cache deny all")
+	line("cache_mem 8 MB")
+	// Clients are the tests and the gateway on loopback; any method, any
+	// port (targets listen on random ports), no Safe_ports/SSL_ports rules.
+	line("acl loopback_clients src 127.0.0.0/8")
+	line("http_access allow loopback_clients")
+	line("http_access deny all")
+	line("via off")
+	line("forwarded_for delete")
+	line("shutdown_lifetime 0 seconds")
+	line("pinger_enable off")
+	line("netdb_filename none")
+	line("logfile_rotate 0")
+	for _, l := range s.opts.ExtraConfig {
+		line("%s", l)
+	}
+	conf := filepath.Join(s.dir, "squid.conf")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	return conf, nil
+}
+
+func (s *Squid) startOnce(deadline time.Time) error {
+	conf, err := s.writeConfig()
+	if err != nil {
+		return err
+	}
+	// A killed Squid leaves its pid file; a recycled pid would make the next
+	// start refuse with "Squid is already running".
+	_ = os.Remove(filepath.Join(s.dir, "squid.pid"))
+	logPath := filepath.Join(s.dir, "cache.log")
+	var logOffset int64
+	if fi, err := os.Stat(logPath); err == nil {
+		logOffset = fi.Size()
+	}
+	out, err := os.OpenFile(filepath.Join(s.dir, "squid.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	bin := SquidBinary
+	if _, err := os.Stat(bin); err != nil {
+		bin = "squid"
+	}
+	cmd := exec.Command(bin, "-N", "-f", conf)
+	cmd.Dir = s.dir
+	cmd.Stdout = out
+	cmd.Stderr = out
+	// If the test binary dies, Squid must not outlive it holding the port.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.cmd = cmd
+	s.done = done
+	s.exitErr = nil
+	s.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		out.Close()
+		s.mu.Lock()
+		s.exitErr = err
+		s.mu.Unlock()
+		close(done)
+	}()
+
+	probe, err := newProbeTarget()
+	if err != nil {
+		_ = s.stop(syscall.SIGKILL, 5*time.Second)
+		return err
+	}
+	defer probe.Close()
+	var lastErr error
+	for {
+		select {
+		case <-done:
+			logText := readFrom(logPath, logOffset) + readFrom(filepath.Join(s.dir, "squid.out"), 0)
+			if strings.Contains(logText, "Address already in use") {
+				return errAddrInUse
+			}
+			return fmt.Errorf("squid exited during start: %v", s.exitError())
+		default:
+		}
+		if lastErr = s.probe(probe); lastErr == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = s.stop(syscall.SIGKILL, 5*time.Second)
+			return fmt.Errorf("squid did not proxy a request within %s: %w", s.opts.StartTimeout, lastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *Squid) exitError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exitErr
+}
+
+func readFrom(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return string(data)
+}
+
+// probe sends one GET through this Squid and checks that it was this Squid
+// (its X-Cache names our unique hostname) and that the target saw our
+// outgoing address, so a stranger on a reused port is never mistaken for us.
+func (s *Squid) probe(p *probeTarget) error {
+	proxyURL, _ := url.Parse(s.URL())
+	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	resp, err := c.Get(p.url)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe through squid: %s", resp.Status)
+	}
+	if xc := resp.Header.Get("X-Cache"); !strings.Contains(xc, s.hostname) {
+		return fmt.Errorf("probe answered by another proxy: X-Cache %q, want %s", xc, s.hostname)
+	}
+	if got := string(bytes.TrimSpace(body)); got != s.OutgoingAddr() {
+		return fmt.Errorf("probe target saw source %s, want %s", got, s.OutgoingAddr())
+	}
+	return nil
+}
+
+// stop signals Squid and waits for it to exit, escalating to SIGKILL after timeout.
+func (s *Squid) stop(sig syscall.Signal, timeout time.Duration) error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+	}
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+		return fmt.Errorf("squid %s did not exit within %s of %v; killed", s.opts.Name, timeout, sig)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("squid %s (pid %d) did not exit even after SIGKILL", s.opts.Name, cmd.Process.Pid)
+	}
+}
+
+// probeTarget is a throwaway HTTP server that answers with the caller's source address.
+type probeTarget struct {
+	srv *http.Server
+	url string
+}
+
+func newProbeTarget() (*probeTarget, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			w.Header().Set("Cache-Control", "no-store")
+			fmt.Fprintln(w, host)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return &probeTarget{srv: srv, url: "http://" + ln.Addr().String() + "/testutil-probe"}, nil
+}
+
+func (p *probeTarget) Close() { _ = p.srv.Close() }

@@ -1,0 +1,311 @@
+package testutil
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SeenSourceHeader is the response header in which a Target echoes the source
+// address it saw, so clients can tell which upstream carried a request
+// without parsing the body.
+const SeenSourceHeader = "X-Seen-Source"
+
+// recentRequests bounds the request log a Target keeps (benchmarks send millions).
+const recentRequests = 4096
+
+// TargetOptions configures a Target.
+type TargetOptions struct {
+	// Host is the loopback IP to listen on (default 127.0.0.1). Distinct
+	// hosts are distinct targets to the gateway, whose target key drops the port.
+	Host string
+}
+
+// TargetAnswer is the JSON body a Target answers with.
+type TargetAnswer struct {
+	// Source is the address the request came from: the upstream's tcp_outgoing_address.
+	Source string `json:"source"`
+	Host   string `json:"host"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Status int    `json:"status"`
+}
+
+// SeenRequest is one request as the Target received it.
+type SeenRequest struct {
+	Source string
+	Method string
+	Host   string
+	URI    string
+	Header http.Header
+	Status int
+	Time   time.Time
+}
+
+type targetRule struct {
+	status  int
+	headers map[string]string
+}
+
+// Target is a Go HTTP(S) server on a loopback address that answers with the
+// source address it sees, records what it received, and can be told to
+// answer one source address differently (429 + Retry-After to one upstream).
+type Target struct {
+	host     string
+	port     int
+	scheme   string
+	srv      *http.Server
+	certPool *x509.CertPool
+
+	mu     sync.Mutex
+	rules  map[string]targetRule
+	counts map[string]int
+	recent []SeenRequest // ring of the last recentRequests
+	next   int
+	total  int
+}
+
+// StartTarget starts a plain-HTTP Target, closed at test cleanup.
+func StartTarget(t testing.TB, opts TargetOptions) *Target {
+	t.Helper()
+	tg, err := LaunchTarget(opts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+// StartTLSTarget starts an HTTPS Target with a fresh self-signed certificate
+// for its IP; CertPool and ClientTLSConfig verify it.
+func StartTLSTarget(t testing.TB, opts TargetOptions) *Target {
+	t.Helper()
+	tg, err := LaunchTarget(opts, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+// LaunchTarget starts a Target outside a test (e2e/bench); the caller must Close it.
+func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	ip := net.ParseIP(opts.Host)
+	if ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("target host %q must be a loopback IP", opts.Host)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, "0"))
+	if err != nil {
+		return nil, err
+	}
+	tg := &Target{
+		host:   opts.Host,
+		port:   ln.Addr().(*net.TCPAddr).Port,
+		scheme: "http",
+		rules:  map[string]targetRule{},
+		counts: map[string]int{},
+		recent: make([]SeenRequest, 0, 64),
+	}
+	tg.srv = &http.Server{Handler: tg, ReadHeaderTimeout: 10 * time.Second}
+	if useTLS {
+		cert, pool, err := selfSignedCert(ip)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		tg.scheme = "https"
+		tg.certPool = pool
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	go func() { _ = tg.srv.Serve(ln) }()
+	return tg, nil
+}
+
+// selfSignedCert makes an ECDSA certificate valid for ip, and a pool trusting it.
+func selfSignedCert(ip net.IP) (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "testutil target " + ip.String()},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{ip},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}
+
+// ServeHTTP answers every path with a TargetAnswer, applying the rule for the
+// request's source address when one is set.
+func (tg *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	source, _, _ := net.SplitHostPort(r.RemoteAddr)
+	status := http.StatusOK
+	tg.mu.Lock()
+	rule, ok := tg.rules[source]
+	if ok {
+		status = rule.status
+	}
+	tg.counts[source]++
+	tg.total++
+	seen := SeenRequest{Source: source, Method: r.Method, Host: r.Host, URI: r.RequestURI, Header: r.Header.Clone(), Status: status, Time: time.Now()}
+	if len(tg.recent) < recentRequests {
+		tg.recent = append(tg.recent, seen)
+	} else {
+		tg.recent[tg.next] = seen
+	}
+	tg.next = (tg.next + 1) % recentRequests
+	tg.mu.Unlock()
+
+	h := w.Header()
+	h.Set(SeenSourceHeader, source)
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	for k, v := range rule.headers {
+		h.Set(k, v)
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(TargetAnswer{Source: source, Host: r.Host, Method: r.Method, Path: r.URL.Path, Status: status})
+}
+
+// SetRule makes the Target answer requests from source (an IP such as
+// 127.0.0.3) with status and the given extra headers, until ClearRule.
+func (tg *Target) SetRule(source string, status int, headers map[string]string) {
+	cp := make(map[string]string, len(headers))
+	for k, v := range headers {
+		cp[k] = v
+	}
+	tg.mu.Lock()
+	tg.rules[source] = targetRule{status: status, headers: cp}
+	tg.mu.Unlock()
+}
+
+// ClearRule returns source to normal 200 answers.
+func (tg *Target) ClearRule(source string) {
+	tg.mu.Lock()
+	delete(tg.rules, source)
+	tg.mu.Unlock()
+}
+
+// Count is how many requests came from source.
+func (tg *Target) Count(source string) int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.counts[source]
+}
+
+// Counts is a copy of the per-source request counts.
+func (tg *Target) Counts() map[string]int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	cp := make(map[string]int, len(tg.counts))
+	for k, v := range tg.counts {
+		cp[k] = v
+	}
+	return cp
+}
+
+// Sources lists the source addresses seen so far, sorted.
+func (tg *Target) Sources() []string {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	out := make([]string, 0, len(tg.counts))
+	for k := range tg.counts {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Total is how many requests the Target answered.
+func (tg *Target) Total() int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.total
+}
+
+// Requests returns the most recent requests (up to 4096), oldest first.
+func (tg *Target) Requests() []SeenRequest {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	out := make([]SeenRequest, 0, len(tg.recent))
+	if len(tg.recent) == recentRequests {
+		out = append(out, tg.recent[tg.next:]...)
+		out = append(out, tg.recent[:tg.next]...)
+	} else {
+		out = append(out, tg.recent...)
+	}
+	return out
+}
+
+// Reset forgets counts and recorded requests (rules stay).
+func (tg *Target) Reset() {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.counts = map[string]int{}
+	tg.recent = tg.recent[:0]
+	tg.next = 0
+	tg.total = 0
+}
+
+// Host is the IP the Target listens on.
+func (tg *Target) Host() string { return tg.host }
+
+// Port is the Target's TCP port.
+func (tg *Target) Port() int { return tg.port }
+
+// Addr is host:port.
+func (tg *Target) Addr() string { return net.JoinHostPort(tg.host, strconv.Itoa(tg.port)) }
+
+// URL is the base URL (http:// or https://host:port).
+func (tg *Target) URL() string { return tg.scheme + "://" + tg.Addr() }
+
+// CertPool trusts the TLS Target's certificate (nil for plain HTTP).
+func (tg *Target) CertPool() *x509.CertPool { return tg.certPool }
+
+// ClientTLSConfig verifies the TLS Target's certificate (nil for plain HTTP).
+func (tg *Target) ClientTLSConfig() *tls.Config {
+	if tg.certPool == nil {
+		return nil
+	}
+	return &tls.Config{RootCAs: tg.certPool, ServerName: tg.host, MinVersion: tls.VersionTLS12}
+}
+
+// Close stops the server and closes open connections.
+func (tg *Target) Close() { _ = tg.srv.Close() }
