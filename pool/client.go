@@ -1,0 +1,325 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// maxClientResponseBytes bounds how much of an answer the client reads; a
+// list of thousands of members fits easily.
+const maxClientResponseBytes = 32 << 20
+
+// APIError is an answer of the lease API the client has no sentinel for
+// (401, 400 bad_request, 5xx, ...). Status and Code say what the server said.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the body's "error" field (unauthorized, bad_request, ...).
+	Code string
+	// Message is the body's "message" field, or the raw body if it was not JSON.
+	Message string
+}
+
+func (e *APIError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("lease API: HTTP %d: %s", e.Status, e.Message)
+	}
+	return fmt.Sprintf("lease API: HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Unwrap makes a gateway-style answer (502, 503, 504 from something between
+// us and the API) count as ErrUnreachable.
+func (e *APIError) Unwrap() error {
+	switch e.Status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return ErrUnreachable
+	}
+	return nil
+}
+
+// Client is a Pool backed by a remote lease API (a controller, or a
+// standalone gateway's --api-listen). It is safe for concurrent use and keeps
+// connections alive, so a gateway can call it on every new (session, target).
+type Client struct {
+	base  string // scheme://host[:port][/prefix], no trailing slash
+	auth  string // "Bearer <token>" or ""
+	httpc *http.Client
+}
+
+var _ Pool = (*Client)(nil)
+
+// NewClient validates baseURL (http or https, a host, no query) and returns a
+// client sending token as a bearer token (empty: none). httpClient nil gets a
+// keep-alive client of its own. The transport never uses HTTP(S)_PROXY from
+// the environment — the API usually sits beside that very proxy — so an
+// *http.Transport with a Proxy func is cloned without it.
+func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("lease API URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("lease API URL %q: no host", u.Redacted())
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+	}
+	if strings.ContainsAny(token, "\r\n") {
+		return nil, errors.New("lease API token contains a line break")
+	}
+	c := &Client{base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/")}
+	if token != "" {
+		c.auth = "Bearer " + token
+	}
+	if httpClient == nil {
+		c.httpc = &http.Client{Transport: newAPITransport(), Timeout: 30 * time.Second}
+		return c, nil
+	}
+	hc := *httpClient
+	switch tr := hc.Transport.(type) {
+	case nil:
+		hc.Transport = newAPITransport()
+	case *http.Transport:
+		if tr.Proxy != nil {
+			clone := tr.Clone()
+			clone.Proxy = nil
+			hc.Transport = clone
+		}
+	}
+	c.httpc = &hc
+	return c, nil
+}
+
+// newAPITransport is a keep-alive transport sized for a gateway calling the
+// API from many goroutines, with no environment proxy.
+func newAPITransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 15 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// Acquire leases a member (POST /v1/leases). A 409 is a *NoMatchError with
+// the server's counts; a TTL above the maximum wraps ErrTTLTooLong. TTLs
+// are sent in whole seconds, rounded up.
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if req.TTL < 0 {
+		return Lease{}, fmt.Errorf("lease TTL %s is negative", req.TTL)
+	}
+	body := leaseRequest{
+		Selector:   req.Selector,
+		TTLSeconds: ceilSeconds(req.TTL),
+		Target:     req.Target,
+		Proxy:      req.Proxy,
+	}
+	status, raw, err := c.do(ctx, http.MethodPost, "/v1/leases", body)
+	if err != nil {
+		return Lease{}, err
+	}
+	switch status {
+	case http.StatusCreated:
+		var info LeaseInfo
+		if err := json.Unmarshal(raw, &info); err != nil {
+			return Lease{}, fmt.Errorf("lease API: decoding the lease: %w", err)
+		}
+		return leaseFromInfo(info)
+	case http.StatusConflict:
+		var nm noMatchBody
+		if err := json.Unmarshal(raw, &nm); err != nil || nm.apiErrorBody.Error != apiErrNoMatch {
+			return Lease{}, apiError(status, raw)
+		}
+		e := nm.NoMatchError
+		return Lease{}, &e
+	case http.StatusBadRequest:
+		apiErr := apiError(status, raw)
+		if apiErr.Code == apiErrTTLTooLong {
+			return Lease{}, fmt.Errorf("%w: %s", ErrTTLTooLong, apiErr.Message)
+		}
+		return Lease{}, apiErr
+	}
+	return Lease{}, apiError(status, raw)
+}
+
+func leaseFromInfo(info LeaseInfo) (Lease, error) {
+	if info.LeaseID == "" || info.Proxy.Name == "" {
+		return Lease{}, errors.New("lease API: lease answer without leaseID or proxy name")
+	}
+	u, src, err := parseMemberURL(info.Proxy.URL)
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease API: lease %s: %w", info.LeaseID, err)
+	}
+	return Lease{
+		ID: info.LeaseID,
+		Member: Member{
+			Name:       info.Proxy.Name,
+			URL:        u,
+			SourceAddr: src,
+			Attributes: info.Proxy.Attributes,
+		},
+		Target:    info.Target,
+		TTL:       time.Duration(info.TTLSeconds) * time.Second,
+		ExpiresAt: info.ExpiresAt,
+	}, nil
+}
+
+// Release ends a lease (DELETE /v1/leases/{id}); unknown IDs are not an error.
+func (c *Client) Release(ctx context.Context, leaseID string) error {
+	if leaseID == "" {
+		return errors.New("lease ID is empty")
+	}
+	status, raw, err := c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(leaseID), nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusNoContent && status != http.StatusOK {
+		return apiError(status, raw)
+	}
+	return nil
+}
+
+// Report sends feedback on a lease (POST /v1/leases/{id}/report). A lease
+// unknown to the server, or past its report window, is ErrUnknownLease.
+func (c *Client) Report(ctx context.Context, leaseID string, r Report) error {
+	if leaseID == "" {
+		return errors.New("lease ID is empty")
+	}
+	if r.RetryAfter < 0 {
+		return fmt.Errorf("retry-after %s is negative", r.RetryAfter)
+	}
+	body := reportRequest{
+		Result:            string(r.Result),
+		Target:            r.Target,
+		RetryAfterSeconds: ceilSeconds(r.RetryAfter),
+	}
+	status, raw, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/report", body)
+	if err != nil {
+		return err
+	}
+	switch status {
+	case http.StatusNoContent, http.StatusOK:
+		return nil
+	case http.StatusNotFound:
+		if apiErr := apiError(status, raw); apiErr.Code == apiErrUnknownLease {
+			return fmt.Errorf("%w: %s", ErrUnknownLease, apiErr.Message)
+		}
+	}
+	return apiError(status, raw)
+}
+
+// List returns the members the API offers (GET /v1/proxies), sorted by
+// name. URLs are redacted by the server.
+func (c *Client) List(ctx context.Context, f ListFilter) ([]ProxyInfo, error) {
+	q := url.Values{}
+	for k, v := range f.Attributes {
+		if k == "" {
+			return nil, errors.New("attribute filter with an empty name")
+		}
+		q.Set("attr."+k, v)
+	}
+	if f.HealthyOnly {
+		q.Set("healthy", "true")
+	}
+	path := "/v1/proxies"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	status, raw, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, apiError(status, raw)
+	}
+	var list proxyList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("lease API: decoding the proxy list: %w", err)
+	}
+	sort.Slice(list.Proxies, func(i, j int) bool { return list.Proxies[i].Name < list.Proxies[j].Name })
+	return list.Proxies, nil
+}
+
+// do sends one request and reads the whole answer, so the connection goes
+// back to the pool. Transport failures wrap ErrUnreachable (and the ctx
+// error, when that was the cause).
+func (c *Client) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, fmt.Errorf("lease API: encoding the request: %w", err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, fmt.Errorf("lease API: building the request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.httpc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, c.base, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes))
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, c.base, err)
+	}
+	return resp.StatusCode, raw, nil
+}
+
+// unwrapURLError drops *url.Error's wrapping, whose message repeats the full
+// URL; the caller names method and base itself.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func apiError(status int, raw []byte) *APIError {
+	var body apiErrorBody
+	if err := json.Unmarshal(raw, &body); err == nil && body.Error != "" {
+		return &APIError{Status: status, Code: body.Error, Message: body.Message}
+	}
+	msg := strings.TrimSpace(string(raw))
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return &APIError{Status: status, Message: msg}
+}
