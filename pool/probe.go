@@ -1,0 +1,315 @@
+package pool
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of ProberOptions' zero values.
+const (
+	DefaultProbeInterval         = 10 * time.Second
+	DefaultProbeTimeout          = 5 * time.Second
+	DefaultProbeSuccessThreshold = 1
+	DefaultProbeFailureThreshold = 3
+	DefaultProbeConcurrency      = 16
+)
+
+// probeBodyLimit is how much of a probe answer is read before closing.
+const probeBodyLimit = 64 << 10
+
+// HealthSink receives probe verdicts; *Store implements it.
+type HealthSink interface {
+	SetHealth(name string, healthy bool, latency time.Duration)
+}
+
+// ProbeRecorder observes every probe (a metrics histogram and failure
+// counter in cmd); the pool package does not import the metrics package.
+type ProbeRecorder interface {
+	ObserveProbe(member string, d time.Duration, ok bool)
+}
+
+// ProbeForgetter is optionally implemented by a ProbeRecorder to drop a
+// removed member's series when the prober prunes its state.
+type ProbeForgetter interface {
+	ForgetProbe(member string)
+}
+
+// ProberOptions configures NewProber; zero values mean the defaults.
+type ProberOptions struct {
+	// URL is fetched through every member (http or https; required).
+	URL string
+	// Interval between probe rounds (default 10s).
+	Interval time.Duration
+	// Timeout bounds one probe, dial to response headers (default 5s).
+	Timeout time.Duration
+	// SuccessThreshold consecutive successes make an unhealthy member
+	// healthy (default 1).
+	SuccessThreshold int
+	// FailureThreshold consecutive failures make a healthy member unhealthy
+	// (default 3).
+	FailureThreshold int
+	// ExpectedStatus lists the statuses that count as success; empty means
+	// any 2xx. Redirects are not followed.
+	ExpectedStatus []int
+	// TLSConfig is used for https probe URLs and https proxies; nil means
+	// the system roots.
+	TLSConfig *tls.Config
+	// Concurrency bounds probes in flight per round (default 16).
+	Concurrency int
+	// Recorder, when set, observes every probe.
+	Recorder ProbeRecorder
+	// Logger receives verdict changes (Info); nil discards.
+	Logger *slog.Logger
+}
+
+// Prober probes every member through the member itself - an upstream proxy
+// is used as the proxy, a direct member dials from its source address - and
+// feeds the verdicts to a HealthSink. A verdict flips only after
+// SuccessThreshold / FailureThreshold consecutive results, except a
+// member's first probe, which sets it at once.
+type Prober struct {
+	members func() []Member
+	sink    HealthSink
+	o       ProberOptions
+	target  *url.URL
+
+	mu     sync.Mutex
+	states map[string]*probeState
+}
+
+type probeState struct {
+	endpoint string // Member.Redacted(); a new endpoint starts over
+	known    bool
+	healthy  bool
+	okRun    int
+	failRun  int
+	latency  time.Duration // last successful probe
+}
+
+// NewProber validates o and returns a prober that reads the current members
+// from members at every round, so reloads are picked up.
+func NewProber(members func() []Member, sink HealthSink, o ProberOptions) (*Prober, error) {
+	if members == nil || sink == nil {
+		return nil, errors.New("prober: members and sink are required")
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("probe URL %q: want an absolute http:// or https:// URL", o.URL)
+	}
+	if o.SuccessThreshold < 0 || o.FailureThreshold < 0 {
+		return nil, errors.New("probe thresholds must not be negative")
+	}
+	for _, s := range o.ExpectedStatus {
+		if s < 100 || s > 599 {
+			return nil, fmt.Errorf("probe expected status %d is not an HTTP status", s)
+		}
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultProbeInterval
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultProbeTimeout
+	}
+	if o.SuccessThreshold == 0 {
+		o.SuccessThreshold = DefaultProbeSuccessThreshold
+	}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = DefaultProbeFailureThreshold
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultProbeConcurrency
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.ExpectedStatus = slices.Clone(o.ExpectedStatus)
+	return &Prober{members: members, sink: sink, o: o, target: u, states: map[string]*probeState{}}, nil
+}
+
+// Run probes every member now and then every Interval until ctx ends.
+func (p *Prober) Run(ctx context.Context) {
+	t := time.NewTicker(p.o.Interval)
+	defer t.Stop()
+	for {
+		p.ProbeAll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ProbeAll runs one round: probes every current member (at most Concurrency
+// at a time), applies the verdicts, and prunes the state of members that
+// are gone. It returns when the round is done.
+func (p *Prober) ProbeAll(ctx context.Context) {
+	members := p.members()
+	sem := make(chan struct{}, p.o.Concurrency)
+	var wg sync.WaitGroup
+	for _, m := range members {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d, err := p.probe(ctx, m)
+			if ctx.Err() != nil {
+				return // shutting down: not the member's fault
+			}
+			p.record(m, d, err)
+		})
+	}
+	wg.Wait()
+	p.prune(members)
+}
+
+// probe fetches the probe URL through m with a fresh transport that keeps
+// no connection: a cached CONNECT tunnel or keep-alive connection would let
+// later probes pass without exercising the member. The transport never reads
+// HTTP(S)_PROXY from the environment.
+func (p *Prober) probe(ctx context.Context, m Member) (time.Duration, error) {
+	dialer := &net.Dialer{Timeout: p.o.Timeout}
+	tr := &http.Transport{
+		DialContext:            dialer.DialContext,
+		DisableKeepAlives:      true,
+		TLSHandshakeTimeout:    p.o.Timeout,
+		ResponseHeaderTimeout:  p.o.Timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	if p.o.TLSConfig != nil {
+		tr.TLSClientConfig = p.o.TLSConfig.Clone()
+	}
+	if m.URL != nil {
+		tr.Proxy = http.ProxyURL(m.URL)
+	} else if m.SourceAddr.IsValid() {
+		dialer.LocalAddr = &net.TCPAddr{IP: m.SourceAddr.AsSlice(), Zone: m.SourceAddr.Zone()}
+	}
+	defer tr.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(ctx, p.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.target.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("User-Agent", "proxyfleet-probe")
+	start := time.Now()
+	resp, err := tr.RoundTrip(req)
+	d := time.Since(start)
+	if err != nil {
+		return d, scrubPassword(err, m)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, probeBodyLimit))
+	_ = resp.Body.Close()
+	if !p.expected(resp.StatusCode) {
+		return d, fmt.Errorf("probe answered %s", resp.Status)
+	}
+	return d, nil
+}
+
+func (p *Prober) expected(status int) bool {
+	if len(p.o.ExpectedStatus) == 0 {
+		return status >= 200 && status <= 299
+	}
+	return slices.Contains(p.o.ExpectedStatus, status)
+}
+
+// scrubPassword keeps a member's password out of an error that might be
+// logged (transport errors normally do not carry it; this makes sure).
+func scrubPassword(err error, m Member) error {
+	if m.URL == nil || m.URL.User == nil {
+		return err
+	}
+	pw, ok := m.URL.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+// record applies one probe result to the member's verdict and hands it on.
+func (p *Prober) record(m Member, d time.Duration, err error) {
+	ok := err == nil
+	if p.o.Recorder != nil {
+		p.o.Recorder.ObserveProbe(m.Name, d, ok)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	endpoint := m.Redacted()
+	st := p.states[m.Name]
+	if st == nil || st.endpoint != endpoint {
+		st = &probeState{endpoint: endpoint}
+		p.states[m.Name] = st
+	}
+	was, known := st.healthy, st.known
+	if ok {
+		st.okRun++
+		st.failRun = 0
+		st.latency = d
+	} else {
+		st.failRun++
+		st.okRun = 0
+	}
+	switch {
+	case !st.known:
+		st.known, st.healthy = true, ok
+	case !st.healthy && st.okRun >= p.o.SuccessThreshold:
+		st.healthy = true
+	case st.healthy && st.failRun >= p.o.FailureThreshold:
+		st.healthy = false
+	}
+	p.sink.SetHealth(m.Name, st.healthy, st.latency)
+	if !known || was != st.healthy {
+		attrs := []any{"member", m.Name, "upstream", endpoint, "healthy", st.healthy, "latency", d}
+		if err != nil {
+			attrs = append(attrs, "error", err.Error())
+		}
+		p.o.Logger.Info("member health verdict", attrs...)
+	}
+}
+
+// prune forgets members that are no longer listed.
+func (p *Prober) prune(current []Member) {
+	keep := make(map[string]bool, len(current))
+	for _, m := range current {
+		keep[m.Name] = true
+	}
+	p.mu.Lock()
+	var gone []string
+	for name := range p.states {
+		if !keep[name] {
+			delete(p.states, name)
+			gone = append(gone, name)
+		}
+	}
+	p.mu.Unlock()
+	if f, ok := p.o.Recorder.(ProbeForgetter); ok {
+		for _, name := range gone {
+			f.ForgetProbe(name)
+		}
+	}
+}
+
+// Healthy reports the prober's current verdict for a member, and whether it
+// has one yet (for status pages and tests).
+func (p *Prober) Healthy(name string) (healthy, known bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.states[name]; st != nil {
+		return st.healthy, st.known
+	}
+	return false, false
+}
