@@ -81,26 +81,37 @@ type APIOptions struct {
 // ProxyInfo is one member in GET /v1/proxies. URL is redacted (no password):
 // the list is for discovery, credentials come only with a lease.
 type ProxyInfo struct {
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Attributes    map[string]string `json:"attributes"`
-	Healthy       bool              `json:"healthy"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	ActiveLeases  int               `json:"activeLeases"`
-	Cooldowns     []CooldownInfo    `json:"cooldowns"`
+	// Name is the member's unique name (what a lease's "proxy" pins).
+	Name string `json:"name"`
+	// URL is the member's address with the password masked; direct://[addr] for direct egress.
+	URL string `json:"url"`
+	// Attributes are what selectors and attr.k=v filters match.
+	Attributes map[string]string `json:"attributes"`
+	// Healthy is the probe verdict; only healthy members are leased.
+	Healthy bool `json:"healthy"`
+	// LatencyMillis is the last successful probe's round trip; 0 is unknown.
+	LatencyMillis int64 `json:"latencyMillis"`
+	// ActiveLeases counts unexpired, unreleased leases on the member.
+	ActiveLeases int `json:"activeLeases"`
+	// Cooldowns are the running cooldowns, sorted by target.
+	Cooldowns []CooldownInfo `json:"cooldowns"`
 }
 
 // CooldownInfo is one {member, target} cooldown in a ProxyInfo. Target ""
 // means every target (an upstream failure or a report without any target).
 type CooldownInfo struct {
-	Target string    `json:"target"`
-	Until  time.Time `json:"until"`
+	// Target is the site key the member rests for; "" is every target.
+	Target string `json:"target"`
+	// Until is when the cooldown ends.
+	Until time.Time `json:"until"`
 }
 
 // ListFilter narrows GET /v1/proxies: attribute equality (attr.k=v) and,
 // with HealthyOnly, only members whose probes pass (healthy=true).
 type ListFilter struct {
-	Attributes  map[string]string
+	// Attributes must all match (attr.k=v).
+	Attributes map[string]string
+	// HealthyOnly drops members whose probes fail (healthy=true).
 	HealthyOnly bool
 }
 
@@ -108,18 +119,26 @@ type ListFilter struct {
 // POST /v1/leases). Proxy.URL carries the upstream's credentials so the
 // holder can use it; the API is authenticated for that reason.
 type LeaseInfo struct {
-	LeaseID    string     `json:"leaseID"`
-	Proxy      LeaseProxy `json:"proxy"`
-	Target     string     `json:"target"`
-	ExpiresAt  time.Time  `json:"expiresAt"`
-	TTLSeconds int64      `json:"ttlSeconds"`
+	// LeaseID is what release and report take.
+	LeaseID string `json:"leaseID"`
+	// Proxy is the leased member, credentials included.
+	Proxy LeaseProxy `json:"proxy"`
+	// Target is the normalised site key the lease is for ("" for none).
+	Target string `json:"target"`
+	// ExpiresAt is when the lease ends unless released earlier.
+	ExpiresAt time.Time `json:"expiresAt"`
+	// TTLSeconds is the granted lifetime.
+	TTLSeconds int64 `json:"ttlSeconds"`
 }
 
 // LeaseProxy is the member inside a LeaseInfo. A direct member's URL is
 // "direct://" or "direct://<source address>".
 type LeaseProxy struct {
-	Name       string            `json:"name"`
-	URL        string            `json:"url"`
+	// Name is the member's unique name.
+	Name string `json:"name"`
+	// URL is the upstream with its credentials.
+	URL string `json:"url"`
+	// Attributes are the member's attributes.
 	Attributes map[string]string `json:"attributes"`
 }
 
@@ -140,17 +159,17 @@ func NewLeaseInfo(l Lease) LeaseInfo {
 
 // leaseRequest is the body of POST /v1/leases.
 type leaseRequest struct {
-	Selector   map[string]string `json:"selector"`
-	TTLSeconds int64             `json:"ttlSeconds"`
-	Target     string            `json:"target"`
-	Proxy      string            `json:"proxy"`
+	Selector   map[string]string `json:"selector,omitempty"`
+	TTLSeconds int64             `json:"ttlSeconds,omitempty"`
+	Target     string            `json:"target,omitempty"`
+	Proxy      string            `json:"proxy,omitempty"`
 }
 
 // reportRequest is the body of POST /v1/leases/{id}/report.
 type reportRequest struct {
 	Result            string `json:"result"`
-	Target            string `json:"target"`
-	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
+	Target            string `json:"target,omitempty"`
+	RetryAfterSeconds int64  `json:"retryAfterSeconds,omitempty"`
 }
 
 // proxyList is the body of GET /v1/proxies.

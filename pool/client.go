@@ -30,6 +30,7 @@ type APIError struct {
 	Message string
 }
 
+// Error says what the server answered.
 func (e *APIError) Error() string {
 	if e.Code == "" {
 		return fmt.Sprintf("lease API: HTTP %d: %s", e.Status, e.Message)
