@@ -70,18 +70,50 @@ func StartSquid(t testing.TB, opts SquidOptions) *Squid {
 		t.Fatal(err)
 	}
 	s.tb = t
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("squid %s (%s) cache.log tail:\n%s", s.opts.Name, s.Addr(), s.LogTail(4096))
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("squid %s: %v", s.opts.Name, err)
-		}
-	})
+	t.Cleanup(func() { s.cleanup(t) })
 	if err := s.start(false); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// cleanup stops s at the end of t, logging its cache.log when t failed.
+func (s *Squid) cleanup(t testing.TB) {
+	if t.Failed() {
+		t.Logf("squid %s (%s) cache.log tail:\n%s", s.opts.Name, s.Addr(), s.LogTail(4096))
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("squid %s: %v", s.opts.Name, err)
+	}
+}
+
+// StartSquids starts one Squid per options concurrently (each takes about a
+// second to come up) with StartSquid's cleanup and logging, and fails the
+// test if any of them cannot start.
+func StartSquids(t testing.TB, opts ...SquidOptions) []*Squid {
+	t.Helper()
+	squids := make([]*Squid, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		s, err := newSquid(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.tb = t
+		squids[i] = s
+		t.Cleanup(func() { s.cleanup(t) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.start(false)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return squids
 }
 
 // LaunchSquid starts a Squid outside a test (e2e/bench); the caller must Close it.

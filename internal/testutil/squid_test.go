@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -89,19 +88,11 @@ func TestThreeSquidsShowThreeDistinctSources(t *testing.T) {
 	t.Parallel()
 	target := StartTarget(t, TargetOptions{Host: "127.0.0.8"})
 	outs := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
-	squids := make([]*Squid, len(outs))
-	var wg sync.WaitGroup
-	for i, out := range outs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			squids[i] = StartSquid(t, SquidOptions{Name: "trio" + out[len(out)-1:], OutgoingAddr: out})
-		}()
+	var opts []SquidOptions
+	for _, out := range outs {
+		opts = append(opts, SquidOptions{Name: "trio" + out[len(out)-1:], OutgoingAddr: out})
 	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	squids := StartSquids(t, opts...)
 	ports := map[string]bool{}
 	for i, sq := range squids {
 		ports[sq.Addr()] = true
