@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // Header names a client uses to talk to the gateway instead of (or besides)
@@ -35,14 +37,6 @@ const (
 	headerPrefix = "X-Proxyfleet-"
 )
 
-// Rotate values a client may ask for.
-const (
-	// RotateSticky keeps one member per (session, target) for the lease TTL.
-	RotateSticky = "sticky"
-	// RotateRequest leases a member per request and releases it right after.
-	RotateRequest = "request"
-)
-
 // Parameter keys with a meaning of their own; every other key is an attribute selector.
 const (
 	keySession = "session"
@@ -67,8 +61,9 @@ type Params struct {
 	SessTTL time.Duration
 	// Proxy pins the request to the member of that name; "" means any.
 	Proxy string
-	// Rotate is RotateSticky, RotateRequest, or "" for the gateway's mode.
-	Rotate string
+	// Rotate is rotation.ModeSticky, rotation.ModeRequest, or "" for the
+	// gateway's mode.
+	Rotate rotation.Mode
 	// Selector is attribute equality every chosen member must match; nil when empty.
 	Selector map[string]string
 }
@@ -245,9 +240,11 @@ func Merge(u, h Params) (Params, error) {
 	if out.Proxy, err = pick(keyProxy, u.Proxy, h.Proxy); err != nil {
 		return u, err
 	}
-	if out.Rotate, err = pick(keyRotate, u.Rotate, h.Rotate); err != nil {
+	rot, err := pick(keyRotate, string(u.Rotate), string(h.Rotate))
+	if err != nil {
 		return u, err
 	}
+	out.Rotate = rotation.Mode(rot)
 	if u.SessTTL != 0 && h.SessTTL != 0 && u.SessTTL != h.SessTTL {
 		return u, paramErr("sessttl: username says ", u.SessTTL.String(), " but header says ", h.SessTTL.String())
 	}
@@ -311,14 +308,11 @@ func (p *Params) set(k, v string, wide bool, where string) error {
 		if p.Rotate != "" {
 			return dup()
 		}
-		switch v {
-		case RotateSticky:
-			p.Rotate = RotateSticky
-		case RotateRequest, "per-request":
-			p.Rotate = RotateRequest
-		default:
+		m, err := rotation.ParseMode(v)
+		if err != nil {
 			return paramErr("rotate ", quote(v), " in ", where, ": want sticky or request")
 		}
+		p.Rotate = m
 	case keySessTTL:
 		if p.SessTTL != 0 {
 			return dup()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 func TestParseUsername(t *testing.T) {
@@ -27,9 +29,9 @@ func TestParseUsername(t *testing.T) {
 			want: Params{User: "alice", Session: "abc123", Selector: map[string]string{"zone": "europe-west1-b"}}},
 		{name: "sessttl as integer seconds", in: "bob-sessttl-90", want: Params{User: "bob", SessTTL: 90 * time.Second}},
 		{name: "sessttl as Go duration", in: "bob-sessttl-1m30s", want: Params{User: "bob", SessTTL: 90 * time.Second}},
-		{name: "rotate request", in: "bob-rotate-request", want: Params{User: "bob", Rotate: RotateRequest}},
-		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: Params{User: "bob", Rotate: RotateRequest}},
-		{name: "rotate sticky", in: "bob;rotate=sticky", want: Params{User: "bob", Rotate: RotateSticky}},
+		{name: "rotate request", in: "bob-rotate-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate sticky", in: "bob;rotate=sticky", want: Params{User: "bob", Rotate: rotation.ModeSticky}},
 		{name: "user may carry dots, underscores and @", in: "a.b_c@x;session=1", want: Params{User: "a.b_c@x", Session: "1"}},
 
 		{name: "odd pair count is refused", in: "alice-session-abc-region", wantErr: "odd number"},
@@ -97,7 +99,7 @@ func TestParseHeaders(t *testing.T) {
 		{name: "no headers means defaults", in: h(), want: Params{}},
 		{name: "all headers", in: h(HeaderSession, "s-1", HeaderSelect, "region=eu, tier=dc", HeaderProxy, "px-7",
 			HeaderRotate, "request", HeaderSessTTL, "30"),
-			want: Params{Session: "s-1", Proxy: "px-7", Rotate: RotateRequest, SessTTL: 30 * time.Second,
+			want: Params{Session: "s-1", Proxy: "px-7", Rotate: rotation.ModeRequest, SessTTL: 30 * time.Second,
 				Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "select lines join as one list", in: h(HeaderSelect, "region=eu", HeaderSelect, "tier=dc"),
 			want: Params{Selector: map[string]string{"region": "eu", "tier": "dc"}}},
@@ -257,7 +259,7 @@ func paramPairs(p Params) []string {
 		parts = append(parts, "proxy="+p.Proxy)
 	}
 	if p.Rotate != "" {
-		parts = append(parts, "rotate="+p.Rotate)
+		parts = append(parts, "rotate="+string(p.Rotate))
 	}
 	parts = append(parts, selectorPairs(p.Selector)...)
 	return parts
@@ -277,7 +279,7 @@ func checkParamsInvariants(t *testing.T, p Params) {
 	if p.SessTTL < 0 {
 		t.Fatalf("negative sessttl %v", p.SessTTL)
 	}
-	if p.Rotate != "" && p.Rotate != RotateSticky && p.Rotate != RotateRequest {
+	if p.Rotate != "" && p.Rotate != rotation.ModeSticky && p.Rotate != rotation.ModeRequest {
 		t.Fatalf("rotate %q outside the allowed set", p.Rotate)
 	}
 	for k, v := range p.Selector {

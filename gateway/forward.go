@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// maxDiscard is how much of a retried answer's body is read to keep its
+// connection reusable; a longer body closes the connection instead.
+const maxDiscard = 64 << 10
+
+// errUpstreamAuth is a plain-HTTP answer 407 from an upstream member: its
+// credentials are wrong, which is the member's failure, not the site's.
+var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (the member's credentials are wrong)")
+
+// serveForward forwards an absolute-URI request through a leased member,
+// reads the answer as rotation feedback and retries idempotent requests on
+// another member after a ban or an upstream failure.
+func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
+	u := r.URL
+	if u.Host == "" || u.Scheme == "" {
+		g.fail(w, http.StatusBadRequest, "bad_request",
+			"this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port")
+		g.rec.Request("", OutcomeBadRequest, time.Since(start))
+		return
+	}
+	defPort := "80"
+	switch u.Scheme {
+	case "http":
+	case "https":
+		defPort = "443"
+	default:
+		g.fail(w, http.StatusBadRequest, "bad_request", "unsupported scheme "+quote(u.Scheme)+": want http or https")
+		g.rec.Request("", OutcomeBadRequest, time.Since(start))
+		return
+	}
+	host, port, err := splitTarget(u.Host, defPort)
+	if err != nil {
+		g.targetFail(w, err, start)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.requestTimeout)
+	defer cancel()
+	addrs, err := g.checkTarget(ctx, host, port)
+	if err != nil {
+		g.targetFail(w, err, start)
+		return
+	}
+	if addrs != nil {
+		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
+	}
+	lr := g.newLeaseReq(p, rotation.TargetKey(u.Host))
+	h, err := g.acquire(ctx, &lr)
+	if err != nil {
+		if r.Context().Err() != nil {
+			g.rec.Request("", OutcomeClientError, time.Since(start))
+			return
+		}
+		g.rec.Request("", g.poolError(w, err), time.Since(start))
+		return
+	}
+
+	out := r.WithContext(ctx)
+	out.RequestURI = ""
+	out.Close = false
+	out.Header = forwardHeader(r.Header)
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
+	for attempt := 0; ; attempt++ {
+		resp, err := h.mc.transport.RoundTrip(out)
+		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired && !h.mc.m.Direct() {
+			discard(resp)
+			resp, err = nil, errUpstreamAuth
+		}
+		if err != nil {
+			name := h.mc.m.Name
+			var te *targetError
+			switch {
+			case errors.As(err, &te):
+				g.done(ctx, h)
+				g.targetFail(w, te, start)
+				return
+			case r.Context().Err() != nil:
+				g.done(ctx, h)
+				g.rec.Request(name, OutcomeClientError, time.Since(start))
+				return
+			case ctx.Err() != nil:
+				// The whole request ran out of time: a slow site is not the
+				// member's failure, so nothing is reported.
+				g.done(ctx, h)
+				w.Header()[HeaderProxy] = h.mc.nameHdr
+				g.fail(w, http.StatusGatewayTimeout, "timeout", "no answer from "+quote(u.Host)+" through "+name+" within "+g.requestTimeout.String())
+				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
+				return
+			}
+			g.log.Debug("request through member failed", "member", name, "target", lr.target, "err", err)
+			g.drop(ctx, &lr, h, rotation.ResultUpstreamFailed, 0)
+			msg := "upstream " + name + " failed: " + err.Error()
+			if retryable && attempt < g.retries {
+				next, aerr := g.acquire(ctx, &lr)
+				if aerr == nil {
+					h = next
+					continue
+				}
+				msg += "; no other member: " + aerr.Error()
+			}
+			w.Header()[HeaderProxy] = h.mc.nameHdr
+			g.fail(w, http.StatusBadGateway, "upstream_failed", msg)
+			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
+			return
+		}
+
+		res := g.classifier.Classify(resp.StatusCode)
+		if res.IsBan() {
+			var ra time.Duration
+			if res == rotation.ResultRateLimited {
+				if v := resp.Header["Retry-After"]; len(v) > 0 {
+					ra, _ = rotation.ParseRetryAfter(v[0], time.Now())
+				}
+			}
+			g.drop(ctx, &lr, h, res, ra)
+			if retryable && attempt < g.retries {
+				if next, aerr := g.acquire(ctx, &lr); aerr == nil {
+					discard(resp)
+					h = next
+					continue
+				}
+			}
+			if !g.deliver(w, r, resp, h, res, start) {
+				panic(http.ErrAbortHandler)
+			}
+			return
+		}
+		g.succeeded(ctx, &lr, h)
+		ok := g.deliver(w, r, resp, h, res, start)
+		g.done(ctx, h)
+		if !ok {
+			// The upstream broke off mid-body. Abort the client's answer so
+			// it sees a truncated response, not a complete one.
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+}
+
+// deliver streams resp to the client with the gateway's headers added. It
+// returns false when the upstream broke off mid-body.
+func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, start time.Time) bool {
+	defer resp.Body.Close()
+	name := h.mc.m.Name
+	dst := w.Header()
+	copyResponseHeader(dst, resp.Header)
+	dst[HeaderProxy] = h.mc.nameHdr
+	dst[HeaderLease] = []string{h.id}
+	w.WriteHeader(resp.StatusCode)
+	g.rec.Request(name, string(res), time.Since(start))
+	if r.ContentLength > 0 {
+		g.rec.BytesRelayed(DirectionUp, r.ContentLength)
+	}
+
+	bp := g.bufs.get()
+	defer g.bufs.put(bp)
+	buf := *bp
+	flusher, _ := w.(http.Flusher)
+	stream := resp.ContentLength < 0 && flusher != nil
+	var n int64
+	for {
+		nr, rerr := resp.Body.Read(buf)
+		if nr > 0 {
+			nw, werr := w.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				break // the client left; its connection is gone anyway
+			}
+			if stream {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			g.rec.BytesRelayed(DirectionDown, n)
+			g.log.Debug("answer body broke off", "member", name, "err", rerr)
+			return false
+		}
+	}
+	g.rec.BytesRelayed(DirectionDown, n)
+	for k, vv := range resp.Trailer {
+		dst[http.TrailerPrefix+k] = vv
+	}
+	return true
+}
+
+// discard drains a little of an answer we will not deliver, so its
+// keep-alive connection can be reused, and closes it.
+func discard(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDiscard)
+	_ = resp.Body.Close()
+}
+
+// isHopByHop reports headers that belong to one connection (RFC 9110 7.6.1)
+// or to the client↔proxy hop, in canonical form.
+func isHopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// namedByConnection reports whether Connection lists header k.
+func namedByConnection(conn []string, k string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forwardHeader copies the request headers that travel on: no hop-by-hop
+// header, nothing Connection names, no X-Proxyfleet-* header. Value slices
+// are shared, not copied; neither side modifies them.
+func forwardHeader(in http.Header) http.Header {
+	out := make(http.Header, len(in))
+	conn := in["Connection"]
+	for k, vv := range in {
+		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && namedByConnection(conn, k)) {
+			continue
+		}
+		out[k] = vv
+	}
+	return out
+}
+
+// copyResponseHeader copies an answer's end-to-end headers into dst; a
+// site's own X-Proxyfleet-* headers are dropped so they cannot pose as ours.
+func copyResponseHeader(dst, src http.Header) {
+	conn := src["Connection"]
+	for k, vv := range src {
+		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && namedByConnection(conn, k)) {
+			continue
+		}
+		dst[k] = vv
+	}
+}

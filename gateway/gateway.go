@@ -1,0 +1,405 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// Defaults of Options' zero values (Retries has no zero-value default: 0
+// means no retries, and DefaultRetries is what the CLI flag starts at).
+const (
+	DefaultLeaseTTL        = 60 * time.Second
+	DefaultRetries         = 2
+	DefaultDialTimeout     = 10 * time.Second
+	DefaultRequestTimeout  = 60 * time.Second
+	DefaultAffinityEntries = 100_000
+)
+
+// Outcomes passed to Recorder.Request, one per client request or tunnel.
+const (
+	OutcomeOK             = "ok"
+	OutcomeRateLimited    = "rate_limited"
+	OutcomeBanned         = "banned"
+	OutcomeUpstreamFailed = "upstream_failed"
+	OutcomeNoMember       = "no_member"
+	OutcomeDenied         = "denied"
+	OutcomeAuth           = "auth"
+	OutcomeBadRequest     = "bad_request"
+	OutcomeClientError    = "client_error"
+)
+
+// Directions passed to Recorder.BytesRelayed.
+const (
+	DirectionUp   = "up"   // client → target
+	DirectionDown = "down" // target → client
+)
+
+const (
+	// serverMaxHeaderBytes matches Squid's request_header_max_size; larger
+	// request heads get net/http's 431.
+	serverMaxHeaderBytes = 64 << 10
+	serverReadHeader     = 30 * time.Second
+	serverIdleTimeout    = 2 * time.Minute
+	// poolCallTimeout bounds a Report or Release made after the client left
+	// (remote pools only; the in-process store never blocks).
+	poolCallTimeout = 5 * time.Second
+)
+
+// Recorder receives the gateway's metrics; cmd/proxyfleet backs it with
+// Prometheus. Calls are made on the request path and must be cheap.
+type Recorder interface {
+	// Request counts one finished client request (or CONNECT tunnel) by the
+	// member that served it ("" when none) and its outcome (the Outcome* values).
+	Request(member, outcome string, d time.Duration)
+	// UpstreamFailure counts one failed use of a member (dial, CONNECT answer, transport error).
+	UpstreamFailure(member string)
+	// BytesRelayed counts payload bytes in one direction (DirectionUp or DirectionDown).
+	BytesRelayed(direction string, n int64)
+}
+
+// Resolver looks up a target's addresses; *net.Resolver implements it, and
+// tests inject fixed answers.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Options configures a Gateway. Only Pool is required.
+type Options struct {
+	// Pool hands out members: the in-process *pool.Store or a lease API *pool.Client.
+	Pool pool.Pool
+	// Mode is the default rotation (rotation.ModeSticky when empty); a
+	// client's rotate= parameter overrides it per request.
+	Mode rotation.Mode
+	// LeaseTTL is how long a sticky (session, target) keeps its member when
+	// the client gives no sessttl (default 60s).
+	LeaseTTL time.Duration
+	// Retries is how many times an idempotent request without a body is
+	// replayed on another member after a ban answer or an upstream failure;
+	// 0 means none (the CLI default is DefaultRetries). CONNECT dials are
+	// retried while members remain, whatever this says.
+	Retries int
+	// Classifier reads statuses as ban signals; when both lists are nil,
+	// rotation.DefaultClassifier(). Empty non-nil lists turn a signal off.
+	Classifier rotation.Classifier
+	// Tokens are the accepted client tokens (Proxy-Authorization: Basic
+	// user:token); empty means no client authentication.
+	Tokens []string
+	// AllowPrivateTargets lets clients reach loopback, private, link-local
+	// and unique-local addresses (tests, trusted networks).
+	AllowPrivateTargets bool
+	// Resolver resolves target names for the private-range check and for
+	// direct members; nil is net.DefaultResolver.
+	Resolver Resolver
+	// DialTimeout bounds each dial of an upstream or target, including an
+	// upstream's answer to CONNECT (default 10s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds a plain-HTTP request from its arrival until the
+	// response head, retries included (default 60s). Streaming the body is
+	// not bounded by it; CONNECT tunnels are never cut by it.
+	RequestTimeout time.Duration
+	// Metrics receives counters; nil records nothing.
+	Metrics Recorder
+	// Logger gets failures (Warn) and per-request detail (Debug); nil discards.
+	Logger *slog.Logger
+	// AffinityEntries bounds the (session, target) → lease cache (default 100k).
+	AffinityEntries int64
+}
+
+// Gateway is the forward proxy. Create it with New; serve it with Serve (or
+// mount it as an http.Handler) and stop it with Shutdown.
+type Gateway struct {
+	pool           pool.Pool
+	mode           rotation.Mode
+	leaseTTL       time.Duration
+	retries        int
+	classifier     rotation.Classifier
+	tokens         tokenSet
+	authRequired   bool
+	allowPrivate   bool
+	resolver       Resolver
+	dialTimeout    time.Duration
+	requestTimeout time.Duration
+	rec            Recorder
+	log            *slog.Logger
+
+	aff     *rotation.Affinity
+	srv     *http.Server
+	flights flightGroup
+	struck  struckSet
+	tunnels tunnelSet
+	bufs    bufPool
+	readers readerPool
+
+	membersMu sync.RWMutex
+	members   map[string]*memberConn
+
+	// listen holds the addresses Serve listens on, for the loop check.
+	listen atomic.Pointer[[]netip.AddrPort]
+}
+
+// New validates o, fills defaults and returns a Gateway ready to serve.
+func New(o Options) (*Gateway, error) {
+	if o.Pool == nil {
+		return nil, errors.New("gateway: Options.Pool is required")
+	}
+	switch o.Mode {
+	case "":
+		o.Mode = rotation.ModeSticky
+	case rotation.ModeSticky, rotation.ModeRequest:
+	default:
+		return nil, errors.New("gateway: Options.Mode " + strconv.Quote(string(o.Mode)) + " is not sticky or request")
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"LeaseTTL", &o.LeaseTTL, DefaultLeaseTTL},
+		{"DialTimeout", &o.DialTimeout, DefaultDialTimeout},
+		{"RequestTimeout", &o.RequestTimeout, DefaultRequestTimeout},
+	} {
+		if *d.v < 0 {
+			return nil, errors.New("gateway: Options." + d.name + " is negative")
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if o.Retries < 0 {
+		return nil, errors.New("gateway: Options.Retries is negative")
+	}
+	if o.AffinityEntries < 0 {
+		return nil, errors.New("gateway: Options.AffinityEntries is negative")
+	}
+	if o.AffinityEntries == 0 {
+		o.AffinityEntries = DefaultAffinityEntries
+	}
+	if o.Classifier.RateLimit == nil && o.Classifier.Ban == nil {
+		o.Classifier = rotation.DefaultClassifier()
+	}
+	for i, t := range o.Tokens {
+		if t == "" {
+			return nil, errors.New("gateway: Options.Tokens[" + strconv.Itoa(i) + "] is empty")
+		}
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	if o.Metrics == nil {
+		o.Metrics = nopRecorder{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	aff, err := rotation.NewAffinity(o.AffinityEntries)
+	if err != nil {
+		return nil, errors.New("gateway: affinity cache: " + err.Error())
+	}
+	g := &Gateway{
+		pool:           o.Pool,
+		mode:           o.Mode,
+		leaseTTL:       o.LeaseTTL,
+		retries:        o.Retries,
+		classifier:     o.Classifier,
+		tokens:         newTokenSet(o.Tokens),
+		authRequired:   len(o.Tokens) > 0,
+		allowPrivate:   o.AllowPrivateTargets,
+		resolver:       o.Resolver,
+		dialTimeout:    o.DialTimeout,
+		requestTimeout: o.RequestTimeout,
+		rec:            o.Metrics,
+		log:            o.Logger,
+		aff:            aff,
+		members:        make(map[string]*memberConn),
+	}
+	g.srv = &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: serverReadHeader,
+		IdleTimeout:       serverIdleTimeout,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+	return g, nil
+}
+
+// Serve accepts proxy connections on ln until Shutdown; it returns
+// http.ErrServerClosed then. It may be called for several listeners.
+func (g *Gateway) Serve(ln net.Listener) error {
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+		for {
+			old := g.listen.Load()
+			var next []netip.AddrPort
+			if old != nil {
+				next = append(next, *old...)
+			}
+			next = append(next, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+			if g.listen.CompareAndSwap(old, &next) {
+				break
+			}
+		}
+	}
+	return g.srv.Serve(ln)
+}
+
+// Shutdown stops accepting, then waits for in-flight requests and open
+// CONNECT tunnels until ctx ends; whatever is left then is closed and ctx's
+// error returned. It returns nil when everything finished in time.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	err := g.srv.Shutdown(ctx)
+	if err == nil {
+		err = g.tunnels.wait(ctx)
+	}
+	if err != nil {
+		_ = g.srv.Close()
+		g.tunnels.closeAll()
+	}
+	g.membersMu.Lock()
+	for _, mc := range g.members {
+		mc.close()
+	}
+	g.membersMu.Unlock()
+	g.aff.Close()
+	return err
+}
+
+// ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	p, status, err := g.authenticate(r)
+	if err != nil {
+		outcome := OutcomeBadRequest
+		if status == authFailed {
+			outcome = OutcomeAuth
+		}
+		w.Header().Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
+		g.fail(w, http.StatusProxyAuthRequired, reasonFor(status), err.Error())
+		g.rec.Request("", outcome, time.Since(start))
+		return
+	}
+	if r.Method == http.MethodConnect {
+		g.serveConnect(w, r, &p, start)
+		return
+	}
+	g.serveForward(w, r, &p, start)
+}
+
+type authStatus int
+
+const (
+	authOK authStatus = iota
+	authFailed
+	authBadParams
+)
+
+func reasonFor(s authStatus) string {
+	if s == authFailed {
+		return "auth"
+	}
+	return "bad_params"
+}
+
+// authenticate checks the client's token (when tokens are configured) and
+// reads its parameters. The token never reaches a log or an error text.
+func (g *Gateway) authenticate(r *http.Request) (Params, authStatus, error) {
+	var user string
+	pa := r.Header["Proxy-Authorization"]
+	switch {
+	case len(pa) > 1:
+		return Params{}, authBadParams, paramErr("Proxy-Authorization given more than once")
+	case len(pa) == 1:
+		u, token, err := parseProxyAuthorization(pa[0])
+		if err != nil {
+			if g.authRequired {
+				return Params{}, authFailed, err
+			}
+			return Params{}, authBadParams, err
+		}
+		if g.authRequired && !g.tokens.match(token) {
+			return Params{}, authFailed, paramErr("proxy authentication failed: unknown token")
+		}
+		user = u
+	case g.authRequired:
+		return Params{}, authFailed, paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)")
+	}
+	up, err := ParseUsername(user)
+	if err != nil {
+		return Params{}, authBadParams, err
+	}
+	hp, err := ParseHeaders(r.Header)
+	if err != nil {
+		return Params{}, authBadParams, err
+	}
+	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil {
+		return up, authOK, nil
+	}
+	p, err := Merge(up, hp)
+	if err != nil {
+		return Params{}, authBadParams, err
+	}
+	return p, authOK, nil
+}
+
+// fail writes an answer the gateway itself produced: a text body saying
+// what is wrong and X-Proxyfleet-Reason with a short cause.
+func (g *Gateway) fail(w http.ResponseWriter, status int, reason, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set(HeaderReason, reason)
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
+}
+
+// poolError answers a failed Acquire: 503 for no usable member or an
+// unreachable pool API, 407 for a sessttl above the pool's maximum.
+func (g *Gateway) poolError(w http.ResponseWriter, err error) string {
+	var nm *pool.NoMatchError
+	switch {
+	case errors.As(err, &nm):
+		w.Header().Set("Retry-After", "1")
+		g.fail(w, http.StatusServiceUnavailable, "no_member", nm.Error())
+		return OutcomeNoMember
+	case errors.Is(err, pool.ErrTTLTooLong):
+		msg := "sessttl above the pool's maximum lease TTL"
+		if mt, ok := g.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
+			msg += " of " + mt.MaxTTL().String()
+		}
+		w.Header().Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
+		g.fail(w, http.StatusProxyAuthRequired, "bad_params", msg)
+		return OutcomeBadRequest
+	case errors.Is(err, pool.ErrUnreachable):
+		g.fail(w, http.StatusServiceUnavailable, "pool_unreachable", err.Error())
+		return OutcomeNoMember
+	default:
+		g.log.Warn("lease acquire failed", "err", err)
+		g.fail(w, http.StatusServiceUnavailable, "pool_error", "lease failed: "+err.Error())
+		return OutcomeNoMember
+	}
+}
+
+// bgCtx returns ctx while it is alive, else a detached context with a short
+// deadline, so a Report or Release still lands after the client went away.
+func bgCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), poolCallTimeout)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Request(string, string, time.Duration) {}
+func (nopRecorder) UpstreamFailure(string)                {}
+func (nopRecorder) BytesRelayed(string, int64)            {}

@@ -1,0 +1,232 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// leaseReq is one request's view of leasing: who, for which target, how.
+type leaseReq struct {
+	p          *Params
+	session    string // Params.SessionKey()
+	target     string // rotation.TargetKey
+	perRequest bool
+}
+
+func (g *Gateway) newLeaseReq(p *Params, target string) leaseReq {
+	mode := g.mode
+	if p.Rotate != "" {
+		mode = p.Rotate
+	}
+	return leaseReq{p: p, session: p.SessionKey(), target: target, perRequest: mode == rotation.ModeRequest}
+}
+
+// held is a lease in use by one request.
+type held struct {
+	id string
+	mc *memberConn
+	// pinned: the lease is (or was) the (session, target) pin, so it is kept
+	// after the request; otherwise the request releases it when done.
+	pinned bool
+}
+
+// acquire returns the lease a request should use: the live pin of its
+// (session, target) when it still fits the request's parameters, else a
+// fresh lease from the pool (pinned unless rotating per request).
+// Concurrent misses of one (session, target) share one Acquire.
+func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
+	if lr.perRequest {
+		return g.acquireFresh(ctx, lr, false)
+	}
+	if pin, ok := g.aff.Get(lr.session, lr.target); ok {
+		if mc := g.memberByName(pin.Member); mc != nil && fits(mc, lr.p) {
+			return held{id: pin.LeaseID, mc: mc, pinned: true}, nil
+		}
+	}
+	key := lr.session + "\x00" + lr.target
+	f, leader := g.flights.begin(key)
+	if !leader {
+		select {
+		case <-f.done:
+			if f.err == nil && fits(f.h.mc, lr.p) {
+				return f.h, nil
+			}
+		case <-ctx.Done():
+			return held{}, ctx.Err()
+		}
+		return g.acquireFresh(ctx, lr, true)
+	}
+	h, err := g.acquireFresh(ctx, lr, true)
+	f.h, f.err = h, err
+	g.flights.end(key, f)
+	return h, err
+}
+
+func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (held, error) {
+	ttl := lr.p.SessTTL
+	if ttl == 0 && pin {
+		ttl = g.leaseTTL
+	}
+	l, err := g.pool.Acquire(ctx, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
+	if err != nil {
+		return held{}, err
+	}
+	mc, err := g.memberFor(l.Member)
+	if err != nil {
+		// A member the gateway cannot use (bad scheme): count it as failed so
+		// the pool stops offering it, and say so.
+		g.log.Warn("unusable pool member", "member", l.Member.Name, "err", err)
+		g.rec.UpstreamFailure(l.Member.Name)
+		_ = g.pool.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: lr.target})
+		_ = g.pool.Release(ctx, l.ID)
+		return held{}, err
+	}
+	if pin {
+		if d := time.Until(l.ExpiresAt); d > 0 {
+			g.aff.Set(lr.session, lr.target, rotation.Pin{LeaseID: l.ID, Member: l.Member.Name, ExpiresAt: l.ExpiresAt}, d)
+		}
+	}
+	return held{id: l.ID, mc: mc, pinned: pin}, nil
+}
+
+// fits reports whether a pinned member still satisfies the request's
+// parameters (a later request of the session may name a proxy or selector).
+func fits(mc *memberConn, p *Params) bool {
+	if p.Proxy != "" && mc.m.Name != p.Proxy {
+		return false
+	}
+	for k, v := range p.Selector {
+		if mc.m.Attributes[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// done ends a request's use of h: a per-request lease is released, a pin kept.
+func (g *Gateway) done(ctx context.Context, h held) {
+	if h.pinned {
+		return
+	}
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
+	if err := g.pool.Release(ctx, h.id); err != nil {
+		g.log.Debug("lease release failed", "lease", h.id, "err", err)
+	}
+}
+
+// drop reports a ban or failure on h, unpins it and releases it, so the
+// next Acquire for this target picks another member.
+func (g *Gateway) drop(ctx context.Context, lr *leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
+	if res == rotation.ResultUpstreamFailed {
+		g.rec.UpstreamFailure(h.mc.m.Name)
+	} else {
+		g.struck.add(h.mc.m.Name, lr.target)
+	}
+	if err := g.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {
+		g.log.Warn("lease report failed", "lease", h.id, "member", h.mc.m.Name, "result", string(res), "err", err)
+	}
+	if h.pinned {
+		if pin, ok := g.aff.Get(lr.session, lr.target); ok && pin.LeaseID == h.id {
+			g.aff.Delete(lr.session, lr.target)
+		}
+	}
+	if err := g.pool.Release(ctx, h.id); err != nil {
+		g.log.Debug("lease release failed", "lease", h.id, "err", err)
+	}
+}
+
+// succeeded tells the pool a {member, target} that was banned before works
+// again, which resets its ban backoff. Only pairs this gateway saw banned
+// are reported, so a healthy crawl costs no pool calls.
+func (g *Gateway) succeeded(ctx context.Context, lr *leaseReq, h held) {
+	if !g.struck.take(h.mc.m.Name, lr.target) {
+		return
+	}
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
+	if err := g.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultOK, Target: lr.target}); err != nil {
+		g.log.Debug("lease report failed", "lease", h.id, "result", "ok", "err", err)
+	}
+}
+
+// flightGroup lets concurrent lease misses of one (session, target) wait for
+// a single Acquire instead of each leasing (and leaking) a member.
+type flightGroup struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+type flight struct {
+	done chan struct{}
+	h    held
+	err  error
+}
+
+func (fg *flightGroup) begin(key string) (*flight, bool) {
+	fg.mu.Lock()
+	defer fg.mu.Unlock()
+	if f, ok := fg.m[key]; ok {
+		return f, false
+	}
+	if fg.m == nil {
+		fg.m = make(map[string]*flight)
+	}
+	f := &flight{done: make(chan struct{})}
+	fg.m[key] = f
+	return f, true
+}
+
+func (fg *flightGroup) end(key string, f *flight) {
+	fg.mu.Lock()
+	delete(fg.m, key)
+	fg.mu.Unlock()
+	close(f.done)
+}
+
+// maxStruck bounds the struck set; when full it starts over, which only
+// means some backoffs are not reset early (they still expire on their own).
+const maxStruck = 16384
+
+type struckKey struct{ member, target string }
+
+// struckSet remembers {member, target} pairs this gateway reported a ban for.
+type struckSet struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	m  map[struckKey]struct{}
+}
+
+func (s *struckSet) add(member, target string) {
+	s.mu.Lock()
+	if s.m == nil || len(s.m) >= maxStruck {
+		s.m = make(map[struckKey]struct{})
+	}
+	s.m[struckKey{member, target}] = struct{}{}
+	s.n.Store(int64(len(s.m)))
+	s.mu.Unlock()
+}
+
+// take reports whether the pair was struck and forgets it. The common case
+// (nothing struck) is one atomic load.
+func (s *struckSet) take(member, target string) bool {
+	if s.n.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := struckKey{member, target}
+	if _, ok := s.m[k]; !ok {
+		return false
+	}
+	delete(s.m, k)
+	s.n.Store(int64(len(s.m)))
+	return true
+}

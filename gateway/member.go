@@ -1,0 +1,232 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+const (
+	// maxIdlePerHost keeps enough idle keep-alive connections per upstream
+	// (or per target for direct members) for a busy crawler.
+	maxIdlePerHost  = 256
+	idleConnTimeout = 90 * time.Second
+)
+
+// memberConn is what the gateway keeps per member: how to reach it for
+// CONNECT and a keep-alive transport for plain HTTP.
+type memberConn struct {
+	m         pool.Member
+	nameHdr   []string // {m.Name}, shared by every response header
+	transport *http.Transport
+	// proxyAuth is the Proxy-Authorization value from the member URL's
+	// userinfo ("" when none), sent with CONNECT.
+	proxyAuth string
+	// upstreamAddr is the upstream's host:port (port defaulted from the scheme).
+	upstreamAddr string
+	tlsConfig    *tls.Config  // https:// upstreams
+	socks5       bool         // socks5:// upstreams
+	local        *net.TCPAddr // direct members bound to SourceAddr
+}
+
+func (mc *memberConn) close() { mc.transport.CloseIdleConnections() }
+
+// memberFor returns the state of m, creating it on first use and replacing
+// it when the member's endpoint changed (a reload under the same name).
+func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {
+	g.membersMu.RLock()
+	mc := g.members[m.Name]
+	g.membersMu.RUnlock()
+	if mc != nil && sameEndpoint(mc.m, m) {
+		return mc, nil
+	}
+	nmc, err := g.newMemberConn(m)
+	if err != nil {
+		return nil, err
+	}
+	g.membersMu.Lock()
+	if cur := g.members[m.Name]; cur != nil && sameEndpoint(cur.m, m) {
+		g.membersMu.Unlock()
+		nmc.close()
+		return cur, nil
+	} else if cur != nil {
+		cur.close()
+	}
+	g.members[m.Name] = nmc
+	g.membersMu.Unlock()
+	return nmc, nil
+}
+
+// memberByName returns the known state of a pinned member, nil when the
+// gateway has none (never used, or forgotten).
+func (g *Gateway) memberByName(name string) *memberConn {
+	g.membersMu.RLock()
+	mc := g.members[name]
+	g.membersMu.RUnlock()
+	return mc
+}
+
+// ForgetMember drops the gateway's state for a member removed from the pool
+// and closes its idle keep-alive connections. Pins to it are abandoned: the
+// next request of those sessions leases afresh. Open tunnels are untouched.
+func (g *Gateway) ForgetMember(name string) {
+	g.membersMu.Lock()
+	mc := g.members[name]
+	delete(g.members, name)
+	g.membersMu.Unlock()
+	if mc != nil {
+		mc.close()
+	}
+}
+
+// sameEndpoint compares what a member connects to, without allocating.
+func sameEndpoint(a, b pool.Member) bool {
+	if a.SourceAddr != b.SourceAddr || (a.URL == nil) != (b.URL == nil) {
+		return false
+	}
+	if a.URL == nil || a.URL == b.URL {
+		return true
+	}
+	ua, ub := a.URL, b.URL
+	if ua.Scheme != ub.Scheme || ua.Host != ub.Host || (ua.User == nil) != (ub.User == nil) {
+		return false
+	}
+	if ua.User == nil {
+		return true
+	}
+	pa, _ := ua.User.Password()
+	pb, _ := ub.User.Password()
+	return ua.User.Username() == ub.User.Username() && pa == pb
+}
+
+func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
+	mc := &memberConn{m: m, nameHdr: []string{m.Name}}
+	tr := &http.Transport{
+		// Never ProxyFromEnvironment: the gateway is the proxy.
+		Proxy:                  nil,
+		TLSHandshakeTimeout:    g.dialTimeout,
+		DisableCompression:     true, // pass encodings through untouched
+		MaxIdleConnsPerHost:    maxIdlePerHost,
+		IdleConnTimeout:        idleConnTimeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	mc.transport = tr
+	if m.URL == nil {
+		if m.SourceAddr.IsValid() {
+			mc.local = &net.TCPAddr{IP: m.SourceAddr.AsSlice(), Zone: m.SourceAddr.Zone()}
+		}
+		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return g.dialDirectAddr(ctx, mc, addr)
+		}
+		return mc, nil
+	}
+	u := m.URL
+	port := u.Port()
+	switch u.Scheme {
+	case "http":
+		if port == "" {
+			port = "80"
+		}
+	case "https":
+		if port == "" {
+			port = "443"
+		}
+		mc.tlsConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	case "socks5", "socks5h":
+		if port == "" {
+			port = "1080"
+		}
+	default:
+		return nil, errors.New("member " + strconv.Quote(m.Name) + ": unsupported upstream scheme " + strconv.Quote(u.Scheme))
+	}
+	mc.upstreamAddr = net.JoinHostPort(u.Hostname(), port)
+	fwd := &net.Dialer{Timeout: g.dialTimeout}
+	tr.DialContext = fwd.DialContext
+	proxyURL := *u
+	tr.Proxy = http.ProxyURL(&proxyURL)
+	if u.User != nil {
+		user := u.User.Username()
+		pass, _ := u.User.Password()
+		mc.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	mc.socks5 = u.Scheme == "socks5" || u.Scheme == "socks5h"
+	return mc, nil
+}
+
+// checkedKey carries a target's checked addresses from the handler to a
+// direct member's dial, so the transport dials what was checked instead of
+// resolving the name again (no DNS rebinding between check and dial).
+type checkedKey struct{}
+
+type checkedAddrs struct {
+	host  string
+	addrs []netip.Addr
+}
+
+// dialDirectAddr is a direct member's transport dial: addr is host:port.
+func (g *Gateway) dialDirectAddr(ctx context.Context, mc *memberConn, addr string) (net.Conn, error) {
+	host, port, err := splitTarget(addr, "")
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok && ca.host == host {
+		addrs = ca.addrs
+	}
+	return g.dialDirect(ctx, mc, host, port, addrs)
+}
+
+// dialDirect dials the target from the member's source address. addrs are
+// the checked addresses; nil means resolve (and check) now.
+func (g *Gateway) dialDirect(ctx context.Context, mc *memberConn, host string, port uint16, addrs []netip.Addr) (net.Conn, error) {
+	if addrs == nil {
+		var err error
+		if addrs, err = g.checkTarget(ctx, host, port); err != nil {
+			return nil, err
+		}
+		if addrs == nil { // private targets allowed: resolve without the range check
+			if addrs, err = g.resolve(ctx, host); err != nil {
+				return nil, err
+			}
+			if err := g.checkAddrs(host, port, addrs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	src := mc.m.SourceAddr
+	d := net.Dialer{Timeout: g.dialTimeout, LocalAddr: nil}
+	if mc.local != nil {
+		d.LocalAddr = mc.local
+	}
+	var firstErr error
+	tried := 0
+	for _, a := range addrs {
+		if src.IsValid() && src.Unmap().Is4() != a.Is4() {
+			continue // a source address of the other family cannot reach it
+		}
+		tried++
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if tried == 0 {
+		return nil, errors.New("target " + quote(host) + " has no address of the family of source address " + src.String())
+	}
+	return nil, firstErr
+}

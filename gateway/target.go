@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// targetError is a refused or unresolvable target; status is the answer.
+type targetError struct {
+	status int
+	reason string
+	msg    string
+}
+
+func (e *targetError) Error() string { return e.msg }
+
+var (
+	cgnat     = netip.MustParsePrefix("100.64.0.0/10")
+	thisNet   = netip.MustParsePrefix("0.0.0.0/8")
+	reserved4 = netip.MustParsePrefix("240.0.0.0/4")
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+)
+
+// forbiddenReason says why a is not a target the gateway will reach by
+// default ("" when it is fine): loopback, private (RFC 1918, CGNAT,
+// unique-local), link-local (the cloud metadata address), unspecified,
+// multicast and reserved ranges. IPv4-mapped and NAT64 addresses are judged
+// by the IPv4 address they carry.
+func forbiddenReason(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() && nat64.Contains(a) {
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	}
+	switch {
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsPrivate(), cgnat.Contains(a):
+		return "a private address"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		return "a link-local address"
+	case a.IsUnspecified(), thisNet.Contains(a):
+		return "an unspecified address"
+	case a.IsMulticast():
+		return "a multicast address"
+	case reserved4.Contains(a):
+		return "a reserved address"
+	}
+	return ""
+}
+
+// splitTarget validates a CONNECT authority or URL host: a non-empty host
+// and a numeric port in 1..65535.
+func splitTarget(hostport, defaultPort string) (host string, port uint16, err error) {
+	h, p, serr := net.SplitHostPort(hostport)
+	if serr != nil {
+		if defaultPort == "" {
+			return "", 0, &targetError{status: 400, reason: "bad_request", msg: "target " + quote(hostport) + " is not host:port"}
+		}
+		h, p = hostport, defaultPort
+		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
+			h = h[1 : len(h)-1]
+		}
+	}
+	n, perr := strconv.ParseUint(p, 10, 16)
+	if h == "" || perr != nil || n == 0 {
+		return "", 0, &targetError{status: 400, reason: "bad_request", msg: "target " + quote(hostport) + " is not host:port"}
+	}
+	return h, uint16(n), nil
+}
+
+// checkTarget resolves host (IP literals need no lookup) and refuses it when
+// any address is in a forbidden range (unless private targets are allowed)
+// or is the gateway's own listen address. It returns the checked addresses,
+// or nil when private targets are allowed and host is a name: then nothing
+// was resolved and a direct member resolves when it dials.
+func (g *Gateway) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" && !g.allowPrivate {
+			return nil, &targetError{status: 403, reason: "private_target", msg: "target " + quote(host) + " has an IPv6 zone; refused"}
+		}
+		addrs := []netip.Addr{a.Unmap()}
+		return addrs, g.checkAddrs(host, port, addrs)
+	}
+	if g.allowPrivate {
+		return nil, nil
+	}
+	addrs, err := g.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	return addrs, g.checkAddrs(host, port, addrs)
+}
+
+// resolve looks host up; a failure is a 502 naming the host.
+func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
+	if err == nil && len(addrs) == 0 {
+		return nil, &targetError{status: 502, reason: "dns", msg: "cannot resolve " + quote(host) + ": no addresses"}
+	}
+	if err != nil {
+		return nil, &targetError{status: 502, reason: "dns", msg: "cannot resolve " + quote(host) + ": " + err.Error()}
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	return addrs, nil
+}
+
+// checkAddrs applies the range and loop checks to every address of host.
+func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
+	for _, a := range addrs {
+		if !g.allowPrivate {
+			if why := forbiddenReason(a); why != "" {
+				return &targetError{status: 403, reason: "private_target",
+					msg: "target " + quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed)"}
+			}
+		}
+		if g.isSelf(a, port) {
+			return &targetError{status: 508, reason: "loop",
+				msg: "target " + quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
+		}
+	}
+	return nil
+}
+
+// isSelf reports whether a:port is where this gateway listens (directly, or
+// through an unspecified listen address that covers every local address).
+func (g *Gateway) isSelf(a netip.Addr, port uint16) bool {
+	lp := g.listen.Load()
+	if lp == nil {
+		return false
+	}
+	a = a.WithZone("")
+	for _, l := range *lp {
+		if l.Port() != port {
+			continue
+		}
+		if l.Addr() == a {
+			return true
+		}
+		if l.Addr().IsUnspecified() && (a.IsLoopback() || a.IsUnspecified() || isLocalAddr(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLocalAddr reports whether a is assigned to one of this host's
+// interfaces. Only asked when a target's port equals a wildcard listen port.
+func isLocalAddr(a netip.Addr) bool {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ifa := range ifas {
+		if p, err := netip.ParsePrefix(ifa.String()); err == nil && p.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}

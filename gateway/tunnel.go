@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// tunnelCloseGrace is how long a tunnel stays up after one direction ended
+// (the peer half-closed) before both connections are closed, so a peer that
+// never closes its side cannot hold the tunnel forever.
+const tunnelCloseGrace = 5 * time.Second
+
+// tunnel is one hijacked CONNECT: the client connection and the connection
+// to the upstream (or the target, for a direct member).
+type tunnel struct {
+	mu               sync.Mutex
+	closed           bool
+	client, upstream net.Conn
+}
+
+// setClient records the hijacked client connection; false (and the
+// connection closed) when the tunnel was closed meanwhile by Shutdown.
+func (t *tunnel) setClient(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return false
+	}
+	t.client = c
+	return true
+}
+
+func (t *tunnel) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	if t.client != nil {
+		_ = t.client.Close()
+	}
+	_ = t.upstream.Close()
+}
+
+// tunnelSet tracks open tunnels for Shutdown: net/http forgets hijacked
+// connections, so the gateway waits for (and at the deadline closes) them.
+type tunnelSet struct {
+	mu     sync.Mutex
+	m      map[*tunnel]struct{}
+	closed bool          // Shutdown gave up waiting: refuse new tunnels
+	empty  chan struct{} // closed when m becomes empty while someone waits
+}
+
+// add registers t; false means the gateway is being forcibly shut down.
+func (s *tunnelSet) add(t *tunnel) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.m == nil {
+		s.m = make(map[*tunnel]struct{})
+	}
+	s.m[t] = struct{}{}
+	return true
+}
+
+func (s *tunnelSet) remove(t *tunnel) {
+	s.mu.Lock()
+	delete(s.m, t)
+	if len(s.m) == 0 && s.empty != nil {
+		close(s.empty)
+		s.empty = nil
+	}
+	s.mu.Unlock()
+}
+
+// wait blocks until no tunnel is open or ctx ends.
+func (s *tunnelSet) wait(ctx context.Context) error {
+	s.mu.Lock()
+	if len(s.m) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.empty == nil {
+		s.empty = make(chan struct{})
+	}
+	ch := s.empty
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// closeAll closes every open tunnel and refuses new ones.
+func (s *tunnelSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	ts := make([]*tunnel, 0, len(s.m))
+	for t := range s.m {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+}
+
+// count is the number of open tunnels (tests).
+func (s *tunnelSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// copyBufSize is the pooled buffer for copies the kernel cannot splice (TLS
+// to an https:// upstream, response bodies); TCP↔TCP copies use splice(2).
+const copyBufSize = 16 << 10
+
+// bufPool hands out copy buffers; the Gateway owns one.
+type bufPool struct{ p sync.Pool }
+
+func (b *bufPool) get() *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return v
+	}
+	buf := make([]byte, copyBufSize)
+	return &buf
+}
+
+func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
+
+// readerPool recycles the small readers that read upstream CONNECT answers.
+type readerPool struct{ p sync.Pool }
+
+func (rp *readerPool) get(r io.Reader) *bufio.Reader {
+	if br, ok := rp.p.Get().(*bufio.Reader); ok {
+		br.Reset(r)
+		return br
+	}
+	return bufio.NewReaderSize(r, 4096)
+}
+
+func (rp *readerPool) put(br *bufio.Reader) {
+	br.Reset(nil)
+	rp.p.Put(br)
+}
+
+// relay copies src to dst until EOF or error, then half-closes dst.
+func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
+	var n int64
+	var err error
+	_, dstTCP := dst.(*net.TCPConn)
+	_, srcTCP := src.(*net.TCPConn)
+	if dstTCP && srcTCP {
+		// io.Copy → (*TCPConn).ReadFrom → splice(2): no user-space buffer.
+		n, err = io.Copy(dst, src)
+	} else {
+		bp := bufs.get()
+		n, err = io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
+		bufs.put(bp)
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	return n, err
+}
+
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
+
+// splice relays both ways until both directions end; once one ends, the
+// other gets tunnelCloseGrace before both connections are closed.
+func splice(bufs *bufPool, t *tunnel) (up, down int64) {
+	upDone := make(chan int64, 1)
+	var mu sync.Mutex
+	var timer *time.Timer
+	var finished int
+	finish := func() {
+		mu.Lock()
+		finished++
+		if finished == 1 {
+			timer = time.AfterFunc(tunnelCloseGrace, t.close)
+		} else if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+	}
+	go func() {
+		n, _ := relay(bufs, t.upstream, t.client)
+		finish()
+		upDone <- n
+	}()
+	down, _ = relay(bufs, t.client, t.upstream)
+	finish()
+	up = <-upDone
+	t.close()
+	return up, down
+}
