@@ -1,0 +1,500 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// getThroughTunnel sends a GET for host over an open tunnel and decodes
+// the Target's answer.
+func getThroughTunnel(t *testing.T, conn net.Conn, host string) testutil.TargetAnswer {
+	t.Helper()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	defer conn.SetDeadline(time.Time{})
+	if _, err := io.WriteString(conn, "GET /tunnel HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a testutil.TargetAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestConnectIsRetriedAfterARefusedUpstream(t *testing.T) {
+	dead := deadUpstream(t)
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, dead, directMembers(1)[0])
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT answered %d; the client must not see the dead upstream", resp.StatusCode)
+	}
+	defer conn.Close()
+	if resp.Header.Get(HeaderProxy) != "d2" || resp.Header.Get(HeaderLease) == "" {
+		t.Fatalf("CONNECT 200 headers: %v", resp.Header)
+	}
+	if a := getThroughTunnel(t, conn, tg.Addr()); a.Source != "127.0.0.2" {
+		t.Fatalf("tunnel reached the target from %s", a.Source)
+	}
+	if e.rec.failuresOf(dead.Name) != 1 {
+		t.Fatalf("upstream failures of the dead member: %d", e.rec.failuresOf(dead.Name))
+	}
+	conn.Close()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if e.rec.bytesOf(DirectionUp) == 0 || e.rec.bytesOf(DirectionDown) == 0 {
+			return errors.New("tunnel bytes not recorded yet")
+		}
+		return nil
+	})
+}
+
+func TestConnectToHTTPSTargetEndToEnd(t *testing.T) {
+	e := newEnv(t, Options{Mode: rotation.ModeRequest, AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(2)...)
+	tg := testutil.StartTLSTarget(t, testutil.TargetOptions{})
+	c := testutil.MustProxyClient(t, "http://"+e.addr, tg.ClientTLSConfig())
+	c.Transport.(*http.Transport).DisableKeepAlives = true
+	sources := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		resp, a := get(t, c, tg.URL()+"/tls", nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		sources[a.Source] = true
+	}
+	if !sources["127.0.0.2"] || !sources["127.0.0.3"] {
+		t.Fatalf("per-request CONNECTs did not rotate: %v", sources)
+	}
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if n := e.store.ActiveLeases(); n != 0 {
+			return errors.New(strconv.Itoa(n) + " per-request tunnel leases still active")
+		}
+		return nil
+	})
+}
+
+func TestConnectWithPipelinedBytesForwardsThem(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	// CONNECT and the first tunnelled request in one write, as optimistic clients do.
+	msg := "CONNECT " + tg.Addr() + " HTTP/1.1\r\nHost: " + tg.Addr() + "\r\n\r\n" +
+		"GET /early HTTP/1.1\r\nHost: " + tg.Addr() + "\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, msg); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	inner, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a testutil.TargetAnswer
+	if err := json.NewDecoder(inner.Body).Decode(&a); err != nil || a.Path != "/early" {
+		t.Fatalf("pipelined request lost: %+v %v", a, err)
+	}
+}
+
+func TestConnectWithNoMemberIs503(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	_, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), http.Header{HeaderProxy: {"nope"}}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != "no_member" || !strings.Contains(b, "considered") {
+		t.Fatalf("status %d body %q", resp.StatusCode, b)
+	}
+}
+
+func TestConnectWhenEveryMemberFailsIs502(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, deadUpstream(t))
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	_, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != 502 || !strings.Contains(b, "a-dead") || !strings.Contains(b, "no other member") {
+		t.Fatalf("status %d body %q", resp.StatusCode, b)
+	}
+}
+
+// answeringUpstream is an upstream that answers every CONNECT with status.
+func answeringUpstream(t *testing.T, name string, status int) (pool.Member, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				_ = req
+				_, _ = io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+"\r\nContent-Length: 0\r\n\r\n")
+			}()
+		}
+	}()
+	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: ln.Addr().String()}}, &n
+}
+
+func TestConnectAnswerRefusalsAreRetriedOnlyRetriesTimes(t *testing.T) {
+	r1, n1 := answeringUpstream(t, "a1", http.StatusForbidden)
+	r2, n2 := answeringUpstream(t, "a2", http.StatusServiceUnavailable)
+	r3, n3 := answeringUpstream(t, "a3", http.StatusForbidden)
+	e := newEnv(t, Options{Retries: 1, AllowPrivateTargets: true}, pool.StoreOptions{}, r1, r2, r3)
+	_, resp, err := testutil.ConnectTunnel(e.addr, "127.0.0.1:9", nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != 502 || !strings.Contains(b, "answered CONNECT with") {
+		t.Fatalf("status %d body %q", resp.StatusCode, b)
+	}
+	if got := n1.Load() + n2.Load() + n3.Load(); got != 2 {
+		t.Fatalf("%d upstreams asked; want 2 (one try plus Retries=1)", got)
+	}
+}
+
+func TestConnectAnswered407IsAMemberFailureRetriedElsewhere(t *testing.T) {
+	bad, n := answeringUpstream(t, "a-badcreds", http.StatusProxyAuthRequired)
+	e := newEnv(t, Options{Retries: 0, AllowPrivateTargets: true}, pool.StoreOptions{}, bad, directMembers(1)[0])
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || n.Load() != 1 {
+		t.Fatalf("status %d after %d tries of the 407 member", resp.StatusCode, n.Load())
+	}
+	conn.Close()
+}
+
+// startSocks5 runs a minimal SOCKS5 server (RFC 1928/1929) that requires
+// user/pass and connects to whatever it is asked. A stand-in for a real
+// SOCKS upstream in this unit test of the client.
+func startSocks5(t *testing.T, user, pass string) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int32
+	serve := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		hdr := make([]byte, 2)
+		if _, err := io.ReadFull(br, hdr); err != nil || hdr[0] != 5 {
+			return
+		}
+		methods := make([]byte, hdr[1])
+		io.ReadFull(br, methods)
+		if !strings.Contains(string(methods), "\x02") {
+			c.Write([]byte{5, 0xff})
+			return
+		}
+		c.Write([]byte{5, 2})
+		io.ReadFull(br, hdr[:2])
+		u := make([]byte, hdr[1])
+		io.ReadFull(br, u)
+		pl, _ := br.ReadByte()
+		p := make([]byte, pl)
+		io.ReadFull(br, p)
+		if string(u) != user || string(p) != pass {
+			c.Write([]byte{1, 1})
+			return
+		}
+		c.Write([]byte{1, 0})
+		req := make([]byte, 4)
+		io.ReadFull(br, req)
+		var host string
+		switch req[3] {
+		case 1:
+			a := make([]byte, 4)
+			io.ReadFull(br, a)
+			host = net.IP(a).String()
+		case 3:
+			l, _ := br.ReadByte()
+			h := make([]byte, l)
+			io.ReadFull(br, h)
+			host = string(h)
+		default:
+			return
+		}
+		pb := make([]byte, 2)
+		io.ReadFull(br, pb)
+		up, err := net.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(pb)))))
+		if err != nil {
+			c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		defer up.Close()
+		conns.Add(1)
+		c.Write([]byte{5, 0, 0, 1, 127, 0, 0, 1, 0, 0})
+		go io.Copy(up, br)
+		io.Copy(c, up)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String(), &conns
+}
+
+func TestSocks5MemberCarriesConnectAndPlainHTTP(t *testing.T) {
+	addr, conns := startSocks5(t, "su", "sp")
+	m := pool.Member{Name: "s5", URL: &url.URL{Scheme: "socks5", Host: addr, User: url.UserPassword("su", "sp")}}
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, m)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT via socks5: %v %v", resp, err)
+	}
+	getThroughTunnel(t, conn, tg.Addr())
+	conn.Close()
+	r2, _ := get(t, e.client("", ""), tg.URL()+"/plain", nil)
+	if r2.StatusCode != 200 || r2.Header.Get(HeaderProxy) != "s5" {
+		t.Fatalf("plain HTTP via socks5: %d %v", r2.StatusCode, r2.Header)
+	}
+	if conns.Load() != 2 {
+		t.Fatalf("socks5 upstream carried %d connections, want 2", conns.Load())
+	}
+
+	bad := pool.Member{Name: "s5bad", URL: &url.URL{Scheme: "socks5", Host: addr, User: url.UserPassword("su", "wrong")}}
+	e2 := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, bad)
+	_, resp, err = testutil.ConnectTunnel(e2.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != 502 || !strings.Contains(b, "SOCKS5 authentication refused") {
+		t.Fatalf("bad socks credentials: %d %q", resp.StatusCode, b)
+	}
+}
+
+func TestShutdownWaitsForAnOpenTunnel(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done <- e.gw.Shutdown(ctx)
+	}()
+	select {
+	case err := <-e.served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return after Shutdown")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v while a tunnel was open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The tunnel still works while the gateway drains.
+	if a := getThroughTunnel(t, conn, tg.Addr()); a.Path != "/tunnel" {
+		t.Fatalf("tunnel during shutdown: %+v", a)
+	}
+	conn.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Shutdown did not return after the tunnel closed")
+	}
+}
+
+func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	conn, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 20*time.Second)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.gw.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want the deadline error", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		t.Fatalf("tunnel still open after the forced shutdown: %v", err)
+	}
+	if n := e.gw.tunnels.count(); n != 0 {
+		t.Fatalf("%d tunnels still registered", n)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func TestReadConnectAnswer(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		status  int
+		wantErr string
+	}{
+		{name: "200 with headers", in: "HTTP/1.1 200 Connection established\r\nVia: x\r\n\r\n", status: 200},
+		{name: "bare LF lines", in: "HTTP/1.0 200 OK\n\n", status: 200},
+		{name: "interim 100 then 200", in: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", status: 200},
+		{name: "status without reason", in: "HTTP/1.1 403\r\n\r\n", status: 403},
+		{name: "refusal", in: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nabc", status: 503},
+		{name: "not HTTP", in: "SSH-2.0-OpenSSH\r\n\r\n", wantErr: "malformed"},
+		{name: "bad status", in: "HTTP/1.1 2x0 OK\r\n\r\n", wantErr: "malformed"},
+		{name: "nothing", in: "", wantErr: "no answer"},
+		{name: "truncated head", in: "HTTP/1.1 200 OK\r\nVia: x\r\n", wantErr: "truncated"},
+		{name: "oversized head", in: "HTTP/1.1 200 OK\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("a", 4000)+"\r\n", 20) + "\r\n", wantErr: "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %d %v, want error %q", status, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || status != tt.status {
+				t.Fatalf("got %d %v, want %d", status, err, tt.status)
+			}
+		})
+	}
+}
+
+func TestForbiddenReason(t *testing.T) {
+	tests := []struct {
+		addr string
+		want string
+	}{
+		{"127.0.0.1", "loopback"}, {"::1", "loopback"}, {"10.0.0.1", "private"}, {"172.16.5.4", "private"},
+		{"192.168.1.1", "private"}, {"100.64.0.1", "private"}, {"100.127.255.255", "private"}, {"fd12::1", "private"},
+		{"169.254.169.254", "link-local"}, {"fe80::1", "link-local"}, {"0.0.0.0", "unspecified"}, {"::", "unspecified"},
+		{"0.1.2.3", "unspecified"}, {"239.1.2.3", "multicast"}, {"224.0.0.1", "link-local"}, {"ff02::1", "link-local"}, {"ff05::1", "multicast"},
+		{"255.255.255.255", "reserved"}, {"::ffff:10.0.0.1", "private"}, {"64:ff9b::a00:1", "private"},
+		{"192.0.2.1", ""}, {"8.8.8.8", ""}, {"2001:db8::1", ""}, {"100.128.0.1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			got := forbiddenReason(mustAddr(t, tt.addr))
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Fatalf("forbiddenReason(%s) = %q, want %q", tt.addr, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	var lookups atomic.Int32
+	res := countingResolver{n: &lookups}
+	g, err := New(Options{Pool: pool.NewStore(pool.StoreOptions{}), Resolver: res, AllowPrivateTargets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(context.Background())
+	mc, err := g.memberFor(directMembers(1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), checkedKey{}, &checkedAddrs{host: "site.example", addrs: []netip.Addr{mustAddr(t, tg.Host())}})
+	c, err := g.dialDirectAddr(ctx, mc, "site.example:"+strconv.Itoa(tg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if lookups.Load() != 0 {
+		t.Fatal("the dial resolved the name again")
+	}
+	if got := c.LocalAddr().(*net.TCPAddr).IP.String(); got != "127.0.0.2" {
+		t.Fatalf("dialled from %s, want the member's source 127.0.0.2", got)
+	}
+	// Without checked addresses the dial resolves (and checks) itself.
+	c2, err := g.dialDirectAddr(context.Background(), mc, "site.example:"+strconv.Itoa(tg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	if lookups.Load() != 1 {
+		t.Fatalf("%d lookups, want 1", lookups.Load())
+	}
+}
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// countingResolver resolves every name to 127.0.0.1 and counts lookups.
+type countingResolver struct{ n *atomic.Int32 }
+
+func (r countingResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	r.n.Add(1)
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
