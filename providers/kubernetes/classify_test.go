@@ -123,4 +123,3 @@ providers:
 		t.Fatal("empty ClientCIDRs does not default to the private ranges")
 	}
 }
-

@@ -255,4 +255,3 @@ func instanceOf(pod *corev1.Pod) providers.Instance {
 func managed(pod *corev1.Pod) bool { return pod.Labels[LabelManagedBy] == ManagedBy }
 
 func ptr[T any](v T) *T { return &v }
-

@@ -302,4 +302,3 @@ func classify(op string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %w", class, op, err)
 }
-
