@@ -121,16 +121,17 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		g.rec.Request(name, OutcomeClientError, time.Since(start))
 		return
 	}
-	defer g.tunnels.remove(t)
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		t.close()
+		g.tunnels.remove(t)
 		g.done(ctx, h)
 		g.fail(w, http.StatusInternalServerError, "internal", "cannot take over the connection: "+err.Error())
 		g.rec.Request(name, OutcomeClientError, time.Since(start))
 		return
 	}
 	if !t.setClient(conn) {
+		g.tunnels.remove(t)
 		g.done(ctx, h)
 		return
 	}
@@ -144,6 +145,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {
 		t.close()
+		g.tunnels.remove(t)
 		g.done(ctx, h)
 		g.rec.Request(name, OutcomeClientError, time.Since(start))
 		return
@@ -165,6 +167,16 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		}
 		downN += int64(len(early))
 	}
+	// The tunnel runs on fresh goroutines and this handler returns, so
+	// net/http frees the connection's buffers and the handler's stack:
+	// an idle tunnel costs two small goroutine stacks and two sockets.
+	go g.runTunnel(context.WithoutCancel(ctx), t, h, upN, downN)
+}
+
+// runTunnel splices an established tunnel until both sides are done, then
+// records its bytes and ends its lease (per-request rotation).
+func (g *Gateway) runTunnel(ctx context.Context, t *tunnel, h held, upN, downN int64) {
+	defer g.tunnels.remove(t)
 	u, d := splice(&g.bufs, t)
 	g.rec.BytesRelayed(DirectionUp, upN+u)
 	g.rec.BytesRelayed(DirectionDown, downN+d)

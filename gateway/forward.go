@@ -19,6 +19,9 @@ const maxDiscard = 64 << 10
 // credentials are wrong, which is the member's failure, not the site's.
 var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (the member's credentials are wrong)")
 
+// errRequestTimeout is the cancel cause when Options.RequestTimeout passes.
+var errRequestTimeout = errors.New("request timeout")
+
 // serveForward forwards an absolute-URI request through a leased member,
 // reads the answer as rotation feedback and retries idempotent requests on
 // another member after a ban or an upstream failure.
@@ -45,8 +48,12 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 		g.targetFail(w, err, start)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.requestTimeout)
-	defer cancel()
+	// RequestTimeout bounds everything up to the answer's head, retries
+	// included; the body then streams for as long as it takes.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	deadline := time.AfterFunc(g.requestTimeout, func() { cancel(errRequestTimeout) })
+	defer deadline.Stop()
 	addrs, err := g.checkTarget(ctx, host, port)
 	if err != nil {
 		g.targetFail(w, err, start)
@@ -92,7 +99,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 				g.done(ctx, h)
 				g.rec.Request(name, OutcomeClientError, time.Since(start))
 				return
-			case ctx.Err() != nil:
+			case context.Cause(ctx) == errRequestTimeout:
 				// The whole request ran out of time: a slow site is not the
 				// member's failure, so nothing is reported.
 				g.done(ctx, h)
@@ -118,6 +125,15 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 			return
 		}
 
+		if !deadline.Stop() {
+			// The timeout fired just as the head arrived; the body would be cut.
+			discard(resp)
+			g.done(ctx, h)
+			w.Header()[HeaderProxy] = h.mc.nameHdr
+			g.fail(w, http.StatusGatewayTimeout, "timeout", "no answer from "+quote(u.Host)+" within "+g.requestTimeout.String())
+			g.rec.Request(h.mc.m.Name, OutcomeUpstreamFailed, time.Since(start))
+			return
+		}
 		res := g.classifier.Classify(resp.StatusCode)
 		if res.IsBan() {
 			var ra time.Duration
@@ -131,6 +147,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 				if next, aerr := g.acquire(ctx, &lr); aerr == nil {
 					discard(resp)
 					h = next
+					deadline.Reset(g.requestTimeout - time.Since(start))
 					continue
 				}
 			}

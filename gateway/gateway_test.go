@@ -713,3 +713,37 @@ func (r fixedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
+
+func TestRequestTimeoutBoundsTheHeadNotTheBody(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true, RequestTimeout: 300 * time.Millisecond}, pool.StoreOptions{}, directMembers(1)...)
+	site := startSite(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow-head" {
+			select {
+			case <-time.After(5 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(200)
+		for i := 0; i < 3; i++ {
+			_, _ = io.WriteString(w, "chunk;")
+			w.(http.Flusher).Flush()
+			time.Sleep(250 * time.Millisecond)
+		}
+	}))
+	c := e.client("", "")
+	resp, err := c.Get(site + "/slow-head")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get(HeaderReason) != "timeout" {
+		t.Fatalf("slow head: status %d body %q", resp.StatusCode, b)
+	}
+	resp, err = c.Get(site + "/slow-body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); b != "chunk;chunk;chunk;" {
+		t.Fatalf("a body streaming past RequestTimeout was cut: %q", b)
+	}
+}

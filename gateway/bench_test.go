@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// benchGateway serves a gateway with one direct member on 127.0.0.1.
+func benchGateway(b *testing.B, mode rotation.Mode) string {
+	b.Helper()
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers(directMembers(1))
+	g, err := New(Options{Pool: store, Mode: mode, AllowPrivateTargets: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go g.Serve(ln)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	return ln.Addr().String()
+}
+
+// benchTarget is a minimal keep-alive HTTP target.
+func benchTarget(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte("hello from the target\n")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(body)
+	})}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/"
+}
+
+func benchGet(b *testing.B, c *http.Client, u string) {
+	b.Helper()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := c.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+func benchClient(proxy string) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	if proxy != "" {
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: proxy})
+	}
+	return &http.Client{Transport: tr}
+}
+
+// BenchmarkPlainHTTP is one keep-alive GET client → gateway → target per op
+// (everything in this process; compare with BenchmarkPlainHTTPBaseline, the
+// same client → target without the gateway, for the gateway's share).
+func BenchmarkPlainHTTP(b *testing.B) {
+	for _, mode := range []rotation.Mode{rotation.ModeSticky, rotation.ModeRequest} {
+		b.Run(string(mode), func(b *testing.B) {
+			target := benchTarget(b)
+			c := benchClient(benchGateway(b, mode))
+			defer c.CloseIdleConnections()
+			benchGet(b, c, target)
+		})
+	}
+}
+
+// BenchmarkPlainHTTPBaseline is BenchmarkPlainHTTP without the gateway.
+func BenchmarkPlainHTTPBaseline(b *testing.B) {
+	target := benchTarget(b)
+	c := benchClient("")
+	defer c.CloseIdleConnections()
+	benchGet(b, c, target)
+}
+
+// BenchmarkIdleTunnelMemory opens idle CONNECT tunnels through the gateway
+// to a TCP sink and reports the gateway's heap+stack per tunnel: the same
+// number of direct client → sink connections is measured first and
+// subtracted, so client and sink costs cancel out.
+func BenchmarkIdleTunnelMemory(b *testing.B) {
+	const n = 500
+	sinkLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sinkLn.Close()
+	go func() {
+		for {
+			c, err := sinkLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	sink := sinkLn.Addr().String()
+	gw := benchGateway(b, rotation.ModeSticky)
+
+	inUse := func() uint64 {
+		var ms runtime.MemStats
+		for i := 0; i < 3; i++ {
+			runtime.GC()
+		}
+		time.Sleep(50 * time.Millisecond)
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	open := func(through bool) []net.Conn {
+		conns := make([]net.Conn, 0, n)
+		for i := 0; i < n; i++ {
+			if !through {
+				c, err := net.Dial("tcp", sink)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns = append(conns, c)
+				continue
+			}
+			c, err := net.Dial("tcp", gw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.WriteString(c, "CONNECT "+sink+" HTTP/1.1\r\nHost: "+sink+"\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+			if err != nil || resp.StatusCode != 200 {
+				b.Fatalf("CONNECT: %v %v", resp, err)
+			}
+			conns = append(conns, c)
+		}
+		return conns
+	}
+	closeAll := func(cs []net.Conn) {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	var perTunnel float64
+	for i := 0; i < b.N; i++ {
+		base := inUse()
+		direct := open(false)
+		directCost := float64(inUse()) - float64(base)
+		closeAll(direct)
+		time.Sleep(100 * time.Millisecond)
+		base = inUse()
+		tunnels := open(true)
+		tunnelCost := float64(inUse()) - float64(base)
+		closeAll(tunnels)
+		time.Sleep(100 * time.Millisecond)
+		perTunnel = (tunnelCost - directCost) / n
+	}
+	b.ReportMetric(perTunnel, "gw-bytes/tunnel")
+}
