@@ -53,7 +53,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"member"}),
 		bytesRelayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "bytes_relayed_total",
-			Help: "Bytes relayed between clients and upstreams, by direction (upstream: client to target; downstream: target to client).",
+			Help: "Bytes relayed between clients and upstreams, by direction (up: client to target; down: target to client).",
 		}, []string{"direction"}),
 		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "probe_duration_seconds",
@@ -87,8 +87,8 @@ func (m *Metrics) UpstreamFailure(member string) {
 	m.upstreamFailures.WithLabelValues(member).Inc()
 }
 
-// BytesRelayed adds n bytes relayed in direction ("upstream" or
-// "downstream"). Non-positive n is ignored, so callers can pass a copy's
+// BytesRelayed adds n bytes relayed in direction ("up": client to target,
+// "down": target to client). Non-positive n is ignored, so callers can pass a copy's
 // count unconditionally.
 func (m *Metrics) BytesRelayed(direction string, n int64) {
 	if n <= 0 {
@@ -110,14 +110,21 @@ func (m *Metrics) ObserveProbe(member string, d time.Duration, ok bool) {
 	}
 }
 
+// ForgetProbe deletes a member's probe series; the prober calls it when it
+// prunes a member that left the pool.
+func (m *Metrics) ForgetProbe(member string) {
+	l := prometheus.Labels{"member": member}
+	m.probeDuration.DeletePartialMatch(l)
+	m.probeFailures.DeletePartialMatch(l)
+}
+
 // ForgetMember deletes every series labelled with member, so members removed
 // from the pool (an upstreams file edit) do not linger in scrapes forever.
 func (m *Metrics) ForgetMember(member string) {
 	l := prometheus.Labels{"member": member}
 	m.requests.DeletePartialMatch(l)
 	m.upstreamFailures.DeletePartialMatch(l)
-	m.probeDuration.DeletePartialMatch(l)
-	m.probeFailures.DeletePartialMatch(l)
+	m.ForgetProbe(member)
 }
 
 // LeaseRequest records one lease API request by outcome (for example

@@ -53,18 +53,18 @@ proxyfleet_gateway_upstream_failures_total{member="sq1"} 2
 		{
 			name: "bytes relayed add up per direction and ignore non-positive counts",
 			record: func(m *Metrics) {
-				m.BytesRelayed("upstream", 100)
-				m.BytesRelayed("upstream", 23)
-				m.BytesRelayed("downstream", 4096)
-				m.BytesRelayed("downstream", 0)
-				m.BytesRelayed("downstream", -1)
+				m.BytesRelayed("up", 100)
+				m.BytesRelayed("up", 23)
+				m.BytesRelayed("down", 4096)
+				m.BytesRelayed("down", 0)
+				m.BytesRelayed("down", -1)
 			},
 			metric: "proxyfleet_gateway_bytes_relayed_total",
 			want: `
-# HELP proxyfleet_gateway_bytes_relayed_total Bytes relayed between clients and upstreams, by direction (upstream: client to target; downstream: target to client).
+# HELP proxyfleet_gateway_bytes_relayed_total Bytes relayed between clients and upstreams, by direction (up: client to target; down: target to client).
 # TYPE proxyfleet_gateway_bytes_relayed_total counter
-proxyfleet_gateway_bytes_relayed_total{direction="downstream"} 4096
-proxyfleet_gateway_bytes_relayed_total{direction="upstream"} 123
+proxyfleet_gateway_bytes_relayed_total{direction="down"} 4096
+proxyfleet_gateway_bytes_relayed_total{direction="up"} 123
 `,
 		},
 		{
@@ -196,6 +196,20 @@ func TestForgetMemberDeletesOnlyThatMembersSeries(t *testing.T) {
 	}
 }
 
+func TestForgetProbeKeepsTheMembersRequestSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	m.Request("gone", "ok", time.Millisecond)
+	m.ObserveProbe("gone", time.Millisecond, false)
+	m.ForgetProbe("gone")
+	if n := testutil.CollectAndCount(m.probeDuration) + testutil.CollectAndCount(m.probeFailures); n != 0 {
+		t.Errorf("%d probe series left after ForgetProbe, want 0", n)
+	}
+	if n := testutil.CollectAndCount(m.requests); n != 1 {
+		t.Errorf("%d request series after ForgetProbe, want the 1 recorded", n)
+	}
+}
+
 func TestNewPanicsOnDoubleRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	New(reg)
@@ -273,7 +287,7 @@ func TestMetricNamesPassLint(t *testing.T) {
 	m := New(reg)
 	m.Request("a", "ok", time.Millisecond)
 	m.UpstreamFailure("a")
-	m.BytesRelayed("upstream", 1)
+	m.BytesRelayed("up", 1)
 	m.ObserveProbe("a", time.Millisecond, false)
 	m.LeaseRequest("granted")
 	reg.MustRegister(NewPoolCollector(&fakePool{}))

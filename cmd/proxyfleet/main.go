@@ -26,6 +26,8 @@ func newApp() *cli.App {
 		Version:              version,
 		EnableBashCompletion: true,
 		Commands: []*cli.Command{
+			leaseCommand(),
+			gatewayCommand(),
 			versionCommand(),
 		},
 	}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+	"gopkg.in/yaml.v3"
+)
+
+// envPrefix starts every environment variable a proxyfleet flag reads.
+const envPrefix = "PROXYFLEET_"
+
+// envVar is the environment variable of a flag: PROXYFLEET_ and the flag
+// name in upper snake case (--lease-ttl → PROXYFLEET_LEASE_TTL).
+func envVar(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// yamlConfig returns the altsrc input source for a command's --config file.
+// Its keys are the command's flag names without dashes; an unknown key or a
+// value of the wrong shape is an error naming the key, and a missing file is
+// an error. Without --config it is an empty source.
+func yamlConfig(configFlag string, flags []cli.Flag) func(*cli.Context) (altsrc.InputSourceContext, error) {
+	return func(c *cli.Context) (altsrc.InputSourceContext, error) {
+		path := c.String(configFlag)
+		if path == "" {
+			return altsrc.NewMapInputSource("", map[any]any{}), nil
+		}
+		values, err := loadYAMLConfig(path, configFlag, flags)
+		if err != nil {
+			return nil, err
+		}
+		return altsrc.NewMapInputSource(path, values), nil
+	}
+}
+
+// initConfigFile is a command's Before: it applies the --config file to every
+// flag that neither the command line nor the environment set, so the
+// precedence is flag > env > file > default.
+func initConfigFile(configFlag string, flags []cli.Flag) cli.BeforeFunc {
+	source := yamlConfig(configFlag, flags)
+	return func(c *cli.Context) error {
+		src, err := source(c)
+		if err != nil {
+			return err
+		}
+		if err := altsrc.ApplyInputSourceValues(c, src, flags); err != nil {
+			return fmt.Errorf("--%s %s: %w", configFlag, src.Source(), err)
+		}
+		return nil
+	}
+}
+
+// loadYAMLConfig reads a config file into the map altsrc expects, checking
+// every key against flags and normalising values to the flag's type (a YAML
+// number for a string flag, one string for a list flag).
+func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", configFlag, err)
+	}
+	doc := map[string]any{}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values: %w", configFlag, path, err)
+	}
+	byName := map[string]cli.Flag{}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != configFlag && n != "help" {
+				byName[n] = f
+			}
+		}
+	}
+	var unknown []string
+	for k := range doc {
+		if _, ok := byName[k]; !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("--%s %s: unknown key %s (keys are flag names without the dashes, e.g. lease-ttl)",
+			configFlag, path, quoteList(unknown))
+	}
+	out := make(map[any]any, len(doc))
+	for k, v := range doc {
+		nv, err := normaliseConfigValue(byName[k], v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: key %q: %w", configFlag, path, k, err)
+		}
+		out[k] = nv
+	}
+	return out, nil
+}
+
+// normaliseConfigValue converts a decoded YAML value to what altsrc reads for
+// the flag's type, or says what was expected.
+func normaliseConfigValue(f cli.Flag, v any) (any, error) {
+	switch f.(type) {
+	case *altsrc.StringFlag, *altsrc.PathFlag:
+		switch x := v.(type) {
+		case nil:
+			return "", nil
+		case []any:
+			// A list for a comma-separated flag: rate-limit-status: [429, 503].
+			parts := make([]string, 0, len(x))
+			for _, e := range x {
+				s, ok := scalarString(e)
+				if !ok {
+					return nil, fmt.Errorf("want a string or a list of scalars, got a nested %T", e)
+				}
+				parts = append(parts, s)
+			}
+			return strings.Join(parts, ","), nil
+		default:
+			s, ok := scalarString(v)
+			if !ok {
+				return nil, fmt.Errorf("want a string, got %s", yamlKind(v))
+			}
+			return s, nil
+		}
+	case *altsrc.StringSliceFlag:
+		switch x := v.(type) {
+		case []any:
+			out := make([]any, 0, len(x))
+			for _, e := range x {
+				s, ok := scalarString(e)
+				if !ok {
+					return nil, fmt.Errorf("want a list of strings, got an item that is %s", yamlKind(e))
+				}
+				out = append(out, s)
+			}
+			return out, nil
+		default:
+			s, ok := scalarString(v)
+			if !ok {
+				return nil, fmt.Errorf("want a string or a list of strings, got %s", yamlKind(v))
+			}
+			return []any{s}, nil
+		}
+	case *altsrc.DurationFlag:
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("want a duration with a unit such as 30s or 10m, got %s", yamlKind(v))
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			return nil, fmt.Errorf("want a duration with a unit such as 30s or 10m: %w", err)
+		}
+		return s, nil
+	case *altsrc.IntFlag:
+		switch x := v.(type) {
+		case int:
+			return x, nil
+		case float64:
+			if x == math.Trunc(x) && math.Abs(x) < math.MaxInt32 {
+				return int(x), nil
+			}
+		case string:
+			if n, err := strconv.Atoi(strings.TrimSpace(x)); err == nil {
+				return n, nil
+			}
+		}
+		return nil, fmt.Errorf("want an integer, got %s", yamlKind(v))
+	case *altsrc.BoolFlag:
+		if b, ok := v.(bool); ok {
+			return b, nil
+		}
+		return nil, fmt.Errorf("want true or false, got %s", yamlKind(v))
+	}
+	return v, nil
+}
+
+// scalarString renders a YAML scalar as the string a flag would take.
+func scalarString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case int:
+		return strconv.Itoa(x), true
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	case bool:
+		return strconv.FormatBool(x), true
+	}
+	return "", false
+}
+
+// yamlKind names a decoded value's shape for error messages.
+func yamlKind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return strconv.Quote(x)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	case bool, int, float64:
+		return fmt.Sprint(x)
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func quoteList(s []string) string {
+	q := make([]string, len(s))
+	for i, x := range s {
+		q[i] = strconv.Quote(x)
+	}
+	return strings.Join(q, ", ")
+}
+
+// readTokenFile reads client tokens: one per line, blank lines and lines
+// starting with # ignored. A file without any token is an error, because an
+// empty token list would silently mean "no authentication".
+func readTokenFile(flagName, path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	defer f.Close()
+	var tokens []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		tokens = append(tokens, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagName, path, err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("--%s %s holds no token (want one token per line; # starts a comment)", flagName, path)
+	}
+	return tokens, nil
+}
+
+// checkListenAddr validates a host:port flag value and reports whether it
+// binds only to loopback. An empty host (":3128") is every interface; a
+// host name other than localhost is not trusted to be loopback.
+func checkListenAddr(flagName, addr string) (loopback bool, err error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("--%s %q: want host:port: %w", flagName, addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		if _, lerr := net.LookupPort("tcp", port); lerr != nil {
+			return false, fmt.Errorf("--%s %q: invalid port %q", flagName, addr, port)
+		}
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// Gateway flag names, in one place so validation messages and tests cannot
+// drift from the flags themselves.
+const (
+	flagListen                = "listen"
+	flagUpstream              = "upstream"
+	flagUpstreamsFile         = "upstreams-file"
+	flagUpstreamsReload       = "upstreams-reload-interval"
+	flagEgressAddr            = "egress-addr"
+	flagRotation              = "rotation"
+	flagLeaseTTL              = "lease-ttl"
+	flagMaxLeaseTTL           = "max-lease-ttl"
+	flagCooldown              = "cooldown"
+	flagMaxCooldown           = "max-cooldown"
+	flagFailureCooldown       = "failure-cooldown"
+	flagRateLimitStatus       = "rate-limit-status"
+	flagBanStatus             = "ban-status"
+	flagRetries               = "retries"
+	flagMaxLeasesPerMember    = "max-leases-per-member"
+	flagAuthTokenFile         = "auth-token-file"
+	flagInsecureAllowOpen     = "insecure-allow-open"
+	flagAllowPrivateTargets   = "allow-private-targets"
+	flagProbeURL              = "probe-url"
+	flagProbeInterval         = "probe-interval"
+	flagProbeTimeout          = "probe-timeout"
+	flagProbeSuccessThreshold = "probe-success-threshold"
+	flagProbeFailureThreshold = "probe-failure-threshold"
+	flagAPIListen             = "api-listen"
+	flagAPITokenFile          = "api-token-file"
+	flagMetricsListen         = "metrics-listen"
+	flagShutdownGrace         = "shutdown-grace"
+	flagDialTimeout           = "dial-timeout"
+	flagConfig                = "config"
+	flagLogLevel              = "log-level"
+	flagLogFormat             = "log-format"
+)
+
+// gatewayCommand is `proxyfleet gateway`: the standalone rotating gateway.
+func gatewayCommand() *cli.Command { return gatewayCommandWith(runGateway) }
+
+// gatewayRunner runs the gateway from a validated configuration until ctx
+// ends; tests substitute one to inspect the configuration.
+type gatewayRunner func(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
+
+// gatewayCommandWith builds the command around run.
+func gatewayCommandWith(run gatewayRunner) *cli.Command {
+	flags := gatewayFlags()
+	return &cli.Command{
+		Name:  "gateway",
+		Usage: "run the rotating egress gateway (HTTP/HTTPS forward proxy over a pool of upstreams)",
+		Description: "Point HTTPS_PROXY/HTTP_PROXY at --listen. Every flag can also be set with the environment\n" +
+			"variable shown, or as a key (the flag name without dashes) in the YAML file given by --config;\n" +
+			"a flag beats the environment, which beats the file, which beats the default.",
+		Flags:  flags,
+		Before: initConfigFile(flagConfig, flags),
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			// The flag package writes "-name"; the flags are documented as "--name".
+			msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
+			return fmt.Errorf("%s (see proxyfleet gateway --help)", msg)
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return fmt.Errorf("gateway takes no arguments, got %q (flags start with --)", c.Args().First())
+			}
+			cfg, err := gatewayConfigFrom(c)
+			if err != nil {
+				return err
+			}
+			return run(c.Context, cfg, c.App.ErrWriter)
+		},
+	}
+}
+
+// singleDashFlag finds a flag name as the flag package quotes it in errors.
+var singleDashFlag = regexp.MustCompile(`(flag |for |: )-([a-z][a-z-]*)`)
+
+// gatewayFlags are the gateway's flags. Each reads PROXYFLEET_<NAME> from the
+// environment and <name> from the --config file (altsrc wrappers).
+func gatewayFlags() []cli.Flag {
+	str := func(name, value, usage string) cli.Flag {
+		return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+	}
+	path := func(name, usage string) cli.Flag {
+		return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
+	}
+	list := func(name, usage string) cli.Flag {
+		return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+	}
+	dur := func(name, value, usage string) cli.Flag {
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			panic("gateway flag " + name + ": bad default " + value) // a typo below, caught by every test
+		}
+		return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: d, DefaultText: value, Usage: usage, EnvVars: []string{envVar(name)}})
+	}
+	num := func(name string, value int, usage string) cli.Flag {
+		return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+	}
+	boolean := func(name, usage string) cli.Flag {
+		return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+	}
+	return []cli.Flag{
+		str(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
+		list(flagUpstream, "upstream proxy `URL` (http://, https:// or socks5://, optional user:password@); repeatable"),
+		path(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
+		dur(flagUpstreamsReload, "2s", "how often to check --upstreams-file for changes"),
+		list(flagEgressAddr, "local source `IP` for direct egress (one member per address); repeatable"),
+		str(flagRotation, "sticky", "`MODE`: sticky (keep an upstream per session and target for --lease-ttl) or per-request"),
+		dur(flagLeaseTTL, "60s", "how long a session keeps its upstream for a target in sticky mode"),
+		dur(flagMaxLeaseTTL, "1h", "longest lease a client may ask for (sessttl, lease API)"),
+		dur(flagCooldown, "10m", "how long an upstream rests for a target after a ban, when the site sent no Retry-After"),
+		dur(flagMaxCooldown, "1h", "cap on a cooldown (Retry-After and repeated-ban backoff included)"),
+		dur(flagFailureCooldown, "30s", "how long a failing upstream (refused, timeout, CONNECT refused) is out for every target"),
+		str(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
+		str(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
+		num(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
+		num(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
+		path(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
+		boolean(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
+		boolean(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
+		str(flagProbeURL, "", "`URL` to fetch through every upstream to decide its health (empty: no probes, upstreams count as healthy)"),
+		dur(flagProbeInterval, "10s", "time between probes of one upstream"),
+		dur(flagProbeTimeout, "5s", "timeout of one probe"),
+		num(flagProbeSuccessThreshold, 1, "consecutive passing probes that make an upstream healthy"),
+		num(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
+		str(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
+		path(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
+		str(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
+		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
+		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
+		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
+		str(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
+		str(flagLogFormat, "text", "`FORMAT`: text or json"),
+	}
+}
+
+// gatewayConfig is the gateway's validated configuration: everything the
+// wiring needs, parsed once, so that an error never leaves anything running.
+type gatewayConfig struct {
+	listen              string
+	static              []pool.Member
+	upstreamsFile       string
+	reloadInterval      time.Duration
+	mode                rotation.Mode
+	store               pool.StoreOptions
+	classifier          rotation.Classifier
+	retries             int
+	tokens              []string
+	allowPrivateTargets bool
+	probe               *probeConfig
+	apiListen           string
+	apiToken            string
+	metricsListen       string
+	shutdownGrace       time.Duration
+	dialTimeout         time.Duration
+	logLevel            slog.Level
+	logJSON             bool
+}
+
+// probeConfig is set only when --probe-url is.
+type probeConfig struct {
+	url              string
+	interval         time.Duration
+	timeout          time.Duration
+	successThreshold int
+	failureThreshold int
+}
+
+// gatewayConfigFrom reads and checks every gateway flag. Errors name the flag
+// and never echo a credential.
+func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
+	cfg := &gatewayConfig{
+		upstreamsFile:       c.Path(flagUpstreamsFile),
+		allowPrivateTargets: c.Bool(flagAllowPrivateTargets),
+	}
+
+	durations := []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{flagUpstreamsReload, &cfg.reloadInterval},
+		{flagLeaseTTL, &cfg.store.DefaultTTL},
+		{flagMaxLeaseTTL, &cfg.store.MaxTTL},
+		{flagCooldown, &cfg.store.Cooldown.Default},
+		{flagMaxCooldown, &cfg.store.Cooldown.Max},
+		{flagFailureCooldown, &cfg.store.FailureWindow},
+		{flagShutdownGrace, &cfg.shutdownGrace},
+		{flagDialTimeout, &cfg.dialTimeout},
+	}
+	for _, d := range durations {
+		v := c.Duration(d.name)
+		if v < 0 || (v == 0 && d.name != flagShutdownGrace) {
+			return nil, fmt.Errorf("--%s %s: must be positive", d.name, v)
+		}
+		*d.dst = v
+	}
+	if cfg.store.DefaultTTL > cfg.store.MaxTTL {
+		return nil, fmt.Errorf("--%s %s is above --%s %s", flagLeaseTTL, cfg.store.DefaultTTL, flagMaxLeaseTTL, cfg.store.MaxTTL)
+	}
+	if cfg.store.Cooldown.Max < cfg.store.Cooldown.Default {
+		return nil, fmt.Errorf("--%s %s is below --%s %s", flagMaxCooldown, cfg.store.Cooldown.Max, flagCooldown, cfg.store.Cooldown.Default)
+	}
+
+	var err error
+	if cfg.mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagRotation, err)
+	}
+	if cfg.classifier.RateLimit, err = rotation.ParseStatusList(c.String(flagRateLimitStatus)); err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagRateLimitStatus, err)
+	}
+	if cfg.classifier.Ban, err = rotation.ParseStatusList(c.String(flagBanStatus)); err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagBanStatus, err)
+	}
+	if cfg.retries = c.Int(flagRetries); cfg.retries < 0 {
+		return nil, fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
+	}
+	if cfg.store.MaxLeasesPerMember = c.Int(flagMaxLeasesPerMember); cfg.store.MaxLeasesPerMember < 0 {
+		return nil, fmt.Errorf("--%s %d: must be 0 (unlimited) or more", flagMaxLeasesPerMember, cfg.store.MaxLeasesPerMember)
+	}
+
+	for i, raw := range c.StringSlice(flagUpstream) {
+		m, err := pool.ParseUpstream(raw)
+		if err != nil {
+			// ParseUpstream's message shows the URL with its password masked.
+			return nil, fmt.Errorf("--%s (value %d): %w", flagUpstream, i+1, err)
+		}
+		cfg.static = append(cfg.static, m)
+	}
+	for _, raw := range c.StringSlice(flagEgressAddr) {
+		m, err := pool.EgressMember(raw)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", flagEgressAddr, raw, err)
+		}
+		cfg.static = append(cfg.static, m)
+	}
+
+	if u := c.String(flagProbeURL); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return nil, fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redactURL(u))
+		}
+		cfg.probe = &probeConfig{
+			url:              u,
+			interval:         c.Duration(flagProbeInterval),
+			timeout:          c.Duration(flagProbeTimeout),
+			successThreshold: c.Int(flagProbeSuccessThreshold),
+			failureThreshold: c.Int(flagProbeFailureThreshold),
+		}
+	}
+	// Checked even when probing is off, so a typo surfaces before it matters.
+	for _, name := range []string{flagProbeInterval, flagProbeTimeout} {
+		if d := c.Duration(name); d <= 0 {
+			return nil, fmt.Errorf("--%s %s: must be positive", name, d)
+		}
+	}
+	for _, name := range []string{flagProbeSuccessThreshold, flagProbeFailureThreshold} {
+		if n := c.Int(name); n < 1 {
+			return nil, fmt.Errorf("--%s %d: must be 1 or more", name, n)
+		}
+	}
+
+	if err := cfg.readAuth(c); err != nil {
+		return nil, err
+	}
+
+	switch m := strings.TrimSpace(c.String(flagMetricsListen)); m {
+	case "", "off":
+	default:
+		if _, err := checkListenAddr(flagMetricsListen, m); err != nil {
+			return nil, err
+		}
+		cfg.metricsListen = m
+	}
+
+	if err := cfg.logLevel.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
+		return nil, fmt.Errorf("--%s %q: want debug, info, warn or error", flagLogLevel, c.String(flagLogLevel))
+	}
+	switch f := c.String(flagLogFormat); f {
+	case "text":
+	case "json":
+		cfg.logJSON = true
+	default:
+		return nil, fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
+	}
+	return cfg, nil
+}
+
+// readAuth reads the token files and applies the never-open-by-accident
+// rule to --listen and --api-listen.
+func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
+	open := c.Bool(flagInsecureAllowOpen)
+
+	cfg.listen = c.String(flagListen)
+	loopback, err := checkListenAddr(flagListen, cfg.listen)
+	if err != nil {
+		return err
+	}
+	if f := c.Path(flagAuthTokenFile); f != "" {
+		if cfg.tokens, err = readTokenFile(flagAuthTokenFile, f); err != nil {
+			return err
+		}
+	}
+	if !loopback && cfg.tokens == nil && !open {
+		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to run an open proxy",
+			flagListen, cfg.listen, flagAuthTokenFile, flagInsecureAllowOpen)
+	}
+
+	cfg.apiListen = c.String(flagAPIListen)
+	if f := c.Path(flagAPITokenFile); f != "" {
+		tokens, err := readTokenFile(flagAPITokenFile, f)
+		if err != nil {
+			return err
+		}
+		if len(tokens) != 1 {
+			return fmt.Errorf("--%s %s holds %d tokens; the lease API takes exactly one", flagAPITokenFile, f, len(tokens))
+		}
+		cfg.apiToken = tokens[0]
+	}
+	if cfg.apiListen == "" {
+		return nil
+	}
+	loopback, err = checkListenAddr(flagAPIListen, cfg.apiListen)
+	if err != nil {
+		return err
+	}
+	if !loopback && cfg.apiToken == "" && !open {
+		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to serve the lease API without a token",
+			flagAPIListen, cfg.apiListen, flagAPITokenFile, flagInsecureAllowOpen)
+	}
+	return nil
+}
+
+// redactURL renders a flag value that may hold credentials for an error
+// message: the URL with its password masked, or a placeholder when it does
+// not even parse (the raw text could be anything, including a secret).
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" || (u.User == nil && strings.Contains(raw, "@")) {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

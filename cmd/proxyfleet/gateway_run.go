@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/metrics"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// runGateway wires the store, member sources, prober, gateway, lease API and
+// metrics server from cfg and serves until ctx ends or SIGTERM/SIGINT
+// arrives, then drains for up to the shutdown grace and returns nil. Every
+// listener is opened before anything starts, so a busy port is an error that
+// leaves nothing running.
+func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error {
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stopSignals()
+	log := newLogger(stderr, cfg.logLevel, cfg.logJSON)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rec := metrics.New(reg)
+	store := pool.NewStore(cfg.store)
+	reg.MustRegister(metrics.NewPoolCollector(store))
+
+	// The gateway is created before the members are known so that a reload
+	// can tell it which members left.
+	gw, err := gateway.New(gateway.Options{
+		Pool:                store,
+		Mode:                cfg.mode,
+		LeaseTTL:            cfg.store.DefaultTTL,
+		Retries:             cfg.retries,
+		Classifier:          cfg.classifier,
+		Tokens:              cfg.tokens,
+		AllowPrivateTargets: cfg.allowPrivateTargets,
+		DialTimeout:         cfg.dialTimeout,
+		Metrics:             rec,
+		Logger:              log,
+	})
+	if err != nil {
+		return err
+	}
+
+	var members []pool.Member
+	var fileSource *pool.FileSource
+	switch {
+	case cfg.upstreamsFile != "":
+		fileSource = pool.NewFileSource(cfg.upstreamsFile, pool.FileSourceOptions{
+			Static:   cfg.static,
+			Interval: cfg.reloadInterval,
+			OnChange: func(next []pool.Member) {
+				gone := removedMembers(store.Members(), next)
+				// SetMembers keeps live leases and tunnels: removed members
+				// are only never chosen again.
+				store.SetMembers(next)
+				for _, name := range gone {
+					gw.ForgetMember(name)
+					rec.ForgetMember(name)
+				}
+				log.Info("upstreams reloaded", "file", cfg.upstreamsFile, "members", len(next), "removed", len(gone))
+			},
+			OnError: func(err error) {
+				log.Error("upstreams file rejected; keeping the current members", "err", err)
+			},
+		})
+		if members, err = fileSource.Load(); err != nil {
+			return fmt.Errorf("--%s: %w", flagUpstreamsFile, err)
+		}
+		if len(members) == 0 {
+			log.Warn("no members: every request gets 503 until the upstreams file lists one", "file", cfg.upstreamsFile)
+		}
+	case len(cfg.static) > 0:
+		if members, err = pool.MergeMembers(cfg.static, nil); err != nil {
+			return fmt.Errorf("--%s/--%s: %w", flagUpstream, flagEgressAddr, err)
+		}
+	default:
+		// Nothing configured: the gateway works on a fresh machine. A
+		// configured but empty upstreams file never falls back to this, so a
+		// crawler meant to go through proxies never leaves from this host.
+		members = []pool.Member{pool.DirectMember()}
+	}
+	store.SetMembers(members)
+
+	var prober *pool.Prober
+	if p := cfg.probe; p != nil {
+		prober, err = pool.NewProber(func() []pool.Member { return memberList(store.Members()) }, store, pool.ProberOptions{
+			URL:              p.url,
+			Interval:         p.interval,
+			Timeout:          p.timeout,
+			SuccessThreshold: p.successThreshold,
+			FailureThreshold: p.failureThreshold,
+			Recorder:         rec,
+			Logger:           log,
+		})
+		if err != nil {
+			return fmt.Errorf("--%s: %w", flagProbeURL, err)
+		}
+	}
+
+	lns, err := listenAll(map[string]string{
+		flagListen:        cfg.listen,
+		flagAPIListen:     cfg.apiListen,
+		flagMetricsListen: cfg.metricsListen,
+	})
+	if err != nil {
+		return err
+	}
+	proxyLn, apiLn, metricsLn := lns[flagListen], lns[flagAPIListen], lns[flagMetricsListen]
+
+	// Background work stops only after the gateway has drained, so probes
+	// and reloads keep the pool right for in-flight requests.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
+	goRun := func(run func(context.Context)) {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			run(bgCtx)
+		}()
+	}
+	goRun(store.Start)
+	if fileSource != nil {
+		goRun(fileSource.Run)
+	}
+	if prober != nil {
+		goRun(prober.Run)
+	}
+
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- serveErrOf(flagListen, gw.Serve(proxyLn)) }()
+	var httpServers []*http.Server
+	if apiLn != nil {
+		if cfg.apiToken == "" {
+			log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
+		}
+		srv := &http.Server{
+			Handler:           pool.NewAPIServer(store, pool.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		httpServers = append(httpServers, srv)
+		go func() { serveErr <- serveErrOf(flagAPIListen, srv.Serve(apiLn)) }()
+	}
+	var ready metrics.Readiness
+	if metricsLn != nil {
+		srv := &http.Server{Handler: metrics.Handler(reg, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
+		// Last in the list: /readyz answers 503 while everything else drains.
+		httpServers = append(httpServers, srv)
+		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
+	}
+	ready.Serving()
+	printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
+	log.Info("gateway started", "listen", proxyLn.Addr().String(), "members", len(members), "rotation", string(cfg.mode),
+		"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "grace", cfg.shutdownGrace.String())
+	case runErr = <-serveErr:
+		log.Error("server failed; shutting down", "err", runErr)
+	}
+	stopSignals() // a second signal kills the process at once
+	ready.Stopping()
+
+	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownGrace)
+	defer cancel()
+	if err := gw.Shutdown(drainCtx); err != nil {
+		log.Warn("shutdown grace ran out; open connections were closed", "grace", cfg.shutdownGrace.String(), "err", err)
+	}
+	for _, srv := range httpServers {
+		if err := srv.Shutdown(drainCtx); err != nil {
+			_ = srv.Close()
+		}
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// removedMembers names the members of current that next no longer has.
+func removedMembers(current []pool.MemberStatus, next []pool.Member) []string {
+	keep := make(map[string]bool, len(next))
+	for _, m := range next {
+		keep[m.Name] = true
+	}
+	var gone []string
+	for _, m := range current {
+		if !keep[m.Name] {
+			gone = append(gone, m.Name)
+		}
+	}
+	return gone
+}
+
+// memberList strips the status from a member listing.
+func memberList(st []pool.MemberStatus) []pool.Member {
+	out := make([]pool.Member, len(st))
+	for i, m := range st {
+		out[i] = m.Member
+	}
+	return out
+}
+
+// listenAll opens a listener per non-empty address, keyed by flag name, or
+// closes what it opened and returns an error naming the flag and address.
+func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
+	lns := map[string]net.Listener{}
+	for _, name := range []string{flagListen, flagAPIListen, flagMetricsListen} {
+		addr := addrs[name]
+		if addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("--%s %s: cannot listen: %w", name, addr, err)
+		}
+		lns[name] = ln
+	}
+	return lns, nil
+}
+
+func closeAll(lns map[string]net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+}
+
+// serveErrOf turns a Serve return into nil for a normal shutdown, or an error
+// naming the listener that failed.
+func serveErrOf(flagName string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("--%s: %w", flagName, err)
+}
+
+// newLogger builds the process logger; records go to w (stderr).
+func newLogger(w io.Writer, level slog.Level, json bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// printUsage tells the person who just started the gateway how to use it.
+// It shows where the token goes, never a token.
+func printUsage(w io.Writer, cfg *gatewayConfig, members []pool.Member, proxyLn, apiLn, metricsLn net.Listener) {
+	addr := reachableAddr(proxyLn.Addr())
+	proxyURL := "http://" + addr
+	if len(cfg.tokens) > 0 {
+		proxyURL = "http://crawler:$TOKEN@" + addr
+	}
+	names := make([]string, 0, len(members))
+	for i, m := range members {
+		if i == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(members)-5))
+			break
+		}
+		names = append(names, m.Name)
+	}
+	noun := "members"
+	if len(members) == 1 {
+		noun = "member"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "proxyfleet gateway listening on %s with %d %s (%s), rotation %s\n",
+		proxyLn.Addr(), len(members), noun, strings.Join(names, ", "), cfg.mode)
+	if len(cfg.tokens) > 0 {
+		fmt.Fprintf(&b, "  TOKEN=<a token from --%s>\n", flagAuthTokenFile)
+	}
+	fmt.Fprintf(&b, "  export HTTPS_PROXY=%s HTTP_PROXY=%s\n", proxyURL, proxyURL)
+	fmt.Fprintf(&b, "  curl -x %s https://example.com\n", proxyURL)
+	user := "crawler"
+	if len(cfg.tokens) > 0 {
+		user += "-session-s1:$TOKEN"
+	} else {
+		user += "-session-s1:"
+	}
+	fmt.Fprintf(&b, "  curl -x http://%s -U '%s' https://example.com   # pin a session\n", addr, user)
+	if apiLn != nil {
+		fmt.Fprintf(&b, "  lease API: http://%s/v1/proxies   (proxyfleet lease list --api http://%s)\n",
+			reachableAddr(apiLn.Addr()), reachableAddr(apiLn.Addr()))
+	}
+	if metricsLn != nil {
+		fmt.Fprintf(&b, "  metrics:   http://%s/metrics\n", reachableAddr(metricsLn.Addr()))
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// reachableAddr is a listener's address as a local client would dial it: an
+// unspecified host (0.0.0.0, ::) becomes loopback.
+func reachableAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		if tcp.IP != nil && tcp.IP.To4() == nil {
+			return net.JoinHostPort("::1", fmt.Sprint(tcp.Port))
+		}
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
+	}
+	return tcp.String()
+}

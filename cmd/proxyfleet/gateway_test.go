@@ -1,0 +1,586 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// runConfig runs `proxyfleet gateway args...` in-process with a runner that
+// only captures the validated configuration.
+func runConfig(t *testing.T, args ...string) (*gatewayConfig, error) {
+	t.Helper()
+	var got *gatewayConfig
+	app := newApp()
+	app.Commands = []*cli.Command{gatewayCommandWith(func(_ context.Context, cfg *gatewayConfig, _ io.Writer) error {
+		got = cfg
+		return nil
+	})}
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	err := app.Run(append([]string{"proxyfleet", "gateway"}, args...))
+	return got, err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestGatewayDefaults(t *testing.T) {
+	cfg, err := runConfig(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", cfg.listen, "127.0.0.1:3128"},
+		{"rotation", string(cfg.mode), "sticky"},
+		{"lease-ttl", cfg.store.DefaultTTL, 60 * time.Second},
+		{"max-lease-ttl", cfg.store.MaxTTL, time.Hour},
+		{"cooldown", cfg.store.Cooldown.Default, 10 * time.Minute},
+		{"max-cooldown", cfg.store.Cooldown.Max, time.Hour},
+		{"failure-cooldown", cfg.store.FailureWindow, 30 * time.Second},
+		{"rate-limit-status", fmt.Sprint(cfg.classifier.RateLimit), "[429]"},
+		{"ban-status", fmt.Sprint(cfg.classifier.Ban), "[403]"},
+		{"retries", cfg.retries, 2},
+		{"max-leases-per-member", cfg.store.MaxLeasesPerMember, 0},
+		{"upstreams-reload-interval", cfg.reloadInterval, 2 * time.Second},
+		{"probes off", cfg.probe == nil, true},
+		{"api-listen", cfg.apiListen, ""},
+		{"metrics-listen", cfg.metricsListen, "127.0.0.1:9090"},
+		{"shutdown-grace", cfg.shutdownGrace, 30 * time.Second},
+		{"dial-timeout", cfg.dialTimeout, 10 * time.Second},
+		{"no tokens", cfg.tokens == nil, true},
+		{"no static members", len(cfg.static), 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestGatewayFlagsComeFromFlagEnvFileThenDefault(t *testing.T) {
+	tokens := writeFile(t, "tokens", "# crawler tokens\n\ns3cret-a\ns3cret-b\n")
+	config := writeFile(t, "config.yaml", `
+lease-ttl: 90s            # overridden by the environment
+retries: 4                # overridden by the environment and then by the flag
+cooldown: 5m              # only here: the file beats the default
+ban-status: [403, 451]    # a YAML list for a comma-separated flag
+rate-limit-status: 429
+upstream:
+  - http://10.0.0.1:3128
+  - socks5://10.0.0.2:1080
+auth-token-file: `+tokens+`
+insecure-allow-open: false
+probe-url: http://example.com/
+`)
+	t.Setenv("PROXYFLEET_LEASE_TTL", "2m")
+	t.Setenv("PROXYFLEET_RETRIES", "3")
+	t.Setenv("PROXYFLEET_ROTATION", "per-request")
+
+	cfg, err := runConfig(t, "--config", config, "--retries", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"retries: flag beats env and file", cfg.retries, 1},
+		{"lease-ttl: env beats file", cfg.store.DefaultTTL, 2 * time.Minute},
+		{"rotation: env beats default", string(cfg.mode), "request"},
+		{"cooldown: file beats default", cfg.store.Cooldown.Default, 5 * time.Minute},
+		{"max-cooldown: default", cfg.store.Cooldown.Max, time.Hour},
+		{"ban-status from a YAML list", fmt.Sprint(cfg.classifier.Ban), "[403 451]"},
+		{"rate-limit-status from a YAML number", fmt.Sprint(cfg.classifier.RateLimit), "[429]"},
+		{"upstreams from a YAML list", len(cfg.static), 2},
+		{"tokens from the file named in the config", strings.Join(cfg.tokens, ","), "s3cret-a,s3cret-b"},
+		{"probe on", cfg.probe != nil && cfg.probe.url == "http://example.com/", true},
+		{"probe-interval default", cfg.probe != nil && cfg.probe.interval == 10*time.Second, true},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestConfigFileRelativePathsResolveAgainstTheFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, []byte("auth-token-file: tokens\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := runConfig(t, "--config", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.tokens) != 1 || cfg.tokens[0] != "tok" {
+		t.Fatalf("tokens = %q, want [tok] read from the file next to the config", cfg.tokens)
+	}
+}
+
+func TestConfigFileErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    []string
+	}{
+		{"unknown key", "lease-ttl: 1m\nleese-ttl: 2m\n", []string{`unknown key "leese-ttl"`}},
+		{"several unknown keys are all named", "b: 1\na: 2\n", []string{`unknown key "a", "b"`}},
+		{"config cannot name another config", "config: other.yaml\n", []string{`unknown key "config"`}},
+		{"duration without a unit", "lease-ttl: 60\n", []string{`key "lease-ttl"`, "duration"}},
+		{"bad duration", "cooldown: soon\n", []string{`key "cooldown"`, "duration"}},
+		{"integer as text", "retries: many\n", []string{`key "retries"`, "integer"}},
+		{"bool as text", "insecure-allow-open: maybe\n", []string{`key "insecure-allow-open"`, "true or false"}},
+		{"not a mapping", "- a\n- b\n", []string{"not a YAML mapping"}},
+		{"a mapping where a string goes", "listen: {host: x}\n", []string{`key "listen"`, "want a string"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			config := writeFile(t, "config.yaml", tt.content)
+			_, err := runConfig(t, "--config", config)
+			if err == nil {
+				t.Fatal("config accepted, want an error")
+			}
+			for _, w := range append(tt.want, "--config", config) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "nope.yaml")
+		_, err := runConfig(t, "--config", missing)
+		if err == nil || !strings.Contains(err.Error(), "--config") || !strings.Contains(err.Error(), "no such file") {
+			t.Fatalf("error = %v, want one naming --config and the missing file", err)
+		}
+	})
+	t.Run("empty file is an empty config", func(t *testing.T) {
+		cfg, err := runConfig(t, "--config", writeFile(t, "config.yaml", "# nothing yet\n"))
+		if err != nil || cfg.retries != 2 {
+			t.Fatalf("cfg=%v err=%v, want defaults", cfg, err)
+		}
+	})
+}
+
+func TestNonLoopbackListenWithoutAuthIsRefused(t *testing.T) {
+	tokens := writeFile(t, "tokens", "tok\n")
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"all interfaces without auth", []string{"--listen", "0.0.0.0:3128"},
+			"--listen 0.0.0.0:3128 is not loopback: set --auth-token-file, or --insecure-allow-open to run an open proxy"},
+		{"empty host is every interface", []string{"--listen", ":3128"},
+			"--listen :3128 is not loopback: set --auth-token-file, or --insecure-allow-open to run an open proxy"},
+		{"a LAN address", []string{"--listen", "192.168.1.10:3128"},
+			"--listen 192.168.1.10:3128 is not loopback"},
+		{"api on all interfaces without a token", []string{"--api-listen", "0.0.0.0:8090"},
+			"--api-listen 0.0.0.0:8090 is not loopback: set --api-token-file, or --insecure-allow-open to serve the lease API without a token"},
+		{"all interfaces with auth", []string{"--listen", "0.0.0.0:3128", "--auth-token-file", tokens}, ""},
+		{"all interfaces told to be open", []string{"--listen", "0.0.0.0:3128", "--insecure-allow-open"}, ""},
+		{"loopback v6 needs nothing", []string{"--listen", "[::1]:3128"}, ""},
+		{"localhost needs nothing", []string{"--listen", "localhost:3128"}, ""},
+		{"api with a token", []string{"--api-listen", "0.0.0.0:8090", "--api-token-file", tokens}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := runConfig(t, tt.args...)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("started with %v, want a refusal", tt.args)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %q, want %q", err, tt.wantErr)
+			}
+			if cfg != nil {
+				t.Fatal("the runner was called despite the refusal")
+			}
+		})
+	}
+}
+
+func TestBadFlagValuesNameTheFlag(t *testing.T) {
+	empty := writeFile(t, "tokens", "# no tokens yet\n\n")
+	two := writeFile(t, "tokens2", "a\nb\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+		deny []string
+	}{
+		{name: "unparsable duration", args: []string{"--lease-ttl", "soon"}, want: []string{"lease-ttl"}},
+		{name: "negative duration", args: []string{"--cooldown", "-5s"}, want: []string{"--cooldown -5s: must be positive"}},
+		{name: "zero duration", args: []string{"--dial-timeout", "0s"}, want: []string{"--dial-timeout 0s: must be positive"}},
+		{name: "duration from the environment", env: map[string]string{"PROXYFLEET_FAILURE_COOLDOWN": "abc"}, want: []string{"failure-cooldown", "PROXYFLEET_FAILURE_COOLDOWN"}},
+		{name: "negative retries", args: []string{"--retries", "-1"}, want: []string{"--retries -1: must be 0 or more"}},
+		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-3"}, want: []string{"--max-leases-per-member -3"}},
+		{name: "bad status list", args: []string{"--rate-limit-status", "429,abc"}, want: []string{"--rate-limit-status", "abc"}},
+		{name: "status out of range", args: []string{"--ban-status", "99"}, want: []string{"--ban-status", "99"}},
+		{name: "unknown rotation", args: []string{"--rotation", "random"}, want: []string{"--rotation", "random"}},
+		{name: "max cooldown below cooldown", args: []string{"--cooldown", "20m", "--max-cooldown", "10m"}, want: []string{"--max-cooldown 10m0s is below --cooldown 20m0s"}},
+		{name: "lease ttl above its max", args: []string{"--lease-ttl", "2h"}, want: []string{"--lease-ttl 2h0m0s is above --max-lease-ttl 1h0m0s"}},
+		{name: "success threshold zero", args: []string{"--probe-success-threshold", "0"}, want: []string{"--probe-success-threshold 0: must be 1 or more"}},
+		{name: "failure threshold zero", args: []string{"--probe-failure-threshold", "0"}, want: []string{"--probe-failure-threshold 0: must be 1 or more"}},
+		{name: "probe url not http", args: []string{"--probe-url", "ftp://x/"}, want: []string{"--probe-url"}},
+		{name: "bad upstream scheme never echoes its password", args: []string{"--upstream", "gopher://bob:hunter2@10.0.0.1:70"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
+		{name: "unparsable upstream never echoes its password", args: []string{"--upstream", "http://bob:hunter2@10.0.0.1:port"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
+		{name: "upstream without scheme never echoes its password", args: []string{"--upstream", "bob:hunter2@10.0.0.1:3128"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
+		{name: "bad egress address", args: []string{"--egress-addr", "not-an-ip"}, want: []string{"--egress-addr", "not-an-ip"}},
+		{name: "listen without a port", args: []string{"--listen", "127.0.0.1"}, want: []string{"--listen"}},
+		{name: "metrics listen without a port", args: []string{"--metrics-listen", "localhost"}, want: []string{"--metrics-listen"}},
+		{name: "empty token file", args: []string{"--auth-token-file", empty}, want: []string{"--auth-token-file", "holds no token"}},
+		{name: "missing token file", args: []string{"--auth-token-file", filepath.Join(t.TempDir(), "nope")}, want: []string{"--auth-token-file", "no such file"}},
+		{name: "api token file with two tokens", args: []string{"--api-token-file", two}, want: []string{"--api-token-file", "exactly one"}, deny: []string{"\na\n"}},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"--log-level"}},
+		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{"--log-format"}},
+		{name: "stray argument", args: []string{"0.0.0.0:3128"}, want: []string{"no arguments"}},
+		{name: "unknown flag", args: []string{"--lisen", "x"}, want: []string{"lisen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := runConfig(t, tt.args...)
+			if err == nil {
+				t.Fatalf("accepted %v, want an error", tt.args)
+			}
+			if cfg != nil {
+				t.Fatal("the runner was called despite the error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			for _, d := range tt.deny {
+				if strings.Contains(err.Error(), d) {
+					t.Errorf("error %q leaks %q", err, d)
+				}
+			}
+		})
+	}
+}
+
+func TestEveryGatewayFlagHasItsEnvVar(t *testing.T) {
+	for _, f := range gatewayFlags() {
+		name := f.Names()[0]
+		env := f.(cli.DocGenerationFlag).GetEnvVars()
+		want := "PROXYFLEET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if len(env) != 1 || env[0] != want {
+			t.Errorf("--%s reads %v, want [%s]", name, env, want)
+		}
+	}
+}
+
+func TestVersionPrintsTheVersion(t *testing.T) {
+	var out bytes.Buffer
+	app := newApp()
+	app.Writer = &out
+	if err := app.Run([]string{"proxyfleet", "version"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "proxyfleet "+version+"\n"; got != want {
+		t.Fatalf("version printed %q, want %q", got, want)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from the gateway's goroutines
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runningGateway is `proxyfleet gateway` started in-process.
+type runningGateway struct {
+	stderr  *syncBuffer
+	cancel  context.CancelFunc
+	done    chan error
+	proxy   string // host:port
+	api     string // host:port or ""
+	metrics string // host:port or ""
+}
+
+var (
+	listeningRE = regexp.MustCompile(`proxyfleet gateway listening on (\S+) `)
+	apiRE       = regexp.MustCompile(`lease API: http://(\S+)/v1/proxies`)
+	metricsRE   = regexp.MustCompile(`metrics: +http://(\S+)/metrics`)
+)
+
+// startGateway runs the real command with args until the startup message
+// appears, and stops it at the end of the test.
+func startGateway(t *testing.T, args ...string) *runningGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &runningGateway{stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	app := newApp()
+	app.Writer, app.ErrWriter = io.Discard, g.stderr
+	go func() { g.done <- app.RunContext(ctx, append([]string{"proxyfleet", "gateway"}, args...)) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-g.done:
+		case <-time.After(30 * time.Second):
+			t.Error("gateway did not stop within 30s of cancel")
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out := g.stderr.String()
+		if m := listeningRE.FindStringSubmatch(out); m != nil {
+			g.proxy = m[1]
+			if m := apiRE.FindStringSubmatch(out); m != nil {
+				g.api = m[1]
+			}
+			if m := metricsRE.FindStringSubmatch(out); m != nil {
+				g.metrics = m[1]
+			}
+			return g
+		}
+		select {
+		case err := <-g.done:
+			t.Fatalf("gateway exited before serving: %v\n%s", err, out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no startup message within 30s:\n%s", g.stderr.String())
+	return nil
+}
+
+// stop cancels the run context (what SIGTERM does) and returns Run's error.
+func (g *runningGateway) stop(t *testing.T) error {
+	t.Helper()
+	g.cancel()
+	select {
+	case err := <-g.done:
+		g.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not stop within 30s")
+		return nil
+	}
+}
+
+func httpGet(t *testing.T, client *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from target, path %s", r.URL.Path)
+	}))
+	defer target.Close()
+
+	g := startGateway(t,
+		"--listen", "127.0.0.1:0",
+		"--api-listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0",
+		"--allow-private-targets",
+		"--shutdown-grace", "5s",
+	)
+	out := g.stderr.String()
+	for _, want := range []string{
+		"with 1 member (direct)",
+		"export HTTPS_PROXY=http://" + g.proxy + " HTTP_PROXY=http://" + g.proxy,
+		"curl -x http://" + g.proxy + " https://example.com",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("startup message lacks %q:\n%s", want, out)
+		}
+	}
+	if g.api == "" || g.metrics == "" {
+		t.Fatalf("startup message lacks the API or metrics address:\n%s", out)
+	}
+
+	proxyURL, _ := url.Parse("http://" + g.proxy)
+	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
+	code, body := httpGet(t, viaProxy, target.URL+"/through")
+	if code != http.StatusOK || body != "hello from target, path /through" {
+		t.Fatalf("through the gateway: %d %q", code, body)
+	}
+
+	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 20 * time.Second}
+	code, body = httpGet(t, plain, "http://"+g.api+"/v1/proxies")
+	var list struct {
+		Proxies []struct {
+			Name string `json:"name"`
+		} `json:"proxies"`
+	}
+	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Proxies) != 1 || list.Proxies[0].Name != "direct" {
+		t.Fatalf("lease API /v1/proxies = %d %q (%v), want the direct member", code, body, err)
+	}
+
+	code, body = httpGet(t, plain, "http://"+g.metrics+"/metrics")
+	for _, want := range []string{
+		`proxyfleet_gateway_requests_total{member="direct",outcome="ok"} 1`,
+		`proxyfleet_members{healthy="true"} 1`,
+		"proxyfleet_leases_active ",
+		"go_goroutines ",
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("/metrics (%d) lacks %q", code, want)
+		}
+	}
+	if code, _ := httpGet(t, plain, "http://"+g.metrics+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d while serving, want 200", code)
+	}
+
+	if err := g.stop(t); err != nil {
+		t.Fatalf("stop returned %v, want a clean exit", err)
+	}
+	if _, err := net.DialTimeout("tcp", g.proxy, time.Second); err == nil {
+		t.Error("the proxy port still accepts connections after shutdown")
+	}
+	if !strings.Contains(g.stderr.String(), "shutting down") {
+		t.Errorf("no shutdown log line:\n%s", g.stderr.String())
+	}
+}
+
+func TestGatewayStopsCleanlyOnSIGTERM(t *testing.T) {
+	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off")
+	// The handler is installed before the startup message, so the signal
+	// reaches the gateway, not the default action.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-g.done:
+		g.done <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway ignored SIGTERM for 30s")
+	}
+}
+
+func TestListenFailureNamesTheAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"proxy port in use", []string{"--listen", addr, "--metrics-listen", "off"}, "--listen " + addr},
+		{"metrics port in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", addr}, "--metrics-listen " + addr},
+		{"api port in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", "off", "--api-listen", addr}, "--api-listen " + addr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := newApp()
+			app.Writer, app.ErrWriter = io.Discard, io.Discard
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := app.RunContext(ctx, append([]string{"proxyfleet", "gateway"}, tt.args...))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("error = %v, want one naming %q and the cause", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
+	file := writeFile(t, "upstreams", "# two upstreams\nhttp://127.0.0.1:1 region=eu\nhttp://127.0.0.1:2 region=us\n")
+	g := startGateway(t,
+		"--listen", "127.0.0.1:0",
+		"--api-listen", "127.0.0.1:0",
+		"--metrics-listen", "off",
+		"--upstream", "http://127.0.0.1:3",
+		"--upstreams-file", file,
+		"--upstreams-reload-interval", "50ms",
+	)
+	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	count := func() int {
+		code, body := httpGet(t, plain, "http://"+g.api+"/v1/proxies")
+		var list struct {
+			Count int `json:"count"`
+		}
+		if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil {
+			t.Fatalf("/v1/proxies = %d %q", code, body)
+		}
+		return list.Count
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("%d members at start, want 3 (one static, two from the file)", n)
+	}
+	if !strings.Contains(g.stderr.String(), "with 3 members") {
+		t.Errorf("startup message does not count 3 members:\n%s", g.stderr.String())
+	}
+
+	if err := os.WriteFile(file, []byte("http://127.0.0.1:1 region=eu\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for count() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("members never became 2 after the file lost a line:\n%s", g.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
