@@ -498,3 +498,53 @@ func (r countingResolver) LookupNetIP(context.Context, string, string) ([]netip.
 	r.n.Add(1)
 	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 }
+
+func TestTunnelPropagatesHalfClose(t *testing.T) {
+	// The server reads until the client half-closes, then answers with what
+	// it got and closes: the answer must still reach the client.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				_, _ = io.WriteString(c, "got "+strconv.Itoa(len(b))+" bytes")
+			}()
+		}
+	}()
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	_, _ = io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	_, _ = io.WriteString(c, strings.Repeat("z", 100000))
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(br)
+	if err != nil || string(got) != "got 100000 bytes" {
+		t.Fatalf("answer after half-close: %q %v", got, err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if n := e.gw.tunnels.count(); n != 0 {
+			return errors.New(strconv.Itoa(n) + " tunnels still open")
+		}
+		return nil
+	})
+}

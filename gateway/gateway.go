@@ -19,24 +19,24 @@ import (
 // Defaults of Options' zero values (Retries has no zero-value default: 0
 // means no retries, and DefaultRetries is what the CLI flag starts at).
 const (
-	DefaultLeaseTTL        = 60 * time.Second
-	DefaultRetries         = 2
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultRequestTimeout  = 60 * time.Second
-	DefaultAffinityEntries = 100_000
+	DefaultLeaseTTL        = 60 * time.Second // sticky lease lifetime
+	DefaultRetries         = 2                // the --retries flag's default
+	DefaultDialTimeout     = 10 * time.Second // per dial, CONNECT answer included
+	DefaultRequestTimeout  = 60 * time.Second // plain HTTP, up to the answer's head
+	DefaultAffinityEntries = 100_000          // (session, target) pins kept
 )
 
 // Outcomes passed to Recorder.Request, one per client request or tunnel.
 const (
-	OutcomeOK             = "ok"
-	OutcomeRateLimited    = "rate_limited"
-	OutcomeBanned         = "banned"
-	OutcomeUpstreamFailed = "upstream_failed"
-	OutcomeNoMember       = "no_member"
-	OutcomeDenied         = "denied"
-	OutcomeAuth           = "auth"
-	OutcomeBadRequest     = "bad_request"
-	OutcomeClientError    = "client_error"
+	OutcomeOK             = "ok"              // the site's answer (or the tunnel) was delivered
+	OutcomeRateLimited    = "rate_limited"    // the delivered answer was a rate-limit status
+	OutcomeBanned         = "banned"          // the delivered answer was a ban status
+	OutcomeUpstreamFailed = "upstream_failed" // 502/504: no member carried the request
+	OutcomeNoMember       = "no_member"       // 503: the pool had no usable member (or was unreachable)
+	OutcomeDenied         = "denied"          // 403/508: a private target or the gateway itself
+	OutcomeAuth           = "auth"            // 407: missing or wrong client token
+	OutcomeBadRequest     = "bad_request"     // 400/407: malformed request or parameters
+	OutcomeClientError    = "client_error"    // the client went away before the answer
 )
 
 // Directions passed to Recorder.BytesRelayed.
