@@ -548,3 +548,43 @@ func TestTunnelPropagatesHalfClose(t *testing.T) {
 		return nil
 	})
 }
+
+// publicResolver answers 192.0.2.1 (a documentation address, never dialled
+// here) for ok.example and fails for anything else, counting lookups.
+type publicResolver struct{ n *atomic.Int32 }
+
+func (r publicResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.n.Add(1)
+	if host == "ok.example" {
+		return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
+	var n atomic.Int32
+	g, err := New(Options{Pool: pool.NewStore(pool.StoreOptions{}), Resolver: publicResolver{&n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(context.Background())
+	for i := 0; i < 3; i++ {
+		addrs, err := g.checkTarget(context.Background(), "ok.example", 443)
+		if err != nil || len(addrs) != 1 || addrs[0].String() != "192.0.2.1" {
+			t.Fatalf("checkTarget: %v %v", addrs, err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d lookups for three checks, want 1", n.Load())
+	}
+	for i := 0; i < 2; i++ {
+		_, err := g.checkTarget(context.Background(), "gone.example", 443)
+		var te *targetError
+		if !errors.As(err, &te) || te.status != http.StatusBadGateway || !strings.Contains(te.msg, "cannot resolve") {
+			t.Fatalf("unresolvable target: %v", err)
+		}
+	}
+	if n.Load() != 3 {
+		t.Fatalf("%d lookups; a failed lookup must not be cached", n.Load())
+	}
+}

@@ -140,6 +140,7 @@ type Gateway struct {
 	tunnels tunnelSet
 	bufs    bufPool
 	readers readerPool
+	dns     dnsCache
 
 	membersMu sync.RWMutex
 	members   map[string]*memberConn

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // targetError is a refused or unresolvable target; status is the answer.
@@ -94,8 +96,12 @@ func (g *Gateway) checkTarget(ctx context.Context, host string, port uint16) ([]
 	return addrs, g.checkAddrs(host, port, addrs)
 }
 
-// resolve looks host up; a failure is a 502 naming the host.
+// resolve looks host up (answers are cached briefly, see dnsCache); a
+// failure is a 502 naming the host.
 func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if addrs, ok := g.dns.get(host); ok {
+		return addrs, nil
+	}
 	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
 		return nil, &targetError{status: 502, reason: "dns", msg: "cannot resolve " + quote(host) + ": no addresses"}
@@ -106,7 +112,47 @@ func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
 	}
+	g.dns.put(host, addrs)
 	return addrs, nil
+}
+
+const (
+	// dnsCacheTTL is how long a lookup answer is reused. Go's resolver does
+	// not cache, and a lookup per request would add a DNS round trip to
+	// every request; the answer is still checked on every use.
+	dnsCacheTTL = 30 * time.Second
+	// dnsCacheEntries bounds the cache; when full it starts over.
+	dnsCacheEntries = 8192
+)
+
+// dnsCache keeps successful lookups for dnsCacheTTL. Failures are not cached.
+type dnsCache struct {
+	mu sync.RWMutex
+	m  map[string]dnsEntry
+}
+
+type dnsEntry struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+func (c *dnsCache) get(host string) ([]netip.Addr, bool) {
+	c.mu.RLock()
+	e, ok := c.m[host]
+	c.mu.RUnlock()
+	if !ok || time.Now().After(e.expires) {
+		return nil, false
+	}
+	return e.addrs, true
+}
+
+func (c *dnsCache) put(host string, addrs []netip.Addr) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= dnsCacheEntries {
+		c.m = make(map[string]dnsEntry)
+	}
+	c.m[host] = dnsEntry{addrs: addrs, expires: time.Now().Add(dnsCacheTTL)}
+	c.mu.Unlock()
 }
 
 // checkAddrs applies the range and loop checks to every address of host.
