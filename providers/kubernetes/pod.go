@@ -142,7 +142,12 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 						corev1.ResourceCPU:    resource.MustParse("20m"),
 						corev1.ResourceMemory: resource.MustParse("48Mi"),
 					},
-					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+					// Squid's worker is single-threaded: a one-CPU limit costs it
+					// nothing and satisfies namespaces whose quota demands limits.
+					Limits: corev1.ResourceList{
+						corev1.ResourceCPU:    resource.MustParse("1"),
+						corev1.ResourceMemory: resource.MustParse("256Mi"),
+					},
 				},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr(false),

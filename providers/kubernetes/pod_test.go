@@ -56,7 +56,7 @@ func TestBuildPod(t *testing.T) {
 		{"read-only root", *c.SecurityContext.ReadOnlyRootFilesystem},
 		{"all capabilities dropped", len(c.SecurityContext.Capabilities.Drop) == 1 && c.SecurityContext.Capabilities.Drop[0] == "ALL"},
 		{"no service account token", !*pod.Spec.AutomountServiceAccountToken},
-		{"small memory limit", c.Resources.Limits.Memory().String() == "256Mi"},
+		{"small limits", c.Resources.Limits.Memory().String() == "256Mi" && c.Resources.Limits.Cpu().String() == "1"},
 		{"small requests", c.Resources.Requests.Cpu().String() == "20m" && c.Resources.Requests.Memory().String() == "48Mi"},
 		{"config projected from the annotation", pod.Spec.Volumes[0].DownwardAPI.Items[0].FieldRef.FieldPath == "metadata.annotations['proxyfleet.io/squid-conf']"},
 		{"config mounted read-only", c.VolumeMounts[0].MountPath == "/etc/proxyfleet" && c.VolumeMounts[0].ReadOnly},

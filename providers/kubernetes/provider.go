@@ -88,6 +88,8 @@ func Constructor(c client.Client) providers.Constructor {
 type Provider struct {
 	client client.Client
 	cfg    Config
+	// pageSize bounds one List response in ListByTag.
+	pageSize int64
 }
 
 var (
@@ -106,7 +108,7 @@ func New(c client.Client, cfg Config) (*Provider, error) {
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage
 	}
-	return &Provider{client: c, cfg: cfg}, nil
+	return &Provider{client: c, cfg: cfg, pageSize: listPageSize}, nil
 }
 
 // Create creates the Squid Pod for req. An existing managed Pod of the same
@@ -200,7 +202,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 // changed. It fails as a whole when any page fails.
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
 	var out []providers.Instance
-	opts := []client.ListOption{client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(listPageSize)}
+	opts := []client.ListOption{client.MatchingLabels{LabelManagedBy: ManagedBy}, client.Limit(p.pageSize)}
 	cont := ""
 	for {
 		var pods corev1.PodList
