@@ -5,8 +5,10 @@ BIN := $(CURDIR)/bin
 PROXYFLEET := $(BIN)/proxyfleet
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# envtest: the real kube-apiserver and etcd, built from e2e/tools into bin/k8s/.
+ENVTEST_BIN_DIR := $(BIN)/k8s
 
-.PHONY: all build run test deps fmt-check vet unit e2e bench clean
+.PHONY: all build run test deps fmt-check vet unit e2e bench clean envtest-bins
 
 all: build
 
@@ -18,7 +20,7 @@ run: build
 	$(PROXYFLEET) gateway
 
 ## test: install what is missing, then every check and every test suite.
-test: deps fmt-check vet build unit e2e
+test: deps envtest-bins fmt-check vet build unit e2e
 
 deps:
 	@hack/install-deps.sh
@@ -30,11 +32,15 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit:
+unit: envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-e2e: build
+e2e: build envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) $(GO) test -count=1 -timeout 20m ./e2e/...
+
+## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
+envtest-bins:
+	@hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
 
 ## bench: the gateway against Squid side by side, and the lease store.
 bench: deps build
