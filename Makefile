@@ -7,8 +7,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 # envtest: the real kube-apiserver and etcd, built from e2e/tools into bin/k8s/.
 ENVTEST_BIN_DIR := $(BIN)/k8s
+CONTROLLER_TOOLS_VERSION := v0.23.0
+CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build run test deps fmt-check vet unit e2e bench clean envtest-bins
+.PHONY: all build run test deps fmt-check vet unit e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -20,7 +22,7 @@ run: build
 	$(PROXYFLEET) gateway
 
 ## test: install what is missing, then every check and every test suite.
-test: deps envtest-bins fmt-check vet build unit e2e
+test: deps envtest-bins verify-generated fmt-check vet build unit e2e
 
 deps:
 	@hack/install-deps.sh
@@ -41,6 +43,21 @@ e2e: build envtest-bins
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
 	@hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)/tools/.gobin
+	GOBIN=$(BIN)/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	mv $(BIN)/tools/.gobin/controller-gen $@
+
+## generate: deepcopy functions and the CRDs (charts/proxyfleet/crds/, their one home) from the api/ markers.
+generate: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./api/...
+	rm -f charts/proxyfleet/crds/proxyfleet.io_*.yaml
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=charts/proxyfleet/crds
+
+## verify-generated: fail when the committed generated files are stale.
+verify-generated:
+	@hack/verify-generated.sh $(MAKE) --no-print-directory generate
 
 ## bench: the gateway against Squid side by side, and the lease store.
 bench: deps build
