@@ -6,4 +6,31 @@
 // It is a small net/http handler with explicit hooks (a pool, a resolver, a
 // recorder) and nothing global; it never reads HTTP(S)_PROXY from its own
 // environment.
+//
+// Behaviour worth knowing:
+//
+//   - CONNECT is allowed to any port; the upstream Squids' own rules decide
+//     which ports they tunnel to. Direct members tunnel to any port of a
+//     target that passed the private-range check.
+//   - A CONNECT whose upstream cannot be dialled (refused, timeout, TLS or
+//     SOCKS handshake failure, 407 to our credentials) is retried on another
+//     member while the pool offers one. An upstream that answers CONNECT
+//     with another non-2xx status (or a SOCKS5 failure reply) is counted as failed too, but only
+//     Options.Retries further members are tried for that request, so one
+//     client asking for an unreachable site cannot take the whole pool out.
+//   - Plain-HTTP answers are read with the Classifier; a 407 from an
+//     upstream member is that member's failure (wrong credentials), never
+//     delivered. Only idempotent requests without a body are replayed.
+//   - The gateway adds no Via or X-Forwarded-For header; it strips
+//     hop-by-hop headers, Proxy-Authorization and every X-Proxyfleet-*
+//     header before forwarding, and drops a site's own X-Proxyfleet-*
+//     answer headers. Upgrade is hop-by-hop, so ws:// is not proxied
+//     (wss:// works through CONNECT).
+//   - Answers the gateway produces itself carry X-Proxyfleet-Reason:
+//     auth, bad_params, bad_request, private_target, loop, dns,
+//     no_member, pool_unreachable, pool_error, upstream_failed, timeout,
+//     shutting_down, internal.
+//   - Recorder.Request is called once per plain request when its answer
+//     head is written, and once per CONNECT when the tunnel is up (its
+//     duration is the setup time); tunnel bytes are recorded when it ends.
 package gateway
