@@ -119,7 +119,7 @@ func gatewayFlags() []cli.Flag {
 	}
 	return []cli.Flag{
 		str(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
-		list(flagUpstream, "upstream proxy `URL` (http://, https:// or socks5://, optional user:password@); repeatable"),
+		list(flagUpstream, "upstream proxy `URL` (http://, https://, socks5:// or socks5h://, optional user:password@, explicit port); repeatable"),
 		path(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
 		dur(flagUpstreamsReload, "2s", "how often to check --upstreams-file for changes"),
 		list(flagEgressAddr, "local source `IP` for direct egress (one member per address); repeatable"),
