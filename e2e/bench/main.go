@@ -1,0 +1,629 @@
+// Command bench is `make bench`: it starts one real Squid, Go target servers
+// and the real proxyfleet gateway (one upstream: that Squid), and measures in
+// one run, side by side, client → gateway → Squid → target against
+// client → Squid → target — throughput, CPU per request, added latency and
+// memory per idle tunnel — plus the lease store in process and over HTTP. Each
+// figure is printed next to DESIGN.md's target.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100 on
+// every Linux architecture Go supports).
+const clockTicks = 100
+
+// config is what the flags set.
+type config struct {
+	duration    time.Duration
+	rounds      int
+	concurrency int
+	latencyN    int
+	idleTunnels int
+	bin         string
+}
+
+func main() {
+	testing.Init() // testing.Benchmark reads the testing flags' defaults
+	var cfg config
+	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one throughput measurement")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "throughput measurements per path, alternating direct and chain")
+	flag.IntVar(&cfg.concurrency, "concurrency", 8, "concurrent clients in the throughput measurements")
+	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
+	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
+	flag.Parse()
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// row is one line of the result table.
+type row struct {
+	metric, chain, direct, figure, target string
+	ok                                    bool
+}
+
+func run(cfg config) error {
+	bin, err := binary()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("proxyfleet bench: %d CPUs, GOMAXPROCS %d, %s, squid %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), squidVersion())
+	fmt.Printf("binary %s\n\n", bin)
+
+	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})
+	if err != nil {
+		return err
+	}
+	defer squid.Close()
+	plain := newPlainTarget()
+	defer plain.Close()
+	tlsTarget, err := testutil.LaunchTarget(testutil.TargetOptions{}, true)
+	if err != nil {
+		return err
+	}
+	defer tlsTarget.Close()
+
+	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 2, func(addrs []string) testutil.ProcessOptions {
+		return testutil.ProcessOptions{
+			Name: "gateway",
+			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
+				"--upstream", squid.URL(), "--allow-private-targets", "--log-level", "warn"},
+			WaitAddrs: addrs,
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if code, err := gw.Stop(); err != nil || code != 0 {
+			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
+		}
+	}()
+	gwURL := "http://" + addrs[0]
+	paths := []benchPath{
+		{name: "direct", proxy: squid.URL()},
+		{name: "chain", proxy: gwURL},
+	}
+	pids := pidSet{gateway: gw.PID(), squid: squid.PID()}
+
+	var rows []row
+	fmt.Println("plain HTTP keep-alive throughput ...")
+	r, err := throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
+	if err != nil {
+		return err
+	}
+	ratio := r[1].rps / r[0].rps
+	rows = append(rows,
+		row{"plain HTTP keep-alive req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "≥ 0.80×", ratio >= 0.8},
+		row{"  CPU per request: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU),
+			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(r[0].squidCPU)), "≤ 1.00× Squid's", r[1].gatewayCPU <= r[0].squidCPU},
+		row{"  Squid CPU per request (for reference)", us(r[1].squidCPU), us(r[0].squidCPU), "", "", true},
+	)
+
+	fmt.Println("HTTPS, a new CONNECT tunnel per request ...")
+	tlsURL := tlsTarget.URL() + "/"
+	r, err = throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+	if err != nil {
+		return err
+	}
+	ratio = r[1].rps / r[0].rps
+	cpuRatio := float64(r[1].gatewayCPU) / float64(r[0].squidCPU)
+	rows = append(rows,
+		row{"HTTPS new tunnel per request, req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "≥ 0.95×", ratio >= 0.95},
+		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "≤ 0.75× Squid's", cpuRatio <= 0.75},
+	)
+
+	fmt.Println("latency, sequential keep-alive requests ...")
+	p50d, p50c, p90d, p90c, err := latency(cfg, paths, plain.URL)
+	if err != nil {
+		return err
+	}
+	added := p50c - p50d
+	rows = append(rows,
+		row{"plain HTTP p50 latency", us(p50c), us(p50d), "+" + us(added), "≤ +0.20 ms", added <= 200*time.Microsecond},
+		row{"  p90 latency (for reference)", us(p90c), us(p90d), "+" + us(p90c-p90d), "", true},
+	)
+
+	fmt.Printf("memory of %d idle CONNECT tunnels ...\n", cfg.idleTunnels)
+	sink, err := newSink()
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	squidMem, err := idleTunnelMemory(squid.Addr(), sink.addr, squid.PID(), cfg.idleTunnels)
+	if err != nil {
+		return fmt.Errorf("idle tunnels through squid: %w", err)
+	}
+	gwMem, err := idleTunnelMemory(addrs[0], sink.addr, gw.PID(), cfg.idleTunnels)
+	if err != nil {
+		return fmt.Errorf("idle tunnels through the gateway: %w", err)
+	}
+	rows = append(rows, row{"memory per idle tunnel (RSS delta)", kib(gwMem), kib(squidMem) + " (Squid alone)", "", "≤ 16 KiB", gwMem <= 16<<10})
+
+	fmt.Println("lease store ...")
+	inProc, inProcPar := storeBench()
+	overHTTP, err := apiBench()
+	if err != nil {
+		return err
+	}
+	rows = append(rows,
+		row{"lease acquire+release in process, 1 goroutine", f0(inProc) + "/s", "", "", "≥ 200k/s", inProc >= 200e3},
+		row{"  same, GOMAXPROCS goroutines", f0(inProcPar) + "/s", "", "", "", true},
+		row{"lease acquire+release over HTTP", f0(overHTTP) + "/s", "", "", "≥ 10k/s", overHTTP >= 10e3},
+	)
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tDESIGN target\tmet")
+	for _, r := range rows {
+		met := ""
+		if r.target != "" {
+			met = "yes"
+			if !r.ok {
+				met = "NO"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.metric, r.chain, r.direct, r.figure, r.target, met)
+	}
+	return tw.Flush()
+}
+
+// binary is $PROXYFLEET_BIN (set by make bench) or a fresh build.
+func binary() (string, error) {
+	if bin := os.Getenv("PROXYFLEET_BIN"); bin != "" {
+		return bin, nil
+	}
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "proxyfleet-bench-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "proxyfleet")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/proxyfleet")
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
+func squidVersion() string {
+	out, err := exec.Command(testutil.SquidBinary, "-v").Output()
+	if err != nil {
+		return "?"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimPrefix(first, "Squid Cache: Version ")
+}
+
+// benchPath is one way to the target: through Squid alone, or through the gateway.
+type benchPath struct {
+	name  string
+	proxy string
+}
+
+type pidSet struct{ gateway, squid int }
+
+// tpResult is one path's throughput and the CPU the proxies spent per request.
+type tpResult struct {
+	rps                  float64
+	gatewayCPU, squidCPU time.Duration
+}
+
+// throughput runs cfg.rounds measurements per path, alternating the paths so
+// that drift on a shared machine hits both alike, and sums them.
+func throughput(cfg config, paths []benchPath, pids pidSet, do func(*http.Client) error, newConnEach bool, tlsConf *tls.Config) ([]tpResult, error) {
+	type acc struct {
+		n        int64
+		elapsed  time.Duration
+		gwCPU    time.Duration
+		squidCPU time.Duration
+	}
+	accs := make([]acc, len(paths))
+	clients := make([]*http.Client, len(paths))
+	for i, p := range paths {
+		c, err := benchClient(p.proxy, cfg.concurrency, newConnEach, tlsConf)
+		if err != nil {
+			return nil, err
+		}
+		defer c.CloseIdleConnections()
+		clients[i] = c
+		// Warm up: connections, the gateway's lease, caches.
+		if _, _, err := load(c, do, cfg.concurrency, 500*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+	}
+	for round := 0; round < cfg.rounds; round++ {
+		for i, p := range paths {
+			g0, s0 := cpuTime(pids.gateway), cpuTime(pids.squid)
+			n, elapsed, err := load(clients[i], do, cfg.concurrency, cfg.duration)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p.name, err)
+			}
+			accs[i].n += n
+			accs[i].elapsed += elapsed
+			accs[i].gwCPU += cpuTime(pids.gateway) - g0
+			accs[i].squidCPU += cpuTime(pids.squid) - s0
+		}
+	}
+	out := make([]tpResult, len(paths))
+	for i, a := range accs {
+		out[i] = tpResult{
+			rps:        float64(a.n) / a.elapsed.Seconds(),
+			gatewayCPU: a.gwCPU / time.Duration(max(a.n, 1)),
+			squidCPU:   a.squidCPU / time.Duration(max(a.n, 1)),
+		}
+		fmt.Printf("  %-6s %8.0f req/s  gateway %6s/req  squid %6s/req\n", paths[i].name, out[i].rps, us(out[i].gatewayCPU), us(out[i].squidCPU))
+	}
+	return out, nil
+}
+
+// load runs `workers` loops of do for d and counts successes; any failure ends it.
+func load(c *http.Client, do func(*http.Client) error, workers int, d time.Duration) (int64, time.Duration, error) {
+	var n atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if err := do(c); err != nil {
+					once.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	return n.Load(), time.Since(start), firstErr
+}
+
+// benchClient proxies through proxy; newConnEach opens a new connection (and
+// so a new CONNECT tunnel and TLS handshake) for every request.
+func benchClient(proxy string, conns int, newConnEach bool, tlsConf *tls.Config) (*http.Client, error) {
+	u, err := url.Parse(proxy)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy:               http.ProxyURL(u),
+		MaxIdleConnsPerHost: conns,
+		MaxConnsPerHost:     conns,
+		DisableKeepAlives:   newConnEach,
+		TLSClientConfig:     tlsConf,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, nil
+}
+
+func getOK(c *http.Client, u string) error {
+	resp, err := c.Get(u)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return nil
+}
+
+// latency alternates one sequential request per path and returns the p50 and
+// p90 of each: direct first, then chain.
+func latency(cfg config, paths []benchPath, target string) (p50d, p50c, p90d, p90c time.Duration, err error) {
+	samples := make([][]time.Duration, len(paths))
+	clients := make([]*http.Client, len(paths))
+	for i, p := range paths {
+		c, cerr := benchClient(p.proxy, 1, false, nil)
+		if cerr != nil {
+			return 0, 0, 0, 0, cerr
+		}
+		defer c.CloseIdleConnections()
+		clients[i] = c
+		for range 50 { // warm-up
+			if err := getOK(c, target); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		}
+	}
+	for range cfg.latencyN {
+		for i := range paths {
+			t0 := time.Now()
+			if err := getOK(clients[i], target); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			samples[i] = append(samples[i], time.Since(t0))
+		}
+	}
+	pct := func(s []time.Duration, p float64) time.Duration {
+		sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+		return s[int(float64(len(s)-1)*p)]
+	}
+	return pct(samples[0], 0.5), pct(samples[1], 0.5), pct(samples[0], 0.9), pct(samples[1], 0.9), nil
+}
+
+// idleTunnelMemory opens n CONNECT tunnels through the proxy at proxyAddr to
+// the sink, moves a few bytes each way in each (so buffers a relay allocates
+// on first use are counted), holds them idle, and returns the proxy's RSS
+// growth per tunnel. The tunnels are closed before it returns.
+func idleTunnelMemory(proxyAddr, sinkAddr string, pid, n int) (int64, error) {
+	settle := func() int64 {
+		// Let the proxy finish its reaction to the last change before reading RSS.
+		time.Sleep(1500 * time.Millisecond)
+		return rssBytes(pid)
+	}
+	before := settle()
+	conns := make([]net.Conn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			conn, resp, err := testutil.ConnectTunnel(proxyAddr, sinkAddr, nil, 20*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if conn == nil {
+				errs <- fmt.Errorf("CONNECT answered %s", resp.Status)
+				return
+			}
+			conns[i] = conn
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := conn.Write([]byte("ping\n")); err != nil {
+				errs <- err
+				return
+			}
+			buf := make([]byte, 5)
+			if _, err := io.ReadFull(conn, buf); err != nil {
+				errs <- fmt.Errorf("echo through the tunnel: %w", err)
+				return
+			}
+			_ = conn.SetDeadline(time.Time{})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	after := settle()
+	return (after - before) / int64(n), nil
+}
+
+// sink accepts connections, echoes the first 5 bytes and then holds them open.
+type sink struct {
+	ln   net.Listener
+	addr string
+	mu   sync.Mutex
+	held []net.Conn
+}
+
+func newSink() (*sink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &sink{ln: ln, addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.held = append(s.held, c)
+			s.mu.Unlock()
+			go func() {
+				buf := make([]byte, 5)
+				if _, err := io.ReadFull(c, buf); err == nil {
+					_, _ = c.Write(buf)
+				}
+			}()
+		}
+	}()
+	return s, nil
+}
+
+func (s *sink) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.held {
+		c.Close()
+	}
+}
+
+// plainTarget is a minimal keep-alive HTTP server: the benchmark measures
+// proxies, so the target should cost as little CPU as possible.
+type plainTarget struct {
+	srv *httptest.Server
+	URL string
+}
+
+func newPlainTarget() *plainTarget {
+	body := []byte(`{"ok":true}` + "\n")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		h.Set("Cache-Control", "no-store")
+		_, _ = w.Write(body)
+	}))
+	return &plainTarget{srv: srv, URL: srv.URL + "/"}
+}
+
+func (p *plainTarget) Close() { p.srv.Close() }
+
+// cpuTime is utime+stime of pid from /proc/<pid>/stat.
+func cpuTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may contain spaces; fields are counted after its ')'.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// rssBytes is VmRSS of pid.
+func rssBytes(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// apiBench is helper B's BenchmarkAPIAcquireRelease: acquire+release pairs
+// through pool.Client against the real lease API handler on loopback.
+func apiBench() (float64, error) {
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers(benchMembers())
+	srv := httptest.NewServer(pool.NewAPIServer(store, pool.APIOptions{Token: "bench-token"}))
+	defer srv.Close()
+	client, err := pool.NewClient(srv.URL, "bench-token", nil)
+	if err != nil {
+		return 0, err
+	}
+	var failed atomic.Value
+	res := testing.Benchmark(func(b *testing.B) {
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				l, err := client.Acquire(ctx, pool.AcquireRequest{Target: "example.com"})
+				if err == nil {
+					err = client.Release(ctx, l.ID)
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	})
+	if err, _ := failed.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(res.N) / res.T.Seconds(), nil
+}
+
+// storeBench is helper A's BenchmarkStoreAcquireRelease (one goroutine) and
+// its parallel variant, on a store of ten members.
+func storeBench() (single, parallel float64) {
+	ctx := context.Background()
+	req := pool.AcquireRequest{Target: "example.com"}
+	cycle := func(s *pool.Store) error {
+		l, err := s.Acquire(ctx, req)
+		if err != nil {
+			return err
+		}
+		return s.Release(ctx, l.ID)
+	}
+	s1 := pool.NewStore(pool.StoreOptions{})
+	s1.SetMembers(benchMembers())
+	r := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			if err := cycle(s1); err != nil {
+				panic(err)
+			}
+		}
+	})
+	single = float64(r.N) / r.T.Seconds()
+	s2 := pool.NewStore(pool.StoreOptions{})
+	s2.SetMembers(benchMembers())
+	r = testing.Benchmark(func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := cycle(s2); err != nil {
+					panic(err)
+				}
+			}
+		})
+	})
+	return single, float64(r.N) / r.T.Seconds()
+}
+
+func benchMembers() []pool.Member {
+	var ms []pool.Member
+	for i := range 10 {
+		ms = append(ms, pool.Member{Name: fmt.Sprintf("m%02d", i), URL: &url.URL{Scheme: "http", Host: "127.0.0.1:3128"}})
+	}
+	return ms
+}
+
+func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+func us(d time.Duration) string {
+	if d < 0 {
+		return "-" + us(-d)
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024) }
