@@ -584,3 +584,78 @@ func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer target.Close()
+	tokens := writeFile(t, "tokens", "# crawlers\ntok-1\ntok-2\n")
+	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--allow-private-targets", "--auth-token-file", tokens)
+	if out := g.stderr.String(); strings.Contains(out, "tok-1") || !strings.Contains(out, "http://crawler:$TOKEN@"+g.proxy) {
+		t.Errorf("startup message must show where the token goes and never a token:\n%s", out)
+	}
+
+	tests := []struct {
+		name     string
+		userinfo *url.Userinfo
+		want     int
+	}{
+		{"no credentials", nil, http.StatusProxyAuthRequired},
+		{"unknown token", url.UserPassword("crawler", "tok-3"), http.StatusProxyAuthRequired},
+		{"first token", url.UserPassword("crawler", "tok-1"), http.StatusOK},
+		{"second token with a session", url.UserPassword("crawler-session-s1", "tok-2"), http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			proxyURL := &url.URL{Scheme: "http", Host: g.proxy, User: tt.userinfo}
+			client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
+			if code, body := httpGet(t, client, target.URL); code != tt.want {
+				t.Fatalf("status %d (%q), want %d", code, body, tt.want)
+			}
+		})
+	}
+	if strings.Contains(g.stderr.String(), "tok-") {
+		t.Errorf("a token reached the log:\n%s", g.stderr.String())
+	}
+}
+
+func TestProbesTakeAFailingMemberOut(t *testing.T) {
+	probeTarget := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer probeTarget.Close()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer site.Close()
+
+	g := startGateway(t,
+		"--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0",
+		"--allow-private-targets",
+		"--probe-url", probeTarget.URL+"/health",
+		"--probe-interval", "100ms",
+		"--probe-failure-threshold", "1",
+	)
+	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := httpGet(t, plain, "http://"+g.metrics+"/metrics")
+		if strings.Contains(body, `proxyfleet_members{healthy="false"} 1`) &&
+			regexp.MustCompile(`proxyfleet_probe_failures_total\{member="direct"\} [1-9]`).MatchString(body) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the direct member never turned unhealthy with a failing probe URL; /metrics:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	proxyURL, _ := url.Parse("http://" + g.proxy)
+	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
+	code, body := httpGet(t, viaProxy, site.URL)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "1 unhealthy") {
+		t.Fatalf("through an all-unhealthy pool: %d %q, want 503 saying 1 unhealthy", code, body)
+	}
+}
