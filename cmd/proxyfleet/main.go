@@ -26,6 +26,7 @@ func newApp() *cli.App {
 		Version:              version,
 		EnableBashCompletion: true,
 		Commands: []*cli.Command{
+			controllerCommand(),
 			leaseCommand(),
 			gatewayCommand(),
 			versionCommand(),

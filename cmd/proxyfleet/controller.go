@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/providers"
+	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
+)
+
+// controllerCommand is `proxyfleet controller`: the manager that keeps the
+// Proxy fleet alive. Every flag also reads PROXYFLEET_<FLAG_NAME>.
+func controllerCommand() *cli.Command {
+	d := controller.DefaultIntervals()
+	return &cli.Command{
+		Name:  "controller",
+		Usage: "reconcile Proxy objects: create, replace and delete upstream proxies through the configured providers",
+		Description: "Runs the Kubernetes controller. Without --providers-config only External Proxies are served;\n" +
+			"Managed ones fail with a condition saying so. It writes no files (a read-only root filesystem is fine).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)", EnvVars: []string{"PROXYFLEET_KUBECONFIG"}},
+			&cli.StringFlag{Name: "providers-config", Usage: "providers config `FILE` (YAML); without it Managed Proxies cannot be served", EnvVars: []string{"PROXYFLEET_PROVIDERS_CONFIG"}},
+			&cli.BoolFlag{Name: "leader-elect", Usage: "elect one active replica through a Lease", EnvVars: []string{"PROXYFLEET_LEADER_ELECT"}},
+			&cli.StringFlag{Name: "leader-election-namespace", Usage: "`NAMESPACE` of the leader-election Lease (default: the pod's namespace, else --proxy-namespace)", EnvVars: []string{"PROXYFLEET_LEADER_ELECTION_NAMESPACE"}},
+			&cli.StringFlag{Name: "metrics-listen", Value: ":8080", Usage: "`ADDR` serving Prometheus /metrics; 0 turns it off", EnvVars: []string{"PROXYFLEET_METRICS_LISTEN"}},
+			&cli.StringFlag{Name: "health-probe-listen", Value: ":8081", Usage: "`ADDR` serving /healthz and /readyz; 0 turns it off", EnvVars: []string{"PROXYFLEET_HEALTH_PROBE_LISTEN"}},
+			&cli.StringFlag{Name: "proxy-namespace", Usage: "watch Proxies and cloud-init Secrets in this `NAMESPACE` only (default: all namespaces)", EnvVars: []string{"PROXYFLEET_PROXY_NAMESPACE"}},
+			&cli.IntFlag{Name: "max-concurrent-reconciles", Value: 3, Usage: "Proxies reconciled in parallel", EnvVars: []string{"PROXYFLEET_MAX_CONCURRENT_RECONCILES"}},
+			&cli.DurationFlag{Name: "requeue-now", Value: d.RequeueNow, Usage: "delay of an immediate next pass (after adoption, or once an instance is gone)", EnvVars: []string{"PROXYFLEET_REQUEUE_NOW"}},
+			&cli.DurationFlag{Name: "provisioning-poll", Value: d.ProvisioningPoll, Usage: "how often an instance that is coming up is polled", EnvVars: []string{"PROXYFLEET_PROVISIONING_POLL"}},
+			&cli.DurationFlag{Name: "deletion-poll", Value: d.DeletionPoll, Usage: "how often a deleted instance is polled until it is gone", EnvVars: []string{"PROXYFLEET_DELETION_POLL"}},
+			&cli.DurationFlag{Name: "drift-poll", Value: d.DriftPoll, Usage: "how often a running instance is re-checked", EnvVars: []string{"PROXYFLEET_DRIFT_POLL"}},
+			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
+			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
+		},
+		Action: runController,
+	}
+}
+
+// controllerSettings are the parsed flags, validated before anything starts.
+type controllerSettings struct {
+	kubeconfig, providersConfig string
+	manager                     controller.ManagerOptions
+	intervals                   controller.Intervals
+	maxConcurrent               int
+	logLevel                    slog.Level
+	logJSON                     bool
+}
+
+// parseControllerFlags validates the flags, naming the one that is wrong.
+func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
+	s := controllerSettings{
+		kubeconfig:      c.String("kubeconfig"),
+		providersConfig: c.String("providers-config"),
+		manager: controller.ManagerOptions{
+			ProxyNamespace:          c.String("proxy-namespace"),
+			MetricsAddr:             c.String("metrics-listen"),
+			HealthProbeAddr:         c.String("health-probe-listen"),
+			LeaderElection:          c.Bool("leader-elect"),
+			LeaderElectionNamespace: c.String("leader-election-namespace"),
+		},
+		intervals: controller.Intervals{
+			RequeueNow:       c.Duration("requeue-now"),
+			ProvisioningPoll: c.Duration("provisioning-poll"),
+			DeletionPoll:     c.Duration("deletion-poll"),
+			DriftPoll:        c.Duration("drift-poll"),
+			QuotaRetry:       c.Duration("quota-retry"),
+		},
+		maxConcurrent: c.Int("max-concurrent-reconciles"),
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"requeue-now", s.intervals.RequeueNow},
+		{"provisioning-poll", s.intervals.ProvisioningPoll},
+		{"deletion-poll", s.intervals.DeletionPoll},
+		{"drift-poll", s.intervals.DriftPoll},
+		{"quota-retry", s.intervals.QuotaRetry},
+	} {
+		if f.d <= 0 {
+			return s, fmt.Errorf("--%s must be a positive duration, got %s", f.name, f.d)
+		}
+	}
+	if s.maxConcurrent < 1 {
+		return s, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", s.maxConcurrent)
+	}
+	if err := s.logLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return s, fmt.Errorf("--log-level: %w", err)
+	}
+	switch c.String("log-format") {
+	case "json":
+		s.logJSON = true
+	case "text":
+	default:
+		return s, fmt.Errorf("--log-format must be json or text, got %q", c.String("log-format"))
+	}
+	return s, nil
+}
+
+// runController wires the manager, the providers and the Proxy reconciler,
+// and runs until SIGINT or SIGTERM.
+func runController(c *cli.Context) error {
+	s, err := parseControllerFlags(c)
+	if err != nil {
+		return err
+	}
+	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
+	// controller-runtime and client-go (leader election, informers) log
+	// through their own globals; route both into the same sink so every line
+	// has one format. Plain klog.SetLogger keeps klog's own verbosity gate.
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	s.manager.Logger = logger
+
+	cfg, err := restConfig(s.kubeconfig)
+	if err != nil {
+		return err
+	}
+	mgr, err := controller.NewManager(cfg, s.manager)
+	if err != nil {
+		return err
+	}
+	// No recorder yet: the metrics package gains ProviderRequest with the
+	// controller's metrics (issue 4), which then passes it here.
+	provs, err := buildProviders(s.providersConfig, cfg, mgr, nil)
+	if err != nil {
+		return err
+	}
+	if provs == nil {
+		logger.Info("WARNING: no --providers-config given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
+	}
+	r := &controller.ProxyReconciler{
+		Client:                  mgr.GetClient(),
+		Providers:               provs,
+		Intervals:               s.intervals,
+		MaxConcurrentReconciles: s.maxConcurrent,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
+	}
+	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
+		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)
+	return mgr.Start(ctx)
+}
+
+// restConfig loads --kubeconfig when given, else the in-cluster config, else
+// the usual $KUBECONFIG / ~/.kube/config rules.
+func restConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	if cfg, err := rest.InClusterConfig(); err == nil {
+		return cfg, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes config: not in a cluster, and --kubeconfig / $KUBECONFIG / ~/.kube/config gave none: %w", err)
+	}
+	return cfg, nil
+}
+
+// buildProviders reads the providers config and builds every entry with the
+// constructors this binary carries, each wrapped so its requests are counted
+// when rec is set (provider_requests_total{provider,op,result}). Without a path it returns nil: the reconciler then fails Managed Proxies
+// with a condition saying no providers config was given.
+func buildProviders(path string, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
+	if path == "" {
+		return nil, nil
+	}
+	pcfg, err := providers.LoadConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("--providers-config: %w", err)
+	}
+	// The kubernetes provider talks to the API server directly, not through
+	// the manager's cache (which would start a cluster-wide Pod informer).
+	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("creating the kubernetes provider's client: %w", err)
+	}
+	reg := providers.NewRegistry(map[string]providers.Constructor{
+		providers.TypeKubernetes: kubeprovider.Constructor(direct),
+	})
+	built, err := reg.Build(pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("--providers-config %s: %w", path, err)
+	}
+	if rec == nil {
+		return built, nil
+	}
+	out := make(map[string]providers.Provider, len(built))
+	for name, p := range built {
+		out[name] = providers.WithMetrics(p, name, rec)
+	}
+	return out, nil
+}
+
+// controllerLogger is the process logger as a logr.Logger (what
+// controller-runtime hands to every reconcile) over a slog handler on w.
+func controllerLogger(w interface{ Write([]byte) (int, error) }, level slog.Level, json bool) logr.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if json {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return logr.FromSlogHandler(h)
+}

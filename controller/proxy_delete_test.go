@@ -1,0 +1,211 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// deleteProxy asks the API server to delete a Proxy.
+func (h *harness) deleteProxy(name string) {
+	h.t.Helper()
+	if err := env.Client.Delete(h.ctx(), h.mustGet(name)); err != nil {
+		h.t.Fatalf("delete Proxy %s: %v", name, err)
+	}
+}
+
+func TestDeletionDeletesTheInstanceThenReleases(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.deleteProxy("px")
+	h.waitGone("px")
+	if h.fake.exists(p.Status.ProviderID) {
+		t.Errorf("instance %s still exists after its Proxy is gone", p.Status.ProviderID)
+	}
+	if n := h.fake.count(providers.OpDelete); n < 1 {
+		t.Errorf("Delete never called")
+	}
+}
+
+func TestDeletionPollsWhileDeletingAndShowsDeleting(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.deleteGets = 1 << 30 // the instance never finishes going away
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.deleteProxy("px")
+	h.waitProxy("px", "Deleting", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseDeleting && reason(p) == v1alpha1.ReasonDeleting
+	})
+	gets := h.fake.count(providers.OpGet)
+	h.eventually("deletion polls", func() (bool, string) { return h.fake.count(providers.OpGet) >= gets+3, h.fake.String() })
+	if got := h.mustGet("px"); !controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
+		t.Fatalf("finalizer released while the instance still exists")
+	}
+	// Once the backend finishes, the object goes.
+	h.fake.vanish(p.Status.ProviderID)
+	h.waitGone("px")
+}
+
+func TestDeletionWithPermanentlyFailingGetStillCallsDelete(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.fake.failAlways(providers.OpGet, errClass(providers.ErrPermanent, "host not in config"))
+	deletes := h.fake.count(providers.OpDelete)
+	h.deleteProxy("px")
+	h.waitGone("px")
+	if n := h.fake.count(providers.OpDelete); n != deletes+1 {
+		t.Errorf("Delete called %d times during deletion, want 1", n-deletes)
+	}
+	if h.fake.exists(p.Status.ProviderID) {
+		// Delete was accepted: the instance is going away in the backend.
+		h.fake.mu.Lock()
+		state := h.fake.instances[p.Status.ProviderID].State
+		h.fake.mu.Unlock()
+		if state != providers.StateTerminated {
+			t.Errorf("instance state %s after Delete", state)
+		}
+	}
+}
+
+func TestDeletionNeverLatchesAPermanentDeleteFailure(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	h.fake.failAlways(providers.OpDelete, errClass(providers.ErrPermanent, "permission denied"))
+	h.deleteProxy("px")
+	p := h.waitProxy("px", "Delete retried", func(p *v1alpha1.Proxy) bool {
+		return h.fake.count(providers.OpDelete) >= 3 && strings.Contains(message(p), "permission denied")
+	})
+	if p.Status.Phase != v1alpha1.PhaseDeleting {
+		t.Errorf("phase %s, want Deleting (never Failed during deletion)", p.Status.Phase)
+	}
+	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+		t.Fatalf("finalizer dropped although the instance could not be deleted")
+	}
+	h.fake.clearFailures()
+	h.waitGone("px")
+}
+
+func TestSkipCleanupReleasesWithoutProviderCalls(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	h.edit("px", func(p *v1alpha1.Proxy) {
+		p.Annotations[v1alpha1.AnnotationSkipCleanup] = v1alpha1.ValueTrue
+	})
+	h.waitProxy("px", "annotation seen", func(p *v1alpha1.Proxy) bool { return p.SkipCleanup() })
+	calls := len(h.fake.ops())
+	h.deleteProxy("px")
+	h.waitGone("px")
+	for _, op := range h.fake.ops()[calls:] {
+		if op != providers.OpGet {
+			t.Errorf("provider %s during a skip-cleanup deletion", op)
+		}
+	}
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("Delete called %d times with skip-cleanup, want 0", n)
+	}
+}
+
+func TestDeletionWithTheProviderGoneWaitsForSkipCleanup(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	px := h.managed("px")
+	px.Spec.Provider = "removed"
+	h.create(px)
+	// An instance made before its provider left the config: the finalizer
+	// is on (it goes on first) and the status records the instance.
+	h.waitProxy("px", "Failed", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseFailed && controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer)
+	})
+	p := h.mustGet("px")
+	p.Status.ProviderID = "removed/proxy-abc"
+	if err := env.Client.Status().Update(h.ctx(), p); err != nil {
+		t.Fatal(err)
+	}
+	h.deleteProxy("px")
+	p = h.waitProxy("px", "stuck deleting with advice", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseDeleting && strings.Contains(message(p), v1alpha1.AnnotationSkipCleanup)
+	})
+	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+		t.Fatalf("finalizer dropped without cleanup or skip-cleanup")
+	}
+	h.edit("px", func(p *v1alpha1.Proxy) {
+		p.Annotations = map[string]string{v1alpha1.AnnotationSkipCleanup: v1alpha1.ValueTrue}
+	})
+	h.waitGone("px")
+	if ops := h.fake.ops(); len(ops) != 0 {
+		t.Errorf("provider calls: %v", ops)
+	}
+}
+
+func TestDeletionWithoutAnInstanceReleasesAtOnce(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrQuotaExceeded, "no capacity"))
+	h.create(h.managed("px"))
+	h.waitProxy("px", "waiting for quota", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
+	h.deleteProxy("px")
+	h.waitGone("px")
+	if n := h.fake.count(providers.OpDelete) + h.fake.count(providers.OpGet); n != 0 {
+		t.Errorf("%d Get/Delete calls for a Proxy that never had an instance", n)
+	}
+}
+
+func TestDeletionOfAnInstanceAlreadyGoneReleases(t *testing.T) {
+	t.Parallel()
+	// No drift polls: the deletion is the first pass to see the instance gone.
+	iv := fastIntervals()
+	iv.DriftPoll = time.Hour
+	h := start(t, setup{intervals: &iv})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.fake.vanish(p.Status.ProviderID)
+	gets := h.fake.count(providers.OpGet)
+	h.deleteProxy("px")
+	h.waitGone("px")
+	if h.fake.count(providers.OpGet) == gets {
+		t.Errorf("deletion did not ask the provider about the instance")
+	}
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("Delete called %d times for an instance the provider reports NotFound", n)
+	}
+}
+
+func TestExternalProxySetsAddressAndNeverCallsAProvider(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(&v1alpha1.Proxy{
+		ObjectMeta: metaName(h.ns, "ext"),
+		Spec: v1alpha1.ProxySpec{
+			Mode:     v1alpha1.ModeExternal,
+			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.7", Port: 3129},
+		},
+	})
+	p := h.waitRunning("ext")
+	if p.Status.IP != "127.0.0.7" || reason(p) != v1alpha1.ReasonExternalEndpoint {
+		t.Errorf("status: %s", describe(p))
+	}
+	if controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+		t.Errorf("an External Proxy got the finalizer")
+	}
+	h.edit("ext", func(p *v1alpha1.Proxy) { p.Spec.Endpoint.Host = "127.0.0.8" })
+	h.waitProxy("ext", "new endpoint", func(p *v1alpha1.Proxy) bool { return p.Status.IP == "127.0.0.8" })
+	h.deleteProxy("ext")
+	h.waitGone("ext")
+	if ops := h.fake.ops(); len(ops) != 0 {
+		t.Errorf("provider calls for an External Proxy: %v", ops)
+	}
+}

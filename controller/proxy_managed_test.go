@@ -1,0 +1,502 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+func TestFinalizerIsAddedBeforeTheInstanceIsCreated(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	finalizerAtCreate := make(chan bool, 10)
+	h.fake.onCreate = func(req providers.CreateRequest) {
+		p, err := h.get(req.OwnerName)
+		finalizerAtCreate <- err == nil && controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer)
+	}
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	if !<-finalizerAtCreate {
+		t.Fatalf("the Proxy had no %s finalizer when the provider was asked to create its instance", v1alpha1.Finalizer)
+	}
+}
+
+func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	px := h.managed("px")
+	px.Spec.Port = 8080
+	px.Spec.CloudInit = &v1alpha1.CloudInit{Inline: "#cloud-config\npackages: [squid]\n"}
+	h.create(px)
+	p := h.waitRunning("px")
+
+	reqs := h.fake.creates()
+	if len(reqs) != 1 {
+		t.Fatalf("Create called %d times, want 1: %s", len(reqs), h.fake)
+	}
+	req := reqs[0]
+	wantName := providers.NameFromUID(string(p.UID))
+	if req.Name != wantName || req.OwnerUID != string(p.UID) || req.OwnerName != "px" || req.OwnerNamespace != h.ns {
+		t.Errorf("CreateRequest identity = %q/%q/%q/%q, want %q, the UID, px, %s", req.Name, req.OwnerUID, req.OwnerName, req.OwnerNamespace, wantName, h.ns)
+	}
+	if req.Port != 8080 || req.Placement != (providers.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"}) {
+		t.Errorf("CreateRequest port/placement = %d %+v", req.Port, req.Placement)
+	}
+	if string(req.CloudInit) != px.Spec.CloudInit.Inline {
+		t.Errorf("CreateRequest cloud-init = %q, want the inline block", req.CloudInit)
+	}
+	if p.Status.ProviderID != fakeProviderID(wantName) {
+		t.Errorf("status.providerID = %q, want %q", p.Status.ProviderID, fakeProviderID(wantName))
+	}
+	if !strings.HasPrefix(p.Status.IP, "127.0.10.") {
+		t.Errorf("status.ip = %q, want the instance's address", p.Status.IP)
+	}
+	if reason(p) != v1alpha1.ReasonCreated {
+		t.Errorf("Provisioned reason = %q, want %s", reason(p), v1alpha1.ReasonCreated)
+	}
+	if got, want := p.Annotations[v1alpha1.AnnotationSpecHash], specHash(p, []byte(px.Spec.CloudInit.Inline)); got != want {
+		t.Errorf("spec-hash annotation = %q, want %q", got, want)
+	}
+	if p.Status.ObservedGeneration != p.Generation {
+		t.Errorf("observedGeneration = %d, want %d", p.Status.ObservedGeneration, p.Generation)
+	}
+	// No health engine in this test: provisioned but no verdict yet.
+	if p.Status.Phase != v1alpha1.PhaseProvisioning {
+		t.Errorf("phase = %s, want %s until a health verdict arrives", p.Status.Phase, v1alpha1.PhaseProvisioning)
+	}
+}
+
+func TestProvisioningInstanceIsPolledUntilItRuns(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.startState = providers.StateProvisioning
+	h.create(h.managed("px"))
+	p := h.waitProxy("px", "Provisioning with a providerID", func(p *v1alpha1.Proxy) bool {
+		return p.Status.ProviderID != "" && reason(p) == v1alpha1.ReasonProvisioning && p.Status.Phase == v1alpha1.PhaseProvisioning
+	})
+	gets := h.fake.count(providers.OpGet)
+	h.eventually("more polls while provisioning", func() (bool, string) {
+		n := h.fake.count(providers.OpGet)
+		return n >= gets+3, h.fake.String()
+	})
+	if p.Status.IP != "" {
+		t.Fatalf("status.ip = %q while provisioning, want empty", p.Status.IP)
+	}
+	h.fake.setState(p.Status.ProviderID, providers.StateRunning)
+	h.waitRunning("px")
+	if n := h.fake.count(providers.OpCreate); n != 1 {
+		t.Errorf("Create called %d times, want 1", n)
+	}
+}
+
+func TestPermanentErrorLatchesUntilSpecEdit(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrPermanent, "machine type does not exist"))
+	h.create(h.managed("px"))
+	p := h.waitProxy("px", "Failed", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseFailed })
+	if reason(p) != v1alpha1.ReasonPermanentError || !strings.Contains(message(p), "machine type does not exist") {
+		t.Fatalf("Provisioned = %s %q, want PermanentError with the provider's message", reason(p), message(p))
+	}
+	// Latched: many poll intervals pass without another provider call.
+	time.Sleep(1500 * time.Millisecond)
+	if n := h.fake.count(providers.OpCreate); n != 1 {
+		t.Fatalf("Create called %d times while latched, want 1", n)
+	}
+	if errs := h.logs.errorLines(); len(errs) != 0 {
+		t.Errorf("a permanent failure is a condition, not an error log; got %q", errs)
+	}
+
+	// A spec edit is the way out.
+	h.fake.clearFailures()
+	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Placement.MachineType = "medium" })
+	p = h.waitRunning("px")
+	if n := h.fake.count(providers.OpCreate); n != 2 {
+		t.Errorf("Create called %d times, want 2 (one failed, one after the edit)", n)
+	}
+	if p.Status.Phase == v1alpha1.PhaseFailed {
+		t.Errorf("phase still Failed after recovery: %s", describe(p))
+	}
+}
+
+func TestQuotaExceededWaitsWithoutErrorAndNeverFails(t *testing.T) {
+	t.Parallel()
+	iv := fastIntervals()
+	iv.QuotaRetry = time.Hour
+	h := start(t, setup{intervals: &iv})
+	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrQuotaExceeded, "CPUS quota exhausted in zone-a"))
+	h.create(h.managed("px"))
+	p := h.waitProxy("px", "QuotaExceeded", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
+	if p.Status.Phase == v1alpha1.PhaseFailed {
+		t.Fatalf("quota exhaustion made the Proxy Failed: %s", describe(p))
+	}
+	if !strings.Contains(message(p), "CPUS quota exhausted") {
+		t.Errorf("condition message %q does not say what the provider said", message(p))
+	}
+	time.Sleep(time.Second)
+	if n := h.fake.count(providers.OpCreate); n != 1 {
+		t.Errorf("Create called %d times within a second, want 1: the retry waits QuotaRetry, not the error backoff", n)
+	}
+	if errs := h.logs.errorLines(); len(errs) != 0 {
+		t.Errorf("quota exhaustion logged errors: %q", errs)
+	}
+	// The reconcile itself returns no error and asks for QuotaRetry.
+	res, err := h.r.Reconcile(context.Background(), reqFor(p))
+	if err != nil || res.RequeueAfter != time.Hour {
+		t.Errorf("Reconcile = %+v, %v; want RequeueAfter %s and a nil error", res, err, time.Hour)
+	}
+	if p := h.mustGet("px"); p.Status.Phase == v1alpha1.PhaseFailed || reason(p) != v1alpha1.ReasonQuotaExceeded {
+		t.Errorf("after another pass: %s", describe(p))
+	}
+}
+
+func TestTransientErrorIsRetriedWithBackoff(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.failNext(providers.OpCreate, 2, errClass(providers.ErrTransient, "503 backend unavailable"))
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	if n := h.fake.count(providers.OpCreate); n != 3 {
+		t.Errorf("Create called %d times, want 3 (two transient failures, then success)", n)
+	}
+	if p.Status.Phase == v1alpha1.PhaseFailed {
+		t.Errorf("transient errors made the Proxy Failed")
+	}
+	errs := h.logs.errorLines()
+	if len(errs) < 2 || !strings.Contains(strings.Join(errs, "\n"), "503 backend unavailable") {
+		t.Errorf("transient errors should be returned to the workqueue (and logged); error lines: %q", errs)
+	}
+}
+
+func TestMissingProviderFailsWithMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		noProviders bool
+		provider    string
+		wantMsg     string
+	}{
+		{name: "provider not in the config", provider: "gcp-eu", wantMsg: `provider "gcp-eu" is not configured`},
+		{name: "no providers config at all", noProviders: true, provider: fakeName, wantMsg: "no providers config was given"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := start(t, setup{noProviders: tc.noProviders})
+			px := h.managed("px")
+			px.Spec.Provider = tc.provider
+			h.create(px)
+			p := h.waitProxy("px", "Failed", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseFailed })
+			if reason(p) != v1alpha1.ReasonProviderNotConfigured || !strings.Contains(message(p), tc.wantMsg) {
+				t.Errorf("Provisioned = %s %q, want ProviderNotConfigured saying %q", reason(p), message(p), tc.wantMsg)
+			}
+			if n := len(h.fake.ops()); n != 0 {
+				t.Errorf("the test double saw %d calls, want none", n)
+			}
+		})
+	}
+}
+
+func TestCloudInitFromLabelledSecret(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(cloudInitSecret(h.ns, "ci", true, "#cloud-config\nruncmd: [echo one]\n"))
+	px := h.managed("px")
+	px.Spec.CloudInit = &v1alpha1.CloudInit{SecretRef: &v1alpha1.SecretKeyRef{Name: "ci"}}
+	h.create(px)
+	h.waitRunning("px")
+	reqs := h.fake.creates()
+	if len(reqs) != 1 || string(reqs[0].CloudInit) != "#cloud-config\nruncmd: [echo one]\n" {
+		t.Fatalf("Create requests %+v, want one carrying the Secret's user-data", reqs)
+	}
+}
+
+func TestUnlabelledSecretIsCloudInitErrorUntilLabelled(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(cloudInitSecret(h.ns, "ci", false, "#cloud-config\n"))
+	px := h.managed("px")
+	px.Spec.CloudInit = &v1alpha1.CloudInit{SecretRef: &v1alpha1.SecretKeyRef{Name: "ci"}}
+	h.create(px)
+	p := h.waitProxy("px", "CloudInitError", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonCloudInitError })
+	if !strings.Contains(message(p), v1alpha1.LabelCloudInit) {
+		t.Errorf("message %q should name the label the Secret needs", message(p))
+	}
+	if p.Status.Phase == v1alpha1.PhaseFailed {
+		t.Errorf("a missing Secret is retried, not Failed")
+	}
+	if n := h.fake.count(providers.OpCreate); n != 0 {
+		t.Fatalf("Create called %d times without cloud-init, want 0", n)
+	}
+	// Labelling it makes it visible; the Secret watch brings the Proxy back.
+	var s corev1.Secret
+	if err := env.Client.Get(h.ctx(), types.NamespacedName{Namespace: h.ns, Name: "ci"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Labels = map[string]string{v1alpha1.LabelCloudInit: v1alpha1.ValueTrue}
+	if err := env.Client.Update(h.ctx(), &s); err != nil {
+		t.Fatal(err)
+	}
+	h.waitRunning("px")
+}
+
+func TestSpecEditReplacesTheInstanceUnderTheSameName(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	before := h.waitRunning("px")
+	oldHash := before.Annotations[v1alpha1.AnnotationSpecHash]
+
+	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "zone-b" })
+	after := h.waitProxy("px", "running in zone-b", func(p *v1alpha1.Proxy) bool {
+		reqs := h.fake.creates()
+		return len(reqs) == 2 && reqs[1].Placement.Zone == "zone-b" &&
+			p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
+	})
+	assertReplacedInPlace(t, h, before, after)
+	if after.Annotations[v1alpha1.AnnotationSpecHash] == oldHash {
+		t.Errorf("spec-hash annotation unchanged after the edit")
+	}
+}
+
+func TestEditsThatDoNotShapeTheInstanceKeepIt(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	h.edit("px", func(p *v1alpha1.Proxy) {
+		p.Spec.Attributes = map[string]string{"region": "eu"}
+		p.Spec.HealthCheck.IntervalSeconds = 30
+	})
+	p := h.waitProxy("px", "observed the edit", func(p *v1alpha1.Proxy) bool { return p.Status.ObservedGeneration == p.Generation })
+	time.Sleep(500 * time.Millisecond)
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("attribute/health-check edit deleted the instance (%d Deletes): %s", n, describe(p))
+	}
+}
+
+func TestSecretRotationReplacesTheInstance(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(cloudInitSecret(h.ns, "ci", true, "#cloud-config\nruncmd: [echo one]\n"))
+	px := h.managed("px")
+	px.Spec.CloudInit = &v1alpha1.CloudInit{SecretRef: &v1alpha1.SecretKeyRef{Name: "ci"}}
+	h.create(px)
+	// A second Proxy not referencing the Secret must be left alone.
+	h.create(h.managed("other"))
+	before := h.waitRunning("px")
+	h.waitRunning("other")
+
+	var s corev1.Secret
+	if err := env.Client.Get(h.ctx(), types.NamespacedName{Namespace: h.ns, Name: "ci"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data[v1alpha1.DefaultCloudInitSecretKey] = []byte("#cloud-config\nruncmd: [echo two]\n")
+	if err := env.Client.Update(h.ctx(), &s); err != nil {
+		t.Fatal(err)
+	}
+	after := h.waitProxy("px", "running with the rotated cloud-init", func(p *v1alpha1.Proxy) bool {
+		reqs := h.fake.creates()
+		last := reqs[len(reqs)-1]
+		return last.OwnerName == "px" && string(last.CloudInit) == "#cloud-config\nruncmd: [echo two]\n" &&
+			p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
+	})
+	assertReplacedInPlace(t, h, before, after)
+	if got := after.Generation; got != before.Generation {
+		t.Errorf("generation %d → %d: rotation must not need a spec edit", before.Generation, got)
+	}
+	others := 0
+	for _, r := range h.fake.creates() {
+		if r.OwnerName == "other" {
+			others++
+		}
+	}
+	if others != 1 {
+		t.Errorf("the Proxy not referencing the Secret was created %d times, want 1", others)
+	}
+}
+
+// assertReplacedInPlace checks the replacement sequence: the old instance was
+// deleted, polled until NotFound, and only then created again under the same
+// name and providerID.
+func assertReplacedInPlace(t *testing.T, h *harness, before, after *v1alpha1.Proxy) {
+	t.Helper()
+	if after.Status.ProviderID != before.Status.ProviderID {
+		t.Errorf("providerID %q → %q, want the same deterministic name", before.Status.ProviderID, after.Status.ProviderID)
+	}
+	h.fake.mu.Lock()
+	calls := slices.Clone(h.fake.calls)
+	h.fake.mu.Unlock()
+	var seq []string
+	for _, c := range calls {
+		if c.Arg == before.Status.ProviderID || c.Arg == providers.NameFromUID(string(before.UID)) {
+			seq = append(seq, c.Op)
+		}
+	}
+	del := slices.Index(seq, providers.OpDelete)
+	if del < 0 {
+		t.Fatalf("no Delete of the old instance: %v", seq)
+	}
+	creates := 0
+	for i, op := range seq {
+		if op == providers.OpCreate {
+			creates++
+			if creates == 2 && i < del {
+				t.Errorf("recreated before deleting: %v", seq)
+			}
+		}
+	}
+	// Between the Delete and the second Create there must be Gets, the last
+	// of which saw NotFound (the fake keeps a deleted instance for two Gets).
+	second := del + slices.Index(seq[del:], providers.OpCreate)
+	if second <= del {
+		t.Fatalf("no Create after the Delete: %v", seq)
+	}
+	gets := 0
+	for _, op := range seq[del:second] {
+		if op == providers.OpGet {
+			gets++
+		}
+	}
+	if gets < 3 {
+		t.Errorf("Create came after %d Gets; the reconciler must poll until NotFound (3 here): %v", gets, seq)
+	}
+}
+
+func TestAdoptionSetsTheHashWithoutCreating(t *testing.T) {
+	t.Parallel()
+	var uid types.UID
+	h := start(t, setup{beforeStart: func(h *harness) {
+		px := h.managed("px")
+		px.Finalizers = []string{v1alpha1.Finalizer}
+		h.create(px)
+		uid = px.UID
+		name := providers.NameFromUID(string(px.UID))
+		h.fake.put(providers.Instance{ProviderID: fakeProviderID(name), Name: name, State: providers.StateRunning, IP: "127.0.10.200", OwnerUID: string(px.UID)})
+		px.Status.ProviderID = fakeProviderID(name)
+		if err := env.Client.Status().Update(h.ctx(), px); err != nil {
+			h.t.Fatalf("seeding status: %v", err)
+		}
+	}})
+	p := h.waitProxy("px", "adopted", func(p *v1alpha1.Proxy) bool {
+		return p.Annotations[v1alpha1.AnnotationSpecHash] != "" && p.Status.IP == "127.0.10.200"
+	})
+	if n := h.fake.count(providers.OpCreate); n != 0 {
+		t.Errorf("Create called %d times for an adopted instance, want 0", n)
+	}
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("Delete called %d times for an adopted instance, want 0", n)
+	}
+	if p.UID != uid || p.Annotations[v1alpha1.AnnotationSpecHash] != specHash(p, nil) {
+		t.Errorf("annotation %q, want the hash of the current spec", p.Annotations[v1alpha1.AnnotationSpecHash])
+	}
+}
+
+func TestVanishedInstanceIsRecreated(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	before := h.waitRunning("px")
+	h.fake.vanish(before.Status.ProviderID)
+	h.waitProxy("px", "recreated", func(p *v1alpha1.Proxy) bool {
+		return h.fake.count(providers.OpCreate) == 2 && p.Status.IP != "" && p.Status.IP != before.Status.IP
+	})
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("Delete called %d times for a vanished instance, want 0", n)
+	}
+}
+
+func TestStoppedInstanceIsDeletedAndRecreated(t *testing.T) {
+	t.Parallel()
+	for _, state := range []providers.State{providers.StateStopped, providers.StateTerminated} {
+		t.Run(string(state), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, setup{})
+			h.create(h.managed("px"))
+			before := h.waitRunning("px")
+			h.fake.setState(before.Status.ProviderID, state)
+			after := h.waitProxy("px", "replaced", func(p *v1alpha1.Proxy) bool {
+				return h.fake.count(providers.OpCreate) == 2 && p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
+			})
+			assertReplacedInPlace(t, h, before, after)
+			if after.Status.IP == before.Status.IP {
+				t.Errorf("status.ip kept the stopped instance's address %s", after.Status.IP)
+			}
+		})
+	}
+}
+
+func TestHealthEventsReachTheReconciler(t *testing.T) {
+	t.Parallel()
+	events := make(chan event.GenericEvent, 4)
+	health := &fakeHealth{}
+	// No drift polls: only the channel can bring the verdicts in.
+	iv := fastIntervals()
+	iv.DriftPoll = time.Hour
+	h := start(t, setup{healthEvents: events, health: health, intervals: &iv})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	key := types.NamespacedName{Namespace: h.ns, Name: "px"}
+
+	health.set(key, HealthSnapshot{Healthy: true, Message: "200 through the proxy", LatencyMillis: 42, CheckedAt: time.Now()})
+	events <- event.GenericEvent{Object: p}
+	p = h.waitProxy("px", "Ready", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseReady })
+	if p.Status.LatencyMillis != 42 || p.Status.LastHealthCheckTime == nil {
+		t.Errorf("latency %d, lastHealthCheckTime %v; want 42 and a time", p.Status.LatencyMillis, p.Status.LastHealthCheckTime)
+	}
+
+	health.set(key, HealthSnapshot{Healthy: false, Message: "connection refused", CheckedAt: time.Now()})
+	events <- event.GenericEvent{Object: p}
+	p = h.waitProxy("px", "Unhealthy", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseUnhealthy })
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy); c == nil || c.Message != "connection refused" {
+		t.Errorf("Healthy condition %+v, want the engine's message", c)
+	}
+}
+
+func TestSteadyProxyCausesNoStatusWrites(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	// Let the last write of the provisioning sequence land.
+	h.eventually("a few steady drift polls", func() (bool, string) {
+		return h.fake.count(providers.OpGet) >= 3, h.fake.String()
+	})
+	writes := h.client.statusWrites.Load()
+	rv := h.mustGet("px").ResourceVersion
+	gets := h.fake.count(providers.OpGet)
+	h.eventually("six more reconciles of the steady Proxy", func() (bool, string) {
+		return h.fake.count(providers.OpGet) >= gets+6, h.fake.String()
+	})
+	if got := h.client.statusWrites.Load() - writes; got != 0 {
+		t.Errorf("%d status writes during steady reconciles, want 0", got)
+	}
+	if got := h.mustGet("px").ResourceVersion; got != rv {
+		t.Errorf("resourceVersion moved %s → %s with nothing changed", rv, got)
+	}
+}
+
+// cloudInitSecret returns a Secret holding user-data, with or without the
+// label that makes it visible to the controller.
+func cloudInitSecret(ns, name string, labelled bool, data string) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Data:       map[string][]byte{v1alpha1.DefaultCloudInitSecretKey: []byte(data)},
+	}
+	if labelled {
+		s.Labels = map[string]string{v1alpha1.LabelCloudInit: v1alpha1.ValueTrue}
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+)
+
+// patchStatusIfChanged is the one place Proxy status is written. It stamps the
+// observed generation and the phase derived from the conditions, and patches
+// the status subresource only when the result differs from what was read at
+// the start of the reconcile, so a steady Proxy costs no API writes.
+func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, base, p *v1alpha1.Proxy) error {
+	if !p.DeletionTimestamp.IsZero() && len(p.Finalizers) == 0 {
+		// The last finalizer is gone, so the object is gone with it.
+		return nil
+	}
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.Phase = computePhase(p)
+	if equality.Semantic.DeepEqual(base.Status, p.Status) {
+		return nil
+	}
+	// Diff status only: metadata changes went through Update already.
+	from := p.DeepCopy()
+	from.Status = base.Status
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(from)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// computePhase derives the phase from the conditions, so it can never
+// disagree with them:
+//
+//	deletion requested                          → Deleting
+//	Provisioned=False, PermanentError            → Failed
+//	Provisioned=True, Healthy=True               → Ready
+//	Provisioned=True, Healthy=False              → Unhealthy
+//	Provisioned=True, no health verdict yet      → Provisioning
+//	Provisioned=False, Provisioning, Replacing or Recreating → Provisioning
+//	anything else (new, quota wait, cloud-init)  → Pending
+func computePhase(p *v1alpha1.Proxy) v1alpha1.ProxyPhase {
+	if !p.DeletionTimestamp.IsZero() {
+		return v1alpha1.PhaseDeleting
+	}
+	prov := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+	if prov == nil {
+		return v1alpha1.PhasePending
+	}
+	switch prov.Status {
+	case metav1.ConditionTrue:
+		healthy := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy)
+		switch {
+		case healthy == nil || healthy.Status == metav1.ConditionUnknown:
+			return v1alpha1.PhaseProvisioning
+		case healthy.Status == metav1.ConditionTrue:
+			return v1alpha1.PhaseReady
+		default:
+			return v1alpha1.PhaseUnhealthy
+		}
+	case metav1.ConditionFalse:
+		switch prov.Reason {
+		case v1alpha1.ReasonPermanentError, v1alpha1.ReasonProviderNotConfigured:
+			return v1alpha1.PhaseFailed
+		case v1alpha1.ReasonProvisioning, v1alpha1.ReasonReplacing, v1alpha1.ReasonRecreating:
+			return v1alpha1.PhaseProvisioning
+		}
+	}
+	return v1alpha1.PhasePending
+}
+
+// setProvisioned stages the Provisioned condition for this generation.
+func setProvisioned(p *v1alpha1.Proxy, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionProvisioned,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: p.Generation,
+	})
+}
+
+// latched reports whether this generation already failed permanently: the
+// reconciler stays silent until a spec edit bumps the generation. A missing
+// provider is not latched: it is re-checked on every pass (no provider call),
+// so a controller restarted with the provider configured picks the Proxy up.
+func latched(p *v1alpha1.Proxy) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+	return c != nil && c.Status == metav1.ConditionFalse &&
+		c.Reason == v1alpha1.ReasonPermanentError && c.ObservedGeneration == p.Generation
+}
+
+// clearInstance forgets the instance in status: its ID, its address and the
+// health verdict that belonged to it. A replacement starts fresh.
+func clearInstance(p *v1alpha1.Proxy) {
+	p.Status.ProviderID = ""
+	p.Status.IP = ""
+	clearHealth(p)
+}
+
+// clearHealth drops the health representation of an address that is gone.
+func clearHealth(p *v1alpha1.Proxy) {
+	meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionHealthy)
+	p.Status.LatencyMillis = 0
+	p.Status.LastHealthCheckTime = nil
+}
+
+// applyHealth stages the health engine's verdict for a Proxy that has an
+// address. Without a verdict it leaves status alone, so a restart does not
+// flap a healthy fleet to unknown before the engine's first round.
+func (r *ProxyReconciler) applyHealth(p *v1alpha1.Proxy) {
+	if r.Health == nil || p.Status.IP == "" {
+		return
+	}
+	snap, ok := r.Health.Snapshot(types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+	if !ok {
+		return
+	}
+	status, reason := metav1.ConditionFalse, v1alpha1.ReasonProbeFailed
+	if snap.Healthy {
+		status, reason = metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionHealthy,
+		Status:             status,
+		Reason:             reason,
+		Message:            snap.Message,
+		ObservedGeneration: p.Generation,
+	})
+	p.Status.LatencyMillis = snap.LatencyMillis
+	if !snap.CheckedAt.IsZero() {
+		t := metav1.NewTime(snap.CheckedAt)
+		p.Status.LastHealthCheckTime = &t
+	}
+}
+
+// isNotFound reports an API NotFound, kept here so callers read clearly.
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
