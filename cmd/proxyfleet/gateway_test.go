@@ -183,10 +183,22 @@ func TestConfigFileErrorsNameTheKey(t *testing.T) {
 			t.Fatalf("error = %v, want one naming --config and the missing file", err)
 		}
 	})
+	t.Run("metrics-listen off in YAML turns metrics off", func(t *testing.T) {
+		cfg, err := runConfig(t, "--config", writeFile(t, "config.yaml", "metrics-listen: off\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.metricsListen != "" {
+			t.Fatalf("metricsListen = %q, want off", cfg.metricsListen)
+		}
+	})
 	t.Run("empty file is an empty config", func(t *testing.T) {
 		cfg, err := runConfig(t, "--config", writeFile(t, "config.yaml", "# nothing yet\n"))
-		if err != nil || cfg.retries != 2 {
-			t.Fatalf("cfg=%v err=%v, want defaults", cfg, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.retries != 2 {
+			t.Fatalf("retries = %d, want the default 2", cfg.retries)
 		}
 	})
 }
