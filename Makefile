@@ -17,9 +17,10 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(PROXYFLEET) ./cmd/proxyfleet
 
-## run: build and start the gateway on the embedded defaults (127.0.0.1:3128, one direct member).
+## run: build and start the gateway on the embedded defaults (127.0.0.1:3128, one direct member),
+## with the lease API on 127.0.0.1:8090 (where `proxyfleet lease` looks) and metrics on 127.0.0.1:9090.
 run: build
-	$(PROXYFLEET) gateway
+	$(PROXYFLEET) gateway --api-listen 127.0.0.1:8090
 
 ## test: install what is missing, then every check and every test suite.
 test: deps envtest-bins verify-generated fmt-check vet build unit e2e
