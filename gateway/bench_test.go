@@ -178,3 +178,51 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 	}
 	b.ReportMetric(perTunnel, "gw-bytes/tunnel")
 }
+
+// echoServer echoes every connection until it closes.
+func echoServer(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// BenchmarkConnectTunnel is one new tunnel per op: CONNECT through the
+// gateway (direct member) to an echo server, one round trip, close.
+func BenchmarkConnectTunnel(b *testing.B) {
+	echo := echoServer(b)
+	gw := benchGateway(b, rotation.ModeSticky)
+	req := []byte("CONNECT " + echo + " HTTP/1.1\r\nHost: " + echo + "\r\n\r\n")
+	buf := make([]byte, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, err := net.Dial("tcp", gw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = c.Write(req)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		_, _ = c.Write([]byte{'x'})
+		if _, err := io.ReadFull(br, buf); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}

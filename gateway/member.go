@@ -203,9 +203,10 @@ func (g *Gateway) dialDirect(ctx context.Context, mc *memberConn, host string, p
 		}
 	}
 	src := mc.m.SourceAddr
-	d := net.Dialer{Timeout: g.dialTimeout, LocalAddr: nil}
+	d := net.Dialer{Timeout: g.dialTimeout}
 	if mc.local != nil {
 		d.LocalAddr = mc.local
+		d.Control = bindNoPort
 	}
 	var firstErr error
 	tried := 0
