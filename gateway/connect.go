@@ -97,6 +97,14 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 			g.rec.Request(name, OutcomeClientError, time.Since(start))
 			return
 		}
+		if h.mc.m.Direct() && !directMemberFault(err) {
+			// The site itself is unreachable; another egress address would
+			// not help and this one is fine.
+			g.done(ctx, h)
+			g.fail(w, http.StatusBadGateway, "target_unreachable", "cannot reach "+quote(hostport)+" from "+name+": "+err.Error())
+			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
+			return
+		}
 		g.log.Debug("CONNECT through member failed", "member", name, "target", lr.target, "err", err)
 		g.drop(ctx, &lr, h, rotation.ResultUpstreamFailed, 0)
 		tried = append(tried, name)

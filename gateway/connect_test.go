@@ -588,3 +588,60 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 		t.Fatalf("%d lookups; a failed lookup must not be cached", n.Load())
 	}
 }
+
+func TestDirectMemberWithAnUnusableSourceAddressFailsOver(t *testing.T) {
+	gone := pool.Member{Name: "a-gone", SourceAddr: netip.MustParseAddr("192.0.2.1")} // not on this host: bind fails
+	e := newEnv(t, Options{Retries: 1, AllowPrivateTargets: true}, pool.StoreOptions{}, gone, directMembers(1)[0])
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	resp, a := get(t, e.client("", ""), tg.URL(), nil)
+	if resp.StatusCode != 200 || a.Source != "127.0.0.2" {
+		t.Fatalf("GET: %d via %s", resp.StatusCode, a.Source)
+	}
+	if e.rec.failuresOf("a-gone") != 1 {
+		t.Fatalf("failures of the member whose address is gone: %d", e.rec.failuresOf("a-gone"))
+	}
+	other := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.23"})
+	conn, cresp, err := testutil.ConnectTunnel(e.addr, other.Addr(), http.Header{HeaderSession: {"c"}}, 20*time.Second)
+	if err != nil || cresp.StatusCode != 200 || cresp.Header.Get(HeaderProxy) != "d2" {
+		t.Fatalf("CONNECT: %v %v", cresp, err)
+	}
+	conn.Close()
+}
+
+func TestADeadSiteTakesNoDirectMemberOutOfService(t *testing.T) {
+	members := directMembers(2)
+	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true}, pool.StoreOptions{}, members...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	c := e.client("", "")
+	resp, err := c.Get("http://" + dead + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != 502 || resp.Header.Get(HeaderReason) != "target_unreachable" {
+		t.Fatalf("GET to a dead site: %d %q", resp.StatusCode, b)
+	}
+	_, cresp, err := testutil.ConnectTunnel(e.addr, dead, nil, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, cresp); cresp.StatusCode != 502 || cresp.Header.Get(HeaderReason) != "target_unreachable" {
+		t.Fatalf("CONNECT to a dead site: %d %q", cresp.StatusCode, b)
+	}
+	for _, m := range members {
+		if n := e.rec.failuresOf(m.Name); n != 0 {
+			t.Fatalf("member %s counted %d failures for a dead site", m.Name, n)
+		}
+	}
+	tg := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.24"})
+	for i := 0; i < 4; i++ {
+		get(t, c, tg.URL(), nil)
+	}
+	if len(tg.Sources()) != 2 {
+		t.Fatalf("after a dead site, live traffic used only %v", tg.Sources())
+	}
+}

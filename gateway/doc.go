@@ -18,6 +18,10 @@
 //     with another non-2xx status (or a SOCKS5 failure reply) is counted as failed too, but only
 //     Options.Retries further members are tried for that request, so one
 //     client asking for an unreachable site cannot take the whole pool out.
+//   - A direct member counts as failed only when its own source address is
+//     unusable (EADDRNOTAVAIL, out of ports). A site that refuses, resets
+//     or times out is answered 502 target_unreachable and takes no member
+//     out of service.
 //   - Plain-HTTP answers are read with the Classifier; a 407 from an
 //     upstream member is that member's failure (wrong credentials), never
 //     delivered. Only idempotent requests without a body are replayed.
@@ -28,8 +32,8 @@
 //     (wss:// works through CONNECT).
 //   - Answers the gateway produces itself carry X-Proxyfleet-Reason:
 //     auth, bad_params, bad_request, private_target, loop, dns,
-//     no_member, pool_unreachable, pool_error, upstream_failed, timeout,
-//     shutting_down, internal.
+//     target_unreachable, no_member, pool_unreachable, pool_error,
+//     upstream_failed, timeout, shutting_down, internal.
 //   - Recorder.Request is called once per plain request when its answer
 //     head is written, and once per CONNECT when the tunnel is up (its
 //     duration is the setup time); tunnel bytes are recorded when it ends.

@@ -108,6 +108,15 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
 				return
 			}
+			if h.mc.m.Direct() && !directMemberFault(err) {
+				// The site itself failed (refused, reset, bad TLS): not the
+				// egress address's fault, so nothing is reported or retried.
+				g.done(ctx, h)
+				w.Header()[HeaderProxy] = h.mc.nameHdr
+				g.fail(w, http.StatusBadGateway, "target_unreachable", "cannot reach "+quote(u.Host)+" from "+name+": "+err.Error())
+				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
+				return
+			}
 			g.log.Debug("request through member failed", "member", name, "target", lr.target, "err", err)
 			g.drop(ctx, &lr, h, rotation.ResultUpstreamFailed, 0)
 			msg := "upstream " + name + " failed: " + err.Error()

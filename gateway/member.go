@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -170,6 +171,15 @@ type checkedKey struct{}
 type checkedAddrs struct {
 	host  string
 	addrs []netip.Addr
+}
+
+// directMemberFault reports whether a direct member's dial failed because of
+// the member itself (its source address is gone from the host, or it ran
+// out of ports), not because of the target. Only such failures count
+// against a direct member: a dead site must not take the egress address
+// out for every other site.
+func directMemberFault(err error) bool {
+	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EADDRINUSE)
 }
 
 // dialDirectAddr is a direct member's transport dial: addr is host:port.
