@@ -75,7 +75,7 @@ func run(cfg config) error {
 		return err
 	}
 	fmt.Printf("proxyfleet bench: %d CPUs, GOMAXPROCS %d, %s, squid %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), squidVersion())
-	fmt.Printf("binary %s\n\n", bin)
+	fmt.Printf("binary %s\nload average at start: %s\n\n", bin, loadAverage())
 
 	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})
 	if err != nil {
@@ -179,7 +179,7 @@ func run(cfg config) error {
 		row{"lease acquire+release over HTTP", f0(overHTTP) + "/s", "", "", "≥ 10k/s", overHTTP >= 10e3},
 	)
 
-	fmt.Println()
+	fmt.Printf("\nload average at end: %s (other work on the machine skews every figure)\n\n", loadAverage())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tDESIGN target\tmet")
 	for _, r := range rows {
@@ -215,6 +215,16 @@ func binary() (string, error) {
 		return "", fmt.Errorf("go build: %v\n%s", err, msg)
 	}
 	return out, nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func squidVersion() string {
