@@ -128,6 +128,15 @@ func runController(c *cli.Context) error {
 	klog.SetLogger(logger)
 	s.manager.Logger = logger
 
+	// A broken providers config fails before anything connects.
+	var pcfg *providers.Config
+	if s.providersConfig != "" {
+		loaded, err := providers.LoadConfig(s.providersConfig)
+		if err != nil {
+			return fmt.Errorf("--providers-config: %w", err)
+		}
+		pcfg = &loaded
+	}
 	cfg, err := restConfig(s.kubeconfig)
 	if err != nil {
 		return err
@@ -138,9 +147,9 @@ func runController(c *cli.Context) error {
 	}
 	// No recorder yet: the metrics package gains ProviderRequest with the
 	// controller's metrics (issue 4), which then passes it here.
-	provs, err := buildProviders(s.providersConfig, cfg, mgr, nil)
+	provs, err := buildProviders(pcfg, cfg, mgr, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("--providers-config %s: %w", s.providersConfig, err)
 	}
 	if provs == nil {
 		logger.Info("WARNING: no --providers-config given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
@@ -182,17 +191,14 @@ func restConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// buildProviders reads the providers config and builds every entry with the
+// buildProviders builds every entry of the providers config with the
 // constructors this binary carries, each wrapped so its requests are counted
-// when rec is set (provider_requests_total{provider,op,result}). Without a path it returns nil: the reconciler then fails Managed Proxies
-// with a condition saying no providers config was given.
-func buildProviders(path string, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
-	if path == "" {
+// when rec is set (provider_requests_total{provider,op,result}). Without a
+// config it returns nil: the reconciler then fails Managed Proxies with a
+// condition saying no providers config was given.
+func buildProviders(pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
+	if pcfg == nil {
 		return nil, nil
-	}
-	pcfg, err := providers.LoadConfig(path)
-	if err != nil {
-		return nil, fmt.Errorf("--providers-config: %w", err)
 	}
 	// The kubernetes provider talks to the API server directly, not through
 	// the manager's cache (which would start a cluster-wide Pod informer).
@@ -203,9 +209,9 @@ func buildProviders(path string, cfg *rest.Config, mgr ctrl.Manager, rec provide
 	reg := providers.NewRegistry(map[string]providers.Constructor{
 		providers.TypeKubernetes: kubeprovider.Constructor(direct),
 	})
-	built, err := reg.Build(pcfg)
+	built, err := reg.Build(*pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("--providers-config %s: %w", path, err)
+		return nil, err
 	}
 	if rec == nil {
 		return built, nil

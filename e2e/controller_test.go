@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// controllerProc is a running `proxyfleet controller`.
+type controllerProc struct {
+	*testutil.Process
+	metricsAddr, probeAddr string
+}
+
+// startController runs the real binary against env, restricted to ns, with
+// shrunken intervals, on free loopback ports for metrics and probes.
+func startController(t *testing.T, bin string, env *testenv.Env, ns string, extra ...string) *controllerProc {
+	t.Helper()
+	kubeconfig := env.WriteKubeconfig(t)
+	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, 2, func(addrs []string) testutil.ProcessOptions {
+		args := []string{"controller", "--kubeconfig", kubeconfig, "--proxy-namespace", ns,
+			"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1],
+			"--requeue-now", "50ms", "--provisioning-poll", "200ms", "--deletion-poll", "200ms", "--drift-poll", "500ms",
+			"--log-format", "text"}
+		return testutil.ProcessOptions{
+			Name:            "controller[" + t.Name() + "]",
+			Args:            append(args, extra...),
+			WaitAddrs:       addrs,
+			ExpectCleanExit: true,
+		}
+	})
+	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1]}
+}
+
+// poll waits up to 30s for cond, failing with its last explanation.
+func poll(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last: %s", what, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitProxy waits until the Proxy satisfies cond.
+func waitProxy(t *testing.T, c client.Client, ns, name, what string, cond func(p *v1alpha1.Proxy) bool) *v1alpha1.Proxy {
+	t.Helper()
+	var p v1alpha1.Proxy
+	poll(t, name+": "+what, func() (bool, string) {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return false, err.Error()
+		}
+		return cond(&p), fmt.Sprintf("phase=%s ip=%q providerID=%q conditions=%+v", p.Status.Phase, p.Status.IP, p.Status.ProviderID, p.Status.Conditions)
+	})
+	return &p
+}
+
+// httpGet returns the status and body of a GET on a loopback address.
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func provisioned(p *v1alpha1.Proxy) *metav1.Condition {
+	return meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+}
+
+// TestControllerBinary runs `proxyfleet controller` against a real API server
+// with the real kubernetes provider. envtest has no kubelet, so the step that
+// marks the Squid Pod Running is a kubelet stand-in writing Pod status, named
+// as such below.
+func TestControllerBinary(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	c := env.Client
+	ctx := context.Background()
+
+	t.Run("with a kubernetes provider", func(t *testing.T) {
+		ns, podNS := env.Namespace(t), env.Namespace(t)
+		cfgPath := filepath.Join(t.TempDir(), "providers.yaml")
+		writeFile(t, cfgPath, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
+		ctl := startController(t, bin, env, ns, "--providers-config", cfgPath)
+
+		poll(t, "/readyz", func() (bool, string) {
+			code, body, err := httpGet("http://" + ctl.probeAddr + "/readyz")
+			return err == nil && code == http.StatusOK, fmt.Sprint(code, body, err)
+		})
+
+		// External: the address comes from the endpoint, no provider involved.
+		ext := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.9", Port: 3128}}}
+		if err := c.Create(ctx, ext); err != nil {
+			t.Fatal(err)
+		}
+		waitProxy(t, c, ns, "ext", "external endpoint", func(p *v1alpha1.Proxy) bool {
+			cond := provisioned(p)
+			return p.Status.IP == "127.0.0.9" && cond != nil && cond.Reason == v1alpha1.ReasonExternalEndpoint
+		})
+
+		// Managed: a Squid Pod named after the Proxy UID appears.
+		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "px"},
+			Spec: v1alpha1.ProxySpec{Provider: "in-cluster"}}
+		if err := c.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		podName := providers.NameFromUID(string(px.UID))
+		var pod corev1.Pod
+		poll(t, "Squid Pod "+podName, func() (bool, string) {
+			err := c.Get(ctx, types.NamespacedName{Namespace: podNS, Name: podName}, &pod)
+			return err == nil, fmt.Sprint(err)
+		})
+		waitProxy(t, c, ns, "px", "Provisioning", func(p *v1alpha1.Proxy) bool {
+			return p.Status.ProviderID != "" && p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.IP == ""
+		})
+
+		// Kubelet stand-in: envtest runs no kubelet, so the test writes the
+		// status a kubelet would once Squid runs.
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.PodIP = "127.0.0.55"
+		pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.55"}}
+		if err := c.Status().Update(ctx, &pod); err != nil {
+			t.Fatalf("kubelet stand-in: %v", err)
+		}
+		waitProxy(t, c, ns, "px", "running at the Pod IP", func(p *v1alpha1.Proxy) bool {
+			cond := provisioned(p)
+			return p.Status.IP == "127.0.0.55" && cond != nil && cond.Status == metav1.ConditionTrue
+		})
+
+		// A provider the config does not name fails with a message.
+		bad := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
+			Spec: v1alpha1.ProxySpec{Provider: "gcp-eu"}}
+		if err := c.Create(ctx, bad); err != nil {
+			t.Fatal(err)
+		}
+		waitProxy(t, c, ns, "bad", "Failed", func(p *v1alpha1.Proxy) bool {
+			cond := provisioned(p)
+			return p.Status.Phase == v1alpha1.PhaseFailed && cond != nil && strings.Contains(cond.Message, `"gcp-eu"`)
+		})
+
+		// Deleting the Proxy deletes its Pod, then the Proxy goes.
+		if err := c.Delete(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "Proxy and Pod gone", func() (bool, string) {
+			perr := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "px"}, &v1alpha1.Proxy{})
+			podErr := c.Get(ctx, types.NamespacedName{Namespace: podNS, Name: podName}, &corev1.Pod{})
+			return client.IgnoreNotFound(perr) == nil && perr != nil && client.IgnoreNotFound(podErr) == nil && podErr != nil,
+				fmt.Sprintf("proxy: %v, pod: %v", perr, podErr)
+		})
+
+		code, body, err := httpGet("http://" + ctl.metricsAddr + "/metrics")
+		if err != nil || code != http.StatusOK || !strings.Contains(body, `controller_runtime_reconcile_total{controller="proxy"`) {
+			t.Errorf("metrics: %d %v; want controller-runtime's reconcile counter for the proxy controller", code, err)
+		}
+	})
+
+	t.Run("without a providers config", func(t *testing.T) {
+		ns := env.Namespace(t)
+		startController(t, bin, env, ns)
+		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "px"},
+			Spec: v1alpha1.ProxySpec{Provider: "in-cluster"}}
+		if err := c.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		p := waitProxy(t, c, ns, "px", "Failed", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseFailed })
+		if cond := provisioned(p); cond == nil || !strings.Contains(cond.Message, "--providers-config") {
+			t.Errorf("condition %+v should say no providers config was given", cond)
+		}
+		ext := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.10", Port: 3128}}}
+		if err := c.Create(ctx, ext); err != nil {
+			t.Fatal(err)
+		}
+		waitProxy(t, c, ns, "ext", "served", func(p *v1alpha1.Proxy) bool { return p.Status.IP == "127.0.0.10" })
+	})
+}
