@@ -1,0 +1,216 @@
+package gc
+
+// The GC against a real kube-apiserver and etcd (envtest) with the real
+// kubernetes provider: Proxies are real objects read through a real manager's
+// cache, instances are real Pods the provider lists and deletes. There is no
+// kubelet, so the Pods never run; the GC does not care.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/providers"
+	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
+)
+
+// env is the package's one real API server. The GC lists managed Pods
+// cluster-wide, so the tests that run a sweeper against it are not parallel.
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Run(m, &env) }
+
+const wait = 30 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// externalProxy creates an External Proxy (it needs no provider) and returns
+// it with its UID; finalizers keep it around after a delete.
+func externalProxy(t *testing.T, ns, name string, finalizers ...string) *v1alpha1.Proxy {
+	t.Helper()
+	px := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Finalizers: finalizers},
+		Spec: v1alpha1.ProxySpec{
+			Mode:     v1alpha1.ModeExternal,
+			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: 3128},
+		},
+	}
+	if err := env.Client.Create(testCtx(t), px); err != nil {
+		t.Fatalf("create proxy %s: %v", name, err)
+	}
+	return px
+}
+
+// instanceFor makes the provider create the Pod a Managed Proxy with uid
+// would have, exactly as the reconciler asks for it.
+func instanceFor(t *testing.T, p providers.Provider, uid string) providers.Instance {
+	t.Helper()
+	inst, err := p.Create(testCtx(t), providers.CreateRequest{
+		Name: providers.NameFromUID(uid), OwnerUID: uid, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
+	})
+	if err != nil {
+		t.Fatalf("provider Create for uid %s: %v", uid, err)
+	}
+	return inst
+}
+
+// untaggedPod is a Pod marked managed-by proxyfleet but without the owner UID
+// label: nothing proves which Proxy, if any, it belongs to.
+func untaggedPod(t *testing.T, ns string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "untagged", Namespace: ns,
+			Labels: map[string]string{kubeprovider.LabelManagedBy: kubeprovider.ManagedBy}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "squid", Image: kubeprovider.DefaultImage}}},
+	}
+	if err := env.Client.Create(testCtx(t), pod); err != nil {
+		t.Fatalf("create untagged pod: %v", err)
+	}
+	return pod
+}
+
+func podExists(t *testing.T, ns, name string) bool {
+	t.Helper()
+	var pod corev1.Pod
+	err := env.Client.Get(testCtx(t), client.ObjectKey{Namespace: ns, Name: name}, &pod)
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	// The API server removes a Pod that was never scheduled at once; a
+	// deletionTimestamp would mean it is on its way out all the same.
+	return pod.DeletionTimestamp == nil
+}
+
+func TestSweeperOnTheRealAPIServer(t *testing.T) {
+	ns := env.Namespace(t)
+	prov, err := kubeprovider.New(env.Client, kubeprovider.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hold = "test.proxyfleet.io/hold"
+	live := externalProxy(t, ns, "live")
+	deleting := externalProxy(t, ns, "deleting", hold)
+	if err := env.Client.Delete(testCtx(t), deleting); err != nil {
+		t.Fatalf("delete proxy: %v", err)
+	}
+	t.Cleanup(func() {
+		// Release the held Proxy so nothing lingers for later tests.
+		var px v1alpha1.Proxy
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(deleting), &px); err == nil {
+			px.Finalizers = nil
+			_ = env.Client.Update(context.Background(), &px)
+		}
+	})
+
+	orphan := instanceFor(t, prov, "0e5c6c1e-0000-4000-8000-00000000dead")
+	ofLive := instanceFor(t, prov, string(live.UID))
+	ofDeleting := instanceFor(t, prov, string(deleting.UID))
+	untagged := untaggedPod(t, ns)
+
+	// Phase 1: every instance is younger than MinAge, so repeated sweeps
+	// delete nothing — not even the orphan.
+	youngLogs := &logLines{}
+	young := &Sweeper{
+		Providers: map[string]providers.Provider{"in-cluster": prov},
+		Interval:  200 * time.Millisecond, MinAge: time.Hour, Logger: youngLogs.logger(),
+	}
+	stopYoung := startSweeper(t, young)
+	eventually(t, wait, "three sweeps with a one-hour MinAge", func() bool {
+		return len(youngLogs.matching("orphan GC sweep finished")) >= 3
+	})
+	stopYoung()
+	if !podExists(t, ns, orphan.Name) {
+		t.Fatalf("the orphan was deleted while younger than MinAge; log:\n%s", youngLogs.dump())
+	}
+	if kills := youngLogs.matching("WARNING:"); len(kills) != 0 {
+		t.Fatalf("young instances were killed: %v", kills)
+	}
+
+	// Phase 2: MinAge shrinks to a second. The orphan goes; the untagged Pod,
+	// the live Proxy's Pod and the Pod of the Proxy being deleted stay.
+	logs := &logLines{}
+	s := &Sweeper{
+		Providers: map[string]providers.Provider{"in-cluster": prov},
+		Interval:  200 * time.Millisecond, MinAge: time.Second, Logger: logs.logger(),
+	}
+	startSweeper(t, s)
+	eventually(t, wait, "the orphaned Pod to be deleted", func() bool { return !podExists(t, ns, orphan.Name) })
+	if len(logs.matching("WARNING:", `"provider"="in-cluster"`, `"providerID"="`+orphan.ProviderID+`"`,
+		`"uid"="0e5c6c1e-0000-4000-8000-00000000dead"`)) != 1 {
+		t.Errorf("the kill was not logged once with provider, providerID and uid:\n%s", logs.dump())
+	}
+	// Let several more sweeps run over the survivors.
+	after := len(logs.matching("orphan GC sweep finished"))
+	eventually(t, wait, "three more sweeps", func() bool {
+		return len(logs.matching("orphan GC sweep finished")) >= after+3
+	})
+	for what, name := range map[string]string{
+		"the untagged Pod":                       untagged.Name,
+		"the live Proxy's Pod":                   ofLive.Name,
+		"the Pod of a Proxy still being deleted": ofDeleting.Name,
+	} {
+		if !podExists(t, ns, name) {
+			t.Errorf("%s (%s) was deleted; log:\n%s", what, name, logs.dump())
+		}
+	}
+	if kills := logs.matching("WARNING:"); len(kills) != 1 {
+		t.Errorf("want exactly one kill, got %d: %v", len(kills), kills)
+	}
+}
+
+// startSweeper starts a real manager (cache-backed reader, no leader
+// election) with s added as a runnable. The returned stop also runs when the
+// test ends.
+func startSweeper(t *testing.T, s *Sweeper) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger:  s.Logger,
+	})
+	if err != nil {
+		t.Fatalf("new manager: %v", err)
+	}
+	s.Reader = mgr.GetClient()
+	if err := mgr.Add(s); err != nil {
+		t.Fatalf("add sweeper: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager stopped with %v", err)
+			}
+		case <-time.After(wait):
+			t.Errorf("manager did not stop within %s", wait)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}

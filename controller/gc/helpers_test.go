@@ -1,0 +1,154 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// logLines records every line a logr.Logger writes (verbosity 1 included),
+// so tests can assert on the WARNING line of each kill.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+// matching returns the lines containing every one of parts.
+func (l *logLines) matching(parts ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func (l *logLines) dump() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// proxyReader is a client.Reader test double for the sweep's logic tests: it
+// lists the given Proxies or fails with err.
+type proxyReader struct {
+	mu      sync.Mutex
+	proxies []v1alpha1.Proxy
+	err     error
+	lists   int
+}
+
+func (r *proxyReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("proxyReader: Get is not used by the GC")
+}
+
+func (r *proxyReader) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lists++
+	if r.err != nil {
+		return r.err
+	}
+	pl, ok := list.(*v1alpha1.ProxyList)
+	if !ok {
+		return fmt.Errorf("proxyReader: cannot list %T", list)
+	}
+	pl.Items = append([]v1alpha1.Proxy(nil), r.proxies...)
+	return nil
+}
+
+func (r *proxyReader) listCalls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lists
+}
+
+// listProvider is a provider test double for the sweep's logic tests:
+// ListByTag returns instances (or listErr), Delete records the providerID
+// (or fails with deleteErr for the IDs in failDelete).
+type listProvider struct {
+	mu         sync.Mutex
+	instances  []providers.Instance
+	listErr    error
+	failDelete map[string]error
+	deleted    []string
+	listed     int
+}
+
+func (p *listProvider) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
+	return providers.Instance{}, errors.New("listProvider: the GC never creates")
+}
+
+func (p *listProvider) Get(context.Context, string) (providers.Instance, error) {
+	return providers.Instance{}, errors.New("listProvider: the GC never gets")
+}
+
+func (p *listProvider) Delete(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.failDelete[id]; err != nil {
+		return err
+	}
+	p.deleted = append(p.deleted, id)
+	return nil
+}
+
+func (p *listProvider) ListByTag(context.Context) ([]providers.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listed++
+	if p.listErr != nil {
+		return nil, p.listErr
+	}
+	return append([]providers.Instance(nil), p.instances...), nil
+}
+
+func (p *listProvider) deletedIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.deleted...)
+}
+
+func (p *listProvider) listCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.listed
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s", deadline, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

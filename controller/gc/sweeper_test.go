@@ -1,0 +1,184 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func proxyWithUID(uid string) v1alpha1.Proxy {
+	return v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "px-" + uid, Namespace: "crawl", UID: types.UID(uid)}}
+}
+
+func inst(id, uid string, age time.Duration) providers.Instance {
+	return providers.Instance{ProviderID: id, Name: id, OwnerUID: uid, CreatedAt: t0.Add(-age), State: providers.StateRunning}
+}
+
+func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
+	logs := &logLines{}
+	a := &listProvider{instances: []providers.Instance{
+		inst("a/orphan", "uid-gone", time.Hour),
+		inst("a/live", "uid-live", time.Hour),
+		inst("a/untagged", "", time.Hour),
+		inst("a/young", "uid-gone-too", time.Minute),
+	}}
+	b := &listProvider{instances: []providers.Instance{inst("b/orphan", "uid-gone-b", 11*time.Minute)}}
+	s := &Sweeper{
+		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
+		Providers: map[string]providers.Provider{"alpha": a, "beta": b},
+		Clock:     clocktesting.NewFakeClock(t0),
+		Logger:    logs.logger(),
+	}
+	res := s.sweep(context.Background())
+
+	if got := a.deletedIDs(); !reflect.DeepEqual(got, []string{"a/orphan"}) {
+		t.Errorf("alpha deleted %v, want only a/orphan", got)
+	}
+	if got := b.deletedIDs(); !reflect.DeepEqual(got, []string{"b/orphan"}) {
+		t.Errorf("beta deleted %v, want only b/orphan", got)
+	}
+	wantKept := map[Decision]int{KeepLive: 1, KeepUntagged: 1, KeepYoung: 1}
+	if res.skipped || res.errors != 0 || !reflect.DeepEqual(res.kept, wantKept) {
+		t.Errorf("result %+v, want kept %v and no errors", res, wantKept)
+	}
+	for _, want := range [][]string{
+		{"WARNING:", `"provider"="alpha"`, `"providerID"="a/orphan"`, `"uid"="uid-gone"`},
+		{"WARNING:", `"provider"="beta"`, `"providerID"="b/orphan"`, `"uid"="uid-gone-b"`},
+	} {
+		if len(logs.matching(want...)) != 1 {
+			t.Errorf("no single kill line with %v in:\n%s", want, logs.dump())
+		}
+	}
+}
+
+func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
+	logs := &logLines{}
+	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
+	s := &Sweeper{
+		Reader:    &proxyReader{err: errors.New("apiserver unavailable")},
+		Providers: map[string]providers.Provider{"alpha": p},
+		Clock:     clocktesting.NewFakeClock(t0),
+		Logger:    logs.logger(),
+	}
+	res := s.sweep(context.Background())
+	if !res.skipped {
+		t.Errorf("sweep was not reported skipped: %+v", res)
+	}
+	if p.listCalls() != 0 || len(p.deletedIDs()) != 0 {
+		t.Errorf("a skipped sweep still listed %d times and deleted %v", p.listCalls(), p.deletedIDs())
+	}
+	if len(logs.matching("skipping this sweep", "apiserver unavailable")) != 1 {
+		t.Errorf("the skipped sweep was not logged with its cause:\n%s", logs.dump())
+	}
+}
+
+func TestSweepContinuesPastAFailingProvider(t *testing.T) {
+	logs := &logLines{}
+	broken := &listProvider{listErr: errors.New("backend down")}
+	undeletable := &listProvider{
+		instances:  []providers.Instance{inst("c/stuck", "uid-1", time.Hour), inst("c/orphan", "uid-2", time.Hour)},
+		failDelete: map[string]error{"c/stuck": errors.New("permission denied")},
+	}
+	s := &Sweeper{
+		Reader:    &proxyReader{},
+		Providers: map[string]providers.Provider{"a-broken": broken, "c-undeletable": undeletable},
+		Clock:     clocktesting.NewFakeClock(t0),
+		Logger:    logs.logger(),
+	}
+	res := s.sweep(context.Background())
+	if got := undeletable.deletedIDs(); !reflect.DeepEqual(got, []string{"c/orphan"}) {
+		t.Errorf("deleted %v, want c/orphan despite the failures before it", got)
+	}
+	if res.errors != 2 {
+		t.Errorf("errors = %d, want 2 (one list, one delete)", res.errors)
+	}
+	if len(logs.matching("listing the provider's instances failed", `"provider"="a-broken"`)) != 1 {
+		t.Errorf("the failing provider was not logged:\n%s", logs.dump())
+	}
+}
+
+func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
+	tests := []struct {
+		name    string
+		ns      string
+		allow   bool
+		wantErr bool
+	}{
+		{"a cluster-wide view runs", "", false, false},
+		{"a namespaced view without the opt-in is refused", "crawl", false, true},
+		{"a namespaced view with the opt-in runs", "crawl", true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &logLines{}
+			s := &Sweeper{
+				Reader: &proxyReader{}, Namespace: tc.ns, AllowNamespaced: tc.allow,
+				Clock: clocktesting.NewFakeClock(t0), Logger: logs.logger(),
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Start(ctx) }()
+			if tc.wantErr {
+				select {
+				case err := <-done:
+					if !errors.Is(err, ErrNamespaced) {
+						t.Fatalf("Start = %v, want ErrNamespaced", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Start did not refuse a namespaced view")
+				}
+				cancel()
+				return
+			}
+			eventually(t, 10*time.Second, "the sweeper to start", func() bool { return len(logs.matching("orphan GC started")) == 1 })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Start returned %v after cancel, want nil", err)
+			}
+		})
+	}
+}
+
+func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	reader := &proxyReader{}
+	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
+	s := &Sweeper{
+		Reader: reader, Providers: map[string]providers.Provider{"alpha": p},
+		Interval: 10 * time.Minute, MinAge: 10 * time.Minute, Clock: clk, Logger: (&logLines{}).logger(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	eventually(t, 10*time.Second, "the ticker to be armed", clk.HasWaiters)
+
+	clk.Step(10*time.Minute - time.Second)
+	time.Sleep(100 * time.Millisecond) // a sweep now would be a bug; give it a chance to show
+	if reader.listCalls() != 0 {
+		t.Fatalf("swept %d times before a full interval passed", reader.listCalls())
+	}
+	clk.Step(time.Second)
+	eventually(t, 10*time.Second, "the first sweep", func() bool { return len(p.deletedIDs()) == 1 })
+	clk.Step(10 * time.Minute)
+	eventually(t, 10*time.Second, "the second sweep", func() bool { return reader.listCalls() == 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start returned %v", err)
+	}
+	// The double never forgets an instance, so each sweep deletes it again.
+	if ids := p.deletedIDs(); len(ids) != 2 {
+		t.Fatalf("deleted %v over two sweeps, want the orphan once per sweep", ids)
+	}
+}
