@@ -747,3 +747,74 @@ func TestRequestTimeoutBoundsTheHeadNotTheBody(t *testing.T) {
 		t.Fatalf("a body streaming past RequestTimeout was cut: %q", b)
 	}
 }
+
+func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	members := directMembers(2)
+	store.SetMembers(members)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &http.Server{Handler: pool.NewAPIServer(store, pool.APIOptions{Token: "api-token"})}
+	go api.Serve(ln)
+	defer api.Close()
+	client, err := pool.NewClient("http://"+ln.Addr().String(), "api-token", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &testRecorder{}
+	gw, err := New(Options{Pool: client, Retries: 2, AllowPrivateTargets: true, Metrics: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw.Serve(gln)
+	defer gw.Shutdown(context.Background())
+	c := testutil.MustProxyClient(t, "http://"+gln.Addr().String(), nil)
+
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	banned := sourceOf(members[0])
+	tg.SetRule(banned, http.StatusForbidden, nil)
+	for i := 0; i < 3; i++ {
+		resp, a := get(t, c, tg.URL(), nil)
+		if resp.StatusCode != 200 || a.Source == banned {
+			t.Fatalf("GET %d: %d via %s", i, resp.StatusCode, a.Source)
+		}
+	}
+	// The ban went to the controller's store through the API.
+	var cooled bool
+	for _, ms := range store.Members() {
+		if ms.Name == members[0].Name {
+			_, cooled = ms.Cooldowns[rotation.TargetKey(tg.Addr())]
+		}
+	}
+	if tg.Count(banned) != 1 || !cooled {
+		t.Fatalf("banned member used %d times; cooldown in the store: %v (%+v)", tg.Count(banned), cooled, store.Members())
+	}
+	if store.ActiveLeases() != 1 {
+		t.Fatalf("the sticky session holds %d leases in the store, want 1", store.ActiveLeases())
+	}
+
+	api.Close()
+	resp, err := c.Get(tg.URL() + "/?new-target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body(t, resp) // the pinned session still works without the API
+	if resp.StatusCode != 200 {
+		t.Fatalf("pinned session after the API went away: %d", resp.StatusCode)
+	}
+	other := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.25"})
+	resp, err = c.Get(other.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != "pool_unreachable" || !strings.Contains(b, "unreachable") {
+		t.Fatalf("new target without the API: %d %q", resp.StatusCode, b)
+	}
+}
