@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -70,6 +71,72 @@ func TestGateway(t *testing.T) {
 		}
 		if got := tlsTarget.Sources(); !slices.Equal(got, sources) {
 			t.Fatalf("new CONNECT tunnels left from %v, want every upstream %v", got, sources)
+		}
+
+		// The metrics count what each member carried.
+		okByMember := scrapeCounter(t, g.metricsAddr, "proxyfleet_gateway_requests_total", "member", `outcome="ok"`)
+		for _, sq := range trio {
+			if want := target.Count(sq.OutgoingAddr()) + tlsTarget.Count(sq.OutgoingAddr()); okByMember[sq.Addr()] < float64(want) {
+				t.Errorf("metrics count %v ok requests for %s, but it carried %d", okByMember[sq.Addr()], sq.Addr(), want)
+			}
+		}
+	})
+
+	t.Run("upstreams file reload swaps members without dropping a live tunnel", func(t *testing.T) {
+		t.Parallel()
+		line := func(i int) string { return fmt.Sprintf("%s name=sq%d\n", trio[i].URL(), i+2) }
+		g := startGateway(t, bin, gwConfig{upstreamsFile: line(0) + line(1), rotation: "per-request",
+			args: []string{"--upstreams-reload-interval", "100ms"}})
+		target := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.23"})
+		tlsTarget := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.24"})
+		c := g.client(t, "", nil)
+		for range 4 {
+			mustGetOK(t, c, target.URL()+"/before", nil)
+		}
+		if got, want := target.Sources(), []string{"127.0.0.2", "127.0.0.3"}; !slices.Equal(got, want) {
+			t.Fatalf("before the reload: sources %v, want %v", got, want)
+		}
+
+		// A tunnel through sq3, which the reload removes.
+		conn, resp, err := testutil.ConnectTunnel(g.addr, tlsTarget.Addr(), http.Header{"X-Proxyfleet-Proxy": {"sq3"}}, 10*time.Second)
+		if err != nil || conn == nil {
+			t.Fatalf("CONNECT pinned to sq3: %v %v", err, resp)
+		}
+		defer conn.Close()
+		tc := tls.Client(conn, tlsTarget.ClientTLSConfig())
+		br := bufio.NewReader(tc)
+		if err := getOnTLS(tc, br, tlsTarget, "/before"); err != nil {
+			t.Fatal(err)
+		}
+
+		// Replace the file atomically: sq3 out, sq4 in.
+		path := filepath.Join(g.dir, "upstreams.txt")
+		writeFile(t, path+".new", "# reloaded\n"+line(0)+line(2))
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+		reloaded := time.Now()
+		testutil.Eventually(t, 20*time.Second, func() error {
+			mustGetOK(t, c, target.URL()+"/reload", nil)
+			if !usedSince(target, "127.0.0.4", reloaded) {
+				return errors.New("the added member sq4 carries no requests yet")
+			}
+			return nil
+		})
+		target.Reset()
+		for range 8 {
+			mustGetOK(t, c, target.URL()+"/after", nil)
+		}
+		if got, want := target.Sources(), []string{"127.0.0.2", "127.0.0.4"}; !slices.Equal(got, want) {
+			t.Fatalf("after the reload: sources %v, want %v (sq3 removed, sq4 added)", got, want)
+		}
+		for i := range 3 {
+			if err := getOnTLS(tc, br, tlsTarget, fmt.Sprintf("/after-%d", i)); err != nil {
+				t.Fatalf("the tunnel through the removed member was dropped by the reload: %v", err)
+			}
+		}
+		if got := tlsTarget.Sources(); !slices.Equal(got, []string{"127.0.0.3"}) {
+			t.Fatalf("the pinned tunnel left from %v, want sq3's 127.0.0.3", got)
 		}
 	})
 
@@ -904,4 +971,45 @@ func basicAuth(user, pass string) string {
 	req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
 	req.SetBasicAuth(user, pass)
 	return req.Header.Get("Authorization")
+}
+
+// scrapeCounter reads a counter from the gateway's /metrics and sums it by
+// the value of label byLabel over the series whose labels contain match.
+func scrapeCounter(t *testing.T, metricsAddr, name, byLabel, match string) map[string]float64 {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
+			continue
+		}
+		labels, value, ok := strings.Cut(line[len(name)+1:], "} ")
+		if !ok {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		for _, kv := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == byLabel {
+				out[strings.Trim(val, `"`)] += v
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("/metrics has no %s series with %s", name, match)
+	}
+	return out
 }
