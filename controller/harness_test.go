@@ -128,6 +128,11 @@ func start(t *testing.T, s setup) *harness {
 		})
 	}
 	t.Cleanup(h.stopOnce)
+	syncCtx, syncCancel := context.WithTimeout(ctx, wait)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		t.Fatalf("manager cache did not sync within %s", wait)
+	}
 	return h
 }
 

@@ -209,3 +209,19 @@ func TestExternalProxySetsAddressAndNeverCallsAProvider(t *testing.T) {
 		t.Errorf("provider calls for an External Proxy: %v", ops)
 	}
 }
+
+func TestDeletionRetriesATransientGetThenReleases(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.fake.failNext(providers.OpGet, 3, errClass(providers.ErrTransient, "timeout"))
+	h.deleteProxy("px")
+	h.waitGone("px")
+	if h.fake.exists(p.Status.ProviderID) {
+		t.Errorf("instance %s left behind", p.Status.ProviderID)
+	}
+	if errs := h.logs.errorLines(); !strings.Contains(strings.Join(errs, "\n"), "timeout") {
+		t.Errorf("a transient Get during deletion should be returned for backoff; error lines: %q", errs)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -499,4 +500,51 @@ func cloudInitSecret(ns, name string, labelled bool, data string) *corev1.Secret
 		s.Labels = map[string]string{v1alpha1.LabelCloudInit: v1alpha1.ValueTrue}
 	}
 	return s
+}
+
+func TestReconcileOfAMissingProxyIsANoOp(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	res, err := h.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: h.ns, Name: "absent"}})
+	if err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("Reconcile of a missing Proxy = %+v, %v; want nothing to do", res, err)
+	}
+	if ops := h.fake.ops(); len(ops) != 0 {
+		t.Errorf("provider calls: %v", ops)
+	}
+}
+
+func TestSpecEditWhileTheInstanceIsAlreadyGoneCreatesWithoutDelete(t *testing.T) {
+	t.Parallel()
+	// No drift polls: the edit is the first pass to look at the instance.
+	iv := fastIntervals()
+	iv.DriftPoll = time.Hour
+	h := start(t, setup{intervals: &iv})
+	h.create(h.managed("px"))
+	before := h.waitRunning("px")
+	h.fake.vanish(before.Status.ProviderID)
+	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Port = 3129 })
+	h.waitProxy("px", "recreated on the new port", func(p *v1alpha1.Proxy) bool {
+		reqs := h.fake.creates()
+		return len(reqs) == 2 && reqs[1].Port == 3129 && p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
+	})
+	if n := h.fake.count(providers.OpDelete); n != 0 {
+		t.Errorf("Delete called %d times for an instance that was already gone", n)
+	}
+}
+
+func TestCloudInitSecretWithoutTheKeyIsCloudInitError(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(cloudInitSecret(h.ns, "ci", true, "#cloud-config\n"))
+	px := h.managed("px")
+	px.Spec.CloudInit = &v1alpha1.CloudInit{SecretRef: &v1alpha1.SecretKeyRef{Name: "ci", Key: "vendor-data"}}
+	h.create(px)
+	p := h.waitProxy("px", "CloudInitError", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonCloudInitError })
+	if !strings.Contains(message(p), `"vendor-data"`) {
+		t.Errorf("message %q should name the missing key", message(p))
+	}
+	if n := h.fake.count(providers.OpCreate); n != 0 {
+		t.Errorf("Create called %d times without cloud-init", n)
+	}
 }
