@@ -48,8 +48,11 @@ func Eventually(t testing.TB, timeout time.Duration, fn func() error) {
 // listens on port 0 and closes). Another process may take it before the caller
 // binds it: callers retry on "address already in use", as StartSquid and
 // StartProcessOnFreePorts do.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func FreeAddr() (string, error) { return freeAddrOn("127.0.0.1") }
+
+// freeAddrOn is FreeAddr on another local IP.
+func freeAddrOn(ip string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", err
 	}

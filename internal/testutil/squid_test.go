@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +191,53 @@ func TestSquidStartRetriesWhenItsPortIsTaken(t *testing.T) {
 	}
 	if sq.Addr() != addr {
 		t.Fatalf("restarted on %s, want %s", sq.Addr(), addr)
+	}
+}
+
+func TestSquidsShareAFixedPortOnDistinctListenIPs(t *testing.T) {
+	t.Parallel()
+	free, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p, _ := net.SplitHostPort(free)
+	port, _ := strconv.Atoi(p)
+	squids := StartSquids(t,
+		SquidOptions{Name: "pod-a", ListenIP: "127.0.0.31", Port: port, OutgoingAddr: "127.0.0.31"},
+		SquidOptions{Name: "pod-b", ListenIP: "127.0.0.32", Port: port, OutgoingAddr: "127.0.0.32"},
+	)
+	target := StartTarget(t, TargetOptions{})
+	for i, want := range []string{"127.0.0.31:" + p, "127.0.0.32:" + p} {
+		sq := squids[i]
+		if sq.Addr() != want || sq.Port() != port {
+			t.Fatalf("squid %d listens on %s, want %s", i, sq.Addr(), want)
+		}
+		c := MustProxyClient(t, sq.URL(), nil)
+		_, ans, err := GetAnswer(c, target.URL(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ans.Source != sq.OutgoingAddr() {
+			t.Fatalf("squid %s: target saw %s, want %s", sq.Name(), ans.Source, sq.OutgoingAddr())
+		}
+	}
+}
+
+func TestSquidOptionsAreValidated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts SquidOptions
+	}{
+		{"outgoing address off loopback", SquidOptions{OutgoingAddr: "10.0.0.1"}},
+		{"listen IP off loopback", SquidOptions{ListenIP: "192.168.1.1"}},
+		{"IPv6 listen IP", SquidOptions{ListenIP: "::1"}},
+		{"port out of range", SquidOptions{Port: 70000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s, err := LaunchSquid(tc.opts); err == nil {
+				s.Close()
+				t.Fatalf("LaunchSquid(%+v) started", tc.opts)
+			}
+		})
 	}
 }
