@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
@@ -20,7 +19,7 @@ import (
 func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Proxy) (ctrl.Result, error) {
 	// The finalizer goes on before anything exists outside the cluster, so an
 	// instance is never created for an object that could vanish without
-	// cleanup. The Update's watch event brings the next pass.
+	// cleanup. The patch's watch event brings the next pass.
 	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
 		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) {
 			controllerutil.AddFinalizer(p, v1alpha1.Finalizer)
@@ -60,7 +59,9 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Prox
 }
 
 // lookupProvider finds spec.provider among the configured providers, or fails
-// the Proxy for this generation with a condition saying what is missing.
+// the Proxy with a condition saying what is missing. It is not latched: the
+// check costs no provider call, and a controller restarted with the provider
+// configured must pick the Proxy up without a spec edit.
 func (r *ProxyReconciler) lookupProvider(p *v1alpha1.Proxy) (providers.Provider, bool) {
 	if r.Providers == nil {
 		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonProviderNotConfigured,
