@@ -1,0 +1,137 @@
+package providerhealth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// scriptedChecker is a provider whose Check returns whatever the test set
+// last: the test double for a backend that fails and recovers on cue (the
+// Monitor is what is under test). With block set, Check waits for the
+// channel (or, when honourCtx, for ctx) before answering.
+type scriptedChecker struct {
+	mu        sync.Mutex
+	targets   []providers.TargetStatus
+	calls     int
+	block     chan struct{}
+	honourCtx bool
+	started   chan struct{} // receives once per Check call when non-nil
+}
+
+func (c *scriptedChecker) set(ts ...providers.TargetStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.targets = ts
+}
+
+func (c *scriptedChecker) callCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+func (c *scriptedChecker) Check(ctx context.Context) []providers.TargetStatus {
+	c.mu.Lock()
+	c.calls++
+	block, honour, started := c.block, c.honourCtx, c.started
+	ts := append([]providers.TargetStatus(nil), c.targets...)
+	c.mu.Unlock()
+	if started != nil {
+		started <- struct{}{}
+	}
+	if block != nil {
+		if honour {
+			select {
+			case <-block:
+			case <-ctx.Done():
+				return []providers.TargetStatus{{Target: "api", Reason: ReasonTimeout, Message: ctx.Err().Error()}}
+			}
+		} else {
+			<-block
+		}
+	}
+	return ts
+}
+
+func (c *scriptedChecker) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
+	return providers.Instance{}, errors.New("scriptedChecker: not a real backend")
+}
+func (c *scriptedChecker) Get(context.Context, string) (providers.Instance, error) {
+	return providers.Instance{}, errors.New("scriptedChecker: not a real backend")
+}
+func (c *scriptedChecker) Delete(context.Context, string) error {
+	return errors.New("scriptedChecker: not a real backend")
+}
+func (c *scriptedChecker) ListByTag(context.Context) ([]providers.Instance, error) {
+	return nil, errors.New("scriptedChecker: not a real backend")
+}
+
+// noCheck is a provider without a Checker.
+type noCheck struct{}
+
+func (noCheck) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
+	return providers.Instance{}, nil
+}
+func (noCheck) Get(context.Context, string) (providers.Instance, error) {
+	return providers.Instance{}, nil
+}
+func (noCheck) Delete(context.Context, string) error                    { return nil }
+func (noCheck) ListByTag(context.Context) ([]providers.Instance, error) { return nil, nil }
+
+// logLines records every line a logr.Logger writes.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+// matching returns the lines containing every one of parts.
+func (l *logLines) matching(parts ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func (l *logLines) dump() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s", deadline, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

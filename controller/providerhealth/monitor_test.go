@@ -1,0 +1,94 @@
+package providerhealth
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+func TestCheckRunsEveryProviderConcurrently(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	a := &scriptedChecker{targets: []providers.TargetStatus{up("a")}, block: release, started: started}
+	b := &scriptedChecker{targets: []providers.TargetStatus{down("b", "Unreachable")}, block: release, started: started}
+	m := &Monitor{Checkers: map[string]providers.Checker{"pa": a, "pb": b}, Interval: time.Minute, Timeout: 20 * time.Second}
+
+	got := make(chan []Result, 1)
+	go func() { got <- m.check(context.Background()) }()
+	// Both checks must be running at once: each blocks until released, so a
+	// sequential round would never start the second.
+	for i := range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 2 checks started while the first was still running", i)
+		}
+	}
+	close(release)
+	res := <-got
+	if len(res) != 2 || res[0].Provider != "pa" || !res[0].Ready() || res[1].Provider != "pb" || res[1].Ready() {
+		t.Fatalf("results %+v", res)
+	}
+}
+
+func TestACheckThatHonoursTheTimeoutReportsItsOwnVerdict(t *testing.T) {
+	c := &scriptedChecker{block: make(chan struct{}), honourCtx: true}
+	m := &Monitor{Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 100 * time.Millisecond}
+	start := time.Now()
+	res := m.check(context.Background())
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the round took %s under a 100ms timeout", took)
+	}
+	if len(res) != 1 || len(res[0].Targets) != 1 || res[0].Targets[0].Target != "api" || res[0].Targets[0].Reason != ReasonTimeout {
+		t.Fatalf("results %+v, want the checker's own Timeout verdict for target api", res)
+	}
+}
+
+func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
+	release := make(chan struct{})
+	c := &scriptedChecker{targets: []providers.TargetStatus{up("host-1")}}
+	m := &Monitor{Checkers: map[string]providers.Checker{"kvm-home": c}, Types: map[string]string{"kvm-home": "kvm"},
+		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&logLines{}).logger()}
+	m.record(m.check(context.Background())) // a good round first: the target is known
+
+	c.mu.Lock()
+	c.block = release // from now on Check ignores ctx and hangs
+	c.mu.Unlock()
+	res := m.check(context.Background())
+	if len(res) != 1 || res[0].Ready() || res[0].Targets[0].Target != "host-1" || res[0].Targets[0].Reason != ReasonTimeout {
+		t.Fatalf("stuck round %+v, want host-1 not ready with reason Timeout", res)
+	}
+	res = m.check(context.Background())
+	if c.callCount() != 2 {
+		t.Fatalf("Check called %d times, want 2: a stuck check must not be started again", c.callCount())
+	}
+	if res[0].Targets[0].Reason != ReasonTimeout || res[0].Type != "kvm" {
+		t.Fatalf("round during the stuck check %+v, want Timeout at once", res)
+	}
+
+	close(release)
+	eventually(t, 10*time.Second, "the stuck check to finish", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return !m.running["kvm-home"]
+	})
+	c.mu.Lock()
+	c.block = nil
+	c.mu.Unlock()
+	if res := m.check(context.Background()); !res[0].Ready() || c.callCount() != 3 {
+		t.Fatalf("after the stuck check returned: %+v with %d calls, want a fresh ready check", res, c.callCount())
+	}
+}
+
+func TestAProviderThatNeverReportedTimesOutUnderOneTarget(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c := &scriptedChecker{block: release}
+	m := &Monitor{Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 50 * time.Millisecond}
+	res := m.check(context.Background())
+	if len(res[0].Targets) != 1 || res[0].Targets[0].Target != fallbackTarget || res[0].Targets[0].Reason != ReasonTimeout {
+		t.Fatalf("result %+v, want one %q target timed out", res, fallbackTarget)
+	}
+}
