@@ -162,6 +162,46 @@ func (s *Store) MaxTTL() time.Duration { return s.o.MaxTTL }
 func (s *Store) SetMembers(members []Member) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.setMembersLocked(members)
+}
+
+// MemberHealth is a member with its health verdict, for SetMembersHealth.
+type MemberHealth struct {
+	Member
+	// Healthy is the verdict; only healthy members are leased.
+	Healthy bool
+	// Latency is the last successful probe's round trip; 0 is unknown.
+	Latency time.Duration
+}
+
+// SetMembersHealth is SetMembers followed by SetHealth for every member,
+// under one lock: a source that learns membership and health together (the
+// controller's Proxy cache) never has a new unhealthy member leased in
+// between, as SetMembers alone (new members start healthy) would allow.
+// For duplicate names the first entry wins, as in SetMembers.
+func (s *Store) SetMembersHealth(members []MemberHealth) {
+	ms := make([]Member, len(members))
+	for i, m := range members {
+		ms[i] = m.Member
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setMembersLocked(ms)
+	seen := make(map[string]bool, len(members))
+	for _, m := range members {
+		if seen[m.Name] {
+			continue
+		}
+		seen[m.Name] = true
+		if st := s.members[m.Name]; st != nil {
+			st.healthy = m.Healthy
+			st.latency = max(m.Latency, 0)
+		}
+	}
+}
+
+// setMembersLocked is SetMembers with s.mu held.
+func (s *Store) setMembersLocked(members []Member) {
 	next := make(map[string]*memberState, len(members))
 	order := make([]*memberState, 0, len(members))
 	for _, m := range members {
