@@ -1,0 +1,368 @@
+package leaseapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// env is the package's one real API server (kube-apiserver + etcd).
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Run(m, &env) }
+
+// wait is the deadline for the source to follow a change: generous for a
+// busy 2-core box.
+const wait = 30 * time.Second
+
+// logBuffer collects log output safely across goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// countingRecorder counts lease requests by outcome.
+type countingRecorder struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *countingRecorder) LeaseRequest(outcome string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[outcome]++
+}
+
+func (r *countingRecorder) count(outcome string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[outcome]
+}
+
+// running is a manager with only the lease API on it, restricted to the
+// test's namespace.
+type running struct {
+	ns   string
+	api  *API
+	url  string
+	logs *logBuffer
+	rec  *countingRecorder
+}
+
+func startAPI(t *testing.T, token string) *running {
+	t.Helper()
+	r := &running{ns: env.Namespace(t), logs: &logBuffer{}, rec: &countingRecorder{}}
+	log := logr.FromSlogHandler(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{
+		ProxyNamespace: r.ns,
+		MetricsAddr:    "0",
+		Logger:         log,
+	})
+	if err != nil {
+		t.Fatalf("NewManager: %v", err)
+	}
+	r.api, err = Setup(mgr, Options{
+		Listen:   "127.0.0.1:0",
+		Token:    token,
+		Recorder: r.rec,
+		Logger:   log,
+		Store:    pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}},
+	})
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	r.url = "http://" + r.api.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager stopped with %v", err)
+			}
+		case <-time.After(wait):
+			t.Error("manager did not stop within 30s")
+		}
+		if t.Failed() {
+			t.Logf("controller log:\n%s", r.logs.String())
+		}
+	})
+	return r
+}
+
+// external creates an External Proxy at host:port with attributes.
+func (r *running) external(t *testing.T, name, host string, attrs map[string]string) *v1alpha1.Proxy {
+	t.Helper()
+	p := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
+		Spec: v1alpha1.ProxySpec{
+			Mode:       v1alpha1.ModeExternal,
+			Endpoint:   &v1alpha1.Endpoint{Host: host, Port: 3128},
+			Attributes: attrs,
+		},
+	}
+	if err := env.Client.Create(context.Background(), p); err != nil {
+		t.Fatalf("create Proxy %s: %v", name, err)
+	}
+	return p
+}
+
+// setHealthy writes the Healthy condition (and latency) through the status
+// subresource, as the reconciler would for the health engine.
+func (r *running) setHealthy(t *testing.T, name string, healthy bool, latencyMillis int64) {
+	t.Helper()
+	ctx := context.Background()
+	var p v1alpha1.Proxy
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	status, reason := metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded
+	if !healthy {
+		status, reason = metav1.ConditionFalse, v1alpha1.ReasonProbeFailed
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHealthy, Status: status, Reason: reason, Message: "set by the test",
+		ObservedGeneration: p.Generation,
+	})
+	p.Status.LatencyMillis = latencyMillis
+	if err := env.Client.Status().Update(ctx, &p); err != nil {
+		t.Fatalf("status update of %s: %v", name, err)
+	}
+}
+
+func (r *running) client(t *testing.T, token string) *pool.Client {
+	t.Helper()
+	c, err := pool.NewClient(r.url, token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// names lists the proxies' names.
+func names(ps []pool.ProxyInfo) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
+	const token = "lease-t0ken"
+	r := startAPI(t, token)
+	c := r.client(t, token)
+	ctx := context.Background()
+	eu1, eu2, us := r.ns+"/eu-1", r.ns+"/eu-2", r.ns+"/us-1"
+
+	r.external(t, "eu-1", "127.0.0.11", map[string]string{"region": "eu", "tier": "dc"})
+	r.external(t, "eu-2", "127.0.0.12", map[string]string{"region": "eu", "tier": "res"})
+	r.external(t, "us-1", "127.0.0.13", map[string]string{"region": "us", "tier": "dc"})
+
+	t.Run("proxies without a Healthy condition are listed but not offered", func(t *testing.T) {
+		testutil.Eventually(t, wait, func() error {
+			all, err := c.List(ctx, pool.ListFilter{})
+			if err != nil {
+				return err
+			}
+			if got := names(all); !slices.Equal(got, []string{eu1, eu2, us}) {
+				return fmt.Errorf("listed %v", got)
+			}
+			return nil
+		})
+		healthy, err := c.List(ctx, pool.ListFilter{HealthyOnly: true})
+		if err != nil || len(healthy) != 0 {
+			t.Fatalf("healthy=true lists %v (%v), want none", names(healthy), err)
+		}
+		_, err = c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}})
+		var nm *pool.NoMatchError
+		if !errors.As(err, &nm) || nm.Considered != 2 || nm.Unhealthy != 2 {
+			t.Fatalf("acquire = %v, want a 409 counting 2 considered, 2 unhealthy", err)
+		}
+	})
+
+	r.setHealthy(t, "eu-1", true, 42)
+	r.setHealthy(t, "us-1", true, 7)
+
+	t.Run("healthy proxies are listed with their address, attributes and latency", func(t *testing.T) {
+		var healthy []pool.ProxyInfo
+		testutil.Eventually(t, wait, func() error {
+			var err error
+			healthy, err = c.List(ctx, pool.ListFilter{HealthyOnly: true})
+			if err != nil {
+				return err
+			}
+			if got := names(healthy); !slices.Equal(got, []string{eu1, us}) {
+				return fmt.Errorf("healthy=true lists %v", got)
+			}
+			return nil
+		})
+		p := healthy[0]
+		if p.URL != "http://127.0.0.11:3128" || p.Attributes["region"] != "eu" || p.Attributes["tier"] != "dc" || p.LatencyMillis != 42 || !p.Healthy {
+			t.Fatalf("eu-1 listed as %+v", p)
+		}
+	})
+
+	t.Run("attribute selectors choose among the healthy proxies", func(t *testing.T) {
+		eu, err := c.List(ctx, pool.ListFilter{Attributes: map[string]string{"region": "eu"}})
+		if err != nil || !slices.Equal(names(eu), []string{eu1, eu2}) {
+			t.Fatalf("attr.region=eu lists %v (%v)", names(eu), err)
+		}
+		for range 3 {
+			l, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}, Target: "example.com", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Member.Name != eu1 || l.Member.URL.String() != "http://127.0.0.11:3128" {
+				t.Fatalf("region=eu leased %s at %v, want only the healthy %s", l.Member.Name, l.Member.URL, eu1)
+			}
+			if err := c.Release(ctx, l.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "us", "tier": "dc"}})
+		if err != nil || l.Member.Name != us {
+			t.Fatalf("region=us,tier=dc leased %+v (%v), want %s", l.Member, err, us)
+		}
+		_, err = c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"tier": "res"}})
+		var nm *pool.NoMatchError
+		if !errors.As(err, &nm) || nm.Considered != 1 || nm.Unhealthy != 1 {
+			t.Fatalf("tier=res acquire = %v, want a 409 with 1 unhealthy", err)
+		}
+	})
+
+	t.Run("a cooldown survives a status update of the proxy", func(t *testing.T) {
+		l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: eu1, Target: "shop.example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Report(ctx, l.ID, pool.Report{Result: rotation.ResultRateLimited}); err != nil {
+			t.Fatal(err)
+		}
+		r.setHealthy(t, "eu-1", true, 55)
+		testutil.Eventually(t, wait, func() error {
+			ps, err := c.List(ctx, pool.ListFilter{Attributes: map[string]string{"tier": "dc", "region": "eu"}})
+			if err != nil || len(ps) != 1 || ps[0].LatencyMillis != 55 {
+				return fmt.Errorf("eu-1 listed as %+v (%v), want latency 55", ps, err)
+			}
+			if len(ps[0].Cooldowns) != 1 || ps[0].Cooldowns[0].Target != "shop.example" {
+				return fmt.Errorf("eu-1 cooldowns %+v, want one for shop.example", ps[0].Cooldowns)
+			}
+			return nil
+		})
+		_, err = c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}, Target: "shop.example"})
+		var nm *pool.NoMatchError
+		if !errors.As(err, &nm) || nm.InCooldown != 1 || nm.Unhealthy != 1 {
+			t.Fatalf("acquire for the cooled target = %v, want a 409 with 1 in cooldown, 1 unhealthy", err)
+		}
+		if other, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}, Target: "other.example"}); err != nil || other.Member.Name != eu1 {
+			t.Fatalf("acquire for another target = %+v (%v), want %s", other.Member, err, eu1)
+		}
+	})
+
+	t.Run("a proxy that turns unhealthy is no longer offered", func(t *testing.T) {
+		r.setHealthy(t, "us-1", false, 7)
+		testutil.Eventually(t, wait, func() error {
+			_, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "us"}})
+			var nm *pool.NoMatchError
+			if !errors.As(err, &nm) || nm.Unhealthy != 1 {
+				return fmt.Errorf("acquire region=us = %v, want a 409 with 1 unhealthy", err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a deleted proxy disappears", func(t *testing.T) {
+		p := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "eu-2"}}
+		if err := env.Client.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, wait, func() error {
+			all, err := c.List(ctx, pool.ListFilter{})
+			if err != nil {
+				return err
+			}
+			if got := names(all); !slices.Equal(got, []string{eu1, us}) {
+				return fmt.Errorf("listed %v after deleting eu-2", got)
+			}
+			return nil
+		})
+	})
+
+	t.Run("the bearer token is required", func(t *testing.T) {
+		_, err := r.client(t, "").List(ctx, pool.ListFilter{})
+		var apiErr *pool.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+			t.Fatalf("list without a token = %v, want 401", err)
+		}
+		resp, err := http.Get(r.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthz without a token = %d, want 200", resp.StatusCode)
+		}
+	})
+
+	if r.rec.count(pool.LeaseOutcomeGranted) == 0 || r.rec.count(pool.LeaseOutcomeNoMatch) == 0 {
+		t.Errorf("recorder saw granted=%d no_match=%d, want both counted", r.rec.count(pool.LeaseOutcomeGranted), r.rec.count(pool.LeaseOutcomeNoMatch))
+	}
+	if strings.Contains(r.logs.String(), AuthDisabledWarning) {
+		t.Error("auth-disabled warning logged although a token is set")
+	}
+}
+
+func TestLeaseAPIWithoutATokenWarnsLoudly(t *testing.T) {
+	r := startAPI(t, "")
+	r.external(t, "px", "127.0.0.21", nil)
+	r.setHealthy(t, "px", true, 1)
+	c := r.client(t, "")
+	testutil.Eventually(t, wait, func() error {
+		ps, err := c.List(context.Background(), pool.ListFilter{HealthyOnly: true})
+		if err != nil || len(ps) != 1 {
+			return fmt.Errorf("healthy proxies %v (%v), want 1 without any token", ps, err)
+		}
+		return nil
+	})
+	if !strings.Contains(r.logs.String(), AuthDisabledWarning) {
+		t.Fatalf("no %q in the log:\n%s", AuthDisabledWarning, r.logs.String())
+	}
+}

@@ -1,0 +1,144 @@
+package leaseapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// DefaultShutdownGrace is how long in-flight lease requests may take when the
+// manager stops.
+const DefaultShutdownGrace = 5 * time.Second
+
+// AuthDisabledWarning starts the log line written when the API runs without a
+// token: loud, because anyone who reaches the port can lease upstreams and
+// read their credentials.
+const AuthDisabledWarning = "WARNING: lease API auth disabled"
+
+// Options configures Setup.
+type Options struct {
+	// Listen is the host:port the API listens on.
+	Listen string
+	// Token is the bearer token clients must send; empty turns authentication
+	// off, with a warning in the log.
+	Token string
+	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
+	Store pool.StoreOptions
+	// Recorder counts POST /v1/leases by outcome; nil records nothing.
+	Recorder pool.LeaseRecorder
+	// Logger receives the source's and the server's logs.
+	Logger logr.Logger
+	// ShutdownGrace bounds in-flight requests when the manager stops
+	// (default DefaultShutdownGrace).
+	ShutdownGrace time.Duration
+}
+
+// API is the controller's lease API: the store, the Source feeding it from
+// the Proxy cache, and the HTTP server. It is the server's manager Runnable.
+type API struct {
+	store  *pool.Store
+	source *Source
+	ln     net.Listener
+	srv    *http.Server
+	token  bool
+	grace  time.Duration
+	log    logr.Logger
+}
+
+// Setup creates the store, opens the listener (a busy port is an error
+// before anything starts) and adds the Source and the server to mgr. Both
+// run on every replica, leader or not.
+func Setup(mgr manager.Manager, o Options) (*API, error) {
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	log := o.Logger.WithName("leaseapi")
+	store := pool.NewStore(o.Store)
+	source := NewSource(mgr.GetCache(), store, log)
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
+	}
+	a := &API{
+		store:  store,
+		source: source,
+		ln:     ln,
+		token:  o.Token != "",
+		grace:  o.ShutdownGrace,
+		log:    log,
+		srv: &http.Server{
+			Handler: pool.NewAPIServer(store, pool.APIOptions{
+				Token:    o.Token,
+				Logger:   slog.New(logr.ToSlogHandler(log)),
+				Recorder: o.Recorder,
+			}),
+			ReadHeaderTimeout: 10 * time.Second,
+		},
+	}
+	if err := mgr.Add(source); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("lease API: adding the Proxy source: %w", err)
+	}
+	if err := mgr.Add(a); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("lease API: adding the server: %w", err)
+	}
+	return a, nil
+}
+
+// Store is the lease store, for the scrape-time metrics collector.
+func (a *API) Store() *pool.Store { return a.store }
+
+// Addr is the address the API listens on (the port chosen for ":0").
+func (a *API) Addr() net.Addr { return a.ln.Addr() }
+
+// NeedLeaderElection is false: every replica serves. Leases live in the
+// replica that granted them, which is why the controller ships as one.
+func (a *API) NeedLeaderElection() bool { return false }
+
+// Start serves the API once the Source has loaded the Proxies (requests
+// wait in the listen backlog until then), sweeps the store, and stops
+// gracefully when ctx ends.
+func (a *API) Start(ctx context.Context) error {
+	select {
+	case <-a.source.Synced():
+	case <-ctx.Done():
+		_ = a.ln.Close()
+		return nil
+	}
+	var sweep sync.WaitGroup
+	sweep.Go(func() { a.store.Start(ctx) })
+	defer sweep.Wait()
+
+	if !a.token {
+		a.log.Info(AuthDisabledWarning+": no token file given; any client that reaches this port can lease upstreams and read their credentials",
+			"addr", a.ln.Addr().String())
+	}
+	a.log.Info("lease API serving", "addr", a.ln.Addr().String(), "auth", a.token)
+	served := make(chan error, 1)
+	go func() { served <- a.srv.Serve(a.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("lease API on %s: %w", a.ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), a.grace)
+	defer cancel()
+	if err := a.srv.Shutdown(sctx); err != nil {
+		_ = a.srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("lease API on %s: %w", a.ln.Addr(), err)
+	}
+	return nil
+}

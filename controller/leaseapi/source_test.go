@@ -1,0 +1,192 @@
+package leaseapi
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+func proxy(name string, mut func(*v1alpha1.Proxy)) v1alpha1.Proxy {
+	p := v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: name},
+		Spec: v1alpha1.ProxySpec{
+			Mode:     v1alpha1.ModeExternal,
+			Endpoint: &v1alpha1.Endpoint{Host: "10.0.0.1", Port: 3128},
+		},
+	}
+	if mut != nil {
+		mut(&p)
+	}
+	return p
+}
+
+func healthy(p *v1alpha1.Proxy) {
+	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue}}
+}
+
+func TestMembers(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name string
+		in   v1alpha1.Proxy
+		want *pool.MemberHealth // nil: not a member
+	}{
+		{
+			name: "an external healthy proxy is an http member with its attributes and latency",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				healthy(p)
+				p.Spec.Attributes = map[string]string{"region": "eu"}
+				p.Status.LatencyMillis = 30
+			}),
+			want: &pool.MemberHealth{Healthy: true, Latency: 30 * time.Millisecond},
+		},
+		{
+			name: "no Healthy condition is unhealthy",
+			in:   proxy("a", nil),
+			want: &pool.MemberHealth{Healthy: false},
+		},
+		{
+			name: "Healthy False is unhealthy",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse}}
+			}),
+			want: &pool.MemberHealth{Healthy: false},
+		},
+		{
+			name: "a managed proxy without an ip yet is not a member",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				p.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "k8s"}
+				healthy(p)
+			}),
+		},
+		{
+			name: "a proxy being deleted is not a member",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				healthy(p)
+				p.DeletionTimestamp = &now
+			}),
+		},
+		{
+			name: "a negative latency counts as unknown",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				healthy(p)
+				p.Status.LatencyMillis = -5
+			}),
+			want: &pool.MemberHealth{Healthy: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Members([]v1alpha1.Proxy{tt.in})
+			if tt.want == nil {
+				if len(got) != 0 {
+					t.Fatalf("members = %+v, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("members = %+v, want one", got)
+			}
+			m := got[0]
+			if m.Name != "crawl/a" || m.URL.String() != "http://"+tt.in.Address() || m.Direct() {
+				t.Fatalf("member %s at %v, want crawl/a at http://%s", m.Name, m.URL, tt.in.Address())
+			}
+			if m.Healthy != tt.want.Healthy || m.Latency != tt.want.Latency {
+				t.Fatalf("healthy %v latency %s, want %v %s", m.Healthy, m.Latency, tt.want.Healthy, tt.want.Latency)
+			}
+			for k, v := range tt.in.Spec.Attributes {
+				if m.Attributes[k] != v {
+					t.Fatalf("attributes %v, want %v", m.Attributes, tt.in.Spec.Attributes)
+				}
+			}
+		})
+	}
+}
+
+func TestMembersManagedUsesStatusIPAndSpecPort(t *testing.T) {
+	p := proxy("m", func(p *v1alpha1.Proxy) {
+		p.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "k8s", Port: 8080}
+		p.Status.IP = "fd00::7"
+		healthy(p)
+	})
+	got := Members([]v1alpha1.Proxy{p})
+	if len(got) != 1 || got[0].URL.String() != "http://[fd00::7]:8080" {
+		t.Fatalf("members = %+v, want http://[fd00::7]:8080", got)
+	}
+}
+
+func TestMembersAreSortedAndOwnTheirAttributes(t *testing.T) {
+	attrs := map[string]string{"region": "eu"}
+	in := []v1alpha1.Proxy{
+		proxy("c", nil),
+		proxy("a", func(p *v1alpha1.Proxy) { p.Spec.Attributes = attrs }),
+		proxy("b", func(p *v1alpha1.Proxy) { p.Namespace = "alpha" }),
+	}
+	got := Members(in)
+	var gotNames []string
+	for _, m := range got {
+		gotNames = append(gotNames, m.Name)
+	}
+	if want := []string{"alpha/b", "crawl/a", "crawl/c"}; !slices.Equal(gotNames, want) {
+		t.Fatalf("names %v, want %v", gotNames, want)
+	}
+	got[1].Attributes["region"] = "us"
+	if attrs["region"] != "eu" {
+		t.Fatal("a member shares its attribute map with the cached Proxy")
+	}
+}
+
+func TestSameAndDiffMembers(t *testing.T) {
+	base := Members([]v1alpha1.Proxy{
+		proxy("a", healthy),
+		proxy("b", nil),
+	})
+	tests := []struct {
+		name                    string
+		next                    []v1alpha1.Proxy
+		same                    bool
+		added, removed, flipped []string
+	}{
+		{name: "identical", next: []v1alpha1.Proxy{proxy("a", healthy), proxy("b", nil)}, same: true},
+		{name: "a health flip", next: []v1alpha1.Proxy{proxy("a", nil), proxy("b", nil)}, flipped: []string{"crawl/a"}},
+		{name: "an added and a removed proxy", next: []v1alpha1.Proxy{proxy("a", healthy), proxy("c", nil)},
+			added: []string{"crawl/c"}, removed: []string{"crawl/b"}},
+		{name: "a latency change", next: []v1alpha1.Proxy{
+			proxy("a", func(p *v1alpha1.Proxy) { healthy(p); p.Status.LatencyMillis = 9 }), proxy("b", nil)}},
+		{name: "an attribute change", next: []v1alpha1.Proxy{
+			proxy("a", func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Attributes = map[string]string{"x": "y"} }), proxy("b", nil)}},
+		{name: "an endpoint change", next: []v1alpha1.Proxy{
+			proxy("a", func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Endpoint.Port = 3129 }), proxy("b", nil)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := Members(tt.next)
+			if got := sameMembers(base, next); got != tt.same {
+				t.Fatalf("sameMembers = %v, want %v", got, tt.same)
+			}
+			added, removed, flipped := diffMembers(base, next)
+			if !slices.Equal(added, tt.added) || !slices.Equal(removed, tt.removed) || !slices.Equal(flipped, tt.flipped) {
+				t.Fatalf("diff = +%v -%v ~%v, want +%v -%v ~%v", added, removed, flipped, tt.added, tt.removed, tt.flipped)
+			}
+		})
+	}
+}
+
+func TestLogNamesIsBounded(t *testing.T) {
+	var many []string
+	for i := range 25 {
+		many = append(many, string(rune('a'+i)))
+	}
+	got := logNames(many)
+	if len(got) != maxLoggedNames+1 || got[maxLoggedNames] != "... 15 more" {
+		t.Fatalf("logNames = %v", got)
+	}
+	if few := logNames(many[:3]); !slices.Equal(few, many[:3]) {
+		t.Fatalf("logNames of 3 = %v", few)
+	}
+}
