@@ -64,10 +64,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "probe_failures_total",
 			Help: "Failed health probes through a member.",
 		}, []string{"member"}),
-		leaseRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "lease_requests_total",
-			Help: "Lease API requests by outcome.",
-		}, []string{"outcome"}),
+		leaseRequests: newLeaseRequestsVec(),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
 		m.probeDuration, m.probeFailures, m.leaseRequests)
