@@ -246,6 +246,20 @@ func readTokenFile(flagName, path string) ([]string, error) {
 	return tokens, nil
 }
 
+// readSingleToken reads a bearer token file for a client or server that
+// takes exactly one token: the same format as readTokenFile, so one file
+// serves the gateway's --api-token-file and the lease CLI's --token-file.
+func readSingleToken(flagName, path string) (string, error) {
+	tokens, err := readTokenFile(flagName, path)
+	if err != nil {
+		return "", err
+	}
+	if len(tokens) != 1 {
+		return "", fmt.Errorf("--%s %s holds %d tokens; want exactly one", flagName, path, len(tokens))
+	}
+	return tokens[0], nil
+}
+
 // checkListenAddr validates a host:port flag value and reports whether it
 // binds only to loopback. An empty host (":3128") is every interface; a
 // host name other than localhost is not trusted to be loopback.

@@ -45,6 +45,8 @@ const (
 	flagProbeFailureThreshold = "probe-failure-threshold"
 	flagAPIListen             = "api-listen"
 	flagAPITokenFile          = "api-token-file"
+	flagPoolAPI               = "pool-api"
+	flagPoolTokenFile         = "pool-token-file"
 	flagMetricsListen         = "metrics-listen"
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
@@ -143,6 +145,8 @@ func gatewayFlags() []cli.Flag {
 		num(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
 		str(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
 		path(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
+		str(flagPoolAPI, "", "`URL` of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
+		path(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
 		str(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
@@ -168,6 +172,8 @@ type gatewayConfig struct {
 	probe               *probeConfig
 	apiListen           string
 	apiToken            string
+	poolAPI             string // remote pool mode when set
+	poolToken           string
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
@@ -197,11 +203,6 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		dst  *time.Duration
 	}{
 		{flagUpstreamsReload, &cfg.reloadInterval},
-		{flagLeaseTTL, &cfg.store.DefaultTTL},
-		{flagMaxLeaseTTL, &cfg.store.MaxTTL},
-		{flagCooldown, &cfg.store.Cooldown.Default},
-		{flagMaxCooldown, &cfg.store.Cooldown.Max},
-		{flagFailureCooldown, &cfg.store.FailureWindow},
 		{flagShutdownGrace, &cfg.shutdownGrace},
 		{flagDialTimeout, &cfg.dialTimeout},
 	}
@@ -212,14 +213,11 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		}
 		*d.dst = v
 	}
-	if cfg.store.DefaultTTL > cfg.store.MaxTTL {
-		return nil, fmt.Errorf("--%s %s is above --%s %s", flagLeaseTTL, cfg.store.DefaultTTL, flagMaxLeaseTTL, cfg.store.MaxTTL)
-	}
-	if cfg.store.Cooldown.Max < cfg.store.Cooldown.Default {
-		return nil, fmt.Errorf("--%s %s is below --%s %s", flagMaxCooldown, cfg.store.Cooldown.Max, flagCooldown, cfg.store.Cooldown.Default)
+	var err error
+	if cfg.store, err = storeOptionsFrom(c); err != nil {
+		return nil, err
 	}
 
-	var err error
 	if cfg.mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagRotation, err)
 	}
@@ -231,9 +229,6 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	if cfg.retries = c.Int(flagRetries); cfg.retries < 0 {
 		return nil, fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
-	}
-	if cfg.store.MaxLeasesPerMember = c.Int(flagMaxLeasesPerMember); cfg.store.MaxLeasesPerMember < 0 {
-		return nil, fmt.Errorf("--%s %d: must be 0 (unlimited) or more", flagMaxLeasesPerMember, cfg.store.MaxLeasesPerMember)
 	}
 
 	for i, raw := range c.StringSlice(flagUpstream) {
@@ -278,6 +273,9 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 
 	if err := cfg.readAuth(c); err != nil {
+		return nil, err
+	}
+	if cfg.poolAPI, cfg.poolToken, err = poolAPIFrom(c); err != nil {
 		return nil, err
 	}
 
@@ -325,14 +323,9 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 
 	cfg.apiListen = c.String(flagAPIListen)
 	if f := c.Path(flagAPITokenFile); f != "" {
-		tokens, err := readTokenFile(flagAPITokenFile, f)
-		if err != nil {
+		if cfg.apiToken, err = readSingleToken(flagAPITokenFile, f); err != nil {
 			return err
 		}
-		if len(tokens) != 1 {
-			return fmt.Errorf("--%s %s holds %d tokens; the lease API takes exactly one", flagAPITokenFile, f, len(tokens))
-		}
-		cfg.apiToken = tokens[0]
 	}
 	if cfg.apiListen == "" {
 		return nil

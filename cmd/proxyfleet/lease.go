@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -230,13 +229,9 @@ func leaseClient(c *cli.Context) (*pool.Client, string, error) {
 	}
 	var token string
 	if f := c.String("token-file"); f != "" {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return nil, "", fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(raw))
-		if token == "" {
-			return nil, "", fmt.Errorf("--token-file %s is empty", f)
+		var err error
+		if token, err = readSingleToken("token-file", f); err != nil {
+			return nil, "", err
 		}
 	}
 	client, err := pool.NewClient(c.String("api"), token, nil)

@@ -44,8 +44,10 @@ func startLeaseAPI(t *testing.T) *leaseAPI {
 	})
 	srv := httptest.NewServer(pool.NewAPIServer(st, pool.APIOptions{Token: leaseTestToken, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
+	// The comment line pins that the CLI reads the same token-file format as
+	// the gateway's --api-token-file, so one file serves both.
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(leaseTestToken+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("# lease API token\n"+leaseTestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &leaseAPI{store: st, url: srv.URL, tokenFile: tokenFile}
