@@ -48,14 +48,20 @@ const (
 type ProxySpec struct {
 	// Mode is Managed (the controller provisions the instance through a
 	// provider) or External (an existing proxy at spec.endpoint).
+	// Immutable: switching a live Proxy between Managed and External would
+	// leave a provisioned instance with nothing to clean it up.
 	// +kubebuilder:default=Managed
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.mode is immutable: create a new Proxy to switch between Managed and External"
 	// +optional
 	Mode ProxyMode `json:"mode,omitempty"`
 
 	// Provider names an entry of the controller's providers config; required
 	// for Managed, forbidden for External.
 	// +kubebuilder:validation:MaxLength=63
+	// Immutable: the instance's providerID only means something to the
+	// provider that created it.
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="provider must be a DNS-1123 label (lower-case letters, digits and '-'), the name of an entry in the providers config"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable: the instance belongs to the provider that created it; create a new Proxy to move it"
 	// +optional
 	Provider string `json:"provider,omitempty"`
 

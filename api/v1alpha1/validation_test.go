@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -521,6 +522,65 @@ func TestProviderHealthStatus(t *testing.T) {
 		err := env.Client.Status().Update(c, dup)
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "Duplicate value") {
 			t.Errorf("duplicate target: got %v, want Duplicate value", err)
+		}
+	})
+}
+
+func TestProxyModeAndProviderAreImmutable(t *testing.T) {
+	ns := env.Namespace(t)
+	c := ctx(t)
+	tests := []struct {
+		name   string
+		create string
+		edit   func(*v1alpha1.Proxy)
+		want   string
+	}{
+		{
+			name:   "provider cannot move a Managed proxy to another provider",
+			create: `{"provider":"in-cluster"}`,
+			edit:   func(p *v1alpha1.Proxy) { p.Spec.Provider = "gcp-eu" },
+			want:   "spec.provider is immutable",
+		},
+		{
+			name:   "mode cannot switch a Managed proxy to External",
+			create: `{"provider":"in-cluster"}`,
+			edit: func(p *v1alpha1.Proxy) {
+				p.Spec.Mode, p.Spec.Provider = v1alpha1.ModeExternal, ""
+				p.Spec.Endpoint = &v1alpha1.Endpoint{Host: "10.0.0.1", Port: 3128}
+			},
+			want: "spec.mode is immutable",
+		},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("immutable-%d", i)
+			if err := env.Client.Create(c, rawProxy(t, ns, name, tc.create)); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			var p v1alpha1.Proxy
+			if err := env.Client.Get(c, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			tc.edit(&p)
+			err := env.Client.Update(c, &p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("update error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("other spec fields stay editable", func(t *testing.T) {
+		if err := env.Client.Create(c, rawProxy(t, ns, "editable", `{"provider":"in-cluster"}`)); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		var p v1alpha1.Proxy
+		if err := env.Client.Get(c, client.ObjectKey{Namespace: ns, Name: "editable"}, &p); err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		p.Spec.Port = 8080
+		p.Spec.Attributes = map[string]string{"region": "eu"}
+		if err := env.Client.Update(c, &p); err != nil {
+			t.Fatalf("update of port and attributes: %v", err)
 		}
 	})
 }
