@@ -99,6 +99,10 @@ type HealthSnapshot struct {
 	LatencyMillis int64
 	// CheckedAt is when the status-affecting probe ran.
 	CheckedAt time.Time
+	// NoVerdict says the engine tracks the Proxy but has no verdict for its
+	// current address (not probed yet, no probe URL): any Healthy condition
+	// in status is stale and is removed.
+	NoVerdict bool
 }
 
 // HealthSource is what the reconciler reads health verdicts from. The health

@@ -113,14 +113,20 @@ func clearHealth(p *v1alpha1.Proxy) {
 }
 
 // applyHealth stages the health engine's verdict for a Proxy that has an
-// address. Without a verdict it leaves status alone, so a restart does not
-// flap a healthy fleet to unknown before the engine's first round.
+// address. When the engine does not track the Proxy yet it leaves status
+// alone, so a restart does not flap a healthy fleet to unknown before the
+// engine's first round; when the engine tracks it without a verdict
+// (NoVerdict) the stale Healthy condition is removed.
 func (r *ProxyReconciler) applyHealth(p *v1alpha1.Proxy) {
 	if r.Health == nil || p.Status.IP == "" {
 		return
 	}
 	snap, ok := r.Health.Snapshot(types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 	if !ok {
+		return
+	}
+	if snap.NoVerdict {
+		clearHealth(p)
 		return
 	}
 	status, reason := metav1.ConditionFalse, v1alpha1.ReasonProbeFailed

@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proxyfleet/proxyfleet/controller/health"
+)
+
+// SetupHealthEngine creates the health engine over the manager's cache, adds
+// it to mgr (it runs on the leader only) and connects it to r: the engine's
+// events re-enqueue Proxies through a channel source, and r stages the
+// engine's verdicts into status. Call it before r.SetupWithManager. A nil
+// o.Reader means mgr.GetCache().
+func SetupHealthEngine(mgr ctrl.Manager, r *ProxyReconciler, o health.Options) (*health.Engine, error) {
+	if o.Reader == nil {
+		o.Reader = mgr.GetCache()
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = mgr.GetLogger().WithName("health")
+	}
+	e, err := health.New(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(e); err != nil {
+		return nil, fmt.Errorf("adding the health engine to the manager: %w", err)
+	}
+	r.HealthEvents = e.Events()
+	r.Health = EngineHealth{Engine: e}
+	return e, nil
+}
+
+// EngineHealth adapts the health engine to the reconciler's HealthSource.
+type EngineHealth struct {
+	// Engine is the running health engine.
+	Engine *health.Engine
+}
+
+// Snapshot converts the engine's reported verdict. A Proxy the engine tracks
+// without a verdict (never probed, no probe URL, a new address) becomes
+// NoVerdict, which removes a stale Healthy condition; one it does not track
+// (not started yet, or no address) leaves status alone.
+func (h EngineHealth) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
+	v, ok := h.Engine.Snapshot(key)
+	if !ok {
+		return HealthSnapshot{}, false
+	}
+	if !v.Known {
+		return HealthSnapshot{NoVerdict: true}, true
+	}
+	return HealthSnapshot{
+		Healthy:       v.Healthy,
+		Message:       v.Message,
+		LatencyMillis: latencyMillis(v.Latency),
+		CheckedAt:     v.CheckedAt,
+	}, true
+}
+
+// latencyMillis rounds up, so a healthy proxy answering in under a
+// millisecond shows 1 rather than an absent (zero) latency.
+func latencyMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
