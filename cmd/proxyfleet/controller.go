@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -31,7 +32,7 @@ func controllerCommand() *cli.Command {
 		Usage: "reconcile Proxy objects: create, replace and delete upstream proxies through the configured providers",
 		Description: "Runs the Kubernetes controller. Without --providers-config only External Proxies are served;\n" +
 			"Managed ones fail with a condition saying so. It writes no files (a read-only root filesystem is fine).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)", EnvVars: []string{"PROXYFLEET_KUBECONFIG"}},
 			&cli.StringFlag{Name: "providers-config", Usage: "providers config `FILE` (YAML); without it Managed Proxies cannot be served", EnvVars: []string{"PROXYFLEET_PROVIDERS_CONFIG"}},
 			&cli.BoolFlag{Name: "leader-elect", Usage: "elect one active replica through a Lease", EnvVars: []string{"PROXYFLEET_LEADER_ELECT"}},
@@ -47,7 +48,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		},
+		}, runnableFlags()...),
 		Action: runController,
 	}
 }
@@ -120,6 +121,10 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	rs, err := parseRunnableFlags(c)
+	if err != nil {
+		return err
+	}
 	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
 	// controller-runtime and client-go (leader election, informers) log
 	// through their own globals; route both into the same sink so every line
@@ -164,6 +169,10 @@ func runController(c *cli.Context) error {
 	defer stop()
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
+	}
+	// The manager's metrics server serves controller-runtime's registry.
+	if _, err := addRunnables(mgr, rs, s.manager.ProxyNamespace, pcfg, provs, ctrlmetrics.Registry, logger); err != nil {
+		return err
 	}
 	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
 		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)
