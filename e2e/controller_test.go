@@ -37,7 +37,10 @@ func startController(t *testing.T, bin string, env *testenv.Env, ns string, extr
 		args := []string{"controller", "--kubeconfig", kubeconfig, "--proxy-namespace", ns,
 			"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1],
 			"--requeue-now", "50ms", "--provisioning-poll", "200ms", "--deletion-poll", "200ms", "--drift-poll", "500ms",
-			"--log-format", "text"}
+			"--log-format", "text",
+			// The view is namespace-restricted; this controller is the only
+			// user of its providers, so the orphan GC may run on it.
+			"--gc-allow-namespaced"}
 		return testutil.ProcessOptions{
 			Name:            "controller[" + t.Name() + "]",
 			Args:            append(args, extra...),
