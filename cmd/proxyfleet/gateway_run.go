@@ -24,8 +24,10 @@ import (
 )
 
 // runGateway wires the store, member sources, prober, gateway, lease API and
-// metrics server from cfg and serves until ctx ends or SIGTERM/SIGINT
-// arrives, then drains for up to the shutdown grace and returns nil. Every
+// metrics server from cfg (in remote pool mode, --pool-api, a lease API
+// client instead of the store, sources, prober and API) and serves until ctx
+// ends or SIGTERM/SIGINT arrives, then drains for up to the shutdown grace
+// and returns nil. Every
 // listener is opened before anything starts, so a busy port is an error that
 // leaves nothing running.
 func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error {
@@ -36,13 +38,30 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rec := metrics.New(reg)
-	store := pool.NewStore(cfg.store)
-	reg.MustRegister(metrics.NewPoolCollector(store))
+
+	// The pool: the controller's lease API in remote mode, else a store of
+	// our own (with its scrape-time gauges).
+	var (
+		leases pool.Pool
+		store  *pool.Store
+		remote *pool.Client
+		err    error
+	)
+	if cfg.poolAPI != "" {
+		if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
+			return fmt.Errorf("--%s: %w", flagPoolAPI, err)
+		}
+		leases = remote
+	} else {
+		store = pool.NewStore(cfg.store)
+		reg.MustRegister(metrics.NewPoolCollector(store))
+		leases = store
+	}
 
 	// The gateway is created before the members are known so that a reload
 	// can tell it which members left.
 	gw, err := gateway.New(gateway.Options{
-		Pool:                store,
+		Pool:                leases,
 		Mode:                cfg.mode,
 		LeaseTTL:            cfg.store.DefaultTTL,
 		Retries:             cfg.retries,
@@ -57,59 +76,14 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		return err
 	}
 
-	var members []pool.Member
-	var fileSource *pool.FileSource
-	switch {
-	case cfg.upstreamsFile != "":
-		fileSource = pool.NewFileSource(cfg.upstreamsFile, pool.FileSourceOptions{
-			Static:   cfg.static,
-			Interval: cfg.reloadInterval,
-			OnChange: func(next []pool.Member) {
-				gone := removedMembers(store.Members(), next)
-				// SetMembers keeps live leases and tunnels: removed members
-				// are only never chosen again.
-				store.SetMembers(next)
-				for _, name := range gone {
-					gw.ForgetMember(name)
-					rec.ForgetMember(name)
-				}
-				log.Info("upstreams reloaded", "file", cfg.upstreamsFile, "members", len(next), "removed", len(gone))
-			},
-			OnError: func(err error) {
-				log.Error("upstreams file rejected; keeping the current members", "err", err)
-			},
-		})
-		if members, err = fileSource.Load(); err != nil {
-			return fmt.Errorf("--%s: %w", flagUpstreamsFile, err)
-		}
-		if len(members) == 0 {
-			log.Warn("no members: every request gets 503 until the upstreams file lists one", "file", cfg.upstreamsFile)
-		}
-	case len(cfg.static) > 0:
-		if members, err = pool.MergeMembers(cfg.static, nil); err != nil {
-			return fmt.Errorf("--%s/--%s: %w", flagUpstream, flagEgressAddr, err)
-		}
-	default:
-		// Nothing configured: the gateway works on a fresh machine. A
-		// configured but empty upstreams file never falls back to this, so a
-		// crawler meant to go through proxies never leaves from this host.
-		members = []pool.Member{pool.DirectMember()}
-	}
-	store.SetMembers(members)
-
-	var prober *pool.Prober
-	if p := cfg.probe; p != nil {
-		prober, err = pool.NewProber(func() []pool.Member { return memberList(store.Members()) }, store, pool.ProberOptions{
-			URL:              p.url,
-			Interval:         p.interval,
-			Timeout:          p.timeout,
-			SuccessThreshold: p.successThreshold,
-			FailureThreshold: p.failureThreshold,
-			Recorder:         rec,
-			Logger:           log,
-		})
-		if err != nil {
-			return fmt.Errorf("--%s: %w", flagProbeURL, err)
+	var (
+		members    []pool.Member
+		fileSource *pool.FileSource
+		prober     *pool.Prober
+	)
+	if store != nil {
+		if members, fileSource, prober, err = localPool(cfg, store, gw, rec, log); err != nil {
+			return err
 		}
 	}
 
@@ -138,7 +112,12 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			run(bgCtx)
 		}()
 	}
-	goRun(store.Start)
+	if store != nil {
+		goRun(store.Start)
+	}
+	if remote != nil {
+		goRun(func(ctx context.Context) { checkPoolAPI(ctx, remote, cfg.poolAPI, log) })
+	}
 	if fileSource != nil {
 		goRun(fileSource.Run)
 	}
@@ -169,8 +148,13 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	ready.Serving()
 	printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
-	log.Info("gateway started", "listen", proxyLn.Addr().String(), "members", len(members), "rotation", string(cfg.mode),
-		"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil)
+	if remote != nil {
+		log.Info("gateway started", "listen", proxyLn.Addr().String(), "poolAPI", cfg.poolAPI, "rotation", string(cfg.mode),
+			"auth", len(cfg.tokens) > 0)
+	} else {
+		log.Info("gateway started", "listen", proxyLn.Addr().String(), "members", len(members), "rotation", string(cfg.mode),
+			"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil)
+	}
 
 	var runErr error
 	select {
@@ -194,6 +178,100 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// localPool loads the members of a gateway that holds its own pool (the
+// upstreams file, --upstream, --egress-addr, or direct egress) into store,
+// and builds the file source and the prober when configured; neither runs yet.
+func localPool(cfg *gatewayConfig, store *pool.Store, gw *gateway.Gateway, rec *metrics.Metrics, log *slog.Logger) (
+	[]pool.Member, *pool.FileSource, *pool.Prober, error) {
+	var (
+		members    []pool.Member
+		fileSource *pool.FileSource
+		err        error
+	)
+	switch {
+	case cfg.upstreamsFile != "":
+		fileSource = pool.NewFileSource(cfg.upstreamsFile, pool.FileSourceOptions{
+			Static:   cfg.static,
+			Interval: cfg.reloadInterval,
+			OnChange: func(next []pool.Member) {
+				gone := removedMembers(store.Members(), next)
+				// SetMembers keeps live leases and tunnels: removed members
+				// are only never chosen again.
+				store.SetMembers(next)
+				for _, name := range gone {
+					gw.ForgetMember(name)
+					rec.ForgetMember(name)
+				}
+				log.Info("upstreams reloaded", "file", cfg.upstreamsFile, "members", len(next), "removed", len(gone))
+			},
+			OnError: func(err error) {
+				log.Error("upstreams file rejected; keeping the current members", "err", err)
+			},
+		})
+		if members, err = fileSource.Load(); err != nil {
+			return nil, nil, nil, fmt.Errorf("--%s: %w", flagUpstreamsFile, err)
+		}
+		if len(members) == 0 {
+			log.Warn("no members: every request gets 503 until the upstreams file lists one", "file", cfg.upstreamsFile)
+		}
+	case len(cfg.static) > 0:
+		if members, err = pool.MergeMembers(cfg.static, nil); err != nil {
+			return nil, nil, nil, fmt.Errorf("--%s/--%s: %w", flagUpstream, flagEgressAddr, err)
+		}
+	default:
+		// Nothing configured: the gateway works on a fresh machine. A
+		// configured but empty upstreams file never falls back to this, so a
+		// crawler meant to go through proxies never leaves from this host.
+		members = []pool.Member{pool.DirectMember()}
+	}
+	store.SetMembers(members)
+
+	p := cfg.probe
+	if p == nil {
+		return members, fileSource, nil, nil
+	}
+	prober, err := pool.NewProber(func() []pool.Member { return memberList(store.Members()) }, store, pool.ProberOptions{
+		URL:              p.url,
+		Interval:         p.interval,
+		Timeout:          p.timeout,
+		SuccessThreshold: p.successThreshold,
+		FailureThreshold: p.failureThreshold,
+		Recorder:         rec,
+		Logger:           log,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--%s: %w", flagProbeURL, err)
+	}
+	return members, fileSource, prober, nil
+}
+
+// poolAPICheckTimeout bounds the start-up check of --pool-api.
+const poolAPICheckTimeout = 5 * time.Second
+
+// checkPoolAPI asks the pool API once, at start, for its healthy upstreams
+// and logs what an operator must know: unreachable (requests get 503 until
+// it answers), the token refused, or nothing to lease. It never stops the
+// gateway: a sidecar may well start before its controller.
+func checkPoolAPI(ctx context.Context, c *pool.Client, apiURL string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, poolAPICheckTimeout)
+	defer cancel()
+	healthy, err := c.List(ctx, pool.ListFilter{HealthyOnly: true})
+	var apiErr *pool.APIError
+	switch {
+	case err == nil && len(healthy) == 0:
+		log.Warn("the pool API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", apiURL)
+	case err == nil:
+		log.Info("pool API reachable", "poolAPI", apiURL, "healthyUpstreams", len(healthy))
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+		log.Error("the pool API refused the token: check --"+flagPoolTokenFile+"; every request fails until it is fixed", "poolAPI", apiURL, "err", err)
+	case ctx.Err() != nil && !errors.Is(err, pool.ErrUnreachable):
+		// Shutting down, or the check timed out on a reachable API.
+		log.Warn("pool API check did not finish", "poolAPI", apiURL, "err", err)
+	default:
+		log.Warn("pool API not reachable; requests that hold no lease get 503 pool_unreachable until it answers", "poolAPI", apiURL, "err", err)
+	}
 }
 
 // removedMembers names the members of current that next no longer has.
@@ -284,8 +362,13 @@ func printUsage(w io.Writer, cfg *gatewayConfig, members []pool.Member, proxyLn,
 		noun = "member"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "proxyfleet gateway listening on %s with %d %s (%s), rotation %s\n",
-		proxyLn.Addr(), len(members), noun, strings.Join(names, ", "), cfg.mode)
+	if cfg.poolAPI != "" {
+		fmt.Fprintf(&b, "proxyfleet gateway listening on %s leasing from the pool API %s, rotation %s\n",
+			proxyLn.Addr(), cfg.poolAPI, cfg.mode)
+	} else {
+		fmt.Fprintf(&b, "proxyfleet gateway listening on %s with %d %s (%s), rotation %s\n",
+			proxyLn.Addr(), len(members), noun, strings.Join(names, ", "), cfg.mode)
+	}
 	if len(cfg.tokens) > 0 {
 		fmt.Fprintf(&b, "  TOKEN=<a token from --%s>\n", flagAuthTokenFile)
 	}

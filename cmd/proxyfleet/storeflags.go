@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// storeOptionsFrom reads the lease store flags the gateway and the
+// controller share (--lease-ttl, --max-lease-ttl, --cooldown,
+// --max-cooldown, --failure-cooldown, --max-leases-per-member), naming the
+// flag that is wrong.
+func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
+	var o pool.StoreOptions
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{flagLeaseTTL, &o.DefaultTTL},
+		{flagMaxLeaseTTL, &o.MaxTTL},
+		{flagCooldown, &o.Cooldown.Default},
+		{flagMaxCooldown, &o.Cooldown.Max},
+		{flagFailureCooldown, &o.FailureWindow},
+	} {
+		v := c.Duration(d.name)
+		if v <= 0 {
+			return o, fmt.Errorf("--%s %s: must be positive", d.name, v)
+		}
+		*d.dst = v
+	}
+	if o.DefaultTTL > o.MaxTTL {
+		return o, fmt.Errorf("--%s %s is above --%s %s", flagLeaseTTL, o.DefaultTTL, flagMaxLeaseTTL, o.MaxTTL)
+	}
+	if o.Cooldown.Max < o.Cooldown.Default {
+		return o, fmt.Errorf("--%s %s is below --%s %s", flagMaxCooldown, o.Cooldown.Max, flagCooldown, o.Cooldown.Default)
+	}
+	if o.MaxLeasesPerMember = c.Int(flagMaxLeasesPerMember); o.MaxLeasesPerMember < 0 {
+		return o, fmt.Errorf("--%s %d: must be 0 (unlimited) or more", flagMaxLeasesPerMember, o.MaxLeasesPerMember)
+	}
+	return o, nil
+}
+
+// poolAPIConflicts are the gateway flags that give it a pool of its own, so
+// they make no sense with --pool-api.
+var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr, flagProbeURL, flagAPIListen}
+
+// poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
+// (never echoed with credentials), exactly one token, and none of the flags
+// that would give the gateway a pool of its own. An empty apiURL means the
+// gateway holds its own pool.
+func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
+	apiURL = strings.TrimSpace(c.String(flagPoolAPI))
+	tokenFile := c.Path(flagPoolTokenFile)
+	if apiURL == "" {
+		if tokenFile != "" {
+			return "", "", fmt.Errorf("--%s needs --%s (the lease API the token is for)", flagPoolTokenFile, flagPoolAPI)
+		}
+		return "", "", nil
+	}
+	for _, name := range poolAPIConflicts {
+		if c.IsSet(name) {
+			return "", "", fmt.Errorf("--%s and --%s exclude each other: with --%s the gateway leases from the controller's pool and holds none of its own",
+				flagPoolAPI, name, flagPoolAPI)
+		}
+	}
+	if tokenFile != "" {
+		if token, err = readSingleToken(flagPoolTokenFile, tokenFile); err != nil {
+			return "", "", err
+		}
+	}
+	// NewClient's errors show the URL redacted.
+	if _, err := pool.NewClient(apiURL, token, nil); err != nil {
+		return "", "", fmt.Errorf("--%s: %w", flagPoolAPI, err)
+	}
+	return apiURL, token, nil
+}
