@@ -48,7 +48,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, runnableFlags()...),
+		}, append(runnableFlags(), healthFlags()...)...),
 		Action: runController,
 	}
 }
@@ -125,6 +125,10 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	hs, err := parseHealthFlags(c)
+	if err != nil {
+		return err
+	}
 	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
 	// controller-runtime and client-go (leader election, informers) log
 	// through their own globals; route both into the same sink so every line
@@ -167,6 +171,10 @@ func runController(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Before SetupWithManager: the engine's events are one of its watches.
+	if _, err := setupHealth(mgr, r, hs, ctrlmetrics.Registry, logger); err != nil {
+		return err
+	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
 	}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/controller/health"
+)
+
+func TestControllerRejectsBadHealthFlagsNamingTheFlag(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    string
+		secrets string // must not appear in the error
+	}{
+		{name: "a zero tick", args: []string{"--health-tick", "0s"}, want: "--health-tick"},
+		{name: "no workers", args: []string{"--health-workers", "0"}, want: "--health-workers"},
+		{name: "a zero minimum report interval", args: []string{"--health-min-report-interval", "0s"}, want: "--health-min-report-interval"},
+		{name: "a probe URL that is not http or https", args: []string{"--default-probe-url", "ftp://example.org/"}, want: "--default-probe-url"},
+		{name: "a probe URL without a host", args: []string{"--default-probe-url", "http:///generate_204"}, want: "--default-probe-url"},
+		{
+			name: "a bad probe URL is echoed without its password", args: []string{"--default-probe-url", "ftp://probe:hunter2@example.org/"},
+			want: "--default-probe-url", secrets: "hunter2",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := runControllerArgs(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one naming %s", err, tc.want)
+			}
+			if tc.secrets != "" && strings.Contains(err.Error(), tc.secrets) {
+				t.Fatalf("error leaks the URL's password: %v", err)
+			}
+		})
+	}
+}
+
+func TestHealthFlagsReadTheEnvironment(t *testing.T) {
+	t.Setenv("PROXYFLEET_HEALTH_WORKERS", "0")
+	if err := runControllerArgs(t); err == nil || !strings.Contains(err.Error(), "--health-workers") {
+		t.Fatalf("PROXYFLEET_HEALTH_WORKERS=0: error = %v, want one naming --health-workers", err)
+	}
+}
+
+func TestHealthSettingsAcceptTheDocumentedValues(t *testing.T) {
+	tests := []struct {
+		name string
+		s    healthSettings
+	}{
+		{"the defaults, no default probe URL", healthSettings{tick: health.DefaultTick, workers: health.DefaultWorkers, minReport: health.DefaultMinReportInterval}},
+		{"an https default probe URL", healthSettings{tick: 100 * time.Millisecond, workers: 1, minReport: time.Second, defaultProbeURL: "https://example.org/generate_204"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.s.validate(); err != nil {
+				t.Fatalf("validate: %v", err)
+			}
+		})
+	}
+}
