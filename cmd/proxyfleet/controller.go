@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, append(runnableFlags(), healthFlags()...)...),
+		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags())...),
 		Action: runController,
 	}
 }
@@ -129,6 +130,10 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	ls, err := parseLeaseAPIFlags(c)
+	if err != nil {
+		return err
+	}
 	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
 	// controller-runtime and client-go (leader election, informers) log
 	// through their own globals; route both into the same sink so every line
@@ -180,6 +185,10 @@ func runController(c *cli.Context) error {
 	}
 	// The manager's metrics server serves controller-runtime's registry.
 	if _, err := addRunnables(mgr, rs, s.manager.ProxyNamespace, pcfg, provs, ctrlmetrics.Registry, logger); err != nil {
+		return err
+	}
+	// Not leader-elected: every replica serves the lease API.
+	if _, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger); err != nil {
 		return err
 	}
 	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),

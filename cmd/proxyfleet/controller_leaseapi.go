@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
+	"github.com/proxyfleet/proxyfleet/metrics"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// Flags of the controller's lease API. The store flags (--lease-ttl,
+// --max-lease-ttl, --cooldown, --max-cooldown, --failure-cooldown,
+// --max-leases-per-member) share the gateway's names and parsing.
+const (
+	flagLeaseAPIListen    = "lease-api-listen"
+	flagLeaseAPITokenFile = "lease-api-token-file"
+)
+
+// defaultLeaseAPIListen is where the controller serves the lease API.
+const defaultLeaseAPIListen = ":8090"
+
+// controllerLeaseAPIFlags are the controller lease API's flags; controllerCommand
+// appends them.
+func controllerLeaseAPIFlags() []cli.Flag {
+	str := func(name, value, usage string) cli.Flag {
+		return &cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}}
+	}
+	return []cli.Flag{
+		str(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
+		&cli.PathFlag{Name: flagLeaseAPITokenFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseAPITokenFile)},
+			Usage: "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"},
+		&cli.DurationFlag{Name: flagLeaseTTL, Value: pool.DefaultLeaseTTL, EnvVars: []string{envVar(flagLeaseTTL)},
+			Usage: "lease lifetime when a request gives no ttlSeconds"},
+		&cli.DurationFlag{Name: flagMaxLeaseTTL, Value: pool.DefaultMaxLeaseTTL, EnvVars: []string{envVar(flagMaxLeaseTTL)},
+			Usage: "longest lease granted; a longer ttlSeconds is a 400"},
+		&cli.DurationFlag{Name: flagCooldown, Value: pool.DefaultCooldown, EnvVars: []string{envVar(flagCooldown)},
+			Usage: "how long a Proxy rests for a target after a reported ban, when no retryAfterSeconds came with it"},
+		&cli.DurationFlag{Name: flagMaxCooldown, Value: pool.DefaultMaxCooldown, EnvVars: []string{envVar(flagMaxCooldown)},
+			Usage: "cap on a cooldown (retry-after and repeated-ban backoff included); also how long an ended lease still takes reports"},
+		&cli.DurationFlag{Name: flagFailureCooldown, Value: pool.DefaultFailureWindow, EnvVars: []string{envVar(flagFailureCooldown)},
+			Usage: "how long a Proxy reported as failing (upstream_failed) is out for every target"},
+		&cli.IntFlag{Name: flagMaxLeasesPerMember, EnvVars: []string{envVar(flagMaxLeasesPerMember)},
+			Usage: "cap on active leases per Proxy (0: unlimited)"},
+	}
+}
+
+// leaseAPISettings are the parsed lease API flags; listen "" is off.
+type leaseAPISettings struct {
+	listen string
+	token  string
+	store  pool.StoreOptions
+}
+
+// parseLeaseAPIFlags validates the lease API flags before anything
+// connects, naming the flag that is wrong.
+func parseLeaseAPIFlags(c *cli.Context) (leaseAPISettings, error) {
+	var s leaseAPISettings
+	var err error
+	if s.store, err = storeOptionsFrom(c); err != nil {
+		return s, err
+	}
+	if f := c.Path(flagLeaseAPITokenFile); f != "" {
+		if s.token, err = readSingleToken(flagLeaseAPITokenFile, f); err != nil {
+			return s, err
+		}
+	}
+	switch addr := strings.TrimSpace(c.String(flagLeaseAPIListen)); addr {
+	case "", "0", "off":
+	default:
+		if _, err := checkListenAddr(flagLeaseAPIListen, addr); err != nil {
+			return s, err
+		}
+		s.listen = addr
+	}
+	return s, nil
+}
+
+// setupLeaseAPI adds the lease API (its Proxy source and server) to mgr and
+// registers proxyfleet_lease_requests_total and the scrape-time pool gauges
+// (leases_active, cooldowns_active, members) with reg. It returns nil when
+// the API is off. The listener is open when it returns.
+func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Registerer, logger logr.Logger) (*leaseapi.API, error) {
+	if s.listen == "" {
+		logger.Info("lease API off (--" + flagLeaseAPIListen + " 0)")
+		return nil, nil
+	}
+	api, err := leaseapi.Setup(mgr, leaseapi.Options{
+		Listen:   s.listen,
+		Token:    s.token,
+		Store:    s.store,
+		Recorder: metrics.NewLeaseRequests(reg),
+		Logger:   logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagLeaseAPIListen, s.listen, err)
+	}
+	if err := reg.Register(metrics.NewPoolCollector(api.Store())); err != nil {
+		return nil, fmt.Errorf("registering the lease pool gauges: %w", err)
+	}
+	return api, nil
+}
