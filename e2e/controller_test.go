@@ -26,16 +26,18 @@ import (
 type controllerProc struct {
 	*testutil.Process
 	metricsAddr, probeAddr string
+	leaseAPIAddr           string // the lease API, without a token
 }
 
 // startController runs the real binary against env, restricted to ns, with
-// shrunken intervals, on free loopback ports for metrics and probes.
+// shrunken intervals, on free loopback ports for metrics, probes and the
+// lease API.
 func startController(t *testing.T, bin string, env *testenv.Env, ns string, extra ...string) *controllerProc {
 	t.Helper()
 	kubeconfig := env.WriteKubeconfig(t)
-	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, 2, func(addrs []string) testutil.ProcessOptions {
+	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, 3, func(addrs []string) testutil.ProcessOptions {
 		args := []string{"controller", "--kubeconfig", kubeconfig, "--proxy-namespace", ns,
-			"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1],
+			"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--lease-api-listen", addrs[2],
 			"--requeue-now", "50ms", "--provisioning-poll", "200ms", "--deletion-poll", "200ms", "--drift-poll", "500ms",
 			"--log-format", "text",
 			// The view is namespace-restricted; this controller is the only
@@ -48,7 +50,7 @@ func startController(t *testing.T, bin string, env *testenv.Env, ns string, extr
 			ExpectCleanExit: true,
 		}
 	})
-	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1]}
+	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1], leaseAPIAddr: addrs[2]}
 }
 
 // poll waits up to 30s for cond, failing with its last explanation.
