@@ -145,7 +145,8 @@ func (r *running) external(t *testing.T, name, host string, attrs map[string]str
 }
 
 // setHealthy writes the Healthy condition (and latency) through the status
-// subresource, as the reconciler would for the health engine.
+// subresource, as the reconciler would for the health engine, together with
+// status.ip, which the reconciler sets to an External Proxy's endpoint host.
 func (r *running) setHealthy(t *testing.T, name string, healthy bool, latencyMillis int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -162,6 +163,7 @@ func (r *running) setHealthy(t *testing.T, name string, healthy bool, latencyMil
 		ObservedGeneration: p.Generation,
 	})
 	p.Status.LatencyMillis = latencyMillis
+	p.Status.IP = p.EffectiveHost()
 	if err := env.Client.Status().Update(ctx, &p); err != nil {
 		t.Fatalf("status update of %s: %v", name, err)
 	}
@@ -306,6 +308,36 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 				return fmt.Errorf("acquire region=us = %v, want a 409 with 1 unhealthy", err)
 			}
 			return nil
+		})
+	})
+
+	t.Run("an edited endpoint is not offered on the old address's verdict", func(t *testing.T) {
+		var p v1alpha1.Proxy
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: "eu-1"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Endpoint.Host = "127.0.0.15"
+		if err := env.Client.Update(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, wait, func() error {
+			_, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: eu1})
+			var nm *pool.NoMatchError
+			if !errors.As(err, &nm) || nm.Unhealthy != 1 {
+				return fmt.Errorf("acquire %s = %v, want a 409 with 1 unhealthy", eu1, err)
+			}
+			return nil
+		})
+		r.setHealthy(t, "eu-1", true, 30)
+		testutil.Eventually(t, wait, func() error {
+			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: eu1})
+			if err != nil {
+				return err
+			}
+			if l.Member.URL.String() != "http://127.0.0.15:3128" {
+				return fmt.Errorf("leased %s at %v, want the new endpoint", eu1, l.Member.URL)
+			}
+			return c.Release(ctx, l.ID)
 		})
 	})
 

@@ -32,8 +32,11 @@ func MemberName(p *v1alpha1.Proxy) string {
 // Members turns Proxies into pool members with their health: every Proxy
 // with an address (Address() not empty) that is not being deleted becomes
 // http://host:port with spec.attributes, healthy when its Healthy condition
-// is True, with status.latencyMillis as its latency. The result is sorted
-// by name (the order the store keeps anyway).
+// is True for the address it has now, with status.latencyMillis as its
+// latency. Health belongs to an address: an External Proxy whose endpoint
+// host was just edited (status.ip still the old host until the reconciler
+// catches up and clears the verdict) is unhealthy until probed. The result
+// is sorted by name (the order the store keeps anyway).
 func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 	out := make([]pool.MemberHealth, 0, len(proxies))
 	for i := range proxies {
@@ -48,7 +51,7 @@ func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 				URL:        &url.URL{Scheme: "http", Host: addr},
 				Attributes: maps.Clone(p.Spec.Attributes),
 			},
-			Healthy: p.IsHealthy(),
+			Healthy: p.IsHealthy() && p.Status.IP == p.EffectiveHost(),
 			Latency: time.Duration(max(p.Status.LatencyMillis, 0)) * time.Millisecond,
 		})
 	}

@@ -25,8 +25,13 @@ func proxy(name string, mut func(*v1alpha1.Proxy)) v1alpha1.Proxy {
 	return p
 }
 
+// healthy gives p a True Healthy condition for its current address, as the
+// reconciler writes it (status.ip is the endpoint host for External).
 func healthy(p *v1alpha1.Proxy) {
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue}}
+	if p.IsExternal() {
+		p.Status.IP = p.Spec.Endpoint.Host
+	}
 }
 
 func TestMembers(t *testing.T) {
@@ -70,6 +75,14 @@ func TestMembers(t *testing.T) {
 				healthy(p)
 				p.DeletionTimestamp = &now
 			}),
+		},
+		{
+			name: "a verdict for the old host of an edited endpoint is unhealthy",
+			in: proxy("a", func(p *v1alpha1.Proxy) {
+				healthy(p)
+				p.Spec.Endpoint.Host = "10.0.0.2"
+			}),
+			want: &pool.MemberHealth{Healthy: false},
 		},
 		{
 			name: "a negative latency counts as unknown",
