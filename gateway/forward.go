@@ -82,7 +82,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	}
 	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
 	for attempt := 0; ; attempt++ {
-		resp, err := h.mc.transport.RoundTrip(out)
+		resp, err := h.mc.roundTrip(out)
 		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired && !h.mc.m.Direct() {
 			discard(resp)
 			resp, err = nil, errUpstreamAuth

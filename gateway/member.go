@@ -28,6 +28,9 @@ type memberConn struct {
 	m         pool.Member
 	nameHdr   []string // {m.Name}, shared by every response header
 	transport *http.Transport
+	// lean carries bodiless http:// requests through an http:// upstream
+	// (see upstream.go); nil for other members.
+	lean *upstreamPool
 	// proxyAuth is the Proxy-Authorization value from the member URL's
 	// userinfo ("" when none), sent with CONNECT.
 	proxyAuth string
@@ -38,7 +41,21 @@ type memberConn struct {
 	local        *net.TCPAddr // direct members bound to SourceAddr
 }
 
-func (mc *memberConn) close() { mc.transport.CloseIdleConnections() }
+func (mc *memberConn) close() {
+	mc.transport.CloseIdleConnections()
+	if mc.lean != nil {
+		mc.lean.closeIdle(true)
+	}
+}
+
+// roundTrip forwards req through the member: on the lean path when it
+// qualifies, else through the Transport.
+func (mc *memberConn) roundTrip(req *http.Request) (*http.Response, error) {
+	if leanEligible(mc, req) {
+		return mc.lean.roundTrip(req.Context(), req, mc.proxyAuth)
+	}
+	return mc.transport.RoundTrip(req)
+}
 
 // memberFor returns the state of m, creating it on first use and replacing
 // it when the member's endpoint changed (a reload under the same name).
@@ -160,6 +177,9 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 		mc.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	}
 	mc.socks5 = u.Scheme == "socks5" || u.Scheme == "socks5h"
+	if u.Scheme == "http" {
+		mc.lean = newUpstreamPool(mc.upstreamAddr, g.dialTimeout)
+	}
 	return mc, nil
 }
 
