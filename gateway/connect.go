@@ -65,7 +65,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 				return
 			}
 			if lastErr == nil {
-				g.rec.Request("", g.poolError(w, err), time.Since(start))
+				g.rec.Request("", g.poolError(w, &lr, err), time.Since(start))
 				return
 			}
 			g.fail(w, http.StatusBadGateway, "upstream_failed",

@@ -69,7 +69,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 			g.rec.Request("", OutcomeClientError, time.Since(start))
 			return
 		}
-		g.rec.Request("", g.poolError(w, err), time.Since(start))
+		g.rec.Request("", g.poolError(w, &lr, err), time.Since(start))
 		return
 	}
 

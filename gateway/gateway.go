@@ -364,13 +364,20 @@ func (g *Gateway) fail(w http.ResponseWriter, status int, reason, msg string) {
 }
 
 // poolError answers a failed Acquire: 503 for no usable member or an
-// unreachable pool API, 407 for a sessttl above the pool's maximum.
-func (g *Gateway) poolError(w http.ResponseWriter, err error) string {
+// unreachable pool API, 407 for a client's sessttl above the pool's maximum.
+// A TTL the client did not ask for is the gateway's own --lease-ttl: a
+// configuration mismatch with the pool API, never the client's fault.
+func (g *Gateway) poolError(w http.ResponseWriter, lr *leaseReq, err error) string {
 	var nm *pool.NoMatchError
 	switch {
 	case errors.As(err, &nm):
 		w.Header().Set("Retry-After", "1")
 		g.fail(w, http.StatusServiceUnavailable, "no_member", nm.Error())
+		return OutcomeNoMember
+	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
+		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
+		g.fail(w, http.StatusServiceUnavailable, "pool_error",
+			"the gateway's lease TTL "+g.leaseTTL.String()+" is above the pool's maximum ("+err.Error()+"); lower the gateway's --lease-ttl")
 		return OutcomeNoMember
 	case errors.Is(err, pool.ErrTTLTooLong):
 		msg := "sessttl above the pool's maximum lease TTL"

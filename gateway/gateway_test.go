@@ -439,6 +439,21 @@ func TestSessTTLAboveMaximumIs407(t *testing.T) {
 	}
 }
 
+func TestGatewayLeaseTTLAboveThePoolMaximumIs503NotTheClientsFault(t *testing.T) {
+	// The client asked for no sessttl: the TTL is the gateway's own
+	// --lease-ttl, so a 407 blaming the client's parameters would mislead.
+	e := newEnv(t, Options{AllowPrivateTargets: true, LeaseTTL: 2 * time.Hour}, pool.StoreOptions{MaxTTL: time.Minute}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	resp, err := e.client("u", "").Get(tg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != "pool_error" || !strings.Contains(b, "--lease-ttl") {
+		t.Fatalf("status %d reason %q body %q, want 503 pool_error naming --lease-ttl", resp.StatusCode, resp.Header.Get(HeaderReason), b)
+	}
+}
+
 func TestClientAuthAndMalformedParametersAre407(t *testing.T) {
 	e := newEnv(t, Options{AllowPrivateTargets: true, Tokens: []string{"tok-1", "tok-2"}}, pool.StoreOptions{}, directMembers(1)...)
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
