@@ -184,6 +184,11 @@ func TestControllerBinary(t *testing.T) {
 		if err != nil || code != http.StatusOK || !strings.Contains(body, `controller_runtime_reconcile_total{controller="proxy"`) {
 			t.Errorf("metrics: %d %v; want controller-runtime's reconcile counter for the proxy controller", code, err)
 		}
+		// The Pod was created through the metrics decorator: the provider's
+		// own request counter must show it.
+		if !strings.Contains(body, `proxyfleet_provider_requests_total{op="create",provider="in-cluster",result="ok"}`) {
+			t.Errorf("metrics: no provider create counted for in-cluster in:\n%s", strings.Join(grepLines(body, "proxyfleet_provider_requests_total"), "\n"))
+		}
 	})
 
 	t.Run("without a providers config", func(t *testing.T) {

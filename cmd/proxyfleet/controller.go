@@ -20,6 +20,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -159,9 +160,7 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// No recorder yet: the metrics package gains ProviderRequest with the
-	// controller's metrics (issue 4), which then passes it here.
-	provs, err := buildProviders(pcfg, cfg, mgr, nil)
+	provs, err := buildProviders(pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))
 	if err != nil {
 		return fmt.Errorf("--providers-config %s: %w", s.providersConfig, err)
 	}
