@@ -54,6 +54,9 @@ const (
 	// poolCallTimeout bounds a Report or Release made after the client left
 	// (remote pools only; the in-process store never blocks).
 	poolCallTimeout = 5 * time.Second
+	// tunnelUnwindWait bounds how long a forced Shutdown waits for the
+	// relays of the tunnels it closed to return.
+	tunnelUnwindWait = time.Second
 )
 
 // Recorder receives the gateway's metrics; cmd/proxyfleet backs it with
@@ -254,8 +257,9 @@ func (g *Gateway) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting, then waits for in-flight requests and open
-// CONNECT tunnels until ctx ends; whatever is left then is closed and ctx's
-// error returned. It returns nil when everything finished in time.
+// CONNECT tunnels until ctx ends; whatever is left then is closed (its
+// relays get up to a second to unwind) and ctx's error returned. It
+// returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	err := g.srv.Shutdown(ctx)
 	if err == nil {
@@ -264,6 +268,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if err != nil {
 		_ = g.srv.Close()
 		g.tunnels.closeAll()
+		// The relays of the closed tunnels return at once; wait for them
+		// (briefly) so their bytes and leases are settled when we return.
+		unwind, cancel := context.WithTimeout(context.Background(), tunnelUnwindWait)
+		_ = g.tunnels.wait(unwind)
+		cancel()
 	}
 	g.membersMu.Lock()
 	for _, mc := range g.members {
