@@ -239,11 +239,10 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	if err != nil {
 		return nil, nil, err
 	}
-	// The deadline bounds the TLS handshake and the CONNECT exchange; a
-	// client that leaves meanwhile aborts them too.
-	dl, _ := ctx.Deadline()
-	_ = c.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	// ctx (DialTimeout, or the client leaving) bounds the TLS handshake and
+	// the CONNECT exchange: when it ends, a deadline in the past aborts the
+	// I/O. No deadline is set otherwise, so none needs clearing after.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if !stop() || err != nil {
 			if c != nil {
@@ -253,9 +252,7 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 			if err == nil {
 				err = ctx.Err()
 			}
-			return
 		}
-		_ = c.SetDeadline(time.Time{})
 	}()
 	if mc.socks5 {
 		err = socks5Connect(c, mc.m.URL.User, host, port)

@@ -156,11 +156,14 @@ func (rp *readerPool) put(br *bufio.Reader) {
 func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
 	var n int64
 	var err error
-	_, dstTCP := dst.(*net.TCPConn)
-	_, srcTCP := src.(*net.TCPConn)
-	if dstTCP && srcTCP {
-		// io.Copy → (*TCPConn).ReadFrom → splice(2): no user-space buffer.
-		n, err = io.Copy(dst, src)
+	dstTCP, dok := dst.(*net.TCPConn)
+	srcTCP, sok := src.(*net.TCPConn)
+	if dok && sok {
+		// (*TCPConn).ReadFrom of a *TCPConn is splice(2): no user-space
+		// buffer. Called directly, not through io.Copy (→ WriteTo →
+		// genericWriteTo → io.Copy → ReadFrom): the shallower stack fits
+		// a new goroutine's first stack, so the relay never grows it.
+		n, err = dstTCP.ReadFrom(srcTCP)
 	} else {
 		bp := bufs.get()
 		n, err = io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
