@@ -226,3 +226,30 @@ func BenchmarkConnectTunnel(b *testing.B) {
 		c.Close()
 	}
 }
+
+// BenchmarkPlainHTTPThroughUpstream is one keep-alive GET client → gateway
+// → http:// upstream → target per op: the lean forwarding path. The
+// upstream is a second gateway with a direct member.
+func BenchmarkPlainHTTPThroughUpstream(b *testing.B) {
+	target := benchTarget(b)
+	upstream := benchGateway(b, rotation.ModeSticky)
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers([]pool.Member{{Name: "up", URL: &url.URL{Scheme: "http", Host: upstream}}})
+	g, err := New(Options{Pool: store, AllowPrivateTargets: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go g.Serve(ln)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	c := benchClient(ln.Addr().String())
+	defer c.CloseIdleConnections()
+	benchGet(b, c, target)
+}
