@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build run test deps fmt-check vet unit e2e bench clean envtest-bins generate verify-generated
+.PHONY: all build run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -23,7 +23,7 @@ run: build
 	$(PROXYFLEET) gateway --api-listen 127.0.0.1:8090
 
 ## test: install what is missing, then every check and every test suite.
-test: deps envtest-bins verify-generated fmt-check vet build unit e2e
+test: deps envtest-bins verify-generated fmt-check vet build unit fuzz e2e
 
 deps:
 	@hack/install-deps.sh
@@ -37,6 +37,12 @@ vet:
 
 unit: envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+
+## fuzz: a short run of each fuzz target (the seed corpus also runs in unit); FUZZTIME=1m for longer.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
 
 e2e: build envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) $(GO) test -count=1 -timeout 20m ./e2e/...
