@@ -183,6 +183,9 @@ func runController(c *cli.Context) error {
 		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
 	}
 	// The manager's metrics server serves controller-runtime's registry.
+	if err := registerProxyCollector(mgr, ctrlmetrics.Registry); err != nil {
+		return err
+	}
 	if _, err := addRunnables(mgr, rs, s.manager.ProxyNamespace, pcfg, provs, ctrlmetrics.Registry, logger); err != nil {
 		return err
 	}
