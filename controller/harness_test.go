@@ -63,6 +63,7 @@ type setup struct {
 	providers    map[string]providers.Provider // nil map: no providers config
 	noProviders  bool
 	intervals    *Intervals
+	maxParallel  int // MaxConcurrentReconciles; 0 means the reconciler's default
 	healthEvents <-chan event.GenericEvent
 	health       HealthSource
 	beforeStart  func(h *harness) // runs after the namespace exists, before the manager starts
@@ -99,12 +100,13 @@ func start(t *testing.T, s setup) *harness {
 	}
 	h.client = &countingClient{Client: mgr.GetClient()}
 	h.r = &ProxyReconciler{
-		Client:             h.client,
-		Providers:          provs,
-		Intervals:          iv,
-		HealthEvents:       s.healthEvents,
-		Health:             s.health,
-		SkipNameValidation: true,
+		Client:                  h.client,
+		Providers:               provs,
+		Intervals:               iv,
+		MaxConcurrentReconciles: s.maxParallel,
+		HealthEvents:            s.healthEvents,
+		Health:                  s.health,
+		SkipNameValidation:      true,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := h.r.SetupWithManager(ctx, mgr); err != nil {

@@ -225,3 +225,30 @@ func TestDeletionRetriesATransientGetThenReleases(t *testing.T) {
 		t.Errorf("a transient Get during deletion should be returned for backoff; error lines: %q", errs)
 	}
 }
+
+func TestDeletionWaitsOutAQuotaErrorWithoutErrorLogs(t *testing.T) {
+	t.Parallel()
+	iv := fastIntervals()
+	iv.QuotaRetry = time.Hour
+	h := start(t, setup{intervals: &iv})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	h.fake.failAlways(providers.OpDelete, errClass(providers.ErrQuotaExceeded, "delete rate quota exhausted"))
+	h.deleteProxy("px")
+	p := h.waitProxy("px", "QuotaExceeded while deleting", func(p *v1alpha1.Proxy) bool {
+		return reason(p) == v1alpha1.ReasonQuotaExceeded && p.Status.Phase == v1alpha1.PhaseDeleting
+	})
+	if !strings.Contains(message(p), "delete rate quota exhausted") {
+		t.Errorf("condition message %q does not say what the provider said", message(p))
+	}
+	time.Sleep(time.Second)
+	if n := h.fake.count(providers.OpDelete); n != 1 {
+		t.Errorf("Delete called %d times within a second, want 1: the retry waits QuotaRetry", n)
+	}
+	if errs := h.logs.errorLines(); len(errs) != 0 {
+		t.Errorf("a quota wait during deletion logged errors: %q", errs)
+	}
+	if p := h.mustGet("px"); !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+		t.Fatalf("finalizer dropped while the instance could not be deleted")
+	}
+}

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -546,5 +548,58 @@ func TestCloudInitSecretWithoutTheKeyIsCloudInitError(t *testing.T) {
 	}
 	if n := h.fake.count(providers.OpCreate); n != 0 {
 		t.Errorf("Create called %d times without cloud-init", n)
+	}
+}
+
+func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
+	t.Parallel()
+	// Two workers, four Proxies, and a provider whose Create blocks: exactly
+	// two passes can be inside Create at once. The default (3) or
+	// controller-runtime's (1) would both show here.
+	h := start(t, setup{maxParallel: 2})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	// Registered after start, so it runs before the manager is stopped: a
+	// failed assertion must not leave the workers blocked in Create.
+	t.Cleanup(unblock)
+	h.fake.mu.Lock()
+	h.fake.onCreate = func(providers.CreateRequest) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	}
+	h.fake.mu.Unlock()
+	names := []string{"px-a", "px-b", "px-c", "px-d"}
+	for _, n := range names {
+		h.create(h.managed(n))
+	}
+	snapshot := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight, most
+	}
+	h.eventually("two Creates blocked at once", func() (bool, string) {
+		now, _ := snapshot()
+		return now == 2, fmt.Sprintf("%d in flight", now)
+	})
+	// Both workers are busy: no third pass may start however long we wait.
+	time.Sleep(500 * time.Millisecond)
+	if now, top := snapshot(); now != 2 || top != 2 {
+		t.Fatalf("%d Creates in flight (at most %d) with MaxConcurrentReconciles 2", now, top)
+	}
+	unblock()
+	for _, n := range names {
+		h.waitRunning(n)
+	}
+	if _, top := snapshot(); top != 2 {
+		t.Errorf("at most %d Creates ran at once, want 2", top)
 	}
 }
