@@ -6,6 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/proxyfleet/proxyfleet/controller"
 )
 
 // runControllerArgs runs `proxyfleet controller args...` in-process and
@@ -53,4 +58,47 @@ func TestControllerFlagsReadTheEnvironment(t *testing.T) {
 	if err := runControllerArgs(t); err == nil || !strings.Contains(err.Error(), "--drift-poll") {
 		t.Fatalf("PROXYFLEET_DRIFT_POLL=0s: error = %v, want one naming --drift-poll", err)
 	}
+}
+
+func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
+	// parse runs only the flag parsing of `proxyfleet controller`, so what the
+	// reconciler is built from can be checked without an API server.
+	parse := func(t *testing.T, args ...string) controllerSettings {
+		t.Helper()
+		cmd := controllerCommand()
+		var got controllerSettings
+		cmd.Action = func(c *cli.Context) error {
+			var err error
+			got, err = parseControllerFlags(c)
+			return err
+		}
+		app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+		if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
+			t.Fatalf("controller %v: %v", args, err)
+		}
+		return got
+	}
+	t.Run("defaults are the production intervals and three workers", func(t *testing.T) {
+		s := parse(t)
+		if s.intervals != controller.DefaultIntervals() || s.maxConcurrent != 3 {
+			t.Errorf("intervals %+v, workers %d; want %+v and 3", s.intervals, s.maxConcurrent, controller.DefaultIntervals())
+		}
+	})
+	t.Run("each flag sets its own interval", func(t *testing.T) {
+		s := parse(t, "--requeue-now", "11ms", "--provisioning-poll", "12ms", "--deletion-poll", "13ms",
+			"--drift-poll", "14ms", "--quota-retry", "15ms", "--max-concurrent-reconciles", "7")
+		want := controller.Intervals{RequeueNow: 11 * time.Millisecond, ProvisioningPoll: 12 * time.Millisecond,
+			DeletionPoll: 13 * time.Millisecond, DriftPoll: 14 * time.Millisecond, QuotaRetry: 15 * time.Millisecond}
+		if s.intervals != want || s.maxConcurrent != 7 {
+			t.Errorf("intervals %+v, workers %d; want %+v and 7", s.intervals, s.maxConcurrent, want)
+		}
+	})
+	t.Run("the environment sets them too", func(t *testing.T) {
+		t.Setenv("PROXYFLEET_QUOTA_RETRY", "2m")
+		t.Setenv("PROXYFLEET_MAX_CONCURRENT_RECONCILES", "5")
+		s := parse(t)
+		if s.intervals.QuotaRetry != 2*time.Minute || s.maxConcurrent != 5 {
+			t.Errorf("quota retry %s, workers %d; want 2m and 5", s.intervals.QuotaRetry, s.maxConcurrent)
+		}
+	})
 }
