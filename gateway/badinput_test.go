@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// TestBadRequestsGetA4xxAndChangeNothing sends malformed requests (DESIGN
+// "Security defaults": oversized headers, malformed requests) and checks
+// each is a 4xx that takes no lease and never reaches the target.
+func TestBadRequestsGetA4xxAndChangeNothing(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	tests := []struct {
+		name   string
+		raw    string
+		status int
+	}{
+		{name: "request head above 64 KiB is 431",
+			raw:    "GET " + tg.URL() + "/big HTTP/1.1\r\nHost: " + tg.Addr() + "\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n",
+			status: http.StatusRequestHeaderFieldsTooLarge},
+		{name: "malformed request line is 400", raw: "GARBAGE\r\n\r\n", status: http.StatusBadRequest},
+		{name: "CONNECT without a port is 400",
+			raw: "CONNECT " + tg.Host() + " HTTP/1.1\r\nHost: " + tg.Host() + "\r\n\r\n", status: http.StatusBadRequest},
+		{name: "CONNECT to port 0 is 400",
+			raw: "CONNECT " + tg.Host() + ":0 HTTP/1.1\r\nHost: " + tg.Host() + ":0\r\n\r\n", status: http.StatusBadRequest},
+		{name: "unsupported scheme is 400",
+			raw: "GET ftp://" + tg.Addr() + "/x HTTP/1.1\r\nHost: " + tg.Addr() + "\r\n\r\n", status: http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.DialTimeout("tcp", e.addr, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write([]byte(tt.raw)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if n := e.store.ActiveLeases(); n != 0 {
+				t.Fatalf("%d leases active after a refused request, want 0", n)
+			}
+			if n := tg.Total(); n != 0 {
+				t.Fatalf("the target saw %d requests, want none", n)
+			}
+		})
+	}
+}
