@@ -603,3 +603,43 @@ func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
 		t.Errorf("at most %d Creates ran at once, want 2", top)
 	}
 }
+
+func TestTransientCreateFailureShowsInTheCondition(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrTransient, "503 backend unavailable"))
+	h.create(h.managed("px"))
+	p := h.waitProxy("px", "TransientError", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonTransientError })
+	if !strings.Contains(message(p), "503 backend unavailable") || p.Status.Phase != v1alpha1.PhasePending {
+		t.Errorf("want Pending with the provider's message while retrying: %s", describe(p))
+	}
+	h.fake.clearFailures()
+	h.waitRunning("px")
+}
+
+func TestTransientGetFailureKeepsARunningProxyProvisioned(t *testing.T) {
+	t.Parallel()
+	h := start(t, setup{})
+	h.create(h.managed("px"))
+	h.waitRunning("px")
+	// Let the provisioning sequence's last status write land.
+	h.eventually("a steady drift poll", func() (bool, string) {
+		return h.fake.count(providers.OpGet) >= 3, h.fake.String()
+	})
+	writes := h.client.statusWrites.Load()
+	gets := h.fake.count(providers.OpGet)
+	h.fake.failNext(providers.OpGet, 3, errClass(providers.ErrTransient, "poll timed out"))
+	h.eventually("three failed polls and a good one", func() (bool, string) {
+		return h.fake.count(providers.OpGet) >= gets+4, h.fake.String()
+	})
+	p := h.mustGet("px")
+	if reason(p) != v1alpha1.ReasonCreated || !meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProvisioned) {
+		t.Errorf("a failed poll of a running instance changed its condition: %s", describe(p))
+	}
+	if got := h.client.statusWrites.Load() - writes; got != 0 {
+		t.Errorf("%d status writes for failed polls of a running instance, want 0 (no flapping)", got)
+	}
+	if errs := h.logs.errorLines(); !strings.Contains(strings.Join(errs, "\n"), "poll timed out") {
+		t.Errorf("a transient Get is returned for backoff and logged; error lines: %q", errs)
+	}
+}
