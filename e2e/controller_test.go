@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,6 +190,48 @@ func TestControllerBinary(t *testing.T) {
 		if !strings.Contains(body, `proxyfleet_provider_requests_total{op="create",provider="in-cluster",result="ok"}`) {
 			t.Errorf("metrics: no provider create counted for in-cluster in:\n%s", strings.Join(grepLines(body, "proxyfleet_provider_requests_total"), "\n"))
 		}
+	})
+
+	t.Run("with --leader-elect one replica reconciles and hands over on SIGTERM", func(t *testing.T) {
+		ns := env.Namespace(t)
+		leaseKey := types.NamespacedName{Namespace: ns, Name: "proxyfleet-controller.proxyfleet.io"}
+		holder := func() string {
+			var l coordinationv1.Lease
+			if err := c.Get(ctx, leaseKey, &l); err != nil || l.Spec.HolderIdentity == nil {
+				return ""
+			}
+			return *l.Spec.HolderIdentity
+		}
+		first := startController(t, bin, env, ns, "--leader-elect")
+		var firstHolder string
+		poll(t, "a Lease held in the Proxy namespace", func() (bool, string) {
+			firstHolder = holder()
+			return firstHolder != "", "no holder yet"
+		})
+		second := startController(t, bin, env, ns, "--leader-elect")
+		serve := func(name, host string) {
+			t.Helper()
+			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: host, Port: 3128}}}
+			if err := c.Create(ctx, px); err != nil {
+				t.Fatal(err)
+			}
+			waitProxy(t, c, ns, name, "served", func(p *v1alpha1.Proxy) bool { return p.Status.IP == host })
+		}
+		serve("ext1", "127.0.0.11")
+		// The follower waits for the Lease: its controllers never started.
+		if strings.Contains(second.Output(), "Starting workers") || !strings.Contains(first.Output(), "Starting workers") {
+			t.Fatalf("want only the leader's controllers started; leader started: %v, follower started: %v",
+				strings.Contains(first.Output(), "Starting workers"), strings.Contains(second.Output(), "Starting workers"))
+		}
+		if code, err := first.Stop(); err != nil || code != 0 {
+			t.Fatalf("stopping the leader: exit %d, %v", code, err)
+		}
+		poll(t, "the follower to take the Lease", func() (bool, string) {
+			h := holder()
+			return h != "" && h != firstHolder, "holder " + h
+		})
+		serve("ext2", "127.0.0.12")
 	})
 
 	t.Run("without a providers config", func(t *testing.T) {
