@@ -184,6 +184,11 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 	name := h.mc.m.Name
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
+	if _, ok := resp.Header["Content-Type"]; !ok {
+		// A nil value stops net/http from sniffing one: the client must see
+		// the site's answer, not a Content-Type the gateway guessed.
+		dst["Content-Type"] = nil
+	}
 	dst[HeaderProxy] = h.mc.nameHdr
 	dst[HeaderLease] = []string{h.id}
 	w.WriteHeader(resp.StatusCode)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -423,6 +424,26 @@ func TestNoUsableMemberIs503WithCounts(t *testing.T) {
 	}
 	if !slices.Contains(e.rec.outcomes(), " no_member") {
 		t.Fatalf("outcome not recorded: %v", e.rec.outcomes())
+	}
+}
+
+func TestAnswerWithoutContentTypeIsRelayedWithoutOne(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // no Content-Type, and none sniffed
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte("slow down"))
+	}))
+	t.Cleanup(site.Close)
+	resp, err := e.client("u-rotate-request", "").Get(site.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); b != "slow down" {
+		t.Fatalf("body %q", b)
+	}
+	if ct, ok := resp.Header["Content-Type"]; ok {
+		t.Fatalf("client saw Content-Type %q the site never sent", ct)
 	}
 }
 
