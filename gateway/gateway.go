@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -380,8 +383,19 @@ func (g *Gateway) poolError(w http.ResponseWriter, lr *leaseReq, err error) stri
 	var nm *pool.NoMatchError
 	switch {
 	case errors.As(err, &nm):
+		msg := nm.Error()
+		if nm.Considered == 0 {
+			// Nothing even matched: say which parameter ruled everything out,
+			// since the counts alone read as an empty pool.
+			switch {
+			case lr.p.Proxy != "":
+				msg = "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + msg
+			case len(lr.p.Selector) > 0:
+				msg = "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + msg
+			}
+		}
 		w.Header().Set("Retry-After", "1")
-		g.fail(w, http.StatusServiceUnavailable, "no_member", nm.Error())
+		g.fail(w, http.StatusServiceUnavailable, "no_member", msg)
 		return OutcomeNoMember
 	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
 		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
@@ -420,3 +434,12 @@ type nopRecorder struct{}
 func (nopRecorder) Request(string, string, time.Duration) {}
 func (nopRecorder) UpstreamFailure(string)                {}
 func (nopRecorder) BytesRelayed(string, int64)            {}
+
+// selectorString renders attribute selectors as sorted k=v pairs for messages.
+func selectorString(sel map[string]string) string {
+	pairs := make([]string, 0, len(sel))
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		pairs = append(pairs, k+"="+sel[k])
+	}
+	return strings.Join(pairs, ",")
+}

@@ -447,6 +447,27 @@ func TestAnswerWithoutContentTypeIsRelayedWithoutOne(t *testing.T) {
 	}
 }
 
+func TestNoMatch503SaysWhichParameterMatchedNothing(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(2)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	tests := []struct{ user, want string }{
+		{"u;proxy=nosuch", `no member named "nosuch" (proxy parameter)`},
+		{"u-region-mars-tier-dc", "no member has the attributes asked for (region=mars,tier=dc)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.user, func(t *testing.T) {
+			resp, err := e.client(tc.user, "").Get(tg.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := body(t, resp)
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(b, tc.want) || !strings.Contains(b, "0 considered") {
+				t.Fatalf("status %d body %q, want 503 saying %q with the counts", resp.StatusCode, b, tc.want)
+			}
+		})
+	}
+}
+
 func TestSessTTLAboveMaximumIs407(t *testing.T) {
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{MaxTTL: time.Minute}, directMembers(1)...)
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
