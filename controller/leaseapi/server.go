@@ -116,9 +116,14 @@ func (a *API) Start(ctx context.Context) error {
 		_ = a.ln.Close()
 		return nil
 	}
+	// The sweeper stops with Start, not only with ctx: when the server fails
+	// on its own, Start must return its error while ctx still lives (the
+	// manager cancels ctx only after a runnable has returned).
+	sweepCtx, stopSweep := context.WithCancel(ctx)
 	var sweep sync.WaitGroup
-	sweep.Go(func() { a.store.Start(ctx) })
+	sweep.Go(func() { a.store.Start(sweepCtx) })
 	defer sweep.Wait()
+	defer stopSweep()
 
 	if !a.token {
 		a.log.Info(AuthDisabledWarning+": no token file given; any client that reaches this port can lease upstreams and read their credentials",

@@ -1,0 +1,63 @@
+package leaseapi
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// TestStartReturnsWhenServingFailsWhileCtxLives checks that a server that
+// stops on its own (here: its listener closed under it) makes Start return
+// the error at once, with ctx still alive. The manager cancels ctx only after
+// a runnable has returned its error, so a Start that waited for ctx before
+// returning would leave the controller running without a lease API.
+func TestStartReturnsWhenServingFailsWhileCtxLives(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := NewSource(nil, nil, logr.Discard())
+	close(src.synced)
+	a := &API{
+		store:  pool.NewStore(pool.StoreOptions{}),
+		source: src,
+		ln:     ln,
+		srv:    &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second},
+		grace:  time.Second,
+		log:    logr.Discard(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+
+	// Wait until it serves, then pull the listener away.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API never served on %s: %v", ln.Addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = ln.Close()
+
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Start returned nil after the server stopped on its own, want the serve error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Start did not return after the server stopped on its own (it waits for ctx, which the manager cancels only after Start returns)")
+	}
+}
