@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,6 +386,45 @@ func TestBanRetryStopsAtRetriesAndDeliversLastAnswer(t *testing.T) {
 	}
 	if tg.Total() != 2 {
 		t.Fatalf("target saw %d attempts, want 2 (one try plus Retries=1)", tg.Total())
+	}
+}
+
+func TestSuccessAfterABanResetsTheBanBackoff(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	const cooldown = 10 * time.Minute
+	so := pool.StoreOptions{Clock: clock, Cooldown: rotation.CooldownPolicy{Default: cooldown, Max: time.Hour}}
+	members := directMembers(1)
+	e := newEnv(t, Options{Mode: rotation.ModeRequest, AllowPrivateTargets: true}, so, members...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	target := rotation.TargetKey(strings.TrimPrefix(tg.URL(), "http://"))
+	c := e.client("", "")
+	banWindow := func() time.Duration {
+		t.Helper()
+		tg.SetRule(sourceOf(members[0]), http.StatusForbidden, nil)
+		if resp, _ := get(t, c, tg.URL(), nil); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want the site's 403", resp.StatusCode)
+		}
+		tg.ClearRule(sourceOf(members[0]))
+		until, ok := e.store.Members()[0].Cooldowns[target]
+		if !ok {
+			t.Fatalf("no cooldown for %s after a ban: %v", target, e.store.Members()[0].Cooldowns)
+		}
+		return until.Sub(clock())
+	}
+
+	if w := banWindow(); w != cooldown {
+		t.Fatalf("first ban: window %v, want %v", w, cooldown)
+	}
+	now.Add(int64(cooldown + time.Minute))
+	if resp, _ := get(t, c, tg.URL(), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the window: status %d, want 200", resp.StatusCode)
+	}
+	// The 200 told the pool the pair works again, so the next ban is a
+	// first strike again, not a doubled window.
+	if w := banWindow(); w != cooldown {
+		t.Fatalf("ban after a success: window %v, want %v (the success did not reset the backoff)", w, cooldown)
 	}
 }
 
