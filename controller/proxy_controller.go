@@ -68,7 +68,8 @@ func DefaultIntervals() Intervals {
 	}
 }
 
-// Validate reports the first interval that is not positive, naming it.
+// Validate reports the first interval that is not positive, naming it by its
+// flag, so the controller command can return the error as it is.
 func (iv Intervals) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -81,7 +82,7 @@ func (iv Intervals) Validate() error {
 		{"quota-retry", iv.QuotaRetry},
 	} {
 		if f.d <= 0 {
-			return fmt.Errorf("interval %s must be positive, got %s", f.name, f.d)
+			return fmt.Errorf("--%s must be a positive duration, got %s", f.name, f.d)
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/urfave/cli/v2"
@@ -86,19 +85,8 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 		},
 		maxConcurrent: c.Int("max-concurrent-reconciles"),
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"requeue-now", s.intervals.RequeueNow},
-		{"provisioning-poll", s.intervals.ProvisioningPoll},
-		{"deletion-poll", s.intervals.DeletionPoll},
-		{"drift-poll", s.intervals.DriftPoll},
-		{"quota-retry", s.intervals.QuotaRetry},
-	} {
-		if f.d <= 0 {
-			return s, fmt.Errorf("--%s must be a positive duration, got %s", f.name, f.d)
-		}
+	if err := s.intervals.Validate(); err != nil {
+		return s, err
 	}
 	if s.maxConcurrent < 1 {
 		return s, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", s.maxConcurrent)
