@@ -63,7 +63,7 @@ func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {
 	g.membersMu.RLock()
 	mc := g.members[m.Name]
 	g.membersMu.RUnlock()
-	if mc != nil && sameEndpoint(mc.m, m) {
+	if mc != nil && mc.m.SameEndpoint(m) {
 		return mc, nil
 	}
 	nmc, err := g.newMemberConn(m)
@@ -71,7 +71,7 @@ func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {
 		return nil, err
 	}
 	g.membersMu.Lock()
-	if cur := g.members[m.Name]; cur != nil && sameEndpoint(cur.m, m) {
+	if cur := g.members[m.Name]; cur != nil && cur.m.SameEndpoint(m) {
 		g.membersMu.Unlock()
 		nmc.close()
 		return cur, nil
@@ -103,26 +103,6 @@ func (g *Gateway) ForgetMember(name string) {
 	if mc != nil {
 		mc.close()
 	}
-}
-
-// sameEndpoint compares what a member connects to, without allocating.
-func sameEndpoint(a, b pool.Member) bool {
-	if a.SourceAddr != b.SourceAddr || (a.URL == nil) != (b.URL == nil) {
-		return false
-	}
-	if a.URL == nil || a.URL == b.URL {
-		return true
-	}
-	ua, ub := a.URL, b.URL
-	if ua.Scheme != ub.Scheme || ua.Host != ub.Host || (ua.User == nil) != (ub.User == nil) {
-		return false
-	}
-	if ua.User == nil {
-		return true
-	}
-	pa, _ := ua.User.Password()
-	pb, _ := ub.User.Password()
-	return ua.User.Username() == ub.User.Username() && pa == pb
 }
 
 func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {

@@ -89,12 +89,12 @@ type Prober struct {
 }
 
 type probeState struct {
-	endpoint string // Member.Redacted(); a new endpoint starts over
-	known    bool
-	healthy  bool
-	okRun    int
-	failRun  int
-	latency  time.Duration // last successful probe
+	member  Member // as last probed; a new endpoint (SameEndpoint) starts over
+	known   bool
+	healthy bool
+	okRun   int
+	failRun int
+	latency time.Duration // last successful probe
 }
 
 // NewProber validates o and returns a prober that reads the current members
@@ -248,10 +248,9 @@ func (p *Prober) record(m Member, d time.Duration, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	endpoint := m.Redacted()
 	st := p.states[m.Name]
-	if st == nil || st.endpoint != endpoint {
-		st = &probeState{endpoint: endpoint}
+	if st == nil || !st.member.SameEndpoint(m) {
+		st = &probeState{member: m}
 		p.states[m.Name] = st
 	}
 	was, known := st.healthy, st.known
@@ -273,7 +272,7 @@ func (p *Prober) record(m Member, d time.Duration, err error) {
 	}
 	p.sink.SetHealth(m.Name, st.healthy, st.latency)
 	if !known || was != st.healthy {
-		attrs := []any{"member", m.Name, "upstream", endpoint, "healthy", st.healthy, "latency", d}
+		attrs := []any{"member", m.Name, "upstream", m.Redacted(), "healthy", st.healthy, "latency", d}
 		if err != nil {
 			attrs = append(attrs, "error", err.Error())
 		}

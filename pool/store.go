@@ -210,7 +210,7 @@ func (s *Store) setMembersLocked(members []Member) {
 		}
 		m.Attributes = maps.Clone(m.Attributes)
 		ms := s.members[m.Name]
-		if ms == nil || !sameEndpoint(ms.m, m) {
+		if ms == nil || !ms.m.SameEndpoint(m) {
 			ms = &memberState{m: m, healthy: true, cool: map[string]*coolState{}}
 		} else {
 			ms.m = m
@@ -225,13 +225,6 @@ func (s *Store) setMembersLocked(members []Member) {
 	}
 	sort.Slice(order, func(i, j int) bool { return order[i].m.Name < order[j].m.Name })
 	s.members, s.order = next, order
-}
-
-func sameEndpoint(a, b Member) bool {
-	if (a.URL == nil) != (b.URL == nil) || a.SourceAddr != b.SourceAddr {
-		return false
-	}
-	return a.URL == nil || a.URL.String() == b.URL.String()
 }
 
 // SetHealth records a probe verdict and the last successful probe's latency

@@ -43,6 +43,29 @@ func (m Member) Redacted() string {
 	return m.URL.Redacted()
 }
 
+// SameEndpoint reports whether m and o connect the same way: the same source
+// address and proxy scheme, host and credentials (a changed password is a new
+// upstream). The store, the prober and the gateway all judge a reload by it.
+// It does not allocate; it runs on the gateway's request path.
+func (m Member) SameEndpoint(o Member) bool {
+	if m.SourceAddr != o.SourceAddr || (m.URL == nil) != (o.URL == nil) {
+		return false
+	}
+	if m.URL == nil || m.URL == o.URL {
+		return true
+	}
+	a, b := m.URL, o.URL
+	if a.Scheme != b.Scheme || a.Host != b.Host || (a.User == nil) != (b.User == nil) {
+		return false
+	}
+	if a.User == nil {
+		return true
+	}
+	pa, _ := a.User.Password()
+	pb, _ := b.User.Password()
+	return a.User.Username() == b.User.Username() && pa == pb
+}
+
 // AcquireRequest asks for one member for one target.
 type AcquireRequest struct {
 	// Selector is attribute equality; every pair must match.

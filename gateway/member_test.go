@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
+	g, err := New(Options{Pool: pool.NewStore(pool.StoreOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	member := func(raw string) pool.Member {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pool.Member{Name: "p", URL: u}
+	}
+	closed := func(mc *memberConn) bool {
+		mc.lean.mu.Lock()
+		defer mc.lean.mu.Unlock()
+		return mc.lean.closed
+	}
+
+	first, err := g.memberFor(member("http://u:pw@127.0.0.1:3128"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the same endpoint parsed again reuses the state", func(t *testing.T) {
+		again, err := g.memberFor(member("http://u:pw@127.0.0.1:3128"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again != first {
+			t.Fatal("a lease of an unchanged member built new state (and a new connection pool)")
+		}
+	})
+	t.Run("a new password under the same name replaces the state", func(t *testing.T) {
+		next, err := g.memberFor(member("http://u:new@127.0.0.1:3128"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == first {
+			t.Fatal("the member's old credentials are still in use")
+		}
+		if !closed(first) {
+			t.Fatal("the replaced member's connection pool was left open")
+		}
+		if g.memberByName("p") != next {
+			t.Fatal("pins still resolve to the replaced state")
+		}
+		first = next
+	})
+	t.Run("a forgotten member's state is dropped and closed", func(t *testing.T) {
+		g.ForgetMember("p")
+		if g.memberByName("p") != nil {
+			t.Fatal("a forgotten member still resolves for pins")
+		}
+		if !closed(first) {
+			t.Fatal("the forgotten member's connection pool was left open")
+		}
+	})
+}
