@@ -77,7 +77,8 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		if slices.Contains(tried, name) {
 			// The pool offered a member that already failed this request
 			// (its failure window did not apply, e.g. a remote report was lost).
-			g.done(ctx, h)
+			// Unpin it too, so the session's next tunnel asks the pool again.
+			g.release(ctx, &lr, h)
 			g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+lastName+" "+lastErr.Error())
 			g.rec.Request(lastName, OutcomeUpstreamFailed, time.Since(start))
 			return

@@ -133,6 +133,14 @@ func (g *Gateway) drop(ctx context.Context, lr *leaseReq, h held, res rotation.R
 	if err := g.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {
 		g.log.Warn("lease report failed", "lease", h.id, "member", h.mc.m.Name, "result", string(res), "err", err)
 	}
+	g.release(ctx, lr, h)
+}
+
+// release unpins h (when it is still the pin) and releases it, pinned or
+// not, so the session's next request leases afresh.
+func (g *Gateway) release(ctx context.Context, lr *leaseReq, h held) {
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
 	if h.pinned {
 		if pin, ok := g.aff.Get(lr.session, lr.target); ok && pin.LeaseID == h.id {
 			g.aff.Delete(lr.session, lr.target)
