@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -180,5 +181,16 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	// The double never forgets an instance, so each sweep deletes it again.
 	if ids := p.deletedIDs(); len(ids) != 2 {
 		t.Fatalf("deleted %v over two sweeps, want the orphan once per sweep", ids)
+	}
+}
+
+// TestSweeperRunsOnTheLeaderOnly checks what the manager consults to start a
+// runnable only once elected: deleting is destructive, so exactly one
+// replica may sweep.
+func TestSweeperRunsOnTheLeaderOnly(t *testing.T) {
+	var r manager.Runnable = &Sweeper{}
+	le, ok := r.(manager.LeaderElectionRunnable)
+	if !ok || !le.NeedLeaderElection() {
+		t.Fatal("the orphan GC must need leader election")
 	}
 }

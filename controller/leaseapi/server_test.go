@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -59,5 +60,16 @@ func TestStartReturnsWhenServingFailsWhileCtxLives(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Start did not return after the server stopped on its own (it waits for ctx, which the manager cancels only after Start returns)")
+	}
+}
+
+// TestLeaseAPIRunsOnEveryReplica checks that neither the source nor the
+// server waits for leader election: a follower serves the lease API too.
+func TestLeaseAPIRunsOnEveryReplica(t *testing.T) {
+	for name, r := range map[string]manager.Runnable{"source": &Source{}, "server": &API{}} {
+		le, ok := r.(manager.LeaderElectionRunnable)
+		if !ok || le.NeedLeaderElection() {
+			t.Errorf("the lease API %s must run without leader election", name)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -90,5 +92,15 @@ func TestAProviderThatNeverReportedTimesOutUnderOneTarget(t *testing.T) {
 	res := m.check(context.Background())
 	if len(res[0].Targets) != 1 || res[0].Targets[0].Target != fallbackTarget || res[0].Targets[0].Reason != ReasonTimeout {
 		t.Fatalf("result %+v, want one %q target timed out", res, fallbackTarget)
+	}
+}
+
+// TestMonitorRunsOnTheLeaderOnly checks what the manager consults to start a
+// runnable only once elected: one replica checks and writes ProviderHealth.
+func TestMonitorRunsOnTheLeaderOnly(t *testing.T) {
+	var r manager.Runnable = &Monitor{}
+	le, ok := r.(manager.LeaderElectionRunnable)
+	if !ok || !le.NeedLeaderElection() {
+		t.Fatal("the provider health monitor must need leader election")
 	}
 }
