@@ -282,9 +282,14 @@ func TestSessionProxyAndSelectorParameters(t *testing.T) {
 		if first.Header.Get(HeaderProxy) == other.Name {
 			other = members[1]
 		}
+		before := e.store.ActiveLeases()
 		resp, a := get(t, c, tg.URL(), http.Header{HeaderProxy: {other.Name}})
 		if a.Source != sourceOf(other) || resp.Header.Get(HeaderProxy) != other.Name {
 			t.Fatalf("proxy=%s answered via %s (pinned to %s)", other.Name, a.Source, first.Header.Get(HeaderProxy))
+		}
+		// The replaced pin's lease was given back, not left to its TTL.
+		if after := e.store.ActiveLeases(); after != before {
+			t.Fatalf("active leases %d after re-pinning, want %d (the old pin's lease released)", after, before)
 		}
 	})
 }

@@ -47,6 +47,10 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		if mc := g.memberByName(pin.Member); mc != nil && fits(mc, lr.p) {
 			return held{id: pin.LeaseID, mc: mc, pinned: true}, nil
 		}
+		// The pin is about to be replaced (its member left, or this request
+		// names another proxy or selector): give its lease back rather than
+		// let it hold a place at its member until the TTL.
+		g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
 	}
 	key := lr.session + "\x00" + lr.target
 	f, leader := g.flights.begin(key)
