@@ -48,6 +48,11 @@ func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 // they make no sense with --pool-api.
 var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr, flagProbeURL, flagAPIListen}
 
+// poolAPIStoreFlags configure a lease store, which a --pool-api gateway does
+// not have: the controller's own flags decide. Accepting and ignoring them
+// would let an operator believe a cooldown was changed when it was not.
+var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagMaxLeasesPerMember}
+
 // poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags
 // that would give the gateway a pool of its own. An empty apiURL means the
@@ -65,6 +70,12 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 		if c.IsSet(name) {
 			return "", "", fmt.Errorf("--%s and --%s exclude each other: with --%s the gateway leases from the controller's pool and holds none of its own",
 				flagPoolAPI, name, flagPoolAPI)
+		}
+	}
+	for _, name := range poolAPIStoreFlags {
+		if c.IsSet(name) {
+			return "", "", fmt.Errorf("--%s has no effect with --%s: the gateway then holds no lease store; set it on proxyfleet controller",
+				name, flagPoolAPI)
 		}
 	}
 	if tokenFile != "" {
