@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -126,40 +127,40 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 
 	// Phase 1: every instance is younger than MinAge, so repeated sweeps
 	// delete nothing — not even the orphan.
-	youngLogs := &logLines{}
+	youngLogs := &testutil.LogLines{}
 	young := &Sweeper{
 		Providers: map[string]providers.Provider{"in-cluster": prov},
-		Interval:  200 * time.Millisecond, MinAge: time.Hour, Logger: youngLogs.logger(),
+		Interval:  200 * time.Millisecond, MinAge: time.Hour, Logger: youngLogs.Logger(),
 	}
 	stopYoung := startSweeper(t, young)
 	eventually(t, wait, "three sweeps with a one-hour MinAge", func() bool {
-		return len(youngLogs.matching("orphan GC sweep finished")) >= 3
+		return len(youngLogs.Matching("orphan GC sweep finished")) >= 3
 	})
 	stopYoung()
 	if !podExists(t, ns, orphan.Name) {
-		t.Fatalf("the orphan was deleted while younger than MinAge; log:\n%s", youngLogs.dump())
+		t.Fatalf("the orphan was deleted while younger than MinAge; log:\n%s", youngLogs.String())
 	}
-	if kills := youngLogs.matching("WARNING:"); len(kills) != 0 {
+	if kills := youngLogs.Matching("WARNING:"); len(kills) != 0 {
 		t.Fatalf("young instances were killed: %v", kills)
 	}
 
 	// Phase 2: MinAge shrinks to a second. The orphan goes; the untagged Pod,
 	// the live Proxy's Pod and the Pod of the Proxy being deleted stay.
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	s := &Sweeper{
 		Providers: map[string]providers.Provider{"in-cluster": prov},
-		Interval:  200 * time.Millisecond, MinAge: time.Second, Logger: logs.logger(),
+		Interval:  200 * time.Millisecond, MinAge: time.Second, Logger: logs.Logger(),
 	}
 	startSweeper(t, s)
 	eventually(t, wait, "the orphaned Pod to be deleted", func() bool { return !podExists(t, ns, orphan.Name) })
-	if len(logs.matching("WARNING:", `"provider"="in-cluster"`, `"providerID"="`+orphan.ProviderID+`"`,
+	if len(logs.Matching("WARNING:", `"provider"="in-cluster"`, `"providerID"="`+orphan.ProviderID+`"`,
 		`"uid"="0e5c6c1e-0000-4000-8000-00000000dead"`)) != 1 {
-		t.Errorf("the kill was not logged once with provider, providerID and uid:\n%s", logs.dump())
+		t.Errorf("the kill was not logged once with provider, providerID and uid:\n%s", logs.String())
 	}
 	// Let several more sweeps run over the survivors.
-	after := len(logs.matching("orphan GC sweep finished"))
+	after := len(logs.Matching("orphan GC sweep finished"))
 	eventually(t, wait, "three more sweeps", func() bool {
-		return len(logs.matching("orphan GC sweep finished")) >= after+3
+		return len(logs.Matching("orphan GC sweep finished")) >= after+3
 	})
 	for what, name := range map[string]string{
 		"the untagged Pod":                       untagged.Name,
@@ -167,10 +168,10 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		"the Pod of a Proxy still being deleted": ofDeleting.Name,
 	} {
 		if !podExists(t, ns, name) {
-			t.Errorf("%s (%s) was deleted; log:\n%s", what, name, logs.dump())
+			t.Errorf("%s (%s) was deleted; log:\n%s", what, name, logs.String())
 		}
 	}
-	if kills := logs.matching("WARNING:"); len(kills) != 1 {
+	if kills := logs.Matching("WARNING:"); len(kills) != 1 {
 		t.Errorf("want exactly one kill, got %d: %v", len(kills), kills)
 	}
 }

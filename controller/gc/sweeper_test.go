@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -27,7 +28,7 @@ func inst(id, uid string, age time.Duration) providers.Instance {
 }
 
 func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	a := &listProvider{instances: []providers.Instance{
 		inst("a/orphan", "uid-gone", time.Hour),
 		inst("a/live", "uid-live", time.Hour),
@@ -39,7 +40,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
 		Providers: map[string]providers.Provider{"alpha": a, "beta": b},
 		Clock:     clocktesting.NewFakeClock(t0),
-		Logger:    logs.logger(),
+		Logger:    logs.Logger(),
 	}
 	res := s.sweep(context.Background())
 
@@ -57,20 +58,20 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 		{"WARNING:", `"provider"="alpha"`, `"providerID"="a/orphan"`, `"uid"="uid-gone"`},
 		{"WARNING:", `"provider"="beta"`, `"providerID"="b/orphan"`, `"uid"="uid-gone-b"`},
 	} {
-		if len(logs.matching(want...)) != 1 {
-			t.Errorf("no single kill line with %v in:\n%s", want, logs.dump())
+		if len(logs.Matching(want...)) != 1 {
+			t.Errorf("no single kill line with %v in:\n%s", want, logs.String())
 		}
 	}
 }
 
 func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
 	s := &Sweeper{
 		Reader:    &proxyReader{err: errors.New("apiserver unavailable")},
 		Providers: map[string]providers.Provider{"alpha": p},
 		Clock:     clocktesting.NewFakeClock(t0),
-		Logger:    logs.logger(),
+		Logger:    logs.Logger(),
 	}
 	res := s.sweep(context.Background())
 	if !res.skipped {
@@ -79,13 +80,13 @@ func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
 	if p.listCalls() != 0 || len(p.deletedIDs()) != 0 {
 		t.Errorf("a skipped sweep still listed %d times and deleted %v", p.listCalls(), p.deletedIDs())
 	}
-	if len(logs.matching("skipping this sweep", "apiserver unavailable")) != 1 {
-		t.Errorf("the skipped sweep was not logged with its cause:\n%s", logs.dump())
+	if len(logs.Matching("skipping this sweep", "apiserver unavailable")) != 1 {
+		t.Errorf("the skipped sweep was not logged with its cause:\n%s", logs.String())
 	}
 }
 
 func TestSweepContinuesPastAFailingProvider(t *testing.T) {
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	broken := &listProvider{listErr: errors.New("backend down")}
 	undeletable := &listProvider{
 		instances:  []providers.Instance{inst("c/stuck", "uid-1", time.Hour), inst("c/orphan", "uid-2", time.Hour)},
@@ -95,7 +96,7 @@ func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 		Reader:    &proxyReader{},
 		Providers: map[string]providers.Provider{"a-broken": broken, "c-undeletable": undeletable},
 		Clock:     clocktesting.NewFakeClock(t0),
-		Logger:    logs.logger(),
+		Logger:    logs.Logger(),
 	}
 	res := s.sweep(context.Background())
 	if got := undeletable.deletedIDs(); !reflect.DeepEqual(got, []string{"c/orphan"}) {
@@ -104,8 +105,8 @@ func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 	if res.errors != 2 {
 		t.Errorf("errors = %d, want 2 (one list, one delete)", res.errors)
 	}
-	if len(logs.matching("listing the provider's instances failed", `"provider"="a-broken"`)) != 1 {
-		t.Errorf("the failing provider was not logged:\n%s", logs.dump())
+	if len(logs.Matching("listing the provider's instances failed", `"provider"="a-broken"`)) != 1 {
+		t.Errorf("the failing provider was not logged:\n%s", logs.String())
 	}
 }
 
@@ -122,10 +123,10 @@ func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &logLines{}
+			logs := &testutil.LogLines{}
 			s := &Sweeper{
 				Reader: &proxyReader{}, Namespace: tc.ns, AllowNamespaced: tc.allow,
-				Clock: clocktesting.NewFakeClock(t0), Logger: logs.logger(),
+				Clock: clocktesting.NewFakeClock(t0), Logger: logs.Logger(),
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -142,7 +143,7 @@ func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 				cancel()
 				return
 			}
-			eventually(t, 10*time.Second, "the sweeper to start", func() bool { return len(logs.matching("orphan GC started")) == 1 })
+			eventually(t, 10*time.Second, "the sweeper to start", func() bool { return len(logs.Matching("orphan GC started")) == 1 })
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatalf("Start returned %v after cancel, want nil", err)
@@ -157,7 +158,7 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
 	s := &Sweeper{
 		Reader: reader, Providers: map[string]providers.Provider{"alpha": p},
-		Interval: 10 * time.Minute, MinAge: 10 * time.Minute, Clock: clk, Logger: (&logLines{}).logger(),
+		Interval: 10 * time.Minute, MinAge: 10 * time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -108,10 +109,10 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 	}
 	rec := &countingRecorder{}
 	wrapped := map[string]providers.Provider{"in-cluster": providers.WithMetrics(prov, "in-cluster", rec)}
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	m := &Monitor{
 		Checkers: CheckersFrom(wrapped), Types: map[string]string{"in-cluster": providers.TypeKubernetes},
-		Client: env.Client, APIReader: env.Client, Interval: 300 * time.Millisecond, Logger: logs.logger(),
+		Client: env.Client, APIReader: env.Client, Interval: 300 * time.Millisecond, Logger: logs.Logger(),
 	}
 	run(t, m)
 
@@ -129,8 +130,8 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 	if c := readyCond(ph); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonAllTargetsReady {
 		t.Errorf("Ready condition %+v", c)
 	}
-	if len(logs.matching("provider target ready", `"provider"="in-cluster"`, `"target"="apiserver"`)) != 1 {
-		t.Errorf("the first ready verdict was not logged once:\n%s", logs.dump())
+	if len(logs.Matching("provider target ready", `"provider"="in-cluster"`, `"target"="apiserver"`)) != 1 {
+		t.Errorf("the first ready verdict was not logged once:\n%s", logs.String())
 	}
 	// The check ran several times by now; none counted as a provider request.
 	waitPH(t, "in-cluster", "a later round", func(p *v1alpha1.ProviderHealth) bool {
@@ -144,10 +145,10 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 	c := &scriptedChecker{}
 	c.set(up("host-a"), down("host-b", "Unreachable"))
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	m := &Monitor{
 		Checkers: map[string]providers.Checker{"kvm-flaky": c}, Types: map[string]string{"kvm-flaky": "kvm"},
-		Client: env.Client, APIReader: env.Client, Interval: 200 * time.Millisecond, Logger: logs.logger(),
+		Client: env.Client, APIReader: env.Client, Interval: 200 * time.Millisecond, Logger: logs.Logger(),
 	}
 	run(t, m)
 
@@ -164,8 +165,8 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 	// Steady rounds log nothing more.
 	n := c.callCount()
 	eventually(t, wait, "three more rounds", func() bool { return c.callCount() >= n+3 })
-	if lines := logs.matching("WARNING: provider target not ready", `"target"="host-b"`, `"reason"="Unreachable"`); len(lines) != 1 {
-		t.Errorf("want exactly one WARNING for host-b over steady rounds, got %d:\n%s", len(lines), logs.dump())
+	if lines := logs.Matching("WARNING: provider target not ready", `"target"="host-b"`, `"reason"="Unreachable"`); len(lines) != 1 {
+		t.Errorf("want exactly one WARNING for host-b over steady rounds, got %d:\n%s", len(lines), logs.String())
 	}
 
 	// A different reason while still down is logged again.
@@ -174,8 +175,8 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 		c := readyCond(ph)
 		return c != nil && c.Reason == "AuthFailed"
 	})
-	if len(logs.matching("WARNING: provider target not ready", `"reason"="AuthFailed"`)) != 1 {
-		t.Errorf("the changed reason was not logged:\n%s", logs.dump())
+	if len(logs.Matching("WARNING: provider target not ready", `"reason"="AuthFailed"`)) != 1 {
+		t.Errorf("the changed reason was not logged:\n%s", logs.String())
 	}
 
 	// Back up: Ready, and host-b's transition time moves.
@@ -189,7 +190,7 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 		t.Errorf("host-b lastTransitionTime %v did not move past %v when it came back", ph.Status.Targets[1].LastTransitionTime, downSince)
 	}
 	eventually(t, wait, "the recovery log line", func() bool {
-		return len(logs.matching("provider target ready", `"target"="host-b"`)) == 1
+		return len(logs.Matching("provider target ready", `"target"="host-b"`)) == 1
 	})
 }
 
@@ -199,7 +200,7 @@ func TestLastTransitionTimeSurvivesSteadyRounds(t *testing.T) {
 	c.set(up("api"))
 	m := &Monitor{
 		Checkers: map[string]providers.Checker{"steady": c}, Types: map[string]string{"steady": "gcp"},
-		Client: env.Client, APIReader: env.Client, Interval: time.Minute, Clock: clk, Logger: (&logLines{}).logger(),
+		Client: env.Client, APIReader: env.Client, Interval: time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
 	}
 	run(t, m)
 	first := waitPH(t, "steady", "the first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
@@ -256,17 +257,17 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 			createPH(t, "not-ours", false)
 			c := &scriptedChecker{}
 			c.set(up("api"))
-			logs := &logLines{}
+			logs := &testutil.LogLines{}
 			m := &Monitor{
 				Checkers: map[string]providers.Checker{"still-here": c}, Client: env.Client, APIReader: env.Client,
-				Interval: tc.interval, Logger: logs.logger(),
+				Interval: tc.interval, Logger: logs.Logger(),
 			}
 			stop := run(t, m)
 			if tc.interval > 0 {
 				waitPH(t, "still-here", "its first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
 			} else {
 				eventually(t, wait, "Start to finish with checks off", func() bool {
-					return len(logs.matching("provider health checks are off")) == 1
+					return len(logs.Matching("provider health checks are off")) == 1
 				})
 			}
 			stop()
@@ -277,7 +278,7 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 			}
 			for _, name := range tc.gone {
 				if _, ok := getPH(t, name); ok {
-					t.Errorf("stale %s was not deleted; log:\n%s", name, logs.dump())
+					t.Errorf("stale %s was not deleted; log:\n%s", name, logs.String())
 				}
 			}
 			if tc.interval == 0 && c.callCount() != 0 {
@@ -290,15 +291,15 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 func TestAnInvalidProviderNameGetsMetricsButNoObject(t *testing.T) {
 	c := &scriptedChecker{}
 	c.set(up("api"))
-	logs := &logLines{}
+	logs := &testutil.LogLines{}
 	m := &Monitor{
 		Checkers: map[string]providers.Checker{"Not_A_Name": c}, Client: env.Client, APIReader: env.Client,
-		Interval: 200 * time.Millisecond, Logger: logs.logger(),
+		Interval: 200 * time.Millisecond, Logger: logs.Logger(),
 	}
 	run(t, m)
 	eventually(t, wait, "two rounds", func() bool { return c.callCount() >= 2 })
-	if len(logs.matching("WARNING: provider name is not a valid object name", `"provider"="Not_A_Name"`)) != 1 {
-		t.Errorf("no warning at start:\n%s", logs.dump())
+	if len(logs.Matching("WARNING: provider name is not a valid object name", `"provider"="Not_A_Name"`)) != 1 {
+		t.Errorf("no warning at start:\n%s", logs.String())
 	}
 	var seen []string
 	m.EachTarget(func(provider, target string, up bool, _ time.Duration, _ time.Time) {
@@ -309,7 +310,7 @@ func TestAnInvalidProviderNameGetsMetricsButNoObject(t *testing.T) {
 	if len(seen) != 1 || seen[0] != "Not_A_Name/api" {
 		t.Errorf("EachTarget saw %v, want Not_A_Name/api up", seen)
 	}
-	if errs := logs.matching("writing ProviderHealth failed"); len(errs) != 0 {
+	if errs := logs.Matching("writing ProviderHealth failed"); len(errs) != 0 {
 		t.Errorf("the monitor tried to write an object for an invalid name: %v", errs)
 	}
 }

@@ -3,13 +3,9 @@ package providerhealth
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -86,43 +82,6 @@ func (noCheck) Get(context.Context, string) (providers.Instance, error) {
 }
 func (noCheck) Delete(context.Context, string) error                    { return nil }
 func (noCheck) ListByTag(context.Context) ([]providers.Instance, error) { return nil, nil }
-
-// logLines records every line a logr.Logger writes.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{Verbosity: 1})
-}
-
-// matching returns the lines containing every one of parts.
-func (l *logLines) matching(parts ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-next:
-	for _, line := range l.lines {
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				continue next
-			}
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-func (l *logLines) dump() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -52,7 +53,7 @@ func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
 	release := make(chan struct{})
 	c := &scriptedChecker{targets: []providers.TargetStatus{up("host-1")}}
 	m := &Monitor{Checkers: map[string]providers.Checker{"kvm-home": c}, Types: map[string]string{"kvm-home": "kvm"},
-		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&logLines{}).logger()}
+		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&testutil.LogLines{}).Logger()}
 	m.record(m.check(context.Background())) // a good round first: the target is known
 
 	c.mu.Lock()
