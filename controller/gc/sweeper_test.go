@@ -174,7 +174,9 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	clk.Step(time.Second)
 	eventually(t, 10*time.Second, "the first sweep", func() bool { return len(p.deletedIDs()) == 1 })
 	clk.Step(10 * time.Minute)
-	eventually(t, 10*time.Second, "the second sweep", func() bool { return reader.listCalls() == 2 })
+	// Wait for the second sweep's Delete, not only its List: cancelling
+	// between the two stops the sweep before it deletes.
+	eventually(t, 10*time.Second, "the second sweep", func() bool { return reader.listCalls() == 2 && len(p.deletedIDs()) == 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Start returned %v", err)
