@@ -238,7 +238,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	switch {
 	case !p.DeletionTimestamp.IsZero():
 		return r.reconcileDelete(ctx, &p)
-	case p.Spec.Mode == v1alpha1.ModeExternal:
+	case p.IsExternal():
 		return r.reconcileExternal(ctx, &p)
 	default:
 		return r.reconcileManaged(ctx, &p)

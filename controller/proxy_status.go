@@ -27,7 +27,7 @@ func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, base, p *v1a
 	if equality.Semantic.DeepEqual(base.Status, p.Status) {
 		return nil
 	}
-	// Diff status only: metadata changes went through Update already.
+	// Diff status only: metadata changes went through patchMeta already.
 	from := p.DeepCopy()
 	from.Status = base.Status
 	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(from)); err != nil {
@@ -40,7 +40,7 @@ func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, base, p *v1a
 // disagree with them:
 //
 //	deletion requested                          → Deleting
-//	Provisioned=False, PermanentError            → Failed
+//	Provisioned=False, PermanentError or ProviderNotConfigured → Failed
 //	Provisioned=True, Healthy=True               → Ready
 //	Provisioned=True, Healthy=False              → Unhealthy
 //	Provisioned=True, no health verdict yet      → Provisioning

@@ -227,7 +227,8 @@ const (
 	PhaseReady ProxyPhase = "Ready"
 	// PhaseUnhealthy: provisioned (or external) but failing health checks.
 	PhaseUnhealthy ProxyPhase = "Unhealthy"
-	// PhaseFailed: a permanent error; the controller waits for a spec edit.
+	// PhaseFailed: a permanent provider error (the controller waits for a
+	// spec edit), or a provider the controller is not configured with.
 	PhaseFailed ProxyPhase = "Failed"
 	// PhaseDeleting: the object is being deleted and its instance cleaned up.
 	PhaseDeleting ProxyPhase = "Deleting"
