@@ -35,7 +35,7 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit: envtest-bins
+unit: deps envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
 ## fuzz: a short run of each fuzz target (the seed corpus also runs in unit); FUZZTIME=1m for longer.
@@ -44,12 +44,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
 
-e2e: build envtest-bins
+e2e: deps build envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) $(GO) test -count=1 -timeout 20m ./e2e/...
 
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
-	@hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
+	@GO="$(GO)" hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)/tools/.gobin

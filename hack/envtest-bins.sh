@@ -10,13 +10,16 @@
 # concurrent `make test` runs from building twice.
 set -euo pipefail
 
+# The Go the Makefile uses ($(GO)), so `make GO=/path/to/go test` builds
+# these with the same toolchain as everything else.
+go=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bin/k8s}
 tools=$root/e2e/tools
 mkdir -p "$out"
 
-kube_version=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-etcd_version=$(cd "$tools/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+kube_version=$(cd "$tools" && "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
+etcd_version=$(cd "$tools/etcd" && "$go" list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 stamp_want="envtest-bins 2
 kube-apiserver $kube_version
 etcd $etcd_version
@@ -39,14 +42,14 @@ tmp=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export CGO_ENABLED=0
 start=$SECONDS
-(cd "$tools/etcd" && go build -trimpath -ldflags="-s -w" -o "$tmp/etcd" .)
+(cd "$tools/etcd" && "$go" build -trimpath -ldflags="-s -w" -o "$tmp/etcd" .)
 echo "envtest-bins: etcd built in $((SECONDS - start))s"
 # Stamp the version the way Kubernetes' release build does, so /version and
 # `kubectl version` report v1.37.x instead of v0.0.0-master.
 minor=$(echo "$kube_version" | cut -d. -f2)
 vpkg=k8s.io/component-base/version
 start=$SECONDS
-(cd "$tools" && go build -trimpath \
+(cd "$tools" && "$go" build -trimpath \
 	-ldflags="-s -w -X $vpkg.gitVersion=$kube_version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean" \
 	-o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
 echo "envtest-bins: kube-apiserver built in $((SECONDS - start))s"
