@@ -30,12 +30,12 @@ func SetupHealthEngine(mgr ctrl.Manager, r *ProxyReconciler, o health.Options) (
 		return nil, fmt.Errorf("adding the health engine to the manager: %w", err)
 	}
 	r.HealthEvents = e.Events()
-	r.Health = EngineHealth{Engine: e}
+	r.Health = engineHealth{Engine: e}
 	return e, nil
 }
 
-// EngineHealth adapts the health engine to the reconciler's HealthSource.
-type EngineHealth struct {
+// engineHealth adapts the health engine to the reconciler's HealthSource.
+type engineHealth struct {
 	// Engine is the running health engine.
 	Engine *health.Engine
 }
@@ -44,7 +44,7 @@ type EngineHealth struct {
 // without a verdict (never probed, no probe URL, a new address) becomes
 // NoVerdict, which removes a stale Healthy condition; one it does not track
 // (not started yet, or no address) leaves status alone.
-func (h EngineHealth) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
+func (h engineHealth) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
 	v, ok := h.Engine.Snapshot(key)
 	if !ok {
 		return HealthSnapshot{}, false

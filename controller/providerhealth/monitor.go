@@ -49,10 +49,10 @@ const (
 	fallbackTarget = "check"
 )
 
-// EffectiveTimeout is the round timeout for interval and a configured
+// effectiveTimeout is the round timeout for interval and a configured
 // timeout: timeout when positive, else DefaultTimeout or the interval if
 // that is shorter.
-func EffectiveTimeout(interval, timeout time.Duration) time.Duration {
+func effectiveTimeout(interval, timeout time.Duration) time.Duration {
 	if timeout > 0 {
 		return timeout
 	}
@@ -101,7 +101,7 @@ type Monitor struct {
 	// only deletes every ProviderHealth object it manages). The controller's
 	// flags enforce MinInterval; the Monitor accepts shorter ones for tests.
 	Interval time.Duration
-	// Timeout bounds one round; zero means EffectiveTimeout's default.
+	// Timeout bounds one round; zero means effectiveTimeout's default.
 	Timeout time.Duration
 	// Clock is the time source for ticks and timestamps; nil means real time.
 	Clock clock.WithTicker
@@ -142,7 +142,7 @@ func (m *Monitor) Start(ctx context.Context) error {
 		return nil
 	}
 	m.Logger.Info("provider health monitor started", "interval", m.Interval,
-		"timeout", EffectiveTimeout(m.Interval, m.Timeout), "providers", len(m.Checkers))
+		"timeout", effectiveTimeout(m.Interval, m.Timeout), "providers", len(m.Checkers))
 	ticker := m.clock().NewTicker(m.Interval)
 	defer ticker.Stop()
 	m.round(ctx)
@@ -215,7 +215,7 @@ type outcome struct {
 // out; while it is still running, later rounds report it timed out at once
 // instead of piling up goroutines.
 func (m *Monitor) check(ctx context.Context) []Result {
-	timeout := EffectiveTimeout(m.Interval, m.Timeout)
+	timeout := effectiveTimeout(m.Interval, m.Timeout)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	clk := m.clock()
@@ -371,7 +371,7 @@ func (m *Monitor) publish(ctx context.Context, r Result) error {
 	if err != nil {
 		return fmt.Errorf("reading or creating ProviderHealth %s: %w", r.Provider, err)
 	}
-	st := BuildStatus(ph.Status, r, ph.Generation, m.clock().Now())
+	st := buildStatus(ph.Status, r, ph.Generation, m.clock().Now())
 	// A merge patch replaces lists whole; null clears targets when a round
 	// reported none.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{

@@ -95,12 +95,12 @@ func normalizeTargets(in []providers.TargetStatus) []providers.TargetStatus {
 	return out
 }
 
-// BuildStatus turns a check result into the ProviderHealth status to write,
+// buildStatus turns a check result into the ProviderHealth status to write,
 // given the status the object has now. A target keeps its
 // lastTransitionTime when its verdict did not flip, and so does the Ready
 // condition; anything that flipped gets now. generation is the object's
 // metadata.generation, recorded in the condition.
-func BuildStatus(prev v1alpha1.ProviderHealthStatus, r Result, generation int64, now time.Time) v1alpha1.ProviderHealthStatus {
+func buildStatus(prev v1alpha1.ProviderHealthStatus, r Result, generation int64, now time.Time) v1alpha1.ProviderHealthStatus {
 	before := make(map[string]v1alpha1.ProviderTarget, len(prev.Targets))
 	for _, t := range prev.Targets {
 		before[t.Name] = t

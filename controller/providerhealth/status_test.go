@@ -31,7 +31,7 @@ func down(name, reason string) providers.TargetStatus {
 func TestBuildStatus(t *testing.T) {
 	// prev is what the object holds after a round at t0 with a ready and a
 	// failing target.
-	prev := BuildStatus(v1alpha1.ProviderHealthStatus{},
+	prev := buildStatus(v1alpha1.ProviderHealthStatus{},
 		Result{Type: "kvm", Targets: []providers.TargetStatus{up("a"), down("b", "Unreachable")}, CheckedAt: t0}, 1, t0)
 
 	tests := []struct {
@@ -82,7 +82,7 @@ func TestBuildStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := BuildStatus(prev, Result{Type: "kvm", Targets: tc.targets, CheckedAt: t1}, 1, t1)
+			st := buildStatus(prev, Result{Type: "kvm", Targets: tc.targets, CheckedAt: t1}, 1, t1)
 			if st.Ready != tc.wantReady || st.TargetsReady != tc.wantCount || st.Type != "kvm" {
 				t.Errorf("ready=%v targetsReady=%q type=%q, want %v %q kvm", st.Ready, st.TargetsReady, st.Type, tc.wantReady, tc.wantCount)
 			}
@@ -112,7 +112,7 @@ func TestBuildStatus(t *testing.T) {
 }
 
 func TestBuildStatusMessageNamesEveryFailingTarget(t *testing.T) {
-	st := BuildStatus(v1alpha1.ProviderHealthStatus{},
+	st := buildStatus(v1alpha1.ProviderHealthStatus{},
 		Result{Targets: []providers.TargetStatus{down("h1", "Unreachable"), up("h2"), down("h3", "PoolInactive")}, CheckedAt: t0}, 1, t0)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	for _, want := range []string{"1/3 targets ready", "h1: Unreachable: broken", "h3: PoolInactive: broken"} {
@@ -178,8 +178,8 @@ func TestEffectiveTimeout(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := EffectiveTimeout(tc.interval, tc.timeout); got != tc.want {
-				t.Fatalf("EffectiveTimeout(%s, %s) = %s, want %s", tc.interval, tc.timeout, got, tc.want)
+			if got := effectiveTimeout(tc.interval, tc.timeout); got != tc.want {
+				t.Fatalf("effectiveTimeout(%s, %s) = %s, want %s", tc.interval, tc.timeout, got, tc.want)
 			}
 		})
 	}
