@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+)
+
+// askedHealth is a fakeHealth that counts Snapshot calls, so a test knows a
+// reconcile reached applyHealth.
+type askedHealth struct {
+	fakeHealth
+	calls atomic.Int64
+}
+
+func (a *askedHealth) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
+	a.calls.Add(1)
+	return a.fakeHealth.Snapshot(key)
+}
+
+// TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange
+// checks both sides of applyHealth's "leave status alone": a verdict in
+// status survives reconciles while the engine does not track the Proxy (a
+// restarted controller before the engine's first round must not flap a
+// healthy fleet), and it is dropped when the address it belonged to changes.
+func TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange(t *testing.T) {
+	t.Parallel()
+	events := make(chan event.GenericEvent, 4)
+	health := &askedHealth{} // tracks nothing
+	h := start(t, setup{healthEvents: events, health: health})
+	h.create(&v1alpha1.Proxy{
+		ObjectMeta: metaName(h.ns, "ext"),
+		Spec: v1alpha1.ProxySpec{
+			Mode:     v1alpha1.ModeExternal,
+			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.21", Port: 3128},
+		},
+	})
+	h.waitProxy("ext", "served", func(p *v1alpha1.Proxy) bool {
+		return p.Status.IP == "127.0.0.21" && p.Status.Phase == v1alpha1.PhaseProvisioning
+	})
+
+	// The verdict a previous controller run left in status.
+	h.eventually("a Healthy verdict in status", func() (bool, string) {
+		p, err := h.get("ext")
+		if err != nil {
+			return false, err.Error()
+		}
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy,
+			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "200 before the restart"})
+		p.Status.LatencyMillis = 42
+		p.Status.Phase = v1alpha1.PhaseReady
+		if err := env.Client.Status().Update(h.ctx(), p); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	// Two reconciles that reach applyHealth: one key is never reconciled
+	// twice at once, so the first one's status write has landed when the
+	// second asks.
+	for i := range 2 {
+		before := health.calls.Load()
+		events <- event.GenericEvent{Object: h.mustGet("ext")}
+		h.eventually("a reconcile asking the health source", func() (bool, string) {
+			return health.calls.Load() > before, fmt.Sprintf("reconcile %d not yet", i+1)
+		})
+	}
+	p := h.mustGet("ext")
+	if !p.IsHealthy() || p.Status.LatencyMillis != 42 || p.Status.Phase != v1alpha1.PhaseReady {
+		t.Fatalf("status lost the verdict while the engine tracked nothing: %s, latency %d", describe(p), p.Status.LatencyMillis)
+	}
+
+	h.edit("ext", func(p *v1alpha1.Proxy) { p.Spec.Endpoint.Host = "127.0.0.22" })
+	p = h.waitProxy("ext", "the new address without the old verdict", func(p *v1alpha1.Proxy) bool {
+		return p.Status.IP == "127.0.0.22" && p.Condition(v1alpha1.ConditionHealthy) == nil
+	})
+	if p.Status.LatencyMillis != 0 || p.Status.Phase != v1alpha1.PhaseProvisioning {
+		t.Errorf("after the address change: latency %d, phase %s; want 0 and Provisioning", p.Status.LatencyMillis, p.Status.Phase)
+	}
+}
