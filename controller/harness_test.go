@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
@@ -108,6 +109,15 @@ func start(t *testing.T, s setup) *harness {
 		Health:                  s.health,
 		SkipNameValidation:      true,
 	}
+	h.run(mgr)
+	return h
+}
+
+// run sets h.r up on mgr, starts mgr and waits for its cache. The manager
+// stops when the test ends, or earlier through h.stopOnce.
+func (h *harness) run(mgr manager.Manager) {
+	t := h.t
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := h.r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
@@ -135,7 +145,6 @@ func start(t *testing.T, s setup) *harness {
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		t.Fatalf("manager cache did not sync within %s", wait)
 	}
-	return h
 }
 
 // ctx is a context for one API call from the test.

@@ -71,33 +71,7 @@ func startWithEngine(t *testing.T, ns string, o health.Options) *engineHarness {
 	if err != nil {
 		t.Fatalf("SetupHealthEngine: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := h.r.SetupWithManager(ctx, mgr); err != nil {
-		cancel()
-		t.Fatalf("SetupWithManager: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	h.stopOnce = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("manager: %v", err)
-				}
-			case <-time.After(wait):
-				t.Errorf("manager did not stop within %s", wait)
-			}
-		})
-	}
-	t.Cleanup(h.stopOnce)
-	syncCtx, syncCancel := context.WithTimeout(ctx, wait)
-	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		t.Fatalf("manager cache did not sync within %s", wait)
-	}
+	h.run(mgr)
 	return &engineHarness{harness: h, engine: e, metrics: rec}
 }
 
