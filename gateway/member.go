@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,15 @@ type memberConn struct {
 	tlsConfig    *tls.Config  // https:// upstreams
 	socks5       bool         // socks5:// upstreams
 	local        *net.TCPAddr // direct members bound to SourceAddr
+	// lastUsed (unix nanoseconds) is when a request last took this member,
+	// for ForgetIdleMembers.
+	lastUsed atomic.Int64
+}
+
+// touch records a use of the member.
+func (mc *memberConn) touch() *memberConn {
+	mc.lastUsed.Store(time.Now().UnixNano())
+	return mc
 }
 
 func (mc *memberConn) close() {
@@ -64,7 +74,7 @@ func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {
 	mc := g.members[m.Name]
 	g.membersMu.RUnlock()
 	if mc != nil && mc.m.SameEndpoint(m) {
-		return mc, nil
+		return mc.touch(), nil
 	}
 	nmc, err := g.newMemberConn(m)
 	if err != nil {
@@ -74,11 +84,11 @@ func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {
 	if cur := g.members[m.Name]; cur != nil && cur.m.SameEndpoint(m) {
 		g.membersMu.Unlock()
 		nmc.close()
-		return cur, nil
+		return cur.touch(), nil
 	} else if cur != nil {
 		cur.close()
 	}
-	g.members[m.Name] = nmc
+	g.members[m.Name] = nmc.touch()
 	g.membersMu.Unlock()
 	return nmc, nil
 }
@@ -89,6 +99,9 @@ func (g *Gateway) memberByName(name string) *memberConn {
 	g.membersMu.RLock()
 	mc := g.members[name]
 	g.membersMu.RUnlock()
+	if mc != nil {
+		mc.touch()
+	}
 	return mc
 }
 
@@ -103,6 +116,30 @@ func (g *Gateway) ForgetMember(name string) {
 	if mc != nil {
 		mc.close()
 	}
+}
+
+// ForgetIdleMembers forgets (as ForgetMember does) every member no request
+// has taken for longer than idle, and returns their names. A gateway whose
+// members come from a remote lease API never hears that one left the pool,
+// so without this its per-member state would only grow; a member still in
+// the pool is simply set up again on its next use.
+func (g *Gateway) ForgetIdleMembers(idle time.Duration) []string {
+	cutoff := time.Now().Add(-idle).UnixNano()
+	var gone []*memberConn
+	g.membersMu.Lock()
+	for name, mc := range g.members {
+		if mc.lastUsed.Load() < cutoff {
+			delete(g.members, name)
+			gone = append(gone, mc)
+		}
+	}
+	g.membersMu.Unlock()
+	names := make([]string, len(gone))
+	for i, mc := range gone {
+		mc.close()
+		names[i] = mc.m.Name
+	}
+	return names
 }
 
 func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {

@@ -71,3 +71,58 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		}
 	})
 }
+
+func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
+	g, err := New(Options{Pool: pool.NewStore(pool.StoreOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	member := func(name, raw string) pool.Member {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pool.Member{Name: name, URL: u}
+	}
+	idle, err := g.memberFor(member("idle", "http://127.0.0.1:3128"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := g.memberFor(member("busy", "http://127.0.0.1:3129"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "idle" was last used an hour ago; "busy" is taken by a pin just now.
+	idle.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	busy.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	if g.memberByName("busy") != busy {
+		t.Fatal("busy member not found")
+	}
+
+	gone := g.ForgetIdleMembers(10 * time.Minute)
+	if len(gone) != 1 || gone[0] != "idle" {
+		t.Fatalf("forgot %v, want [idle]", gone)
+	}
+	if g.memberByName("idle") != nil {
+		t.Fatal("the idle member still resolves")
+	}
+	idle.lean.mu.Lock()
+	closedIdle := idle.lean.closed
+	idle.lean.mu.Unlock()
+	if !closedIdle {
+		t.Fatal("the idle member's connection pool was left open")
+	}
+	if g.memberByName("busy") != busy {
+		t.Fatal("a member a pin used just now was forgotten")
+	}
+	// A forgotten member that is still in the pool is set up again on use.
+	again, err := g.memberFor(member("idle", "http://127.0.0.1:3128"))
+	if err != nil || again == idle {
+		t.Fatalf("re-use after forgetting: %v (same state: %v)", err, again == idle)
+	}
+}

@@ -117,6 +117,22 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	if remote != nil {
 		goRun(func(ctx context.Context) { checkPoolAPI(ctx, remote, cfg.poolAPI, log) })
+		// The controller never says that a Proxy left the pool; forget the
+		// members no request has taken for a while (and their series).
+		goRun(func(ctx context.Context) {
+			t := time.NewTicker(remoteMemberIdle / 4)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					for _, name := range gw.ForgetIdleMembers(remoteMemberIdle) {
+						rec.ForgetMember(name)
+					}
+				}
+			}
+		})
 	}
 	if fileSource != nil {
 		goRun(fileSource.Run)
@@ -179,6 +195,11 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	log.Info("stopped")
 	return runErr
 }
+
+// remoteMemberIdle is how long a --pool-api gateway keeps the state and
+// metric series of a member no request has taken; a member still in the
+// controller's pool is set up again on its next lease.
+const remoteMemberIdle = 10 * time.Minute
 
 // localPool loads the members of a gateway that holds its own pool (the
 // upstreams file, --upstream, --egress-addr, or direct egress) into store,
