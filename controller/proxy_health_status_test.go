@@ -84,3 +84,40 @@ func TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange(t *te
 		t.Errorf("after the address change: latency %d, phase %s; want 0 and Provisioning", p.Status.LatencyMillis, p.Status.Phase)
 	}
 }
+
+// TestAManagedInstanceAtANewAddressLosesTheOldVerdict checks that a verdict
+// belongs to an address: when the provider reports the instance at another
+// IP (a VM restarted by hand), the drift poll drops the Healthy condition
+// even though the engine has not caught up yet.
+func TestAManagedInstanceAtANewAddressLosesTheOldVerdict(t *testing.T) {
+	t.Parallel()
+	health := &askedHealth{} // tracks nothing
+	h := start(t, setup{health: health})
+	h.create(h.managed("px"))
+	p := h.waitRunning("px")
+	h.eventually("a Healthy verdict in status", func() (bool, string) {
+		p, err := h.get("px")
+		if err != nil {
+			return false, err.Error()
+		}
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy,
+			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "200 at the old address"})
+		p.Status.LatencyMillis = 42
+		if err := env.Client.Status().Update(h.ctx(), p); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	inst, err := h.fake.Get(h.ctx(), p.Status.ProviderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.IP = "127.0.10.200"
+	h.fake.put(inst)
+	p = h.waitProxy("px", "the new address without the old verdict", func(p *v1alpha1.Proxy) bool {
+		return p.Status.IP == "127.0.10.200" && p.Condition(v1alpha1.ConditionHealthy) == nil
+	})
+	if p.Status.LatencyMillis != 0 || p.Status.Phase != v1alpha1.PhaseProvisioning {
+		t.Errorf("after the address change: latency %d, phase %s; want 0 and Provisioning", p.Status.LatencyMillis, p.Status.Phase)
+	}
+}
