@@ -78,6 +78,12 @@ func (r *ProxyReconciler) deleteFailure(ctx context.Context, p *v1alpha1.Proxy, 
 		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
 		return ctrl.Result{RequeueAfter: r.Intervals.QuotaRetry}, nil
 	}
-	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg+" (retrying)")
+	retry := " (retrying)"
+	if providers.Class(err) == providers.ErrPermanent {
+		// Retrying will not help by itself; say how to let the object go.
+		retry = " (retrying; to abandon the instance and release this Proxy, annotate it " +
+			v1alpha1.AnnotationSkipCleanup + "=" + v1alpha1.ValueTrue + ")"
+	}
+	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg+retry)
 	return ctrl.Result{}, fmt.Errorf("deleting instance %s: %w", p.Status.ProviderID, err)
 }

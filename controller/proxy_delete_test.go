@@ -93,6 +93,9 @@ func TestDeletionNeverLatchesAPermanentDeleteFailure(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
 		t.Fatalf("finalizer dropped although the instance could not be deleted")
 	}
+	if !strings.Contains(message(p), v1alpha1.AnnotationSkipCleanup) {
+		t.Errorf("condition %q does not tell the user about %s", message(p), v1alpha1.AnnotationSkipCleanup)
+	}
 	h.fake.clearFailures()
 	h.waitGone("px")
 }
