@@ -193,25 +193,5 @@ func startSweeper(t *testing.T, s *Sweeper) (stop func()) {
 	if err := mgr.Add(s); err != nil {
 		t.Fatalf("add sweeper: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("manager stopped with %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("manager did not stop within %s", wait)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testutil.RunUntilCleanup(t, "manager", wait, mgr.Start)
 }

@@ -43,27 +43,7 @@ func testCtx(t *testing.T) context.Context {
 // is called), failing the test if Start returns an error.
 func run(t *testing.T, m *Monitor) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Monitor.Start: %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("the monitor did not stop within %s", wait)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testutil.RunUntilCleanup(t, "Monitor.Start", wait, m.Start)
 }
 
 func getPH(t *testing.T, name string) (*v1alpha1.ProviderHealth, bool) {
