@@ -25,6 +25,25 @@ import (
 // SquidBinary is where Debian installs Squid.
 const SquidBinary = "/usr/sbin/squid"
 
+// SquidServiceName returns a fresh name for `squid -n`. Squid names its
+// shared-memory segments after it (/dev/shm/<name>-cf__metadata.shm): with
+// the default name, Squids starting at the same moment (test packages run in
+// parallel) collide with "shm_open(...): File exists" and one dies.
+func SquidServiceName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "pftest" + hex.EncodeToString(b[:])
+}
+
+// RemoveSquidShm removes the shared-memory segments of a Squid that has
+// exited under service name name; a killed Squid leaves them behind.
+func RemoveSquidShm(name string) {
+	matches, _ := filepath.Glob("/dev/shm/" + name + "-*")
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
 // squidMissing is the failure message when Squid is absent: the suites never skip.
 const squidMissing = "squid not installed: run make test as root (it apt-installs squid) or apt-get install squid"
 
@@ -450,7 +469,8 @@ func (s *Squid) startOnce(deadline time.Time) error {
 	if _, err := os.Stat(bin); err != nil {
 		bin = "squid"
 	}
-	cmd := exec.Command(bin, "-N", "-f", conf)
+	service := SquidServiceName()
+	cmd := exec.Command(bin, "-N", "-n", service, "-f", conf)
 	cmd.Dir = s.dir
 	cmd.Stdout = out
 	cmd.Stderr = out
@@ -469,6 +489,7 @@ func (s *Squid) startOnce(deadline time.Time) error {
 	go func() {
 		err := cmd.Wait()
 		out.Close()
+		RemoveSquidShm(service)
 		s.mu.Lock()
 		s.exitErr = err
 		s.mu.Unlock()

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
 const squidBinaryOnHost = "/usr/sbin/squid"
@@ -110,7 +112,9 @@ func runSquid(t *testing.T, conf squidConfig) (proxyURL *url.URL) {
 			t.Fatal(err)
 		}
 		var stderr bytes.Buffer
-		cmd := exec.Command(squidBinaryOnHost, "-N", "-d", "1", "-f", path)
+		service := testutil.SquidServiceName()
+		t.Cleanup(func() { testutil.RemoveSquidShm(service) })
+		cmd := exec.Command(squidBinaryOnHost, "-N", "-n", service, "-d", "1", "-f", path)
 		cmd.Stderr = &stderr
 		if os.Geteuid() == 0 {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(squidUID), Gid: uint32(squidUID)}}
