@@ -46,7 +46,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		g.targetFail(w, err, start)
 		return
 	}
-	lr := g.newLeaseReq(p, rotation.TargetKey(hostport))
+	lr := g.newLeaseReq(p, rotation.HostKey(host))
 
 	var (
 		h        held

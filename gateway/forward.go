@@ -62,7 +62,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	if addrs != nil {
 		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
 	}
-	lr := g.newLeaseReq(p, rotation.TargetKey(u.Host))
+	lr := g.newLeaseReq(p, rotation.HostKey(host))
 	h, err := g.acquire(ctx, &lr)
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -17,6 +17,13 @@ func TargetKey(hostport string) string {
 	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
 	}
+	return HostKey(host)
+}
+
+// HostKey is TargetKey for a host already split from its port (no brackets):
+// the gateway has split the request's host to check it, and re-splitting on
+// the hot path would cost an error allocation for every port-less host.
+func HostKey(host string) string {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	if a, err := netip.ParseAddr(host); err == nil {
 		return a.String()
