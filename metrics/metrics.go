@@ -21,9 +21,12 @@ type Metrics struct {
 	requestDuration  *prometheus.HistogramVec
 	upstreamFailures *prometheus.CounterVec
 	bytesRelayed     *prometheus.CounterVec
-	probeDuration    *prometheus.HistogramVec
-	probeFailures    *prometheus.CounterVec
-	leaseRequests    *prometheus.CounterVec
+	// bytesUp and bytesDown are bytesRelayed's two series, resolved once:
+	// BytesRelayed runs for every request and tunnel.
+	bytesUp, bytesDown prometheus.Counter
+	probeDuration      *prometheus.HistogramVec
+	probeFailures      *prometheus.CounterVec
+	leaseRequests      *prometheus.CounterVec
 }
 
 // requestBuckets reach into minutes because a CONNECT tunnel's duration is
@@ -66,6 +69,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"member"}),
 		leaseRequests: newLeaseRequestsVec(),
 	}
+	m.bytesUp, m.bytesDown = m.bytesRelayed.WithLabelValues("up"), m.bytesRelayed.WithLabelValues("down")
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
 		m.probeDuration, m.probeFailures, m.leaseRequests)
 	return m
@@ -91,7 +95,14 @@ func (m *Metrics) BytesRelayed(direction string, n int64) {
 	if n <= 0 {
 		return
 	}
-	m.bytesRelayed.WithLabelValues(direction).Add(float64(n))
+	switch direction {
+	case "up":
+		m.bytesUp.Add(float64(n))
+	case "down":
+		m.bytesDown.Add(float64(n))
+	default:
+		m.bytesRelayed.WithLabelValues(direction).Add(float64(n))
+	}
 }
 
 // ObserveProbe records one health probe through member: its duration always,
