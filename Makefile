@@ -45,6 +45,7 @@ FUZZTIME ?= 100000x
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
 
 e2e: deps build envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) $(GO) test -count=1 -timeout 20m ./e2e/...

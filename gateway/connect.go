@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -17,19 +18,6 @@ import (
 
 // maxConnectAnswer bounds an upstream's answer head to our CONNECT.
 const maxConnectAnswer = 64 << 10
-
-// answerError is an upstream that is up but answered our CONNECT with a
-// non-2xx status. Squid answers that way both for its own trouble and for
-// a target it will not or cannot reach, so such failures are retried on
-// other members only up to Options.Retries times (a dial failure is retried
-// while members remain): a client asking for an unreachable target must not
-// be able to take the whole pool out of service.
-type answerError struct {
-	status int
-	line   string
-}
-
-func (e *answerError) Error() string { return "answered CONNECT with " + e.line }
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
@@ -49,28 +37,38 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 	lr := g.newLeaseReq(p, rotation.HostKey(host))
 
 	var (
-		h        held
-		up       net.Conn
-		early    []byte
-		tried    []string
-		lastErr  error
-		lastName string
-		answered int
+		h       held
+		up      net.Conn
+		early   []byte
+		tried   []string
+		last    *attemptError
+		lastN   string
+		fails   siteFailures
+		outcome = OutcomeUpstreamFailed
 	)
+	// giveUp answers the request after the members tried so far: a 502
+	// target_unreachable when the last word was about the site, else
+	// upstream_failed. suffix adds why no further member was tried.
+	giveUp := func(suffix string) {
+		if last.f.Fault == rotation.FaultSite {
+			g.fail(w, http.StatusBadGateway, "target_unreachable", fails.message(hostport)+suffix)
+		} else {
+			g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+lastN+" "+last.Error()+suffix)
+		}
+		g.rec.Request(lastN, outcome, time.Since(start))
+	}
 	for {
 		h, err = g.acquire(ctx, &lr)
 		if err != nil {
 			if ctx.Err() != nil {
-				g.rec.Request(lastName, OutcomeClientError, time.Since(start))
+				g.rec.Request(lastN, OutcomeClientError, time.Since(start))
 				return
 			}
-			if lastErr == nil {
+			if last == nil {
 				g.rec.Request("", g.poolError(w, &lr, err), time.Since(start))
 				return
 			}
-			g.fail(w, http.StatusBadGateway, "upstream_failed",
-				"upstream "+lastName+" "+lastErr.Error()+"; no other member: "+err.Error())
-			g.rec.Request(lastName, OutcomeUpstreamFailed, time.Since(start))
+			giveUp("; no other member: " + err.Error())
 			return
 		}
 		name := h.mc.m.Name
@@ -79,8 +77,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 			// (its failure window did not apply, e.g. a remote report was lost).
 			// Unpin it too, so the session's next tunnel asks the pool again.
 			g.release(ctx, &lr, h)
-			g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+lastName+" "+lastErr.Error())
-			g.rec.Request(lastName, OutcomeUpstreamFailed, time.Since(start))
+			giveUp("")
 			return
 		}
 		up, early, err = g.dialConnect(ctx, h.mc, hostport, host, port, addrs)
@@ -98,29 +95,31 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 			g.rec.Request(name, OutcomeClientError, time.Since(start))
 			return
 		}
-		if h.mc.m.Direct() && !directMemberFault(err) {
-			// The site itself is unreachable; another egress address would
-			// not help and this one is fine.
+		ae := failureOf(err)
+		if ae.firsthand && ae.f.Fault == rotation.FaultSite {
+			// A direct member dialled the site itself: another egress
+			// address would not help, and this one is fine.
 			g.done(ctx, h)
 			g.fail(w, http.StatusBadGateway, "target_unreachable", "cannot reach "+quote(hostport)+" from "+name+": "+err.Error())
 			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
 			return
 		}
-		g.log.Debug("CONNECT through member failed", "member", name, "target", lr.target, "err", err)
-		g.drop(ctx, &lr, h, rotation.ResultUpstreamFailed, 0)
+		g.log.Debug("CONNECT through member failed", "member", name, "target", lr.target, "fault", ae.f.Class, "err", err)
+		g.drop(ctx, &lr, h, ae.f.Result(), 0)
 		tried = append(tried, name)
-		lastErr, lastName = err, name
-		var ae *answerError
-		if errors.As(err, &ae) && ae.status != http.StatusProxyAuthRequired {
-			answered++
-			if answered > g.retries {
-				g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+name+" "+err.Error())
-				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
+		last, lastN = ae, name
+		if ae.f.Fault == rotation.FaultSite {
+			// A member's word about the site: try another member, unless
+			// one already failed it the same way (then it is the site) or
+			// the retry budget is spent.
+			if fails.add(name, h.id, ae.f, err) || len(fails) > g.retries {
+				giveUp("")
 				return
 			}
 		}
 	}
 
+	g.reached(ctx, h.mc.m.Name, lr.target, fails)
 	name := h.mc.m.Name
 	t := &tunnel{upstream: up}
 	if !g.tunnels.add(t) {
@@ -228,17 +227,23 @@ func appendHeader(b []byte, name, value string) []byte {
 // a direct dial from the member's source address to a checked address, a
 // SOCKS5 CONNECT, or an HTTP CONNECT to an http(s) upstream whose answer
 // must be 2xx. early holds bytes the upstream sent behind its answer.
+//
+// Every failure leaves here classified (an *attemptError): reaching the
+// member, its handshakes and a garbled answer are the member's fault; what
+// the member answered about the site, and a member that took our CONNECT
+// but did not answer within DialTimeout (it is still waiting on the site),
+// are the site's.
 func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr) (c net.Conn, early []byte, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	if mc.m.URL == nil {
 		c, err = g.dialDirect(ctx, mc, host, port, addrs)
-		return c, nil, err
+		return c, nil, classifyDirect(err)
 	}
 	var d net.Dialer
 	c, err = d.DialContext(ctx, "tcp", mc.upstreamAddr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, memberFault("dial", err)
 	}
 	// ctx (DialTimeout, or the client leaving) bounds the TLS handshake and
 	// the CONNECT exchange: when it ends, a deadline in the past aborts the
@@ -251,7 +256,7 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 			}
 			c, early = nil, nil
 			if err == nil {
-				err = ctx.Err()
+				err = memberFault("timeout", ctx.Err())
 			}
 		}
 	}()
@@ -262,7 +267,7 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	if mc.tlsConfig != nil {
 		tc := tls.Client(c, mc.tlsConfig)
 		if err = tc.HandshakeContext(ctx); err != nil {
-			return c, nil, errors.New("TLS to upstream: " + err.Error())
+			return c, nil, memberFault("tls", errors.New("TLS to upstream: "+err.Error()))
 		}
 		c = tc
 	}
@@ -279,16 +284,22 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	}
 	req = append(req, "\r\n"...)
 	if _, err = c.Write(req); err != nil {
-		return c, nil, err
+		return c, nil, memberFault("write", err)
 	}
 	br := g.readers.get(c)
 	defer g.readers.put(br)
-	status, line, err := readConnectAnswer(br)
+	status, line, ue, err := readConnectAnswer(br)
 	if err != nil {
-		return c, nil, err
+		if ctx.Err() == context.DeadlineExceeded {
+			// The member took the CONNECT and is still working on it:
+			// Squid answers only once it reached the site (or gave up).
+			return c, nil, siteFault(rotation.Site("timeout"), errors.New("no answer to CONNECT within "+g.dialTimeout.String()))
+		}
+		return c, nil, memberFault("protocol", err)
 	}
 	if status < 200 || status > 299 {
-		return c, nil, &answerError{status: status, line: line}
+		ae := &answerError{status: status, line: line, ue: ue, connect: true}
+		return c, nil, &attemptError{f: rotation.UpstreamAnswer(status, ue), err: ae}
 	}
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
@@ -298,52 +309,108 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 }
 
 // readConnectAnswer reads an HTTP/1.x answer head and returns its status.
-// The headers are skipped: a 2xx means the tunnel is up, nothing else matters.
-func readConnectAnswer(br *bufio.Reader) (int, string, error) {
+// A 2xx means the tunnel is up and its headers are skipped; a failure's
+// error headers are kept, since they say whose failure it was.
+func readConnectAnswer(br *bufio.Reader) (int, string, rotation.UpstreamError, error) {
 	total := 0
 	first := true
 	status := 0
 	line := ""
+	var ue rotation.UpstreamError
 	for {
 		b, err := br.ReadSlice('\n')
 		total += len(b)
 		if total > maxConnectAnswer {
-			return 0, "", errors.New("upstream answer head larger than " + strconv.Itoa(maxConnectAnswer) + " bytes")
+			return 0, "", ue, errors.New("upstream answer head larger than " + strconv.Itoa(maxConnectAnswer) + " bytes")
 		}
 		if err == bufio.ErrBufferFull {
 			if first {
-				return 0, "", errors.New("upstream answer status line too long")
+				return 0, "", ue, errors.New("upstream answer status line too long")
 			}
 			continue
 		}
 		if err != nil {
 			if first {
-				return 0, "", errors.New("no answer to CONNECT: " + err.Error())
+				return 0, "", ue, errors.New("no answer to CONNECT: " + err.Error())
 			}
-			return 0, "", errors.New("truncated answer to CONNECT: " + err.Error())
+			return 0, "", ue, errors.New("truncated answer to CONNECT: " + err.Error())
 		}
 		if first {
 			first = false
 			s := string(trimEOL(b))
 			if len(s) < 12 || s[:7] != "HTTP/1." || s[8] != ' ' {
-				return 0, "", errors.New("malformed answer to CONNECT: " + quote(s))
+				return 0, "", ue, errors.New("malformed answer to CONNECT: " + quote(s))
 			}
 			n, err := strconv.Atoi(s[9:12])
 			if err != nil || n < 100 || n > 999 || (len(s) > 12 && s[12] != ' ') {
-				return 0, "", errors.New("malformed answer to CONNECT: " + quote(s))
+				return 0, "", ue, errors.New("malformed answer to CONNECT: " + quote(s))
 			}
 			status, line = n, quote(s[9:])
 			continue
 		}
-		if len(trimEOL(b)) == 0 {
+		h := trimEOL(b)
+		if len(h) == 0 {
 			if status >= 100 && status < 200 {
 				// An interim answer; the real one follows.
 				first = true
 				continue
 			}
-			return status, line, nil
+			return status, line, ue, nil
+		}
+		if status < 200 || status > 299 {
+			readErrorHeader(&ue, h)
 		}
 	}
+}
+
+// readErrorHeader keeps h when it is one of the error headers proxies put
+// on answers they make themselves.
+func readErrorHeader(ue *rotation.UpstreamError, h []byte) {
+	name, value, ok := strings.Cut(string(h), ":")
+	if !ok {
+		return
+	}
+	value = strings.TrimSpace(value)
+	switch {
+	case strings.EqualFold(name, "Proxy-Status"):
+		ue.ProxyStatus = value
+	case strings.EqualFold(name, "X-Squid-Error"):
+		ue.SquidError = value
+	case strings.EqualFold(name, "X-Brd-Err-Code"):
+		ue.BrightDataCode = value
+	}
+}
+
+// upstreamErrorOf reads the same headers from a plain-HTTP answer.
+func upstreamErrorOf(h http.Header) rotation.UpstreamError {
+	var ue rotation.UpstreamError
+	if v := h["Proxy-Status"]; len(v) > 0 {
+		ue.ProxyStatus = strings.Join(v, ", ")
+	}
+	if v := h["X-Squid-Error"]; len(v) > 0 {
+		ue.SquidError = v[0]
+	}
+	if v := h["X-Brd-Err-Code"]; len(v) > 0 {
+		ue.BrightDataCode = v[0]
+	}
+	return ue
+}
+
+// classifyDirect gives a direct member's dial failure its verdict: the
+// member's own when its source address is gone or out of ports, else the
+// site's, firsthand.
+func classifyDirect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *targetError
+	if errors.As(err, &te) {
+		return err
+	}
+	if directMemberFault(err) {
+		return memberFault("source address", err)
+	}
+	return &attemptError{f: rotation.Site("connect"), err: err, firsthand: true}
 }
 
 func trimEOL(b []byte) []byte {

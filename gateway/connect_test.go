@@ -410,7 +410,7 @@ func TestReadConnectAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
+			status, _, _, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %d %v, want error %q", status, err, tt.wantErr)
@@ -643,5 +643,23 @@ func TestADeadSiteTakesNoDirectMemberOutOfService(t *testing.T) {
 	}
 	if len(tg.Sources()) != 2 {
 		t.Fatalf("after a dead site, live traffic used only %v", tg.Sources())
+	}
+}
+
+func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
+	in := "HTTP/1.1 503 Service Unavailable\r\nServer: squid/5.7\r\nx-squid-error: ERR_CONNECT_FAIL 111\r\n" +
+		"Proxy-Status: sq; error=connection_refused\r\nX-Brd-Err-Code: client_1\r\n\r\n"
+	status, _, ue, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
+	if err != nil || status != 503 {
+		t.Fatalf("got %d %v", status, err)
+	}
+	want := rotation.UpstreamError{SquidError: "ERR_CONNECT_FAIL 111", ProxyStatus: "sq; error=connection_refused", BrightDataCode: "client_1"}
+	if ue != want {
+		t.Fatalf("error headers %+v, want %+v", ue, want)
+	}
+	// A tunnel's headers are not read into anything.
+	_, _, ue, _ = readConnectAnswer(bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_X 0\r\n\r\n"), 4096))
+	if ue != (rotation.UpstreamError{}) {
+		t.Fatalf("2xx answer kept %+v", ue)
 	}
 }

@@ -19,6 +19,26 @@ const maxDiscard = 64 << 10
 // credentials are wrong, which is the member's failure, not the site's.
 var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (the member's credentials are wrong)")
 
+// upstreamAnswer returns nil when resp is the site's answer, and a
+// classified failure when the upstream made it itself: a 407 to our
+// credentials, or an error answer carrying a proxy's error header
+// (X-Squid-Error, Proxy-Status, ...). Such an answer is consumed.
+func upstreamAnswer(resp *http.Response) error {
+	if resp.StatusCode == http.StatusProxyAuthRequired {
+		discard(resp)
+		return memberFault("auth", errUpstreamAuth)
+	}
+	if resp.StatusCode < 400 {
+		return nil
+	}
+	ue := upstreamErrorOf(resp.Header)
+	if !ue.Marked() {
+		return nil // the site's own error answer: delivered as it is
+	}
+	discard(resp)
+	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: quote(resp.Status), ue: ue}}
+}
+
 // errRequestTimeout is the cancel cause when Options.RequestTimeout passes.
 var errRequestTimeout = errors.New("request timeout")
 
@@ -81,11 +101,11 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 		out.Body = nil
 	}
 	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
+	var fails siteFailures
 	for attempt := 0; ; attempt++ {
 		resp, err := h.mc.roundTrip(out)
-		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired && !h.mc.m.Direct() {
-			discard(resp)
-			resp, err = nil, errUpstreamAuth
+		if err == nil && !h.mc.m.Direct() {
+			err = upstreamAnswer(resp)
 		}
 		if err != nil {
 			name := h.mc.m.Name
@@ -108,7 +128,11 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
 				return
 			}
-			if h.mc.m.Direct() && !directMemberFault(err) {
+			if h.mc.m.Direct() {
+				err = classifyDirect(err)
+			}
+			ae := failureOf(err)
+			if ae.firsthand && ae.f.Fault == rotation.FaultSite {
 				// The site itself failed (refused, reset, bad TLS): not the
 				// egress address's fault, so nothing is reported or retried.
 				g.done(ctx, h)
@@ -117,19 +141,25 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
 				return
 			}
-			g.log.Debug("request through member failed", "member", name, "target", lr.target, "err", err)
-			g.drop(ctx, &lr, h, rotation.ResultUpstreamFailed, 0)
-			msg := "upstream " + name + " failed: " + err.Error()
-			if retryable && attempt < g.retries {
+			g.log.Debug("request through member failed", "member", name, "target", lr.target, "fault", ae.f.Class, "err", err)
+			g.drop(ctx, &lr, h, ae.f.Result(), 0)
+			// The same site failure on two members is the site's: no third.
+			same := ae.f.Fault == rotation.FaultSite && fails.add(name, h.id, ae.f, err)
+			suffix := ""
+			if retryable && attempt < g.retries && !same {
 				next, aerr := g.acquire(ctx, &lr)
 				if aerr == nil {
 					h = next
 					continue
 				}
-				msg += "; no other member: " + aerr.Error()
+				suffix = "; no other member: " + aerr.Error()
 			}
 			w.Header()[HeaderProxy] = h.mc.nameHdr
-			g.fail(w, http.StatusBadGateway, "upstream_failed", msg)
+			if ae.f.Fault == rotation.FaultSite {
+				g.fail(w, http.StatusBadGateway, "target_unreachable", fails.message(u.Host)+suffix)
+			} else {
+				g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+name+" failed: "+err.Error()+suffix)
+			}
 			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
 			return
 		}
@@ -143,6 +173,9 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 			g.rec.Request(h.mc.m.Name, OutcomeUpstreamFailed, time.Since(start))
 			return
 		}
+		// The site answered through this member, whatever it said.
+		g.reached(ctx, h.mc.m.Name, lr.target, fails)
+		fails = nil
 		res := g.classifier.Classify(resp.StatusCode)
 		if res.IsBan() {
 			var ra time.Duration

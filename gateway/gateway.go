@@ -120,6 +120,12 @@ type Options struct {
 	Logger *slog.Logger
 	// AffinityEntries bounds the (session, target) → lease cache (default 100k).
 	AffinityEntries int64
+	// BrokenMemberSites and BrokenMemberWindow size rotation.MemberEvidence:
+	// a member that fails this many distinct sites within the window, each
+	// reached by another member right after, and serves nothing in between,
+	// is out for every site (defaults 3 and 1m).
+	BrokenMemberSites  int
+	BrokenMemberWindow time.Duration
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -139,14 +145,15 @@ type Gateway struct {
 	rec            Recorder
 	log            *slog.Logger
 
-	aff     *rotation.Affinity
-	srv     *http.Server
-	flights flightGroup
-	struck  struckSet
-	tunnels tunnelSet
-	bufs    bufPool
-	readers readerPool
-	dns     dnsCache
+	aff      *rotation.Affinity
+	evidence *rotation.MemberEvidence
+	srv      *http.Server
+	flights  flightGroup
+	struck   struckSet
+	tunnels  tunnelSet
+	bufs     bufPool
+	readers  readerPool
+	dns      dnsCache
 
 	membersMu sync.RWMutex
 	members   map[string]*memberConn
@@ -185,6 +192,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	if o.Retries < 0 {
 		return nil, errors.New("gateway: Options.Retries is negative")
+	}
+	if o.BrokenMemberSites < 0 || o.BrokenMemberWindow < 0 {
+		return nil, errors.New("gateway: Options.BrokenMemberSites and BrokenMemberWindow must not be negative")
 	}
 	if o.AffinityEntries < 0 {
 		return nil, errors.New("gateway: Options.AffinityEntries is negative")
@@ -228,6 +238,7 @@ func New(o Options) (*Gateway, error) {
 		rec:            o.Metrics,
 		log:            o.Logger,
 		aff:            aff,
+		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
 	g.srv = &http.Server{

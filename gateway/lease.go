@@ -125,13 +125,16 @@ func (g *Gateway) done(ctx context.Context, h held) {
 }
 
 // drop reports a ban or failure on h, unpins it and releases it, so the
-// next Acquire for this target picks another member.
+// next Acquire for this target picks another member. Only member-wide
+// failures count in the upstream-failure metric: a member's answer that a
+// site is unreachable is no failure of the member.
 func (g *Gateway) drop(ctx context.Context, lr *leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
-	if res == rotation.ResultUpstreamFailed {
+	switch {
+	case res == rotation.ResultUpstreamFailed:
 		g.rec.UpstreamFailure(h.mc.m.Name)
-	} else {
+	case res.IsBan():
 		g.struck.add(h.mc.m.Name, lr.target)
 	}
 	if err := g.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // socks5Connect runs a SOCKS5 (RFC 1928) CONNECT to host:port over c, with
@@ -86,7 +88,7 @@ func socks5Connect(c net.Conn, user *url.Userinfo, host string, port uint16) err
 		return errors.New("SOCKS5 CONNECT: malformed reply")
 	}
 	if rep := buf[1]; rep != 0 {
-		return &answerError{status: 502, line: "SOCKS5 reply " + strconv.Itoa(int(rep)) + " (" + socksReply(rep) + ")"}
+		return &attemptError{f: rotation.SOCKSReply(rep), err: errors.New("answered SOCKS5 reply " + strconv.Itoa(int(rep)) + " (" + socksReply(rep) + ")")}
 	}
 	var skip int
 	switch buf[3] {

@@ -237,6 +237,10 @@ func TestPoolCollectorReadsStateAtEveryScrape(t *testing.T) {
 			{Member: pool.Member{Name: "a"}, Healthy: true},
 			{Member: pool.Member{Name: "b"}, Healthy: true},
 			{Member: pool.Member{Name: "c"}, Healthy: false},
+			// Healthy by probe but inside an upstream-failure window: out of service.
+			{Member: pool.Member{Name: "d"}, Healthy: true, Cooldowns: map[string]time.Time{"": time.Now().Add(time.Minute)}},
+			// Resting for one site only: still in service.
+			{Member: pool.Member{Name: "e"}, Healthy: true, Cooldowns: map[string]time.Time{"example.com": time.Now().Add(time.Minute)}},
 		},
 		leases:    4,
 		cooldowns: 2,
@@ -252,10 +256,10 @@ proxyfleet_cooldowns_active 2
 # HELP proxyfleet_leases_active Unexpired leases in the pool.
 # TYPE proxyfleet_leases_active gauge
 proxyfleet_leases_active 4
-# HELP proxyfleet_members Pool members by probe verdict.
+# HELP proxyfleet_members Pool members by whether they are in service: healthy by probe and not out for every target after an upstream failure.
 # TYPE proxyfleet_members gauge
-proxyfleet_members{healthy="false"} 1
-proxyfleet_members{healthy="true"} 2
+proxyfleet_members{healthy="false"} 2
+proxyfleet_members{healthy="true"} 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
@@ -272,7 +276,7 @@ proxyfleet_cooldowns_active 7
 # HELP proxyfleet_leases_active Unexpired leases in the pool.
 # TYPE proxyfleet_leases_active gauge
 proxyfleet_leases_active 0
-# HELP proxyfleet_members Pool members by probe verdict.
+# HELP proxyfleet_members Pool members by whether they are in service: healthy by probe and not out for every target after an upstream failure.
 # TYPE proxyfleet_members gauge
 proxyfleet_members{healthy="false"} 0
 proxyfleet_members{healthy="true"} 1

@@ -35,7 +35,7 @@ func NewPoolCollector(state PoolState) prometheus.Collector {
 		cooldowns: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "cooldowns_active"),
 			"Running cooldowns ({member, target} pairs and member-wide upstream-failure windows).", nil, nil),
 		members: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "members"),
-			"Pool members by probe verdict.", []string{"healthy"}, nil),
+			"Pool members by whether they are in service: healthy by probe and not out for every target after an upstream failure.", []string{"healthy"}, nil),
 	}
 }
 
@@ -50,7 +50,10 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	healthy, unhealthy := 0, 0
 	for _, m := range c.state.Members() {
-		if m.Healthy {
+		// A member inside its upstream-failure window is out of service
+		// for every target, though its last probe passed: counting it
+		// healthy would hide exactly the failures operators look for.
+		if _, failing := m.Cooldowns[""]; m.Healthy && !failing {
 			healthy++
 		} else {
 			unhealthy++

@@ -21,6 +21,7 @@ const (
 	DefaultCooldown         = 10 * time.Minute
 	DefaultMaxCooldown      = time.Hour
 	DefaultFailureWindow    = 30 * time.Second
+	DefaultSiteFailureRest  = 10 * time.Second
 	DefaultSweepInterval    = 10 * time.Second
 	DefaultReleasedRetained = 16384
 )
@@ -47,6 +48,11 @@ type StoreOptions struct {
 	// FailureWindow is how long an upstream failure takes a member out for
 	// every target (default 30s).
 	FailureWindow time.Duration
+	// SiteFailureRest is how long a {member, target} pair rests after the
+	// member answered that it cannot reach the target (default 10s): short,
+	// because the site is usually just as dead through every member, and
+	// the member is fine for every other site.
+	SiteFailureRest time.Duration
 	// MaxLeasesPerMember caps unexpired leases per member; 0 is unlimited.
 	MaxLeasesPerMember int
 	// SweepInterval is how often Start drops ended leases and cooldowns
@@ -79,6 +85,9 @@ func (o StoreOptions) withDefaults() StoreOptions {
 	}
 	if o.FailureWindow <= 0 {
 		o.FailureWindow = DefaultFailureWindow
+	}
+	if o.SiteFailureRest <= 0 {
+		o.SiteFailureRest = DefaultSiteFailureRest
 	}
 	if o.MaxLeasesPerMember < 0 {
 		o.MaxLeasesPerMember = 0
@@ -427,6 +436,16 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 			c.strikes++
 		}
 		if until := now.Add(s.o.Cooldown.Window(max(r.RetryAfter, 0), c.strikes)); until.After(c.until) {
+			c.until = until
+		}
+	case r.Result == rotation.ResultTargetUnreachable:
+		// A rest, not a ban: strikes (the ban backoff) stay as they are.
+		c := ms.cool[target]
+		if c == nil {
+			c = &coolState{}
+			ms.cool[target] = c
+		}
+		if until := now.Add(s.o.SiteFailureRest); until.After(c.until) {
 			c.until = until
 		}
 	case r.Result == rotation.ResultUpstreamFailed:

@@ -372,6 +372,32 @@ func TestStoreUpstreamFailureIsGlobal(t *testing.T) {
 	}
 }
 
+func TestStoreTargetUnreachableRestsOnlyThePairBrieflyAndKeepsStrikes(t *testing.T) {
+	pol := rotation.CooldownPolicy{Default: time.Minute, Max: 10 * time.Minute}
+	s, clk := newTestStore(t, StoreOptions{Cooldown: pol, SiteFailureRest: 5 * time.Second, MaxTTL: time.Hour}, "a", "b")
+	l := mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "dead.example", TTL: time.Hour})
+	mustReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+	clk.Advance(time.Minute) // the ban window ended; its strike is remembered
+	mustReport(t, s, l.ID, Report{Result: rotation.ResultTargetUnreachable})
+	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "other.example"}) // in service for every other site
+	_, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "a", Target: "dead.example"})
+	if nm := noMatch(t, err); nm.InCooldown != 1 {
+		t.Fatalf("a for the dead site: %+v, want in cooldown", nm)
+	}
+	st := s.Members()[0]
+	if _, global := st.Cooldowns[""]; global || st.Cooldowns["dead.example"].Sub(clk.Now()) != 5*time.Second {
+		t.Fatalf("a's cooldowns = %v, want only dead.example for 5s", st.Cooldowns)
+	}
+	clk.Advance(5 * time.Second)
+	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "dead.example"})
+	// The rest was no strike: the next ban after it doubles from the one
+	// strike before (2m), it does not count three.
+	mustReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+	if left := s.Members()[0].Cooldowns["dead.example"].Sub(clk.Now()); left != 2*time.Minute {
+		t.Fatalf("ban after a site failure: window %v, want 2m (second strike)", left)
+	}
+}
+
 func TestStoreReportTargetFallback(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -603,7 +629,7 @@ func TestStoreConcurrentUse(t *testing.T) {
 	defer cancel()
 	go s.Start(ctx)
 
-	results := []rotation.Result{rotation.ResultOK, rotation.ResultRateLimited, rotation.ResultBanned, rotation.ResultUpstreamFailed}
+	results := []rotation.Result{rotation.ResultOK, rotation.ResultRateLimited, rotation.ResultBanned, rotation.ResultUpstreamFailed, rotation.ResultTargetUnreachable}
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {

@@ -16,19 +16,25 @@ const (
 	ResultRateLimited Result = "rate_limited"
 	// ResultBanned (403 by default) cools {member, target} down for the default window.
 	ResultBanned Result = "banned"
-	// ResultUpstreamFailed means the upstream itself failed (refused, timed out,
-	// answered CONNECT with non-2xx): the member is out for every target for a
-	// short window.
+	// ResultUpstreamFailed means the upstream itself failed (refused, reset or
+	// timed out, a failed TLS or SOCKS5 handshake, 407 to our credentials, or
+	// MemberEvidence found it broken): the member is out for every target
+	// for a short window.
 	ResultUpstreamFailed Result = "upstream_failed"
+	// ResultTargetUnreachable means the upstream answered that it cannot
+	// reach the target (DNS, connect or access failure, 502/503/504): a
+	// fact about the site, so only {member, target} rests, briefly, and
+	// the member's ban backoff is left alone.
+	ResultTargetUnreachable Result = "target_unreachable"
 )
 
 // ParseResult validates a wire value.
 func ParseResult(s string) (Result, error) {
 	switch r := Result(s); r {
-	case ResultOK, ResultRateLimited, ResultBanned, ResultUpstreamFailed:
+	case ResultOK, ResultRateLimited, ResultBanned, ResultUpstreamFailed, ResultTargetUnreachable:
 		return r, nil
 	}
-	return "", fmt.Errorf("invalid result %q: want one of ok, rate_limited, banned, upstream_failed", s)
+	return "", fmt.Errorf("invalid result %q: want one of ok, rate_limited, banned, upstream_failed, target_unreachable", s)
 }
 
 // IsBan reports whether r cools a {member, target} pair down.

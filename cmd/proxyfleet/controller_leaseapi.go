@@ -15,7 +15,7 @@ import (
 )
 
 // Flags of the controller's lease API. The store flags (--lease-ttl,
-// --max-lease-ttl, --cooldown, --max-cooldown, --failure-cooldown,
+// --max-lease-ttl, --cooldown, --max-cooldown, --failure-cooldown, --site-failure-cooldown,
 // --max-leases-per-member) share the gateway's names and parsing.
 const (
 	flagLeaseAPIListen    = "lease-api-listen"
@@ -45,6 +45,8 @@ func controllerLeaseAPIFlags() []cli.Flag {
 			Usage: "cap on a cooldown (retry-after and repeated-ban backoff included); also how long an ended lease still takes reports"},
 		&cli.DurationFlag{Name: flagFailureCooldown, Value: pool.DefaultFailureWindow, EnvVars: []string{envVar(flagFailureCooldown)},
 			Usage: "how long a Proxy reported as failing (upstream_failed) is out for every target"},
+		&cli.DurationFlag{Name: flagSiteFailureCooldown, Value: pool.DefaultSiteFailureRest, EnvVars: []string{envVar(flagSiteFailureCooldown)},
+			Usage: "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"},
 		&cli.IntFlag{Name: flagMaxLeasesPerMember, EnvVars: []string{envVar(flagMaxLeasesPerMember)},
 			Usage: "cap on active leases per Proxy (0: unlimited)"},
 	}

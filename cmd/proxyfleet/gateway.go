@@ -31,6 +31,7 @@ const (
 	flagCooldown              = "cooldown"
 	flagMaxCooldown           = "max-cooldown"
 	flagFailureCooldown       = "failure-cooldown"
+	flagSiteFailureCooldown   = "site-failure-cooldown"
 	flagRateLimitStatus       = "rate-limit-status"
 	flagBanStatus             = "ban-status"
 	flagRetries               = "retries"
@@ -130,7 +131,8 @@ func gatewayFlags() []cli.Flag {
 		dur(flagMaxLeaseTTL, "1h", "longest lease a client may ask for (sessttl, lease API)"),
 		dur(flagCooldown, "10m", "how long an upstream rests for a target after a ban, when the site sent no Retry-After"),
 		dur(flagMaxCooldown, "1h", "cap on a cooldown (Retry-After and repeated-ban backoff included)"),
-		dur(flagFailureCooldown, "30s", "how long a failing upstream (refused, timeout, CONNECT refused) is out for every target"),
+		dur(flagFailureCooldown, "30s", "how long a failing upstream (refused, reset, timed out, TLS/SOCKS5 handshake, 407) is out for every target"),
+		dur(flagSiteFailureCooldown, "10s", "how long an upstream rests for one target after answering that it cannot reach it (DNS, connect, access)"),
 		str(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
 		str(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
 		num(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),

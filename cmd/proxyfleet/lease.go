@@ -178,10 +178,10 @@ func leaseReleaseCommand() *cli.Command {
 func leaseReportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "report",
-		Usage:     "tell the pool how a leased upstream fared: ok, rate_limited, banned or upstream_failed",
+		Usage:     "tell the pool how a leased upstream fared: ok, rate_limited, banned, upstream_failed or target_unreachable",
 		ArgsUsage: "LEASE_ID",
 		Flags: append(leaseAPIFlags("table"),
-			&cli.StringFlag{Name: "result", Usage: "the `RESULT`: ok, rate_limited, banned or upstream_failed (required)"},
+			&cli.StringFlag{Name: "result", Usage: "the `RESULT`: ok, rate_limited, banned, upstream_failed or target_unreachable (required)"},
 			&cli.StringFlag{Name: "target", Usage: "the site (`HOST`[:port]); empty: the lease's target"},
 			&cli.DurationFlag{Name: "retry-after", Usage: "the site's Retry-After `DURATION`, when it sent one"},
 		),
@@ -191,7 +191,7 @@ func leaseReportCommand() *cli.Command {
 				return err
 			}
 			if c.String("result") == "" {
-				return errors.New("--result is required: ok, rate_limited, banned or upstream_failed")
+				return errors.New("--result is required: ok, rate_limited, banned, upstream_failed or target_unreachable")
 			}
 			result, err := rotation.ParseResult(c.String("result"))
 			if err != nil {

@@ -12,7 +12,8 @@ import (
 
 // storeOptionsFrom reads the lease store flags the gateway and the
 // controller share (--lease-ttl, --max-lease-ttl, --cooldown,
-// --max-cooldown, --failure-cooldown, --max-leases-per-member), naming the
+// --max-cooldown, --failure-cooldown, --site-failure-cooldown,
+// --max-leases-per-member), naming the
 // flag that is wrong.
 func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 	var o pool.StoreOptions
@@ -25,6 +26,7 @@ func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 		{flagCooldown, &o.Cooldown.Default},
 		{flagMaxCooldown, &o.Cooldown.Max},
 		{flagFailureCooldown, &o.FailureWindow},
+		{flagSiteFailureCooldown, &o.SiteFailureRest},
 	} {
 		v := c.Duration(d.name)
 		if v <= 0 {
@@ -51,7 +53,7 @@ var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr,
 // poolAPIStoreFlags configure a lease store, which a --pool-api gateway does
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
-var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagMaxLeasesPerMember}
+var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember}
 
 // poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags

@@ -65,6 +65,10 @@ type SquidOptions struct {
 	Port int
 	// ExtraConfig lines are appended to the generated squid.conf.
 	ExtraConfig []string
+	// AccessFirst lines (http_access rules and the acls they use) come
+	// before the rule that lets loopback clients in, so a test can make a
+	// Squid refuse something (Squid takes the first matching rule).
+	AccessFirst []string
 	// StartTimeout bounds how long a start waits for Squid to proxy a request
 	// (default 30s).
 	StartTimeout time.Duration
@@ -429,6 +433,9 @@ func (s *Squid) writeConfig() (string, error) {
 	line("cache_mem 8 MB")
 	// Clients are the tests and the gateway on loopback; any method, any
 	// port (targets listen on random ports), no Safe_ports/SSL_ports rules.
+	for _, l := range s.opts.AccessFirst {
+		line("%s", l)
+	}
 	line("acl loopback_clients src 127.0.0.0/8")
 	line("http_access allow loopback_clients")
 	line("http_access deny all")

@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// attemptError is one failed attempt through a member, classified where it
+// happened (the dial, the handshake, the upstream's answer), so the request
+// loop decides from the verdict alone what the failure takes out of service.
+type attemptError struct {
+	f   rotation.Failure
+	err error
+	// firsthand: the gateway itself dialled the site from a direct member,
+	// so a FaultSite verdict is certain and no other member is tried.
+	firsthand bool
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// memberFault and siteFault wrap err with a verdict.
+func memberFault(class string, err error) error {
+	return &attemptError{f: rotation.Member(class), err: err}
+}
+
+func siteFault(f rotation.Failure, err error) error { return &attemptError{f: f, err: err} }
+
+// failureOf returns err's verdict. An error nobody classified is the
+// member's: only a positive answer about the site spares the member.
+func failureOf(err error) *attemptError {
+	var ae *attemptError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return &attemptError{f: rotation.Member("error"), err: err}
+}
+
+// answerError is an upstream that is up but answered with a non-2xx status
+// of its own (to our CONNECT, or a plain-HTTP answer it marked as its own).
+type answerError struct {
+	status  int
+	line    string
+	ue      rotation.UpstreamError
+	connect bool // an answer to our CONNECT
+}
+
+func (e *answerError) Error() string {
+	s := "answered " + e.line
+	if e.connect {
+		s = "answered CONNECT with " + e.line
+	}
+	if r := e.ue.Reason(); r != "" {
+		s += " (" + r + ")"
+	}
+	return s
+}
+
+// siteFailure is one member's answer, in this request, that it could not
+// reach the target.
+type siteFailure struct {
+	member  string
+	leaseID string
+	class   string
+	msg     string
+}
+
+// siteFailures collects a request's site-level failures: they decide when
+// to stop trying members (the same failure on two members is the site's)
+// and, once another member reaches the site, feed MemberEvidence.
+type siteFailures []siteFailure
+
+// add records a failure and reports whether the site has now failed the
+// same way on two members.
+func (s *siteFailures) add(member, leaseID string, f rotation.Failure, err error) (same bool) {
+	for _, p := range *s {
+		if p.class == f.Class {
+			same = true
+		}
+	}
+	*s = append(*s, siteFailure{member: member, leaseID: leaseID, class: f.Class, msg: err.Error()})
+	return same
+}
+
+// message says what every member said, for the client's 502.
+func (s siteFailures) message(hostport string) string {
+	var b strings.Builder
+	b.WriteString("cannot reach " + quote(hostport) + ": ")
+	for i, f := range s {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("upstream " + f.member + " " + f.msg)
+	}
+	return b.String()
+}
+
+// reached runs after member carried the request to target: it clears the
+// member's own record, and every member that failed this site in this
+// request was contradicted by it. A member contradicted on enough distinct
+// sites is broken for everyone, which is then reported member-wide on the
+// (released but still reportable) lease it failed with.
+func (g *Gateway) reached(ctx context.Context, member, target string, fails siteFailures) {
+	g.evidence.Reached(member)
+	if len(fails) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, f := range fails {
+		if f.member == member || !g.evidence.Contradicted(f.member, target, now) {
+			continue
+		}
+		g.log.Warn("member fails sites other members reach: out of service for every site",
+			"member", f.member, "lastTarget", target, "answer", f.msg)
+		g.rec.UpstreamFailure(f.member)
+		rctx, cancel := bgCtx(ctx)
+		if err := g.pool.Report(rctx, f.leaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			g.log.Warn("lease report failed", "lease", f.leaseID, "member", f.member, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		}
+		cancel()
+	}
+}
