@@ -52,7 +52,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		upstreamFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "upstream_failures_total",
-			Help: "Upstream failures (refused, timed out, CONNECT answered non-2xx by the upstream), by member.",
+			Help: "Member-wide upstream failures (refused, reset, timed out, TLS or SOCKS5 handshake, 407, broken for sites other members reach), by member; an answer that a site is unreachable is none.",
 		}, []string{"member"}),
 		bytesRelayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "bytes_relayed_total",

@@ -45,7 +45,7 @@ proxyfleet_gateway_requests_total{member="sq2",outcome="banned"} 1
 			},
 			metric: "proxyfleet_gateway_upstream_failures_total",
 			want: `
-# HELP proxyfleet_gateway_upstream_failures_total Upstream failures (refused, timed out, CONNECT answered non-2xx by the upstream), by member.
+# HELP proxyfleet_gateway_upstream_failures_total Member-wide upstream failures (refused, reset, timed out, TLS or SOCKS5 handshake, 407, broken for sites other members reach), by member; an answer that a site is unreachable is none.
 # TYPE proxyfleet_gateway_upstream_failures_total counter
 proxyfleet_gateway_upstream_failures_total{member="sq1"} 2
 `,
