@@ -6,6 +6,8 @@ set -euo pipefail
 
 need=()
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
+# Headless Chromium loads pages through the gateway in the e2e tests.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then

@@ -32,6 +32,10 @@ type TargetOptions struct {
 	// Host is the loopback IP to listen on (default 127.0.0.1). Distinct
 	// hosts are distinct targets to the gateway, whose target key drops the port.
 	Host string
+	// Pages are HTML documents served at exact paths (for browsers); every
+	// other path gets the JSON TargetAnswer. Requests for pages are recorded
+	// like any other.
+	Pages map[string]string
 }
 
 // TargetAnswer is the JSON body a Target answers with.
@@ -69,6 +73,7 @@ type Target struct {
 	scheme   string
 	srv      *http.Server
 	certPool *x509.CertPool
+	pages    map[string]string
 
 	mu     sync.Mutex
 	rules  map[string]targetRule
@@ -121,6 +126,7 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 		rules:  map[string]targetRule{},
 		counts: map[string]int{},
 		recent: make([]SeenRequest, 0, 64),
+		pages:  opts.Pages,
 	}
 	tg.srv = &http.Server{Handler: tg, ReadHeaderTimeout: 10 * time.Second}
 	if useTLS {
@@ -199,6 +205,12 @@ func (tg *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	for k, v := range rule.headers {
 		h.Set(k, v)
+	}
+	if page, ok := tg.pages[r.URL.Path]; ok {
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(page))
+		return
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(TargetAnswer{Source: source, Host: r.Host, Method: r.Method, Path: r.URL.Path, Status: status})
