@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -97,6 +99,25 @@ func TestDeadSitesTakeNoSquidOutOfService(t *testing.T) {
 			t.Fatalf("after CONNECT %s, %d members rest for it; want 2 (the same failure on two members is the site's)", target, n)
 		}
 	}
+	t.Run("an https:// absolute URI to a dead name", func(t *testing.T) {
+		// The transport CONNECTs through the member itself here.
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET https://nx-abs.invalid/ HTTP/1.1\r\nHost: nx-abs.invalid\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := body(t, resp)
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != "target_unreachable" || !strings.Contains(b, "X-Squid-Error") {
+			t.Fatalf("GET https://: %d %s %q, want 502 target_unreachable", resp.StatusCode, resp.Header.Get(HeaderReason), b)
+		}
+	})
 	t.Run("plain HTTP to a dead name", func(t *testing.T) {
 		resp, err := e.client("", "").Get("http://nx-plain.invalid/")
 		if err != nil {

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 const (
@@ -188,12 +190,24 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 	tr.DialContext = fwd.DialContext
 	proxyURL := *u
 	tr.Proxy = http.ProxyURL(&proxyURL)
+	mc.socks5 = u.Scheme == "socks5" || u.Scheme == "socks5h"
+	if !mc.socks5 {
+		// An https:// absolute URI goes through the member as a CONNECT the
+		// transport makes; its refusal is classified like ours would be.
+		tr.OnProxyConnectResponse = func(_ context.Context, _ *url.URL, _ *http.Request, res *http.Response) error {
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+			ue := upstreamErrorOf(res.Header)
+			return &attemptError{f: rotation.UpstreamAnswer(res.StatusCode, ue),
+				err: &answerError{status: res.StatusCode, line: quote(res.Status), ue: ue, connect: true}}
+		}
+	}
 	if u.User != nil {
 		user := u.User.Username()
 		pass, _ := u.User.Password()
 		mc.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	}
-	mc.socks5 = u.Scheme == "socks5" || u.Scheme == "socks5h"
 	if u.Scheme == "http" {
 		mc.lean = newUpstreamPool(mc.upstreamAddr, g.dialTimeout)
 	}

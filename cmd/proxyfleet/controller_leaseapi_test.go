@@ -39,6 +39,7 @@ func TestControllerRejectsBadLeaseAPIFlagsNamingTheFlag(t *testing.T) {
 		{name: "max cooldown below cooldown", args: []string{"--cooldown", "2h"}, want: "--max-cooldown 1h0m0s is below --cooldown 2h0m0s"},
 		{name: "lease ttl above its max", args: []string{"--max-lease-ttl", "30s"}, want: "--lease-ttl 1m0s is above --max-lease-ttl 30s"},
 		{name: "negative failure cooldown", args: []string{"--failure-cooldown", "-1s"}, want: "--failure-cooldown"},
+		{name: "zero site failure cooldown", args: []string{"--site-failure-cooldown", "0s"}, want: "--site-failure-cooldown 0s: must be positive"},
 		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-1"}, want: "--max-leases-per-member -1"},
 	}
 	for _, tc := range tests {

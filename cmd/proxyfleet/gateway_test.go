@@ -62,6 +62,7 @@ func TestGatewayDefaults(t *testing.T) {
 		{"cooldown", cfg.store.Cooldown.Default, 10 * time.Minute},
 		{"max-cooldown", cfg.store.Cooldown.Max, time.Hour},
 		{"failure-cooldown", cfg.store.FailureWindow, 30 * time.Second},
+		{"site-failure-cooldown", cfg.store.SiteFailureRest, 10 * time.Second},
 		{"rate-limit-status", fmt.Sprint(cfg.classifier.RateLimit), "[429]"},
 		{"ban-status", fmt.Sprint(cfg.classifier.Ban), "[403]"},
 		{"retries", cfg.retries, 2},
