@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,142 +22,58 @@ const maxConnectAnswer = 64 << 10
 // members while the tunnel is not up, then splices bytes both ways.
 func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
 	ctx := r.Context()
+	rq := &request{w: w, start: start}
 	hostport := r.Host
 	host, port, err := splitTarget(hostport, "")
 	if err != nil {
-		g.targetFail(w, err, start)
+		g.finish(ctx, rq, err)
 		return
 	}
 	addrs, err := g.checkTarget(ctx, host, port)
 	if err != nil {
-		g.targetFail(w, err, start)
+		g.finish(ctx, rq, err)
 		return
 	}
-	lr := g.newLeaseReq(p, rotation.HostKey(host))
-
-	var (
-		h       held
-		up      net.Conn
-		early   []byte
-		tried   []string
-		last    *attemptError
-		lastN   string
-		fails   siteFailures
-		outcome = OutcomeUpstreamFailed
-	)
-	// giveUp answers the request after the members tried so far: a 502
-	// target_unreachable when the last word was about the site, else
-	// upstream_failed. suffix adds why no further member was tried.
-	giveUp := func(suffix string) {
-		if last.f.Fault == rotation.FaultSite {
-			g.fail(w, http.StatusBadGateway, "target_unreachable", fails.message(hostport)+suffix)
-		} else {
-			g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+lastN+" "+last.Error()+suffix)
-		}
-		g.rec.Request(lastN, outcome, time.Since(start))
+	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
+	up, early, err := g.openTunnel(ctx, rq, hostport, host, port, addrs)
+	if err != nil {
+		g.finish(ctx, rq, err)
+		return
 	}
-	for {
-		h, err = g.acquire(ctx, &lr)
-		if err != nil {
-			if ctx.Err() != nil {
-				g.rec.Request(lastN, OutcomeClientError, time.Since(start))
-				return
-			}
-			if last == nil {
-				g.rec.Request("", g.poolError(w, &lr, err), time.Since(start))
-				return
-			}
-			giveUp("; no other member: " + err.Error())
-			return
-		}
-		name := h.mc.m.Name
-		if slices.Contains(tried, name) {
-			// The pool offered a member that already failed this request
-			// (its failure window did not apply, e.g. a remote report was lost).
-			// Unpin it too, so the session's next tunnel asks the pool again.
-			g.release(ctx, &lr, h)
-			giveUp("")
-			return
-		}
-		up, early, err = g.dialConnect(ctx, h.mc, hostport, host, port, addrs)
-		if err == nil {
-			break
-		}
-		var te *targetError
-		if errors.As(err, &te) {
-			g.done(ctx, h)
-			g.targetFail(w, te, start)
-			return
-		}
-		if ctx.Err() != nil {
-			g.done(ctx, h)
-			g.rec.Request(name, OutcomeClientError, time.Since(start))
-			return
-		}
-		ae := failureOf(err)
-		if ae.firsthand && ae.f.Fault == rotation.FaultSite {
-			// A direct member dialled the site itself: another egress
-			// address would not help, and this one is fine.
-			g.done(ctx, h)
-			g.fail(w, http.StatusBadGateway, "target_unreachable", "cannot reach "+quote(hostport)+" from "+name+": "+err.Error())
-			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
-			return
-		}
-		g.log.Debug("CONNECT through member failed", "member", name, "target", lr.target, "fault", ae.f.Class, "err", err)
-		g.drop(ctx, &lr, h, ae.f.Result(), 0)
-		tried = append(tried, name)
-		last, lastN = ae, name
-		if ae.f.Fault == rotation.FaultSite {
-			// A member's word about the site: try another member, unless
-			// one already failed it the same way (then it is the site) or
-			// the retry budget is spent.
-			if fails.add(name, h.id, ae.f, err) || len(fails) > g.retries {
-				giveUp("")
-				return
-			}
-		}
-	}
-
-	g.reached(ctx, h.mc.m.Name, lr.target, fails)
-	name := h.mc.m.Name
 	t := &tunnel{upstream: up}
 	if !g.tunnels.add(t) {
 		_ = up.Close()
-		g.done(ctx, h)
-		g.fail(w, http.StatusServiceUnavailable, "shutting_down", "gateway is shutting down")
-		g.rec.Request(name, OutcomeClientError, time.Since(start))
+		g.finish(ctx, rq, errShuttingDown)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		t.close()
 		g.tunnels.remove(t)
-		g.done(ctx, h)
-		g.fail(w, http.StatusInternalServerError, "internal", "cannot take over the connection: "+err.Error())
-		g.rec.Request(name, OutcomeClientError, time.Since(start))
+		g.finish(ctx, rq, errors.New("cannot take over the connection: "+err.Error()))
 		return
 	}
 	if !t.setClient(conn) {
 		g.tunnels.remove(t)
-		g.done(ctx, h)
+		g.finish(ctx, rq, errClientGone)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
 
-	head := make([]byte, 0, 96+len(name)+len(h.id))
+	h := rq.h
+	head := make([]byte, 0, 96+len(rq.member)+len(h.id))
 	head = append(head, "HTTP/1.1 200 Connection established\r\n"...)
-	head = appendHeader(head, HeaderProxy, name)
+	head = appendHeader(head, HeaderProxy, rq.member)
 	head = appendHeader(head, HeaderLease, h.id)
 	head = append(head, "\r\n"...)
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {
 		t.close()
 		g.tunnels.remove(t)
-		g.done(ctx, h)
-		g.rec.Request(name, OutcomeClientError, time.Since(start))
+		g.finish(ctx, rq, errClientGone)
 		return
 	}
-	g.rec.Request(name, OutcomeOK, time.Since(start))
+	g.rec.Request(rq.member, OutcomeOK, time.Since(start))
 	// Bytes the client sent right behind its CONNECT (an optimistic TLS
 	// ClientHello) sit in the server's reader; bytes the upstream sent right
 	// behind its 200 sit in early. Both go first.
@@ -181,6 +96,48 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 	go g.runTunnel(context.WithoutCancel(ctx), t, h, upN, downN)
 }
 
+// openTunnel is CONNECT's retry loop: lease a member, dial through it, and
+// on a failure let judge decide whether another member may serve, until a
+// tunnel is up (rq then holds its lease) or the error that ends the request.
+func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
+	at := attempts{hostport: hostport}
+	for {
+		h, err := g.lease(ctx, ctx, rq)
+		if err != nil {
+			if at.last == nil || errors.Is(err, errClientGone) {
+				return nil, nil, err
+			}
+			return nil, nil, at.giveUp("; no other member: " + err.Error())
+		}
+		if at.triedBefore(h.mc.m.Name) {
+			// Unpin it too, so the session's next tunnel asks the pool again.
+			g.release(ctx, &rq.lr, h)
+			return nil, nil, at.giveUp("")
+		}
+		rq.use(h)
+		up, early, err := g.dialConnect(ctx, h.mc, hostport, host, port, addrs)
+		if err == nil {
+			g.reached(ctx, rq.member, rq.lr.target, at.fails)
+			return up, early, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, errClientGone
+		}
+		err = asAttempt(err)
+		v := judge(err)
+		if !v.retry {
+			return nil, nil, err // finish ends the lease still held
+		}
+		ae := failureOf(err)
+		g.log.Debug("CONNECT through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+		g.drop(ctx, &rq.lr, h, v.report, 0)
+		rq.h = held{}
+		if at.failed(h, ae, g.retries) {
+			return nil, nil, at.giveUp("")
+		}
+	}
+}
+
 // runTunnel splices an established tunnel until both sides are done, then
 // records its bytes and ends its lease (per-request rotation).
 func (g *Gateway) runTunnel(ctx context.Context, t *tunnel, h held, upN, downN int64) {
@@ -189,23 +146,6 @@ func (g *Gateway) runTunnel(ctx context.Context, t *tunnel, h held, upN, downN i
 	g.rec.BytesRelayed(DirectionUp, upN+u)
 	g.rec.BytesRelayed(DirectionDown, downN+d)
 	g.done(ctx, h)
-}
-
-// targetFail answers a refused or malformed target.
-func (g *Gateway) targetFail(w http.ResponseWriter, err error, start time.Time) {
-	var te *targetError
-	if !errors.As(err, &te) {
-		te = &targetError{status: http.StatusBadGateway, reason: "upstream_failed", msg: err.Error()}
-	}
-	g.fail(w, te.status, te.reason, te.msg)
-	outcome := OutcomeDenied
-	switch te.status {
-	case http.StatusBadRequest:
-		outcome = OutcomeBadRequest
-	case http.StatusBadGateway:
-		outcome = OutcomeUpstreamFailed
-	}
-	g.rec.Request("", outcome, time.Since(start))
 }
 
 // appendHeader appends "name: value\r\n", replacing control characters in

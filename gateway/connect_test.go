@@ -580,7 +580,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		_, err := g.checkTarget(context.Background(), "gone.example", 443)
 		var te *targetError
-		if !errors.As(err, &te) || te.status != http.StatusBadGateway || !strings.Contains(te.msg, "cannot resolve") {
+		if !errors.As(err, &te) || te.reason != ReasonDNS || !strings.Contains(te.msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)
 		}
 	}

@@ -41,6 +41,17 @@ func failureOf(err error) *attemptError {
 	return &attemptError{f: rotation.Member("error"), err: err}
 }
 
+// asAttempt makes the error of a dial or round trip through a member a
+// verdict judge can read: a refused target stays what it is, a classified
+// failure keeps its verdict, and anything nobody classified is the member's.
+func asAttempt(err error) error {
+	var te *targetError
+	if errors.As(err, &te) {
+		return err
+	}
+	return failureOf(err)
+}
+
 // answerError is an upstream that is up but answered with a non-2xx status
 // of its own (to our CONNECT, or a plain-HTTP answer it marked as its own).
 type answerError struct {

@@ -39,18 +39,15 @@ func upstreamAnswer(resp *http.Response) error {
 	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: quote(resp.Status), ue: ue}}
 }
 
-// errRequestTimeout is the cancel cause when Options.RequestTimeout passes.
-var errRequestTimeout = errors.New("request timeout")
-
 // serveForward forwards an absolute-URI request through a leased member,
 // reads the answer as rotation feedback and retries idempotent requests on
 // another member after a ban or an upstream failure.
 func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
+	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		g.fail(w, http.StatusBadRequest, "bad_request",
-			"this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port")
-		g.rec.Request("", OutcomeBadRequest, time.Since(start))
+		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+			msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
 	defPort := "80"
@@ -59,13 +56,12 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	case "https":
 		defPort = "443"
 	default:
-		g.fail(w, http.StatusBadRequest, "bad_request", "unsupported scheme "+quote(u.Scheme)+": want http or https")
-		g.rec.Request("", OutcomeBadRequest, time.Since(start))
+		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + quote(u.Scheme) + ": want http or https"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
 	if err != nil {
-		g.targetFail(w, err, start)
+		g.finish(r.Context(), rq, err)
 		return
 	}
 	// RequestTimeout bounds everything up to the answer's head, retries
@@ -76,22 +72,13 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	defer deadline.Stop()
 	addrs, err := g.checkTarget(ctx, host, port)
 	if err != nil {
-		g.targetFail(w, err, start)
+		g.finish(ctx, rq, err)
 		return
 	}
 	if addrs != nil {
 		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
 	}
-	lr := g.newLeaseReq(p, rotation.HostKey(host))
-	h, err := g.acquire(ctx, &lr)
-	if err != nil {
-		if r.Context().Err() != nil {
-			g.rec.Request("", OutcomeClientError, time.Since(start))
-			return
-		}
-		g.rec.Request("", g.poolError(w, &lr, err), time.Since(start))
-		return
-	}
+	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
 
 	out := r.WithContext(ctx)
 	out.RequestURI = ""
@@ -100,113 +87,111 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
+	resp, h, res, err := g.forwardWithRetry(ctx, r, rq, out, deadline)
+	if err != nil {
+		g.finish(ctx, rq, err)
+		return
+	}
+	if res.IsBan() {
+		// The ban was reported and the lease let go; the client gets the
+		// site's answer.
+		if !g.deliver(w, r, resp, h, res, start) {
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	g.succeeded(ctx, &rq.lr, h)
+	ok := g.deliver(w, r, resp, h, res, start)
+	g.done(ctx, h)
+	if !ok {
+		// The upstream broke off mid-body. Abort the client's answer so
+		// it sees a truncated response, not a complete one.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// forwardWithRetry is plain HTTP's retry loop: lease a member, send out
+// through it, and replay an idempotent request on another member after a
+// failure judge allows retrying or a ban answer, up to Options.Retries. It
+// returns the answer to deliver with its lease and classification (a ban's
+// lease is already reported and released), or the error that ends the
+// request, with rq holding the lease still in use.
+func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
 	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
-	var fails siteFailures
+	at := attempts{hostport: r.URL.Host}
+	var next held // a lease taken for a retry after a ban
 	for attempt := 0; ; attempt++ {
+		h := next
+		next = held{}
+		if h.mc == nil {
+			var err error
+			if h, err = g.lease(ctx, r.Context(), rq); err != nil {
+				if at.last == nil || errors.Is(err, errClientGone) {
+					return nil, held{}, "", err
+				}
+				return nil, held{}, "", at.giveUp("; no other member: " + err.Error())
+			}
+		}
+		rq.use(h)
 		resp, err := h.mc.roundTrip(out)
 		if err == nil && !h.mc.m.Direct() {
 			err = upstreamAnswer(resp)
 		}
+		if err == nil && !deadline.Stop() {
+			// The timeout fired just as the head arrived; the body would be cut.
+			discard(resp)
+			err = errRequestTimeout
+		}
 		if err != nil {
-			name := h.mc.m.Name
-			var te *targetError
 			switch {
-			case errors.As(err, &te):
-				g.done(ctx, h)
-				g.targetFail(w, te, start)
-				return
 			case r.Context().Err() != nil:
-				g.done(ctx, h)
-				g.rec.Request(name, OutcomeClientError, time.Since(start))
-				return
-			case context.Cause(ctx) == errRequestTimeout:
-				// The whole request ran out of time: a slow site is not the
-				// member's failure, so nothing is reported.
-				g.done(ctx, h)
-				w.Header()[HeaderProxy] = h.mc.nameHdr
-				g.fail(w, http.StatusGatewayTimeout, "timeout", "no answer from "+quote(u.Host)+" through "+name+" within "+g.requestTimeout.String())
-				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
-				return
+				return nil, held{}, "", errClientGone
+			case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
+				return nil, held{}, "", &annotated{err: errRequestTimeout,
+					msg: "no answer from " + quote(r.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
 			}
 			if h.mc.m.Direct() {
 				err = classifyDirect(err)
 			}
+			err = asAttempt(err)
+			v := judge(err)
+			if !v.retry {
+				return nil, held{}, "", err // finish ends the lease still held
+			}
 			ae := failureOf(err)
-			if ae.firsthand && ae.f.Fault == rotation.FaultSite {
-				// The site itself failed (refused, reset, bad TLS): not the
-				// egress address's fault, so nothing is reported or retried.
-				g.done(ctx, h)
-				w.Header()[HeaderProxy] = h.mc.nameHdr
-				g.fail(w, http.StatusBadGateway, "target_unreachable", "cannot reach "+quote(u.Host)+" from "+name+": "+err.Error())
-				g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
-				return
+			g.log.Debug("request through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+			g.drop(ctx, &rq.lr, h, v.report, 0)
+			rq.h = held{}
+			if at.failed(h, ae, g.retries) || !retryable || attempt >= g.retries {
+				return nil, held{}, "", at.giveUp("")
 			}
-			g.log.Debug("request through member failed", "member", name, "target", lr.target, "fault", ae.f.Class, "err", err)
-			g.drop(ctx, &lr, h, ae.f.Result(), 0)
-			// The same site failure on two members is the site's: no third.
-			same := ae.f.Fault == rotation.FaultSite && fails.add(name, h.id, ae.f, err)
-			suffix := ""
-			if retryable && attempt < g.retries && !same {
-				next, aerr := g.acquire(ctx, &lr)
-				if aerr == nil {
-					h = next
-					continue
-				}
-				suffix = "; no other member: " + aerr.Error()
-			}
-			w.Header()[HeaderProxy] = h.mc.nameHdr
-			if ae.f.Fault == rotation.FaultSite {
-				g.fail(w, http.StatusBadGateway, "target_unreachable", fails.message(u.Host)+suffix)
-			} else {
-				g.fail(w, http.StatusBadGateway, "upstream_failed", "upstream "+name+" failed: "+err.Error()+suffix)
-			}
-			g.rec.Request(name, OutcomeUpstreamFailed, time.Since(start))
-			return
+			continue
 		}
 
-		if !deadline.Stop() {
-			// The timeout fired just as the head arrived; the body would be cut.
-			discard(resp)
-			g.done(ctx, h)
-			w.Header()[HeaderProxy] = h.mc.nameHdr
-			g.fail(w, http.StatusGatewayTimeout, "timeout", "no answer from "+quote(u.Host)+" within "+g.requestTimeout.String())
-			g.rec.Request(h.mc.m.Name, OutcomeUpstreamFailed, time.Since(start))
-			return
-		}
 		// The site answered through this member, whatever it said.
-		g.reached(ctx, h.mc.m.Name, lr.target, fails)
-		fails = nil
+		g.reached(ctx, rq.member, rq.lr.target, at.fails)
+		at.fails = nil
 		res := g.classifier.Classify(resp.StatusCode)
-		if res.IsBan() {
-			var ra time.Duration
-			if res == rotation.ResultRateLimited {
-				if v := resp.Header["Retry-After"]; len(v) > 0 {
-					ra, _ = rotation.ParseRetryAfter(v[0], time.Now())
-				}
-			}
-			g.drop(ctx, &lr, h, res, ra)
-			if retryable && attempt < g.retries {
-				if next, aerr := g.acquire(ctx, &lr); aerr == nil {
-					discard(resp)
-					h = next
-					deadline.Reset(g.requestTimeout - time.Since(start))
-					continue
-				}
-			}
-			if !g.deliver(w, r, resp, h, res, start) {
-				panic(http.ErrAbortHandler)
-			}
-			return
+		if !res.IsBan() {
+			return resp, h, res, nil
 		}
-		g.succeeded(ctx, &lr, h)
-		ok := g.deliver(w, r, resp, h, res, start)
-		g.done(ctx, h)
-		if !ok {
-			// The upstream broke off mid-body. Abort the client's answer so
-			// it sees a truncated response, not a complete one.
-			panic(http.ErrAbortHandler)
+		var ra time.Duration
+		if res == rotation.ResultRateLimited {
+			if v := resp.Header["Retry-After"]; len(v) > 0 {
+				ra, _ = rotation.ParseRetryAfter(v[0], time.Now())
+			}
 		}
-		return
+		g.drop(ctx, &rq.lr, h, res, ra)
+		rq.h = held{}
+		if retryable && attempt < g.retries {
+			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+				discard(resp)
+				next = n
+				deadline.Reset(g.requestTimeout - time.Since(rq.start))
+				continue
+			}
+		}
+		return resp, h, res, nil
 	}
 }
 
@@ -225,7 +210,7 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 	dst[HeaderProxy] = h.mc.nameHdr
 	dst[HeaderLease] = []string{h.id}
 	w.WriteHeader(resp.StatusCode)
-	g.rec.Request(name, string(res), time.Since(start))
+	g.rec.Request(name, outcomeOf(res), time.Since(start))
 	if r.ContentLength > 0 {
 		g.rec.BytesRelayed(DirectionUp, r.ContentLength)
 	}

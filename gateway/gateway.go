@@ -29,19 +29,6 @@ const (
 	DefaultAffinityEntries = 100_000          // (session, target) pins kept
 )
 
-// Outcomes passed to Recorder.Request, one per client request or tunnel.
-const (
-	OutcomeOK             = "ok"              // the site's answer (or the tunnel) was delivered
-	OutcomeRateLimited    = "rate_limited"    // the delivered answer was a rate-limit status
-	OutcomeBanned         = "banned"          // the delivered answer was a ban status
-	OutcomeUpstreamFailed = "upstream_failed" // 502/504: no member carried the request
-	OutcomeNoMember       = "no_member"       // 503: the pool had no usable member (or was unreachable)
-	OutcomeDenied         = "denied"          // 403/508: a private target or the gateway itself
-	OutcomeAuth           = "auth"            // 407: missing or wrong client token
-	OutcomeBadRequest     = "bad_request"     // 400/407: malformed request or parameters
-	OutcomeClientError    = "client_error"    // the client went away before the answer
-)
-
 // Directions passed to Recorder.BytesRelayed.
 const (
 	DirectionUp   = "up"   // client → target
@@ -300,15 +287,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	p, status, err := g.authenticate(r)
+	p, err := g.authenticate(r)
 	if err != nil {
-		outcome := OutcomeBadRequest
-		if status == authFailed {
-			outcome = OutcomeAuth
-		}
-		w.Header().Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
-		g.fail(w, http.StatusProxyAuthRequired, reasonFor(status), err.Error())
-		g.rec.Request("", outcome, time.Since(start))
+		g.finish(r.Context(), &request{w: w, start: start}, err)
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -318,118 +299,49 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.serveForward(w, r, &p, start)
 }
 
-type authStatus int
-
-const (
-	authOK authStatus = iota
-	authFailed
-	authBadParams
-)
-
-func reasonFor(s authStatus) string {
-	if s == authFailed {
-		return "auth"
-	}
-	return "bad_params"
-}
-
 // authenticate checks the client's token (when tokens are configured) and
 // reads its parameters. The token never reaches a log or an error text.
-func (g *Gateway) authenticate(r *http.Request) (Params, authStatus, error) {
+func (g *Gateway) authenticate(r *http.Request) (Params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
 	case len(pa) > 1:
-		return Params{}, authBadParams, paramErr("Proxy-Authorization given more than once")
+		return Params{}, badParams(paramErr("Proxy-Authorization given more than once"))
 	case len(pa) == 1:
 		u, token, err := parseProxyAuthorization(pa[0])
 		if err != nil {
 			if g.authRequired {
-				return Params{}, authFailed, err
+				return Params{}, authFailed(err)
 			}
-			return Params{}, authBadParams, err
+			return Params{}, badParams(err)
 		}
 		if g.authRequired && !g.tokens.match(token) {
-			return Params{}, authFailed, paramErr("proxy authentication failed: unknown token")
+			return Params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
 		}
 		user = u
 	case g.authRequired:
-		return Params{}, authFailed, paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)")
+		return Params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
 	}
 	up, err := ParseUsername(user)
 	if err != nil {
-		return Params{}, authBadParams, err
+		return Params{}, badParams(err)
 	}
 	hp, err := ParseHeaders(r.Header)
 	if err != nil {
-		return Params{}, authBadParams, err
+		return Params{}, badParams(err)
 	}
 	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil {
-		return up, authOK, nil
+		return up, nil
 	}
 	p, err := Merge(up, hp)
 	if err != nil {
-		return Params{}, authBadParams, err
+		return Params{}, badParams(err)
 	}
-	return p, authOK, nil
+	return p, nil
 }
 
-// fail writes an answer the gateway itself produced: a text body saying
-// what is wrong and X-Proxyfleet-Reason with a short cause.
-func (g *Gateway) fail(w http.ResponseWriter, status int, reason, msg string) {
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	h.Set(HeaderReason, reason)
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
-}
-
-// poolError answers a failed Acquire: 503 for no usable member or an
-// unreachable pool API, 407 for a client's sessttl above the pool's maximum.
-// A TTL the client did not ask for is the gateway's own --lease-ttl: a
-// configuration mismatch with the pool API, never the client's fault.
-func (g *Gateway) poolError(w http.ResponseWriter, lr *leaseReq, err error) string {
-	var nm *pool.NoMatchError
-	switch {
-	case errors.As(err, &nm):
-		msg := nm.Error()
-		if nm.Considered == 0 {
-			// Nothing even matched: say which parameter ruled everything out,
-			// since the counts alone read as an empty pool.
-			switch {
-			case lr.p.Proxy != "":
-				msg = "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + msg
-			case len(lr.p.Selector) > 0:
-				msg = "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + msg
-			}
-		}
-		w.Header().Set("Retry-After", "1")
-		g.fail(w, http.StatusServiceUnavailable, "no_member", msg)
-		return OutcomeNoMember
-	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
-		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
-		g.fail(w, http.StatusServiceUnavailable, "pool_error",
-			"the gateway's lease TTL "+g.leaseTTL.String()+" is above the pool's maximum ("+err.Error()+"); lower the gateway's --lease-ttl")
-		return OutcomeNoMember
-	case errors.Is(err, pool.ErrTTLTooLong):
-		msg := "sessttl above the pool's maximum lease TTL"
-		if mt, ok := g.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
-			msg += " of " + mt.MaxTTL().String()
-		}
-		w.Header().Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
-		g.fail(w, http.StatusProxyAuthRequired, "bad_params", msg)
-		return OutcomeBadRequest
-	case errors.Is(err, pool.ErrUnreachable):
-		g.fail(w, http.StatusServiceUnavailable, "pool_unreachable", err.Error())
-		return OutcomeNoMember
-	default:
-		g.log.Warn("lease acquire failed", "err", err)
-		g.fail(w, http.StatusServiceUnavailable, "pool_error", "lease failed: "+err.Error())
-		return OutcomeNoMember
-	}
-}
+func authFailed(err error) error { return &authError{reason: ReasonAuth, err: err} }
+func badParams(err error) error  { return &authError{reason: ReasonBadParams, err: err} }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

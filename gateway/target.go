@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// targetError is a refused or unresolvable target; status is the answer.
+// targetError is a refused or unresolvable target; reason is the answer.
 type targetError struct {
-	status int
 	reason string
 	msg    string
 }
@@ -59,7 +58,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	h, p, serr := net.SplitHostPort(hostport)
 	if serr != nil {
 		if defaultPort == "" {
-			return "", 0, &targetError{status: 400, reason: "bad_request", msg: "target " + quote(hostport) + " is not host:port"}
+			return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + quote(hostport) + " is not host:port"}
 		}
 		h, p = hostport, defaultPort
 		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
@@ -68,7 +67,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	}
 	n, perr := strconv.ParseUint(p, 10, 16)
 	if h == "" || perr != nil || n == 0 {
-		return "", 0, &targetError{status: 400, reason: "bad_request", msg: "target " + quote(hostport) + " is not host:port"}
+		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + quote(hostport) + " is not host:port"}
 	}
 	return h, uint16(n), nil
 }
@@ -81,7 +80,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 func (g *Gateway) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" && !g.allowPrivate {
-			return nil, &targetError{status: 403, reason: "private_target", msg: "target " + quote(host) + " has an IPv6 zone; refused"}
+			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
 		return addrs, g.checkAddrs(host, port, addrs)
@@ -104,10 +103,10 @@ func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	}
 	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
-		return nil, &targetError{status: 502, reason: "dns", msg: "cannot resolve " + quote(host) + ": no addresses"}
+		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + quote(host) + ": no addresses"}
 	}
 	if err != nil {
-		return nil, &targetError{status: 502, reason: "dns", msg: "cannot resolve " + quote(host) + ": " + err.Error()}
+		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + quote(host) + ": " + err.Error()}
 	}
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
@@ -160,12 +159,12 @@ func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error
 	for _, a := range addrs {
 		if !g.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
-				return &targetError{status: 403, reason: "private_target",
+				return &targetError{reason: ReasonPrivateTarget,
 					msg: "target " + quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed)"}
 			}
 		}
 		if g.isSelf(a, port) {
-			return &targetError{status: 508, reason: "loop",
+			return &targetError{reason: ReasonLoop,
 				msg: "target " + quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
 	}

@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// errLeaseFailed marks a pool failure with no more specific answer.
+var errLeaseFailed = errors.New("lease failed")
+
+// request is one client request (or CONNECT) on its way to its end.
+type request struct {
+	w     http.ResponseWriter
+	start time.Time
+	lr    leaseReq
+	// h is the lease in use; h.mc is nil while none is held.
+	h held
+	// member is the member the metric names: the one in use, else the
+	// last one tried.
+	member string
+	// nameHdr is member's X-Proxyfleet-Proxy value.
+	nameHdr []string
+}
+
+// use makes h the request's lease.
+func (rq *request) use(h held) {
+	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.nameHdr
+}
+
+// finish ends a request the gateway answers itself, or that the client
+// left: the one exit of every failure. judge decides; finish reports or
+// releases the lease still held, writes the answer and records the metric,
+// so no exit can forget one of them.
+func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
+	v := judge(err)
+	if rq.h.mc != nil {
+		if v.report != "" {
+			g.drop(ctx, &rq.lr, rq.h, v.report, 0)
+		} else {
+			g.done(ctx, rq.h)
+		}
+		rq.h = held{}
+	}
+	if v.reason != "" {
+		h := rq.w.Header()
+		switch v.reason {
+		case ReasonAuth, ReasonBadParams:
+			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
+		case ReasonNoMember:
+			h.Set("Retry-After", "1")
+		}
+		if rq.nameHdr != nil {
+			h[HeaderProxy] = rq.nameHdr
+		}
+		g.fail(rq.w, v.reason, err.Error())
+	}
+	g.rec.Request(rq.member, v.outcome, time.Since(rq.start))
+}
+
+// fail writes an answer the gateway itself produced: a text body saying
+// what is wrong and X-Proxyfleet-Reason with a short cause.
+func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
+	status, _ := answerFor(reason)
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set(HeaderReason, reason)
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
+}
+
+// lease returns the lease for rq's next attempt, or the error that ends
+// the request: the client leaving, or the pool's refusal in words a
+// client can act on.
+func (g *Gateway) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
+	h, err := g.acquire(ctx, &rq.lr)
+	if err == nil {
+		return h, nil
+	}
+	if client.Err() != nil {
+		return held{}, errClientGone
+	}
+	return held{}, g.poolRefusal(&rq.lr, err)
+}
+
+// poolRefusal says why the pool gave no lease: which parameter matched
+// nothing, the TTL that is too long and whose it is, the unreachable API.
+func (g *Gateway) poolRefusal(lr *leaseReq, err error) error {
+	var nm *pool.NoMatchError
+	switch {
+	case errors.As(err, &nm):
+		if nm.Considered == 0 {
+			// Nothing even matched: say which parameter ruled everything
+			// out, since the counts alone read as an empty pool.
+			switch {
+			case lr.p.Proxy != "":
+				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
+			case len(lr.p.Selector) > 0:
+				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
+			}
+		}
+		return err
+	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
+		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
+		return &poolConfigError{err: errors.New("the gateway's lease TTL " + g.leaseTTL.String() + " is above the pool's maximum (" + err.Error() + "); lower the gateway's --lease-ttl")}
+	case errors.Is(err, pool.ErrTTLTooLong):
+		msg := "sessttl above the pool's maximum lease TTL"
+		if mt, ok := g.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
+			msg += " of " + mt.MaxTTL().String()
+		}
+		return &annotated{err: err, msg: msg}
+	case errors.Is(err, pool.ErrUnreachable):
+		return err
+	}
+	g.log.Warn("lease acquire failed", "err", err)
+	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
+}
+
+// annotated is err with a message meant for the client.
+type annotated struct {
+	err error
+	msg string
+}
+
+func (e *annotated) Error() string { return e.msg }
+func (e *annotated) Unwrap() error { return e.err }
+
+// attempts is a request's record of the members that failed it, and the
+// rule for when to stop trying others.
+type attempts struct {
+	hostport string // the target, for messages
+	tried    []string
+	last     *attemptError
+	lastName string
+	fails    siteFailures
+}
+
+// failed records ae, a failure of the lease h (already reported), and says
+// whether the request must stop: the site failed the same way on a second
+// member (then it is the site), or the retry budget for answers about the
+// site is spent.
+func (a *attempts) failed(h held, ae *attemptError, retries int) (stop bool) {
+	name := h.mc.m.Name
+	a.tried = append(a.tried, name)
+	a.last, a.lastName = ae, name
+	if ae.f.Fault == rotation.FaultSite {
+		return a.fails.add(name, h.id, ae.f, ae) || len(a.fails) > retries
+	}
+	return false
+}
+
+// triedBefore reports whether the pool offered a member that already
+// failed this request (its failure window did not apply, e.g. a remote
+// report was lost).
+func (a *attempts) triedBefore(name string) bool { return slices.Contains(a.tried, name) }
+
+// giveUp is the error that ends the request after its attempts; suffix
+// says why no further member was tried.
+func (a *attempts) giveUp(suffix string) error {
+	if a.last.f.Fault == rotation.FaultSite {
+		return &givenUp{last: a.last, msg: a.fails.message(a.hostport) + suffix}
+	}
+	return &givenUp{last: a.last, msg: "upstream " + a.lastName + " failed: " + a.last.Error() + suffix}
+}

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// Outcomes passed to Recorder.Request, one per client request or tunnel.
+const (
+	OutcomeOK             = "ok"              // the site's answer (or the tunnel) was delivered
+	OutcomeRateLimited    = "rate_limited"    // the delivered answer was a rate-limit status
+	OutcomeBanned         = "banned"          // the delivered answer was a ban status
+	OutcomeUpstreamFailed = "upstream_failed" // 502/504: no member carried the request
+	OutcomeNoMember       = "no_member"       // 503: the pool had no usable member (or was unreachable)
+	OutcomeDenied         = "denied"          // 403/508: a private target or the gateway itself
+	OutcomeAuth           = "auth"            // 407: missing or wrong client token
+	OutcomeBadRequest     = "bad_request"     // 400/407: malformed request or parameters
+	OutcomeClientError    = "client_error"    // the client went away before the answer
+)
+
+// Reasons: the X-Proxyfleet-Reason of the answers the gateway makes itself.
+// answerFor maps each to its status and outcome, the one place that does.
+const (
+	ReasonBadRequest        = "bad_request"        // 400: not a proxy request, bad authority, unsupported scheme
+	ReasonPrivateTarget     = "private_target"     // 403: the target is in a refused range
+	ReasonAuth              = "auth"               // 407: missing or wrong client token
+	ReasonBadParams         = "bad_params"         // 407: malformed username or header parameters
+	ReasonDNS               = "dns"                // 502: the target's name does not resolve
+	ReasonTargetUnreachable = "target_unreachable" // 502: the site cannot be reached (the members say so)
+	ReasonUpstreamFailed    = "upstream_failed"    // 502: every member tried failed itself
+	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
+	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --pool-api does not answer
+	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
+	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
+	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
+	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
+	ReasonInternal          = "internal"           // 500: the gateway's own failure
+)
+
+// answerFor is the status and outcome of an answer with reason.
+func answerFor(reason string) (status int, outcome string) {
+	switch reason {
+	case ReasonBadRequest:
+		return http.StatusBadRequest, OutcomeBadRequest
+	case ReasonPrivateTarget:
+		return http.StatusForbidden, OutcomeDenied
+	case ReasonAuth:
+		return http.StatusProxyAuthRequired, OutcomeAuth
+	case ReasonBadParams:
+		return http.StatusProxyAuthRequired, OutcomeBadRequest
+	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed:
+		return http.StatusBadGateway, OutcomeUpstreamFailed
+	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError:
+		return http.StatusServiceUnavailable, OutcomeNoMember
+	case ReasonShuttingDown:
+		return http.StatusServiceUnavailable, OutcomeClientError
+	case ReasonTimeout:
+		return http.StatusGatewayTimeout, OutcomeUpstreamFailed
+	case ReasonLoop:
+		return 508, OutcomeDenied
+	}
+	return http.StatusInternalServerError, OutcomeClientError
+}
+
+// verdict is what a failure means for its request.
+type verdict struct {
+	// reason of the answer to write; "" writes none (the client left).
+	reason  string
+	outcome string
+	// report is what the held lease is reported as before it is let go
+	// ("" reports nothing: the lease is only released or kept).
+	report rotation.Result
+	// retry: another member may still serve the request.
+	retry bool
+}
+
+// Errors that carry no more than their kind.
+var (
+	// errClientGone: the client left before its answer.
+	errClientGone = errors.New("the client went away")
+	// errShuttingDown: the gateway drains and takes no new tunnel.
+	errShuttingDown = errors.New("gateway is shutting down")
+	// errRequestTimeout is the cancel cause when Options.RequestTimeout passes.
+	errRequestTimeout = errors.New("request timeout")
+)
+
+// authError is a request the gateway refuses before leasing: 407.
+type authError struct {
+	reason string // ReasonAuth or ReasonBadParams
+	err    error
+}
+
+func (e *authError) Error() string { return e.err.Error() }
+
+// poolConfigError is the gateway's own --lease-ttl above the pool's
+// maximum: a configuration mismatch, never the client's fault.
+type poolConfigError struct{ err error }
+
+func (e *poolConfigError) Error() string { return e.err.Error() }
+
+// givenUp ends a request after the members tried: the last attempt
+// decides the reason, everything was already reported.
+type givenUp struct {
+	last *attemptError
+	msg  string
+}
+
+func (e *givenUp) Error() string { return e.msg }
+
+// judge is the failure policy: the one place that turns a failed request
+// step into its answer, its metric and what the pool hears. It is pure.
+func judge(err error) verdict {
+	var (
+		te  *targetError
+		ae  *attemptError
+		gu  *givenUp
+		au  *authError
+		pce *poolConfigError
+		nm  *pool.NoMatchError
+	)
+	switch {
+	case errors.Is(err, errClientGone):
+		return verdict{outcome: OutcomeClientError}
+	case errors.As(err, &au):
+		return answer(au.reason)
+	case errors.As(err, &te):
+		return answer(te.reason)
+	case errors.Is(err, errRequestTimeout):
+		// A slow site is not the member's failure: nothing is reported.
+		return answer(ReasonTimeout)
+	case errors.Is(err, errShuttingDown):
+		return answer(ReasonShuttingDown)
+	case errors.As(err, &gu):
+		return answer(faultReason(gu.last))
+	case errors.As(err, &ae):
+		if ae.firsthand && ae.f.Fault == rotation.FaultSite {
+			// A direct member dialled the site itself: another egress
+			// address would not help, and this one is fine.
+			return answer(ReasonTargetUnreachable)
+		}
+		v := answer(faultReason(ae))
+		v.report, v.retry = ae.f.Result(), true
+		return v
+	case errors.As(err, &nm):
+		return answer(ReasonNoMember)
+	case errors.As(err, &pce):
+		return answer(ReasonPoolError)
+	case errors.Is(err, pool.ErrTTLTooLong):
+		return answer(ReasonBadParams)
+	case errors.Is(err, pool.ErrUnreachable):
+		return answer(ReasonPoolUnreachable)
+	case errors.Is(err, errLeaseFailed):
+		return answer(ReasonPoolError)
+	}
+	return answer(ReasonInternal)
+}
+
+// outcomeOf is the outcome of a delivered site answer that the classifier
+// read as res.
+func outcomeOf(res rotation.Result) string {
+	switch res {
+	case rotation.ResultRateLimited:
+		return OutcomeRateLimited
+	case rotation.ResultBanned:
+		return OutcomeBanned
+	}
+	return OutcomeOK
+}
+
+func answer(reason string) verdict {
+	_, outcome := answerFor(reason)
+	return verdict{reason: reason, outcome: outcome}
+}
+
+// faultReason is the answer to a failed attempt that ends the request.
+func faultReason(ae *attemptError) string {
+	if ae != nil && ae.f.Fault == rotation.FaultSite {
+		return ReasonTargetUnreachable
+	}
+	return ReasonUpstreamFailed
+}

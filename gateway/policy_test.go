@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
+	site := &attemptError{f: rotation.Site("dns"), err: errors.New("answered CONNECT with 503")}
+	member := &attemptError{f: rotation.Member("dial"), err: errors.New("connection refused")}
+	tests := []struct {
+		name    string
+		err     error
+		status  int
+		reason  string
+		outcome string
+		report  rotation.Result
+		retry   bool
+	}{
+		{"the client left: no answer, nothing reported", errClientGone, 0, "", OutcomeClientError, "", false},
+		{"a wrong token is 407 auth", authFailed(errors.New("x")), 407, ReasonAuth, OutcomeAuth, "", false},
+		{"bad parameters are 407 bad_params", badParams(errors.New("x")), 407, ReasonBadParams, OutcomeBadRequest, "", false},
+		{"a malformed target is 400", &targetError{reason: ReasonBadRequest}, 400, ReasonBadRequest, OutcomeBadRequest, "", false},
+		{"a private target is 403", &targetError{reason: ReasonPrivateTarget}, 403, ReasonPrivateTarget, OutcomeDenied, "", false},
+		{"the gateway itself is 508", &targetError{reason: ReasonLoop}, 508, ReasonLoop, OutcomeDenied, "", false},
+		{"our own lookup failing is 502 dns", &targetError{reason: ReasonDNS}, 502, ReasonDNS, OutcomeUpstreamFailed, "", false},
+		{"the request deadline is 504 and no member's fault", &annotated{err: errRequestTimeout, msg: "slow"}, 504, ReasonTimeout, OutcomeUpstreamFailed, "", false},
+		{"draining is 503", errShuttingDown, 503, ReasonShuttingDown, OutcomeClientError, "", false},
+		{"a member's answer about the site is reported as such and retried", site, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, rotation.ResultTargetUnreachable, true},
+		{"a member's own failure is member-wide and retried", member, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
+		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
+		{"a direct member's own dial to a dead site ends it unreported", &attemptError{f: rotation.Site("connect"), err: errors.New("refused"), firsthand: true}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
+		{"giving up after site answers is target_unreachable", &givenUp{last: site, msg: "m"}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
+		{"giving up after member failures is upstream_failed", &givenUp{last: member, msg: "m"}, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, "", false},
+		{"no usable member is 503 no_member", &pool.NoMatchError{Considered: 3}, 503, ReasonNoMember, OutcomeNoMember, "", false},
+		{"no match annotated keeps its reason", &annotated{err: &pool.NoMatchError{}, msg: "no member named x"}, 503, ReasonNoMember, OutcomeNoMember, "", false},
+		{"the client's sessttl above the maximum is 407", &annotated{err: pool.ErrTTLTooLong, msg: "sessttl"}, 407, ReasonBadParams, OutcomeBadRequest, "", false},
+		{"the gateway's own lease TTL above the maximum is 503 pool_error", &poolConfigError{err: errors.New("x")}, 503, ReasonPoolError, OutcomeNoMember, "", false},
+		{"an unreachable pool API is 503 pool_unreachable", fmt.Errorf("%w: dial", pool.ErrUnreachable), 503, ReasonPoolUnreachable, OutcomeNoMember, "", false},
+		{"any other pool failure is 503 pool_error", &annotated{err: errLeaseFailed, msg: "lease failed"}, 503, ReasonPoolError, OutcomeNoMember, "", false},
+		{"anything unforeseen is 500 internal", errors.New("hijack"), 500, ReasonInternal, OutcomeClientError, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := judge(tt.err)
+			if v.reason != tt.reason || v.outcome != tt.outcome || v.report != tt.report || v.retry != tt.retry {
+				t.Fatalf("judge = %+v, want reason %q outcome %q report %q retry %v", v, tt.reason, tt.outcome, tt.report, tt.retry)
+			}
+			if tt.reason != "" {
+				if status, _ := answerFor(tt.reason); status != tt.status {
+					t.Fatalf("status %d, want %d", status, tt.status)
+				}
+			}
+		})
+	}
+}
+
+func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
+	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
+		ReasonUpstreamFailed, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop}
+	for _, r := range reasons {
+		if status, _ := answerFor(r); status == http.StatusInternalServerError {
+			t.Errorf("reason %q falls through to 500", r)
+		}
+	}
+	if got := outcomeOf(rotation.ResultRateLimited) + "," + outcomeOf(rotation.ResultBanned) + "," + outcomeOf(rotation.ResultOK); got != "rate_limited,banned,ok" {
+		t.Errorf("delivered outcomes %s", got)
+	}
+}
