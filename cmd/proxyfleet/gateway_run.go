@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -76,15 +75,21 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		return err
 	}
 
+	// The server runs everything around the gateway; its Reload is the
+	// upstreams file's OnChange (the file source runs only after srv is set).
 	var (
-		members    []pool.Member
-		fileSource *pool.FileSource
-		prober     *pool.Prober
+		srv     *gateway.Server
+		members []pool.Member
 	)
+	srvOpts := gateway.ServerOptions{Gateway: gw, Store: store, Remote: remote, RemoteURL: cfg.poolAPI, Forget: rec, Logger: log}
 	if store != nil {
-		if members, fileSource, prober, err = localPool(cfg, store, gw, rec, log); err != nil {
+		reload := func(next []pool.Member) { srv.Reload(next) }
+		if members, srvOpts.Files, srvOpts.Prober, err = localPool(cfg, store, reload, rec, log); err != nil {
 			return err
 		}
+	}
+	if srv, err = gateway.NewServer(srvOpts); err != nil {
+		return err
 	}
 
 	lns, err := listenAll(map[string]string{
@@ -100,46 +105,15 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	// Background work stops only after the gateway has drained, so probes
 	// and reloads keep the pool right for in-flight requests.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
+	bgDone := make(chan struct{})
+	go func() {
+		defer close(bgDone)
+		srv.Run(bgCtx)
+	}()
 	defer func() {
 		stopBackground()
-		bg.Wait()
+		<-bgDone
 	}()
-	goRun := func(run func(context.Context)) {
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			run(bgCtx)
-		}()
-	}
-	if store != nil {
-		goRun(store.Start)
-	}
-	if remote != nil {
-		goRun(func(ctx context.Context) { checkPoolAPI(ctx, remote, cfg.poolAPI, log) })
-		// The controller never says that a Proxy left the pool; forget the
-		// members no request has taken for a while (and their series).
-		goRun(func(ctx context.Context) {
-			t := time.NewTicker(remoteMemberIdle / 4)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					for _, name := range gw.ForgetIdleMembers(remoteMemberIdle) {
-						rec.ForgetMember(name)
-					}
-				}
-			}
-		})
-	}
-	if fileSource != nil {
-		goRun(fileSource.Run)
-	}
-	if prober != nil {
-		goRun(prober.Run)
-	}
 
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- serveErrOf(flagListen, gw.Serve(proxyLn)) }()
@@ -196,15 +170,11 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	return runErr
 }
 
-// remoteMemberIdle is how long a --pool-api gateway keeps the state and
-// metric series of a member no request has taken; a member still in the
-// controller's pool is set up again on its next lease.
-const remoteMemberIdle = 10 * time.Minute
-
 // localPool loads the members of a gateway that holds its own pool (the
 // upstreams file, --upstream, --egress-addr, or direct egress) into store,
-// and builds the file source and the prober when configured; neither runs yet.
-func localPool(cfg *gatewayConfig, store *pool.Store, gw *gateway.Gateway, rec *metrics.Metrics, log *slog.Logger) (
+// and builds the file source (calling reload on a change) and the prober
+// when configured; neither runs yet.
+func localPool(cfg *gatewayConfig, store *pool.Store, reload func([]pool.Member), rec *metrics.Metrics, log *slog.Logger) (
 	[]pool.Member, *pool.FileSource, *pool.Prober, error) {
 	var (
 		members    []pool.Member
@@ -216,17 +186,7 @@ func localPool(cfg *gatewayConfig, store *pool.Store, gw *gateway.Gateway, rec *
 		fileSource = pool.NewFileSource(cfg.upstreamsFile, pool.FileSourceOptions{
 			Static:   cfg.static,
 			Interval: cfg.reloadInterval,
-			OnChange: func(next []pool.Member) {
-				gone := removedMembers(store.Members(), next)
-				// SetMembers keeps live leases and tunnels: removed members
-				// are only never chosen again.
-				store.SetMembers(next)
-				for _, name := range gone {
-					gw.ForgetMember(name)
-					rec.ForgetMember(name)
-				}
-				log.Info("upstreams reloaded", "file", cfg.upstreamsFile, "members", len(next), "removed", len(gone))
-			},
+			OnChange: reload,
 			OnError: func(err error) {
 				log.Error("upstreams file rejected; keeping the current members", "err", err)
 			},
@@ -266,48 +226,6 @@ func localPool(cfg *gatewayConfig, store *pool.Store, gw *gateway.Gateway, rec *
 		return nil, nil, nil, fmt.Errorf("--%s: %w", flagProbeURL, err)
 	}
 	return members, fileSource, prober, nil
-}
-
-// poolAPICheckTimeout bounds the start-up check of --pool-api.
-const poolAPICheckTimeout = 5 * time.Second
-
-// checkPoolAPI asks the pool API once, at start, for its healthy upstreams
-// and logs what an operator must know: unreachable (requests get 503 until
-// it answers), the token refused, or nothing to lease. It never stops the
-// gateway: a sidecar may well start before its controller.
-func checkPoolAPI(ctx context.Context, c *pool.Client, apiURL string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, poolAPICheckTimeout)
-	defer cancel()
-	healthy, err := c.List(ctx, pool.ListFilter{HealthyOnly: true})
-	var apiErr *pool.APIError
-	switch {
-	case err == nil && len(healthy) == 0:
-		log.Warn("the pool API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", apiURL)
-	case err == nil:
-		log.Info("pool API reachable", "poolAPI", apiURL, "healthyUpstreams", len(healthy))
-	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
-		log.Error("the pool API refused the token: check --"+flagPoolTokenFile+"; every request fails until it is fixed", "poolAPI", apiURL, "err", err)
-	case ctx.Err() != nil && !errors.Is(err, pool.ErrUnreachable):
-		// Shutting down, or the check timed out on a reachable API.
-		log.Warn("pool API check did not finish", "poolAPI", apiURL, "err", err)
-	default:
-		log.Warn("pool API not reachable; requests that hold no lease get 503 pool_unreachable until it answers", "poolAPI", apiURL, "err", err)
-	}
-}
-
-// removedMembers names the members of current that next no longer has.
-func removedMembers(current []pool.MemberStatus, next []pool.Member) []string {
-	keep := make(map[string]bool, len(next))
-	for _, m := range next {
-		keep[m.Name] = true
-	}
-	var gone []string
-	for _, m := range current {
-		if !keep[m.Name] {
-			gone = append(gone, m.Name)
-		}
-	}
-	return gone
 }
 
 // memberList strips the status from a member listing.

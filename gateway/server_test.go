@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// forgetLog records the members whose series a Server dropped.
+type forgetLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (f *forgetLog) ForgetMember(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.names = append(f.names, name)
+}
+
+func (f *forgetLog) got() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.names)
+}
+
+func urlMember(t *testing.T, name, raw string) pool.Member {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool.Member{Name: name, URL: u}
+}
+
+func TestNewServerNeedsExactlyOnePool(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	g, err := New(Options{Pool: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := pool.NewClient("http://127.0.0.1:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []ServerOptions{
+		{Store: store},
+		{Gateway: g},
+		{Gateway: g, Store: store, Remote: remote},
+	} {
+		if _, err := NewServer(o); err == nil {
+			t.Errorf("NewServer(%+v) accepted", o)
+		}
+	}
+}
+
+func TestServerReloadKeepsTheStoreGatewayAndMetricsInStep(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	a, b := urlMember(t, "a", "http://127.0.0.1:3128"), urlMember(t, "b", "http://127.0.0.1:3129")
+	store.SetMembers([]pool.Member{a, b})
+	g, err := New(Options{Pool: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.memberFor(b); err != nil {
+		t.Fatal(err)
+	}
+	var forgot forgetLog
+	srv, err := NewServer(ServerOptions{Gateway: g, Store: store, Forget: &forgot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Reload([]pool.Member{a})
+	if ms := store.Members(); len(ms) != 1 || ms[0].Name != "a" {
+		t.Fatalf("store members after the reload: %+v", ms)
+	}
+	if g.memberByName("b") != nil {
+		t.Fatal("the gateway still holds the removed member")
+	}
+	if got := forgot.got(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("series forgotten: %v, want [b]", got)
+	}
+}
+
+func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
+	remote, err := pool.NewClient("http://127.0.0.1:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Pool: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := g.memberFor(urlMember(t, "px-1", "http://127.0.0.1:3128"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	var forgot forgetLog
+	srv, err := NewServer(ServerOptions{Gateway: g, Remote: remote, RemoteIdle: 200 * time.Millisecond, Forget: &forgot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	// Read the member table directly: memberByName would mark it used.
+	known := func() bool {
+		g.membersMu.RLock()
+		defer g.membersMu.RUnlock()
+		return g.members["px-1"] != nil
+	}
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if known() || !slices.Equal(forgot.got(), []string{"px-1"}) {
+			return fmt.Errorf("member known %v, series forgotten %v", known(), forgot.got())
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
