@@ -1,3 +1,5 @@
+//go:build !sidecar
+
 package main
 
 import (
@@ -26,6 +28,10 @@ import (
 
 // controllerCommand is `proxyfleet controller`: the manager that keeps the
 // Proxy fleet alive. Every flag also reads PROXYFLEET_<FLAG_NAME>.
+// controllerCommands is the controller subcommand; the sidecar build
+// (sidecar.go) has none.
+func controllerCommands() []*cli.Command { return []*cli.Command{controllerCommand()} }
+
 func controllerCommand() *cli.Command {
 	d := controller.DefaultIntervals()
 	return &cli.Command{

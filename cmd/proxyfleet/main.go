@@ -25,12 +25,11 @@ func newApp() *cli.App {
 		Usage:                "rotating egress gateway for crawlers, and the controller that keeps its upstreams alive",
 		Version:              version,
 		EnableBashCompletion: true,
-		Commands: []*cli.Command{
-			controllerCommand(),
+		Commands: append(controllerCommands(),
 			leaseCommand(),
 			gatewayCommand(),
 			versionCommand(),
-		},
+		),
 	}
 }
 

@@ -21,9 +21,21 @@ const maxCapturedOutput = 256 << 10
 // temp dir (cached by Go's build cache, so repeated calls are cheap).
 func BuildBinary(t testing.TB) string {
 	t.Helper()
-	if bin := os.Getenv("PROXYFLEET_BIN"); bin != "" {
+	return buildBinary(t, "PROXYFLEET_BIN")
+}
+
+// BuildSidecarBinary is BuildBinary for the sidecar build (-tags sidecar,
+// make sidecar): $PROXYFLEET_SIDECAR_BIN when set.
+func BuildSidecarBinary(t testing.TB) string {
+	t.Helper()
+	return buildBinary(t, "PROXYFLEET_SIDECAR_BIN", "-tags", "sidecar")
+}
+
+func buildBinary(t testing.TB, env string, flags ...string) string {
+	t.Helper()
+	if bin := os.Getenv(env); bin != "" {
 		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("PROXYFLEET_BIN=%s: %v", bin, err)
+			t.Fatalf("%s=%s: %v", env, bin, err)
 		}
 		return bin
 	}
@@ -32,10 +44,11 @@ func BuildBinary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "proxyfleet")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/proxyfleet")
+	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/proxyfleet")
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/proxyfleet: %v\n%s", err, msg)
+		t.Fatalf("go %v: %v\n%s", args, err, msg)
 	}
 	return out
 }

@@ -1,0 +1,42 @@
+package e2e
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+)
+
+// TestSidecarBuild: the sidecar build (make sidecar) is the same gateway
+// without the controller: it leases from a pool API and rotates through the
+// members like the full binary, and has no controller command to run.
+func TestSidecarBuild(t *testing.T) {
+	full := testutil.BuildBinary(t)
+	sidecar := testutil.BuildSidecarBinary(t)
+
+	out, err := exec.Command(sidecar, "controller").CombinedOutput()
+	if err == nil || strings.Contains(string(out), "controller-runtime") {
+		t.Fatalf("the sidecar build ran `controller`: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(full, "controller", "--help").CombinedOutput(); err != nil {
+		t.Fatalf("the full build has no controller: %v\n%s", err, out)
+	}
+
+	trio := startSquids(t, "sidecar", "127.0.0.111", "127.0.0.112", "127.0.0.113")
+	owner := startGateway(t, full, gwConfig{upstreams: squidURLs(trio), api: true})
+	tokenFile := filepath.Join(t.TempDir(), "pool-token")
+	writeFile(t, tokenFile, owner.apiToken+"\n")
+	sc := startGateway(t, sidecar, gwConfig{rotation: "per-request",
+		args: []string{"--pool-api", "http://" + owner.apiAddr, "--pool-token-file", tokenFile}})
+	target := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.114"})
+	tc := sc.tunnelClient(t, "", target.ClientTLSConfig())
+	for range 6 {
+		mustGetOK(t, tc, target.URL()+"/sidecar", nil)
+	}
+	if got, want := target.Sources(), outgoingAddrs(trio); !slices.Equal(got, want) {
+		t.Fatalf("through the sidecar: sources %v, want all three %v", got, want)
+	}
+}
