@@ -21,6 +21,16 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkStoreAcquireReleaseMixed is the same cycle with half of the
+// acquires selecting on one of two attributes (the measurement).
+func BenchmarkStoreAcquireReleaseMixed(b *testing.B) {
+	for _, n := range storebench.Sizes {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			storebench.AcquireReleaseMixed(b, storebench.NewStore(n))
+		})
+	}
+}
+
 // BenchmarkStoreAcquireReleaseParallel is the same cycle from GOMAXPROCS
 // goroutines contending for the store.
 func BenchmarkStoreAcquireReleaseParallel(b *testing.B) {

@@ -78,6 +78,24 @@ func AcquireRelease(b *testing.B, s *pool.Store, req pool.AcquireRequest) {
 	}
 }
 
+// AcquireReleaseMixed is the issue 17 measurement: half of the acquires
+// with an attribute selector, alternating between Selector and tier=dc, so
+// that every member sits in the heaps of both of its attribute pairs as well
+// as the heap of all members.
+func AcquireReleaseMixed(b *testing.B, s *pool.Store) {
+	ctx := context.Background()
+	reqs := []pool.AcquireRequest{Request(false), Request(true), Request(false), Request(false)}
+	reqs[3].Selector = map[string]string{"tier": "dc"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := Cycle(ctx, s, reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
 // AcquireReleaseParallel runs the same cycles from GOMAXPROCS goroutines
 // contending for the store.
 func AcquireReleaseParallel(b *testing.B, s *pool.Store, req pool.AcquireRequest) {
