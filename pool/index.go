@@ -100,7 +100,8 @@ func (x *selectionIndex) rekeyed(ms *memberState) {
 // best returns the best member by rotation.Less among the indexed members
 // matching sel for which ok is true, or nil. It walks the smallest heap of
 // sel's pairs (building missing ones), so ok must still check the whole
-// selector.
+// selector. When it returns nil, ok has seen every indexed member matching
+// sel, unless a pair of sel is carried by no current member (carries).
 func (x *selectionIndex) best(sel map[string]string, ok func(*memberState) bool) *memberState {
 	h := &x.all
 	for k, v := range sel {
@@ -191,8 +192,10 @@ func (h *memberHeap) remove(n *heapNode) {
 // best returns the least member by rotation.Less for which ok is true, or
 // nil. A heap's children never rank above their parent, so the walk stops
 // descending at a member that passes ok (its subtree ranks below it) and
-// skips any member that does not rank above the best found so far. It takes
-// and returns a scratch stack so that Acquire does not allocate.
+// skips any member that does not rank above the best found so far. When it
+// returns nil it has called ok on every member of h exactly once, which
+// Acquire relies on to count a refusal. It takes and returns a scratch stack
+// so that Acquire does not allocate.
 func (h *memberHeap) best(ok func(*memberState) bool, stack []int) (*memberState, []int) {
 	found := -1
 	if len(h.e) == 0 {

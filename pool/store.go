@@ -351,7 +351,15 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	defer s.mu.Unlock()
 	now := s.o.Clock()
 	s.advance(now)
-	eligible := func(ms *memberState) bool { return s.judge(ms, req, now) == verdictEligible }
+	// Every member judged is counted, so that a refusal's counts cost no
+	// second pass over the index: when the walk finds nobody it has judged
+	// every indexed member the selector can match (see memberHeap.best).
+	var nm NoMatchError
+	eligible := func(ms *memberState) bool {
+		v := s.judge(ms, req, now)
+		nm.add(v)
+		return v == verdictEligible
+	}
 	var ms *memberState
 	if req.Proxy != "" {
 		if p := s.members[req.Proxy]; p != nil && eligible(p) {
@@ -361,7 +369,11 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 		ms = s.idx.best(req.Selector, eligible)
 	}
 	if ms == nil {
-		return Lease{}, s.noMatch(req, now)
+		if req.Proxy == "" && s.idx.carries(req.Selector) {
+			s.countUnindexed(&nm, req, now)
+		}
+		refused := nm
+		return Lease{}, &refused
 	}
 	for s.leases[id] != nil { // 128 random bits: never in practice
 		id = rand.Text()
@@ -408,38 +420,32 @@ func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time) verdic
 	return verdictEligible
 }
 
-// noMatch counts why no member could take req. It runs only on a refusal,
-// and scans every current member (unless a selector pair is carried by none,
-// which matches nothing): the counts include members the index does not
-// hold, such as unhealthy ones.
-func (s *Store) noMatch(req AcquireRequest, now time.Time) *NoMatchError {
-	nm := &NoMatchError{}
-	tally := func(ms *memberState) {
-		v := s.judge(ms, req, now)
-		if v == verdictNotSelected {
-			return
-		}
-		nm.Considered++
-		switch v {
-		case verdictUnhealthy:
-			nm.Unhealthy++
-		case verdictInCooldown:
-			nm.InCooldown++
-		case verdictAtCapacity:
-			nm.AtCapacity++
+// add counts a member that judge gave v.
+func (nm *NoMatchError) add(v verdict) {
+	if v == verdictNotSelected {
+		return
+	}
+	nm.Considered++
+	switch v {
+	case verdictUnhealthy:
+		nm.Unhealthy++
+	case verdictInCooldown:
+		nm.InCooldown++
+	case verdictAtCapacity:
+		nm.AtCapacity++
+	}
+}
+
+// countUnindexed adds to a refusal's counts the current members outside the
+// index (unhealthy, or cooling down for every target), which the walk did
+// not see. It runs only on a refusal and is the one scan of every member
+// left in Acquire.
+func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time) {
+	for _, ms := range s.order {
+		if !ms.indexed() {
+			nm.add(s.judge(ms, req, now))
 		}
 	}
-	switch {
-	case req.Proxy != "":
-		if ms := s.members[req.Proxy]; ms != nil {
-			tally(ms)
-		}
-	case s.idx.carries(req.Selector):
-		for _, ms := range s.order {
-			tally(ms)
-		}
-	}
-	return nm
 }
 
 func matchSelector(attrs, sel map[string]string) bool {

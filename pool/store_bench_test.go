@@ -49,3 +49,13 @@ func BenchmarkStoreSetMembersChanged(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStoreRefusal is an acquire every member refuses (a 409), whose
+// exact counts are the one linear path left in Acquire.
+func BenchmarkStoreRefusal(b *testing.B) {
+	for _, n := range storebench.Sizes {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			storebench.Refusal(b, n)
+		})
+	}
+}

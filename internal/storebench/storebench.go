@@ -5,6 +5,7 @@ package storebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"testing"
@@ -135,5 +136,33 @@ func SetMembersChanged(b *testing.B, n int) {
 	for b.Loop() {
 		s.SetMembersHealth(lists[i%2])
 		i++
+	}
+}
+
+// Refusal measures an acquire that every member refuses: all n members are
+// cooling down for the target, so the store walks its index and then counts
+// why (the 409 path, linear by design).
+func Refusal(b *testing.B, n int) {
+	s := NewStore(n)
+	ctx := context.Background()
+	req := Request(false)
+	for range n {
+		l, err := s.Acquire(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Report(ctx, l.ID, pool.Report{Result: "banned"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx, l.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var nm *pool.NoMatchError
+		if _, err := s.Acquire(ctx, req); !errors.As(err, &nm) || nm.InCooldown != n {
+			b.Fatalf("Acquire: %v, want every member in cooldown", err)
+		}
 	}
 }
