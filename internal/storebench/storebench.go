@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // Sizes are the pool sizes the benchmarks report: a small fleet, hundreds of
@@ -151,7 +152,7 @@ func Refusal(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Report(ctx, l.ID, pool.Report{Result: "banned"}); err != nil {
+		if err := s.Report(ctx, l.ID, pool.Report{Result: rotation.ResultBanned}); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Release(ctx, l.ID); err != nil {
