@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,33 +107,49 @@ func (o StoreOptions) withDefaults() StoreOptions {
 
 // Store is the in-process lease store: members with their health, leases and
 // {member, target} cooldowns, behind one mutex. It implements Pool and the
-// lease API's backend. Every read checks expiry against the clock; the sweep
-// in Start only frees memory.
+// lease API's backend. Every operation first applies what the clock ended
+// (lease expiry, global cooldowns) in order of time, so no read trusts the
+// sweep in Start, which only frees memory.
+//
+// Acquire costs O(log n) in the pool size: the members that can be chosen
+// are kept in a selectionIndex ordered by rotation.Less (see index.go and
+// docs/architecture.md); only a refusal (NoMatchError, whose counts are
+// exact) scans the members.
 type Store struct {
 	o StoreOptions
 
 	mu      sync.Mutex
 	members map[string]*memberState
 	order   []*memberState // current members sorted by name
-	orphans map[*memberState]struct{}
+	idx     *selectionIndex
+	live    leaseHeap // every unexpired, unreleased lease by end, removed members' too
+	resting restHeap  // members out of idx until their cooldown for every target ends
 	leases  map[string]*leaseEntry
 	seq     uint64 // choice sequence; rotation.Candidate.LastChosen
 
 	released     []string // ring of released lease IDs still reportable
 	releasedNext int
-
-	cands []rotation.Candidate // scratch for Acquire, guarded by mu
-	picks []*memberState
 }
 
 type memberState struct {
-	m          Member
-	healthy    bool
-	latency    time.Duration
-	lastChosen uint64
-	active     leaseHeap             // unexpired, unreleased leases by end
-	cool       map[string]*coolState // by target; "" is every target
+	m Member
+	// key is what selection orders by: Name, Active (unexpired, unreleased
+	// leases), LastChosen and Latency. Change it only through Store methods
+	// that tell the index (rekeyed).
+	key     rotation.Candidate
+	healthy bool
+	cool    map[string]*coolState // by target; "" is every target
+	current bool                  // a member now (in Store.members), not removed or replaced
+	resting bool                  // has an entry in Store.resting
+	nodes   []*heapNode           // its places in the index; empty when not indexed
 }
+
+func newMemberState(m Member) *memberState {
+	return &memberState{m: m, key: rotation.Candidate{Name: m.Name}, healthy: true, cool: map[string]*coolState{}}
+}
+
+// indexed reports whether ms is in the selection index.
+func (ms *memberState) indexed() bool { return len(ms.nodes) > 0 }
 
 type coolState struct {
 	until   time.Time
@@ -144,7 +161,7 @@ type leaseEntry struct {
 	ms       *memberState
 	end      time.Time // ExpiresAt, or the release time if released earlier
 	released bool
-	idx      int // position in ms.active; -1 when not in it
+	idx      int // position in Store.live; -1 when not in it
 }
 
 // NewStore makes an empty store; add members with SetMembers.
@@ -153,7 +170,7 @@ func NewStore(o StoreOptions) *Store {
 	return &Store{
 		o:        o,
 		members:  map[string]*memberState{},
-		orphans:  map[*memberState]struct{}{},
+		idx:      newSelectionIndex(),
 		leases:   map[string]*leaseEntry{},
 		released: make([]string, 0, min(o.ReleasedRetained, 1024)),
 	}
@@ -167,7 +184,9 @@ func (s *Store) MaxTTL() time.Duration { return s.o.MaxTTL }
 // source address) changed, which makes them a new upstream. Removed members
 // are never chosen again, but their leases stay releasable and reportable.
 // Names should be unique (MergeMembers checks); a later duplicate is ignored.
-// The store keeps its own copy of each member's attributes.
+// The store keeps its own copy of each member's attributes. Its cost is
+// linear in the list (a map and a sort by name), plus O(log n) per member
+// that is added, removed or changed.
 func (s *Store) SetMembers(members []Member) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,6 +215,7 @@ func (s *Store) SetMembersHealth(members []MemberHealth) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setMembersLocked(ms)
+	now := s.o.Clock()
 	seen := make(map[string]bool, len(members))
 	for _, m := range members {
 		if seen[m.Name] {
@@ -203,36 +223,57 @@ func (s *Store) SetMembersHealth(members []MemberHealth) {
 		}
 		seen[m.Name] = true
 		if st := s.members[m.Name]; st != nil {
-			st.healthy = m.Healthy
-			st.latency = max(m.Latency, 0)
+			s.setHealthLocked(st, m.Healthy, m.Latency, now)
 		}
 	}
 }
 
-// setMembersLocked is SetMembers with s.mu held.
+// setMembersLocked is SetMembers with s.mu held. Members that keep their
+// endpoint and attributes stay where they are in the index; only added,
+// removed and changed members are moved in or out of it.
 func (s *Store) setMembersLocked(members []Member) {
+	now := s.o.Clock()
+	s.advance(now)
 	next := make(map[string]*memberState, len(members))
 	order := make([]*memberState, 0, len(members))
+	var enter []*memberState // new members and kept ones with new attributes
 	for _, m := range members {
 		if _, dup := next[m.Name]; dup {
 			continue
 		}
-		m.Attributes = maps.Clone(m.Attributes)
 		ms := s.members[m.Name]
-		if ms == nil || !ms.m.SameEndpoint(m) {
-			ms = &memberState{m: m, healthy: true, cool: map[string]*coolState{}}
-		} else {
+		switch {
+		case ms == nil || !ms.m.SameEndpoint(m):
+			m.Attributes = maps.Clone(m.Attributes)
+			ms = newMemberState(m)
+			enter = append(enter, ms)
+		case !maps.Equal(ms.m.Attributes, m.Attributes):
+			s.idx.drop(ms)
+			s.idx.count(ms, -1)
+			ms.current = false
+			m.Attributes = maps.Clone(m.Attributes)
+			ms.m = m
+			enter = append(enter, ms)
+		default:
+			m.Attributes = ms.m.Attributes // equal: keep the store's own copy
 			ms.m = m
 		}
 		next[m.Name] = ms
 		order = append(order, ms)
 	}
 	for name, ms := range s.members {
-		if next[name] != ms && len(ms.active) > 0 {
-			s.orphans[ms] = struct{}{}
+		if next[name] != ms && ms.current {
+			s.idx.drop(ms)
+			s.idx.count(ms, -1)
+			ms.current = false
 		}
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i].m.Name < order[j].m.Name })
+	for _, ms := range enter {
+		ms.current = true
+		s.idx.count(ms, 1)
+		s.place(ms, now)
+	}
+	slices.SortFunc(order, func(a, b *memberState) int { return strings.Compare(a.m.Name, b.m.Name) })
 	s.members, s.order = next, order
 }
 
@@ -242,16 +283,67 @@ func (s *Store) SetHealth(name string, healthy bool, latency time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ms := s.members[name]; ms != nil {
+		s.setHealthLocked(ms, healthy, latency, s.o.Clock())
+	}
+}
+
+// setHealthLocked is SetHealth on one current member with s.mu held.
+func (s *Store) setHealthLocked(ms *memberState, healthy bool, latency time.Duration, now time.Time) {
+	if latency = max(latency, 0); latency != ms.key.Latency {
+		ms.key.Latency = latency
+		s.idx.rekeyed(ms)
+	}
+	if healthy != ms.healthy {
 		ms.healthy = healthy
-		ms.latency = max(latency, 0)
+		s.idx.drop(ms)
+		s.place(ms, now)
+	}
+}
+
+// place puts ms where its state says: in the index when it can be chosen
+// for some target; in s.resting while it cools down for every target (an
+// upstream failure can take out much of a fleet at once, and Acquire should
+// not walk past all of it); nowhere when unhealthy or no longer current.
+// An indexed member is left alone.
+func (s *Store) place(ms *memberState, now time.Time) {
+	if ms.indexed() || !ms.current || !ms.healthy {
+		return
+	}
+	if c := ms.cool[""]; c != nil && now.Before(c.until) {
+		if !ms.resting {
+			ms.resting = true
+			heap.Push(&s.resting, restEntry{ms: ms, until: c.until})
+		}
+		return
+	}
+	s.idx.add(ms)
+}
+
+// advance applies what ended by now, in order of time: expired leases stop
+// counting as active, and members whose cooldown for every target ended
+// return to the index. Every operation that reads selection state calls it
+// first; its cost is O(log n) per event, paid once.
+func (s *Store) advance(now time.Time) {
+	for len(s.live) > 0 && !now.Before(s.live[0].end) {
+		e := heap.Pop(&s.live).(*leaseEntry)
+		e.ms.key.Active--
+		s.idx.rekeyed(e.ms)
+	}
+	for len(s.resting) > 0 && !now.Before(s.resting[0].until) {
+		ms := heap.Pop(&s.resting).(restEntry).ms
+		ms.resting = false
+		s.place(ms, now) // back to resting if the cooldown was extended
 	}
 }
 
 // Acquire leases the best eligible member for req.Target (see rotation.Less).
 // Per candidate the first matching reason disqualifies it: unhealthy, in
-// cooldown (for the target or globally), at capacity. Selection and insertion
-// happen under one lock. The returned Member shares its URL and Attributes
-// with the store: treat them as read-only.
+// cooldown (for the target or globally), at capacity (see judge). Selection
+// and insertion happen under one lock. It costs O(log n) in the pool size
+// plus the members that rank above the chosen one and are passed over (in
+// cooldown for this target, or outside a multi-pair selector); a refusal
+// scans every member to count why. The returned Member shares its URL and
+// Attributes with the store: treat them as read-only.
 func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	ttl := req.TTL
 	switch {
@@ -267,63 +359,102 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.o.Clock()
+	s.advance(now)
+	// Every member judged is counted, so that a refusal's counts cost no
+	// second pass over the index: when the walk finds nobody it has judged
+	// every indexed member the selector can match (see memberHeap.best).
 	var nm NoMatchError
-	cands, picks := s.cands[:0], s.picks[:0]
-	consider := func(ms *memberState) {
-		if !matchSelector(ms.m.Attributes, req.Selector) {
-			return
-		}
-		nm.Considered++
-		if !ms.healthy {
-			nm.Unhealthy++
-			return
-		}
-		if ms.cooling(req.Target, now) {
-			nm.InCooldown++
-			return
-		}
-		ms.prune(now)
-		if s.o.MaxLeasesPerMember > 0 && len(ms.active) >= s.o.MaxLeasesPerMember {
-			nm.AtCapacity++
-			return
-		}
-		cands = append(cands, rotation.Candidate{
-			Name: ms.m.Name, Active: len(ms.active), LastChosen: ms.lastChosen, Latency: ms.latency,
-		})
-		picks = append(picks, ms)
+	eligible := func(ms *memberState) bool {
+		v := s.judge(ms, req, now)
+		nm.add(v)
+		return v == verdictEligible
 	}
+	var ms *memberState
 	if req.Proxy != "" {
-		if ms := s.members[req.Proxy]; ms != nil {
-			consider(ms)
+		if p := s.members[req.Proxy]; p != nil && eligible(p) {
+			ms = p
 		}
 	} else {
-		for _, ms := range s.order {
-			consider(ms)
-		}
+		ms = s.idx.best(req.Selector, eligible)
 	}
-	i := rotation.Pick(cands)
-	var ms *memberState
-	if i >= 0 {
-		ms = picks[i]
-	}
-	clear(picks) // drop member pointers kept alive by the scratch slice
-	s.cands, s.picks = cands[:0], picks[:0]
 	if ms == nil {
-		return Lease{}, &nm
+		if req.Proxy == "" && s.idx.carries(req.Selector) {
+			s.countUnindexed(&nm, req, now)
+		}
+		refused := nm
+		return Lease{}, &refused
 	}
 	for s.leases[id] != nil { // 128 random bits: never in practice
 		id = rand.Text()
 	}
 	s.seq++
-	ms.lastChosen = s.seq
+	ms.key.LastChosen = s.seq
+	ms.key.Active++
+	s.idx.rekeyed(ms)
 	e := &leaseEntry{
 		lease: Lease{ID: id, Member: ms.m, Target: req.Target, TTL: ttl, ExpiresAt: now.Add(ttl)},
 		ms:    ms,
 		end:   now.Add(ttl),
 	}
 	s.leases[id] = e
-	heap.Push(&ms.active, e)
+	heap.Push(&s.live, e)
 	return e.lease, nil
+}
+
+// verdict is why a member can or cannot take a lease request.
+type verdict int
+
+const (
+	verdictEligible verdict = iota
+	verdictNotSelected
+	verdictUnhealthy
+	verdictInCooldown
+	verdictAtCapacity
+)
+
+// judge is the one definition of who may take req: the first matching reason
+// disqualifies (the NoMatchError counts depend on that order). It expects
+// s.advance(now) to have run.
+func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time) verdict {
+	switch {
+	case !matchSelector(ms.m.Attributes, req.Selector):
+		return verdictNotSelected
+	case !ms.healthy:
+		return verdictUnhealthy
+	case ms.cooling(req.Target, now):
+		return verdictInCooldown
+	case s.o.MaxLeasesPerMember > 0 && ms.key.Active >= s.o.MaxLeasesPerMember:
+		return verdictAtCapacity
+	}
+	return verdictEligible
+}
+
+// add counts a member that judge gave v.
+func (nm *NoMatchError) add(v verdict) {
+	if v == verdictNotSelected {
+		return
+	}
+	nm.Considered++
+	switch v {
+	case verdictUnhealthy:
+		nm.Unhealthy++
+	case verdictInCooldown:
+		nm.InCooldown++
+	case verdictAtCapacity:
+		nm.AtCapacity++
+	}
+}
+
+// countUnindexed adds to a refusal's counts the current members outside the
+// index (unhealthy, or cooling down for every target), which the walk did
+// not see. It runs only on a refusal and is the one scan of every member
+// left in Acquire.
+func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time) {
+	for _, ms := range s.order {
+		if !ms.indexed() {
+			nm.add(s.judge(ms, req, now))
+		}
+	}
 }
 
 func matchSelector(attrs, sel map[string]string) bool {
@@ -348,13 +479,6 @@ func (ms *memberState) cooling(target string, now time.Time) bool {
 	return false
 }
 
-// prune drops ended leases from the member's active set.
-func (ms *memberState) prune(now time.Time) {
-	for len(ms.active) > 0 && !now.Before(ms.active[0].end) {
-		heap.Pop(&ms.active)
-	}
-}
-
 // Release ends a lease early. It is idempotent and always nil: an unknown or
 // already ended lease is fine. A released lease no longer counts as active,
 // but stays reportable (see StoreOptions.ReleasedRetained) for the report
@@ -367,10 +491,13 @@ func (s *Store) Release(_ context.Context, leaseID string) error {
 		return nil
 	}
 	e.released = true
+	now := s.o.Clock()
 	if e.idx >= 0 {
-		heap.Remove(&e.ms.active, e.idx)
+		heap.Remove(&s.live, e.idx)
+		e.ms.key.Active--
+		s.idx.rekeyed(e.ms)
 	}
-	if now := s.o.Clock(); now.Before(e.end) {
+	if now.Before(e.end) {
 		e.end = now
 	}
 	if s.o.ReleasedRetained == 0 {
@@ -435,9 +562,7 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 		if !now.Before(c.until) || c.strikes == 0 {
 			c.strikes++
 		}
-		if until := now.Add(s.o.Cooldown.Window(max(r.RetryAfter, 0), c.strikes)); until.After(c.until) {
-			c.until = until
-		}
+		s.coolUntil(ms, target, c, now.Add(s.o.Cooldown.Window(max(r.RetryAfter, 0), c.strikes)), now)
 	case r.Result == rotation.ResultTargetUnreachable:
 		// A rest, not a ban: strikes (the ban backoff) stay as they are.
 		c := ms.cool[target]
@@ -445,20 +570,31 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 			c = &coolState{}
 			ms.cool[target] = c
 		}
-		if until := now.Add(s.o.SiteFailureRest); until.After(c.until) {
-			c.until = until
-		}
+		s.coolUntil(ms, target, c, now.Add(s.o.SiteFailureRest), now)
 	case r.Result == rotation.ResultUpstreamFailed:
 		c := ms.cool[""]
 		if c == nil {
 			c = &coolState{}
 			ms.cool[""] = c
 		}
-		if until := now.Add(s.o.FailureWindow); until.After(c.until) {
-			c.until = until
-		}
+		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now)
 	}
 	return nil
+}
+
+// coolUntil extends c, the cooldown of ms for target, to until if that is
+// later. A cooldown for every target ("") also takes ms out of the
+// selection index until it ends (see place); Acquire would skip it anyway,
+// so this only saves walking past it.
+func (s *Store) coolUntil(ms *memberState, target string, c *coolState, until, now time.Time) {
+	if !until.After(c.until) {
+		return
+	}
+	c.until = until
+	if target == "" {
+		s.idx.drop(ms)
+		s.place(ms, now)
+	}
 }
 
 // Members lists the current members sorted by name, with health, active
@@ -467,14 +603,14 @@ func (s *Store) Members() []MemberStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.o.Clock()
+	s.advance(now)
 	out := make([]MemberStatus, 0, len(s.order))
 	for _, ms := range s.order {
-		ms.prune(now)
 		st := MemberStatus{
 			Member:       ms.m,
 			Healthy:      ms.healthy,
-			Latency:      ms.latency,
-			ActiveLeases: len(ms.active),
+			Latency:      ms.key.Latency,
+			ActiveLeases: ms.key.Active,
 		}
 		st.Attributes = maps.Clone(ms.m.Attributes)
 		for target, c := range ms.cool {
@@ -495,20 +631,8 @@ func (s *Store) Members() []MemberStatus {
 func (s *Store) ActiveLeases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
-	n := 0
-	for _, ms := range s.order {
-		ms.prune(now)
-		n += len(ms.active)
-	}
-	for ms := range s.orphans {
-		ms.prune(now)
-		if len(ms.active) == 0 {
-			delete(s.orphans, ms)
-		}
-		n += len(ms.active)
-	}
-	return n
+	s.advance(s.o.Clock())
+	return len(s.live)
 }
 
 // ActiveCooldowns counts running {member, target} cooldowns of current
@@ -543,42 +667,30 @@ func (s *Store) Start(ctx context.Context) {
 	}
 }
 
-// sweep drops leases past their report window, cooldown state past its
-// memory, and orphaned members without leases.
+// sweep drops leases past their report window and cooldown state past its
+// memory. A removed member's state goes with its last lease.
 func (s *Store) sweep() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.o.Clock()
+	s.advance(now)
 	keep := s.o.Cooldown.Max
 	for id, e := range s.leases {
-		if !now.Before(e.end.Add(keep)) {
-			if e.idx >= 0 {
-				heap.Remove(&e.ms.active, e.idx)
-			}
+		if !now.Before(e.end.Add(keep)) { // ended, so no longer in s.live
 			delete(s.leases, id)
 		}
 	}
-	sweepState := func(ms *memberState) {
-		ms.prune(now)
+	for _, ms := range s.order {
 		for target, c := range ms.cool {
 			if !now.Before(c.until.Add(keep)) {
 				delete(ms.cool, target)
 			}
 		}
 	}
-	for _, ms := range s.order {
-		sweepState(ms)
-	}
-	for ms := range s.orphans {
-		sweepState(ms)
-		if len(ms.active) == 0 {
-			delete(s.orphans, ms)
-		}
-	}
 }
 
 // leaseHeap is a min-heap of leases by end, tracking each entry's index so a
-// release can remove it in O(log n).
+// release can remove it in O(log n); Store.advance pops what expired.
 type leaseHeap []*leaseEntry
 
 func (h leaseHeap) Len() int           { return len(h) }
@@ -598,6 +710,28 @@ func (h *leaseHeap) Pop() any {
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	e.idx = -1
+	*h = old[:len(old)-1]
+	return e
+}
+
+// restEntry is a member cooling down for every target until until (the
+// cooldown's end when it entered Store.resting; place re-checks it).
+type restEntry struct {
+	ms    *memberState
+	until time.Time
+}
+
+// restHeap is a min-heap of resting members by until.
+type restHeap []restEntry
+
+func (h restHeap) Len() int           { return len(h) }
+func (h restHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h restHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *restHeap) Push(x any)        { *h = append(*h, x.(restEntry)) }
+func (h *restHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = restEntry{}
 	*h = old[:len(old)-1]
 	return e
 }

@@ -233,6 +233,55 @@ func TestStoreSelectorAndPin(t *testing.T) {
 	}
 }
 
+func TestStoreSelectorFollowsReloadedAttributes(t *testing.T) {
+	// Selectors walk per-attribute indexes that a reload must keep in step
+	// with the members' attributes and health.
+	s, _ := newTestStore(t, StoreOptions{})
+	eu := map[string]string{"region": "eu"}
+	steps := []struct {
+		name    string
+		members []MemberHealth
+		want    string       // the member a region=eu lease goes to
+		wantNM  NoMatchError // when want is ""
+	}{
+		{"eu1 is in eu", []MemberHealth{
+			{Member: proxyMember(t, "eu1", "region", "eu"), Healthy: true},
+			{Member: proxyMember(t, "us1", "region", "us"), Healthy: true},
+		}, "eu1", NoMatchError{}},
+		{"the two swap regions", []MemberHealth{
+			{Member: proxyMember(t, "eu1", "region", "us"), Healthy: true},
+			{Member: proxyMember(t, "us1", "region", "eu"), Healthy: true},
+		}, "us1", NoMatchError{}},
+		{"nobody is in eu any more", []MemberHealth{
+			{Member: proxyMember(t, "eu1", "region", "us"), Healthy: true},
+			{Member: proxyMember(t, "us1", "region", "us"), Healthy: true},
+		}, "", NoMatchError{}},
+		{"the only eu member is unhealthy", []MemberHealth{
+			{Member: proxyMember(t, "eu1", "region", "eu"), Healthy: false},
+			{Member: proxyMember(t, "us1", "region", "us"), Healthy: true},
+		}, "", NoMatchError{Considered: 1, Unhealthy: 1}},
+		{"a new eu member joins", []MemberHealth{
+			{Member: proxyMember(t, "eu1", "region", "eu"), Healthy: false},
+			{Member: proxyMember(t, "eu2", "region", "eu"), Healthy: true},
+			{Member: proxyMember(t, "us1", "region", "us"), Healthy: true},
+		}, "eu2", NoMatchError{}},
+	}
+	for _, st := range steps {
+		s.SetMembersHealth(st.members)
+		l, err := s.Acquire(context.Background(), AcquireRequest{Selector: eu})
+		switch {
+		case st.want == "":
+			if nm := noMatch(t, err); nm != st.wantNM {
+				t.Errorf("%s: NoMatchError = %+v, want %+v", st.name, nm, st.wantNM)
+			}
+		case err != nil || l.Member.Name != st.want:
+			t.Errorf("%s: leased %s, %v; want %s", st.name, l.Member.Name, err, st.want)
+		default:
+			_ = s.Release(context.Background(), l.ID)
+		}
+	}
+}
+
 func TestStoreNoMatchCountsAreAdditive(t *testing.T) {
 	s, _ := newTestStore(t, StoreOptions{MaxLeasesPerMember: 1}, "cap", "cool", "sick", "sick2", "free")
 	s.SetHealth("sick", false, 0)
@@ -395,6 +444,45 @@ func TestStoreTargetUnreachableRestsOnlyThePairBrieflyAndKeepsStrikes(t *testing
 	mustReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
 	if left := s.Members()[0].Cooldowns["dead.example"].Sub(clk.Now()); left != 2*time.Minute {
 		t.Fatalf("ban after a site failure: window %v, want 2m (second strike)", left)
+	}
+}
+
+func TestStoreGlobalCooldownEndsOnTime(t *testing.T) {
+	// A member cooling down for every target waits outside the selection
+	// index; it must come back exactly when its window ends, also when a
+	// second failure extended the window meanwhile.
+	s, clk := newTestStore(t, StoreOptions{FailureWindow: 30 * time.Second}, "a", "b")
+	l := mustAcquire(t, s, AcquireRequest{Target: "site.com"})
+	if l.Member.Name != "a" {
+		t.Fatalf("first lease on %s, want a (name order)", l.Member.Name)
+	}
+	_ = s.Release(context.Background(), l.ID)
+	chosen := func() string {
+		t.Helper()
+		l := mustAcquire(t, s, AcquireRequest{Target: "site.com"})
+		_ = s.Release(context.Background(), l.ID)
+		return l.Member.Name
+	}
+	mustReport(t, s, l.ID, Report{Result: rotation.ResultUpstreamFailed})
+	steps := []struct {
+		name    string
+		advance time.Duration
+		extend  bool // report another failure on a's lease first
+		want    string
+	}{
+		{"inside the window", 10 * time.Second, false, "b"},
+		{"extended 20s into the window", 10 * time.Second, true, "b"},
+		{"past the first window, inside the extended one", 15 * time.Second, false, "b"},
+		{"when the extended window ends", 5 * time.Second, false, "a"},
+	}
+	for _, st := range steps {
+		if st.extend {
+			mustReport(t, s, l.ID, Report{Result: rotation.ResultUpstreamFailed})
+		}
+		clk.Advance(st.advance)
+		if got := chosen(); got != st.want {
+			t.Errorf("%s: chose %s, want %s", st.name, got, st.want)
+		}
 	}
 }
 
@@ -672,53 +760,4 @@ func TestStoreConcurrentUse(t *testing.T) {
 			t.Errorf("%s has %d active leases, over the cap of 50", st.Name, st.ActiveLeases)
 		}
 	}
-}
-
-func benchStore(b *testing.B) *Store {
-	s := NewStore(StoreOptions{})
-	var ms []Member
-	for i := range 10 {
-		ms = append(ms, proxyMember(b, fmt.Sprintf("m%02d", i)))
-	}
-	s.SetMembers(ms)
-	return s
-}
-
-// BenchmarkStoreAcquireRelease measures one acquire+release cycle (DESIGN
-// target: at least 200k cycles/s in process).
-func BenchmarkStoreAcquireRelease(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	req := AcquireRequest{Target: "example.com"}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		l, err := s.Acquire(ctx, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = s.Release(ctx, l.ID)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
-}
-
-// BenchmarkStoreAcquireReleaseParallel is the same cycle from GOMAXPROCS
-// goroutines contending for the store's one mutex.
-func BenchmarkStoreAcquireReleaseParallel(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req := AcquireRequest{Target: "example.com"}
-		for pb.Next() {
-			l, err := s.Acquire(ctx, req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_ = s.Release(ctx, l.ID)
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }

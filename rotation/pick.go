@@ -2,7 +2,9 @@ package rotation
 
 import "time"
 
-// Candidate is one eligible member as the selection sees it.
+// Candidate is one eligible member as the selection sees it: the key Less
+// orders by. pool.Store keeps its members ordered by it in an index rather
+// than comparing them all per lease.
 type Candidate struct {
 	Name string
 	// Active is the member's unexpired lease count.
@@ -35,19 +37,4 @@ func Less(a, b Candidate) bool {
 		return a.Latency < b.Latency
 	}
 	return a.Name < b.Name
-}
-
-// Pick returns the index of the best candidate by Less, or -1 when cands is
-// empty. It is a linear scan: pools are small and selection runs per lease.
-func Pick(cands []Candidate) int {
-	if len(cands) == 0 {
-		return -1
-	}
-	best := 0
-	for i := 1; i < len(cands); i++ {
-		if Less(cands[i], cands[best]) {
-			best = i
-		}
-	}
-	return best
 }

@@ -32,30 +32,7 @@ func TestLess(t *testing.T) {
 	}
 }
 
-func TestPick(t *testing.T) {
-	ms := time.Millisecond
-	tests := []struct {
-		name  string
-		cands []Candidate
-		want  int
-	}{
-		{"empty is -1", nil, -1},
-		{"single", []Candidate{{Name: "a"}}, 0},
-		{"fewest active", []Candidate{{Name: "a", Active: 3}, {Name: "b", Active: 1}, {Name: "c", Active: 2}}, 1},
-		{"least recently chosen among equals", []Candidate{{Name: "a", LastChosen: 5}, {Name: "b", LastChosen: 2}, {Name: "c", LastChosen: 7}}, 1},
-		{"latency among never chosen", []Candidate{{Name: "a"}, {Name: "b", Latency: 30 * ms}, {Name: "c", Latency: 10 * ms}}, 2},
-		{"name last, independent of slice order", []Candidate{{Name: "c"}, {Name: "a"}, {Name: "b"}}, 1},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := Pick(tc.cands); got != tc.want {
-				t.Errorf("Pick = %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestPickLeastRecentlyChosenSpreadsOverEveryMember(t *testing.T) {
+func TestLessLeastRecentlyChosenSpreadsOverEveryMember(t *testing.T) {
 	// Per-request rotation with no lease held between requests: every
 	// candidate has Active 0, and the least-recently-chosen tie-break must
 	// cycle through all of them, even though latencies differ (the fastest
@@ -71,7 +48,12 @@ func TestPickLeastRecentlyChosenSpreadsOverEveryMember(t *testing.T) {
 	var order []string
 	counts := map[string]int{}
 	for range 4 * len(cands) {
-		i := Pick(cands)
+		i := 0
+		for j := range cands {
+			if Less(cands[j], cands[i]) {
+				i = j
+			}
+		}
 		seq++
 		cands[i].LastChosen = seq
 		order = append(order, cands[i].Name)
