@@ -146,8 +146,10 @@ func (s Config) Render() string {
 	w("http_access deny proxyfleet_denied")
 	if s.Auth != nil {
 		w("http_access deny !proxyfleet_auth")
+		w("http_access allow proxyfleet_clients proxyfleet_auth")
+	} else {
+		w("http_access allow proxyfleet_clients")
 	}
-	w("http_access allow proxyfleet_clients")
 	w("http_access deny all")
 	w("icp_access deny all")
 	w("htcp_access deny all")

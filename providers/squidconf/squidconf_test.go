@@ -70,3 +70,26 @@ func TestMergePrefixes(t *testing.T) {
 		t.Fatalf("MergePrefixes = %s, want %s", got, want)
 	}
 }
+
+func TestRenderRefusesAnOpenSquid(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Render made a Squid that allows any client without authentication")
+		}
+	}()
+	Config{Name: "p", Port: 3128, Denied: DefaultDeniedDestinations()}.Render()
+}
+
+func TestRenderWithAuthDemandsTheLoginBeforeAllowing(t *testing.T) {
+	conf := Config{Name: "p", Port: 3128, Denied: DefaultDeniedDestinations(),
+		Auth: &Auth{Helper: DefaultNCSAHelper, PasswordFile: "/etc/squid/pw"}}.Render()
+	deny := strings.Index(conf, "http_access deny !proxyfleet_auth\n")
+	allow := strings.Index(conf, "http_access allow proxyfleet_clients proxyfleet_auth\n")
+	dst := strings.Index(conf, "http_access deny proxyfleet_denied\n")
+	if deny < 0 || allow < 0 || !(dst < deny && deny < allow) {
+		t.Fatalf("want destination denials, then the 407, then the authenticated allow:\n%s", conf)
+	}
+	if !strings.Contains(conf, "acl proxyfleet_clients src all\n") {
+		t.Fatalf("no client ranges with auth means any source:\n%s", conf)
+	}
+}
