@@ -131,6 +131,10 @@ type ProxyReconciler struct {
 	HealthEvents <-chan event.GenericEvent
 	// Health, when set, supplies the verdicts staged into status.
 	Health HealthSource
+	// SecretReader reads the generated credentials Secrets; SetupWithManager
+	// defaults it to the manager's API reader, because the cache holds only
+	// cloud-init Secrets.
+	SecretReader client.Reader
 	// SkipNameValidation lets tests start several managers in one process,
 	// each with its own Proxy controller.
 	SkipNameValidation bool
@@ -141,6 +145,9 @@ type ProxyReconciler struct {
 func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.SecretReader == nil {
+		r.SecretReader = mgr.GetAPIReader()
 	}
 	if r.Intervals == (Intervals{}) {
 		r.Intervals = DefaultIntervals()

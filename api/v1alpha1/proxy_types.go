@@ -271,6 +271,9 @@ const (
 	// ReasonCloudInitError: the cloud-init Secret is missing, unlabelled or
 	// lacks the key.
 	ReasonCloudInitError = "CloudInitError"
+	// ReasonCredentialsError: the generated proxy login could not be read or
+	// created (its Secret is foreign, broken or not writable).
+	ReasonCredentialsError = "CredentialsError"
 	// ReasonProviderNotConfigured: spec.provider names no configured provider
 	// (or the controller runs without a providers config).
 	ReasonProviderNotConfigured = "ProviderNotConfigured"
@@ -380,3 +383,14 @@ type ProxyList struct {
 	// Items are the Proxies.
 	Items []Proxy `json:"items"`
 }
+
+// Credentials Secrets: the per-Proxy login of a Managed VM's bootstrap Squid.
+const (
+	// LabelCredentials set to "true" marks a Secret holding an upstream
+	// proxy's login (keys CredentialsUsernameKey and CredentialsPasswordKey).
+	LabelCredentials = "proxyfleet.io/credentials"
+	// CredentialsUsernameKey and CredentialsPasswordKey are the data keys of
+	// a credentials Secret.
+	CredentialsUsernameKey = "username"
+	CredentialsPasswordKey = "password"
+)
