@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -22,34 +23,35 @@ import (
 // password is what is secret.
 const ProxyUsername = "proxyfleet"
 
-// CredentialsSecretName is the name of the Secret holding a Managed Proxy's
-// generated login: derived from the UID like the instance name, so it is
-// short, valid and found again after a controller restart.
-func CredentialsSecretName(p *v1alpha1.Proxy) string {
-	return providers.NameFromUID(string(p.UID)) + "-credentials"
-}
-
 // ensureCredentials returns the Proxy's generated login, creating its Secret
 // on first use: 32 random bytes, owned by the Proxy (so the garbage collector
 // removes it with the Proxy even when the finalizer is skipped) and labelled
-// as proxyfleet's. It reads through SecretReader, the API server itself: the
-// manager's cache holds only cloud-init Secrets. The password is never
-// logged, and never placed in a condition.
+// as proxyfleet's credentials, which puts it in the credentials cache the
+// health engine and the lease API read it from. A cache miss is confirmed
+// with the API server before creating, so a Secret created a moment ago and
+// not cached yet is not created twice. The password is never logged, and
+// never placed in a condition.
 func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *v1alpha1.Proxy) (*providers.BasicAuth, error) {
-	key := types.NamespacedName{Namespace: p.Namespace, Name: CredentialsSecretName(p)}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: credentials.GeneratedSecretName(p)}
 	var s corev1.Secret
-	err := r.SecretReader.Get(ctx, key, &s)
+	err := r.Credentials.Get(ctx, key, &s)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader.Get(ctx, key, &s)
+	}
 	switch {
 	case err == nil:
 		if !metav1.IsControlledBy(&s, p) {
 			return nil, fmt.Errorf("credentials Secret %s exists but is not owned by this Proxy; refusing to use it", key)
 		}
-		user, pass := string(s.Data[v1alpha1.CredentialsUsernameKey]), string(s.Data[v1alpha1.CredentialsPasswordKey])
-		if user == "" || pass == "" {
-			return nil, fmt.Errorf("credentials Secret %s lacks %s or %s; delete it to have a new login generated (the instance is then replaced)",
-				key, v1alpha1.CredentialsUsernameKey, v1alpha1.CredentialsPasswordKey)
+		if s.Labels[v1alpha1.LabelCredentials] != v1alpha1.ValueTrue {
+			return nil, fmt.Errorf("credentials Secret %s lost its label %s=%q; put it back, or delete the Secret to have a new login generated (the instance is then replaced)",
+				key, v1alpha1.LabelCredentials, v1alpha1.ValueTrue)
 		}
-		return &providers.BasicAuth{Username: user, Password: pass}, nil
+		login, err := credentials.FromSecret(&s)
+		if err != nil {
+			return nil, fmt.Errorf("%w; delete it to have a new login generated (the instance is then replaced)", err)
+		}
+		return login, nil
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading credentials Secret %s: %w", key, err)
 	}
@@ -86,7 +88,7 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *v1alpha1.Pro
 // deleteCredentials removes the generated login once the instance is gone.
 // Owner references would do it too, but only where a garbage collector runs.
 func (r *ProxyReconciler) deleteCredentials(ctx context.Context, p *v1alpha1.Proxy) error {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: CredentialsSecretName(p)}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: credentials.GeneratedSecretName(p)}}
 	err := r.Client.Delete(ctx, s)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting credentials Secret %s/%s: %w", s.Namespace, s.Name, err)

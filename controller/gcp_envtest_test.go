@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	compute "cloud.google.com/go/compute/apiv1"
-	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/api/option"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
+	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
@@ -24,7 +25,7 @@ const gcpZone = "europe-west1-b"
 
 // startGCP runs the real controller with the real gcp provider on the real
 // compute REST client, pointed at an in-test Compute API.
-func startGCP(t *testing.T) (*harness, *testutil.ComputeServer) {
+func startGCP(t *testing.T, engine *health.Options) (*harness, *testutil.ComputeServer) {
 	t.Helper()
 	srv := testutil.StartComputeServer(t, "proxy-project")
 	c, err := compute.NewInstancesRESTClient(context.Background(), option.WithEndpoint(srv.URL), option.WithoutAuthentication())
@@ -39,7 +40,7 @@ func startGCP(t *testing.T) (*harness, *testutil.ComputeServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, setup{providers: map[string]providers.Provider{"gcp-eu": providers.WithMetrics(prov, "gcp-eu", nopRecorder{})}})
+	h := start(t, setup{providers: map[string]providers.Provider{"gcp-eu": providers.WithMetrics(prov, "gcp-eu", nopRecorder{})}, engine: engine})
 	return h, srv
 }
 
@@ -47,11 +48,23 @@ type nopRecorder struct{}
 
 func (nopRecorder) ProviderRequest(string, string, string) {}
 
+// TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp runs a Managed Proxy
+// on the real gcp provider, the real reconciler and the real health engine.
+// Compute Engine is the in-test API; the VM's Squid is a real Squid on
+// 127.0.0.1 standing in for it ("vm-squid-stand-in"), running with the
+// htpasswd file the VM's bootstrap carries, so the probes reach Ready only
+// if they log in with the generated Secret's login.
 func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
-	h, srv := startGCP(t)
+	target := testutil.StartTarget(t, testutil.TargetOptions{})
+	// Started first for its port (the Proxy names it); its login is set
+	// below, once the controller has generated one.
+	vmSquid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vm-squid-stand-in", OutgoingAddr: "127.0.0.44",
+		BasicAuth: &testutil.SquidLogin{Username: "placeholder", Password: "placeholder-" + testutil.SquidServiceName()}})
+	h, srv := startGCP(t, &health.Options{})
 	px := &v1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "eu-1", Namespace: h.ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu", Port: int32(vmSquid.Port()),
+			HealthCheck: v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 2, TimeoutSeconds: 2}},
 	}
 	h.create(px)
 	p := h.waitProxy("eu-1", "instance inserted", func(p *v1alpha1.Proxy) bool { return p.Status.ProviderID != "" })
@@ -62,7 +75,7 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 
 	// The login Secret: generated, owned by the Proxy, labelled.
 	var s corev1.Secret
-	key := types.NamespacedName{Namespace: h.ns, Name: CredentialsSecretName(p)}
+	key := types.NamespacedName{Namespace: h.ns, Name: credentials.GeneratedSecretName(p)}
 	if err := env.Client.Get(h.ctx(), key, &s); err != nil {
 		t.Fatalf("credentials Secret: %v", err)
 	}
@@ -83,26 +96,37 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(ud), &cc); err != nil {
 		t.Fatal(err)
 	}
-	var verified bool
+	var htpasswd string
 	for _, f := range cc.WriteFiles {
 		if f.Path == gcpprovider.PasswordFilePath {
-			u, hash, _ := strings.Cut(strings.TrimSpace(f.Content), ":")
-			verified = u == user && bcrypt.CompareHashAndPassword([]byte(hash), []byte(pass)) == nil
+			htpasswd = f.Content
 		}
 	}
-	if !verified || strings.Contains(ud, pass) {
-		t.Fatal("the VM's password file does not hold the Secret's login (or the user-data leaks the password)")
+	if u, _, _ := strings.Cut(htpasswd, ":"); u != user || strings.Contains(ud, pass) {
+		t.Fatalf("the VM's password file is for user %q, want %q (or the user-data leaks the password)", u, user)
+	}
+
+	// The VM's Squid, stood in for on 127.0.0.1, runs with the bootstrap's
+	// own password file; its start-up self-probe logs in with the Secret's
+	// login, so it starts only if real Squid accepts that file.
+	vmSquid.Stop()
+	vmSquid.SetBasicAuth(&testutil.SquidLogin{Username: user, Password: pass, Htpasswd: htpasswd})
+	vmSquid.Start()
+
+	// Compute Engine brings it up; the reconciler adopts the NAT IP and the
+	// health engine, logging in with the Secret, turns it Ready.
+	srv.SetStatus(gcpZone, name, "RUNNING")
+	srv.SetAddresses(gcpZone, name, "10.132.0.5", "127.0.0.1")
+	h.waitProxy("eu-1", "Ready at the NAT IP, probed through the VM's Squid with its login", func(p *v1alpha1.Proxy) bool {
+		return p.Status.IP == "127.0.0.1" && reason(p) == v1alpha1.ReasonCreated &&
+			p.Status.Phase == v1alpha1.PhaseReady && p.IsHealthy()
+	})
+	if target.Count("127.0.0.44") == 0 {
+		t.Fatal("Ready, but the probe target never saw a request from the VM Squid's outgoing address")
 	}
 	if strings.Contains(h.logs.dump(), pass) {
 		t.Fatal("the controller logged the proxy password")
 	}
-
-	// Compute Engine brings it up; the reconciler adopts the NAT IP.
-	srv.SetStatus(gcpZone, name, "RUNNING")
-	srv.SetAddresses(gcpZone, name, "10.132.0.5", "127.0.0.1")
-	h.waitProxy("eu-1", "running at the NAT IP", func(p *v1alpha1.Proxy) bool {
-		return p.Status.IP == "127.0.0.1" && reason(p) == v1alpha1.ReasonCreated
-	})
 	if n := srv.CallCount("POST "); n != 1 {
 		t.Fatalf("inserts = %d, want 1 (the reconciler must not insert again)", n)
 	}
@@ -124,7 +148,7 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 }
 
 func TestGCPManagedProxyWithOwnCloudInitGetsNoGeneratedLogin(t *testing.T) {
-	h, srv := startGCP(t)
+	h, srv := startGCP(t, nil)
 	px := &v1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: h.ns},
 		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu",
@@ -137,7 +161,7 @@ func TestGCPManagedProxyWithOwnCloudInitGetsNoGeneratedLogin(t *testing.T) {
 		t.Fatalf("user-data = %q, want the Proxy's own cloud-init", ud)
 	}
 	var s corev1.Secret
-	err := env.Client.Get(h.ctx(), types.NamespacedName{Namespace: h.ns, Name: CredentialsSecretName(p)}, &s)
+	err := env.Client.Get(h.ctx(), types.NamespacedName{Namespace: h.ns, Name: credentials.GeneratedSecretName(p)}, &s)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("a Proxy with its own cloud-init got a generated login Secret (err %v)", err)
 	}

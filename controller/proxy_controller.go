@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -131,10 +133,14 @@ type ProxyReconciler struct {
 	HealthEvents <-chan event.GenericEvent
 	// Health, when set, supplies the verdicts staged into status.
 	Health HealthSource
-	// SecretReader reads the generated credentials Secrets; SetupWithManager
-	// defaults it to the manager's API reader, because the cache holds only
-	// cloud-init Secrets.
-	SecretReader client.Reader
+	// Credentials is the cache of credentials Secrets (labelled
+	// proxyfleet.io/credentials: "true"); SetupWithManager takes the
+	// manager's (see NewManager) when it is nil. Its Secret events re-enqueue
+	// the Proxies whose login they hold.
+	Credentials cache.Cache
+	// apiReader confirms a credentials cache miss before a login is
+	// generated; the manager's API reader.
+	apiReader client.Reader
 	// SkipNameValidation lets tests start several managers in one process,
 	// each with its own Proxy controller.
 	SkipNameValidation bool
@@ -146,9 +152,13 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	if r.SecretReader == nil {
-		r.SecretReader = mgr.GetAPIReader()
+	if r.Credentials == nil {
+		r.Credentials = CredentialsCacheOf(mgr)
 	}
+	if r.Credentials == nil {
+		return errors.New("the Proxy reconciler needs the credentials Secret cache: build the manager with controller.NewManager or set ProxyReconciler.Credentials")
+	}
+	r.apiReader = mgr.GetAPIReader()
 	if r.Intervals == (Intervals{}) {
 		r.Intervals = DefaultIntervals()
 	}
@@ -173,6 +183,11 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 		// (see NewManager), so this watch sees exactly the usable ones; a
 		// Secret losing the label arrives as a delete.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret)).
+		// The credentials cache holds only Secrets labelled
+		// proxyfleet.io/credentials=true: a generated login that changes or
+		// vanishes re-enqueues its Proxy.
+		WatchesRawSource(source.Kind(r.Credentials, &corev1.Secret{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.proxiesForCredentials))).
 		WithOptions(opts)
 	if r.HealthEvents != nil {
 		b = b.WatchesRawSource(source.Channel(r.HealthEvents, &handler.EnqueueRequestForObject{}))
@@ -224,6 +239,16 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, obj client.Objec
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// proxiesForCredentials maps a credentials Secret event to the Proxy that
+// controls it (a generated login).
+func (r *ProxyReconciler) proxiesForCredentials(_ context.Context, s *corev1.Secret) []reconcile.Request {
+	var reqs []reconcile.Request
+	if ref := metav1.GetControllerOf(s); ref != nil && ref.Kind == "Proxy" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}})
 	}
 	return reqs
 }
