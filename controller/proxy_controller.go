@@ -38,6 +38,11 @@ import (
 // lets a Secret event find the Proxies referencing it without a full scan.
 const secretRefIndex = "spec.cloudInit.secretRef.name"
 
+// credentialsRefIndex is the field index over
+// spec.endpoint.credentialsSecretRef.name: a credentials Secret event finds
+// the External Proxies whose login it holds.
+const credentialsRefIndex = "spec.endpoint.credentialsSecretRef.name"
+
 // Intervals are the reconciler's requeue delays. Each is a flag so tests can
 // shrink them; the defaults are the seeds' values.
 type Intervals struct {
@@ -171,6 +176,14 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Proxy{}, secretRefIndex, indexSecretRef); err != nil {
 		return fmt.Errorf("indexing Proxies by cloud-init Secret: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Proxy{}, credentialsRefIndex, func(o client.Object) []string {
+		if p, ok := o.(*v1alpha1.Proxy); ok && p.CredentialsSecretName() != "" {
+			return []string{p.CredentialsSecretName()}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Proxies by credentials Secret: %w", err)
+	}
 	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
 	if r.SkipNameValidation {
 		skip := true
@@ -244,11 +257,21 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, obj client.Objec
 }
 
 // proxiesForCredentials maps a credentials Secret event to the Proxy that
-// controls it (a generated login).
-func (r *ProxyReconciler) proxiesForCredentials(_ context.Context, s *corev1.Secret) []reconcile.Request {
+// controls it (a generated login) and to the External Proxies in its
+// namespace that name it in spec.endpoint.credentialsSecretRef.
+func (r *ProxyReconciler) proxiesForCredentials(ctx context.Context, s *corev1.Secret) []reconcile.Request {
 	var reqs []reconcile.Request
 	if ref := metav1.GetControllerOf(s); ref != nil && ref.Kind == "Proxy" && ref.APIVersion == v1alpha1.GroupVersion.String() {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}})
+	}
+	var list v1alpha1.ProxyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.Namespace),
+		client.MatchingFields{credentialsRefIndex: s.Name}); err != nil {
+		log.FromContext(ctx).Error(err, "listing Proxies for a credentials Secret", "secret", client.ObjectKeyFromObject(s))
+		return reqs
+	}
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
 }

@@ -71,9 +71,11 @@ func GeneratedSecretName(p *v1alpha1.Proxy) string {
 }
 
 // ProxyURL returns the URL the Proxy is reached at, login included when it
-// has one: http://[user:password@]host:port for a Managed Proxy, whose login
-// is its generated Secret when one exists and is controlled by the Proxy. It
-// returns nil while the Proxy has no address. secrets must hold the
+// has one: scheme://[user:password@]host:port. An External Proxy has
+// spec.endpoint.scheme (http by default) and the login of
+// spec.endpoint.credentialsSecretRef; a Managed Proxy is http, with its
+// generated Secret's login when one exists and is controlled by the Proxy.
+// It returns nil while the Proxy has no address. secrets must hold the
 // credentials Secrets (the cache NewCache builds); a Secret missing from it
 // is not a login. The error names the field and the Secret, never a
 // password.
@@ -82,7 +84,7 @@ func ProxyURL(ctx context.Context, secrets client.Reader, p *v1alpha1.Proxy) (*u
 	if addr == "" {
 		return nil, nil
 	}
-	u := &url.URL{Scheme: "http", Host: addr}
+	u := &url.URL{Scheme: p.EffectiveScheme(), Host: addr}
 	login, err := Login(ctx, secrets, p)
 	if err != nil {
 		return nil, err
@@ -94,10 +96,16 @@ func ProxyURL(ctx context.Context, secrets client.Reader, p *v1alpha1.Proxy) (*u
 }
 
 // Login returns the login a Proxy's upstream demands, nil when it demands
-// none. For a Managed Proxy that is its generated Secret, when one exists
-// and is controlled by the Proxy (a foreign Secret of that name is never
-// used: the reconciler reports it).
+// none. For an External Proxy that is the Secret spec.endpoint.
+// credentialsSecretRef names, which must exist with the label and both
+// keys (the error says which is wrong, naming the field). For a Managed
+// Proxy it is its generated Secret, when one exists and is controlled by
+// the Proxy (a foreign Secret of that name is never used: the reconciler
+// reports it).
 func Login(ctx context.Context, secrets client.Reader, p *v1alpha1.Proxy) (*providers.BasicAuth, error) {
+	if p.IsExternal() {
+		return externalLogin(ctx, secrets, p)
+	}
 	key := types.NamespacedName{Namespace: p.Namespace, Name: GeneratedSecretName(p)}
 	var s corev1.Secret
 	if err := secrets.Get(ctx, key, &s); err != nil {
@@ -110,6 +118,28 @@ func Login(ctx context.Context, secrets client.Reader, p *v1alpha1.Proxy) (*prov
 		return nil, nil
 	}
 	return FromSecret(&s)
+}
+
+// externalLogin reads the Secret an External Proxy names, if any.
+func externalLogin(ctx context.Context, secrets client.Reader, p *v1alpha1.Proxy) (*providers.BasicAuth, error) {
+	name := p.CredentialsSecretName()
+	if name == "" {
+		return nil, nil
+	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
+	var s corev1.Secret
+	if err := secrets.Get(ctx, key, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("spec.endpoint.credentialsSecretRef: Secret %s not found, or not labelled %s=%q (only labelled Secrets are read)",
+				key, v1alpha1.LabelCredentials, v1alpha1.ValueTrue)
+		}
+		return nil, fmt.Errorf("spec.endpoint.credentialsSecretRef: reading Secret %s: %w", key, err)
+	}
+	login, err := FromSecret(&s)
+	if err != nil {
+		return nil, fmt.Errorf("spec.endpoint.credentialsSecretRef: %w", err)
+	}
+	return login, nil
 }
 
 // FromSecret reads the username and password keys of a credentials Secret,

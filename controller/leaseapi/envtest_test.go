@@ -445,21 +445,21 @@ func TestLeaseAPIHandsTheLoginWithTheLeaseOnly(t *testing.T) {
 	s := r.managedWithLogin(t, "vm", "127.0.0.31", pw)
 	vm := r.ns + "/vm"
 
-	lease := func(want string) {
+	lease := func(member, want string) {
 		t.Helper()
 		testutil.Eventually(t, wait, func() error {
-			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: vm})
+			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: member})
 			if err != nil {
 				return err
 			}
 			defer func() { _ = c.Release(ctx, l.ID) }()
 			if got := l.Member.URL.String(); got != want {
-				return fmt.Errorf("leased %s at %s, want %s", vm, l.Member.Redacted(), want)
+				return fmt.Errorf("leased %s at %s, want %s", member, l.Member.Redacted(), want)
 			}
 			return nil
 		})
 	}
-	lease("http://proxyfleet:" + pw + "@127.0.0.31:3128")
+	lease(vm, "http://proxyfleet:"+pw+"@127.0.0.31:3128")
 
 	// The list is for discovery: the password is masked there.
 	code, body := getBody(t, r.url+"/v1/proxies", token)
@@ -472,7 +472,28 @@ func TestLeaseAPIHandsTheLoginWithTheLeaseOnly(t *testing.T) {
 	if err := env.Client.Update(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	lease("http://proxyfleet:r0tated-" + pw + "@127.0.0.31:3128")
+	lease(vm, "http://proxyfleet:r0tated-"+pw+"@127.0.0.31:3128")
+
+	// An External Proxy's scheme and credentialsSecretRef make its URL.
+	vendor := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "vendor-login",
+			Labels: map[string]string{v1alpha1.LabelCredentials: v1alpha1.ValueTrue}},
+		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("v3ndor/" + pw)},
+	}
+	if err := env.Client.Create(ctx, vendor); err != nil {
+		t.Fatal(err)
+	}
+	ext := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "vendor", Namespace: r.ns},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{
+			Host: "127.0.0.33", Port: 1080, Scheme: v1alpha1.SchemeSOCKS5,
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: "vendor-login"}}},
+	}
+	if err := env.Client.Create(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	r.setHealthy(t, "vendor", true, 2)
+	lease(r.ns+"/vendor", "socks5://crawler:v3ndor%2F"+pw+"@127.0.0.33:1080")
 	if strings.Contains(r.logs.String(), pw) {
 		t.Fatal("the lease API logged a proxy password")
 	}
