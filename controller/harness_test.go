@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -68,6 +69,9 @@ type setup struct {
 	healthEvents <-chan event.GenericEvent
 	health       HealthSource
 	beforeStart  func(h *harness) // runs after the namespace exists, before the manager starts
+	// engine, when set, also runs the real health engine (SetupHealthEngine)
+	// with these options; Tick defaults to healthTick.
+	engine *health.Options
 }
 
 // start runs a manager for the test and stops it when the test ends.
@@ -108,6 +112,15 @@ func start(t *testing.T, s setup) *harness {
 		HealthEvents:            s.healthEvents,
 		Health:                  s.health,
 		SkipNameValidation:      true,
+	}
+	if s.engine != nil {
+		o := *s.engine
+		if o.Tick == 0 {
+			o.Tick = healthTick
+		}
+		if _, err := SetupHealthEngine(mgr, h.r, o); err != nil {
+			t.Fatalf("SetupHealthEngine: %v", err)
+		}
 	}
 	h.run(mgr)
 	return h

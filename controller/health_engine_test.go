@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -381,4 +382,68 @@ func (r *probeRecorder) hasSeries(proxy string) bool {
 	defer r.mu.Unlock()
 	_, ok := r.probes[proxy]
 	return ok
+}
+
+func TestExternalProxyWithACredentialsSecretIsProbedWithItsLogin(t *testing.T) {
+	t.Parallel()
+	const pw = "vend0r-pa55word"
+	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vendor-auth", OutgoingAddr: "127.0.0.25",
+		BasicAuth: &testutil.SquidLogin{Username: "crawler", Password: pw}})
+	target := testutil.StartTarget(t, testutil.TargetOptions{})
+	h := startWithEngine(t, "", health.Options{})
+	p := h.external("vendor", squid, target.URL()+"/health", 1)
+	p.Spec.Endpoint.CredentialsSecretRef = &v1alpha1.SecretRef{Name: "vendor-login"}
+	h.create(p)
+
+	// No such Secret yet: the reason names the field, nothing is Ready.
+	h.waitProxy("vendor", "CredentialsError naming the field", func(p *v1alpha1.Proxy) bool {
+		return reason(p) == v1alpha1.ReasonCredentialsError && p.Status.Phase != v1alpha1.PhaseReady &&
+			strings.Contains(message(p), "spec.endpoint.credentialsSecretRef: Secret "+h.ns+"/vendor-login not found, or not labelled proxyfleet.io/credentials")
+	})
+
+	// Labelled, but the password key is missing: still an error, saying so.
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "vendor-login", Labels: map[string]string{v1alpha1.LabelCredentials: v1alpha1.ValueTrue}},
+		Data:       map[string][]byte{"username": []byte("crawler")},
+	}
+	h.create(s)
+	h.waitProxy("vendor", "CredentialsError naming the keys", func(p *v1alpha1.Proxy) bool {
+		return reason(p) == v1alpha1.ReasonCredentialsError && strings.Contains(message(p), `needs non-empty keys "username" and "password"`)
+	})
+
+	// A wrong password: provisioned, but the Squid refuses it, probe after
+	// probe (the Healthy condition changes only on a flip, so the failures
+	// are counted in the probe metrics).
+	s.Data["password"] = []byte("not-the-" + pw)
+	if err := env.Client.Update(h.ctx(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.waitProxy("vendor", "provisioned with the login's Secret", func(p *v1alpha1.Proxy) bool {
+		return reason(p) == v1alpha1.ReasonExternalEndpoint
+	})
+	failed := h.metrics.failures(h.ns + "/vendor")
+	h.eventually("two more failed probes with the wrong password", func() (bool, string) {
+		n := h.metrics.failures(h.ns + "/vendor")
+		return n >= failed+2, fmt.Sprintf("%d failures", n)
+	})
+	if p := h.mustGet("vendor"); p.Status.Phase == v1alpha1.PhaseReady || target.Count("127.0.0.25") != 0 {
+		t.Fatalf("with a wrong password: phase %s, %d probes reached the target; want Unhealthy and none", p.Status.Phase, target.Count("127.0.0.25"))
+	}
+
+	// The right one: the next probes log in and the Proxy turns Ready.
+	if err := env.Client.Get(h.ctx(), client.ObjectKeyFromObject(s), s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data["password"] = []byte(pw)
+	if err := env.Client.Update(h.ctx(), s); err != nil {
+		t.Fatal(err)
+	}
+	p = h.waitReady("vendor")
+	if !strings.Contains(message(p), "login from Secret vendor-login") || target.Count("127.0.0.25") == 0 {
+		t.Fatalf("Ready with Provisioned %q and %d probes through the Squid; want the Secret named and the probes through it",
+			message(p), target.Count("127.0.0.25"))
+	}
+	if strings.Contains(h.logs.dump(), pw) {
+		t.Fatal("the controller logged the proxy password")
+	}
 }

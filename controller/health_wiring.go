@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,10 +15,18 @@ import (
 // it to mgr (it runs on the leader only) and connects it to r: the engine's
 // events re-enqueue Proxies through a channel source, and r stages the
 // engine's verdicts into status. Call it before r.SetupWithManager. A nil
-// o.Reader means mgr.GetCache().
+// o.Reader means mgr.GetCache(), a nil o.Credentials the manager's
+// credentials cache (NewManager), so probes log in with the Proxies' logins.
 func SetupHealthEngine(mgr ctrl.Manager, r *ProxyReconciler, o health.Options) (*health.Engine, error) {
 	if o.Reader == nil {
 		o.Reader = mgr.GetCache()
+	}
+	if o.Credentials == nil {
+		if c := CredentialsCacheOf(mgr); c != nil {
+			o.Credentials = c
+		} else {
+			return nil, errors.New("the health engine needs the credentials Secret cache: build the manager with controller.NewManager or set Options.Credentials")
+		}
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = mgr.GetLogger().WithName("health")

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
 )
 
 // LeaderElectionID names the Lease the controller replicas compete for.
@@ -53,12 +55,37 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// Manager is the controller-runtime manager plus the second cache that
+// holds the credentials Secrets. It is a ctrl.Manager; the reconciler, the
+// health engine and the lease API find the credentials cache through
+// Credentials when they are not given one.
+type Manager struct {
+	ctrl.Manager
+	credentials cache.Cache
+}
+
+// Credentials is the cache of Secrets labelled proxyfleet.io/credentials:
+// "true" (proxy logins), restricted like the manager's own cache.
+func (m *Manager) Credentials() cache.Cache { return m.credentials }
+
+// CredentialsCacheOf returns mgr's credentials cache when mgr is a *Manager
+// (or wraps one the same way), nil otherwise.
+func CredentialsCacheOf(mgr ctrl.Manager) cache.Cache {
+	if m, ok := mgr.(interface{ Credentials() cache.Cache }); ok {
+		return m.Credentials()
+	}
+	return nil
+}
+
 // NewManager builds the controller-runtime manager with proxyfleet's cache
-// rules: Secrets are cached only when labelled proxyfleet.io/cloud-init:
-// "true" (the controller may read every Secret, but holds only usable ones in
-// memory), and everything is restricted to ProxyNamespace when it is set.
-// Reconcilers and runnables are added by the caller.
-func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+// rules: the manager's cache holds Secrets only when labelled
+// proxyfleet.io/cloud-init: "true", and a second cache, added to the manager
+// as a runnable, holds only Secrets labelled proxyfleet.io/credentials:
+// "true" (the controller may read every Secret, but holds only the ones it
+// uses in memory; one cache cannot select on two labels). Everything is
+// restricted to ProxyNamespace when it is set. Reconcilers and runnables are
+// added by the caller.
+func NewManager(cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
@@ -95,6 +122,15 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	creds, err := credentials.NewCache(cfg, credentials.CacheOptions{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Namespace: o.ProxyNamespace,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cacheRunnable{creds}); err != nil {
+		return nil, fmt.Errorf("adding the credentials Secret cache: %w", err)
+	}
 	if o.HealthProbeAddr != "" && o.HealthProbeAddr != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 			return nil, err
@@ -103,10 +139,24 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 			if !mgr.GetCache().WaitForCacheSync(req.Context()) {
 				return errors.New("cache not synced")
 			}
+			if !creds.WaitForCacheSync(req.Context()) {
+				return errors.New("credentials Secret cache not synced")
+			}
 			return nil
 		}); err != nil {
 			return nil, err
 		}
 	}
-	return mgr, nil
+	return &Manager{Manager: mgr, credentials: creds}, nil
 }
+
+// cacheRunnable puts a cache in the manager's cache group: started before
+// any controller, and waited on until it syncs (a plain cache.Cache would
+// land among the other runnables, started without waiting).
+type cacheRunnable struct{ c cache.Cache }
+
+// GetCache is what the manager recognises a cache runnable by.
+func (r cacheRunnable) GetCache() cache.Cache { return r.c }
+
+// Start runs the cache until ctx ends.
+func (r cacheRunnable) Start(ctx context.Context) error { return r.c.Start(ctx) }

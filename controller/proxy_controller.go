@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -35,6 +37,11 @@ import (
 // secretRefIndex is the field index over spec.cloudInit.secretRef.name that
 // lets a Secret event find the Proxies referencing it without a full scan.
 const secretRefIndex = "spec.cloudInit.secretRef.name"
+
+// credentialsRefIndex is the field index over
+// spec.endpoint.credentialsSecretRef.name: a credentials Secret event finds
+// the External Proxies whose login it holds.
+const credentialsRefIndex = "spec.endpoint.credentialsSecretRef.name"
 
 // Intervals are the reconciler's requeue delays. Each is a flag so tests can
 // shrink them; the defaults are the seeds' values.
@@ -131,6 +138,14 @@ type ProxyReconciler struct {
 	HealthEvents <-chan event.GenericEvent
 	// Health, when set, supplies the verdicts staged into status.
 	Health HealthSource
+	// Credentials is the cache of credentials Secrets (labelled
+	// proxyfleet.io/credentials: "true"); SetupWithManager takes the
+	// manager's (see NewManager) when it is nil. Its Secret events re-enqueue
+	// the Proxies whose login they hold.
+	Credentials cache.Cache
+	// apiReader confirms a credentials cache miss before a login is
+	// generated; the manager's API reader.
+	apiReader client.Reader
 	// SkipNameValidation lets tests start several managers in one process,
 	// each with its own Proxy controller.
 	SkipNameValidation bool
@@ -142,6 +157,13 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
+	if r.Credentials == nil {
+		r.Credentials = CredentialsCacheOf(mgr)
+	}
+	if r.Credentials == nil {
+		return errors.New("the Proxy reconciler needs the credentials Secret cache: build the manager with controller.NewManager or set ProxyReconciler.Credentials")
+	}
+	r.apiReader = mgr.GetAPIReader()
 	if r.Intervals == (Intervals{}) {
 		r.Intervals = DefaultIntervals()
 	}
@@ -153,6 +175,14 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Proxy{}, secretRefIndex, indexSecretRef); err != nil {
 		return fmt.Errorf("indexing Proxies by cloud-init Secret: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Proxy{}, credentialsRefIndex, func(o client.Object) []string {
+		if p, ok := o.(*v1alpha1.Proxy); ok && p.CredentialsSecretName() != "" {
+			return []string{p.CredentialsSecretName()}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Proxies by credentials Secret: %w", err)
 	}
 	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
 	if r.SkipNameValidation {
@@ -166,6 +196,11 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 		// (see NewManager), so this watch sees exactly the usable ones; a
 		// Secret losing the label arrives as a delete.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret)).
+		// The credentials cache holds only Secrets labelled
+		// proxyfleet.io/credentials=true: a generated login that changes or
+		// vanishes re-enqueues its Proxy.
+		WatchesRawSource(source.Kind(r.Credentials, &corev1.Secret{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.proxiesForCredentials))).
 		WithOptions(opts)
 	if r.HealthEvents != nil {
 		b = b.WatchesRawSource(source.Channel(r.HealthEvents, &handler.EnqueueRequestForObject{}))
@@ -215,6 +250,26 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, obj client.Objec
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// proxiesForCredentials maps a credentials Secret event to the Proxy that
+// controls it (a generated login) and to the External Proxies in its
+// namespace that name it in spec.endpoint.credentialsSecretRef.
+func (r *ProxyReconciler) proxiesForCredentials(ctx context.Context, s *corev1.Secret) []reconcile.Request {
+	var reqs []reconcile.Request
+	if ref := metav1.GetControllerOf(s); ref != nil && ref.Kind == "Proxy" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}})
+	}
+	var list v1alpha1.ProxyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.Namespace),
+		client.MatchingFields{credentialsRefIndex: s.Name}); err != nil {
+		log.FromContext(ctx).Error(err, "listing Proxies for a credentials Secret", "secret", client.ObjectKeyFromObject(s))
+		return reqs
+	}
 	for i := range list.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}

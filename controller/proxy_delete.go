@@ -62,8 +62,12 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *v1alpha1.Proxy
 	return ctrl.Result{RequeueAfter: r.Intervals.DeletionPoll}, nil
 }
 
-// releaseFinalizer drops the finalizer; the API server then deletes the object.
+// releaseFinalizer deletes the Proxy's generated login, if it has one, and
+// drops the finalizer; the API server then deletes the object.
 func (r *ProxyReconciler) releaseFinalizer(ctx context.Context, p *v1alpha1.Proxy) (ctrl.Result, error) {
+	if err := r.deleteCredentials(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
 	err := r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) { controllerutil.RemoveFinalizer(p, v1alpha1.Finalizer) })
 	return ctrl.Result{}, client.IgnoreNotFound(err)
 }

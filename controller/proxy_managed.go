@@ -37,12 +37,21 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Prox
 		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonCloudInitError, err.Error())
 		return ctrl.Result{}, err
 	}
-	hash := specHash(p, cloudInit)
+	var login *providers.BasicAuth
+	if len(cloudInit) == 0 && providers.RequiresProxyAuth(prov) {
+		// The provider's own bootstrap runs a proxy reachable from outside
+		// the cluster: it gets a login of its own, never an open Squid.
+		if login, err = r.ensureCredentials(ctx, p); err != nil {
+			setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonCredentialsError, err.Error())
+			return ctrl.Result{}, err
+		}
+	}
+	hash := specHash(p, cloudInit, credentialsFingerprint(login))
 	current := p.GetAnnotations()[v1alpha1.AnnotationSpecHash]
 
 	switch {
 	case p.Status.ProviderID == "":
-		return r.createInstance(ctx, p, prov, cloudInit, hash)
+		return r.createInstance(ctx, p, prov, cloudInit, login, hash)
 	case current == "":
 		// An instance we did not record a hash for (status restored, or an
 		// older controller): adopt it as it is rather than replace it.
@@ -85,7 +94,7 @@ func (r *ProxyReconciler) lookupProvider(p *v1alpha1.Proxy) (providers.Provider,
 // providerID. (Writing the annotation after Create would trigger a pass that
 // reads the annotation but not yet the providerID from the cache, and creates
 // again.)
-func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy, prov providers.Provider, cloudInit []byte, hash string) (ctrl.Result, error) {
+func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy, prov providers.Provider, cloudInit []byte, login *providers.BasicAuth, hash string) (ctrl.Result, error) {
 	if p.GetAnnotations()[v1alpha1.AnnotationSpecHash] != hash {
 		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) { setSpecHash(p, hash) })
 	}
@@ -96,6 +105,7 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 		OwnerNamespace: p.Namespace,
 		Port:           int(p.EffectivePort()),
 		CloudInit:      cloudInit,
+		ProxyAuth:      login,
 	}
 	if pl := p.Spec.Placement; pl != nil {
 		req.Placement = providers.Placement{Zone: pl.Zone, MachineType: pl.MachineType, Image: pl.Image}

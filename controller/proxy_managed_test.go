@@ -69,7 +69,7 @@ func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
 	if reason(p) != v1alpha1.ReasonCreated {
 		t.Errorf("Provisioned reason = %q, want %s", reason(p), v1alpha1.ReasonCreated)
 	}
-	if got, want := p.Annotations[v1alpha1.AnnotationSpecHash], specHash(p, []byte(px.Spec.CloudInit.Inline)); got != want {
+	if got, want := p.Annotations[v1alpha1.AnnotationSpecHash], specHash(p, []byte(px.Spec.CloudInit.Inline), ""); got != want {
 		t.Errorf("spec-hash annotation = %q, want %q", got, want)
 	}
 	if p.Status.ObservedGeneration != p.Generation {
@@ -402,7 +402,7 @@ func TestAdoptionSetsTheHashWithoutCreating(t *testing.T) {
 	if n := h.fake.count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for an adopted instance, want 0", n)
 	}
-	if p.UID != uid || p.Annotations[v1alpha1.AnnotationSpecHash] != specHash(p, nil) {
+	if p.UID != uid || p.Annotations[v1alpha1.AnnotationSpecHash] != specHash(p, nil, "") {
 		t.Errorf("annotation %q, want the hash of the current spec", p.Annotations[v1alpha1.AnnotationSpecHash])
 	}
 }

@@ -19,12 +19,15 @@ type hashInput struct {
 	Image       string `json:"image,omitempty"`
 	Port        int32  `json:"port"`
 	CloudInit   string `json:"cloudInit,omitempty"`
+	// Login is a fingerprint of the generated proxy login, never the login.
+	Login string `json:"login,omitempty"`
 }
 
 // specHash returns the hex SHA-256 of the instance-shaping spec fields plus
-// the resolved cloud-init content; it is stored in the spec-hash annotation.
-func specHash(p *v1alpha1.Proxy, cloudInit []byte) string {
-	in := hashInput{Provider: p.Spec.Provider, Port: p.EffectivePort(), CloudInit: string(cloudInit)}
+// the resolved cloud-init content and the fingerprint of the generated login
+// (empty for instances without one); it is stored in the spec-hash annotation.
+func specHash(p *v1alpha1.Proxy, cloudInit []byte, login string) string {
+	in := hashInput{Provider: p.Spec.Provider, Port: p.EffectivePort(), CloudInit: string(cloudInit), Login: login}
 	if pl := p.Spec.Placement; pl != nil {
 		in.Zone, in.MachineType, in.Image = pl.Zone, pl.MachineType, pl.Image
 	}

@@ -13,7 +13,7 @@ func TestSpecHashCoversWhatShapesTheInstance(t *testing.T) {
 			Placement: &v1alpha1.Placement{Zone: "europe-west1-b", MachineType: "e2-micro", Image: "debian-12"},
 		}}
 	}
-	ref := specHash(base(), []byte("#cloud-config\n"))
+	ref := specHash(base(), []byte("#cloud-config\n"), "")
 	tests := []struct {
 		name      string
 		edit      func(p *v1alpha1.Proxy)
@@ -35,7 +35,7 @@ func TestSpecHashCoversWhatShapesTheInstance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := base()
 			tc.edit(p)
-			got := specHash(p, []byte(tc.cloudInit))
+			got := specHash(p, []byte(tc.cloudInit), "")
 			if (got != ref) != tc.changes {
 				t.Errorf("hash changed = %v, want %v", got != ref, tc.changes)
 			}

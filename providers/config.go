@@ -69,7 +69,36 @@ type GCPConfig struct {
 	Project string `json:"project"`
 	// Defaults fill Proxy placement fields left empty.
 	Defaults GCPDefaults `json:"defaults,omitempty"`
+	// Network and Subnetwork place the VM's one interface (names or
+	// resource URLs); empty means the project's default network.
+	Network    string `json:"network,omitempty"`
+	Subnetwork string `json:"subnetwork,omitempty"`
+	// NetworkTags are what the firewall rule opening the Squid port targets.
+	NetworkTags []string `json:"networkTags,omitempty"`
+	// AddressType picks the address that becomes status.ip: "external" (the
+	// default, the VM's NAT IP, which gateways reach from anywhere) or
+	// "internal" (the VPC address, for clusters in the same VPC).
+	AddressType string `json:"addressType,omitempty"`
+	// ServiceAccount is the e-mail of the service account the VMs run as;
+	// empty attaches none (the Squid needs no Google API).
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// Labels are extra labels on every VM; proxyfleet's own keys win.
+	Labels map[string]string `json:"labels,omitempty"`
+	// CredentialsFile is a service-account key file; empty means
+	// Application Default Credentials.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// Endpoint is the Compute API base URL; empty means Google's. For
+	// private endpoints and emulators.
+	Endpoint string `json:"endpoint,omitempty"`
+	// NoAuth sends no credentials at all: only for emulators and tests.
+	NoAuth bool `json:"noAuth,omitempty"`
 }
+
+// GCP address types.
+const (
+	GCPAddressExternal = "external"
+	GCPAddressInternal = "internal"
+)
 
 // GCPDefaults are per-entry placement defaults for gcp.
 type GCPDefaults struct {
@@ -434,8 +463,52 @@ func (g *GCPConfig) validate() []string {
 	if img := g.Defaults.Image; img != "" && strings.ContainsAny(img, " \t\n") {
 		out = append(out, fmt.Sprintf("gcp.defaults.image %q contains whitespace", img))
 	}
+	for field, v := range map[string]string{"gcp.network": g.Network, "gcp.subnetwork": g.Subnetwork} {
+		if strings.ContainsAny(v, " \t\n") {
+			out = append(out, fmt.Sprintf("%s %q contains whitespace", field, v))
+		}
+	}
+	for i, tag := range g.NetworkTags {
+		if len(tag) > 63 || !gcpName.MatchString(tag) {
+			out = append(out, fmt.Sprintf("gcp.networkTags[%d] %q is not a network tag (1-63 lower-case letters, digits and hyphens, starting with a letter)", i, tag))
+		}
+	}
+	switch g.AddressType {
+	case "", GCPAddressExternal, GCPAddressInternal:
+	default:
+		out = append(out, fmt.Sprintf("gcp.addressType %q is not external or internal", g.AddressType))
+	}
+	if sa := g.ServiceAccount; sa != "" && (!strings.Contains(sa, "@") || strings.ContainsAny(sa, " \t\n")) {
+		out = append(out, fmt.Sprintf("gcp.serviceAccount %q is not a service account e-mail", sa))
+	}
+	for _, k := range sortedKeys(g.Labels) {
+		if !GCPLabelKey.MatchString(k) {
+			out = append(out, fmt.Sprintf("gcp.labels[%s]: the key is not a GCP label key (lower-case letters, digits, _ and -, starting with a letter, at most 63)", k))
+		}
+		if !GCPLabelValue.MatchString(g.Labels[k]) {
+			out = append(out, fmt.Sprintf("gcp.labels[%s]: the value %q is not a GCP label value (lower-case letters, digits, _ and -, at most 63)", k, g.Labels[k]))
+		}
+	}
+	if f := g.CredentialsFile; f != "" && !strings.HasPrefix(f, "/") {
+		out = append(out, fmt.Sprintf("gcp.credentialsFile %q must be an absolute path", f))
+	}
+	if e := g.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			out = append(out, "gcp.endpoint is not an http(s) base URL without credentials")
+		}
+	}
+	if g.NoAuth && g.CredentialsFile != "" {
+		out = append(out, "gcp.noAuth and gcp.credentialsFile are mutually exclusive")
+	}
+	sort.Strings(out)
 	return out
 }
+
+// GCPLabelKey and GCPLabelValue are Compute Engine's label syntax.
+var (
+	GCPLabelKey   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	GCPLabelValue = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+)
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 

@@ -95,6 +95,52 @@ type CreateRequest struct {
 	// Labels are extra labels applied where the backend supports them. Keys a
 	// provider reserves for itself (ownership, managed-by) win over these.
 	Labels map[string]string
+	// ProxyAuth is the basic-auth login the instance's proxy must demand
+	// when the provider boots its own bootstrap (CloudInit empty). The
+	// reconciler sets it only for providers implementing AuthBootstrapper;
+	// it is nil otherwise.
+	ProxyAuth *BasicAuth
+}
+
+// BasicAuth is a user name and password an upstream proxy demands. Its
+// String and GoString never print the password, so a request logged by
+// mistake does not leak it.
+type BasicAuth struct {
+	Username string
+	Password string
+}
+
+// String returns the user name with the password masked.
+func (b BasicAuth) String() string { return b.Username + ":xxxxx" }
+
+// GoString is String, for %#v.
+func (b BasicAuth) GoString() string { return "BasicAuth{" + b.String() + "}" }
+
+// AuthBootstrapper is implemented by providers whose own bootstrap (the one
+// used when CreateRequest.CloudInit is empty) runs a proxy reachable from
+// outside the cluster, such as a VM with a public address. For them the
+// reconciler generates per-Proxy credentials, keeps them in a Secret, passes
+// them as CreateRequest.ProxyAuth and probes and hands out the proxy with
+// them: such a proxy must never be open.
+type AuthBootstrapper interface {
+	// BootstrapRequiresAuth reports whether the bootstrap needs ProxyAuth.
+	BootstrapRequiresAuth() bool
+}
+
+// RequiresProxyAuth reports whether p, or the provider a decorator wraps,
+// is an AuthBootstrapper that needs credentials.
+func RequiresProxyAuth(p Provider) bool {
+	for p != nil {
+		if a, ok := p.(AuthBootstrapper); ok {
+			return a.BootstrapRequiresAuth()
+		}
+		u, ok := p.(Unwrapper)
+		if !ok {
+			return false
+		}
+		p = u.Unwrap()
+	}
+	return false
 }
 
 // State is an instance's lifecycle state as the reconciler acts on it.

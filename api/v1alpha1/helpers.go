@@ -109,3 +109,21 @@ func (h HealthCheck) Interval() time.Duration {
 func (h HealthCheck) Timeout() time.Duration {
 	return time.Duration(h.WithDefaults().TimeoutSeconds) * time.Second
 }
+
+// EffectiveScheme is the scheme the proxy is spoken to with: the External
+// endpoint's scheme, "http" when unset and for every Managed proxy.
+func (p *Proxy) EffectiveScheme() string {
+	if p.IsExternal() && p.Spec.Endpoint != nil && p.Spec.Endpoint.Scheme != "" {
+		return p.Spec.Endpoint.Scheme
+	}
+	return SchemeHTTP
+}
+
+// CredentialsSecretName is the Secret an External proxy's login is read
+// from (spec.endpoint.credentialsSecretRef), "" when it names none.
+func (p *Proxy) CredentialsSecretName() string {
+	if !p.IsExternal() || p.Spec.Endpoint == nil || p.Spec.Endpoint.CredentialsSecretRef == nil {
+		return ""
+	}
+	return p.Spec.Endpoint.CredentialsSecretRef.Name
+}

@@ -131,6 +131,37 @@ type Endpoint struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
+
+	// Scheme is how the proxy is spoken to: http (the default; CONNECT for
+	// https targets), https (TLS to the proxy itself) or socks5. Health
+	// probes and gateways use it alike.
+	// +kubebuilder:validation:Enum=http;https;socks5
+	// +optional
+	Scheme string `json:"scheme,omitempty"`
+
+	// CredentialsSecretRef names a Secret in the Proxy's namespace holding
+	// the login the proxy demands, in the keys username and password. The
+	// Secret must be labelled proxyfleet.io/credentials: "true": the
+	// controller reads only labelled Secrets. Probes send the login, and
+	// the lease API hands it, with the lease, to authenticated callers only.
+	// +optional
+	CredentialsSecretRef *SecretRef `json:"credentialsSecretRef,omitempty"`
+}
+
+// Endpoint schemes.
+const (
+	SchemeHTTP   = "http"
+	SchemeHTTPS  = "https"
+	SchemeSOCKS5 = "socks5"
+)
+
+// SecretRef names a Secret in the Proxy's namespace.
+type SecretRef struct {
+	// Name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="credentialsSecretRef.name must be a Secret name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+	Name string `json:"name"`
 }
 
 // CloudInit is the user-data of a Managed VM, given inline or by reference.
@@ -271,6 +302,9 @@ const (
 	// ReasonCloudInitError: the cloud-init Secret is missing, unlabelled or
 	// lacks the key.
 	ReasonCloudInitError = "CloudInitError"
+	// ReasonCredentialsError: the generated proxy login could not be read or
+	// created (its Secret is foreign, broken or not writable).
+	ReasonCredentialsError = "CredentialsError"
 	// ReasonProviderNotConfigured: spec.provider names no configured provider
 	// (or the controller runs without a providers config).
 	ReasonProviderNotConfigured = "ProviderNotConfigured"
@@ -380,3 +414,14 @@ type ProxyList struct {
 	// Items are the Proxies.
 	Items []Proxy `json:"items"`
 }
+
+// Credentials Secrets: the per-Proxy login of a Managed VM's bootstrap Squid.
+const (
+	// LabelCredentials set to "true" marks a Secret holding an upstream
+	// proxy's login (keys CredentialsUsernameKey and CredentialsPasswordKey).
+	LabelCredentials = "proxyfleet.io/credentials"
+	// CredentialsUsernameKey and CredentialsPasswordKey are the data keys of
+	// a credentials Secret.
+	CredentialsUsernameKey = "username"
+	CredentialsPasswordKey = "password"
+)

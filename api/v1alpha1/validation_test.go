@@ -135,6 +135,21 @@ func TestProxyValidationRejectsInvalidSpecs(t *testing.T) {
 			want: []string{"endpoint.host is a host name or IP address, not a URL"},
 		},
 		{
+			name: "endpoint scheme that is not http, https or socks5",
+			spec: `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128,"scheme":"ftp"}}`,
+			want: []string{`spec.endpoint.scheme: Unsupported value: "ftp"`, `"http"`, `"https"`, `"socks5"`},
+		},
+		{
+			name: "credentialsSecretRef without a name",
+			spec: `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128,"credentialsSecretRef":{}}}`,
+			want: []string{"spec.endpoint.credentialsSecretRef.name: Required value"},
+		},
+		{
+			name: "credentialsSecretRef name that is not a Secret name",
+			spec: `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128,"credentialsSecretRef":{"name":"Squid_Login"}}}`,
+			want: []string{"spec.endpoint.credentialsSecretRef.name", "credentialsSecretRef.name must be a Secret name"},
+		},
+		{
 			name: "failureThreshold 0",
 			spec: `{"provider":"in-cluster","healthCheck":{"failureThreshold":0}}`,
 			want: []string{"spec.healthCheck.failureThreshold", "should be greater than or equal to 1"},
@@ -214,6 +229,8 @@ func TestProxyValidationAcceptsValidSpecs(t *testing.T) {
 		{"minimal Managed", `{"provider":"in-cluster"}`},
 		{"External with an endpoint", `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128},"attributes":{"region":"eu"}}`},
 		{"External with an IPv6 endpoint", `{"mode":"External","endpoint":{"host":"::1","port":3128}}`},
+		{"External socks5 with a login", `{"mode":"External","endpoint":{"host":"gw.example.net","port":1080,"scheme":"socks5","credentialsSecretRef":{"name":"vendor.login-1"}}}`},
+		{"External https", `{"mode":"External","endpoint":{"host":"gw.example.net","port":443,"scheme":"https"}}`},
 		{"Managed with everything", `{"mode":"Managed","provider":"gcp-eu","port":8080,
 			"placement":{"zone":"europe-west1-b","machineType":"e2-micro","image":"projects/debian-cloud/global/images/family/debian-12"},
 			"cloudInit":{"inline":"#cloud-config\n"},"attributes":{"region":"eu","tier":"dc"},

@@ -23,6 +23,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
+	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
 
@@ -154,7 +155,7 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	provs, err := buildProviders(pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))
+	provs, err := buildProviders(c.Context, pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))
 	if err != nil {
 		return fmt.Errorf("--providers-config %s: %w", s.providersConfig, err)
 	}
@@ -218,7 +219,7 @@ func restConfig(path string) (*rest.Config, error) {
 // when rec is set (provider_requests_total{provider,op,result}). Without a
 // config it returns nil: the reconciler then fails Managed Proxies with a
 // condition saying no providers config was given.
-func buildProviders(pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
+func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
 	if pcfg == nil {
 		return nil, nil
 	}
@@ -230,6 +231,7 @@ func buildProviders(pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, 
 	}
 	reg := providers.NewRegistry(map[string]providers.Constructor{
 		providers.TypeKubernetes: kubeprovider.Constructor(direct),
+		providers.TypeGCP:        gcpprovider.Constructor(ctx),
 	})
 	built, err := reg.Build(*pcfg)
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
 )
 
 // Defaults of Options, the seeds' values.
@@ -66,6 +67,10 @@ type Options struct {
 	// Reader lists Proxies; the manager's cache (mgr.GetCache()), so ticks
 	// cost no API calls. Required.
 	Reader client.Reader
+	// Credentials reads the credentials Secrets (the controller's
+	// credentials cache), so probes log in as the gateways will. Nil means
+	// Reader reads them too.
+	Credentials client.Reader
 	// Tick is how often the engine lists Proxies and dispatches due probes
 	// (default 1s). A probe is never more punctual than one tick.
 	Tick time.Duration
@@ -148,6 +153,9 @@ func New(o Options) (*Engine, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.Credentials == nil {
+		o.Credentials = o.Reader
+	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
@@ -220,12 +228,16 @@ func (e *Engine) Snapshot(key types.NamespacedName) (v Verdict, ok bool) {
 
 // job is one probe handed to a worker.
 type job struct {
-	key     types.NamespacedName
-	st      *state // the state the result belongs to; a replaced state drops it
-	addr    string
-	target  *url.URL
-	timeout time.Duration
-	expect  int
+	key   types.NamespacedName
+	st    *state // the state the result belongs to; a replaced state drops it
+	addr  string
+	proxy *url.URL // addr with scheme and login; nil when loginErr is set
+	// loginErr says why the Proxy's login could not be read: the probe then
+	// fails with it, without touching the network.
+	loginErr error
+	target   *url.URL
+	timeout  time.Duration
+	expect   int
 }
 
 // Start runs Workers probe goroutines and the ticker loop until ctx ends.
@@ -266,7 +278,10 @@ func (e *Engine) work(ctx context.Context, jobs <-chan job) {
 			return
 		case j := <-jobs:
 			start := e.o.Clock.Now()
-			err := probe(ctx, j.addr, j.target, j.expect, j.timeout, e.o.TLSConfig)
+			err := j.loginErr
+			if err == nil {
+				err = probe(ctx, j.proxy, j.target, j.expect, j.timeout, e.o.TLSConfig)
+			}
 			if ctx.Err() != nil {
 				return // shutting down: the error says nothing about the proxy
 			}
@@ -323,6 +338,12 @@ func (e *Engine) tick(ctx context.Context, now time.Time, jobs chan<- job) {
 		}
 		j := job{key: key, st: st, addr: addr, target: target,
 			timeout: st.hc.Timeout(), expect: int(st.hc.ExpectedStatus)}
+		// The login is read at every dispatch, from the credentials cache:
+		// a rotated Secret is used by the next probe.
+		j.proxy, j.loginErr = credentials.ProxyURL(ctx, e.o.Credentials, p)
+		if j.loginErr == nil && j.proxy == nil {
+			j.loginErr = fmt.Errorf("%s has no address", key)
+		}
 		select {
 		case jobs <- j:
 			st.inFlight = true

@@ -19,6 +19,11 @@ import (
 // and every way a probe fails.
 func TestProbeThroughRealSquid(t *testing.T) {
 	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probe", OutgoingAddr: "127.0.0.5"})
+	// An authenticating Squid, as a VM's bootstrap runs: probes must log in.
+	const pw = "pr0be-pa55word"
+	authSquid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probe-auth", OutgoingAddr: "127.0.0.5",
+		BasicAuth: &testutil.SquidLogin{Username: "proxyfleet", Password: pw}})
+	wrongLogin := "http://proxyfleet:not-" + pw + "@" + authSquid.Addr()
 	plain := testutil.StartTarget(t, testutil.TargetOptions{})
 	secure := testutil.StartTLSTarget(t, testutil.TargetOptions{})
 	refused := closedAddr(t)
@@ -36,6 +41,10 @@ func TestProbeThroughRealSquid(t *testing.T) {
 		wantErr string // "" = success
 		seenBy  *testutil.Target
 	}{
+		{name: "a login in the proxy URL gets through an authenticating proxy", proxy: authSquid.LoginURL(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain},
+		{name: "the login also reaches the proxy for CONNECT", proxy: authSquid.LoginURL(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, tls: true, seenBy: secure},
+		{name: "an authenticating proxy without a login fails with 407 said plainly", proxy: authSquid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "answered 407: the proxy demands a login and the Proxy has none"},
+		{name: "a wrong login fails without leaking it", proxy: wrongLogin, target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: `answered 407: the proxy refused the Proxy's login (user "proxyfleet")`},
 		{name: "an http URL is fetched through the proxy", proxy: squid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain},
 		{name: "an https URL goes through CONNECT with TLS inside", proxy: squid.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, tls: true, seenBy: secure},
 		{name: "TLS inside the tunnel is verified", proxy: squid.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "certificate"},
@@ -83,7 +92,11 @@ func TestProbeThroughRealSquid(t *testing.T) {
 				tlsConf = nil
 			}
 			start := time.Now()
-			err := probe(context.Background(), tc.proxy, mustURL(t, tc.target), tc.expect, tc.timeout, tlsConf)
+			proxy := tc.proxy
+			if !strings.Contains(proxy, "://") {
+				proxy = "http://" + proxy
+			}
+			err := probe(context.Background(), mustURL(t, proxy), mustURL(t, tc.target), tc.expect, tc.timeout, tlsConf)
 			took := time.Since(start)
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -91,7 +104,7 @@ func TestProbeThroughRealSquid(t *testing.T) {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("probe error %v, want one containing %q", err, tc.wantErr)
 			}
-			if err != nil && strings.Contains(err.Error(), "s3cret") {
+			if err != nil && (strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), pw)) {
 				t.Errorf("the probe error leaks the URL's password: %v", err)
 			}
 			if tc.seenBy != nil && tc.seenBy.Count("127.0.0.5") != before+1 {
@@ -124,7 +137,7 @@ func TestProbeOpensAFreshConnectionEachTime(t *testing.T) {
 			before := relay.accepted.Load()
 			const probes = 3
 			for range probes {
-				if err := probe(context.Background(), relay.addr, mustURL(t, tc.target), 200, 5*time.Second, secure.ClientTLSConfig()); err != nil {
+				if err := probe(context.Background(), mustURL(t, "http://"+relay.addr), mustURL(t, tc.target), 200, 5*time.Second, secure.ClientTLSConfig()); err != nil {
 					t.Fatalf("probe: %v", err)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -14,12 +15,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -397,4 +401,145 @@ func TestLeaseAPIWithoutATokenWarnsLoudly(t *testing.T) {
 	if !strings.Contains(r.logs.String(), AuthDisabledWarning) {
 		t.Fatalf("no %q in the log:\n%s", AuthDisabledWarning, r.logs.String())
 	}
+}
+
+// managedWithLogin creates a Managed Proxy running at ip, Healthy, and its
+// generated login Secret (controlled by the Proxy, labelled), as the
+// reconciler and the health engine would leave a bootstrapped VM.
+func (r *running) managedWithLogin(t *testing.T, name, ip, password string) *corev1.Secret {
+	t.Helper()
+	ctx := context.Background()
+	p := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
+		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu"},
+	}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatalf("create Proxy %s: %v", name, err)
+	}
+	p.Status.IP = ip
+	if err := env.Client.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	r.setHealthy(t, name, true, 3)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: credentials.GeneratedSecretName(p),
+			Labels: map[string]string{v1alpha1.LabelCredentials: v1alpha1.ValueTrue}},
+		Type: corev1.SecretTypeBasicAuth,
+		Data: map[string][]byte{"username": []byte("proxyfleet"), "password": []byte(password)},
+	}
+	if err := controllerutil.SetControllerReference(p, s, env.Client.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatalf("create the login Secret: %v", err)
+	}
+	return s
+}
+
+func TestLeaseAPIHandsTheLoginWithTheLeaseOnly(t *testing.T) {
+	const token = "lease-t0ken"
+	r := startAPI(t, token)
+	c := r.client(t, token)
+	ctx := context.Background()
+	const pw = "gener4ted-pa55word"
+	s := r.managedWithLogin(t, "vm", "127.0.0.31", pw)
+	vm := r.ns + "/vm"
+
+	lease := func(member, want string) {
+		t.Helper()
+		testutil.Eventually(t, wait, func() error {
+			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: member})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.Release(ctx, l.ID) }()
+			if got := l.Member.URL.String(); got != want {
+				return fmt.Errorf("leased %s at %s, want %s", member, l.Member.Redacted(), want)
+			}
+			return nil
+		})
+	}
+	lease(vm, "http://proxyfleet:"+pw+"@127.0.0.31:3128")
+
+	// The list is for discovery: the password is masked there.
+	code, body := getBody(t, r.url+"/v1/proxies", token)
+	if code != http.StatusOK || strings.Contains(body, pw) || !strings.Contains(body, `"url":"http://proxyfleet:xxxxx@127.0.0.31:3128"`) {
+		t.Fatalf("GET /v1/proxies = %d %s, want the member with its password masked", code, body)
+	}
+
+	// A rotated login reaches the next lease without any Proxy event.
+	s.Data["password"] = []byte("r0tated-" + pw)
+	if err := env.Client.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	lease(vm, "http://proxyfleet:r0tated-"+pw+"@127.0.0.31:3128")
+
+	// An External Proxy's scheme and credentialsSecretRef make its URL.
+	vendor := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "vendor-login",
+			Labels: map[string]string{v1alpha1.LabelCredentials: v1alpha1.ValueTrue}},
+		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("v3ndor/" + pw)},
+	}
+	if err := env.Client.Create(ctx, vendor); err != nil {
+		t.Fatal(err)
+	}
+	ext := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "vendor", Namespace: r.ns},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{
+			Host: "127.0.0.33", Port: 1080, Scheme: v1alpha1.SchemeSOCKS5,
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: "vendor-login"}}},
+	}
+	if err := env.Client.Create(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	r.setHealthy(t, "vendor", true, 2)
+	lease(r.ns+"/vendor", "socks5://crawler:v3ndor%2F"+pw+"@127.0.0.33:1080")
+	if strings.Contains(r.logs.String(), pw) {
+		t.Fatal("the lease API logged a proxy password")
+	}
+}
+
+func TestLeaseAPIWithoutATokenWithholdsProxiesThatHaveALogin(t *testing.T) {
+	r := startAPI(t, "")
+	r.external(t, "open", "127.0.0.22", nil)
+	r.setHealthy(t, "open", true, 1)
+	const pw = "never-handed-0ut"
+	r.managedWithLogin(t, "vm", "127.0.0.32", pw)
+	c := r.client(t, "")
+	ctx := context.Background()
+	testutil.Eventually(t, wait, func() error {
+		if !strings.Contains(r.logs.String(), "withheld") {
+			return errors.New("no log line naming the withheld Proxy yet")
+		}
+		ps, err := c.List(ctx, pool.ListFilter{})
+		if err != nil || !slices.Equal(names(ps), []string{r.ns + "/open"}) {
+			return fmt.Errorf("listed %v (%v), want only the Proxy without a login", names(ps), err)
+		}
+		return nil
+	})
+	_, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: r.ns + "/vm"})
+	var nm *pool.NoMatchError
+	if !errors.As(err, &nm) || nm.Considered != 0 {
+		t.Fatalf("acquire of the Proxy with a login = %v, want a 409 considering nothing", err)
+	}
+	if !strings.Contains(r.logs.String(), r.ns+"/vm") || strings.Contains(r.logs.String(), pw) {
+		t.Fatalf("the log must name the withheld Proxy and never its password:\n%s", r.logs.String())
+	}
+}
+
+// getBody GETs url with a bearer token and returns the status and body.
+func getBody(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

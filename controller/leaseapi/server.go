@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -21,8 +22,9 @@ import (
 const DefaultShutdownGrace = 5 * time.Second
 
 // AuthDisabledWarning starts the log line written when the API runs without a
-// token: loud, because anyone who reaches the port can lease upstreams and
-// read their credentials.
+// token: loud, because anyone who reaches the port can lease upstreams.
+// Upstreams with a login are then not offered: logins go only to
+// authenticated callers.
 const AuthDisabledWarning = "WARNING: lease API auth disabled"
 
 // Options configures Setup.
@@ -36,6 +38,10 @@ type Options struct {
 	Store pool.StoreOptions
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
 	Recorder pool.LeaseRecorder
+	// Credentials is the controller's credentials Secret cache, whose logins
+	// lease answers carry; nil takes the manager's (controller.NewManager's
+	// Credentials()).
+	Credentials cache.Cache
 	// Logger receives the source's and the server's logs.
 	Logger logr.Logger
 	// ShutdownGrace bounds in-flight requests when the manager stops
@@ -63,8 +69,18 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		o.ShutdownGrace = DefaultShutdownGrace
 	}
 	log := o.Logger.WithName("leaseapi")
+	if o.Credentials == nil {
+		if m, ok := mgr.(interface{ Credentials() cache.Cache }); ok {
+			o.Credentials = m.Credentials()
+		}
+	}
+	if o.Credentials == nil {
+		return nil, errors.New("lease API: the credentials Secret cache is required: build the manager with controller.NewManager or set Options.Credentials")
+	}
 	store := pool.NewStore(o.Store)
-	source := NewSource(mgr.GetCache(), store, log)
+	// Only authenticated callers are handed logins: without a token, Proxies
+	// that have one are not offered at all.
+	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == ""})
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
@@ -126,7 +142,7 @@ func (a *API) Start(ctx context.Context) error {
 	defer stopSweep()
 
 	if !a.token {
-		a.log.Info(AuthDisabledWarning+": no token file given; any client that reaches this port can lease upstreams and read their credentials",
+		a.log.Info(AuthDisabledWarning+": no token file given; any client that reaches this port can lease upstreams (those with a login are withheld)",
 			"addr", a.ln.Addr().String())
 	}
 	a.log.Info("lease API serving", "addr", a.ln.Addr().String(), "auth", a.token)

@@ -23,7 +23,7 @@ func TestStartReturnsWhenServingFailsWhileCtxLives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := NewSource(nil, nil, logr.Discard())
+	src := NewSource(nil, nil, logr.Discard(), SourceOptions{})
 	close(src.synced)
 	a := &API{
 		store:  pool.NewStore(pool.StoreOptions{}),

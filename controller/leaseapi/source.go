@@ -8,6 +8,7 @@ package leaseapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -16,10 +17,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -29,15 +32,27 @@ func MemberName(p *v1alpha1.Proxy) string {
 	return p.Namespace + "/" + p.Name
 }
 
+// URLFunc returns the URL a Proxy is reached at, login included
+// (credentials.ProxyURL over the credentials cache). An error makes the
+// member unhealthy at its bare address; ErrWithheld leaves it out.
+type URLFunc func(p *v1alpha1.Proxy) (*url.URL, error)
+
+// ErrWithheld is what a URLFunc returns for a Proxy whose login must not be
+// handed out (the API authenticates nobody): the member is left out rather
+// than offered without the login it needs.
+var ErrWithheld = errors.New("login withheld: the lease API authenticates no caller")
+
 // Members turns Proxies into pool members with their health: every Proxy
-// with an address (Address() not empty) that is not being deleted becomes
-// http://host:port with spec.attributes, healthy when its Healthy condition
+// with an address (Address() not empty) that is not being deleted becomes a
+// member at urlFor's URL (scheme and login included; nil urlFor means
+// http://host:port) with spec.attributes, healthy when its Healthy condition
 // is True for the address it has now, with status.latencyMillis as its
 // latency. Health belongs to an address: an External Proxy whose endpoint
 // host was just edited (status.ip still the old host until the reconciler
-// catches up and clears the verdict) is unhealthy until probed. The result
-// is sorted by name (the order the store keeps anyway).
-func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
+// catches up and clears the verdict) is unhealthy until probed. A Proxy
+// whose login cannot be read is an unhealthy member at its bare address.
+// The result is sorted by name (the order the store keeps anyway).
+func Members(proxies []v1alpha1.Proxy, urlFor URLFunc) []pool.MemberHealth {
 	out := make([]pool.MemberHealth, 0, len(proxies))
 	for i := range proxies {
 		p := &proxies[i]
@@ -45,13 +60,25 @@ func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 		if addr == "" || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
+		u, loginOK := &url.URL{Scheme: "http", Host: addr}, true
+		if urlFor != nil {
+			got, err := urlFor(p)
+			switch {
+			case errors.Is(err, ErrWithheld):
+				continue
+			case err != nil || got == nil:
+				loginOK = false
+			default:
+				u = got
+			}
+		}
 		out = append(out, pool.MemberHealth{
 			Member: pool.Member{
 				Name:       MemberName(p),
-				URL:        &url.URL{Scheme: "http", Host: addr},
+				URL:        u,
 				Attributes: maps.Clone(p.Spec.Attributes),
 			},
-			Healthy: p.IsHealthy() && p.Status.IP == p.EffectiveHost(),
+			Healthy: loginOK && p.IsHealthy() && p.Status.IP == p.EffectiveHost(),
 			Latency: time.Duration(max(p.Status.LatencyMillis, 0)) * time.Millisecond,
 		})
 	}
@@ -66,6 +93,8 @@ func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 // that runs on every replica.
 type Source struct {
 	cache cache.Cache
+	creds cache.Cache
+	open  bool // the API authenticates nobody: logins are withheld
 	store *pool.Store
 	log   logr.Logger
 
@@ -74,11 +103,24 @@ type Source struct {
 	last   []pool.MemberHealth
 }
 
-// NewSource returns a source that feeds store from c's Proxies. Add it to
-// the manager whose cache c is.
-func NewSource(c cache.Cache, store *pool.Store, log logr.Logger) *Source {
+// SourceOptions configure NewSource.
+type SourceOptions struct {
+	// Credentials is the controller's credentials Secret cache: member URLs
+	// carry the logins it holds, and its Secret events rebuild the members.
+	Credentials cache.Cache
+	// WithholdLogins leaves out every Proxy that has a login: set when the
+	// API runs without a token, since only authenticated callers may be
+	// handed a login.
+	WithholdLogins bool
+}
+
+// NewSource returns a source that feeds store from c's Proxies, with the
+// logins in o.Credentials. Add it to the manager whose caches they are.
+func NewSource(c cache.Cache, store *pool.Store, log logr.Logger, o SourceOptions) *Source {
 	return &Source{
 		cache:  c,
+		creds:  o.Credentials,
+		open:   o.WithholdLogins,
 		store:  store,
 		log:    log,
 		kick:   make(chan struct{}, 1),
@@ -110,11 +152,26 @@ func (s *Source) Start(ctx context.Context) error {
 		return fmt.Errorf("lease API: watching Proxies: %w", err)
 	}
 	defer func() { _ = inf.RemoveEventHandler(reg) }()
-	if !s.cache.WaitForCacheSync(ctx) {
+	// A rotated or deleted login changes the member URL: rebuild on every
+	// credentials Secret event too.
+	sinf, err := s.creds.GetInformer(ctx, &corev1.Secret{})
+	if err != nil {
+		return fmt.Errorf("lease API: credentials Secret informer: %w", err)
+	}
+	sreg, err := sinf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.wake() },
+		UpdateFunc: func(_, _ any) { s.wake() },
+		DeleteFunc: func(any) { s.wake() },
+	})
+	if err != nil {
+		return fmt.Errorf("lease API: watching credentials Secrets: %w", err)
+	}
+	defer func() { _ = sinf.RemoveEventHandler(sreg) }()
+	if !s.cache.WaitForCacheSync(ctx) || !s.creds.WaitForCacheSync(ctx) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("lease API: the Proxy cache never synced")
+		return fmt.Errorf("lease API: the Proxy or credentials cache never synced")
 	}
 	for {
 		if err := s.sync(ctx); err != nil {
@@ -151,9 +208,24 @@ func (s *Source) sync(ctx context.Context) error {
 	if err := s.cache.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing Proxies from the cache: %w", err)
 	}
-	next := Members(list.Items)
+	var withheld []string
+	next := Members(list.Items, func(p *v1alpha1.Proxy) (*url.URL, error) {
+		u, err := credentials.ProxyURL(ctx, s.creds, p)
+		if err != nil {
+			return nil, err
+		}
+		if s.open && u != nil && u.User != nil {
+			withheld = append(withheld, MemberName(p))
+			return nil, ErrWithheld
+		}
+		return u, nil
+	})
 	if sameMembers(s.last, next) {
 		return nil
+	}
+	if len(withheld) > 0 {
+		s.log.Info(AuthDisabledWarning+": Proxies with a login are not offered, since their logins go only to authenticated callers; give --lease-api-token-file",
+			"withheld", logNames(withheld))
 	}
 	s.store.SetMembersHealth(next)
 	added, removed, flipped := diffMembers(s.last, next)

@@ -1,6 +1,8 @@
 package leaseapi
 
 import (
+	"errors"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -95,7 +97,7 @@ func TestMembers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Members([]v1alpha1.Proxy{tt.in})
+			got := Members([]v1alpha1.Proxy{tt.in}, nil)
 			if tt.want == nil {
 				if len(got) != 0 {
 					t.Fatalf("members = %+v, want none", got)
@@ -127,7 +129,7 @@ func TestMembersManagedUsesStatusIPAndSpecPort(t *testing.T) {
 		p.Status.IP = "fd00::7"
 		healthy(p)
 	})
-	got := Members([]v1alpha1.Proxy{p})
+	got := Members([]v1alpha1.Proxy{p}, nil)
 	if len(got) != 1 || got[0].URL.String() != "http://[fd00::7]:8080" {
 		t.Fatalf("members = %+v, want http://[fd00::7]:8080", got)
 	}
@@ -140,7 +142,7 @@ func TestMembersAreSortedAndOwnTheirAttributes(t *testing.T) {
 		proxy("a", func(p *v1alpha1.Proxy) { p.Spec.Attributes = attrs }),
 		proxy("b", func(p *v1alpha1.Proxy) { p.Namespace = "alpha" }),
 	}
-	got := Members(in)
+	got := Members(in, nil)
 	var gotNames []string
 	for _, m := range got {
 		gotNames = append(gotNames, m.Name)
@@ -158,7 +160,7 @@ func TestSameAndDiffMembers(t *testing.T) {
 	base := Members([]v1alpha1.Proxy{
 		proxy("a", healthy),
 		proxy("b", nil),
-	})
+	}, nil)
 	tests := []struct {
 		name                    string
 		next                    []v1alpha1.Proxy
@@ -178,7 +180,7 @@ func TestSameAndDiffMembers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			next := Members(tt.next)
+			next := Members(tt.next, nil)
 			if got := sameMembers(base, next); got != tt.same {
 				t.Fatalf("sameMembers = %v, want %v", got, tt.same)
 			}
@@ -201,5 +203,28 @@ func TestLogNamesIsBounded(t *testing.T) {
 	}
 	if few := logNames(many[:3]); !slices.Equal(few, many[:3]) {
 		t.Fatalf("logNames of 3 = %v", few)
+	}
+}
+
+func TestMembersTakeTheirURLFromURLFunc(t *testing.T) {
+	in := []v1alpha1.Proxy{proxy("login", healthy), proxy("broken", healthy), proxy("withheld", healthy)}
+	got := Members(in, func(p *v1alpha1.Proxy) (*url.URL, error) {
+		switch p.Name {
+		case "login":
+			return &url.URL{Scheme: "socks5", User: url.UserPassword("u", "p"), Host: p.Address()}, nil
+		case "broken":
+			return nil, errors.New("credentials Secret crawl/x not found")
+		}
+		return nil, ErrWithheld
+	})
+	if len(got) != 2 {
+		t.Fatalf("members %+v, want the withheld Proxy left out", got)
+	}
+	broken, login := got[0], got[1]
+	if login.URL.String() != "socks5://u:p@10.0.0.1:3128" || !login.Healthy {
+		t.Fatalf("login member %s healthy=%v, want socks5://u:p@10.0.0.1:3128, healthy", login.Redacted(), login.Healthy)
+	}
+	if broken.URL.String() != "http://10.0.0.1:3128" || broken.Healthy {
+		t.Fatalf("a Proxy whose login cannot be read: %s healthy=%v, want its bare address, unhealthy", broken.Redacted(), broken.Healthy)
 	}
 }

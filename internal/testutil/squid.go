@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // SquidBinary is where Debian installs Squid.
@@ -72,7 +74,26 @@ type SquidOptions struct {
 	// StartTimeout bounds how long a start waits for Squid to proxy a request
 	// (default 30s).
 	StartTimeout time.Duration
+	// BasicAuth, when set, makes Squid demand this login from every client
+	// (Squid's basic_ncsa_auth helper over an htpasswd file), as a VM's
+	// bootstrap Squid or a commercial upstream does; the startup self-probe
+	// then logs in with it.
+	BasicAuth *SquidLogin
 }
+
+// SquidLogin is the login an authenticating test Squid demands.
+type SquidLogin struct {
+	// Username and Password are what clients (and the self-probe) send.
+	Username, Password string
+	// Htpasswd, when set, is written as the password file as it is (for
+	// example the one a VM's bootstrap carries), instead of a bcrypt line
+	// made from Username and Password: the self-probe then proves that this
+	// file accepts the login.
+	Htpasswd string
+}
+
+// SquidNCSAHelper is where Debian installs Squid's basic-auth helper.
+const SquidNCSAHelper = "/usr/lib/squid/basic_ncsa_auth"
 
 // Squid is one Squid run in the foreground (squid -N) as a child process, on a
 // fixed 127.0.0.1 port that survives Stop/Kill and Start, so a restarted Squid
@@ -277,6 +298,16 @@ func (s *Squid) Port() int {
 // URL is the proxy URL to give a client or the gateway (http://ip:port).
 func (s *Squid) URL() string { return "http://" + s.Addr() }
 
+// LoginURL is URL with the login BasicAuth demands in its user info (just
+// URL when the Squid demands none): what a gateway's --upstream takes.
+func (s *Squid) LoginURL() string {
+	a := s.basicAuth()
+	if a == nil {
+		return s.URL()
+	}
+	return (&url.URL{Scheme: "http", User: url.UserPassword(a.Username, a.Password), Host: s.Addr()}).String()
+}
+
 // Name is the name given in SquidOptions.
 func (s *Squid) Name() string { return s.opts.Name }
 
@@ -437,6 +468,17 @@ func (s *Squid) writeConfig() (string, error) {
 		line("%s", l)
 	}
 	line("acl loopback_clients src 127.0.0.0/8")
+	if a := s.basicAuth(); a != nil {
+		pwFile, err := s.writePasswordFile(a)
+		if err != nil {
+			return "", err
+		}
+		line("auth_param basic program %s %s", SquidNCSAHelper, pwFile)
+		line("auth_param basic realm %s", s.opts.Name)
+		line("auth_param basic children 3 startup=1 idle=1")
+		line("acl logged_in proxy_auth REQUIRED")
+		line("http_access deny !logged_in")
+	}
 	line("http_access allow loopback_clients")
 	line("http_access deny all")
 	line("via off")
@@ -453,6 +495,39 @@ func (s *Squid) writeConfig() (string, error) {
 		return "", err
 	}
 	return conf, nil
+}
+
+// SetBasicAuth replaces the login the Squid demands from its next Start on
+// (nil: none). A running Squid keeps the old one until it is restarted.
+func (s *Squid) SetBasicAuth(login *SquidLogin) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.BasicAuth = login
+}
+
+// basicAuth is the current login, nil when Squid demands none.
+func (s *Squid) basicAuth() *SquidLogin {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.BasicAuth
+}
+
+// writePasswordFile writes the htpasswd file, readable by the proxy user
+// Squid's helper runs as.
+func (s *Squid) writePasswordFile(a *SquidLogin) (string, error) {
+	content := a.Htpasswd
+	if content == "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(a.Password), bcrypt.MinCost)
+		if err != nil {
+			return "", err
+		}
+		content = a.Username + ":" + string(hash) + "\n"
+	}
+	path := filepath.Join(s.dir, "htpasswd")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 func (s *Squid) startOnce(deadline time.Time) error {
@@ -555,6 +630,9 @@ func readFrom(path string, offset int64) string {
 // outgoing address, so a stranger on a reused port is never mistaken for us.
 func (s *Squid) probe(p *probeTarget) error {
 	proxyURL, _ := url.Parse(s.URL())
+	if a := s.basicAuth(); a != nil {
+		proxyURL.User = url.UserPassword(a.Username, a.Password)
+	}
 	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}

@@ -241,3 +241,45 @@ func TestSquidOptionsAreValidated(t *testing.T) {
 		})
 	}
 }
+
+func TestSquidWithBasicAuthDemandsItsLogin(t *testing.T) {
+	t.Parallel()
+	login := &SquidLogin{Username: "crawler", Password: "pw-" + SquidServiceName()}
+	sq := StartSquid(t, SquidOptions{Name: "auth", OutgoingAddr: "127.0.0.3", BasicAuth: login})
+	target := StartTarget(t, TargetOptions{})
+	get := func(proxy string) int {
+		t.Helper()
+		resp, err := MustProxyClient(t, proxy, nil).Get(target.URL() + "/auth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(sq.URL()); code != http.StatusProxyAuthRequired {
+		t.Fatalf("without a login: %d, want 407", code)
+	}
+	wrong := strings.Replace(sq.LoginURL(), login.Password, "wrong", 1)
+	if code := get(wrong); code != http.StatusProxyAuthRequired {
+		t.Fatalf("with a wrong password: %d, want 407", code)
+	}
+	if code := get(sq.LoginURL()); code != http.StatusOK {
+		t.Fatalf("with the login: %d, want 200", code)
+	}
+	if n := target.Count("127.0.0.3"); n != 1 {
+		t.Fatalf("target saw %d requests from the Squid, want 1: only the logged-in one may pass", n)
+	}
+
+	// A new login takes effect on the next start; the old one is refused.
+	sq.Stop()
+	next := &SquidLogin{Username: "crawler", Password: "rotated-" + SquidServiceName()}
+	sq.SetBasicAuth(next)
+	sq.Start()
+	if code := get(wrong); code != http.StatusProxyAuthRequired {
+		t.Fatalf("after rotation, a wrong password: %d, want 407", code)
+	}
+	if code := get(sq.LoginURL()); code != http.StatusOK || !strings.Contains(sq.LoginURL(), next.Password) {
+		t.Fatalf("after rotation, the new login: %d, want 200", code)
+	}
+}

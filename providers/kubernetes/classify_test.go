@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
 
 func TestParseProviderID(t *testing.T) {
@@ -113,13 +114,13 @@ providers:
 	if got.Namespace != "egress" || got.Image != "" || len(got.ClusterCIDRs) != 1 || got.ClusterCIDRs[0] != netip.MustParsePrefix("203.0.113.0/24") {
 		t.Fatalf("ConfigFromEntry = %+v", got)
 	}
-	if clients := joinPrefixes(got.clientCIDRs()); clients != "10.0.0.0/8 203.0.113.0/24" {
+	if clients := squidconf.JoinPrefixes(got.clientCIDRs()); clients != "10.0.0.0/8 203.0.113.0/24" {
 		t.Fatalf("clients = %s: configured clients plus cluster CIDRs", clients)
 	}
 	if _, err := ConfigFromEntry(cfg.Providers[1]); err == nil {
 		t.Fatal("ConfigFromEntry accepted a gcp entry")
 	}
-	if joinPrefixes((Config{}).clientCIDRs()) != joinPrefixes(DefaultClientCIDRs()) {
+	if squidconf.JoinPrefixes((Config{}).clientCIDRs()) != squidconf.JoinPrefixes(DefaultClientCIDRs()) {
 		t.Fatal("empty ClientCIDRs does not default to the private ranges")
 	}
 }

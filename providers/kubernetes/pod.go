@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
 
 // Labels and annotations on every Pod this provider creates.
@@ -70,7 +71,7 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 		labels[LabelOwnerName] = req.OwnerName
 	}
 
-	conf := squidConfig{
+	conf := squidconf.Config{
 		Name:    req.Name,
 		Port:    req.Port,
 		Denied:  append(DefaultDeniedDestinations(), cfg.ClusterCIDRs...),
@@ -119,7 +120,7 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 			Labels:    labels,
 			Annotations: map[string]string{
 				AnnotationOwner:     owner,
-				AnnotationSquidConf: conf.render(),
+				AnnotationSquidConf: conf.Render(),
 			},
 		},
 		Spec: corev1.PodSpec{

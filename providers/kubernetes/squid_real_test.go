@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
 
 const squidBinaryOnHost = "/usr/sbin/squid"
@@ -89,7 +90,7 @@ func TestGeneratedSquidConfParsesCleanly(t *testing.T) {
 
 // runSquid starts Squid in the foreground on 127.0.0.1 with conf rendered for
 // a free port, as the image's uid 13 when the test runs as root (like the Pod).
-func runSquid(t *testing.T, conf squidConfig) (proxyURL *url.URL) {
+func runSquid(t *testing.T, conf squidconf.Config) (proxyURL *url.URL) {
 	t.Helper()
 	requireSquid(t)
 	for attempt := 0; attempt < 5; attempt++ {
@@ -108,7 +109,7 @@ func runSquid(t *testing.T, conf squidConfig) (proxyURL *url.URL) {
 			}
 		}
 		path := filepath.Join(dir, "squid.conf")
-		if err := os.WriteFile(path, []byte(conf.render()), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(conf.Render()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		var stderr bytes.Buffer
@@ -173,7 +174,7 @@ func TestGeneratedSquidRefusesInwardTargets(t *testing.T) {
 
 	// Clients from loopback are allowed here, so a refusal can only come from
 	// the destination rules under test, not from the client rule.
-	proxy := runSquid(t, squidConfig{
+	proxy := runSquid(t, squidconf.Config{
 		Name:    "proxy-realtest",
 		Denied:  DefaultDeniedDestinations(),
 		Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},

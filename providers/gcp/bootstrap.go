@@ -1,0 +1,104 @@
+package gcp
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+	"sigs.k8s.io/yaml"
+
+	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/squidconf"
+)
+
+// Paths the bootstrap writes on the VM.
+const (
+	// SquidConfPath replaces the distribution's squid.conf.
+	SquidConfPath = "/etc/squid/squid.conf"
+	// PasswordFilePath is the htpasswd file Squid's NCSA helper reads.
+	PasswordFilePath = "/etc/squid/proxyfleet.htpasswd"
+)
+
+// bcryptCost keeps hashing cheap for Squid's helper; the password is random
+// and long, so the hash's work factor is not what protects it.
+const bcryptCost = 10
+
+// cloudConfig is the subset of cloud-config the bootstrap uses.
+type cloudConfig struct {
+	PackageUpdate bool        `json:"package_update"`
+	Packages      []string    `json:"packages"`
+	WriteFiles    []writeFile `json:"write_files"`
+	RunCmd        [][]string  `json:"runcmd"`
+}
+
+type writeFile struct {
+	Path        string `json:"path"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner"`
+	Content     string `json:"content"`
+}
+
+// Bootstrap returns the cloud-init user-data a VM boots with when its Proxy
+// has no spec.cloudInit: install Squid and run it with the configuration the
+// kubernetes provider generates (no cache, no Via or X-Forwarded-For, CONNECT
+// only to 443, plain HTTP only to 80, 443 and 1025 and up, private, loopback,
+// link-local and metadata destinations refused after resolution), plus basic
+// authentication with auth. The VM answers on every address, since gateways
+// reach it from wherever they run; the login, and the firewall rule the
+// docs ask for, are what keep it from being an open proxy.
+//
+// The files are written before the package is installed, and the package
+// manager keeps an existing squid.conf, so Squid never runs with the
+// distribution's defaults. The password file belongs to root until the
+// proxy group exists; until then the helper cannot read it and every request
+// is refused, never allowed.
+func Bootstrap(name string, port int, auth providers.BasicAuth) ([]byte, error) {
+	if err := checkLogin(auth); err != nil {
+		return nil, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(auth.Password), bcryptCost)
+	if err != nil {
+		return nil, fmt.Errorf("hashing the proxy password: %w", err)
+	}
+	conf := squidconf.Config{
+		Name:   name,
+		Port:   port,
+		Denied: squidconf.DefaultDeniedDestinations(),
+		Auth:   &squidconf.Auth{Helper: squidconf.DefaultNCSAHelper, PasswordFile: PasswordFilePath},
+	}
+	cc := cloudConfig{
+		PackageUpdate: true,
+		Packages:      []string{"squid"},
+		WriteFiles: []writeFile{
+			{Path: SquidConfPath, Permissions: "0644", Owner: "root:root", Content: conf.Render()},
+			{Path: PasswordFilePath, Permissions: "0600", Owner: "root:root", Content: auth.Username + ":" + string(hash) + "\n"},
+		},
+		RunCmd: [][]string{
+			{"chgrp", "proxy", PasswordFilePath},
+			{"chmod", "0640", PasswordFilePath},
+			{"systemctl", "enable", "squid"},
+			{"systemctl", "restart", "squid"},
+		},
+	}
+	body, err := yaml.Marshal(cc)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// checkLogin refuses logins Squid or the htpasswd format cannot carry.
+func checkLogin(a providers.BasicAuth) error {
+	switch {
+	case a.Username == "" || a.Password == "":
+		return errors.New("the proxy login needs a user name and a password")
+	case strings.ContainsAny(a.Username, ":\n\r \t"):
+		return errors.New("the proxy user name must not contain ':' or whitespace")
+	case strings.ContainsAny(a.Password, "\n\r"):
+		return errors.New("the proxy password must not contain line breaks")
+	case len(a.Password) > 72:
+		return errors.New("the proxy password is longer than bcrypt's 72 bytes")
+	}
+	return nil
+}
