@@ -375,6 +375,7 @@ func TestDiscoveryShortNamesAndScope(t *testing.T) {
 		namespaced bool
 	}{
 		{"proxies", "px", true},
+		{"proxypools", "pxp", true},
 		{"providerhealths", "ph", false},
 	}
 	for _, tc := range tests {
