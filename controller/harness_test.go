@@ -68,6 +68,9 @@ type setup struct {
 	healthEvents <-chan event.GenericEvent
 	health       HealthSource
 	beforeStart  func(h *harness) // runs after the namespace exists, before the manager starts
+	// onManager runs after the Proxy reconciler is configured, before the
+	// manager starts: more reconcilers and runnables go on mgr here.
+	onManager func(h *harness, mgr manager.Manager)
 }
 
 // start runs a manager for the test and stops it when the test ends.
@@ -108,6 +111,9 @@ func start(t *testing.T, s setup) *harness {
 		HealthEvents:            s.healthEvents,
 		Health:                  s.health,
 		SkipNameValidation:      true,
+	}
+	if s.onManager != nil {
+		s.onManager(h, mgr)
 	}
 	h.run(mgr)
 	return h

@@ -36,7 +36,9 @@ func MemberName(p *v1alpha1.Proxy) string {
 // latency. Health belongs to an address: an External Proxy whose endpoint
 // host was just edited (status.ip still the old host until the reconciler
 // catches up and clears the verdict) is unhealthy until probed. The result
-// is sorted by name (the order the store keeps anyway).
+// is sorted by name (the order the store keeps anyway). A Proxy with the
+// proxyfleet.io/draining annotation is a member but never healthy, so it
+// keeps its leases and gets no new ones.
 func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 	out := make([]pool.MemberHealth, 0, len(proxies))
 	for i := range proxies {
@@ -51,7 +53,9 @@ func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 				URL:        &url.URL{Scheme: "http", Host: addr},
 				Attributes: maps.Clone(p.Spec.Attributes),
 			},
-			Healthy: p.IsHealthy() && p.Status.IP == p.EffectiveHost(),
+			// A draining Proxy (proxyfleet.io/draining) is out of service
+			// like an unhealthy one: its leases run on, no new ones come.
+			Healthy: p.IsHealthy() && p.Status.IP == p.EffectiveHost() && !p.IsDraining(),
 			Latency: time.Duration(max(p.Status.LatencyMillis, 0)) * time.Millisecond,
 		})
 	}
