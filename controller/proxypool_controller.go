@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,6 +79,9 @@ type ProxyPoolReconciler struct {
 	Now func() time.Time
 	// SkipNameValidation lets tests start several managers in one process.
 	SkipNameValidation bool
+
+	// precise maps a pool's UID to its autoscaleTimes.
+	precise sync.Map
 }
 
 // SetupWithManager registers the reconciler: pools, and every change of a

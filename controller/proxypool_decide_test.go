@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 )
 
@@ -248,6 +250,33 @@ func TestDecideAutoscale(t *testing.T) {
 			}
 			if tc.msgContains != "" && !strings.Contains(d.Message, tc.msgContains) {
 				t.Errorf("message %q does not contain %q", d.Message, tc.msgContains)
+			}
+		})
+	}
+}
+
+func TestPreciseTimeIsNeverEarlierThanTheRealOne(t *testing.T) {
+	actual := t0.Add(800 * time.Millisecond)
+	stored := metav1.NewTime(actual.Truncate(time.Second)) // what a status round trip keeps
+	tests := []struct {
+		name       string
+		status     *metav1.Time
+		remembered time.Time
+		want       time.Time
+	}{
+		{"nothing in status", nil, actual, time.Time{}},
+		{"remembered and matching status: the precise time", &stored, actual, actual},
+		{"after a restart: status moved a second later", &stored, time.Time{}, stored.Add(time.Second)},
+		{"remembered time of an older decision: status wins, conservatively", &stored, actual.Add(-time.Hour), stored.Add(time.Second)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := preciseTime(tc.status, tc.remembered)
+			if !got.Equal(tc.want) {
+				t.Errorf("preciseTime = %s, want %s", got, tc.want)
+			}
+			if tc.status != nil && got.Before(actual) {
+				t.Errorf("%s is earlier than the real time %s", got, actual)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -51,12 +52,9 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 		}
 		return true
 	})
-	if t := p.Status.LastScaleTime; t != nil {
-		in.LastScaleTime = t.Time
-	}
-	if t := p.Status.ScaleDownSince; t != nil {
-		in.ScaleDownSince = t.Time
-	}
+	mem := r.autoscaleTimes(p)
+	in.LastScaleTime = preciseTime(p.Status.LastScaleTime, mem.lastScale)
+	in.ScaleDownSince = preciseTime(p.Status.ScaleDownSince, mem.downSince)
 
 	d := decideAutoscale(in)
 	if d.Replicas != in.Current {
@@ -70,7 +68,10 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 		p.Spec.Replicas = &replicas
 		now := metav1.NewTime(ps.now)
 		p.Status.LastScaleTime = &now
+		mem.lastScale = ps.now
 	}
+	mem.downSince = d.ScaleDownSince
+	r.precise.Store(p.UID, mem)
 	p.Status.ScaleDownSince = nil
 	if !d.ScaleDownSince.IsZero() {
 		t := metav1.NewTime(d.ScaleDownSince)
@@ -84,6 +85,35 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 	}
 	setPoolCondition(p, v1alpha1.ConditionScalingLimited, limited, d.LimitReason, d.LimitMessage)
 	return nil
+}
+
+// autoscaleTimes are the autoscaler's own times for one pool at full
+// resolution: status holds them as metav1.Time, to the second, which would
+// let a refusal from just before a step count again after it, or end a
+// scale-down delay up to a second early.
+type autoscaleTimes struct {
+	lastScale, downSince time.Time
+}
+
+// autoscaleTimes returns what this process remembers for the pool.
+func (r *ProxyPoolReconciler) autoscaleTimes(p *v1alpha1.ProxyPool) autoscaleTimes {
+	if v, ok := r.precise.Load(p.UID); ok {
+		return v.(autoscaleTimes)
+	}
+	return autoscaleTimes{}
+}
+
+// preciseTime is the remembered time when it is the one status holds, else
+// status's (after a restart) moved a second later, so it is never earlier
+// than the real one: a refusal or a delay is then judged conservatively.
+func preciseTime(status *metav1.Time, remembered time.Time) time.Time {
+	switch {
+	case status == nil:
+		return time.Time{}
+	case !remembered.IsZero() && remembered.Truncate(time.Second).Equal(status.Truncate(time.Second)):
+		return remembered
+	}
+	return status.Add(time.Second)
 }
 
 // writeScale sets spec.replicas through the scale subresource: read the
