@@ -72,6 +72,9 @@ type setup struct {
 	// engine, when set, also runs the real health engine (SetupHealthEngine)
 	// with these options; Tick defaults to healthTick.
 	engine *health.Options
+	// onManager runs after the Proxy reconciler is configured, before the
+	// manager starts: more reconcilers and runnables go on mgr here.
+	onManager func(h *harness, mgr manager.Manager)
 }
 
 // start runs a manager for the test and stops it when the test ends.
@@ -121,6 +124,9 @@ func start(t *testing.T, s setup) *harness {
 		if _, err := SetupHealthEngine(mgr, h.r, o); err != nil {
 			t.Fatalf("SetupHealthEngine: %v", err)
 		}
+	}
+	if s.onManager != nil {
+		s.onManager(h, mgr)
 	}
 	h.run(mgr)
 	return h

@@ -1,5 +1,6 @@
 // Package v1alpha1 holds the proxyfleet.io/v1alpha1 API: the Proxy an
-// operator declares (a managed or external upstream egress proxy) and the
+// operator declares (a managed or external upstream egress proxy), the
+// ProxyPool that keeps a number of them from a template, and the
 // status-only ProviderHealth the controller publishes per configured provider.
 //
 // The types carry the kubebuilder markers that `make generate` turns into the
@@ -28,11 +29,12 @@ const (
 // owner references.
 var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
-// AddToScheme registers Proxy, ProviderHealth and their lists with s. It is a
+// AddToScheme registers Proxy, ProxyPool, ProviderHealth and their lists with s. It is a
 // plain function so wiring stays explicit at the composition root.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&Proxy{}, &ProxyList{},
+		&ProxyPool{}, &ProxyPoolList{},
 		&ProviderHealth{}, &ProviderHealthList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

@@ -50,8 +50,9 @@ type ProxySpec struct {
 	// provider) or External (an existing proxy at spec.endpoint).
 	// Immutable: switching a live Proxy between Managed and External would
 	// leave a provisioned instance with nothing to clean it up.
+	// (The rule lives on Proxy, not here, so a ProxyPool's template, which
+	// embeds this spec, can change it: a pool rolls to new Proxies.)
 	// +kubebuilder:default=Managed
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.mode is immutable: create a new Proxy to switch between Managed and External"
 	// +optional
 	Mode ProxyMode `json:"mode,omitempty"`
 
@@ -61,7 +62,7 @@ type ProxySpec struct {
 	// Immutable: the instance's providerID only means something to the
 	// provider that created it.
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="provider must be a DNS-1123 label (lower-case letters, digits and '-'), the name of an entry in the providers config"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable: the instance belongs to the provider that created it; create a new Proxy to move it"
+	// (Enforced on Proxy, as for mode.)
 	// +optional
 	Provider string `json:"provider,omitempty"`
 
@@ -384,9 +385,15 @@ type ProxyStatus struct {
 // provider (Managed) or already running somewhere (External), and
 // health-checked either way.
 //
+// The immutability rules of spec.mode and spec.provider are on the object,
+// not on ProxySpec, because ProxyPool's template embeds ProxySpec and a
+// template edit must stay possible.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=px
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.mode) || !has(self.spec.mode) || self.spec.mode == oldSelf.spec.mode",message="spec.mode is immutable: create a new Proxy to switch between Managed and External",fieldPath=".spec.mode"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.provider) || !has(self.spec.provider) || self.spec.provider == oldSelf.spec.provider",message="spec.provider is immutable: the instance belongs to the provider that created it; create a new Proxy to move it",fieldPath=".spec.provider"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`

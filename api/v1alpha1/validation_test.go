@@ -392,6 +392,7 @@ func TestDiscoveryShortNamesAndScope(t *testing.T) {
 		namespaced bool
 	}{
 		{"proxies", "px", true},
+		{"proxypools", "pxp", true},
 		{"providerhealths", "ph", false},
 	}
 	for _, tc := range tests {

@@ -35,6 +35,7 @@ func controllerCommands() []*cli.Command { return []*cli.Command{controllerComma
 
 func controllerCommand() *cli.Command {
 	d := controller.DefaultIntervals()
+	pd := controller.DefaultPoolIntervals()
 	return &cli.Command{
 		Name:  "controller",
 		Usage: "reconcile Proxy objects: create, replace and delete upstream proxies through the configured providers",
@@ -54,6 +55,8 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "deletion-poll", Value: d.DeletionPoll, Usage: "how often a deleted instance is polled until it is gone", EnvVars: []string{"PROXYFLEET_DELETION_POLL"}},
 			&cli.DurationFlag{Name: "drift-poll", Value: d.DriftPoll, Usage: "how often a running instance is re-checked", EnvVars: []string{"PROXYFLEET_DRIFT_POLL"}},
 			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
+			&cli.DurationFlag{Name: "pool-drain-poll", Value: pd.DrainPoll, Usage: "how often a ProxyPool with draining Proxies checks whether their leases ended", EnvVars: []string{"PROXYFLEET_POOL_DRAIN_POLL"}},
+			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
 		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags())...),
@@ -66,6 +69,7 @@ type controllerSettings struct {
 	kubeconfig, providersConfig string
 	manager                     controller.ManagerOptions
 	intervals                   controller.Intervals
+	poolIntervals               controller.PoolIntervals
 	maxConcurrent               int
 	logLevel                    slog.Level
 	logJSON                     bool
@@ -90,9 +94,16 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 			DriftPoll:        c.Duration("drift-poll"),
 			QuotaRetry:       c.Duration("quota-retry"),
 		},
+		poolIntervals: controller.PoolIntervals{
+			DrainPoll: c.Duration("pool-drain-poll"),
+			Autoscale: c.Duration("autoscale-interval"),
+		},
 		maxConcurrent: c.Int("max-concurrent-reconciles"),
 	}
 	if err := s.intervals.Validate(); err != nil {
+		return s, err
+	}
+	if err := s.poolIntervals.Validate(); err != nil {
 		return s, err
 	}
 	if s.maxConcurrent < 1 {
@@ -185,8 +196,16 @@ func runController(c *cli.Context) error {
 		return err
 	}
 	// Not leader-elected: every replica serves the lease API.
-	if _, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger); err != nil {
+	api, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger)
+	if err != nil {
 		return err
+	}
+	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals}
+	if api != nil { // a nil *API in the interface would not read as "no lease store"
+		pr.Leases = api
+	}
+	if err := pr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)
 	}
 	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
 		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)

@@ -38,6 +38,8 @@ func TestControllerRejectsBadFlagsNamingTheFlag(t *testing.T) {
 		{name: "zero drift poll", args: []string{"--drift-poll", "0s"}, want: "--drift-poll"},
 		{name: "negative quota retry", args: []string{"--quota-retry", "-1m"}, want: "--quota-retry"},
 		{name: "zero requeue-now", args: []string{"--requeue-now", "0s"}, want: "--requeue-now"},
+		{name: "zero pool drain poll", args: []string{"--pool-drain-poll", "0s"}, want: "--pool-drain-poll"},
+		{name: "negative autoscale interval", args: []string{"--autoscale-interval", "-1s"}, want: "--autoscale-interval"},
 		{name: "no workers", args: []string{"--max-concurrent-reconciles", "0"}, want: "--max-concurrent-reconciles"},
 		{name: "unknown log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{name: "unknown log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
@@ -93,6 +95,15 @@ func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
 			DeletionPoll: 13 * time.Millisecond, DriftPoll: 14 * time.Millisecond, QuotaRetry: 15 * time.Millisecond}
 		if s.intervals != want || s.maxConcurrent != 7 {
 			t.Errorf("intervals %+v, workers %d; want %+v and 7", s.intervals, s.maxConcurrent, want)
+		}
+	})
+	t.Run("the ProxyPool periods have defaults and flags of their own", func(t *testing.T) {
+		if s := parse(t); s.poolIntervals != controller.DefaultPoolIntervals() {
+			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, controller.DefaultPoolIntervals())
+		}
+		s := parse(t, "--pool-drain-poll", "21ms", "--autoscale-interval", "22ms")
+		if want := (controller.PoolIntervals{DrainPoll: 21 * time.Millisecond, Autoscale: 22 * time.Millisecond}); s.poolIntervals != want {
+			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, want)
 		}
 	})
 	t.Run("the environment sets them too", func(t *testing.T) {

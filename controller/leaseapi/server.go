@@ -59,6 +59,9 @@ type API struct {
 	token  bool
 	grace  time.Duration
 	log    logr.Logger
+
+	// refusals remembers recent 409s for the ProxyPool autoscaler.
+	refusals *refusalLog
 }
 
 // Setup creates the store, opens the listener (a busy port is an error
@@ -85,6 +88,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
 	}
+	refusals := newRefusalLog(o.Store.Clock)
 	a := &API{
 		store:  store,
 		source: source,
@@ -93,7 +97,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
-			Handler: pool.NewAPIServer(store, pool.APIOptions{
+			Handler: pool.NewAPIServer(recordingBackend{Store: store, refusals: refusals}, pool.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
@@ -101,6 +105,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 			ReadHeaderTimeout: 10 * time.Second,
 		},
 	}
+	a.refusals = refusals
 	if err := mgr.Add(source); err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("lease API: adding the Proxy source: %w", err)

@@ -50,8 +50,10 @@ var ErrWithheld = errors.New("login withheld: the lease API authenticates no cal
 // latency. Health belongs to an address: an External Proxy whose endpoint
 // host was just edited (status.ip still the old host until the reconciler
 // catches up and clears the verdict) is unhealthy until probed. A Proxy
-// whose login cannot be read is an unhealthy member at its bare address.
-// The result is sorted by name (the order the store keeps anyway).
+// whose login cannot be read is an unhealthy member at its bare address. A
+// Proxy with the proxyfleet.io/draining annotation is a member but never
+// healthy, so it keeps its leases and gets no new ones. The result is
+// sorted by name (the order the store keeps anyway).
 func Members(proxies []v1alpha1.Proxy, urlFor URLFunc) []pool.MemberHealth {
 	out := make([]pool.MemberHealth, 0, len(proxies))
 	for i := range proxies {
@@ -78,7 +80,9 @@ func Members(proxies []v1alpha1.Proxy, urlFor URLFunc) []pool.MemberHealth {
 				URL:        u,
 				Attributes: maps.Clone(p.Spec.Attributes),
 			},
-			Healthy: loginOK && p.IsHealthy() && p.Status.IP == p.EffectiveHost(),
+			// A draining Proxy (proxyfleet.io/draining) is out of service
+			// like an unhealthy one: its leases run on, no new ones come.
+			Healthy: loginOK && p.IsHealthy() && p.Status.IP == p.EffectiveHost() && !p.IsDraining(),
 			Latency: time.Duration(max(p.Status.LatencyMillis, 0)) * time.Millisecond,
 		})
 	}

@@ -1,0 +1,88 @@
+package v1alpha1
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Replicas is spec.replicas, or DefaultPoolReplicas for a pool that did not
+// pass through the API server's defaulting.
+func (p *ProxyPool) Replicas() int32 { return deref(p.Spec.Replicas, DefaultPoolReplicas) }
+
+// MaxSurge is spec.maxSurge, defaulted.
+func (p *ProxyPool) MaxSurge() int32 { return deref(p.Spec.MaxSurge, DefaultPoolMaxSurge) }
+
+// MaxUnavailable is spec.maxUnavailable, defaulted.
+func (p *ProxyPool) MaxUnavailable() int32 {
+	return deref(p.Spec.MaxUnavailable, DefaultPoolMaxUnavailable)
+}
+
+// DrainTimeout is spec.drainSeconds as a duration, defaulted.
+func (p *ProxyPool) DrainTimeout() time.Duration {
+	return time.Duration(deref(p.Spec.DrainSeconds, DefaultPoolDrainSeconds)) * time.Second
+}
+
+// MaxAge is spec.maxAge, 0 when unset (Proxies are kept however old).
+func (p *ProxyPool) MaxAge() time.Duration {
+	if p.Spec.MaxAge == nil {
+		return 0
+	}
+	return p.Spec.MaxAge.Duration
+}
+
+// SelectorLabels are the labels every Proxy of the pool carries and the
+// pool selects them by.
+func (p *ProxyPool) SelectorLabels() labels.Set {
+	return labels.Set{LabelPool: p.Name}
+}
+
+// Selector is SelectorLabels serialized, as status.selector holds it.
+func (p *ProxyPool) Selector() string { return p.SelectorLabels().String() }
+
+// Min is minReplicas, defaulted.
+func (a *PoolAutoscaling) Min() int32 { return deref(a.MinReplicas, DefaultAutoscalingMinReplicas) }
+
+// Target is targetLeasesPerProxy, defaulted (and never below 1, so it can
+// divide).
+func (a *PoolAutoscaling) Target() int32 {
+	if a.TargetLeasesPerProxy < 1 {
+		return DefaultTargetLeasesPerProxy
+	}
+	return a.TargetLeasesPerProxy
+}
+
+// ScaleDownDelay is scaleDownDelaySeconds as a duration, defaulted.
+func (a *PoolAutoscaling) ScaleDownDelay() time.Duration {
+	return time.Duration(deref(a.ScaleDownDelaySeconds, DefaultScaleDownDelaySeconds)) * time.Second
+}
+
+// DrainingSince reports whether the proxyfleet.io/draining annotation is set
+// and since when. A value that is no RFC 3339 time still drains (the lease
+// API honours the annotation's presence) and counts as draining since the
+// zero time, so a pool deletes it without waiting.
+func (p *Proxy) DrainingSince() (time.Time, bool) {
+	v, ok := p.Annotations[AnnotationDraining]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, true
+	}
+	return t, true
+}
+
+// IsDraining reports whether the Proxy is out of the lease API because the
+// proxyfleet.io/draining annotation is set.
+func (p *Proxy) IsDraining() bool {
+	_, ok := p.Annotations[AnnotationDraining]
+	return ok
+}
+
+func deref(v *int32, def int32) int32 {
+	if v == nil {
+		return def
+	}
+	return *v
+}

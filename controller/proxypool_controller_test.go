@@ -1,0 +1,473 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/scale"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// healthyByDefault is the health source of pool tests: every Proxy the pool
+// creates (under a generated name) turns Healthy comingUpFor after the
+// engine is first asked about it (no verdict until then, as for a real
+// Proxy coming up), unless the test set a verdict for it with set.
+type healthyByDefault struct {
+	fakeHealth
+	comingUpFor time.Duration
+
+	seenMu sync.Mutex
+	seen   map[types.NamespacedName]time.Time
+}
+
+func (h *healthyByDefault) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
+	if s, ok := h.fakeHealth.Snapshot(key); ok {
+		return s, true
+	}
+	h.seenMu.Lock()
+	defer h.seenMu.Unlock()
+	if h.seen == nil {
+		h.seen = map[types.NamespacedName]time.Time{}
+	}
+	first, ok := h.seen[key]
+	if !ok {
+		first = time.Now()
+		h.seen[key] = first
+	}
+	if time.Since(first) < h.comingUpFor {
+		return HealthSnapshot{NoVerdict: true}, true
+	}
+	return HealthSnapshot{Healthy: true, Message: "probe ok", LatencyMillis: 1, CheckedAt: time.Now()}, true
+}
+
+// poolHarness is the Proxy reconciler (fake provider, test health) plus the
+// ProxyPool reconciler and the real lease API on one manager.
+type poolHarness struct {
+	*harness
+	health *healthyByDefault
+	api    *leaseapi.API
+	leases *pool.Client
+	scales scale.ScalesGetter
+}
+
+// poolSetup tunes a pool harness.
+type poolSetup struct {
+	store    pool.StoreOptions
+	noLeases bool          // no lease API: the pool sees no leases
+	comingUp time.Duration // how long a new Proxy has no health verdict
+}
+
+func startPool(t *testing.T, o poolSetup) *poolHarness {
+	t.Helper()
+	ph := &poolHarness{health: &healthyByDefault{comingUpFor: o.comingUp}}
+	var err error
+	if ph.scales, err = env.ScaleClient(); err != nil {
+		t.Fatal(err)
+	}
+	ph.harness = start(t, setup{
+		health: ph.health,
+		onManager: func(h *harness, mgr manager.Manager) {
+			pr := &ProxyPoolReconciler{
+				Intervals:          PoolIntervals{DrainPoll: 50 * time.Millisecond, Autoscale: 100 * time.Millisecond},
+				SkipNameValidation: true,
+			}
+			if !o.noLeases {
+				api, err := leaseapi.Setup(mgr, leaseapi.Options{Listen: "127.0.0.1:0", Store: o.store, Logger: mgr.GetLogger()})
+				if err != nil {
+					t.Fatalf("lease API: %v", err)
+				}
+				ph.api = api
+				pr.Leases = api
+				if ph.leases, err = pool.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pr.SetupWithManager(mgr); err != nil {
+				t.Fatalf("ProxyPool SetupWithManager: %v", err)
+			}
+		},
+	})
+	return ph
+}
+
+// newPool is a pool of Managed Proxies on the fake provider with attributes
+// pool=<name>, which lease selectors in these tests match.
+func (ph *poolHarness) newPool(name string, replicas int32, edit func(p *v1alpha1.ProxyPool)) *v1alpha1.ProxyPool {
+	ph.t.Helper()
+	p := &v1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ph.ns},
+		Spec: v1alpha1.ProxyPoolSpec{
+			Replicas: &replicas,
+			Template: v1alpha1.ProxyTemplate{
+				Metadata: v1alpha1.ProxyTemplateMeta{Labels: map[string]string{"team": "crawl"}},
+				Spec:     ph.managed("unused").Spec,
+			},
+		},
+	}
+	p.Spec.Template.Spec.Attributes = map[string]string{"pool": name, "region": "eu"}
+	if edit != nil {
+		edit(p)
+	}
+	ph.create(p)
+	return p
+}
+
+// getPool reads a pool from the API server.
+func (ph *poolHarness) getPool(name string) *v1alpha1.ProxyPool {
+	ph.t.Helper()
+	var p v1alpha1.ProxyPool
+	if err := env.Client.Get(ph.ctx(), types.NamespacedName{Namespace: ph.ns, Name: name}, &p); err != nil {
+		ph.t.Fatalf("get pool %s: %v", name, err)
+	}
+	return &p
+}
+
+// proxies lists the pool's Proxies (by label) from the API server, sorted by name.
+func (ph *poolHarness) proxies(poolName string) []v1alpha1.Proxy {
+	ph.t.Helper()
+	var list v1alpha1.ProxyList
+	if err := env.Client.List(ph.ctx(), &list, client.InNamespace(ph.ns), client.MatchingLabels{v1alpha1.LabelPool: poolName}); err != nil {
+		ph.t.Fatalf("list Proxies: %v", err)
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.Proxy) int { return strings.Compare(a.Name, b.Name) })
+	return list.Items
+}
+
+// live is the pool's Proxies neither draining nor being deleted.
+func live(ps []v1alpha1.Proxy) []v1alpha1.Proxy {
+	var out []v1alpha1.Proxy
+	for _, p := range ps {
+		if p.DeletionTimestamp.IsZero() && !p.IsDraining() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func readyCount(ps []v1alpha1.Proxy) int {
+	n := 0
+	for _, p := range live(ps) {
+		if p.IsHealthy() {
+			n++
+		}
+	}
+	return n
+}
+
+func proxyNames(ps []v1alpha1.Proxy) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// waitPool waits until the pool's Proxies and status satisfy cond.
+func (ph *poolHarness) waitPool(name, what string, cond func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool) (*v1alpha1.ProxyPool, []v1alpha1.Proxy) {
+	ph.t.Helper()
+	var p *v1alpha1.ProxyPool
+	var ps []v1alpha1.Proxy
+	ph.eventually(name+": "+what, func() (bool, string) {
+		p, ps = ph.getPool(name), ph.proxies(name)
+		return cond(p, ps), describePool(p, ps)
+	})
+	return p, ps
+}
+
+// settled: spec.replicas Proxies, all Ready, nothing draining, status caught up.
+func settled(want int) func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+	return func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		return len(ps) == want && readyCount(ps) == want && p.Status.ReadyReplicas == int32(want) &&
+			p.Status.Replicas == int32(want) && p.Status.ObservedGeneration == p.Generation
+	}
+}
+
+func describePool(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "spec.replicas=%d status=%+v proxies:", p.Replicas(), p.Status)
+	for _, px := range ps {
+		fmt.Fprintf(&b, " [%s healthy=%v draining=%v deleting=%v hash=%s]", px.Name, px.IsHealthy(), px.IsDraining(),
+			!px.DeletionTimestamp.IsZero(), px.Labels[v1alpha1.LabelPoolTemplateHash])
+	}
+	return b.String()
+}
+
+// scaleTo is kubectl scale pxp/<name> --replicas=n, through the Scale client.
+func (ph *poolHarness) scaleTo(name string, n int32) {
+	ph.t.Helper()
+	gr := schema.GroupResource{Group: v1alpha1.Group, Resource: "proxypools"}
+	ph.eventually(fmt.Sprintf("scale %s to %d", name, n), func() (bool, string) {
+		s, err := ph.scales.Scales(ph.ns).Get(ph.ctx(), gr, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s.Spec.Replicas = n
+		if _, err := ph.scales.Scales(ph.ns).Update(ph.ctx(), gr, s, metav1.UpdateOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// lease acquires a lease pinned to one Proxy through the real lease API.
+func (ph *poolHarness) lease(px *v1alpha1.Proxy) pool.Lease {
+	ph.t.Helper()
+	var l pool.Lease
+	ph.eventually("lease on "+px.Name, func() (bool, string) {
+		var err error
+		l, err = ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name, TTL: 10 * time.Minute})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return l
+}
+
+func TestProxyPoolCreatesOwnedProxiesFromTheTemplate(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	p := ph.newPool("eu", 3, nil)
+	got, ps := ph.waitPool("eu", "3 Ready Proxies", settled(3))
+
+	for _, px := range ps {
+		if !strings.HasPrefix(px.Name, "eu-") {
+			t.Errorf("Proxy %s is not named <pool>-<suffix>", px.Name)
+		}
+		ref := metav1.GetControllerOf(&px)
+		if ref == nil || ref.UID != p.UID || ref.Kind != "ProxyPool" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+			t.Errorf("Proxy %s owner reference = %+v, want the pool as controller, blocking owner deletion", px.Name, ref)
+		}
+		if px.Labels[v1alpha1.LabelPool] != "eu" || px.Labels["team"] != "crawl" || px.Labels[v1alpha1.LabelPoolTemplateHash] == "" {
+			t.Errorf("Proxy %s labels = %v, want the pool's, the template's and the template hash", px.Name, px.Labels)
+		}
+		if px.Spec.Attributes["region"] != "eu" || px.Spec.Provider != fakeName {
+			t.Errorf("Proxy %s spec = %+v, want the template's", px.Name, px.Spec)
+		}
+	}
+	if got.Status.Selector != v1alpha1.LabelPool+"=eu" || got.Status.DesiredReplicas != 3 ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Errorf("status = %+v, want selector, desired 3 and Ready", got.Status)
+	}
+	if n := ph.fake.count(providers.OpCreate); n != 3 {
+		t.Errorf("provider creates = %d, want 3 (one instance per Proxy)", n)
+	}
+}
+
+func TestProxyPoolScalesThroughTheScaleSubresourceInRemovalOrder(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	ph.newPool("eu", 2, func(p *v1alpha1.ProxyPool) { p.Spec.DrainSeconds = ptr32(600) })
+	ph.waitPool("eu", "2 Ready", settled(2))
+
+	ph.scaleTo("eu", 5)
+	_, ps := ph.waitPool("eu", "5 Ready after scaling up", settled(5))
+
+	// One Proxy unhealthy, one holding a lease, three idle: scaling to 2
+	// removes the unhealthy one, then the oldest idle ones.
+	sick, leased := ps[0], ps[1]
+	ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick.Name}, HealthSnapshot{Healthy: false, Message: "probe failed", CheckedAt: time.Now()})
+	ph.waitProxy(sick.Name, "unhealthy", func(p *v1alpha1.Proxy) bool { return unhealthy(p) })
+	ph.lease(&leased)
+	idle := slices.DeleteFunc(slices.Clone(ps), func(p v1alpha1.Proxy) bool { return p.Name == sick.Name || p.Name == leased.Name })
+	slices.SortStableFunc(idle, func(a, b v1alpha1.Proxy) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	// Creation times have a one-second resolution, so among idle Proxies
+	// created in the same second the name decides; mirror removalRank.
+	slices.SortStableFunc(idle, func(a, b v1alpha1.Proxy) int {
+		return removalRank(poolMember{Name: a.Name, Created: a.CreationTimestamp.Time, Ready: true, Updated: true},
+			poolMember{Name: b.Name, Created: b.CreationTimestamp.Time, Ready: true, Updated: true})
+	})
+	wantRemoved := []string{sick.Name, idle[0].Name, idle[1].Name}
+	wantKept := []string{leased.Name, idle[2].Name}
+	slices.Sort(wantKept)
+
+	ph.scaleTo("eu", 2)
+	_, ps = ph.waitPool("eu", "2 left", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		return len(ps) == 2 && p.Status.Replicas == 2
+	})
+	if got := proxyNames(ps); !slices.Equal(got, wantKept) {
+		t.Errorf("kept %v, want %v (removed should be %v: unhealthy, then unleased oldest)", got, wantKept, wantRemoved)
+	}
+}
+
+func TestProxyPoolDrainsALeasedProxyBeforeDeletingIt(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	ph.newPool("eu", 1, func(p *v1alpha1.ProxyPool) { p.Spec.DrainSeconds = ptr32(600) })
+	_, ps := ph.waitPool("eu", "1 Ready", settled(1))
+	px := ps[0]
+	l := ph.lease(&px)
+
+	ph.scaleTo("eu", 0)
+	ph.waitProxy(px.Name, "draining", func(p *v1alpha1.Proxy) bool { return p.IsDraining() })
+	// New leases go elsewhere (here: nowhere), the held one runs on.
+	ph.eventually("the lease API stops offering the draining Proxy", func() (bool, string) {
+		_, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name})
+		var nm *pool.NoMatchError
+		return errors.As(err, &nm), fmt.Sprint(err)
+	})
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := ph.get(px.Name); err != nil {
+			t.Fatalf("Proxy %s deleted while its lease was held and drainSeconds (600) not up: %v", px.Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := ph.getPool("eu"); got.Status.DrainingReplicas != 1 || got.Status.Replicas != 0 {
+		t.Errorf("status = %+v, want 1 draining, 0 replicas", got.Status)
+	}
+
+	if err := ph.leases.Release(ph.ctx(), l.ID); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	ph.waitGone(px.Name)
+	if !slices.Contains(ph.fake.ops(), providers.OpDelete) {
+		t.Errorf("the instance was not deleted with the Proxy: %s", ph.fake)
+	}
+}
+
+func TestProxyPoolDeletesADrainingProxyWhenDrainSecondsAreUp(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	ph.newPool("eu", 1, func(p *v1alpha1.ProxyPool) { p.Spec.DrainSeconds = ptr32(1) })
+	_, ps := ph.waitPool("eu", "1 Ready", settled(1))
+	px := ps[0]
+	ph.lease(&px) // held, never released
+	ph.scaleTo("eu", 0)
+	drained := ph.waitProxy(px.Name, "draining", func(p *v1alpha1.Proxy) bool { return p.IsDraining() })
+	since, _ := drained.DrainingSince()
+	ph.waitGone(px.Name)
+	if held := time.Since(since); held < time.Second {
+		t.Errorf("deleted %s after draining, before drainSeconds (1s) were up", held)
+	}
+}
+
+// watchInvariant samples the pool's Proxies until the test ends, failing it
+// when check reports a violation.
+func (ph *poolHarness) watchInvariant(name string, check func(ps []v1alpha1.Proxy) string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			var list v1alpha1.ProxyList
+			if err := env.Client.List(ctx, &list, client.InNamespace(ph.ns), client.MatchingLabels{v1alpha1.LabelPool: name}); err == nil {
+				if why := check(list.Items); why != "" {
+					ph.t.Errorf("invariant broken: %s; %s", why, describePool(&v1alpha1.ProxyPool{}, list.Items))
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+func TestProxyPoolRollsATemplateChangeWithinSurgeAndUnavailable(t *testing.T) {
+	tests := []struct {
+		name              string
+		surge, unav       int32
+		maxLive, minReady int
+	}{
+		{"surge 1, unavailable 0: a replacement Ready before an old one drains", 1, 0, 4, 3},
+		{"surge 0, unavailable 1: one old one out at a time", 0, 1, 3, 2},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Replacements come up slowly, so the rollout has steps to watch.
+			ph := startPool(t, poolSetup{comingUp: 300 * time.Millisecond})
+			name := fmt.Sprintf("roll-%d", i)
+			ph.newPool(name, 3, func(p *v1alpha1.ProxyPool) { p.Spec.MaxSurge, p.Spec.MaxUnavailable = ptr32(tc.surge), ptr32(tc.unav) })
+			_, before := ph.waitPool(name, "3 Ready", settled(3))
+			oldHash := before[0].Labels[v1alpha1.LabelPoolTemplateHash]
+
+			stop := ph.watchInvariant(name, func(ps []v1alpha1.Proxy) string {
+				if n := len(live(ps)); n > tc.maxLive {
+					return fmt.Sprintf("%d Proxies in service or coming up, above replicas+maxSurge %d", n, tc.maxLive)
+				}
+				if n := readyCount(ps); n < tc.minReady {
+					return fmt.Sprintf("%d Ready, below replicas-maxUnavailable %d", n, tc.minReady)
+				}
+				return ""
+			})
+			defer stop()
+			p := ph.getPool(name)
+			p.Spec.Template.Spec.Attributes["region"] = "eu-west"
+			if err := env.Client.Update(ph.ctx(), p); err != nil {
+				t.Fatalf("template change: %v", err)
+			}
+			_, after := ph.waitPool(name, "rolled to the new template", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+				if !settled(3)(p, ps) || p.Status.UpdatedReplicas != 3 {
+					return false
+				}
+				for _, px := range ps {
+					if px.Labels[v1alpha1.LabelPoolTemplateHash] == oldHash || px.Spec.Attributes["region"] != "eu-west" {
+						return false
+					}
+				}
+				return true
+			})
+			for _, old := range before {
+				if slices.Contains(proxyNames(after), old.Name) {
+					t.Errorf("old Proxy %s survived the rollout", old.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestProxyPoolReplacesProxiesPastMaxAge(t *testing.T) {
+	ph := startPool(t, poolSetup{comingUp: 300 * time.Millisecond})
+	ph.newPool("fresh", 2, func(p *v1alpha1.ProxyPool) { p.Spec.MaxAge = &metav1.Duration{Duration: 3 * time.Second} })
+	_, first := ph.waitPool("fresh", "2 Ready", settled(2))
+	stop := ph.watchInvariant("fresh", func(ps []v1alpha1.Proxy) string {
+		if n := readyCount(ps); n < 2 && len(ps) >= 2 {
+			return fmt.Sprintf("%d Ready during the maxAge replacement, want 2 (maxSurge 1 replaces surge-first)", n)
+		}
+		return ""
+	})
+	defer stop()
+	ph.waitPool("fresh", "both replaced by younger Proxies", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		if !settled(2)(p, ps) {
+			return false
+		}
+		for _, px := range ps {
+			if slices.Contains(proxyNames(first), px.Name) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestProxyPoolDeletionDeletesItsProxies(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	p := ph.newPool("gone", 2, nil)
+	_, ps := ph.waitPool("gone", "2 Ready", settled(2))
+	if err := env.Client.Delete(ph.ctx(), p); err != nil {
+		t.Fatalf("delete pool: %v", err)
+	}
+	for _, px := range ps {
+		ph.waitGone(px.Name)
+	}
+	ph.eventually("pool gone", func() (bool, string) {
+		err := env.Client.Get(ph.ctx(), client.ObjectKeyFromObject(p), &v1alpha1.ProxyPool{})
+		return client.IgnoreNotFound(err) == nil && err != nil, fmt.Sprint(err)
+	})
+	if n := ph.fake.count(providers.OpDelete); n < 2 {
+		t.Errorf("provider deletes = %d, want one per Proxy (the Proxies' finalizers were honoured)", n)
+	}
+}
+
+func ptr32(v int32) *int32 { return &v }

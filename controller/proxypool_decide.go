@@ -1,0 +1,238 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+)
+
+// poolMember is one Proxy of a pool as the pool's decisions see it: in
+// service or coming up, neither draining nor being deleted.
+type poolMember struct {
+	// Name is the Proxy's name.
+	Name string
+	// Created is the Proxy's creation time (age, maxAge, the oldest-first rule).
+	Created time.Time
+	// Ready: Healthy, so the lease API offers it.
+	Ready bool
+	// Unhealthy: a verdict (or a provider failure) says it does not work,
+	// as opposed to not having a verdict yet.
+	Unhealthy bool
+	// Updated: made from the current template and younger than maxAge.
+	Updated bool
+	// Leases is how many active leases the lease store holds on it.
+	Leases int
+}
+
+// removalRank orders Proxies for removal: the first is removed first.
+// Unhealthy ones go first, then those not Ready yet, then Proxies of an old
+// template or past maxAge, then those with fewer active leases (none first),
+// then the oldest.
+func removalRank(a, b poolMember) int {
+	rank := func(m poolMember) int {
+		switch {
+		case m.Unhealthy:
+			return 0
+		case !m.Ready:
+			return 1
+		}
+		return 2
+	}
+	upd := func(m poolMember) int {
+		if m.Updated {
+			return 1
+		}
+		return 0
+	}
+	return cmp.Or(
+		cmp.Compare(rank(a), rank(b)),
+		cmp.Compare(upd(a), upd(b)),
+		cmp.Compare(a.Leases, b.Leases),
+		a.Created.Compare(b.Created),
+		cmp.Compare(a.Name, b.Name),
+	)
+}
+
+// removalOrder returns ms sorted by removalRank, leaving ms as it is.
+func removalOrder(ms []poolMember) []poolMember {
+	out := slices.Clone(ms)
+	slices.SortStableFunc(out, removalRank)
+	return out
+}
+
+// poolPlan is what one pass does to a pool's Proxies.
+type poolPlan struct {
+	// Create is how many Proxies to create from the current template.
+	Create int
+	// Drain names the Proxies to start draining, in removal order.
+	Drain []string
+}
+
+// planPool decides one step towards replicas Proxies, all Updated, from the
+// members in service or coming up (draining ones are already on their way
+// out and not passed in). The rules, in the manner of a Deployment:
+//
+//   - Updated Proxies beyond replicas are drained (plain scale-down), in
+//     removal order.
+//   - Old Proxies (another template, or past maxAge) that are not Ready are
+//     drained at once: they carry no capacity.
+//   - A Ready old Proxy is drained only while the Ready count stays at or
+//     above a floor: replicas when maxSurge > 0 (surge first; an old Proxy
+//     goes only once a replacement is Ready), replicas − maxUnavailable when
+//     maxSurge is 0 (there is no room for a replacement first).
+//   - Updated Proxies are created up to replicas, and while old ones remain
+//     the total stays within replicas + maxSurge.
+func planPool(replicas, maxSurge, maxUnavailable int, members []poolMember) poolPlan {
+	var plan poolPlan
+	var cur, old []poolMember
+	for _, m := range members {
+		if m.Updated {
+			cur = append(cur, m)
+		} else {
+			old = append(old, m)
+		}
+	}
+	cur, old = removalOrder(cur), removalOrder(old)
+	if extra := len(cur) - replicas; extra > 0 {
+		for _, m := range cur[:extra] {
+			plan.Drain = append(plan.Drain, m.Name)
+		}
+		cur = cur[extra:]
+	}
+	ready := 0
+	for _, m := range slices.Concat(cur, old) {
+		if m.Ready {
+			ready++
+		}
+	}
+	floor := replicas
+	if maxSurge == 0 {
+		floor = replicas - maxUnavailable
+	}
+	floor = max(floor, 0)
+	oldLeft := len(old)
+	for _, m := range old {
+		if m.Ready {
+			if ready-1 < floor {
+				break // the rest are Ready too (removal order puts not-Ready first)
+			}
+			ready--
+		}
+		plan.Drain = append(plan.Drain, m.Name)
+		oldLeft--
+	}
+	want := replicas - len(cur)
+	if oldLeft > 0 {
+		want = min(want, replicas+maxSurge-len(cur)-oldLeft)
+	}
+	plan.Create = max(want, 0)
+	return plan
+}
+
+// drainDone reports whether a draining Proxy may be deleted now: its
+// leases ended and the lease store no longer offers it (the drain reached
+// the store, so no lease can be granted between the check and the delete),
+// or its drain time is up.
+func drainDone(leases int, offered bool, since time.Time, timeout time.Duration, now time.Time) bool {
+	if !now.Before(since.Add(timeout)) {
+		return true
+	}
+	return leases == 0 && !offered
+}
+
+// autoscaleInput is what the autoscaler decides from.
+type autoscaleInput struct {
+	// Current is spec.replicas.
+	Current int32
+	// Min, Max and Target are spec.autoscaling's, defaulted.
+	Min, Max, Target int32
+	// ScaleDownDelay is spec.autoscaling.scaleDownDelaySeconds.
+	ScaleDownDelay time.Duration
+	// ActiveLeases counts the active leases on the pool's Proxies, draining
+	// ones included (that demand has to go somewhere).
+	ActiveLeases int
+	// LastRefusal is the latest refused (409) lease request the pool would
+	// have matched, within the refusal window; zero when none.
+	LastRefusal time.Time
+	// LastScaleTime is when the autoscaler last changed replicas; zero when never.
+	LastScaleTime time.Time
+	// ComingUp counts the pool's Proxies without a health verdict yet: a
+	// refusal-driven step waits until the previous one has landed.
+	ComingUp int
+	// ScaleDownSince is when a smaller size was first computed; zero when not.
+	ScaleDownSince time.Time
+	// Now is the decision time.
+	Now time.Time
+}
+
+// autoscaleDecision is the autoscaler's verdict, with the words for the
+// conditions.
+type autoscaleDecision struct {
+	// Replicas is the size to set; Current when nothing changes.
+	Replicas int32
+	// ScaleDownSince is the new status.scaleDownSince (zero: clear it).
+	ScaleDownSince time.Time
+	// Reason and Message are for AbleToScale.
+	Reason, Message string
+	// Limited says the computed size was clamped; LimitReason and
+	// LimitMessage are for ScalingLimited.
+	Limited                   bool
+	LimitReason, LimitMessage string
+}
+
+// decideAutoscale computes the pool's size from its leases: ⌈active leases ÷
+// target⌉, or one more than now when a matching request was refused after
+// the last change and nothing is still coming up, clamped to [min, max].
+// A larger size applies at once; a smaller one only after it has been
+// computed for ScaleDownDelay without interruption.
+func decideAutoscale(in autoscaleInput) autoscaleDecision {
+	byLeases := int32((in.ActiveLeases + int(in.Target) - 1) / int(in.Target))
+	want := byLeases
+	why := fmt.Sprintf("%d active leases at a target of %d per Proxy need %d", in.ActiveLeases, in.Target, byLeases)
+	refused := !in.LastRefusal.IsZero() && in.LastRefusal.After(in.LastScaleTime)
+	switch {
+	case refused && in.ComingUp > 0:
+		why += fmt.Sprintf("; lease requests were refused, but %d Proxies are still coming up", in.ComingUp)
+	case refused && in.Current+1 > want:
+		want = in.Current + 1
+		why += fmt.Sprintf("; lease requests matching the pool were refused (last at %s), so one more than %d",
+			in.LastRefusal.UTC().Format(time.RFC3339), in.Current)
+	}
+	d := autoscaleDecision{LimitReason: v1alpha1.ReasonDesiredWithinRange, LimitMessage: "the computed size is within [minReplicas, maxReplicas]"}
+	switch {
+	case want > in.Max:
+		d.Limited, d.LimitReason = true, v1alpha1.ReasonTooManyReplicas
+		d.LimitMessage = fmt.Sprintf("the computed size %d is above maxReplicas %d", want, in.Max)
+		want = in.Max
+	case want < in.Min:
+		d.Limited, d.LimitReason = true, v1alpha1.ReasonTooFewReplicas
+		d.LimitMessage = fmt.Sprintf("the computed size %d is below minReplicas %d", want, in.Min)
+		want = in.Min
+	}
+	switch {
+	case want > in.Current || in.Current > in.Max:
+		// Up at once; a size above maxReplicas (set by hand) comes down at once too.
+		d.Replicas, d.Reason = want, v1alpha1.ReasonSucceededRescale
+		d.Message = fmt.Sprintf("set replicas from %d to %d: %s", in.Current, want, why)
+	case want == in.Current:
+		d.Replicas, d.Reason = in.Current, v1alpha1.ReasonReadyForNewScale
+		d.Message = fmt.Sprintf("replicas %d is right: %s", in.Current, why)
+	default:
+		since := in.ScaleDownSince
+		if since.IsZero() {
+			since = in.Now
+		}
+		if until := since.Add(in.ScaleDownDelay); in.Now.Before(until) {
+			d.Replicas, d.Reason, d.ScaleDownSince = in.Current, v1alpha1.ReasonScaleDownDelayed, since
+			d.Message = fmt.Sprintf("holding replicas at %d until %s, then %d unless demand returns: %s",
+				in.Current, until.UTC().Format(time.RFC3339), want, why)
+			break
+		}
+		d.Replicas, d.Reason = want, v1alpha1.ReasonSucceededRescale
+		d.Message = fmt.Sprintf("set replicas from %d to %d after %s below it: %s", in.Current, want, in.ScaleDownDelay, why)
+	}
+	return d
+}
