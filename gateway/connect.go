@@ -34,6 +34,10 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		g.finish(ctx, rq, err)
 		return
 	}
+	if g.mitm != nil && g.mitm.wanted(r, host) {
+		g.serveMITM(w, r, p, hostport, host, port, start)
+		return
+	}
 	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
 	up, early, err := g.openTunnel(ctx, rq, hostport, host, port, addrs)
 	if err != nil {
@@ -61,10 +65,11 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 	_ = conn.SetDeadline(time.Time{})
 
 	h := rq.h
-	head := make([]byte, 0, 96+len(rq.member)+len(h.id))
+	head := make([]byte, 0, 128+len(rq.member)+len(h.id))
 	head = append(head, "HTTP/1.1 200 Connection established\r\n"...)
 	head = appendHeader(head, HeaderProxy, rq.member)
 	head = appendHeader(head, HeaderLease, h.id)
+	head = appendHeader(head, HeaderAttempts, attemptsValue(rq.attempts)[0])
 	head = append(head, "\r\n"...)
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {

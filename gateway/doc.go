@@ -32,8 +32,19 @@
 //     (wss:// works through CONNECT).
 //   - Answers the gateway produces itself carry X-Proxyfleet-Reason:
 //     auth, bad_params, bad_request, private_target, loop, dns,
-//     target_unreachable, no_member, pool_unreachable, pool_error,
-//     upstream_failed, timeout, shutting_down, internal.
+//     target_unreachable, site_certificate, no_member, pool_unreachable,
+//     pool_error, upstream_failed, timeout, shutting_down, internal.
+//   - Relayed answers, the CONNECT 200 and the gateway's own answers after
+//     it tried a member carry X-Proxyfleet-Attempts: the members tried.
+//   - Answers are classified by Options.Classifier: its ban rules first
+//     (a body is read ahead, up to Options.BanBodyBytes, only when a rule
+//     needs it, and delivered unchanged), then its status lists.
+//   - With Options.MITM a CONNECT (not bypassed, no X-Proxyfleet-Mitm:
+//     off) is answered by the gateway itself, the client's TLS terminated
+//     with a leaf for the CONNECT's host (CA.leafFor: cached, minted once
+//     under concurrency), and each HTTP/1.1 request inside is served by a
+//     second net/http server through forward, the plain-HTTP path; the
+//     site's certificate is verified against Options.SiteRoots.
 //   - Recorder.Request is called once per plain request when its answer
 //     head is written, and once per CONNECT when the tunnel is up (its
 //     duration is the setup time); tunnel bytes are recorded when it ends.

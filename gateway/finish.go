@@ -27,11 +27,33 @@ type request struct {
 	member string
 	// nameHdr is member's X-Proxyfleet-Proxy value.
 	nameHdr []string
+	// attempts counts the members the request was sent through (or a
+	// tunnel dialled through): X-Proxyfleet-Attempts.
+	attempts int
 }
 
-// use makes h the request's lease.
+// use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
 	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.nameHdr
+	rq.attempts++
+}
+
+// attemptsValues are the X-Proxyfleet-Attempts values of the common
+// counts, shared so an answer's header costs no allocation.
+var attemptsValues = func() [][]string {
+	v := make([][]string, 9)
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()
+
+// attemptsValue is the X-Proxyfleet-Attempts header value for n.
+func attemptsValue(n int) []string {
+	if n >= 0 && n < len(attemptsValues) {
+		return attemptsValues[n]
+	}
+	return []string{strconv.Itoa(n)}
 }
 
 // finish ends a request the gateway answers itself, or that the client
@@ -58,6 +80,9 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		}
 		if rq.nameHdr != nil {
 			h[HeaderProxy] = rq.nameHdr
+		}
+		if rq.attempts > 0 {
+			h[HeaderAttempts] = attemptsValue(rq.attempts)
 		}
 		g.fail(rq.w, v.reason, err.Error())
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -64,6 +65,15 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 		g.finish(r.Context(), rq, err)
 		return
 	}
+	g.forward(rq, r, p, r.URL, host, port)
+}
+
+// forward is the request path every forwarded request shares, plain HTTP
+// and requests inside a MITM tunnel alike: check the target, lease, send
+// through the member with retries, classify, deliver. u is the absolute
+// URL to send (host and port already split from it).
+func (g *Gateway) forward(rq *request, r *http.Request, p *Params, u *url.URL, host string, port uint16) {
+	w, start := rq.w, rq.start
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -81,6 +91,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
 
 	out := r.WithContext(ctx)
+	out.URL = u
 	out.RequestURI = ""
 	out.Close = false
 	out.Header = forwardHeader(r.Header)
@@ -95,13 +106,13 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 	if res.IsBan() {
 		// The ban was reported and the lease let go; the client gets the
 		// site's answer.
-		if !g.deliver(w, r, resp, h, res, start) {
+		if !g.deliver(w, r, resp, h, res, rq.attempts, start) {
 			panic(http.ErrAbortHandler)
 		}
 		return
 	}
 	g.succeeded(ctx, &rq.lr, h)
-	ok := g.deliver(w, r, resp, h, res, start)
+	ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
 	g.done(ctx, h)
 	if !ok {
 		// The upstream broke off mid-body. Abort the client's answer so
@@ -118,7 +129,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 // request, with rq holding the lease still in use.
 func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
 	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
-	at := attempts{hostport: r.URL.Host}
+	at := attempts{hostport: out.URL.Host}
 	var next held // a lease taken for a retry after a ban
 	for attempt := 0; ; attempt++ {
 		h := next
@@ -137,6 +148,12 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		if err == nil && !h.mc.m.Direct() {
 			err = upstreamAnswer(resp)
 		}
+		var ans rotation.Answer
+		if err == nil {
+			// Read under the request deadline: a site that trickles its
+			// challenge page cannot hold the request past it.
+			ans, err = g.readAnswer(r, resp)
+		}
 		if err == nil && !deadline.Stop() {
 			// The timeout fired just as the head arrived; the body would be cut.
 			discard(resp)
@@ -148,8 +165,9 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 				return nil, held{}, "", errClientGone
 			case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 				return nil, held{}, "", &annotated{err: errRequestTimeout,
-					msg: "no answer from " + quote(r.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
+					msg: "no answer from " + quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
 			}
+			err = classifySiteTLS(err, h.mc, out.URL)
 			if h.mc.m.Direct() {
 				err = classifyDirect(err)
 			}
@@ -171,7 +189,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		// The site answered through this member, whatever it said.
 		g.reached(ctx, rq.member, rq.lr.target, at.fails)
 		at.fails = nil
-		res := g.classifier.Classify(resp.StatusCode)
+		res := g.classifier.ClassifyAnswer(ans)
 		if !res.IsBan() {
 			return resp, h, res, nil
 		}
@@ -197,7 +215,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 
 // deliver streams resp to the client with the gateway's headers added. It
 // returns false when the upstream broke off mid-body.
-func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, start time.Time) bool {
+func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
 	defer resp.Body.Close()
 	name := h.mc.m.Name
 	dst := w.Header()
@@ -209,6 +227,7 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 	}
 	dst[HeaderProxy] = h.mc.nameHdr
 	dst[HeaderLease] = []string{h.id}
+	dst[HeaderAttempts] = attemptsValue(attempts)
 	w.WriteHeader(resp.StatusCode)
 	g.rec.Request(name, outcomeOf(res), time.Since(start))
 	if r.ContentLength > 0 {

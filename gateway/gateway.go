@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"maps"
@@ -113,6 +114,14 @@ type Options struct {
 	// is out for every site (defaults 3 and 1m).
 	BrokenMemberSites  int
 	BrokenMemberWindow time.Duration
+	// BanBodyBytes is how much of a body ban rules search (read ahead only
+	// when a rule needs it); 0 is rotation.DefaultBanBodyBytes.
+	BanBodyBytes int
+	// SiteRoots verify sites' certificates on the gateway's own TLS to them
+	// (MITM'd tunnels and https:// absolute URIs); nil is the system roots.
+	SiteRoots *x509.CertPool
+	// MITM, when set, intercepts CONNECT tunnels: see MITMOptions.
+	MITM *MITMOptions
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -131,6 +140,9 @@ type Gateway struct {
 	requestTimeout time.Duration
 	rec            Recorder
 	log            *slog.Logger
+	banBodyBytes   int
+	siteRoots      *x509.CertPool
+	mitm           *mitm // nil: CONNECT is always a plain tunnel
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
@@ -189,6 +201,12 @@ func New(o Options) (*Gateway, error) {
 	if o.AffinityEntries == 0 {
 		o.AffinityEntries = DefaultAffinityEntries
 	}
+	if o.BanBodyBytes < 0 {
+		return nil, errors.New("gateway: Options.BanBodyBytes is negative")
+	}
+	if o.BanBodyBytes == 0 {
+		o.BanBodyBytes = rotation.DefaultBanBodyBytes
+	}
 	if o.Classifier.RateLimit == nil && o.Classifier.Ban == nil {
 		o.Classifier = rotation.DefaultClassifier()
 	}
@@ -224,6 +242,8 @@ func New(o Options) (*Gateway, error) {
 		requestTimeout: o.RequestTimeout,
 		rec:            o.Metrics,
 		log:            o.Logger,
+		banBodyBytes:   o.BanBodyBytes,
+		siteRoots:      o.SiteRoots,
 		aff:            aff,
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
@@ -234,6 +254,11 @@ func New(o Options) (*Gateway, error) {
 		IdleTimeout:       serverIdleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+	if o.MITM != nil {
+		if g.mitm, err = g.newMITM(o.MITM); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
@@ -263,6 +288,12 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	err := g.srv.Shutdown(ctx)
+	if g.mitm != nil {
+		// Requests inside intercepted tunnels drain like plain ones.
+		if merr := g.mitm.shutdown(ctx); err == nil {
+			err = merr
+		}
+	}
 	if err == nil {
 		err = g.tunnels.wait(ctx)
 	}

@@ -156,6 +156,12 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
+	if g.siteRoots != nil {
+		// The gateway's own TLS to sites (MITM'd tunnels, https:// URIs)
+		// verifies against these; an https:// member's certificate too
+		// when the transport reaches it, which classifySiteTLS tells apart.
+		tr.TLSClientConfig = &tls.Config{RootCAs: g.siteRoots, MinVersion: tls.VersionTLS12}
+	}
 	mc.transport = tr
 	if m.URL == nil {
 		if m.SourceAddr.IsValid() {

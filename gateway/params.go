@@ -30,6 +30,14 @@ const (
 	// HeaderLease is set on every answer (and the CONNECT 200): the lease ID
 	// a crawler can report on through the lease API.
 	HeaderLease = "X-Proxyfleet-Lease"
+	// HeaderAttempts is set on every relayed answer, on the CONNECT 200 and
+	// on the gateway's own answers after it tried members: how many members
+	// the request went through, so a crawler sees the retries it did not make.
+	HeaderAttempts = "X-Proxyfleet-Attempts"
+	// HeaderMITM on a CONNECT set to "off" keeps that tunnel a plain one
+	// when MITM is on (a pinned or mutual-TLS site); the gateway's own 200
+	// to a MITM'd CONNECT carries "on".
+	HeaderMITM = "X-Proxyfleet-Mitm"
 	// HeaderReason is set on answers the gateway itself produced (407, 403,
 	// 503, 502...): a short machine-readable cause.
 	HeaderReason = "X-Proxyfleet-Reason"

@@ -31,6 +31,7 @@ const (
 	ReasonDNS               = "dns"                // 502: the target's name does not resolve
 	ReasonTargetUnreachable = "target_unreachable" // 502: the site cannot be reached (the members say so)
 	ReasonUpstreamFailed    = "upstream_failed"    // 502: every member tried failed itself
+	ReasonSiteCertificate   = "site_certificate"   // 502: MITM or https:// URI: the site's certificate does not verify
 	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
 	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --pool-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
@@ -51,7 +52,7 @@ func answerFor(reason string) (status int, outcome string) {
 		return http.StatusProxyAuthRequired, OutcomeAuth
 	case ReasonBadParams:
 		return http.StatusProxyAuthRequired, OutcomeBadRequest
-	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed:
+	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
 		return http.StatusBadGateway, OutcomeUpstreamFailed
 	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError:
 		return http.StatusServiceUnavailable, OutcomeNoMember
@@ -137,9 +138,10 @@ func judge(err error) verdict {
 		return answer(faultReason(gu.last))
 	case errors.As(err, &ae):
 		if ae.firsthand && ae.f.Fault == rotation.FaultSite {
-			// A direct member dialled the site itself: another egress
-			// address would not help, and this one is fine.
-			return answer(ReasonTargetUnreachable)
+			// A direct member dialled the site itself, or the gateway
+			// verified the site's certificate itself: another member
+			// would not help, and this one is fine.
+			return answer(faultReason(ae))
 		}
 		v := answer(faultReason(ae))
 		v.report, v.retry = ae.f.Result(), true
@@ -178,6 +180,9 @@ func answer(reason string) verdict {
 // faultReason is the answer to a failed attempt that ends the request.
 func faultReason(ae *attemptError) string {
 	if ae != nil && ae.f.Fault == rotation.FaultSite {
+		if ae.f.Class == classCertificate {
+			return ReasonSiteCertificate
+		}
 		return ReasonTargetUnreachable
 	}
 	return ReasonUpstreamFailed

@@ -35,6 +35,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"a member's own failure is member-wide and retried", member, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"a direct member's own dial to a dead site ends it unreported", &attemptError{f: rotation.Site("connect"), err: errors.New("refused"), firsthand: true}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
+		{"a site certificate the gateway could not verify is 502 site_certificate, unreported, not retried", &attemptError{f: rotation.Site(classCertificate), err: errors.New("x509"), firsthand: true}, 502, ReasonSiteCertificate, OutcomeUpstreamFailed, "", false},
 		{"giving up after site answers is target_unreachable", &givenUp{last: site, msg: "m"}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
 		{"giving up after member failures is upstream_failed", &givenUp{last: member, msg: "m"}, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, "", false},
 		{"no usable member is 503 no_member", &pool.NoMatchError{Considered: 3}, 503, ReasonNoMember, OutcomeNoMember, "", false},
@@ -62,7 +63,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)

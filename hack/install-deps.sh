@@ -8,6 +8,10 @@ need=()
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
 # Headless Chromium loads pages through the gateway in the e2e tests.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# Real clients load pages through the MITM gateway in the e2e tests.
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then

@@ -16,6 +16,10 @@ type Classifier struct {
 	RateLimit []int
 	// Ban statuses cool {member, target} down for the default window.
 	Ban []int
+	// Rules are read before the status lists: the first matching rule
+	// decides, so a rule can also read a listed status differently (a 403
+	// without a challenge marker stays a ban through Ban).
+	Rules BanRules
 }
 
 // DefaultClassifier treats 429 as rate limiting and 403 as a ban.
@@ -38,6 +42,21 @@ func (c Classifier) Classify(status int) Result {
 		}
 	}
 	return ResultOK
+}
+
+// ClassifyAnswer reads a whole answer: the first ban rule that matches,
+// else the status lists (Classify).
+func (c Classifier) ClassifyAnswer(a Answer) Result {
+	if res, ok := c.Rules.Classify(a); ok {
+		return res
+	}
+	return c.Classify(a.Status)
+}
+
+// NeedsBody reports whether ClassifyAnswer needs the body of an answer
+// with this head (see BanRules.NeedsBody).
+func (c Classifier) NeedsBody(status int, h http.Header) bool {
+	return len(c.Rules) > 0 && c.Rules.NeedsBody(status, h)
 }
 
 // ParseStatusList parses a comma-separated list of HTTP statuses such as

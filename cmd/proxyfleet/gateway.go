@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 
+	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -34,6 +36,12 @@ const (
 	flagSiteFailureCooldown   = "site-failure-cooldown"
 	flagRateLimitStatus       = "rate-limit-status"
 	flagBanStatus             = "ban-status"
+	flagBanRule               = "ban-rule"
+	flagBanBodyBytes          = "ban-body-bytes"
+	flagMITMCACert            = "mitm-ca-cert"
+	flagMITMCAKey             = "mitm-ca-key"
+	flagMITMBypass            = "mitm-bypass"
+	flagUpstreamCAFile        = "upstream-ca-file"
 	flagRetries               = "retries"
 	flagMaxLeasesPerMember    = "max-leases-per-member"
 	flagAuthTokenFile         = "auth-token-file"
@@ -135,6 +143,12 @@ func gatewayFlags() []cli.Flag {
 		dur(flagSiteFailureCooldown, "10s", "how long an upstream rests for one target after answering that it cannot reach it (DNS, connect, access)"),
 		str(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
 		str(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
+		list(flagBanRule, "`RULE` read as a ban beyond the status lists: space-separated status=LIST header:NAME~REGEX body~REGEX action=rate_limited|banned, or preset=cloudflare-challenge|captcha|empty-200; repeatable"),
+		num(flagBanBodyBytes, 65536, "how much of a body --ban-rule body~ patterns search (read ahead only when a rule needs it)"),
+		path(flagMITMCACert, "CA certificate `FILE` (PEM): with --mitm-ca-key, intercept HTTPS so bans, rules and retries work inside CONNECT (proxyfleet mitm-ca init writes one)"),
+		path(flagMITMCAKey, "CA private key `FILE` (PEM) for --mitm-ca-cert"),
+		list(flagMITMBypass, "`HOST` (name, *.domain or IP) kept as a plain tunnel under MITM (pinned or mutual-TLS sites); repeatable"),
+		path(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		num(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		num(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
 		path(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
@@ -168,6 +182,9 @@ type gatewayConfig struct {
 	mode                rotation.Mode
 	store               pool.StoreOptions
 	classifier          rotation.Classifier
+	banBodyBytes        int
+	mitm                *gateway.MITMOptions // nil: MITM off
+	siteRoots           *x509.CertPool       // nil: the system roots
 	retries             int
 	tokens              []string
 	allowPrivateTargets bool
@@ -228,6 +245,15 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	if cfg.classifier.Ban, err = rotation.ParseStatusList(c.String(flagBanStatus)); err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagBanStatus, err)
+	}
+	if cfg.classifier.Rules, err = banRulesFrom(c); err != nil {
+		return nil, err
+	}
+	if cfg.banBodyBytes = c.Int(flagBanBodyBytes); cfg.banBodyBytes < 1 || cfg.banBodyBytes > 16<<20 {
+		return nil, fmt.Errorf("--%s %d: want 1 to %d", flagBanBodyBytes, cfg.banBodyBytes, 16<<20)
+	}
+	if cfg.siteRoots, err = siteRootsFrom(c); err != nil {
+		return nil, err
 	}
 	if cfg.retries = c.Int(flagRetries); cfg.retries < 0 {
 		return nil, fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
@@ -299,6 +325,10 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		cfg.logJSON = true
 	default:
 		return nil, fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
+	}
+	// Last: the CA is loaded only once everything else is known good.
+	if cfg.mitm, err = mitmFrom(c); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

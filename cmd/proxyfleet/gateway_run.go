@@ -32,6 +32,9 @@ import (
 func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stopSignals()
+	if cfg.mitm != nil {
+		defer cfg.mitm.CA.Close()
+	}
 	log := newLogger(stderr, cfg.logLevel, cfg.logJSON)
 
 	reg := prometheus.NewRegistry()
@@ -68,6 +71,9 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		Tokens:              cfg.tokens,
 		AllowPrivateTargets: cfg.allowPrivateTargets,
 		DialTimeout:         cfg.dialTimeout,
+		BanBodyBytes:        cfg.banBodyBytes,
+		SiteRoots:           cfg.siteRoots,
+		MITM:                cfg.mitm,
 		Metrics:             rec,
 		Logger:              log,
 	})
@@ -143,7 +149,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			"auth", len(cfg.tokens) > 0)
 	} else {
 		log.Info("gateway started", "listen", proxyLn.Addr().String(), "members", len(members), "rotation", string(cfg.mode),
-			"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil)
+			"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)
 	}
 
 	var runErr error

@@ -28,6 +28,7 @@ func newApp() *cli.App {
 		Commands: append(controllerCommands(),
 			leaseCommand(),
 			gatewayCommand(),
+			mitmCACommand(),
 			versionCommand(),
 		),
 	}

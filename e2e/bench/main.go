@@ -153,6 +153,12 @@ func run(cfg config) error {
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 
+	mitmRows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
+	if err != nil {
+		return err
+	}
+	rows = append(rows, mitmRows...)
+
 	fmt.Println("latency, sequential keep-alive requests ...")
 	p50d, p50c, p90d, p90c, err := latency(cfg, paths, plain.URL)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -62,6 +63,21 @@ type SeenRequest struct {
 type targetRule struct {
 	status  int
 	headers map[string]string
+	body    *string // replaces the answer's body when set
+	times   int     // path rules: how many more requests it answers (<0: every one)
+}
+
+// ClientHello is what a TLS Target saw of one client's handshake: the
+// fields a site fingerprints a client by (JA3/JA4 read these).
+type ClientHello struct {
+	Source            string
+	ServerName        string
+	CipherSuites      []uint16
+	Extensions        []uint16
+	SupportedCurves   []tls.CurveID
+	SupportedVersions []uint16
+	SignatureSchemes  []tls.SignatureScheme
+	ALPN              []string
 }
 
 // Target is a Go HTTP(S) server on a loopback address that answers with the
@@ -73,14 +89,17 @@ type Target struct {
 	scheme   string
 	srv      *http.Server
 	certPool *x509.CertPool
+	certPEM  []byte
 	pages    map[string]string
 
-	mu     sync.Mutex
-	rules  map[string]targetRule
-	counts map[string]int
-	recent []SeenRequest // ring of the last recentRequests
-	next   int
-	total  int
+	mu        sync.Mutex
+	rules     map[string]targetRule
+	pathRules map[string]*targetRule
+	hellos    []ClientHello
+	counts    map[string]int
+	recent    []SeenRequest // ring of the last recentRequests
+	next      int
+	total     int
 }
 
 // StartTarget starts a plain-HTTP Target, closed at test cleanup.
@@ -120,13 +139,14 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 		return nil, err
 	}
 	tg := &Target{
-		host:   opts.Host,
-		port:   ln.Addr().(*net.TCPAddr).Port,
-		scheme: "http",
-		rules:  map[string]targetRule{},
-		counts: map[string]int{},
-		recent: make([]SeenRequest, 0, 64),
-		pages:  opts.Pages,
+		host:      opts.Host,
+		port:      ln.Addr().(*net.TCPAddr).Port,
+		scheme:    "http",
+		rules:     map[string]targetRule{},
+		pathRules: map[string]*targetRule{},
+		counts:    map[string]int{},
+		recent:    make([]SeenRequest, 0, 64),
+		pages:     opts.Pages,
 	}
 	tg.srv = &http.Server{Handler: tg, ReadHeaderTimeout: 10 * time.Second}
 	if useTLS {
@@ -137,7 +157,16 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 		}
 		tg.scheme = "https"
 		tg.certPool = pool
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		tg.certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+		base := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln = tls.NewListener(ln, &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Records every ClientHello, then serves with the base config.
+			GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+				tg.recordHello(h)
+				return base, nil
+			},
+		})
 	}
 	go func() { _ = tg.srv.Serve(ln) }()
 	return tg, nil
@@ -185,6 +214,12 @@ func (tg *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	tg.mu.Lock()
 	rule, ok := tg.rules[source]
+	if pr := tg.pathRules[r.URL.Path]; pr != nil && pr.times != 0 {
+		rule, ok = *pr, true
+		if pr.times > 0 {
+			pr.times--
+		}
+	}
 	if ok {
 		status = rule.status
 	}
@@ -206,6 +241,11 @@ func (tg *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range rule.headers {
 		h.Set(k, v)
 	}
+	if rule.body != nil {
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(*rule.body))
+		return
+	}
 	if page, ok := tg.pages[r.URL.Path]; ok {
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(status)
@@ -226,6 +266,66 @@ func (tg *Target) SetRule(source string, status int, headers map[string]string) 
 	tg.mu.Lock()
 	tg.rules[source] = targetRule{status: status, headers: cp}
 	tg.mu.Unlock()
+}
+
+// SetRuleBody is SetRule with a body of its own instead of the JSON
+// answer (a challenge page from the site to one upstream).
+func (tg *Target) SetRuleBody(source string, status int, headers map[string]string, body string) {
+	tg.SetRule(source, status, headers)
+	tg.mu.Lock()
+	r := tg.rules[source]
+	r.body = &body
+	tg.rules[source] = r
+	tg.mu.Unlock()
+}
+
+// SetPathRule makes the next times requests to path, from any source,
+// answer status with headers (times < 0: every request) and body (""
+// keeps the JSON answer). It wins over a source's rule. A test that needs
+// "the first attempt is refused, the retry is served" whichever upstream
+// the pool picks first uses times=1.
+func (tg *Target) SetPathRule(path string, times, status int, headers map[string]string, body string) {
+	cp := make(map[string]string, len(headers))
+	for k, v := range headers {
+		cp[k] = v
+	}
+	r := &targetRule{status: status, headers: cp, times: times}
+	if body != "" {
+		r.body = &body
+	}
+	tg.mu.Lock()
+	tg.pathRules[path] = r
+	tg.mu.Unlock()
+}
+
+func (tg *Target) recordHello(h *tls.ClientHelloInfo) {
+	source := ""
+	if h.Conn != nil {
+		source, _, _ = net.SplitHostPort(h.Conn.RemoteAddr().String())
+	}
+	ch := ClientHello{
+		Source:            source,
+		ServerName:        h.ServerName,
+		CipherSuites:      append([]uint16(nil), h.CipherSuites...),
+		Extensions:        append([]uint16(nil), h.Extensions...),
+		SupportedCurves:   append([]tls.CurveID(nil), h.SupportedCurves...),
+		SupportedVersions: append([]uint16(nil), h.SupportedVersions...),
+		SignatureSchemes:  append([]tls.SignatureScheme(nil), h.SignatureSchemes...),
+		ALPN:              append([]string(nil), h.SupportedProtos...),
+	}
+	tg.mu.Lock()
+	if len(tg.hellos) < recentRequests {
+		tg.hellos = append(tg.hellos, ch)
+	}
+	tg.mu.Unlock()
+}
+
+// ClientHellos are the TLS handshakes the Target received (the first
+// 4096), oldest first; nil for a plain-HTTP Target.
+func (tg *Target) ClientHellos() []ClientHello {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]ClientHello(nil), tg.hellos...)
 }
 
 // ClearRule returns source to normal 200 answers.
@@ -291,6 +391,7 @@ func (tg *Target) Reset() {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	tg.counts = map[string]int{}
+	tg.hellos = nil
 	tg.recent = tg.recent[:0]
 	tg.next = 0
 	tg.total = 0
@@ -307,6 +408,10 @@ func (tg *Target) Addr() string { return net.JoinHostPort(tg.host, strconv.Itoa(
 
 // URL is the base URL (http:// or https://host:port).
 func (tg *Target) URL() string { return tg.scheme + "://" + tg.Addr() }
+
+// CertPEM is the TLS Target's certificate in PEM (nil for plain HTTP): a
+// CA file to hand a process (--upstream-ca-file).
+func (tg *Target) CertPEM() []byte { return tg.certPEM }
 
 // CertPool trusts the TLS Target's certificate (nil for plain HTTP).
 func (tg *Target) CertPool() *x509.CertPool { return tg.certPool }

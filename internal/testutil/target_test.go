@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"encoding/pem"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -89,5 +91,38 @@ func TestTLSTargetIsVerifiableWithItsPool(t *testing.T) {
 	defer bad.CloseIdleConnections()
 	if _, _, err := GetAnswer(bad, target.URL(), nil); err == nil {
 		t.Fatal("a client without the target's pool accepted its certificate")
+	}
+}
+
+func TestTargetPathRulesBodiesAndClientHellos(t *testing.T) {
+	t.Parallel()
+	target := StartTLSTarget(t, TargetOptions{Host: "127.0.0.8"})
+	target.SetPathRule("/first", 1, http.StatusTooManyRequests, map[string]string{"Retry-After": "9"}, "")
+	target.SetRuleBody("127.0.0.1", 200, nil, "<html>captcha</html>")
+	tr := &http.Transport{Proxy: nil, TLSClientConfig: target.ClientTLSConfig()}
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	c := &http.Client{Transport: tr}
+	defer c.CloseIdleConnections()
+
+	resp, _, _ := GetAnswer(c, target.URL()+"/first", nil)
+	if resp == nil || resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "9" {
+		t.Fatalf("first request to a path rule: %v, want 429 Retry-After 9", resp)
+	}
+	resp, err := c.Get(target.URL() + "/first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "<html>captcha</html>" {
+		t.Fatalf("second request: %d %q, want the source rule's 200 page", resp.StatusCode, body)
+	}
+	if block, _ := pem.Decode(target.CertPEM()); block == nil || block.Type != "CERTIFICATE" {
+		t.Fatalf("CertPEM is not a PEM certificate: %q", target.CertPEM())
+	}
+	hellos := target.ClientHellos()
+	if len(hellos) != 1 || hellos[0].Source != "127.0.0.1" || len(hellos[0].CipherSuites) == 0 ||
+		len(hellos[0].Extensions) == 0 || len(hellos[0].ALPN) != 1 || hellos[0].ALPN[0] != "http/1.1" {
+		t.Fatalf("recorded hellos %+v, want one from 127.0.0.1 with suites, extensions and ALPN http/1.1", hellos)
 	}
 }

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// readAnswer is the part of resp the classifier reads. When a ban rule
+// needs the body for this head, the first Options.BanBodyBytes of it are
+// read ahead and put back in front of resp.Body, so the client still gets
+// the answer byte for byte; otherwise nothing is read and the body streams
+// as before. An error reading ahead (the site broke off, the request
+// deadline passed) ends the attempt like a failed round trip.
+func (g *Gateway) readAnswer(r *http.Request, resp *http.Response) (rotation.Answer, error) {
+	a := rotation.Answer{Status: resp.StatusCode, Header: resp.Header}
+	if !g.classifier.NeedsBody(resp.StatusCode, resp.Header) || r.Method == http.MethodHead {
+		return a, nil
+	}
+	n := int64(g.banBodyBytes)
+	if resp.ContentLength >= 0 && resp.ContentLength < n {
+		n = resp.ContentLength
+	}
+	buf := make([]byte, n)
+	got, err := io.ReadFull(resp.Body, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		_ = resp.Body.Close()
+		return a, err
+	}
+	buf = buf[:got]
+	resp.Body = &prefixedBody{prefix: buf, rest: resp.Body}
+	a.Body, a.BodyRead = decodedPrefix(buf, resp.Header.Get("Content-Encoding"), g.banBodyBytes), true
+	return a, nil
+}
+
+// decodedPrefix is what rules search: the body prefix itself, or as much of
+// it as decompresses when the site sent it gzip- or deflate-encoded (the
+// gateway passes encodings through, and a crawler asks for gzip). Other
+// encodings (br, zstd) are searched as they are, which a body rule will
+// rarely match; see README.md.
+func decodedPrefix(b []byte, encoding string, limit int) []byte {
+	var zr io.Reader
+	switch strings.ToLower(strings.TrimSpace(encoding)) {
+	case "gzip", "x-gzip":
+		r, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return b
+		}
+		zr = r
+	case "deflate":
+		r, err := zlib.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return b
+		}
+		zr = r
+	default:
+		return b
+	}
+	// A truncated stream still yields what it decoded so far.
+	out, _ := io.ReadAll(io.LimitReader(zr, int64(limit)))
+	return out
+}
+
+// prefixedBody is an answer body with its read-ahead prefix put back.
+type prefixedBody struct {
+	prefix []byte
+	rest   io.ReadCloser
+}
+
+func (b *prefixedBody) Read(p []byte) (int, error) {
+	if len(b.prefix) > 0 {
+		n := copy(p, b.prefix)
+		b.prefix = b.prefix[n:]
+		return n, nil
+	}
+	return b.rest.Read(p)
+}
+
+func (b *prefixedBody) Close() error { return b.rest.Close() }
+
+// classifySiteTLS gives a failed https:// round trip whose TLS to the site
+// did not verify its verdict: the site's, certain (the gateway verified the
+// chain itself, against the system roots and --upstream-ca-file), answered
+// 502 site_certificate and never retried, since every member would carry
+// the same certificate. A certificate that fails through an https:// member
+// and names that member is the member's own (the transport verifies both
+// with one configuration), so it stays a member failure.
+func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
+	if u.Scheme != "https" || !isCertError(err) {
+		return err
+	}
+	var cve *tls.CertificateVerificationError
+	if mc.tlsConfig != nil && errors.As(err, &cve) && len(cve.UnverifiedCertificates) > 0 &&
+		cve.UnverifiedCertificates[0].VerifyHostname(mc.tlsConfig.ServerName) == nil {
+		return err
+	}
+	return &attemptError{f: rotation.Site(classCertificate), firsthand: true,
+		err: errors.New("the certificate of " + quote(u.Host) + " does not verify: " + certErrorText(err))}
+}
+
+// classCertificate is the failure class of a site certificate that does not verify.
+const classCertificate = "certificate"
+
+func isCertError(err error) bool {
+	var (
+		cve *tls.CertificateVerificationError
+		ua  x509.UnknownAuthorityError
+		he  x509.HostnameError
+		ci  x509.CertificateInvalidError
+	)
+	return errors.As(err, &cve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
+
+// certErrorText is the verification error without the transport's wrapping.
+func certErrorText(err error) string {
+	var cve *tls.CertificateVerificationError
+	if errors.As(err, &cve) && cve.Err != nil {
+		return cve.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+)
+
+// HostPatterns are the hosts MITM leaves alone (--mitm-bypass): sites that
+// pin their certificate or want the client's own certificate (mutual TLS)
+// break when the gateway terminates their TLS, so they stay plain tunnels.
+type HostPatterns struct {
+	exact    map[string]bool
+	suffixes []string // ".example.com" for "*.example.com"
+}
+
+// ParseHostPatterns reads patterns: a host name (`example.com`, that host
+// only), `*.example.com` (every name below example.com, not example.com
+// itself), or an IP literal. Case and a trailing dot are ignored. Anything
+// else — a port, a path, a wildcard elsewhere — is an error naming it.
+func ParseHostPatterns(patterns []string) (HostPatterns, error) {
+	hp := HostPatterns{exact: map[string]bool{}}
+	for _, raw := range patterns {
+		p := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(raw), "."))
+		if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil {
+			hp.exact[a.Unmap().String()] = true
+			continue
+		}
+		name, wild := strings.CutPrefix(p, "*.")
+		if !validHostName(name) {
+			return HostPatterns{}, errors.New("host pattern " + quote(raw) + ": want a host name, *.domain or an IP address")
+		}
+		if wild {
+			hp.suffixes = append(hp.suffixes, "."+name)
+		} else {
+			hp.exact[name] = true
+		}
+	}
+	return hp, nil
+}
+
+// validHostName accepts dot-separated labels of letters, digits, '-' and '_'.
+func validHostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Match reports whether host (as in a CONNECT authority, without port) is
+// one of the patterns.
+func (hp HostPatterns) Match(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if a, err := netip.ParseAddr(h); err == nil {
+		return hp.exact[a.Unmap().String()]
+	}
+	if hp.exact[h] {
+		return true
+	}
+	for _, s := range hp.suffixes {
+		if strings.HasSuffix(h, s) {
+			return true
+		}
+	}
+	return false
+}
