@@ -8,6 +8,8 @@ need=()
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
 # Headless Chromium loads pages through the gateway in the e2e tests.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The Redis lease store's tests start their own redis-server on free ports.
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
@@ -18,6 +20,9 @@ if [ ${#need[@]} -gt 0 ]; then
 		# The package starts a system squid on :3128; the tests run their own.
 		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
 		service squid stop >/dev/null 2>&1 || true
+		# Likewise a system redis on :6379; tests never use it.
+		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+		service redis-server stop >/dev/null 2>&1 || true
 	else
 		echo "install-deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}' or run make test as root" >&2
 		exit 1
