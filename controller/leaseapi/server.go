@@ -34,6 +34,11 @@ type Options struct {
 	Token string
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
+	// Backend, when set, is the lease store to serve (a shared
+	// *pool.RedisStore, already configured); nil makes an in-memory
+	// pool.Store from Store. With a shared store every replica serves
+	// the same leases and cooldowns.
+	Backend pool.LeaseStore
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
 	Recorder pool.LeaseRecorder
 	// Logger receives the source's and the server's logs.
@@ -46,7 +51,7 @@ type Options struct {
 // API is the controller's lease API: the store, the Source feeding it from
 // the Proxy cache, and the HTTP server. It is the server's manager Runnable.
 type API struct {
-	store  *pool.Store
+	store  pool.LeaseStore
 	source *Source
 	ln     net.Listener
 	srv    *http.Server
@@ -63,7 +68,10 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		o.ShutdownGrace = DefaultShutdownGrace
 	}
 	log := o.Logger.WithName("leaseapi")
-	store := pool.NewStore(o.Store)
+	store := o.Backend
+	if store == nil {
+		store = pool.NewStore(o.Store)
+	}
 	source := NewSource(mgr.GetCache(), store, log)
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -97,13 +105,14 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 }
 
 // Store is the lease store, for the scrape-time metrics collector.
-func (a *API) Store() *pool.Store { return a.store }
+func (a *API) Store() pool.LeaseStore { return a.store }
 
 // Addr is the address the API listens on (the port chosen for ":0").
 func (a *API) Addr() net.Addr { return a.ln.Addr() }
 
-// NeedLeaderElection is false: every replica serves. Leases live in the
-// replica that granted them, which is why the controller ships as one.
+// NeedLeaderElection is false: every replica serves. With the in-memory
+// store leases live in the replica that granted them (run one replica);
+// with --lease-store redis://... every replica serves the same state.
 func (a *API) NeedLeaderElection() bool { return false }
 
 // Start serves the API once the Source has loaded the Proxies (requests

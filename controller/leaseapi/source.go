@@ -66,7 +66,7 @@ func Members(proxies []v1alpha1.Proxy) []pool.MemberHealth {
 // that runs on every replica.
 type Source struct {
 	cache cache.Cache
-	store *pool.Store
+	store pool.LeaseStore
 	log   logr.Logger
 
 	kick   chan struct{} // capacity 1: a pending rebuild
@@ -76,7 +76,7 @@ type Source struct {
 
 // NewSource returns a source that feeds store from c's Proxies. Add it to
 // the manager whose cache c is.
-func NewSource(c cache.Cache, store *pool.Store, log logr.Logger) *Source {
+func NewSource(c cache.Cache, store pool.LeaseStore, log logr.Logger) *Source {
 	return &Source{
 		cache:  c,
 		store:  store,
