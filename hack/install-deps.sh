@@ -12,6 +12,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
+# The Redis lease store's tests start their own redis-server on free ports.
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
@@ -22,6 +24,9 @@ if [ ${#need[@]} -gt 0 ]; then
 		# The package starts a system squid on :3128; the tests run their own.
 		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
 		service squid stop >/dev/null 2>&1 || true
+		# Likewise a system redis on :6379; tests never use it.
+		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+		service redis-server stop >/dev/null 2>&1 || true
 	else
 		echo "install-deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}' or run make test as root" >&2
 		exit 1

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -48,6 +49,7 @@ const (
 	apiErrNotFound      = "not_found"
 	apiErrMethod        = "method_not_allowed"
 	apiErrInternal      = "internal"
+	apiErrUnavailable   = "store_unavailable"
 )
 
 // APIBackend is what the lease API serves: a Pool plus the member view for
@@ -55,8 +57,9 @@ const (
 // from its Proxy cache, so the server does not care where members come from.
 type APIBackend interface {
 	Pool
-	// Members lists every member with its health, leases and cooldowns.
-	Members() []MemberStatus
+	// ListMembers lists every member with its health, leases and
+	// cooldowns; an error wrapping ErrStoreUnavailable is a 503.
+	ListMembers(ctx context.Context) ([]MemberStatus, error)
 	// MaxTTL is the longest lease the backend grants; 0 means no limit.
 	MaxTTL() time.Duration
 }
@@ -163,6 +166,9 @@ type leaseRequest struct {
 	TTLSeconds int64             `json:"ttlSeconds,omitempty"`
 	Target     string            `json:"target,omitempty"`
 	Proxy      string            `json:"proxy,omitempty"`
+	// IdempotencyKey makes a retried acquire return the lease the first
+	// attempt took (see AcquireRequest.IdempotencyKey).
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // reportRequest is the body of POST /v1/leases/{id}/report.
@@ -361,7 +367,11 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	members := s.backend.Members()
+	members, err := s.backend.ListMembers(r.Context())
+	if err != nil {
+		s.backendFailed(w, "listing members", err)
+		return
+	}
 	out := proxyList{Proxies: make([]ProxyInfo, 0, len(members))}
 	for _, m := range members {
 		if healthy != "" && strconv.FormatBool(m.Healthy) != healthy {
@@ -432,8 +442,7 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiErrInvalidTTL, err.Error())
 		default:
 			s.record(LeaseOutcomeError)
-			s.log.Error("lease acquire failed", "error", err)
-			writeError(w, http.StatusInternalServerError, apiErrInternal, "lease acquire failed: "+err.Error())
+			s.backendFailed(w, "lease acquire", err)
 		}
 		return
 	}
@@ -464,10 +473,15 @@ func (s *apiServer) acquireRequest(w http.ResponseWriter, body leaseRequest) (Ac
 		writeError(w, http.StatusBadRequest, apiErrTTLTooLong, fmt.Sprintf("ttlSeconds %d is out of range", body.TTLSeconds))
 		return AcquireRequest{}, false
 	}
+	if len(body.IdempotencyKey) > 128 {
+		writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("idempotencyKey of %d bytes is above the limit of 128", len(body.IdempotencyKey)))
+		return AcquireRequest{}, false
+	}
 	req := AcquireRequest{
-		Selector: body.Selector,
-		Proxy:    body.Proxy,
-		TTL:      time.Duration(body.TTLSeconds) * time.Second,
+		Selector:       body.Selector,
+		Proxy:          body.Proxy,
+		TTL:            time.Duration(body.TTLSeconds) * time.Second,
+		IdempotencyKey: body.IdempotencyKey,
 	}
 	if body.Target != "" {
 		req.Target = rotation.TargetKey(body.Target)
@@ -481,8 +495,7 @@ const maxDurationSeconds = int64(1<<63-1) / int64(time.Second)
 func (s *apiServer) release(w http.ResponseWriter, r *http.Request) {
 	if err := s.backend.Release(r.Context(), r.PathValue("id")); err != nil {
 		// Release is idempotent by contract; an error here is the backend failing.
-		s.log.Error("lease release failed", "error", err)
-		writeError(w, http.StatusInternalServerError, apiErrInternal, "lease release failed: "+err.Error())
+		s.backendFailed(w, "lease release", err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -516,9 +529,22 @@ func (s *apiServer) report(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrInvalidResult):
 		writeError(w, http.StatusBadRequest, apiErrInvalidResult, err.Error())
 	default:
-		s.log.Error("lease report failed", "error", err)
-		writeError(w, http.StatusInternalServerError, apiErrInternal, "lease report failed: "+err.Error())
+		s.backendFailed(w, "lease report", err)
 	}
+}
+
+// backendFailed answers a store failure: 503 store_unavailable (with
+// Retry-After) when the shared store cannot be reached, which clients treat
+// as transient, else a 500.
+func (s *apiServer) backendFailed(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, ErrStoreUnavailable) {
+		s.log.Warn(what+" failed: lease store unavailable", "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, apiErrUnavailable, what+" failed: "+err.Error())
+		return
+	}
+	s.log.Error(what+" failed", "error", err)
+	writeError(w, http.StatusInternalServerError, apiErrInternal, what+" failed: "+err.Error())
 }
 
 // decodeBody reads exactly one JSON object with no unknown fields. An empty

@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,7 +54,8 @@ func (e *APIError) Unwrap() error {
 // standalone gateway's --api-listen). It is safe for concurrent use and keeps
 // connections alive, so a gateway can call it on every new (session, target).
 type Client struct {
-	base  string // scheme://host[:port][/prefix], no trailing slash
+	bases []string // scheme://host[:port][/prefix], no trailing slash; one per replica or Service
+	next  atomic.Uint32
 	auth  string // "Bearer <token>" or ""
 	httpc *http.Client
 }
@@ -64,27 +67,23 @@ var _ Pool = (*Client)(nil)
 // keep-alive client of its own. The transport never uses HTTP(S)_PROXY from
 // the environment — the API usually sits beside that very proxy — so an
 // *http.Transport with a Proxy func is cloned without it.
+//
+// baseURL may list several lease API URLs, comma-separated (controller
+// replicas on one shared store): calls go to one of them, and a call that
+// fails on the connection level is retried once on the next one. Acquire
+// carries an idempotency key, so the retry never takes a second lease.
 func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("lease API URL %q: %w", baseURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("lease API URL %q: no host", u.Redacted())
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+	c := &Client{}
+	for raw := range strings.SplitSeq(baseURL, ",") {
+		base, err := parseAPIBase(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, err
+		}
+		c.bases = append(c.bases, base)
 	}
 	if strings.ContainsAny(token, "\r\n") {
 		return nil, errors.New("lease API token contains a line break")
 	}
-	c := &Client{base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/")}
 	if token != "" {
 		c.auth = "Bearer " + token
 	}
@@ -105,6 +104,27 @@ func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) 
 	}
 	c.httpc = &hc
 	return c, nil
+}
+
+// parseAPIBase validates one lease API URL.
+func parseAPIBase(baseURL string) (string, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return "", fmt.Errorf("lease API URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("lease API URL %q: no host", u.Redacted())
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"), nil
 }
 
 // newAPITransport is a keep-alive transport sized for a gateway calling the
@@ -133,11 +153,16 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if req.TTL < 0 {
 		return Lease{}, fmt.Errorf("lease TTL %s is negative", req.TTL)
 	}
+	key := req.IdempotencyKey
+	if key == "" {
+		key = rand.Text()
+	}
 	body := leaseRequest{
-		Selector:   req.Selector,
-		TTLSeconds: ceilSeconds(req.TTL),
-		Target:     req.Target,
-		Proxy:      req.Proxy,
+		Selector:       req.Selector,
+		TTLSeconds:     ceilSeconds(req.TTL),
+		Target:         req.Target,
+		Proxy:          req.Proxy,
+		IdempotencyKey: key,
 	}
 	status, raw, err := c.do(ctx, http.MethodPost, "/v1/leases", body)
 	if err != nil {
@@ -266,23 +291,41 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]ProxyInfo, error) {
 }
 
 // do sends one request and reads the whole answer, so the connection goes
-// back to the pool. Transport failures wrap ErrUnreachable (and the ctx
-// error, when that was the cause).
+// back to the pool. A failure on the connection level (no answer at all) is
+// retried once, on the next URL when there are several — every lease call
+// is safe to repeat: release is idempotent, a repeated report adds no
+// strike, an acquire carries its idempotency key. Transport failures wrap
+// ErrUnreachable (and the ctx error, when that was the cause).
 func (c *Client) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
-	var rd io.Reader
+	var buf []byte
 	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if buf, err = json.Marshal(body); err != nil {
 			return 0, nil, fmt.Errorf("lease API: encoding the request: %w", err)
 		}
+	}
+	i := int(c.next.Load()) % len(c.bases)
+	status, raw, err := c.doOnce(ctx, c.bases[i], method, path, body != nil, buf)
+	if err == nil || ctx.Err() != nil || !errors.Is(err, ErrUnreachable) {
+		return status, raw, err
+	}
+	// Move every later call on too: the replica is likely gone.
+	next := (i + 1) % len(c.bases)
+	c.next.CompareAndSwap(uint32(i), uint32(next))
+	return c.doOnce(ctx, c.bases[next], method, path, body != nil, buf)
+}
+
+func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody bool, buf []byte) (int, []byte, error) {
+	var rd io.Reader
+	if hasBody {
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, fmt.Errorf("lease API: building the request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.auth != "" {
@@ -290,12 +333,12 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (int, []
 	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, c.base, unwrapURLError(err))
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, base, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, c.base, err)
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, base, err)
 	}
 	return resp.StatusCode, raw, nil
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -51,14 +52,18 @@ func controllerLeaseAPIFlags() []cli.Flag {
 			Usage: "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"},
 		&cli.IntFlag{Name: flagMaxLeasesPerMember, EnvVars: []string{envVar(flagMaxLeasesPerMember)},
 			Usage: "cap on active leases per Proxy (0: unlimited)"},
+		str(flagLeaseStore, "memory", leaseStoreUsage),
+		&cli.PathFlag{Name: flagLeaseStorePasswordFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseStorePasswordFile)}, Usage: leaseStorePasswordUsage},
+		str(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
 	}
 }
 
 // leaseAPISettings are the parsed lease API flags; listen "" is off.
 type leaseAPISettings struct {
-	listen string
-	token  string
-	store  pool.StoreOptions
+	listen     string
+	token      string
+	store      pool.StoreOptions
+	leaseStore leaseStoreConfig
 }
 
 // parseLeaseAPIFlags validates the lease API flags before anything
@@ -67,6 +72,9 @@ func parseLeaseAPIFlags(c *cli.Context) (leaseAPISettings, error) {
 	var s leaseAPISettings
 	var err error
 	if s.store, err = storeOptionsFrom(c); err != nil {
+		return s, err
+	}
+	if s.leaseStore, err = leaseStoreFrom(c); err != nil {
 		return s, err
 	}
 	if f := c.Path(flagLeaseAPITokenFile); f != "" {
@@ -94,10 +102,15 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		logger.Info("lease API off (--" + flagLeaseAPIListen + " 0)")
 		return nil, nil
 	}
+	backend, _, err := s.leaseStore.open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))))
+	if err != nil {
+		return nil, err
+	}
 	api, err := leaseapi.Setup(mgr, leaseapi.Options{
 		Listen:   s.listen,
 		Token:    s.token,
 		Store:    s.store,
+		Backend:  backend,
 		Recorder: metrics.NewLeaseRequests(reg),
 		Logger:   logger,
 	})

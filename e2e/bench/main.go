@@ -208,6 +208,11 @@ func run(cfg config) error {
 	}
 	rows = append(rows, storeRows...)
 	rows = append(rows, row{"lease acquire+release over HTTP", f0(overHTTP) + "/s", "", "", "≥ 10k/s", overHTTP >= 10e3})
+	redisRows, err := redisBench()
+	if err != nil {
+		return err
+	}
+	rows = append(rows, redisRows...)
 
 	fmt.Printf("\nload average at end: %s (other work on the machine skews every figure)\n\n", loadAverage())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
