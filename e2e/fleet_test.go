@@ -147,7 +147,7 @@ func TestFleet(t *testing.T) {
 		t.Logf("no Proxy write in %s while the probe target saw %v probes", window, fleetDiff(before, now))
 	})
 
-	poolArgs := func(extra ...string) []string { return poolAPIArgs(t, ctl.leaseAPIAddr, token, extra...) }
+	poolArgs := func(extra ...string) []string { return poolAPIArgs(t, "http://"+ctl.leaseAPIAddr, token, extra...) }
 	gwA := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolArgs()})
 	gwB := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolArgs()})
 	cA, cB := gwA.client(t, "", nil), gwB.client(t, "", nil)

@@ -117,12 +117,13 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 }
 
 // poolAPIArgs are the flags of a gateway leasing from the lease API at
-// apiAddr with token (--pool-api, --pool-token-file), then extra.
-func poolAPIArgs(t *testing.T, apiAddr, token string, extra ...string) []string {
+// apiURL (comma-separated for several replicas) with token (--pool-api,
+// --pool-token-file), then extra.
+func poolAPIArgs(t *testing.T, apiURL, token string, extra ...string) []string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "pool-token")
 	writeFile(t, p, token+"\n")
-	return append([]string{"--pool-api", "http://" + apiAddr, "--pool-token-file", p}, extra...)
+	return append([]string{"--pool-api", apiURL, "--pool-token-file", p}, extra...)
 }
 
 // proxyURL is the gateway's proxy URL with user:token credentials when user is set.

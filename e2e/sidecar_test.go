@@ -26,7 +26,7 @@ func TestSidecarBuild(t *testing.T) {
 
 	trio := startSquids(t, "sidecar", "127.0.0.111", "127.0.0.112", "127.0.0.113")
 	owner := startGateway(t, full, gwConfig{upstreams: squidURLs(trio), api: true})
-	sc := startGateway(t, sidecar, gwConfig{rotation: "per-request", args: poolAPIArgs(t, owner.apiAddr, owner.apiToken)})
+	sc := startGateway(t, sidecar, gwConfig{rotation: "per-request", args: poolAPIArgs(t, "http://"+owner.apiAddr, owner.apiToken)})
 	target := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.114"})
 	tc := sc.tunnelClient(t, "", target.ClientTLSConfig())
 	for range 6 {
