@@ -130,6 +130,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		}
 	})
 
+	var ctlC, ctlD *controllerProc
 	t.Run("a ban outlives restarting every replica", func(t *testing.T) {
 		banned := squids[0].OutgoingAddr()
 		limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.125"})
@@ -146,7 +147,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		if _, err := ctlB.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		ctlC, ctlD := replica(), replica()
+		ctlC, ctlD = replica(), replica()
 		api, err := pool.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -173,5 +174,39 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		if got := other.Sources(); !slices.Contains(got, banned) {
 			t.Fatalf("after the restart the banned member served no other site: %v", got)
 		}
+	})
+
+	t.Run("with Redis stopped held leases keep working, new ones wait for it", func(t *testing.T) {
+		if ctlC == nil {
+			t.Fatal("the previous subtest did not start the restarted replicas this one uses")
+		}
+		sticky := startGateway(t, bin, gwConfig{
+			args: poolAPIArgs(t, "http://"+ctlC.leaseAPIAddr+",http://"+ctlD.leaseAPIAddr, apiToken, "--lease-ttl", "5m")})
+		c := sticky.client(t, "crawler-session-held", nil)
+		pinned := mustGetOK(t, c, site.URL()+"/pin", nil)
+		if err := redis.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if r := mustGetOK(t, c, site.URL()+"/held", nil); r.proxy != pinned.proxy {
+				t.Fatalf("the held session moved from %s to %s while Redis was down", pinned.proxy, r.proxy)
+			}
+		}
+		fresh := sticky.client(t, "crawler-session-new", nil)
+		r := mustGet(t, fresh, site.URL()+"/new", nil)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store_unavailable") {
+			t.Fatalf("a new session with Redis down: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
+		}
+		redis.Start()
+		testutil.Eventually(t, 60*time.Second, func() error {
+			r, err := doGet(fresh, site.URL()+"/back", nil)
+			if err != nil {
+				return err
+			}
+			if r.status != http.StatusOK {
+				return fmt.Errorf("%d %s %s", r.status, r.reason, strings.TrimSpace(r.body))
+			}
+			return nil
+		})
 	})
 }
