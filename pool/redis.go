@@ -69,12 +69,11 @@ type RedisOptions struct {
 // gateways may share one RedisStore's keys; see redis_lua.go for the
 // layout and docs/architecture.md for the why.
 type RedisStore struct {
-	o      StoreOptions
-	rdb    redis.UniversalClient
-	keys   []string // {KEYS[1]}: "{prefix}:"
-	life   time.Duration
-	log    *slog.Logger
-	banArg []any // the policy's ARGV tail for reports, computed once per RetryAfter
+	o    StoreOptions
+	rdb  redis.UniversalClient
+	keys []string // {KEYS[1]}: "{prefix}:"
+	life time.Duration
+	log  *slog.Logger
 
 	defs sync.Map // member def JSON -> Member, so leases share parsed URLs
 

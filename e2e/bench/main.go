@@ -46,7 +46,6 @@ type config struct {
 	concurrency int
 	latencyN    int
 	idleTunnels int
-	bin         string
 }
 
 func main() {
