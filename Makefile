@@ -37,9 +37,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+## vet: go vet (both builds) and staticcheck, pinned (from the Go module proxy, cached after the first run).
+STATICCHECK_VERSION := v0.8.2
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags sidecar ./cmd/proxyfleet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 unit: deps envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
