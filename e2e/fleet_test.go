@@ -23,7 +23,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
-// TestFleet is issue 4's end-to-end run of a health-checked fleet: the real
+// TestFleet is the end-to-end run of a health-checked fleet: the real
 // `proxyfleet controller` against a real API server, three real Squids
 // (egress 127.0.0.2, .3 and .4) as External Proxies, two real gateways in
 // --pool-api mode leasing from the controller, and a Managed Proxy of the

@@ -20,7 +20,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// MaxAPIBodyBytes caps every lease API request body (the seeds' 64 KiB); a
+// MaxAPIBodyBytes caps every lease API request body at 64 KiB (no lease
+// request needs more; a bigger body is a client bug or an attack); a
 // larger body is a 413 and changes nothing.
 const MaxAPIBodyBytes = 64 << 10
 
@@ -204,7 +205,7 @@ type apiServer struct {
 	recorder  LeaseRecorder
 }
 
-// NewAPIServer returns the seeds-compatible lease API as an http.Handler:
+// NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
 // recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
 // → routes. The handler holds no state of its own; leases live in b.
 func NewAPIServer(b APIBackend, o APIOptions) http.Handler {

@@ -97,7 +97,8 @@ type Lease struct {
 type Report struct {
 	Result rotation.Result
 	// Target overrides the lease's target; empty falls back to the lease's
-	// target, then to every target (the seeds' report → lease → global order).
+	// target, then to every target (report → lease → global: a client that omits
+	// the target cannot poison the member for every site).
 	Target string
 	// RetryAfter is the site's own Retry-After, when it sent one.
 	RetryAfter time.Duration

@@ -3,7 +3,7 @@
 // one run, side by side, client → gateway → Squid → target against
 // client → Squid → target — throughput, CPU per request, added latency and
 // memory per idle tunnel — plus the lease store in process and over HTTP. Each
-// figure is printed next to DESIGN.md's target.
+// figure is printed next to its target (docs/performance.md says why each is what it is).
 package main
 
 import (
@@ -659,7 +659,7 @@ const storeRounds = 3
 // internal/storebench, which BenchmarkStoreAcquireRelease also runs) at each
 // pool size with and without a selector, and from GOMAXPROCS goroutines at
 // 10 members; each figure is the median of storeRounds. Targets: DESIGN's
-// ≥ 200k/s; issue 17's ≤ 5 µs per cycle at 10,000 members and at most twice
+// ≥ 200k/s; ≤ 5 µs per cycle at 10,000 members and at most twice
 // the 10-member cost.
 func storeBench() ([]row, error) {
 	type variant struct {
