@@ -59,7 +59,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags())...),
+		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags())...),
 		Action: runController,
 	}
 }
@@ -162,8 +162,15 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	ws, err := parseWebhookFlags(c, cfg)
+	if err != nil {
+		return err
+	}
 	mgr, err := controller.NewManager(cfg, s.manager)
 	if err != nil {
+		return err
+	}
+	if err := setupWebhook(mgr, ws, logger); err != nil {
 		return err
 	}
 	provs, err := buildProviders(c.Context, pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))

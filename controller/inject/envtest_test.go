@@ -442,4 +442,3 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 		assertInjected(t, p)
 	})
 }
-
