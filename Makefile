@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build sidecar run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: all build sidecar image run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -21,6 +21,24 @@ build:
 ## cmd/proxyfleet, minus client-go and controller-runtime, idles at about half the memory.
 sidecar:
 	$(GO) build -tags sidecar -ldflags "$(LDFLAGS)" -o $(BIN)/proxyfleet-sidecar ./cmd/proxyfleet
+
+## image: the controller and sidecar images as OCI archives (bin/proxyfleet-image.tar,
+## bin/proxyfleet-sidecar-image.tar) from static binaries, without Docker (hack/image,
+## go-containerregistry). Load with podman load -i, skopeo copy oci-archive:..., or ctr import.
+IMAGE_REPO ?= ghcr.io/proxyfleet
+IMAGE_TAG ?= $(VERSION)
+IMAGE_CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+image:
+	@mkdir -p $(BIN)/static
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/static/proxyfleet ./cmd/proxyfleet
+	CGO_ENABLED=0 $(GO) build -trimpath -tags sidecar -ldflags "$(LDFLAGS)" -o $(BIN)/static/proxyfleet-sidecar ./cmd/proxyfleet
+	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet --out $(BIN)/proxyfleet-image.tar \
+		--ref $(IMAGE_REPO)/proxyfleet:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
+		--description "proxyfleet: rotating egress gateway and its controller"
+	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet-sidecar --out $(BIN)/proxyfleet-sidecar-image.tar \
+		--ref $(IMAGE_REPO)/proxyfleet-sidecar:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
+		--title proxyfleet-sidecar --description "proxyfleet gateway without the controller, for the injected sidecar"
 
 ## run: build and start the gateway on the embedded defaults (127.0.0.1:3128, one direct member),
 ## with the lease API on 127.0.0.1:8090 (where `proxyfleet lease` looks) and metrics on 127.0.0.1:9090.
