@@ -71,6 +71,9 @@ type ClientOptions struct {
 	TokenFile string
 	// HTTPClient is as in NewClient; nil gets a keep-alive client.
 	HTTPClient *http.Client
+	// TokenFileRefresh is how often TokenFile is re-read (default
+	// TokenFileRefresh).
+	TokenFileRefresh time.Duration
 	// Selector is a default attribute selector merged under every Acquire's
 	// (a key the request names wins), so a sidecar can confine its pod to a
 	// part of the fleet without every crawler request saying so.
@@ -124,7 +127,10 @@ func NewClientWith(baseURL string, o ClientOptions) (*Client, error) {
 		if token != "" {
 			return nil, errors.New("lease API client: a fixed token and a token file exclude each other")
 		}
-		tf := &tokenFile{path: o.TokenFile}
+		tf := &tokenFile{path: o.TokenFile, every: o.TokenFileRefresh}
+		if tf.every <= 0 {
+			tf.every = TokenFileRefresh
+		}
 		if _, err := tf.read(); err != nil {
 			return nil, err
 		}
@@ -388,17 +394,18 @@ func apiError(status int, raw []byte) *APIError {
 // projected service-account token): read at most every TokenFileRefresh,
 // the last good value kept when a read fails.
 type tokenFile struct {
-	path string
-	mu   sync.Mutex
-	tok  string
-	at   time.Time
+	path  string
+	every time.Duration
+	mu    sync.Mutex
+	tok   string
+	at    time.Time
 }
 
 // get returns the current token, re-reading the file when it is due.
 func (t *tokenFile) get() (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.tok != "" && time.Since(t.at) < TokenFileRefresh {
+	if t.tok != "" && time.Since(t.at) < t.every {
 		return t.tok, nil
 	}
 	tok, err := t.readLocked()

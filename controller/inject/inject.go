@@ -329,7 +329,9 @@ func (c Config) Mutate(pod *corev1.Pod) error {
 	if s.mitm != "" {
 		pod.Spec.Volumes = append(pod.Spec.Volumes,
 			corev1.Volume{Name: MITMVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: s.mitm, DefaultMode: ptr.To[int32](0o440),
+				// Secret files are root-owned; the sidecar runs as sidecarUID and
+				// is the only container mounting this volume (key included).
+				SecretName: s.mitm, DefaultMode: ptr.To[int32](0o444),
 			}}},
 			corev1.Volume{Name: MITMCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: s.mitm, Items: []corev1.KeyToPath{{Key: corev1.TLSCertKey, Path: "ca.crt"}},
@@ -341,11 +343,7 @@ func (c Config) Mutate(pod *corev1.Pod) error {
 	}
 	for i := range pod.Spec.Containers {
 		ct := &pod.Spec.Containers[i]
-		for _, e := range env {
-			if !hasEnv(ct.Env, e.Name) { // what the pod sets itself wins
-				ct.Env = append(ct.Env, e)
-			}
-		}
+		ct.Env = mergeEnv(ct.Env, env)
 		if s.mitm != "" {
 			ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: MITMCAVolume, MountPath: MITMCADir, ReadOnly: true})
 		}
@@ -357,13 +355,53 @@ func (c Config) Mutate(pod *corev1.Pod) error {
 	return nil
 }
 
-func hasEnv(env []corev1.EnvVar, name string) bool {
-	for _, e := range env {
-		if e.Name == name {
-			return true
+// mergeEnv adds ours to a container's env. What the container sets itself
+// wins, kept consistent across the upper- and lower-case forms (a container
+// setting HTTPS_PROXY gets the same https_proxy); NO_PROXY is the union,
+// ours first, so cluster traffic stays direct whatever the pod adds.
+func mergeEnv(have, ours []corev1.EnvVar) []corev1.EnvVar {
+	idx := map[string]int{}
+	for i, e := range have {
+		idx[e.Name] = i
+	}
+	own := func(name string) (string, bool) {
+		for _, n := range []string{strings.ToUpper(name), strings.ToLower(name)} {
+			if i, ok := idx[n]; ok && have[i].ValueFrom == nil {
+				return have[i].Value, true
+			}
+		}
+		return "", false
+	}
+	for _, e := range ours {
+		v := e.Value
+		if mine, ok := own(e.Name); ok {
+			if strings.EqualFold(e.Name, "NO_PROXY") {
+				v = unionList(e.Value, mine)
+			} else {
+				v = mine
+			}
+		}
+		if i, ok := idx[e.Name]; ok {
+			if have[i].ValueFrom == nil {
+				have[i].Value = v
+			}
+			continue
+		}
+		have = append(have, corev1.EnvVar{Name: e.Name, Value: v})
+		idx[e.Name] = len(have) - 1
+	}
+	return have
+}
+
+// unionList joins comma lists a then b without repeats.
+func unionList(a, b string) string {
+	var out []string
+	for _, x := range strings.Split(a+","+b, ",") {
+		if x = strings.TrimSpace(x); x != "" && !slices.Contains(out, x) {
+			out = append(out, x)
 		}
 	}
-	return false
+	return strings.Join(out, ",")
 }
 
 // NoProxy is the app containers' NO_PROXY: loopback, the cluster's service
