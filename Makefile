@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build sidecar image run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -78,6 +78,22 @@ e2e: deps build sidecar envtest-bins
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
 	@GO="$(GO)" hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
+
+## helm: the helm CLI from the Go module proxy into bin/tools/ (the tests use the Helm SDK
+## directly; this is for humans: bin/tools/helm-v3.22.0 install ...).
+HELM_VERSION := v3.22.0
+HELM := $(BIN)/tools/helm-$(HELM_VERSION)
+$(HELM):
+	@mkdir -p $(BIN)/tools/.gobin
+	GOBIN=$(BIN)/tools/.gobin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN)/tools/.gobin/helm $@
+helm: $(HELM)
+
+## chart-lint: helm lint and helm template of charts/proxyfleet with the CLI (make test does the
+## same through the SDK in charts/chart_test.go).
+chart-lint: $(HELM)
+	$(HELM) lint charts/proxyfleet
+	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --include-crds > /dev/null
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)/tools/.gobin

@@ -304,3 +304,63 @@ func toStrings(xs []any) []string {
 	}
 	return out
 }
+
+// readmeDeployBlocks are the YAML blocks of the README's "Deploy on a cluster".
+func readmeDeployBlocks(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "\n## Deploy on a cluster\n")
+	if start < 0 {
+		t.Fatal("README.md has no ## Deploy on a cluster section")
+	}
+	section := text[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	if !strings.Contains(section, "helm install proxyfleet charts/proxyfleet") || !strings.Contains(section, "kubectl -n proxyfleet-system scale pxp/eu") {
+		t.Fatal("the README's deploy section lost its helm install or kubectl scale command")
+	}
+	var docs []string
+	for _, part := range strings.Split(section, "```yaml\n")[1:] {
+		docs = append(docs, part[:strings.Index(part, "```")])
+	}
+	return strings.Join(docs, "---\n")
+}
+
+// TestREADMEDeployExamplesAreAcceptedByTheAPIServer: the crawler
+// Deployment (labelled for injection), its ServiceAccount and RoleBinding
+// to proxyfleet-lease-user, and the ProxyPool the README shows are valid
+// objects for a real API server with the chart's CRDs.
+func TestREADMEDeployExamplesAreAcceptedByTheAPIServer(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := context.Background()
+	for _, ns := range []string{releaseNS, "crawl"} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := objects(t, readmeDeployBlocks(t))
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind())
+		if err := env.Client.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("readme-test"), client.ForceOwnership); err != nil {
+			t.Errorf("the API server refuses the README's %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	slices.Sort(kinds)
+	if want := []string{"Deployment", "ProxyPool", "RoleBinding", "ServiceAccount"}; !slices.Equal(kinds, want) {
+		t.Fatalf("README deploy objects %v, want %v", kinds, want)
+	}
+	d := find(objs, "Deployment", "crawler")
+	if v, _, _ := unstructured.NestedString(d.Object, "spec", "template", "metadata", "labels", "proxyfleet.io/inject"); v != "true" {
+		t.Fatal("the README's crawler is not labelled for injection")
+	}
+}
