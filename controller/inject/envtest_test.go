@@ -49,10 +49,12 @@ func testConfig(skipNS string) inject.Config {
 	}
 }
 
-// webhookConfiguration is what the chart renders, pointed at url instead of
+// webhookConfiguration is shaped like the chart's, pointed at url instead of
 // the Service (the API server here cannot reach Services): one webhook for
 // labelled pods, one for pods in labelled namespaces, both skipping the
-// controller's namespace and pods that opted out.
+// controller's namespace. Unlike the chart's, the namespace webhook here also
+// sees pods labelled "true", so such a pod passes both webhooks: that pins
+// that the second admission does not inject again.
 func webhookConfiguration(name, url, controllerNS string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
 	notController := metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{controllerNS}}
 	hook := func(hookName string, obj, ns *metav1.LabelSelector) admissionregistrationv1.MutatingWebhook {
