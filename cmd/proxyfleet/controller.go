@@ -158,14 +158,16 @@ func runController(c *cli.Context) error {
 		}
 		pcfg = &loaded
 	}
+	// Before connecting: a bad injection flag is named even without a cluster.
+	ws, err := parseWebhookFlags(c)
+	if err != nil {
+		return err
+	}
 	cfg, err := restConfig(s.kubeconfig)
 	if err != nil {
 		return err
 	}
-	ws, err := parseWebhookFlags(c, cfg)
-	if err != nil {
-		return err
-	}
+	ws.opts.Config.APIServerHosts = apiServerHosts(cfg)
 	mgr, err := controller.NewManager(cfg, s.manager)
 	if err != nil {
 		return err

@@ -84,8 +84,9 @@ func controllerNamespace() string {
 }
 
 // parseWebhookFlags validates the injection flags, naming the wrong one.
-// cfg gives the API server's address for NO_PROXY.
-func parseWebhookFlags(c *cli.Context, cfg *rest.Config) (webhookSettings, error) {
+// The caller adds the API server's addresses (apiServerHosts) once it has
+// the cluster config.
+func parseWebhookFlags(c *cli.Context) (webhookSettings, error) {
 	var s webhookSettings
 	listen := strings.TrimSpace(c.String(flagWebhookListen))
 	image := strings.TrimSpace(c.String(flagGatewayImage))
@@ -115,11 +116,10 @@ func parseWebhookFlags(c *cli.Context, cfg *rest.Config) (webhookSettings, error
 		CertDir:       c.Path(flagWebhookCertDir),
 		Configuration: strings.TrimSpace(c.String(flagWebhookConfiguration)),
 		Config: inject.Config{
-			Image:          image,
-			PoolAPI:        poolAPI,
-			Resources:      res,
-			ClusterDomain:  strings.Trim(c.String(flagClusterDomain), ". "),
-			APIServerHosts: apiServerHosts(cfg),
+			Image:         image,
+			PoolAPI:       poolAPI,
+			Resources:     res,
+			ClusterDomain: strings.Trim(c.String(flagClusterDomain), ". "),
 		},
 	}
 	if ns != "" {
