@@ -93,7 +93,9 @@ helm: $(HELM)
 ## same through the SDK in charts/chart_test.go).
 chart-lint: $(HELM)
 	$(HELM) lint charts/proxyfleet
-	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --include-crds > /dev/null
+	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --include-crds --kube-version 1.37.2 > /dev/null
+	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --kube-version 1.37.2 \
+		--set webhook.certManager.enabled=true,sharedGateway.enabled=true,metrics.serviceMonitor.enabled=true > /dev/null
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)/tools/.gobin
