@@ -46,6 +46,8 @@ const (
 	apiErrNoMatch       = "no_match"
 	apiErrUnknownLease  = "unknown_lease"
 	apiErrUnauthorized  = "unauthorized"
+	apiErrForbidden     = "forbidden"
+	apiErrAuthDown      = "auth_unavailable"
 	apiErrTooLarge      = "body_too_large"
 	apiErrNotFound      = "not_found"
 	apiErrMethod        = "method_not_allowed"
@@ -80,7 +82,28 @@ type APIOptions struct {
 	Logger *slog.Logger
 	// Recorder, when set, counts POST /v1/leases by outcome.
 	Recorder LeaseRecorder
+	// Reviewer, when set, vouches for bearer tokens other than Token (the
+	// controller's TokenReview + SubjectAccessReview of a pod's projected
+	// service-account token), so crawler namespaces need no shared secret.
+	// Setting it turns authentication on even without a Token.
+	Reviewer TokenReviewer
 }
+
+// TokenReviewer decides on a bearer token the static Token did not match.
+// It returns nil to let the request through, an error wrapping
+// ErrTokenInvalid for a 401, one wrapping ErrTokenForbidden for a 403, and
+// anything else for a 503 (the reviewer could not decide; the caller retries).
+// Its error messages are shown to the caller and must not contain the token.
+type TokenReviewer interface {
+	ReviewToken(ctx context.Context, token string) error
+}
+
+var (
+	// ErrTokenInvalid is a token nobody vouches for: a 401.
+	ErrTokenInvalid = errors.New("invalid bearer token")
+	// ErrTokenForbidden is a valid identity without the right to lease: a 403.
+	ErrTokenForbidden = errors.New("not allowed to lease")
+)
 
 // ProxyInfo is one member in GET /v1/proxies. URL is redacted (no password):
 // the list is for discovery, credentials come only with a lease.
@@ -201,6 +224,7 @@ type apiServer struct {
 	backend   APIBackend
 	tokenHash [sha256.Size]byte
 	authOn    bool
+	reviewer  TokenReviewer
 	log       *slog.Logger
 	recorder  LeaseRecorder
 }
@@ -209,7 +233,7 @@ type apiServer struct {
 // recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
 // → routes. The handler holds no state of its own; leases live in b.
 func NewAPIServer(b APIBackend, o APIOptions) http.Handler {
-	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder}
+	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -320,12 +344,27 @@ func (s *apiServer) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		// Hashing first makes the comparison constant-time in the token's length too.
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+		token = strings.TrimSpace(token)
+		got := sha256.Sum256([]byte(token))
+		if s.tokenHash != ([sha256.Size]byte{}) && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.reviewer == nil {
 			unauthorized(w, "invalid bearer token")
 			return
 		}
-		next.ServeHTTP(w, r)
+		switch err := s.reviewer.ReviewToken(r.Context(), token); {
+		case err == nil:
+			next.ServeHTTP(w, r)
+		case errors.Is(err, ErrTokenInvalid):
+			unauthorized(w, err.Error())
+		case errors.Is(err, ErrTokenForbidden):
+			writeError(w, http.StatusForbidden, apiErrForbidden, err.Error())
+		default:
+			s.log.Error("lease API: token review failed", "err", err)
+			writeError(w, http.StatusServiceUnavailable, apiErrAuthDown, "cannot verify the token now: "+err.Error())
+		}
 	})
 }
 

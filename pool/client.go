@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -54,11 +56,36 @@ func (e *APIError) Unwrap() error {
 // standalone gateway's --api-listen). It is safe for concurrent use and keeps
 // connections alive, so a gateway can call it on every new (session, target).
 type Client struct {
-	bases []string // scheme://host[:port][/prefix], no trailing slash; one per replica or Service
-	next  atomic.Uint32
-	auth  string // "Bearer <token>" or ""
-	httpc *http.Client
+	bases    []string // scheme://host[:port][/prefix], no trailing slash; one per replica or Service
+	next     atomic.Uint32
+	auth     string // "Bearer <token>" or ""
+	httpc    *http.Client
+	tokens   *tokenFile        // re-read token, when set (instead of auth)
+	selector map[string]string // merged under every Acquire's selector
 }
+
+// ClientOptions are NewClientWith's settings beyond the URL.
+type ClientOptions struct {
+	// Token is a fixed bearer token (empty: none).
+	Token string
+	// TokenFile is a file holding the bearer token, re-read every
+	// TokenFileRefresh: a projected service-account token, which the kubelet
+	// rotates in place. It excludes Token.
+	TokenFile string
+	// HTTPClient is as in NewClient; nil gets a keep-alive client.
+	HTTPClient *http.Client
+	// TokenFileRefresh is how often TokenFile is re-read (default
+	// TokenFileRefresh).
+	TokenFileRefresh time.Duration
+	// Selector is a default attribute selector merged under every Acquire's
+	// (a key the request names wins), so a sidecar can confine its pod to a
+	// part of the fleet without every crawler request saying so.
+	Selector map[string]string
+}
+
+// TokenFileRefresh is how often a ClientOptions.TokenFile is re-read: well
+// inside the shortest projected token lifetime (10 minutes, rotated at 80%).
+const TokenFileRefresh = 30 * time.Second
 
 var _ Pool = (*Client)(nil)
 
@@ -73,7 +100,15 @@ var _ Pool = (*Client)(nil)
 // fails on the connection level is retried once on the next one. Acquire
 // carries an idempotency key, so the retry never takes a second lease.
 func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) {
-	c := &Client{}
+	return NewClientWith(baseURL, ClientOptions{Token: token, HTTPClient: httpClient})
+}
+
+// NewClientWith is NewClient with the options of ClientOptions. A TokenFile
+// must be readable and hold one token now; later read failures keep the last
+// good token (the kubelet swaps the file atomically, so that is rare).
+func NewClientWith(baseURL string, o ClientOptions) (*Client, error) {
+	token, httpClient := o.Token, o.HTTPClient
+	c := &Client{selector: o.Selector}
 	for raw := range strings.SplitSeq(baseURL, ",") {
 		base, err := parseAPIBase(strings.TrimSpace(raw))
 		if err != nil {
@@ -86,6 +121,19 @@ func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) 
 	}
 	if token != "" {
 		c.auth = "Bearer " + token
+	}
+	if o.TokenFile != "" {
+		if token != "" {
+			return nil, errors.New("lease API client: a fixed token and a token file exclude each other")
+		}
+		tf := &tokenFile{path: o.TokenFile, every: o.TokenFileRefresh}
+		if tf.every <= 0 {
+			tf.every = TokenFileRefresh
+		}
+		if _, err := tf.read(); err != nil {
+			return nil, err
+		}
+		c.tokens = tf
 	}
 	if httpClient == nil {
 		c.httpc = &http.Client{Transport: newAPITransport(), Timeout: 30 * time.Second}
@@ -157,8 +205,18 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if key == "" {
 		key = rand.Text()
 	}
+	sel := req.Selector
+	if len(c.selector) > 0 {
+		sel = make(map[string]string, len(c.selector)+len(req.Selector))
+		for k, v := range c.selector {
+			sel[k] = v
+		}
+		for k, v := range req.Selector {
+			sel[k] = v
+		}
+	}
 	body := leaseRequest{
-		Selector:       req.Selector,
+		Selector:       sel,
 		TTLSeconds:     ceilSeconds(req.TTL),
 		Target:         req.Target,
 		Proxy:          req.Proxy,
@@ -331,6 +389,13 @@ func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody 
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
 	}
+	if c.tokens != nil {
+		tok, err := c.tokens.get()
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, base, unwrapURLError(err))
@@ -366,4 +431,55 @@ func apiError(status int, raw []byte) *APIError {
 		msg = http.StatusText(status)
 	}
 	return &APIError{Status: status, Message: msg}
+}
+
+// tokenFile is a bearer token kept in a file that is replaced in place (a
+// projected service-account token): read at most every TokenFileRefresh,
+// the last good value kept when a read fails.
+type tokenFile struct {
+	path  string
+	every time.Duration
+	mu    sync.Mutex
+	tok   string
+	at    time.Time
+}
+
+// get returns the current token, re-reading the file when it is due.
+func (t *tokenFile) get() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tok != "" && time.Since(t.at) < t.every {
+		return t.tok, nil
+	}
+	tok, err := t.readLocked()
+	if err != nil {
+		if t.tok != "" {
+			return t.tok, nil
+		}
+		return "", err
+	}
+	return tok, nil
+}
+
+// read forces a read now.
+func (t *tokenFile) read() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.readLocked()
+}
+
+func (t *tokenFile) readLocked() (string, error) {
+	raw, err := os.ReadFile(t.path)
+	if err != nil {
+		return "", fmt.Errorf("lease API token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", fmt.Errorf("lease API token file %s is empty", t.path)
+	}
+	if strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("lease API token file %s holds more than one line", t.path)
+	}
+	t.tok, t.at = tok, time.Now()
+	return tok, nil
 }

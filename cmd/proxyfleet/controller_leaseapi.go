@@ -23,6 +23,10 @@ import (
 const (
 	flagLeaseAPIListen    = "lease-api-listen"
 	flagLeaseAPITokenFile = "lease-api-token-file"
+	// flagLeaseAPITokenReview also accepts pods' projected service-account
+	// tokens (TokenReview + SubjectAccessReview).
+	flagLeaseAPITokenReview   = "lease-api-token-review"
+	flagLeaseAPITokenAudience = "lease-api-token-audience"
 )
 
 // defaultLeaseAPIListen is where the controller serves the lease API.
@@ -38,6 +42,9 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		str(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
 		&cli.PathFlag{Name: flagLeaseAPITokenFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseAPITokenFile)},
 			Usage: "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"},
+		&cli.BoolFlag{Name: flagLeaseAPITokenReview, EnvVars: []string{envVar(flagLeaseAPITokenReview)},
+			Usage: "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"},
+		str(flagLeaseAPITokenAudience, leaseapi.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
 		&cli.DurationFlag{Name: flagLeaseTTL, Value: pool.DefaultLeaseTTL, EnvVars: []string{envVar(flagLeaseTTL)},
 			Usage: "lease lifetime when a request gives no ttlSeconds"},
 		&cli.DurationFlag{Name: flagMaxLeaseTTL, Value: pool.DefaultMaxLeaseTTL, EnvVars: []string{envVar(flagMaxLeaseTTL)},
@@ -62,6 +69,8 @@ func controllerLeaseAPIFlags() []cli.Flag {
 type leaseAPISettings struct {
 	listen     string
 	token      string
+	review     bool
+	audience   string
 	store      pool.StoreOptions
 	leaseStore leaseStoreConfig
 }
@@ -81,6 +90,10 @@ func parseLeaseAPIFlags(c *cli.Context) (leaseAPISettings, error) {
 		if s.token, err = readSingleToken(flagLeaseAPITokenFile, f); err != nil {
 			return s, err
 		}
+	}
+	s.review = c.Bool(flagLeaseAPITokenReview)
+	if s.audience = strings.TrimSpace(c.String(flagLeaseAPITokenAudience)); s.review && s.audience == "" {
+		return s, fmt.Errorf("--%s: empty", flagLeaseAPITokenAudience)
 	}
 	switch addr := strings.TrimSpace(c.String(flagLeaseAPIListen)); addr {
 	case "", "0", "off":
@@ -106,14 +119,18 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	api, err := leaseapi.Setup(mgr, leaseapi.Options{
+	o := leaseapi.Options{
 		Listen:   s.listen,
 		Token:    s.token,
 		Store:    s.store,
 		Backend:  backend,
 		Recorder: metrics.NewLeaseRequests(reg),
 		Logger:   logger,
-	})
+	}
+	if s.review {
+		o.Reviewer = &leaseapi.Reviewer{Client: mgr.GetClient(), Audience: s.audience}
+	}
+	api, err := leaseapi.Setup(mgr, o)
 	if err != nil {
 		return nil, fmt.Errorf("--%s %s: %w", flagLeaseAPIListen, s.listen, err)
 	}

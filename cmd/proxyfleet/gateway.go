@@ -56,6 +56,8 @@ const (
 	flagAPITokenFile          = "api-token-file"
 	flagPoolAPI               = "pool-api"
 	flagPoolTokenFile         = "pool-token-file"
+	flagPoolSATokenFile       = "pool-sa-token-file"
+	flagPoolSelector          = "pool-selector"
 	flagMetricsListen         = "metrics-listen"
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
@@ -166,6 +168,8 @@ func gatewayFlags() []cli.Flag {
 		path(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
 		str(flagPoolAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
 		path(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
+		path(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
+		str(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
 		str(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
@@ -197,6 +201,7 @@ type gatewayConfig struct {
 	apiToken            string
 	poolAPI             string // remote pool mode when set
 	poolToken           string
+	poolClient          *pool.Client // built from the --pool-* flags when poolAPI is set
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
@@ -312,6 +317,11 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	if cfg.leaseStore, err = leaseStoreFrom(c); err != nil {
 		return nil, err
+	}
+	if cfg.poolAPI != "" {
+		if cfg.poolClient, err = poolClientFrom(c, cfg.poolAPI, cfg.poolToken); err != nil {
+			return nil, err
+		}
 	}
 
 	switch m := strings.TrimSpace(c.String(flagMetricsListen)); m {

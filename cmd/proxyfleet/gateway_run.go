@@ -50,8 +50,10 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		err    error
 	)
 	if cfg.poolAPI != "" {
-		if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
-			return fmt.Errorf("--%s: %w", flagPoolAPI, err)
+		if remote = cfg.poolClient; remote == nil {
+			if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
+				return fmt.Errorf("--%s: %w", flagPoolAPI, err)
+			}
 		}
 		leases = remote
 	} else {

@@ -67,10 +67,15 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	apiURL = strings.TrimSpace(c.String(flagPoolAPI))
 	tokenFile := c.Path(flagPoolTokenFile)
 	if apiURL == "" {
-		if tokenFile != "" {
-			return "", "", fmt.Errorf("--%s needs --%s (the lease API the token is for)", flagPoolTokenFile, flagPoolAPI)
+		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector} {
+			if c.IsSet(name) {
+				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagPoolAPI)
+			}
 		}
 		return "", "", nil
+	}
+	if tokenFile != "" && c.Path(flagPoolSATokenFile) != "" {
+		return "", "", fmt.Errorf("--%s and --%s exclude each other: one is a fixed token, the other a rotating one", flagPoolTokenFile, flagPoolSATokenFile)
 	}
 	for _, name := range poolAPIConflicts {
 		if c.IsSet(name) {
@@ -169,4 +174,23 @@ func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.Leas
 		log.Info("lease store on Redis", "prefix", l.prefix)
 	}
 	return s, func() { _ = s.Close() }, nil
+}
+
+// poolClientFrom builds the lease API client of a --pool-api gateway from
+// its validated settings: the fixed token, or the rotating token file
+// (--pool-sa-token-file, read now and re-read as the kubelet rotates it), and
+// the default selector (--pool-selector).
+func poolClientFrom(c *cli.Context, apiURL, token string) (*pool.Client, error) {
+	sel, err := pool.ParseSelector(c.String(flagPoolSelector))
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagPoolSelector, err)
+	}
+	cl, err := pool.NewClientWith(apiURL, pool.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
+	if err != nil {
+		if f := c.Path(flagPoolSATokenFile); f != "" {
+			return nil, fmt.Errorf("--%s %s: %w", flagPoolSATokenFile, f, err)
+		}
+		return nil, fmt.Errorf("--%s: %w", flagPoolAPI, err)
+	}
+	return cl, nil
 }

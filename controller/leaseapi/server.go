@@ -31,9 +31,12 @@ const AuthDisabledWarning = "WARNING: lease API auth disabled"
 type Options struct {
 	// Listen is the host:port the API listens on.
 	Listen string
-	// Token is the bearer token clients must send; empty turns authentication
-	// off, with a warning in the log.
+	// Token is the bearer token clients must send; empty (and no Reviewer)
+	// turns authentication off, with a warning in the log.
 	Token string
+	// Reviewer, when set, also accepts projected service-account tokens
+	// (see Reviewer); authentication is then on even without Token.
+	Reviewer pool.TokenReviewer
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
 	// Backend, when set, is the lease store to serve (a shared
@@ -91,7 +94,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	}
 	// Only authenticated callers are handed logins: without a token, Proxies
 	// that have one are not offered at all.
-	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == ""})
+	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil})
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
@@ -101,7 +104,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		store:  store,
 		source: source,
 		ln:     ln,
-		token:  o.Token != "",
+		token:  o.Token != "" || o.Reviewer != nil,
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
@@ -109,6 +112,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
+				Reviewer: o.Reviewer,
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 		},
