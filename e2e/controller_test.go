@@ -54,10 +54,15 @@ func startController(t *testing.T, bin string, env *testenv.Env, ns string, extr
 	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1], leaseAPIAddr: addrs[2]}
 }
 
-// poll waits up to 30s for cond, failing with its last explanation.
+// pollTimeout is how long poll waits: generous, because the e2e tests run
+// in parallel on a 2-core CI machine, where a controller process can take
+// tens of seconds to start and reconcile while the others load it.
+const pollTimeout = 90 * time.Second
+
+// poll waits up to pollTimeout for cond, failing with its last explanation.
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(pollTimeout)
 	for {
 		ok, why := cond()
 		if ok {

@@ -34,7 +34,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 	ctx := context.Background()
 	redis := testutil.StartRedis(t, testutil.RedisOptions{})
 
-	squids := startSquids(t, "replicas", "127.0.0.121", "127.0.0.122", "127.0.0.123")
+	squids := startSquids(t, "replicas", "127.0.0.131", "127.0.0.132", "127.0.0.133")
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	const apiToken = "e2e-replicas-token"
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
@@ -79,7 +79,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 	}
 	both := "http://" + ctlA.leaseAPIAddr + ",http://" + ctlB.leaseAPIAddr
 	gw := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, both, apiToken)})
-	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.124"})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.134"})
 
 	t.Run("a replica killed mid-crawl fails no request", func(t *testing.T) {
 		c := gw.client(t, "", nil)
@@ -133,7 +133,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 	var ctlC, ctlD *controllerProc
 	t.Run("a ban outlives restarting every replica", func(t *testing.T) {
 		banned := squids[0].OutgoingAddr()
-		limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.125"})
+		limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.135"})
 		limited.SetRule(banned, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
 		c := gw.client(t, "", nil)
 		testutil.Eventually(t, 60*time.Second, func() error {
@@ -167,7 +167,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 			t.Fatalf("after restarting both replicas the banned member carried %d more requests to the site that banned it", got-n)
 		}
 		// The ban is for that site only: the member still serves others.
-		other := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.126"})
+		other := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.136"})
 		for range 6 {
 			mustGetOK(t, ac, other.URL()+"/other", nil)
 		}
