@@ -53,6 +53,7 @@ func chartDir(t *testing.T) string {
 func allOn() map[string]any {
 	return map[string]any{
 		"controller":    map[string]any{"proxyNamespace": "crawl", "gcAllowNamespaced": true, "replicas": 2},
+		"leaseStore":    map[string]any{"url": "redis://redis.proxyfleet.svc:6379/0", "passwordSecret": "redis-password"},
 		"providers":     map[string]any{"providers": []any{map[string]any{"name": "cluster", "type": "kubernetes", "kubernetes": map[string]any{"namespace": "squids"}}}},
 		"leaseAPI":      map[string]any{"token": "a-static-token"},
 		"webhook":       map[string]any{"certManager": map[string]any{"enabled": true}},
@@ -151,6 +152,8 @@ func TestChartValuesSchemaRejectsMistakes(t *testing.T) {
 		{"a misspelt key", map[string]any{"webhok": map[string]any{"enabled": false}}, "webhok"},
 		{"an unknown failure policy", map[string]any{"webhook": map[string]any{"failurePolicy": "Sometimes"}}, "failurePolicy"},
 		{"a lease user without a namespace", map[string]any{"leaseUsers": []any{map[string]any{"name": "crawler"}}}, "namespace"},
+		{"a lease store that is neither memory nor Redis", map[string]any{"leaseStore": map[string]any{"url": "mysql://db:3306"}}, "url"},
+		{"two replicas on the memory store", map[string]any{"controller": map[string]any{"replicas": 2}}, "leaseStore.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.vals)
@@ -246,7 +249,7 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured, bin string
 	// flag or a bad providers config would crash-loop the controller. It
 	// stops at the missing kubeconfig, after every flag was validated.
 	dir := t.TempDir()
-	files := map[string]string{"/etc/proxyfleet/lease-api/token": "a-token\n"}
+	files := map[string]string{"/etc/proxyfleet/lease-api/token": "a-token\n", "/etc/proxyfleet/lease-store/password": "a-password\n"}
 	if cm := find(objs, "ConfigMap", releaseName+"-providers"); cm != nil {
 		files["/etc/proxyfleet/providers/providers.yaml"], _, _ = unstructured.NestedString(cm.Object, "data", "providers.yaml")
 	}
@@ -264,6 +267,43 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured, bin string
 	out, _ := exec.Command(bin, append(args, "--kubeconfig", "/nonexistent/kubeconfig")...).CombinedOutput()
 	if !strings.Contains(string(out), "--kubeconfig /nonexistent/kubeconfig") {
 		t.Errorf("proxyfleet %s rejects the chart's arguments:\n%s", strings.Join(args, " "), out)
+	}
+}
+
+func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
+	manifest, err := render(t, map[string]any{
+		"controller": map[string]any{"replicas": 3},
+		"leaseStore": map[string]any{"url": "redis+sentinel://s1:26379,s2:26379/leases", "passwordSecret": "redis-password", "prefix": "eu"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, manifest)
+	d := find(objs, "Deployment", releaseName)
+	if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 3 {
+		t.Fatalf("replicas %d, want 3", n)
+	}
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	for _, want := range []string{"--lease-store=redis+sentinel://s1:26379,s2:26379/leases", "--lease-store-prefix=eu",
+		"--lease-store-password-file=/etc/proxyfleet/lease-store/password"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("controller args %q lack %s", args, want)
+		}
+	}
+	pdb := find(objs, "PodDisruptionBudget", releaseName)
+	if pdb == nil {
+		t.Fatal("no PodDisruptionBudget for 3 replicas")
+	}
+	if n, _, _ := unstructured.NestedInt64(pdb.Object, "spec", "minAvailable"); n != 1 {
+		t.Errorf("minAvailable %d, want 1", n)
+	}
+	one, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if find(objects(t, one), "PodDisruptionBudget", "") != nil {
+		t.Error("a PodDisruptionBudget for a single replica would block every node drain")
 	}
 }
 
