@@ -210,7 +210,7 @@ func TestChartManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 				if o.GetNamespace() == "" && namespaced(o.GetKind()) {
 					o.SetNamespace(releaseNS)
 				}
-				if err := env.Client.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("chart-test"), client.ForceOwnership); err != nil {
+				if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.DryRunAll, client.FieldOwner("chart-test"), client.ForceOwnership); err != nil {
 					t.Errorf("the API server refuses %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				}
 			}
@@ -391,7 +391,7 @@ func TestREADMEDeployExamplesAreAcceptedByTheAPIServer(t *testing.T) {
 	var kinds []string
 	for _, o := range objs {
 		kinds = append(kinds, o.GetKind())
-		if err := env.Client.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("readme-test"), client.ForceOwnership); err != nil {
+		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.DryRunAll, client.FieldOwner("readme-test"), client.ForceOwnership); err != nil {
 			t.Errorf("the API server refuses the README's %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}

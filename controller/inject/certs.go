@@ -157,7 +157,7 @@ func (m *SelfManaged) Sync(ctx context.Context, now time.Time) error {
 	}
 	pair, err := tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return fmt.Errorf("Secret %s: serving certificate: %w", m.Secret, err)
+		return fmt.Errorf("secret %s: serving certificate: %w", m.Secret, err)
 	}
 	m.cert.Store(&pair)
 	m.readyOnce.Do(func() { close(m.ready) })
