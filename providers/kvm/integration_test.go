@@ -390,6 +390,26 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		}
 	})
 
+	t.Run("a call that outlives its budget kills the connection and the next call redials", func(t *testing.T) {
+		p := newProvider(t, f.config())
+		id := FormatProviderID("local", "proxy-budget")
+		_, err := p.Get(ctx(t), id)
+		wantClass(t, err, providers.ErrNotFound)
+		first := p.conns["local"].cur
+		p.cfg.Budgets.RPC = time.Nanosecond
+		_, err = p.Get(ctx(t), id)
+		wantClass(t, err, providers.ErrTransient)
+		if !strings.Contains(err.Error(), "budget") || first.alive() {
+			t.Fatalf("err = %v, link alive = %v; want a budget overrun that killed the link", err, first.alive())
+		}
+		p.cfg.Budgets.RPC = 30 * time.Second
+		_, err = p.Get(ctx(t), id)
+		wantClass(t, err, providers.ErrNotFound)
+		if p.conns["local"].cur == first {
+			t.Fatal("the next call reused the killed link instead of redialing")
+		}
+	})
+
 	t.Run("a host that is not configured: get is permanent, delete is a no-op", func(t *testing.T) {
 		_, err := p.Get(ctx(t), FormatProviderID("gone", "proxy-x"))
 		wantClass(t, err, providers.ErrPermanent)

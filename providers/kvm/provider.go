@@ -585,26 +585,48 @@ var addressSources = []struct {
 // connection dying under the read, is Transient — never a Running guest
 // silently demoted to one without an address.
 func (p *Provider) address(ctx context.Context, host string, dom libvirt.Domain) (string, error) {
-	var errs []error
+	results := make([]sourceResult, 0, len(addressSources))
 	for _, s := range addressSources {
 		var ifaces []libvirt.DomainInterface
 		err := p.rpc(ctx, host, "DomainInterfaceAddresses", func(a api) (err error) {
 			ifaces, err = a.DomainInterfaceAddresses(dom, uint32(s.src), 0)
 			return err
 		})
-		if err != nil {
-			if _, ok := libvirtCode(err); !ok {
-				return "", classify("reading the addresses of domain "+dom.Name, err)
+		results = append(results, sourceResult{name: s.name, ifaces: ifaces, err: err})
+		if err == nil && firstRoutableIPv4(ifaces) != "" {
+			break
+		}
+	}
+	return decideAddress(dom.Name, results)
+}
+
+// sourceResult is what one address source answered.
+type sourceResult struct {
+	name   string
+	ifaces []libvirt.DomainInterface
+	err    error
+}
+
+// decideAddress applies the address rules to the answers in source order:
+// the first routable IPv4 wins; a transport failure (not a libvirt answer)
+// is Transient at once; when no source has an address, some failing is "no
+// address yet" and all failing is Transient.
+func decideAddress(domain string, results []sourceResult) (string, error) {
+	var errs []error
+	for _, r := range results {
+		if r.err != nil {
+			if _, ok := libvirtCode(r.err); !ok {
+				return "", classify("reading the addresses of domain "+domain, r.err)
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))
 			continue
 		}
-		if ip := firstRoutableIPv4(ifaces); ip != "" {
+		if ip := firstRoutableIPv4(r.ifaces); ip != "" {
 			return ip, nil
 		}
 	}
-	if len(errs) == len(addressSources) {
-		return "", fmt.Errorf("%w: every address source of domain %s failed: %w", providers.ErrTransient, dom.Name, errors.Join(errs...))
+	if len(results) > 0 && len(errs) == len(results) {
+		return "", fmt.Errorf("%w: every address source of domain %s failed: %w", providers.ErrTransient, domain, errors.Join(errs...))
 	}
 	return "", nil
 }
