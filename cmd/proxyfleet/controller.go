@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
+	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
 
@@ -251,6 +252,7 @@ func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Confi
 	reg := providers.NewRegistry(map[string]providers.Constructor{
 		providers.TypeKubernetes: kubeprovider.Constructor(direct),
 		providers.TypeGCP:        gcpprovider.Constructor(ctx),
+		providers.TypeKVM:        kvmprovider.Constructor(mgr.GetLogger().WithName("kvm")),
 	})
 	built, err := reg.Build(*pcfg)
 	if err != nil {
