@@ -60,32 +60,35 @@ func (p *Provider) checkHost(ctx context.Context, h *Host) providers.TargetStatu
 		return fail(ReasonUnreachable, err)
 	}
 	defer l.kill("check done")
-	var (
-		version         uint64
-		hostname        string
-		state           uint8
-		capacity, avail uint64
-		pool            libvirt.StoragePool
-	)
-	err = run(ctx, l, "ConnectGetLibVersion", p.cfg.Budgets.RPC, func(a api) (err error) {
-		if version, err = a.ConnectGetLibVersion(); err != nil {
-			return err
+	type identity struct {
+		version  uint64
+		hostname string
+	}
+	id, err := runV(ctx, l, "ConnectGetLibVersion", p.cfg.Budgets.RPC, func(a api) (identity, error) {
+		v, err := a.ConnectGetLibVersion()
+		if err != nil {
+			return identity{}, err
 		}
-		hostname, err = a.ConnectGetHostname()
-		return err
+		h, err := a.ConnectGetHostname()
+		return identity{v, h}, err
 	})
 	if err != nil {
 		return fail(ReasonError, classify("asking libvirt for its version and hostname", err))
 	}
-	st.Details["hostname"] = hostname
+	version := id.version
+	st.Details["hostname"] = id.hostname
 	st.Details["libvirtVersion"] = fmt.Sprintf("%d.%d.%d", version/1000000, version/1000%1000, version%1000)
-	err = run(ctx, l, "StoragePoolLookupByName", p.cfg.Budgets.RPC, func(a api) (err error) {
-		pool, err = a.StoragePoolLookupByName(h.Pool)
+	type poolInfo struct {
+		state           uint8
+		capacity, avail uint64
+	}
+	info, err := runV(ctx, l, "StoragePoolGetInfo", p.cfg.Budgets.RPC, func(a api) (poolInfo, error) {
+		pool, err := a.StoragePoolLookupByName(h.Pool)
 		if err != nil {
-			return err
+			return poolInfo{}, err
 		}
-		state, capacity, _, avail, err = a.StoragePoolGetInfo(pool)
-		return err
+		state, capacity, _, avail, err := a.StoragePoolGetInfo(pool)
+		return poolInfo{state, capacity, avail}, err
 	})
 	if isCode(err, libvirt.ErrNoStoragePool) {
 		return fail(ReasonPoolMissing, fmt.Errorf("storage pool %s does not exist on host %s", h.Pool, h.Name))
@@ -93,6 +96,7 @@ func (p *Provider) checkHost(ctx context.Context, h *Host) providers.TargetStatu
 	if err != nil {
 		return fail(ReasonError, classify("reading storage pool "+h.Pool, err))
 	}
+	state, capacity, avail := info.state, info.capacity, info.avail
 	st.Details["poolState"] = poolStateName(libvirt.StoragePoolState(state))
 	st.Details["poolCapacityGiB"] = strconv.FormatUint(capacity>>30, 10)
 	st.Details["poolAvailableGiB"] = strconv.FormatUint(avail>>30, 10)

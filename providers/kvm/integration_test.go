@@ -390,6 +390,37 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		}
 	})
 
+	t.Run("concurrent creates of one name serialise into one domain", func(t *testing.T) {
+		req := request("proxy-concurrent00a", "uid-concurrent")
+		errs := make(chan error, 3)
+		for i := 0; i < 3; i++ {
+			go func() { _, err := p.Create(ctx(t), req); errs <- err }()
+		}
+		for i := 0; i < 3; i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent Create: %v", err)
+			}
+		}
+		lv := f.lv.Connect(t)
+		defer func() { _ = lv.Disconnect() }()
+		doms, _, err := lv.ConnectListAllDomains(1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, d := range doms {
+			if d.Name == req.Name {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d domains named %s, want 1", n, req.Name)
+		}
+		if err := p.Delete(ctx(t), FormatProviderID("local", req.Name)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("a call that outlives its budget kills the connection and the next call redials", func(t *testing.T) {
 		p := newProvider(t, f.config())
 		id := FormatProviderID("local", "proxy-budget")

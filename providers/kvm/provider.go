@@ -308,17 +308,29 @@ func (p *Provider) seedFor(req providers.CreateRequest) ([]byte, error) {
 	return iso, nil
 }
 
-// call runs fn on host's pooled connection under budget.
-func (p *Provider) call(ctx context.Context, host, op string, budget time.Duration, fn func(api) error) error {
+// callV runs fn on host's pooled connection under budget.
+func callV[T any](ctx context.Context, p *Provider, host, op string, budget time.Duration, fn func(api) (T, error)) (T, error) {
+	var zero T
 	c, ok := p.conns[host]
 	if !ok {
-		return fmt.Errorf("%w: host %q is not configured", providers.ErrPermanent, host)
+		return zero, fmt.Errorf("%w: host %q is not configured", providers.ErrPermanent, host)
 	}
 	l, err := c.get(ctx, p.login, p.cfg.Budgets.Dial, p.cfg.Log)
 	if err != nil {
-		return err
+		return zero, err
 	}
-	return run(ctx, l, op, budget, fn)
+	return runV(ctx, l, op, budget, fn)
+}
+
+// rpcV is callV with the ordinary RPC budget.
+func rpcV[T any](ctx context.Context, p *Provider, host, op string, fn func(api) (T, error)) (T, error) {
+	return callV(ctx, p, host, op, p.cfg.Budgets.RPC, fn)
+}
+
+// call is callV for calls that return only an error.
+func (p *Provider) call(ctx context.Context, host, op string, budget time.Duration, fn func(api) error) error {
+	_, err := callV(ctx, p, host, op, budget, func(a api) (struct{}, error) { return struct{}{}, fn(a) })
+	return err
 }
 
 // rpc is call with the ordinary RPC budget.
@@ -328,11 +340,7 @@ func (p *Provider) rpc(ctx context.Context, host, op string, fn func(api) error)
 
 // lookupDomain returns the domain and whether it exists.
 func (p *Provider) lookupDomain(ctx context.Context, host, name string) (libvirt.Domain, bool, error) {
-	var dom libvirt.Domain
-	err := p.rpc(ctx, host, "DomainLookupByName", func(a api) (err error) {
-		dom, err = a.DomainLookupByName(name)
-		return err
-	})
+	dom, err := rpcV(ctx, p, host, "DomainLookupByName", func(a api) (libvirt.Domain, error) { return a.DomainLookupByName(name) })
 	if isCode(err, libvirt.ErrNoDomain) {
 		return dom, false, nil
 	}
@@ -345,10 +353,8 @@ func (p *Provider) lookupDomain(ctx context.Context, host, name string) (libvirt
 // readMark returns the domain's proxyfleet mark; ok is false for a domain
 // that has none (someone else's).
 func (p *Provider) readMark(ctx context.Context, host string, dom libvirt.Domain) (Mark, bool, error) {
-	var raw string
-	err := p.rpc(ctx, host, "DomainGetMetadata", func(a api) (err error) {
-		raw, err = a.DomainGetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{MetadataNS}, 0)
-		return err
+	raw, err := rpcV(ctx, p, host, "DomainGetMetadata", func(a api) (string, error) {
+		return a.DomainGetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{MetadataNS}, 0)
 	})
 	if isCode(err, libvirt.ErrNoDomainMetadata) {
 		return Mark{}, false, nil
@@ -364,10 +370,9 @@ func (p *Provider) readMark(ctx context.Context, host string, dom libvirt.Domain
 }
 
 func (p *Provider) domainState(ctx context.Context, host string, dom libvirt.Domain) (libvirt.DomainState, error) {
-	var st int32
-	err := p.rpc(ctx, host, "DomainGetState", func(a api) (err error) {
-		st, _, err = a.DomainGetState(dom, 0)
-		return err
+	st, err := rpcV(ctx, p, host, "DomainGetState", func(a api) (int32, error) {
+		st, _, err := a.DomainGetState(dom, 0)
+		return st, err
 	})
 	if err != nil {
 		return 0, classify("reading the state of domain "+dom.Name, err)
@@ -436,10 +441,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	err = p.rpc(ctx, host, "DomainDefineXMLFlags", func(a api) (err error) {
-		dom, err = a.DomainDefineXMLFlags(xmlDoc, 0)
-		return err
-	})
+	dom, err = rpcV(ctx, p, host, "DomainDefineXMLFlags", func(a api) (libvirt.Domain, error) { return a.DomainDefineXMLFlags(xmlDoc, 0) })
 	if err != nil {
 		return providers.Instance{}, classify("defining domain "+req.Name, err)
 	}
@@ -587,10 +589,8 @@ var addressSources = []struct {
 func (p *Provider) address(ctx context.Context, host string, dom libvirt.Domain) (string, error) {
 	results := make([]sourceResult, 0, len(addressSources))
 	for _, s := range addressSources {
-		var ifaces []libvirt.DomainInterface
-		err := p.rpc(ctx, host, "DomainInterfaceAddresses", func(a api) (err error) {
-			ifaces, err = a.DomainInterfaceAddresses(dom, uint32(s.src), 0)
-			return err
+		ifaces, err := rpcV(ctx, p, host, "DomainInterfaceAddresses", func(a api) ([]libvirt.DomainInterface, error) {
+			return a.DomainInterfaceAddresses(dom, uint32(s.src), 0)
 		})
 		results = append(results, sourceResult{name: s.name, ifaces: ifaces, err: err})
 		if err == nil && firstRoutableIPv4(ifaces) != "" {
@@ -701,10 +701,9 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
 	var out []providers.Instance
 	for _, h := range p.cfg.Hosts {
-		var doms []libvirt.Domain
-		err := p.rpc(ctx, h.Name, "ConnectListAllDomains", func(a api) (err error) {
-			doms, _, err = a.ConnectListAllDomains(1, 0)
-			return err
+		doms, err := rpcV(ctx, p, h.Name, "ConnectListAllDomains", func(a api) ([]libvirt.Domain, error) {
+			doms, _, err := a.ConnectListAllDomains(1, 0)
+			return doms, err
 		})
 		if err != nil {
 			return nil, classify("listing the domains of host "+h.Name, err)

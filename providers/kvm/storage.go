@@ -24,11 +24,7 @@ const markerMax = 128
 
 // lookupPool finds the host's pool; a missing pool needs an admin.
 func (p *Provider) lookupPool(ctx context.Context, host, name string) (libvirt.StoragePool, error) {
-	var pool libvirt.StoragePool
-	err := p.rpc(ctx, host, "StoragePoolLookupByName", func(a api) (err error) {
-		pool, err = a.StoragePoolLookupByName(name)
-		return err
-	})
+	pool, err := rpcV(ctx, p, host, "StoragePoolLookupByName", func(a api) (libvirt.StoragePool, error) { return a.StoragePoolLookupByName(name) })
 	if err != nil {
 		return pool, classify(fmt.Sprintf("looking up storage pool %s on host %s", name, host), err)
 	}
@@ -37,11 +33,7 @@ func (p *Provider) lookupPool(ctx context.Context, host, name string) (libvirt.S
 
 // lookupVolume returns the volume and whether it exists.
 func (p *Provider) lookupVolume(ctx context.Context, host string, pool libvirt.StoragePool, name string) (libvirt.StorageVol, bool, error) {
-	var vol libvirt.StorageVol
-	err := p.rpc(ctx, host, "StorageVolLookupByName", func(a api) (err error) {
-		vol, err = a.StorageVolLookupByName(pool, name)
-		return err
-	})
+	vol, err := rpcV(ctx, p, host, "StorageVolLookupByName", func(a api) (libvirt.StorageVol, error) { return a.StorageVolLookupByName(pool, name) })
 	if isCode(err, libvirt.ErrNoStorageVol) {
 		return vol, false, nil
 	}
@@ -52,11 +44,7 @@ func (p *Provider) lookupVolume(ctx context.Context, host string, pool libvirt.S
 }
 
 func (p *Provider) volumePath(ctx context.Context, host string, vol libvirt.StorageVol) (string, error) {
-	var path string
-	err := p.rpc(ctx, host, "StorageVolGetPath", func(a api) (err error) {
-		path, err = a.StorageVolGetPath(vol)
-		return err
-	})
+	path, err := rpcV(ctx, p, host, "StorageVolGetPath", func(a api) (string, error) { return a.StorageVolGetPath(vol) })
 	if err != nil {
 		return "", classify("resolving the path of volume "+vol.Name, err)
 	}
@@ -99,14 +87,13 @@ func (p *Provider) removeVolumes(ctx context.Context, host, poolName string, nam
 // which would retry on the fast backoff; the reconciler waits out
 // QuotaExceeded on a long, quiet interval instead.
 func (p *Provider) checkSpace(ctx context.Context, host string, pool libvirt.StoragePool, need uint64) error {
-	var avail uint64
 	err := p.rpc(ctx, host, "StoragePoolRefresh", func(a api) error { return a.StoragePoolRefresh(pool, 0) })
 	if err != nil {
 		return classify("refreshing pool "+pool.Name, err)
 	}
-	err = p.rpc(ctx, host, "StoragePoolGetInfo", func(a api) (err error) {
-		_, _, _, avail, err = a.StoragePoolGetInfo(pool)
-		return err
+	avail, err := rpcV(ctx, p, host, "StoragePoolGetInfo", func(a api) (uint64, error) {
+		_, _, _, avail, err := a.StoragePoolGetInfo(pool)
+		return avail, err
 	})
 	if err != nil {
 		return classify("reading pool "+pool.Name, err)
@@ -201,14 +188,15 @@ func hex64(s string) bool {
 }
 
 func (p *Provider) readMarker(ctx context.Context, host string, vol libvirt.StorageVol) (string, error) {
-	var buf bytes.Buffer
-	err := p.rpc(ctx, host, "StorageVolDownload", func(a api) error {
-		return a.StorageVolDownload(vol, &limitedWriter{w: &buf, n: markerMax}, 0, markerMax, 0)
+	content, err := rpcV(ctx, p, host, "StorageVolDownload", func(a api) (string, error) {
+		var buf bytes.Buffer
+		err := a.StorageVolDownload(vol, &limitedWriter{w: &buf, n: markerMax}, 0, markerMax, 0)
+		return buf.String(), err
 	})
 	if err != nil {
 		return "", classify("reading marker "+vol.Name, err)
 	}
-	return strings.TrimSpace(buf.String()), nil
+	return strings.TrimSpace(content), nil
 }
 
 type limitedWriter struct {
@@ -275,31 +263,38 @@ func (p *Provider) fetchImage(ctx context.Context, pl placement, pool libvirt.St
 	if err != nil {
 		return "", err
 	}
-	var vol libvirt.StorageVol
-	err = run(ctx, l, "StorageVolCreateXML", p.cfg.Budgets.RPC, func(a api) (err error) {
-		vol, err = a.StorageVolCreateXML(pool, rawVolumeXML(name, size), 0)
-		return err
+	vol, err := runV(ctx, l, "StorageVolCreateXML", p.cfg.Budgets.RPC, func(a api) (libvirt.StorageVol, error) {
+		return a.StorageVolCreateXML(pool, rawVolumeXML(name, size), 0)
 	})
 	if err != nil {
 		l.kill("done")
 		return "", classify("creating base volume "+name, err)
 	}
-	sum := sha256.New()
-	counted := &countingReader{r: io.TeeReader(resp.Body, sum)}
-	src := &eofReader{r: counted}
-	upErr := run(ctx, l, "StorageVolUpload", budget, func(a api) error {
-		return a.StorageVolUpload(vol, src, 0, size, 0)
+	// The reader state is read only inside the call and handed back, never
+	// from here: after a budget overrun the upload may still be reading.
+	type upload struct {
+		srcErr error
+		n      int64
+		digest string
+	}
+	body := resp.Body
+	up, upErr := runV(ctx, l, "StorageVolUpload", budget, func(a api) (upload, error) {
+		sum := sha256.New()
+		counted := &countingReader{r: io.TeeReader(body, sum)}
+		src := &eofReader{r: counted}
+		err := a.StorageVolUpload(vol, src, 0, size, 0)
+		return upload{srcErr: src.err, n: counted.n, digest: hex.EncodeToString(sum.Sum(nil))}, err
 	})
 	l.kill("done")
-	digest := hex.EncodeToString(sum.Sum(nil))
+	digest := up.digest
 	var verdict error
 	switch {
-	case src.err != nil:
-		verdict = fmt.Errorf("%w: downloading image %s broke off after %d of %d bytes: %v", providers.ErrTransient, pl.imageKey, counted.n, size, src.err)
+	case up.srcErr != nil:
+		verdict = fmt.Errorf("%w: downloading image %s broke off after %d of %d bytes: %v", providers.ErrTransient, pl.imageKey, up.n, size, up.srcErr)
 	case upErr != nil:
 		verdict = classify("uploading image "+pl.imageKey, upErr)
-	case uint64(counted.n) != size:
-		verdict = fmt.Errorf("%w: image %s: got %d of %d bytes", providers.ErrTransient, pl.imageKey, counted.n, size)
+	case uint64(up.n) != size:
+		verdict = fmt.Errorf("%w: image %s: got %d of %d bytes", providers.ErrTransient, pl.imageKey, up.n, size)
 	case pl.image.SHA256 != "" && digest != pl.image.SHA256:
 		verdict = fmt.Errorf("%w: image %s has sha256 %s, the config expects %s (wrong digest in the config, or the URL serves a different file)", providers.ErrPermanent, pl.imageKey, digest, pl.image.SHA256)
 	}
@@ -322,17 +317,14 @@ func (p *Provider) writeRaw(ctx context.Context, host string, pool libvirt.Stora
 			return err
 		}
 	}
-	var vol libvirt.StorageVol
-	err := p.rpc(ctx, host, "StorageVolCreateXML", func(a api) (err error) {
-		vol, err = a.StorageVolCreateXML(pool, rawVolumeXML(name, uint64(len(data))), 0)
-		return err
+	vol, err := rpcV(ctx, p, host, "StorageVolCreateXML", func(a api) (libvirt.StorageVol, error) {
+		return a.StorageVolCreateXML(pool, rawVolumeXML(name, uint64(len(data))), 0)
 	})
 	if err != nil {
 		return classify("creating volume "+name, err)
 	}
-	src := &eofReader{r: bytes.NewReader(data)}
 	err = p.call(ctx, host, "StorageVolUpload", budget, func(a api) error {
-		return a.StorageVolUpload(vol, src, 0, uint64(len(data)), 0)
+		return a.StorageVolUpload(vol, &eofReader{r: bytes.NewReader(data)}, 0, uint64(len(data)), 0)
 	})
 	if err != nil {
 		return classify("uploading volume "+name, err)
@@ -349,9 +341,8 @@ func (p *Provider) ensureOverlay(ctx context.Context, host string, pool libvirt.
 		return "", err
 	}
 	if !ok {
-		err := p.rpc(ctx, host, "StorageVolCreateXML", func(a api) (err error) {
-			vol, err = a.StorageVolCreateXML(pool, overlayXML(vname, diskBytes, base.path, base.format), 0)
-			return err
+		vol, err = rpcV(ctx, p, host, "StorageVolCreateXML", func(a api) (libvirt.StorageVol, error) {
+			return a.StorageVolCreateXML(pool, overlayXML(vname, diskBytes, base.path, base.format), 0)
 		})
 		if isCode(err, libvirt.ErrStorageVolExist) {
 			return p.ensureOverlay(ctx, host, pool, name, diskBytes, base)

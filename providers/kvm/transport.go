@@ -269,31 +269,48 @@ func (h *hostConn) closeAll() {
 	}
 }
 
-// run calls fn on l under budget and ctx. A call that outlives either kills
-// the link and returns Transient (other calls in flight on the link fail
-// once with Transient and their callers retry). An error that is neither a
-// libvirt answer nor an error fn already classified is a transport failure:
-// the link is killed, so the next call redials. A libvirt answer is
-// returned as it is, for the caller to judge.
-func run(ctx context.Context, l *link, op string, budget time.Duration, fn func(api) error) error {
+// runV calls fn on l under budget and ctx and returns what fn returned. A
+// call that outlives either kills the link and returns Transient (other
+// calls in flight on the link fail once with Transient and their callers
+// retry); fn keeps running until go-libvirt lets go of it, so fn must not
+// touch anything but its own locals and what it returns — its results
+// travel back only through the channel. An error that is neither a libvirt
+// answer nor one fn already classified is a transport failure: the link is
+// killed, so the next call redials. A libvirt answer is returned as it is,
+// for the caller to judge.
+func runV[T any](ctx context.Context, l *link, op string, budget time.Duration, fn func(api) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- fn(l.lv) }()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn(l.lv)
+		done <- result{v, err}
+	}()
+	var zero T
 	select {
-	case err := <-done:
-		if err == nil {
-			return nil
+	case r := <-done:
+		if r.err == nil {
+			return r.v, nil
 		}
-		if _, ok := libvirtCode(err); ok || hasSentinel(err) {
-			return err
+		if _, ok := libvirtCode(r.err); ok || hasSentinel(r.err) {
+			return r.v, r.err
 		}
-		l.kill(op + ": " + err.Error())
-		return fmt.Errorf("%w: %s on host %s: connection lost: %v", providers.ErrTransient, op, l.host, err)
+		l.kill(op + ": " + r.err.Error())
+		return zero, fmt.Errorf("%w: %s on host %s: connection lost: %v", providers.ErrTransient, op, l.host, r.err)
 	case <-ctx.Done():
 		l.kill(op + " outlived its budget")
-		return fmt.Errorf("%w: %s on host %s did not finish within its budget or the caller's deadline (%v); the connection was closed to unblock it", providers.ErrTransient, op, l.host, ctx.Err())
+		return zero, fmt.Errorf("%w: %s on host %s did not finish within its budget or the caller's deadline (%v); the connection was closed to unblock it", providers.ErrTransient, op, l.host, ctx.Err())
 	}
+}
+
+// run is runV for calls that return only an error.
+func run(ctx context.Context, l *link, op string, budget time.Duration, fn func(api) error) error {
+	_, err := runV(ctx, l, op, budget, func(a api) (struct{}, error) { return struct{}{}, fn(a) })
+	return err
 }
 
 // eofReader feeds an upload. A source error becomes io.EOF — the one
