@@ -39,36 +39,59 @@ const startWatch = 3 * time.Second
 
 // Host is one configured hypervisor.
 type Host struct {
-	Name, Address, Pool, Network, Bridge string
+	// Name is the host's identifier in providerIDs and placement.zone.
+	Name string
+	// Address is host:port of its sshd.
+	Address string
+	// Pool is the storage pool for base images, overlays and seeds.
+	Pool string
+	// Network (a libvirt network) or Bridge (a host bridge) is what the
+	// guest's NIC joins; exactly one is set after New.
+	Network, Bridge string
 }
 
 // Image is one configured base image.
 type Image struct {
-	URL, SHA256, Format, Firmware string
+	// URL is where the controller downloads it from.
+	URL string
+	// SHA256 is the expected digest of the download; empty skips the check.
+	SHA256 string
+	// Format is qcow2 or raw; Firmware is FirmwareUEFI or FirmwareBIOS.
+	Format, Firmware string
 }
 
 // MachineType is one configured guest shape.
 type MachineType struct {
+	// VCPUs and MemoryMiB size the guest; DiskGiB is its overlay's size.
 	VCPUs, MemoryMiB, DiskGiB int
 }
 
 // Config configures one kvm entry; ConfigFromEntry fills it from the
-// providers config file with every default applied.
+// providers config file, and New applies the defaults.
 type Config struct {
 	// Entry is the entry's name; it becomes part of base image names.
-	Entry        string
-	User         string
-	KeyFile      string
-	KnownHosts   string
-	Socket       string
-	Hosts        []Host
+	Entry string
+	// User, KeyFile and KnownHosts are the SSH login for every host; the
+	// files are read on every dial.
+	User, KeyFile, KnownHosts string
+	// Socket is libvirt's socket path on the hosts (DefaultSocket if empty).
+	Socket string
+	// Hosts are the hypervisors.
+	Hosts []Host
+	// Images and MachineTypes are what placement.image and
+	// placement.machineType name.
 	Images       map[string]Image
 	MachineTypes map[string]MachineType
-	Defaults     providers.Placement
-	DomainType   string
-	GuestAgent   bool
-	VendorData   []byte
-	Budgets      Budgets
+	// Defaults fill placement fields a Proxy leaves empty.
+	Defaults providers.Placement
+	// DomainType is kvm (default) or qemu.
+	DomainType string
+	// GuestAgent ships the qemu-guest-agent installer as vendor-data.
+	GuestAgent bool
+	// VendorData is extra vendor-data for every guest.
+	VendorData []byte
+	// Budgets bound every step; a zero field takes DefaultBudgets' value.
+	Budgets Budgets
 	// Log receives connection events and the no-op Delete of an
 	// unconfigured host; never a key or a login.
 	Log logr.Logger
@@ -158,8 +181,14 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.DomainType != providers.KVMDomainKVM && cfg.DomainType != providers.KVMDomainQEMU {
 		return nil, fmt.Errorf("kvm provider: domainType %q is not kvm or qemu", cfg.DomainType)
 	}
-	if cfg.Budgets == (Budgets{}) {
-		cfg.Budgets = DefaultBudgets()
+	def := DefaultBudgets()
+	for _, b := range []struct{ v, d *time.Duration }{
+		{&cfg.Budgets.Dial, &def.Dial}, {&cfg.Budgets.RPC, &def.RPC}, {&cfg.Budgets.DomainCreate, &def.DomainCreate},
+		{&cfg.Budgets.SeedUpload, &def.SeedUpload}, {&cfg.Budgets.ImageTransfer, &def.ImageTransfer},
+	} {
+		if *b.v <= 0 {
+			*b.v = *b.d
+		}
 	}
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = logr.Discard()

@@ -265,6 +265,9 @@ func TestNewAppliesDefaultsAndRefusesUnaddressableNames(t *testing.T) {
 	if h := p.hosts["hv-1"]; h.Pool != "default" || h.Network != "default" || p.hosts["hv-2"].Network != "" {
 		t.Fatalf("host defaults: %+v %+v", h, p.hosts["hv-2"])
 	}
+	if b := p.cfg.Budgets; b != DefaultBudgets() {
+		t.Fatalf("budgets = %+v, want the defaults for every zero field", b)
+	}
 	if img := p.cfg.Images["deb"]; img.Format != "qcow2" || img.Firmware != FirmwareUEFI || p.cfg.DomainType != "kvm" || p.cfg.Socket != DefaultSocket {
 		t.Fatalf("defaults not applied: %+v %s %s", img, p.cfg.DomainType, p.cfg.Socket)
 	}
