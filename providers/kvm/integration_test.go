@@ -243,6 +243,18 @@ func TestLifecycleAgainstRealLibvirtOverSSH(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = lv.DomainUndefine(foreign) }()
+		// A domain whose proxyfleet metadata cannot be read as a mark is
+		// skipped, not a reason to fail the whole sweep.
+		unreadable, err := lv.DomainDefineXMLFlags(`<domain type="qemu"><name>unreadable-mark</name><memory unit="MiB">64</memory><os><type>hvm</type></os>
+<metadata><proxyfleet:other xmlns:proxyfleet="`+MetadataNS+`" managed="true"/></metadata></domain>`, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lv.DomainUndefine(unreadable) }()
+		raw, err := lv.DomainGetMetadata(unreadable, int32(libvirt.DomainMetadataElement), libvirt.OptString{MetadataNS}, 0)
+		if _, perr := parseMark(raw); err != nil || perr == nil {
+			t.Fatalf("want libvirt to return our namespace's element and the mark parser to refuse it: %q, %v, %v", raw, err, perr)
+		}
 		list, err := p.ListByTag(ctx(t))
 		if err != nil {
 			t.Fatal(err)
