@@ -24,8 +24,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
-	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
+	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
 
 // controllerCommand is `proxyfleet controller`: the manager that keeps the
