@@ -47,6 +47,10 @@ func startImageServer(t *testing.T, image []byte) *imageServer {
 		case "/tiny.qcow2":
 			w.Header().Set("Content-Length", strconv.Itoa(len(image)))
 			_, _ = w.Write(image)
+		case "/poweroff.img":
+			img := powerOffDisk()
+			w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+			_, _ = w.Write(img)
 		case "/broken.qcow2":
 			w.Header().Set("Content-Length", strconv.Itoa(len(image)))
 			_, _ = w.Write(image[:len(image)/2])
@@ -61,6 +65,22 @@ func startImageServer(t *testing.T, image []byte) *imageServer {
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// powerOffDisk is a 1 MiB raw disk whose boot sector powers the machine
+// off at once: SeaBIOS boots it, and it writes SLP_EN to QEMU's ACPI PM1a
+// control port (0x604 on q35), so the guest dies right after its start.
+func powerOffDisk() []byte {
+	disk := make([]byte, 1<<20)
+	copy(disk, []byte{
+		0xBA, 0x04, 0x06, // mov dx, 0x604
+		0xB8, 0x00, 0x20, // mov ax, 0x2000 (SLP_EN, S5)
+		0xEF,       // out dx, ax
+		0xF4,       // hlt
+		0xEB, 0xFD, // jmp $-3 (back to hlt)
+	})
+	disk[510], disk[511] = 0x55, 0xAA
+	return disk
 }
 
 func (s *imageServer) count(path string) int {
@@ -85,6 +105,7 @@ func (f *fixture) config() Config {
 			"broken":   {URL: f.images.URL + "/broken.qcow2"},
 			"wrongsum": {URL: f.images.URL + "/tiny.qcow2", SHA256: strings.Repeat("0", 64)},
 			"missing":  {URL: f.images.URL + "/nope.qcow2"},
+			"poweroff": {URL: f.images.URL + "/poweroff.img", Format: "raw", Firmware: FirmwareBIOS},
 		},
 		MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1}, "huge": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1 << 20}},
 		Defaults:     providers.Placement{Zone: "local", Image: "tiny", MachineType: "small"},
@@ -371,6 +392,34 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		req.Placement.Image = "missing"
 		_, err := p.Create(ctx(t), req)
 		wantClass(t, err, providers.ErrPermanent)
+	})
+
+	t.Run("a domain that dies right after its start is transient", func(t *testing.T) {
+		// A real guest runs here: SeaBIOS boots the raw image's boot sector,
+		// which powers the machine off.
+		req := request("proxy-poweroff0000a", "uid-poweroff")
+		req.Placement.Image = "poweroff"
+		_, err := p.Create(ctx(t), req)
+		wantClass(t, err, providers.ErrTransient)
+		if !strings.Contains(err.Error(), "stopped right after starting") {
+			t.Fatalf("err = %v, want the start watch to report the dead domain\n%s", err, f.lv.GuestLog(req.Name))
+		}
+		lv := f.lv.Connect(t)
+		defer func() { _ = lv.Disconnect() }()
+		dom, err := lv.DomainLookupByName(req.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, why, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainShutoff || libvirt.DomainShutoffReason(why) != libvirt.DomainShutoffShutdown {
+			t.Fatalf("state %d reason %d (err %v), want shut off by the guest itself", st, why, err)
+		}
+		inst, err := p.Get(ctx(t), FormatProviderID("local", req.Name))
+		if err != nil || inst.State != providers.StateStopped {
+			t.Fatalf("Get = %+v, %v; want Stopped", inst, err)
+		}
+		if err := p.Delete(ctx(t), FormatProviderID("local", req.Name)); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a full pool is quota exceeded and defines nothing", func(t *testing.T) {
