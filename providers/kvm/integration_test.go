@@ -515,6 +515,14 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 	f.sshd.WriteKnownHosts(t, wrongKnownHosts, other.PublicKey())
 	unauthorizedKey := filepath.Join(t.TempDir(), "stranger")
 	testutil.NewSSHKey(t, unauthorizedKey)
+	emptyKnownHosts := filepath.Join(t.TempDir(), "known_hosts_empty")
+	if err := os.WriteFile(emptyKnownHosts, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadAddr, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	notAKey := filepath.Join(t.TempDir(), "id.pub")
 	if err := os.WriteFile(notAKey, []byte("ssh-ed25519 AAAA not a private key\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -529,6 +537,8 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		{"a host key that does not match known_hosts is permanent", func(c *Config) { c.KnownHosts = wrongKnownHosts }, providers.ErrPermanent, false, ReasonAuthFailed},
 		{"a key the host does not authorise is permanent", func(c *Config) { c.KeyFile = unauthorizedKey }, providers.ErrPermanent, false, ReasonAuthFailed},
 		{"a key file that does not parse is permanent", func(c *Config) { c.KeyFile = notAKey }, providers.ErrPermanent, false, ReasonAuthFailed},
+		{"a host key missing from known_hosts is permanent", func(c *Config) { c.KnownHosts = emptyKnownHosts }, providers.ErrPermanent, false, ReasonAuthFailed},
+		{"a host where nothing listens is transient", func(c *Config) { c.Hosts[0].Address = deadAddr }, providers.ErrTransient, false, ReasonUnreachable},
 		{"a missing key file is transient", func(c *Config) { c.KeyFile = filepath.Join(t.TempDir(), "not-yet") }, providers.ErrTransient, false, ReasonUnreachable},
 		{"a missing known_hosts file is transient", func(c *Config) { c.KnownHosts = filepath.Join(t.TempDir(), "not-yet") }, providers.ErrTransient, false, ReasonUnreachable},
 	}
