@@ -307,12 +307,6 @@ func runV[T any](ctx context.Context, l *link, op string, budget time.Duration, 
 	}
 }
 
-// run is runV for calls that return only an error.
-func run(ctx context.Context, l *link, op string, budget time.Duration, fn func(api) error) error {
-	_, err := runV(ctx, l, op, budget, func(a api) (struct{}, error) { return struct{}{}, fn(a) })
-	return err
-}
-
 // eofReader feeds an upload. A source error becomes io.EOF — the one
 // outcome that ends go-libvirt's upload stream the normal way (its error
 // path deadlocks) — and is kept for the caller, who then discards the volume.
