@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build sidecar run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -21,6 +21,24 @@ build:
 ## cmd/proxyfleet, minus client-go and controller-runtime, idles at about half the memory.
 sidecar:
 	$(GO) build -tags sidecar -ldflags "$(LDFLAGS)" -o $(BIN)/proxyfleet-sidecar ./cmd/proxyfleet
+
+## image: the controller and sidecar images as OCI archives (bin/proxyfleet-image.tar,
+## bin/proxyfleet-sidecar-image.tar) from static binaries, without Docker (hack/image,
+## go-containerregistry). Load with podman load -i, skopeo copy oci-archive:..., or ctr import.
+IMAGE_REPO ?= ghcr.io/proxyfleet
+IMAGE_TAG ?= $(VERSION)
+IMAGE_CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+image:
+	@mkdir -p $(BIN)/static
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/static/proxyfleet ./cmd/proxyfleet
+	CGO_ENABLED=0 $(GO) build -trimpath -tags sidecar -ldflags "$(LDFLAGS)" -o $(BIN)/static/proxyfleet-sidecar ./cmd/proxyfleet
+	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet --out $(BIN)/proxyfleet-image.tar \
+		--ref $(IMAGE_REPO)/proxyfleet:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
+		--description "proxyfleet: rotating egress gateway and its controller"
+	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet-sidecar --out $(BIN)/proxyfleet-sidecar-image.tar \
+		--ref $(IMAGE_REPO)/proxyfleet-sidecar:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
+		--title proxyfleet-sidecar --description "proxyfleet gateway without the controller, for the injected sidecar"
 
 ## run: build and start the gateway on the embedded defaults (127.0.0.1:3128, one direct member),
 ## with the lease API on 127.0.0.1:8090 (where `proxyfleet lease` looks) and metrics on 127.0.0.1:9090.
@@ -37,9 +55,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+## vet: go vet (both builds) and staticcheck, pinned (from the Go module proxy, cached after the first run).
+STATICCHECK_VERSION := v0.8.2
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags sidecar ./cmd/proxyfleet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 unit: deps envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
@@ -52,6 +73,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
+	$(GO) test -run '^$$' -fuzz '^FuzzReadConnectAnswer$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUpstreamsFile$$' -fuzztime $(FUZZTIME) ./pool
+	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBanRule$$' -fuzztime $(FUZZTIME) ./rotation
 
 e2e: deps build sidecar envtest-bins
@@ -60,6 +85,24 @@ e2e: deps build sidecar envtest-bins
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
 	@GO="$(GO)" hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
+
+## helm: the helm CLI from the Go module proxy into bin/tools/ (the tests use the Helm SDK
+## directly; this is for humans: bin/tools/helm-v3.22.0 install ...).
+HELM_VERSION := v3.22.0
+HELM := $(BIN)/tools/helm-$(HELM_VERSION)
+$(HELM):
+	@mkdir -p $(BIN)/tools/.gobin
+	GOBIN=$(BIN)/tools/.gobin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN)/tools/.gobin/helm $@
+helm: $(HELM)
+
+## chart-lint: helm lint and helm template of charts/proxyfleet with the CLI (make test does the
+## same through the SDK in charts/chart_test.go).
+chart-lint: $(HELM)
+	$(HELM) lint charts/proxyfleet
+	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --include-crds --kube-version 1.37.2 > /dev/null
+	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --kube-version 1.37.2 \
+		--set webhook.certManager.enabled=true,sharedGateway.enabled=true,metrics.serviceMonitor.enabled=true > /dev/null
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)/tools/.gobin

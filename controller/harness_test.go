@@ -396,7 +396,7 @@ func reqFor(p *v1alpha1.Proxy) reconcile.Request {
 }
 
 // fakeHealth is a HealthSource test double standing in for the health
-// engine (issue 4): verdicts are set by the test.
+// engine: verdicts are set by the test.
 type fakeHealth struct {
 	mu    sync.Mutex
 	snaps map[types.NamespacedName]HealthSnapshot

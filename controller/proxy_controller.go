@@ -44,7 +44,7 @@ const secretRefIndex = "spec.cloudInit.secretRef.name"
 const credentialsRefIndex = "spec.endpoint.credentialsSecretRef.name"
 
 // Intervals are the reconciler's requeue delays. Each is a flag so tests can
-// shrink them; the defaults are the seeds' values.
+// shrink them.
 type Intervals struct {
 	// RequeueNow is the short delay used where the next pass must come at
 	// once (after adopting, or once an instance is known to be gone). It

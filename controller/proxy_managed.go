@@ -13,7 +13,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
-// reconcileManaged is the state machine of a Managed Proxy (seeds §3). Every
+// reconcileManaged is the state machine of a Managed Proxy. Every
 // provider call's error goes through providerFailure, which decides between a
 // quota wait, a permanent latch and a retry with backoff.
 func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Proxy) (ctrl.Result, error) {

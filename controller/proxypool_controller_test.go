@@ -315,7 +315,13 @@ func TestProxyPoolDrainsALeasedProxyBeforeDeletingIt(t *testing.T) {
 	ph.waitProxy(px.Name, "draining", func(p *v1alpha1.Proxy) bool { return p.IsDraining() })
 	// New leases go elsewhere (here: nowhere), the held one runs on.
 	ph.eventually("the lease API stops offering the draining Proxy", func() (bool, string) {
-		_, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name})
+		got, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name})
+		if err == nil {
+			// Offered before the lease source saw the annotation: give it
+			// back, or it would hold the drain for drainSeconds.
+			_ = ph.leases.Release(ph.ctx(), got.ID)
+			return false, "still offered"
+		}
 		var nm *pool.NoMatchError
 		return errors.As(err, &nm), fmt.Sprint(err)
 	})

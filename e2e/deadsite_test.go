@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -40,10 +39,7 @@ func TestGatewayDeadSites(t *testing.T) {
 		t.Parallel()
 		trio := startSquids(t, "nxapi", "127.0.0.76", "127.0.0.77", "127.0.0.78")
 		owner := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), api: true})
-		tokenFile := filepath.Join(t.TempDir(), "pool-token")
-		writeFile(t, tokenFile, owner.apiToken+"\n")
-		remote := startGateway(t, bin, gwConfig{rotation: "per-request",
-			args: []string{"--pool-api", "http://" + owner.apiAddr, "--pool-token-file", tokenFile}})
+		remote := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, "http://"+owner.apiAddr, owner.apiToken)})
 		sendDeadSites(t, remote)
 		// The pool lives in the owner: its members are all still in service.
 		wantInService(t, owner, 3)

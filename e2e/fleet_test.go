@@ -23,7 +23,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
-// TestFleet is issue 4's end-to-end run of a health-checked fleet: the real
+// TestFleet is the end-to-end run of a health-checked fleet: the real
 // `proxyfleet controller` against a real API server, three real Squids
 // (egress 127.0.0.2, .3 and .4) as External Proxies, two real gateways in
 // --pool-api mode leasing from the controller, and a Managed Proxy of the
@@ -147,11 +147,7 @@ func TestFleet(t *testing.T) {
 		t.Logf("no Proxy write in %s while the probe target saw %v probes", window, fleetDiff(before, now))
 	})
 
-	poolArgs := func(extra ...string) []string {
-		p := filepath.Join(t.TempDir(), "pool-token")
-		writeFile(t, p, token+"\n")
-		return append([]string{"--pool-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", p}, extra...)
-	}
+	poolArgs := func(extra ...string) []string { return poolAPIArgs(t, "http://"+ctl.leaseAPIAddr, token, extra...) }
 	gwA := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolArgs()})
 	gwB := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolArgs()})
 	cA, cB := gwA.client(t, "", nil), gwB.client(t, "", nil)

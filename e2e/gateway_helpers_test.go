@@ -116,6 +116,16 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 	return g
 }
 
+// poolAPIArgs are the flags of a gateway leasing from the lease API at
+// apiURL (comma-separated for several replicas) with token (--pool-api,
+// --pool-token-file), then extra.
+func poolAPIArgs(t *testing.T, apiURL, token string, extra ...string) []string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pool-token")
+	writeFile(t, p, token+"\n")
+	return append([]string{"--pool-api", apiURL, "--pool-token-file", p}, extra...)
+}
+
 // proxyURL is the gateway's proxy URL with user:token credentials when user is set.
 func (g *gatewayProc) proxyURL(user, token string) string {
 	u := &url.URL{Scheme: "http", Host: g.addr}

@@ -23,8 +23,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
-// TestGateway runs the standalone gateway's acceptance scenarios (issue 2,
-// "Tests") against the real proxyfleet binary, three real Squids whose
+// TestGateway runs the standalone gateway's acceptance scenarios against the
+// real proxyfleet binary, three real Squids whose
 // tcp_outgoing_address is 127.0.0.2, .3 and .4, and Go target servers that
 // answer with the source address they see. Squids are stateless, so the
 // scenarios share them; each scenario runs its own gateway process and its

@@ -25,7 +25,7 @@ import (
 )
 
 // TestGatewayUpstreamSchemesAndCredentials covers what the other scenarios
-// leave out of issue 2's "CONNECT is chained through the chosen upstream
+// leave out of "CONNECT is chained through the chosen upstream
 // (... upstream credentials sent ...)" and of the https:// member kind: a
 // member URL's user:password reaches the upstream as Proxy-Authorization, on
 // CONNECT and on plain HTTP, over http:// and over https:// (TLS to the

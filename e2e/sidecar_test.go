@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,10 +26,7 @@ func TestSidecarBuild(t *testing.T) {
 
 	trio := startSquids(t, "sidecar", "127.0.0.111", "127.0.0.112", "127.0.0.113")
 	owner := startGateway(t, full, gwConfig{upstreams: squidURLs(trio), api: true})
-	tokenFile := filepath.Join(t.TempDir(), "pool-token")
-	writeFile(t, tokenFile, owner.apiToken+"\n")
-	sc := startGateway(t, sidecar, gwConfig{rotation: "per-request",
-		args: []string{"--pool-api", "http://" + owner.apiAddr, "--pool-token-file", tokenFile}})
+	sc := startGateway(t, sidecar, gwConfig{rotation: "per-request", args: poolAPIArgs(t, "http://"+owner.apiAddr, owner.apiToken)})
 	target := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.114"})
 	tc := sc.tunnelClient(t, "", target.ClientTLSConfig())
 	for range 6 {

@@ -34,7 +34,7 @@ type ServerOptions struct {
 	// Gateway is required.
 	Gateway *Gateway
 	// Store is the gateway's own pool; its sweeps run with the server.
-	Store *pool.Store
+	Store pool.LeaseStore
 	// Files reloads the members from the upstreams file; give it
 	// Server.Reload as its OnChange.
 	Files *pool.FileSource

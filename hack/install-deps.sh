@@ -22,6 +22,8 @@ kvm_pkgs=()
 command -v ip >/dev/null 2>&1 || kvm_pkgs+=(iproute2)
 need+=("${kvm_pkgs[@]}")
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
+# The Redis lease store's tests start their own redis-server on free ports.
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
@@ -32,6 +34,9 @@ if [ ${#need[@]} -gt 0 ]; then
 		# The package starts a system squid on :3128; the tests run their own.
 		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
 		service squid stop >/dev/null 2>&1 || true
+		# Likewise a system redis on :6379; tests never use it.
+		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+		service redis-server stop >/dev/null 2>&1 || true
 		# The libvirt and OpenSSH packages start system daemons (a libvirtd
 		# with a NAT network and dnsmasq, an sshd on :22) that the tests do
 		# not use; stop and disable the ones this run installed.

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -19,7 +20,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// MaxAPIBodyBytes caps every lease API request body (the seeds' 64 KiB); a
+// MaxAPIBodyBytes caps every lease API request body at 64 KiB (no lease
+// request needs more; a bigger body is a client bug or an attack); a
 // larger body is a 413 and changes nothing.
 const MaxAPIBodyBytes = 64 << 10
 
@@ -44,10 +46,13 @@ const (
 	apiErrNoMatch       = "no_match"
 	apiErrUnknownLease  = "unknown_lease"
 	apiErrUnauthorized  = "unauthorized"
+	apiErrForbidden     = "forbidden"
+	apiErrAuthDown      = "auth_unavailable"
 	apiErrTooLarge      = "body_too_large"
 	apiErrNotFound      = "not_found"
 	apiErrMethod        = "method_not_allowed"
 	apiErrInternal      = "internal"
+	apiErrUnavailable   = "store_unavailable"
 )
 
 // APIBackend is what the lease API serves: a Pool plus the member view for
@@ -55,8 +60,9 @@ const (
 // from its Proxy cache, so the server does not care where members come from.
 type APIBackend interface {
 	Pool
-	// Members lists every member with its health, leases and cooldowns.
-	Members() []MemberStatus
+	// ListMembers lists every member with its health, leases and
+	// cooldowns; an error wrapping ErrStoreUnavailable is a 503.
+	ListMembers(ctx context.Context) ([]MemberStatus, error)
 	// MaxTTL is the longest lease the backend grants; 0 means no limit.
 	MaxTTL() time.Duration
 }
@@ -76,7 +82,28 @@ type APIOptions struct {
 	Logger *slog.Logger
 	// Recorder, when set, counts POST /v1/leases by outcome.
 	Recorder LeaseRecorder
+	// Reviewer, when set, vouches for bearer tokens other than Token (the
+	// controller's TokenReview + SubjectAccessReview of a pod's projected
+	// service-account token), so crawler namespaces need no shared secret.
+	// Setting it turns authentication on even without a Token.
+	Reviewer TokenReviewer
 }
+
+// TokenReviewer decides on a bearer token the static Token did not match.
+// It returns nil to let the request through, an error wrapping
+// ErrTokenInvalid for a 401, one wrapping ErrTokenForbidden for a 403, and
+// anything else for a 503 (the reviewer could not decide; the caller retries).
+// Its error messages are shown to the caller and must not contain the token.
+type TokenReviewer interface {
+	ReviewToken(ctx context.Context, token string) error
+}
+
+var (
+	// ErrTokenInvalid is a token nobody vouches for: a 401.
+	ErrTokenInvalid = errors.New("invalid bearer token")
+	// ErrTokenForbidden is a valid identity without the right to lease: a 403.
+	ErrTokenForbidden = errors.New("not allowed to lease")
+)
 
 // ProxyInfo is one member in GET /v1/proxies. URL is redacted (no password):
 // the list is for discovery, credentials come only with a lease.
@@ -163,6 +190,9 @@ type leaseRequest struct {
 	TTLSeconds int64             `json:"ttlSeconds,omitempty"`
 	Target     string            `json:"target,omitempty"`
 	Proxy      string            `json:"proxy,omitempty"`
+	// IdempotencyKey makes a retried acquire return the lease the first
+	// attempt took (see AcquireRequest.IdempotencyKey).
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // reportRequest is the body of POST /v1/leases/{id}/report.
@@ -194,15 +224,16 @@ type apiServer struct {
 	backend   APIBackend
 	tokenHash [sha256.Size]byte
 	authOn    bool
+	reviewer  TokenReviewer
 	log       *slog.Logger
 	recorder  LeaseRecorder
 }
 
-// NewAPIServer returns the seeds-compatible lease API as an http.Handler:
+// NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
 // recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
 // → routes. The handler holds no state of its own; leases live in b.
 func NewAPIServer(b APIBackend, o APIOptions) http.Handler {
-	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder}
+	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -313,12 +344,27 @@ func (s *apiServer) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		// Hashing first makes the comparison constant-time in the token's length too.
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+		token = strings.TrimSpace(token)
+		got := sha256.Sum256([]byte(token))
+		if s.tokenHash != ([sha256.Size]byte{}) && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.reviewer == nil {
 			unauthorized(w, "invalid bearer token")
 			return
 		}
-		next.ServeHTTP(w, r)
+		switch err := s.reviewer.ReviewToken(r.Context(), token); {
+		case err == nil:
+			next.ServeHTTP(w, r)
+		case errors.Is(err, ErrTokenInvalid):
+			unauthorized(w, err.Error())
+		case errors.Is(err, ErrTokenForbidden):
+			writeError(w, http.StatusForbidden, apiErrForbidden, err.Error())
+		default:
+			s.log.Error("lease API: token review failed", "err", err)
+			writeError(w, http.StatusServiceUnavailable, apiErrAuthDown, "cannot verify the token now: "+err.Error())
+		}
 	})
 }
 
@@ -361,7 +407,11 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	members := s.backend.Members()
+	members, err := s.backend.ListMembers(r.Context())
+	if err != nil {
+		s.backendFailed(w, "listing members", err)
+		return
+	}
 	out := proxyList{Proxies: make([]ProxyInfo, 0, len(members))}
 	for _, m := range members {
 		if healthy != "" && strconv.FormatBool(m.Healthy) != healthy {
@@ -432,8 +482,7 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiErrInvalidTTL, err.Error())
 		default:
 			s.record(LeaseOutcomeError)
-			s.log.Error("lease acquire failed", "error", err)
-			writeError(w, http.StatusInternalServerError, apiErrInternal, "lease acquire failed: "+err.Error())
+			s.backendFailed(w, "lease acquire", err)
 		}
 		return
 	}
@@ -464,10 +513,15 @@ func (s *apiServer) acquireRequest(w http.ResponseWriter, body leaseRequest) (Ac
 		writeError(w, http.StatusBadRequest, apiErrTTLTooLong, fmt.Sprintf("ttlSeconds %d is out of range", body.TTLSeconds))
 		return AcquireRequest{}, false
 	}
+	if len(body.IdempotencyKey) > 128 {
+		writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("idempotencyKey of %d bytes is above the limit of 128", len(body.IdempotencyKey)))
+		return AcquireRequest{}, false
+	}
 	req := AcquireRequest{
-		Selector: body.Selector,
-		Proxy:    body.Proxy,
-		TTL:      time.Duration(body.TTLSeconds) * time.Second,
+		Selector:       body.Selector,
+		Proxy:          body.Proxy,
+		TTL:            time.Duration(body.TTLSeconds) * time.Second,
+		IdempotencyKey: body.IdempotencyKey,
 	}
 	if body.Target != "" {
 		req.Target = rotation.TargetKey(body.Target)
@@ -481,8 +535,7 @@ const maxDurationSeconds = int64(1<<63-1) / int64(time.Second)
 func (s *apiServer) release(w http.ResponseWriter, r *http.Request) {
 	if err := s.backend.Release(r.Context(), r.PathValue("id")); err != nil {
 		// Release is idempotent by contract; an error here is the backend failing.
-		s.log.Error("lease release failed", "error", err)
-		writeError(w, http.StatusInternalServerError, apiErrInternal, "lease release failed: "+err.Error())
+		s.backendFailed(w, "lease release", err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -516,9 +569,22 @@ func (s *apiServer) report(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrInvalidResult):
 		writeError(w, http.StatusBadRequest, apiErrInvalidResult, err.Error())
 	default:
-		s.log.Error("lease report failed", "error", err)
-		writeError(w, http.StatusInternalServerError, apiErrInternal, "lease report failed: "+err.Error())
+		s.backendFailed(w, "lease report", err)
 	}
+}
+
+// backendFailed answers a store failure: 503 store_unavailable (with
+// Retry-After) when the shared store cannot be reached, which clients treat
+// as transient, else a 500.
+func (s *apiServer) backendFailed(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, ErrStoreUnavailable) {
+		s.log.Warn(what+" failed: lease store unavailable", "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, apiErrUnavailable, what+" failed: "+err.Error())
+		return
+	}
+	s.log.Error(what+" failed", "error", err)
+	writeError(w, http.StatusInternalServerError, apiErrInternal, what+" failed: "+err.Error())
 }
 
 // decodeBody reads exactly one JSON object with no unknown fields. An empty

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -611,11 +612,11 @@ func TestAPIRecordsLeaseOutcomes(t *testing.T) {
 	}
 }
 
-// panickyBackend is the real Store with a Members that panics, to prove the
+// panickyBackend is the real Store with a ListMembers that panics, to prove the
 // recover middleware answers 500 JSON and the server keeps serving.
 type panickyBackend struct{ *pool.Store }
 
-func (panickyBackend) Members() []pool.MemberStatus { panic("boom") }
+func (panickyBackend) ListMembers(context.Context) ([]pool.MemberStatus, error) { panic("boom") }
 
 func TestAPIRecoversFromPanics(t *testing.T) {
 	st := pool.NewStore(pool.StoreOptions{})

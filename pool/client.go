@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,10 +56,36 @@ func (e *APIError) Unwrap() error {
 // standalone gateway's --api-listen). It is safe for concurrent use and keeps
 // connections alive, so a gateway can call it on every new (session, target).
 type Client struct {
-	base  string // scheme://host[:port][/prefix], no trailing slash
-	auth  string // "Bearer <token>" or ""
-	httpc *http.Client
+	bases    []string // scheme://host[:port][/prefix], no trailing slash; one per replica or Service
+	next     atomic.Uint32
+	auth     string // "Bearer <token>" or ""
+	httpc    *http.Client
+	tokens   *tokenFile        // re-read token, when set (instead of auth)
+	selector map[string]string // merged under every Acquire's selector
 }
+
+// ClientOptions are NewClientWith's settings beyond the URL.
+type ClientOptions struct {
+	// Token is a fixed bearer token (empty: none).
+	Token string
+	// TokenFile is a file holding the bearer token, re-read every
+	// TokenFileRefresh: a projected service-account token, which the kubelet
+	// rotates in place. It excludes Token.
+	TokenFile string
+	// HTTPClient is as in NewClient; nil gets a keep-alive client.
+	HTTPClient *http.Client
+	// TokenFileRefresh is how often TokenFile is re-read (default
+	// TokenFileRefresh).
+	TokenFileRefresh time.Duration
+	// Selector is a default attribute selector merged under every Acquire's
+	// (a key the request names wins), so a sidecar can confine its pod to a
+	// part of the fleet without every crawler request saying so.
+	Selector map[string]string
+}
+
+// TokenFileRefresh is how often a ClientOptions.TokenFile is re-read: well
+// inside the shortest projected token lifetime (10 minutes, rotated at 80%).
+const TokenFileRefresh = 30 * time.Second
 
 var _ Pool = (*Client)(nil)
 
@@ -64,29 +94,46 @@ var _ Pool = (*Client)(nil)
 // keep-alive client of its own. The transport never uses HTTP(S)_PROXY from
 // the environment — the API usually sits beside that very proxy — so an
 // *http.Transport with a Proxy func is cloned without it.
+//
+// baseURL may list several lease API URLs, comma-separated (controller
+// replicas on one shared store): calls go to one of them, and a call that
+// fails on the connection level is retried once on the next one. Acquire
+// carries an idempotency key, so the retry never takes a second lease.
 func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("lease API URL %q: %w", baseURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("lease API URL %q: no host", u.Redacted())
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+	return NewClientWith(baseURL, ClientOptions{Token: token, HTTPClient: httpClient})
+}
+
+// NewClientWith is NewClient with the options of ClientOptions. A TokenFile
+// must be readable and hold one token now; later read failures keep the last
+// good token (the kubelet swaps the file atomically, so that is rare).
+func NewClientWith(baseURL string, o ClientOptions) (*Client, error) {
+	token, httpClient := o.Token, o.HTTPClient
+	c := &Client{selector: o.Selector}
+	for raw := range strings.SplitSeq(baseURL, ",") {
+		base, err := parseAPIBase(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, err
+		}
+		c.bases = append(c.bases, base)
 	}
 	if strings.ContainsAny(token, "\r\n") {
 		return nil, errors.New("lease API token contains a line break")
 	}
-	c := &Client{base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/")}
 	if token != "" {
 		c.auth = "Bearer " + token
+	}
+	if o.TokenFile != "" {
+		if token != "" {
+			return nil, errors.New("lease API client: a fixed token and a token file exclude each other")
+		}
+		tf := &tokenFile{path: o.TokenFile, every: o.TokenFileRefresh}
+		if tf.every <= 0 {
+			tf.every = TokenFileRefresh
+		}
+		if _, err := tf.read(); err != nil {
+			return nil, err
+		}
+		c.tokens = tf
 	}
 	if httpClient == nil {
 		c.httpc = &http.Client{Transport: newAPITransport(), Timeout: 30 * time.Second}
@@ -105,6 +152,27 @@ func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) 
 	}
 	c.httpc = &hc
 	return c, nil
+}
+
+// parseAPIBase validates one lease API URL.
+func parseAPIBase(baseURL string) (string, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return "", fmt.Errorf("lease API URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("lease API URL %q: no host", u.Redacted())
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"), nil
 }
 
 // newAPITransport is a keep-alive transport sized for a gateway calling the
@@ -133,11 +201,26 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if req.TTL < 0 {
 		return Lease{}, fmt.Errorf("lease TTL %s is negative", req.TTL)
 	}
+	key := req.IdempotencyKey
+	if key == "" {
+		key = rand.Text()
+	}
+	sel := req.Selector
+	if len(c.selector) > 0 {
+		sel = make(map[string]string, len(c.selector)+len(req.Selector))
+		for k, v := range c.selector {
+			sel[k] = v
+		}
+		for k, v := range req.Selector {
+			sel[k] = v
+		}
+	}
 	body := leaseRequest{
-		Selector:   req.Selector,
-		TTLSeconds: ceilSeconds(req.TTL),
-		Target:     req.Target,
-		Proxy:      req.Proxy,
+		Selector:       sel,
+		TTLSeconds:     ceilSeconds(req.TTL),
+		Target:         req.Target,
+		Proxy:          req.Proxy,
+		IdempotencyKey: key,
 	}
 	status, raw, err := c.do(ctx, http.MethodPost, "/v1/leases", body)
 	if err != nil {
@@ -266,36 +349,61 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]ProxyInfo, error) {
 }
 
 // do sends one request and reads the whole answer, so the connection goes
-// back to the pool. Transport failures wrap ErrUnreachable (and the ctx
-// error, when that was the cause).
+// back to the pool. A failure on the connection level (no answer at all) is
+// retried once, on the next URL when there are several — every lease call
+// is safe to repeat: release is idempotent, a repeated report adds no
+// strike, an acquire carries its idempotency key. Transport failures wrap
+// ErrUnreachable (and the ctx error, when that was the cause).
 func (c *Client) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
-	var rd io.Reader
+	var buf []byte
 	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if buf, err = json.Marshal(body); err != nil {
 			return 0, nil, fmt.Errorf("lease API: encoding the request: %w", err)
 		}
+	}
+	i := int(c.next.Load()) % len(c.bases)
+	status, raw, err := c.doOnce(ctx, c.bases[i], method, path, body != nil, buf)
+	if err == nil || ctx.Err() != nil || !errors.Is(err, ErrUnreachable) {
+		return status, raw, err
+	}
+	// Move every later call on too: the replica is likely gone.
+	next := (i + 1) % len(c.bases)
+	c.next.CompareAndSwap(uint32(i), uint32(next))
+	return c.doOnce(ctx, c.bases[next], method, path, body != nil, buf)
+}
+
+func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody bool, buf []byte) (int, []byte, error) {
+	var rd io.Reader
+	if hasBody {
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, fmt.Errorf("lease API: building the request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
 	}
+	if c.tokens != nil {
+		tok, err := c.tokens.get()
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, c.base, unwrapURLError(err))
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, base, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, c.base, err)
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, base, err)
 	}
 	return resp.StatusCode, raw, nil
 }
@@ -323,4 +431,55 @@ func apiError(status int, raw []byte) *APIError {
 		msg = http.StatusText(status)
 	}
 	return &APIError{Status: status, Message: msg}
+}
+
+// tokenFile is a bearer token kept in a file that is replaced in place (a
+// projected service-account token): read at most every TokenFileRefresh,
+// the last good value kept when a read fails.
+type tokenFile struct {
+	path  string
+	every time.Duration
+	mu    sync.Mutex
+	tok   string
+	at    time.Time
+}
+
+// get returns the current token, re-reading the file when it is due.
+func (t *tokenFile) get() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tok != "" && time.Since(t.at) < t.every {
+		return t.tok, nil
+	}
+	tok, err := t.readLocked()
+	if err != nil {
+		if t.tok != "" {
+			return t.tok, nil
+		}
+		return "", err
+	}
+	return tok, nil
+}
+
+// read forces a read now.
+func (t *tokenFile) read() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.readLocked()
+}
+
+func (t *tokenFile) readLocked() (string, error) {
+	raw, err := os.ReadFile(t.path)
+	if err != nil {
+		return "", fmt.Errorf("lease API token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", fmt.Errorf("lease API token file %s is empty", t.path)
+	}
+	if strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("lease API token file %s holds more than one line", t.path)
+	}
+	t.tok, t.at = tok, time.Now()
+	return tok, nil
 }

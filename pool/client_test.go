@@ -402,3 +402,62 @@ func BenchmarkAPIAcquireRelease(b *testing.B) {
 		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/pair")
 	}
 }
+
+// TestClientRetriesALostReplicaWithoutTakingTwoLeases: two lease API
+// replicas on one store; the first grants the lease and then loses the
+// connection before answering (a replica killed mid-request). The client
+// retries on the second URL with the same idempotency key and gets the
+// same lease: the store holds one lease, not two.
+func TestClientRetriesALostReplicaWithoutTakingTwoLeases(t *testing.T) {
+	st := pool.NewStore(pool.StoreOptions{})
+	st.SetMembers(testMembers(t))
+	api := pool.NewAPIServer(st, pool.APIOptions{})
+	var dropped atomic.Int32
+	lossy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.ServeHTTP(httptest.NewRecorder(), r) // the lease is taken...
+		dropped.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack() // ...and the answer never arrives
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	defer lossy.Close()
+	good := httptest.NewServer(api)
+	defer good.Close()
+
+	c, err := pool.NewClient(lossy.URL+","+good.URL, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(context.Background(), pool.AcquireRequest{Target: "site.com"})
+	if err != nil {
+		t.Fatalf("acquire across a lost replica: %v", err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("the lossy replica saw %d requests, want 1", dropped.Load())
+	}
+	if n := st.ActiveLeases(); n != 1 {
+		t.Fatalf("the store holds %d leases after one retried acquire, want 1", n)
+	}
+	// Later calls stay on the replica that answered.
+	if err := c.Release(context.Background(), l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if dropped.Load() != 1 || st.ActiveLeases() != 0 {
+		t.Fatalf("release: lossy saw %d, active %d", dropped.Load(), st.ActiveLeases())
+	}
+	// A dead first URL (nothing listens) is skipped the same way.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	c2, err := pool.NewClient(deadURL+", "+good.URL, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Acquire(context.Background(), pool.AcquireRequest{}); err != nil {
+		t.Fatalf("acquire with the first URL dead: %v", err)
+	}
+	if _, err := pool.NewClient(good.URL+",ftp://x", "", nil); err == nil {
+		t.Fatal("a bad second URL was accepted")
+	}
+}

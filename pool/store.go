@@ -125,7 +125,8 @@ type Store struct {
 	live    leaseHeap // every unexpired, unreleased lease by end, removed members' too
 	resting restHeap  // members out of idx until their cooldown for every target ends
 	leases  map[string]*leaseEntry
-	seq     uint64 // choice sequence; rotation.Candidate.LastChosen
+	idem    map[string]*leaseEntry // by AcquireRequest.IdempotencyKey
+	seq     uint64                 // choice sequence; rotation.Candidate.LastChosen
 
 	released     []string // ring of released lease IDs still reportable
 	releasedNext int
@@ -161,7 +162,8 @@ type leaseEntry struct {
 	ms       *memberState
 	end      time.Time // ExpiresAt, or the release time if released earlier
 	released bool
-	idx      int // position in Store.live; -1 when not in it
+	idx      int    // position in Store.live; -1 when not in it
+	idem     string // the acquire's idempotency key, "" for none
 }
 
 // NewStore makes an empty store; add members with SetMembers.
@@ -172,6 +174,7 @@ func NewStore(o StoreOptions) *Store {
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
 		leases:   map[string]*leaseEntry{},
+		idem:     map[string]*leaseEntry{},
 		released: make([]string, 0, min(o.ReleasedRetained, 1024)),
 	}
 }
@@ -358,6 +361,9 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e := s.idem[req.IdempotencyKey]; req.IdempotencyKey != "" && e != nil {
+		return e.lease, nil
+	}
 	now := s.o.Clock()
 	s.advance(now)
 	// Every member judged is counted, so that a refusal's counts cost no
@@ -397,6 +403,10 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 		end:   now.Add(ttl),
 	}
 	s.leases[id] = e
+	if req.IdempotencyKey != "" {
+		e.idem = req.IdempotencyKey
+		s.idem[e.idem] = e
+	}
 	heap.Push(&s.live, e)
 	return e.lease, nil
 }
@@ -501,7 +511,7 @@ func (s *Store) Release(_ context.Context, leaseID string) error {
 		e.end = now
 	}
 	if s.o.ReleasedRetained == 0 {
-		delete(s.leases, leaseID)
+		s.forget(e)
 		return nil
 	}
 	if len(s.released) < s.o.ReleasedRetained {
@@ -510,7 +520,7 @@ func (s *Store) Release(_ context.Context, leaseID string) error {
 	}
 	old := s.released[s.releasedNext]
 	if oe := s.leases[old]; oe != nil && oe.released {
-		delete(s.leases, old)
+		s.forget(oe)
 	}
 	s.released[s.releasedNext] = leaseID
 	s.releasedNext = (s.releasedNext + 1) % len(s.released)
@@ -675,9 +685,9 @@ func (s *Store) sweep() {
 	now := s.o.Clock()
 	s.advance(now)
 	keep := s.o.Cooldown.Max
-	for id, e := range s.leases {
+	for _, e := range s.leases {
 		if !now.Before(e.end.Add(keep)) { // ended, so no longer in s.live
-			delete(s.leases, id)
+			s.forget(e)
 		}
 	}
 	for _, ms := range s.order {
@@ -688,6 +698,17 @@ func (s *Store) sweep() {
 		}
 	}
 }
+
+// forget drops an ended lease and its idempotency key.
+func (s *Store) forget(e *leaseEntry) {
+	delete(s.leases, e.lease.ID)
+	if e.idem != "" && s.idem[e.idem] == e {
+		delete(s.idem, e.idem)
+	}
+}
+
+// ListMembers is Members for the lease API; the in-memory store never fails.
+func (s *Store) ListMembers(context.Context) ([]MemberStatus, error) { return s.Members(), nil }
 
 // leaseHeap is a min-heap of leases by end, tracking each entry's index so a
 // release can remove it in O(log n); Store.advance pops what expired.

@@ -9,7 +9,7 @@ import (
 
 // BenchmarkStoreAcquireRelease is one acquire+release cycle at each of
 // storebench.Sizes, with and without a selector (DESIGN target: at least
-// 200k cycles/s in process; issue 17: ≤ 5 µs at 10,000 members and at most
+// 200k cycles/s in process; ≤ 5 µs at 10,000 members and at most
 // twice the 10-member cost).
 func BenchmarkStoreAcquireRelease(b *testing.B) {
 	for _, n := range storebench.Sizes {
@@ -22,7 +22,7 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkStoreAcquireReleaseMixed is the same cycle with half of the
-// acquires selecting on one of two attributes (the issue's measurement).
+// acquires selecting on one of two attributes (a crawler fleet's usual mix).
 func BenchmarkStoreAcquireReleaseMixed(b *testing.B) {
 	for _, n := range storebench.Sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {

@@ -76,6 +76,11 @@ type AcquireRequest struct {
 	Target string
 	// TTL is the lease lifetime; zero means the store's default.
 	TTL time.Duration
+	// IdempotencyKey, when set, makes the acquire repeatable: a store that
+	// already granted a lease for the key answers with that lease again
+	// (while it is still reportable) instead of taking a second one. A
+	// gateway retrying a lost controller replica sends the same key.
+	IdempotencyKey string
 }
 
 // Lease is a member handed to one client for one target until ExpiresAt.
@@ -92,7 +97,8 @@ type Lease struct {
 type Report struct {
 	Result rotation.Result
 	// Target overrides the lease's target; empty falls back to the lease's
-	// target, then to every target (the seeds' report → lease → global order).
+	// target, then to every target (report → lease → global: a client that omits
+	// the target cannot poison the member for every site).
 	Target string
 	// RetryAfter is the site's own Retry-After, when it sent one.
 	RetryAfter time.Duration
@@ -105,6 +111,28 @@ type Pool interface {
 	// Release is idempotent: releasing an unknown or expired lease is not an error.
 	Release(ctx context.Context, leaseID string) error
 	Report(ctx context.Context, leaseID string, r Report) error
+}
+
+// LeaseStore is a lease store a gateway or the controller runs on: the
+// in-process *Store, or the shared *RedisStore. Members are fed in by a
+// source (SetMembers, SetMembersHealth) and a prober (SetHealth); Start
+// runs the store's background upkeep until its context ends.
+type LeaseStore interface {
+	APIBackend
+	// SetMembers replaces the member set (see Store.SetMembers).
+	SetMembers(members []Member)
+	// SetMembersHealth replaces the member set with health verdicts in one step.
+	SetMembersHealth(members []MemberHealth)
+	// SetHealth records a probe verdict for one member.
+	SetHealth(name string, healthy bool, latency time.Duration)
+	// Members lists the current members (metrics, gateway reloads).
+	Members() []MemberStatus
+	// ActiveLeases counts unexpired, unreleased leases.
+	ActiveLeases() int
+	// ActiveCooldowns counts running cooldowns of current members.
+	ActiveCooldowns() int
+	// Start does the store's upkeep until ctx ends.
+	Start(ctx context.Context)
 }
 
 // NoMatchError says why no member could be leased. The counts are additive:

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// issueExample is the providers config shown in issue 3 and docs/providers.md.
-const issueExample = `
+// docsExample is the providers config shown in docs/providers.md.
+const docsExample = `
 providers:
   - name: in-cluster          # what Proxy.spec.provider names; DNS-1123
     type: kubernetes
@@ -22,7 +22,7 @@ providers:
 `
 
 func TestParseConfigIssueExample(t *testing.T) {
-	cfg, err := ParseConfig([]byte(issueExample))
+	cfg, err := ParseConfig([]byte(docsExample))
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestParseConfigRejects(t *testing.T) {
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "providers.yaml")
-	if err := os.WriteFile(good, []byte(issueExample), 0o600); err != nil {
+	if err := os.WriteFile(good, []byte(docsExample), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := LoadConfig(good)

@@ -54,7 +54,7 @@ func (p *checkingProvider) Check(context.Context) []TargetStatus {
 }
 
 func TestRegistryBuild(t *testing.T) {
-	cfg, err := ParseConfig([]byte(issueExample))
+	cfg, err := ParseConfig([]byte(docsExample))
 	if err != nil {
 		t.Fatal(err)
 	}

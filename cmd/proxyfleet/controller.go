@@ -60,7 +60,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags())...),
+		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags())...),
 		Action: runController,
 	}
 }
@@ -159,12 +159,21 @@ func runController(c *cli.Context) error {
 		}
 		pcfg = &loaded
 	}
+	// Before connecting: a bad injection flag is named even without a cluster.
+	ws, err := parseWebhookFlags(c)
+	if err != nil {
+		return err
+	}
 	cfg, err := restConfig(s.kubeconfig)
 	if err != nil {
 		return err
 	}
+	ws.opts.Config.APIServerHosts = apiServerHosts(cfg)
 	mgr, err := controller.NewManager(cfg, s.manager)
 	if err != nil {
+		return err
+	}
+	if err := setupWebhook(mgr, ws, logger); err != nil {
 		return err
 	}
 	provs, err := buildProviders(c.Context, pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -22,6 +23,10 @@ import (
 const (
 	flagLeaseAPIListen    = "lease-api-listen"
 	flagLeaseAPITokenFile = "lease-api-token-file"
+	// flagLeaseAPITokenReview also accepts pods' projected service-account
+	// tokens (TokenReview + SubjectAccessReview).
+	flagLeaseAPITokenReview   = "lease-api-token-review"
+	flagLeaseAPITokenAudience = "lease-api-token-audience"
 )
 
 // defaultLeaseAPIListen is where the controller serves the lease API.
@@ -37,6 +42,9 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		str(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
 		&cli.PathFlag{Name: flagLeaseAPITokenFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseAPITokenFile)},
 			Usage: "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"},
+		&cli.BoolFlag{Name: flagLeaseAPITokenReview, EnvVars: []string{envVar(flagLeaseAPITokenReview)},
+			Usage: "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"},
+		str(flagLeaseAPITokenAudience, leaseapi.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
 		&cli.DurationFlag{Name: flagLeaseTTL, Value: pool.DefaultLeaseTTL, EnvVars: []string{envVar(flagLeaseTTL)},
 			Usage: "lease lifetime when a request gives no ttlSeconds"},
 		&cli.DurationFlag{Name: flagMaxLeaseTTL, Value: pool.DefaultMaxLeaseTTL, EnvVars: []string{envVar(flagMaxLeaseTTL)},
@@ -51,14 +59,20 @@ func controllerLeaseAPIFlags() []cli.Flag {
 			Usage: "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"},
 		&cli.IntFlag{Name: flagMaxLeasesPerMember, EnvVars: []string{envVar(flagMaxLeasesPerMember)},
 			Usage: "cap on active leases per Proxy (0: unlimited)"},
+		str(flagLeaseStore, "memory", leaseStoreUsage),
+		&cli.PathFlag{Name: flagLeaseStorePasswordFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseStorePasswordFile)}, Usage: leaseStorePasswordUsage},
+		str(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
 	}
 }
 
 // leaseAPISettings are the parsed lease API flags; listen "" is off.
 type leaseAPISettings struct {
-	listen string
-	token  string
-	store  pool.StoreOptions
+	listen     string
+	token      string
+	review     bool
+	audience   string
+	store      pool.StoreOptions
+	leaseStore leaseStoreConfig
 }
 
 // parseLeaseAPIFlags validates the lease API flags before anything
@@ -69,10 +83,17 @@ func parseLeaseAPIFlags(c *cli.Context) (leaseAPISettings, error) {
 	if s.store, err = storeOptionsFrom(c); err != nil {
 		return s, err
 	}
+	if s.leaseStore, err = leaseStoreFrom(c); err != nil {
+		return s, err
+	}
 	if f := c.Path(flagLeaseAPITokenFile); f != "" {
 		if s.token, err = readSingleToken(flagLeaseAPITokenFile, f); err != nil {
 			return s, err
 		}
+	}
+	s.review = c.Bool(flagLeaseAPITokenReview)
+	if s.audience = strings.TrimSpace(c.String(flagLeaseAPITokenAudience)); s.review && s.audience == "" {
+		return s, fmt.Errorf("--%s: empty", flagLeaseAPITokenAudience)
 	}
 	switch addr := strings.TrimSpace(c.String(flagLeaseAPIListen)); addr {
 	case "", "0", "off":
@@ -94,13 +115,22 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		logger.Info("lease API off (--" + flagLeaseAPIListen + " 0)")
 		return nil, nil
 	}
-	api, err := leaseapi.Setup(mgr, leaseapi.Options{
+	backend, _, err := s.leaseStore.open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))))
+	if err != nil {
+		return nil, err
+	}
+	o := leaseapi.Options{
 		Listen:   s.listen,
 		Token:    s.token,
 		Store:    s.store,
+		Backend:  backend,
 		Recorder: metrics.NewLeaseRequests(reg),
 		Logger:   logger,
-	})
+	}
+	if s.review {
+		o.Reviewer = &leaseapi.Reviewer{Client: mgr.GetClient(), Audience: s.audience}
+	}
+	api, err := leaseapi.Setup(mgr, o)
 	if err != nil {
 		return nil, fmt.Errorf("--%s %s: %w", flagLeaseAPIListen, s.listen, err)
 	}

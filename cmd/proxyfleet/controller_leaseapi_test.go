@@ -43,6 +43,7 @@ func TestControllerRejectsBadLeaseAPIFlagsNamingTheFlag(t *testing.T) {
 		{name: "negative failure cooldown", args: []string{"--failure-cooldown", "-1s"}, want: "--failure-cooldown"},
 		{name: "zero site failure cooldown", args: []string{"--site-failure-cooldown", "0s"}, want: "--site-failure-cooldown 0s: must be positive"},
 		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-1"}, want: "--max-leases-per-member -1"},
+		{name: "malformed lease store", args: []string{"--lease-store", "redis+sentinel://:pw@s:1"}, want: "--lease-store: lease store URL \"redis+sentinel://:xxxxx@s:1\""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

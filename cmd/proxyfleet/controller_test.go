@@ -115,3 +115,30 @@ func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
 		}
 	})
 }
+
+func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"resources that do not parse", []string{"--sidecar-resources", "limits.memory=lots"}, "--sidecar-resources"},
+		{"a certificate Secret without a namespace", []string{"--webhook-cert-secret", "just-a-name"}, "--webhook-cert-secret"},
+		{"a pool API that is not a URL", []string{"--sidecar-pool-api", "ftp://x"}, "--sidecar-pool-api"},
+		{"a bad listen address", []string{"--webhook-listen", "nowhere"}, "--webhook-listen"},
+		{"no namespace to default the Secret to", nil, "--sidecar-pool-api"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", "")
+			args := append([]string{"proxyfleet", "controller", "--kubeconfig", "/nonexistent/kubeconfig", "--gateway-image", "img:1",
+				"--sidecar-pool-api", "http://proxyfleet.ns.svc:8090", "--webhook-cert-hosts", "127.0.0.1"}, tc.args...)
+			if tc.args == nil {
+				args = []string{"proxyfleet", "controller", "--kubeconfig", "/nonexistent/kubeconfig", "--gateway-image", "img:1"}
+			}
+			err := newApp().Run(args)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("controller %v: %v, want an error naming %s", tc.args, err, tc.want)
+			}
+		})
+	}
+}

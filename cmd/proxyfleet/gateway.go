@@ -56,6 +56,8 @@ const (
 	flagAPITokenFile          = "api-token-file"
 	flagPoolAPI               = "pool-api"
 	flagPoolTokenFile         = "pool-token-file"
+	flagPoolSATokenFile       = "pool-sa-token-file"
+	flagPoolSelector          = "pool-selector"
 	flagMetricsListen         = "metrics-listen"
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
@@ -151,6 +153,9 @@ func gatewayFlags() []cli.Flag {
 		path(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		num(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		num(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
+		str(flagLeaseStore, "memory", leaseStoreUsage),
+		path(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
+		str(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
 		path(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
 		boolean(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
 		boolean(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
@@ -161,8 +166,10 @@ func gatewayFlags() []cli.Flag {
 		num(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
 		str(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
 		path(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
-		str(flagPoolAPI, "", "`URL` of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
+		str(flagPoolAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
 		path(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
+		path(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
+		str(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
 		str(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
@@ -181,6 +188,7 @@ type gatewayConfig struct {
 	reloadInterval      time.Duration
 	mode                rotation.Mode
 	store               pool.StoreOptions
+	leaseStore          leaseStoreConfig
 	classifier          rotation.Classifier
 	banBodyBytes        int
 	mitm                *gateway.MITMOptions // nil: MITM off
@@ -193,6 +201,7 @@ type gatewayConfig struct {
 	apiToken            string
 	poolAPI             string // remote pool mode when set
 	poolToken           string
+	poolClient          *pool.Client // built from the --pool-* flags when poolAPI is set
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
@@ -305,6 +314,14 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	if cfg.poolAPI, cfg.poolToken, err = poolAPIFrom(c); err != nil {
 		return nil, err
+	}
+	if cfg.leaseStore, err = leaseStoreFrom(c); err != nil {
+		return nil, err
+	}
+	if cfg.poolAPI != "" {
+		if cfg.poolClient, err = poolClientFrom(c, cfg.poolAPI, cfg.poolToken); err != nil {
+			return nil, err
+		}
 	}
 
 	switch m := strings.TrimSpace(c.String(flagMetricsListen)); m {

@@ -45,17 +45,23 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	// our own (with its scrape-time gauges).
 	var (
 		leases pool.Pool
-		store  *pool.Store
+		store  pool.LeaseStore
 		remote *pool.Client
 		err    error
 	)
 	if cfg.poolAPI != "" {
-		if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
-			return fmt.Errorf("--%s: %w", flagPoolAPI, err)
+		if remote = cfg.poolClient; remote == nil {
+			if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
+				return fmt.Errorf("--%s: %w", flagPoolAPI, err)
+			}
 		}
 		leases = remote
 	} else {
-		store = pool.NewStore(cfg.store)
+		var closeStore func()
+		if store, closeStore, err = cfg.leaseStore.open(cfg.store, log); err != nil {
+			return err
+		}
+		defer closeStore()
 		reg.MustRegister(metrics.NewPoolCollector(store))
 		leases = store
 	}
@@ -180,7 +186,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 // upstreams file, --upstream, --egress-addr, or direct egress) into store,
 // and builds the file source (calling reload on a change) and the prober
 // when configured; neither runs yet.
-func localPool(cfg *gatewayConfig, store *pool.Store, reload func([]pool.Member), rec *metrics.Metrics, log *slog.Logger) (
+func localPool(cfg *gatewayConfig, store pool.LeaseStore, reload func([]pool.Member), rec *metrics.Metrics, log *slog.Logger) (
 	[]pool.Member, *pool.FileSource, *pool.Prober, error) {
 	var (
 		members    []pool.Member

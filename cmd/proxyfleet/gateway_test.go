@@ -284,6 +284,11 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{"--log-format"}},
 		{name: "stray argument", args: []string{"0.0.0.0:3128"}, want: []string{"no arguments"}},
 		{name: "unknown flag", args: []string{"--lisen", "x"}, want: []string{"lisen"}},
+		{name: "lease store with an unknown scheme never echoes its password", args: []string{"--lease-store", "mongo://u:hunter2@h:1"}, want: []string{"--lease-store", "unknown scheme"}, deny: []string{"hunter2"}},
+		{name: "lease store without a port never echoes its password", args: []string{"--lease-store", "redis://:hunter2@h/0"}, want: []string{"--lease-store", "host:port"}, deny: []string{"hunter2"}},
+		{name: "lease store prefix with a brace", args: []string{"--lease-store", "redis://127.0.0.1:1", "--lease-store-prefix", "a{b"}, want: []string{"--lease-store-prefix"}},
+		{name: "lease store prefix for the memory store", args: []string{"--lease-store-prefix", "x"}, want: []string{"--lease-store-prefix needs a Redis --lease-store"}},
+		{name: "lease store password file missing", args: []string{"--lease-store", "redis://127.0.0.1:1", "--lease-store-password-file", filepath.Join(t.TempDir(), "nope")}, want: []string{"--lease-store-password-file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

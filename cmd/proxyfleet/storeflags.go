@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -53,7 +56,8 @@ var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr,
 // poolAPIStoreFlags configure a lease store, which a --pool-api gateway does
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
-var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember}
+var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember,
+	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix}
 
 // poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags
@@ -63,10 +67,15 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	apiURL = strings.TrimSpace(c.String(flagPoolAPI))
 	tokenFile := c.Path(flagPoolTokenFile)
 	if apiURL == "" {
-		if tokenFile != "" {
-			return "", "", fmt.Errorf("--%s needs --%s (the lease API the token is for)", flagPoolTokenFile, flagPoolAPI)
+		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector} {
+			if c.IsSet(name) {
+				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagPoolAPI)
+			}
 		}
 		return "", "", nil
+	}
+	if tokenFile != "" && c.Path(flagPoolSATokenFile) != "" {
+		return "", "", fmt.Errorf("--%s and --%s exclude each other: one is a fixed token, the other a rotating one", flagPoolTokenFile, flagPoolSATokenFile)
 	}
 	for _, name := range poolAPIConflicts {
 		if c.IsSet(name) {
@@ -90,4 +99,98 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 		return "", "", fmt.Errorf("--%s: %w", flagPoolAPI, err)
 	}
 	return apiURL, token, nil
+}
+
+// The lease store flags the gateway and the controller share.
+const (
+	flagLeaseStore             = "lease-store"
+	flagLeaseStorePasswordFile = "lease-store-password-file"
+	flagLeaseStorePrefix       = "lease-store-prefix"
+
+	leaseStoreUsage = "`URL` of the lease store: memory (this process only), redis://[user:password@]host:port[/db], rediss://... (TLS), " +
+		"redis+sentinel://host:port[,host:port...]/master[/db] or redis+cluster://host:port[,host:port...]; a shared Redis keeps leases and cooldowns across restarts and replicas"
+	leaseStorePasswordUsage = "`FILE` holding the Redis password for --lease-store (instead of one in the URL)"
+	leaseStorePrefixUsage   = "`PREFIX` of the lease store's Redis keys (several fleets, one Redis); also the Redis Cluster hash tag"
+)
+
+// leaseStoreConfig is the parsed --lease-store: url "" is the in-memory store.
+type leaseStoreConfig struct {
+	url      string
+	password string
+	prefix   string
+}
+
+// leaseStoreFrom reads --lease-store, --lease-store-password-file and
+// --lease-store-prefix. A malformed URL is an error naming the flag, with
+// the password masked.
+func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
+	var l leaseStoreConfig
+	raw := strings.TrimSpace(c.String(flagLeaseStore))
+	l.prefix = strings.TrimSpace(c.String(flagLeaseStorePrefix))
+	pwFile := c.Path(flagLeaseStorePasswordFile)
+	if raw == "" || raw == "memory" {
+		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix} {
+			if c.IsSet(name) {
+				return l, fmt.Errorf("--%s needs a Redis --%s (the in-memory store has no password or prefix)", name, flagLeaseStore)
+			}
+		}
+		return l, nil
+	}
+	if _, err := pool.ParseRedisURL(raw); err != nil {
+		return l, fmt.Errorf("--%s: %w", flagLeaseStore, err)
+	}
+	if l.prefix == "" || strings.ContainsAny(l.prefix, "{} ") {
+		return l, fmt.Errorf("--%s %q: want a non-empty prefix without braces or spaces", flagLeaseStorePrefix, l.prefix)
+	}
+	if pwFile != "" {
+		b, err := os.ReadFile(pwFile)
+		if err != nil {
+			return l, fmt.Errorf("--%s: %w", flagLeaseStorePasswordFile, err)
+		}
+		if l.password = strings.TrimSpace(string(b)); l.password == "" || strings.ContainsAny(l.password, "\r\n") {
+			return l, fmt.Errorf("--%s %s: want exactly one line holding the password", flagLeaseStorePasswordFile, pwFile)
+		}
+	}
+	l.url = raw
+	return l, nil
+}
+
+// open makes the configured store; close releases its connections.
+func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.LeaseStore, func(), error) {
+	if l.url == "" {
+		return pool.NewStore(o), func() {}, nil
+	}
+	s, err := pool.NewRedisStore(pool.RedisOptions{URL: l.url, Password: l.password, Prefix: l.prefix, Store: o, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--%s: %w", flagLeaseStore, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		// Not fatal: the lease API answers 503 store_unavailable until the
+		// store answers, and recovers by itself.
+		log.Error("lease store unreachable at start; serving 503 store_unavailable until it answers", "error", err)
+	} else {
+		log.Info("lease store on Redis", "prefix", l.prefix)
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+// poolClientFrom builds the lease API client of a --pool-api gateway from
+// its validated settings: the fixed token, or the rotating token file
+// (--pool-sa-token-file, read now and re-read as the kubelet rotates it), and
+// the default selector (--pool-selector).
+func poolClientFrom(c *cli.Context, apiURL, token string) (*pool.Client, error) {
+	sel, err := pool.ParseSelector(c.String(flagPoolSelector))
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagPoolSelector, err)
+	}
+	cl, err := pool.NewClientWith(apiURL, pool.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
+	if err != nil {
+		if f := c.Path(flagPoolSATokenFile); f != "" {
+			return nil, fmt.Errorf("--%s %s: %w", flagPoolSATokenFile, f, err)
+		}
+		return nil, fmt.Errorf("--%s: %w", flagPoolAPI, err)
+	}
+	return cl, nil
 }

@@ -37,7 +37,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 )
 
-// Defaults of Options, the seeds' values.
+// Defaults of Options: a probe every 10s with a 5s timeout, one success to
+// turn healthy and three failures to turn unhealthy, so one lost packet never
+// takes a Proxy out.
 const (
 	// DefaultTick is how often the engine looks for due probes.
 	DefaultTick = time.Second

@@ -90,6 +90,12 @@ type running struct {
 
 func startAPI(t *testing.T, token string) *running {
 	t.Helper()
+	return startAPIWith(t, token, nil)
+}
+
+// startAPIWith is startAPI with edit applied to the Options (nil: none).
+func startAPIWith(t *testing.T, token string, edit func(*Options)) *running {
+	t.Helper()
 	r := &running{ns: env.Namespace(t), logs: &logBuffer{}, rec: &countingRecorder{}}
 	log := logr.FromSlogHandler(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{
@@ -100,13 +106,17 @@ func startAPI(t *testing.T, token string) *running {
 	if err != nil {
 		t.Fatalf("NewManager: %v", err)
 	}
-	r.api, err = Setup(mgr, Options{
+	opts := Options{
 		Listen:   "127.0.0.1:0",
 		Token:    token,
 		Recorder: r.rec,
 		Logger:   log,
 		Store:    pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}},
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	r.api, err = Setup(mgr, opts)
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}

@@ -105,13 +105,13 @@ func refusalKey(req pool.AcquireRequest) string {
 // recordingBackend is the store as the HTTP API sees it, noting every
 // acquire refused with pool.NoMatchError (a 409).
 type recordingBackend struct {
-	*pool.Store
+	pool.LeaseStore
 	refusals *refusalLog
 }
 
 // Acquire is the store's, with 409s recorded.
 func (b recordingBackend) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease, error) {
-	l, err := b.Store.Acquire(ctx, req)
+	l, err := b.LeaseStore.Acquire(ctx, req)
 	var nm *pool.NoMatchError
 	if errors.As(err, &nm) {
 		b.refusals.record(req)

@@ -31,11 +31,19 @@ const AuthDisabledWarning = "WARNING: lease API auth disabled"
 type Options struct {
 	// Listen is the host:port the API listens on.
 	Listen string
-	// Token is the bearer token clients must send; empty turns authentication
-	// off, with a warning in the log.
+	// Token is the bearer token clients must send; empty (and no Reviewer)
+	// turns authentication off, with a warning in the log.
 	Token string
+	// Reviewer, when set, also accepts projected service-account tokens
+	// (see Reviewer); authentication is then on even without Token.
+	Reviewer pool.TokenReviewer
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
+	// Backend, when set, is the lease store to serve (a shared
+	// *pool.RedisStore, already configured); nil makes an in-memory
+	// pool.Store from Store. With a shared store every replica serves
+	// the same leases and cooldowns.
+	Backend pool.LeaseStore
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
 	Recorder pool.LeaseRecorder
 	// Credentials is the controller's credentials Secret cache, whose logins
@@ -52,7 +60,7 @@ type Options struct {
 // API is the controller's lease API: the store, the Source feeding it from
 // the Proxy cache, and the HTTP server. It is the server's manager Runnable.
 type API struct {
-	store  *pool.Store
+	store  pool.LeaseStore
 	source *Source
 	ln     net.Listener
 	srv    *http.Server
@@ -80,10 +88,13 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	if o.Credentials == nil {
 		return nil, errors.New("lease API: the credentials Secret cache is required: build the manager with controller.NewManager or set Options.Credentials")
 	}
-	store := pool.NewStore(o.Store)
+	store := o.Backend
+	if store == nil {
+		store = pool.NewStore(o.Store)
+	}
 	// Only authenticated callers are handed logins: without a token, Proxies
 	// that have one are not offered at all.
-	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == ""})
+	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil})
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
@@ -93,14 +104,15 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		store:  store,
 		source: source,
 		ln:     ln,
-		token:  o.Token != "",
+		token:  o.Token != "" || o.Reviewer != nil,
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
-			Handler: pool.NewAPIServer(recordingBackend{Store: store, refusals: refusals}, pool.APIOptions{
+			Handler: pool.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, pool.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
+				Reviewer: o.Reviewer,
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 		},
@@ -118,13 +130,14 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 }
 
 // Store is the lease store, for the scrape-time metrics collector.
-func (a *API) Store() *pool.Store { return a.store }
+func (a *API) Store() pool.LeaseStore { return a.store }
 
 // Addr is the address the API listens on (the port chosen for ":0").
 func (a *API) Addr() net.Addr { return a.ln.Addr() }
 
-// NeedLeaderElection is false: every replica serves. Leases live in the
-// replica that granted them, which is why the controller ships as one.
+// NeedLeaderElection is false: every replica serves. With the in-memory
+// store leases live in the replica that granted them (run one replica);
+// with --lease-store redis://... every replica serves the same state.
 func (a *API) NeedLeaderElection() bool { return false }
 
 // Start serves the API once the Source has loaded the Proxies (requests

@@ -99,7 +99,7 @@ type Source struct {
 	cache cache.Cache
 	creds cache.Cache
 	open  bool // the API authenticates nobody: logins are withheld
-	store *pool.Store
+	store pool.LeaseStore
 	log   logr.Logger
 
 	kick   chan struct{} // capacity 1: a pending rebuild
@@ -120,7 +120,7 @@ type SourceOptions struct {
 
 // NewSource returns a source that feeds store from c's Proxies, with the
 // logins in o.Credentials. Add it to the manager whose caches they are.
-func NewSource(c cache.Cache, store *pool.Store, log logr.Logger, o SourceOptions) *Source {
+func NewSource(c cache.Cache, store pool.LeaseStore, log logr.Logger, o SourceOptions) *Source {
 	return &Source{
 		cache:  c,
 		creds:  o.Credentials,

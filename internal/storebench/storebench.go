@@ -80,7 +80,7 @@ func AcquireRelease(b *testing.B, s *pool.Store, req pool.AcquireRequest) {
 	}
 }
 
-// AcquireReleaseMixed is the issue 17 measurement: half of the acquires
+// AcquireReleaseMixed is the mixed workload: half of the acquires
 // with an attribute selector, alternating between Selector and tier=dc, so
 // that every member sits in the heaps of both of its attribute pairs as well
 // as the heap of all members.

@@ -1,0 +1,27 @@
+# The same image make image writes without Docker (internal/image): a scratch
+# base, the static binary, the build machine's CA roots, user 65532.
+#   docker build -t proxyfleet .                                 # controller + gateway
+#   docker build --build-arg TAGS=sidecar -t proxyfleet-sidecar .  # the injected sidecar
+FROM golang:1.26 AS build
+ARG TAGS=""
+ARG VERSION=dev
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -tags "${TAGS}" -ldflags "-X main.version=${VERSION}" -o /out/proxyfleet ./cmd/proxyfleet \
+ && printf 'root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n' > /out/passwd \
+ && printf 'root:x:0:\nnonroot:x:65532:\n' > /out/group
+
+FROM scratch
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="proxyfleet" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/proxyfleet/proxyfleet"
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build /out/passwd /etc/passwd
+COPY --from=build /out/group /etc/group
+COPY --from=build /out/proxyfleet /proxyfleet
+ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+USER 65532:65532
+ENTRYPOINT ["/proxyfleet"]

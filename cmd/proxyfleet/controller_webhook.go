@@ -1,0 +1,193 @@
+//go:build !sidecar
+
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proxyfleet/proxyfleet/controller/inject"
+)
+
+// Flags of the sidecar injection webhook.
+const (
+	flagWebhookListen        = "webhook-listen"
+	flagWebhookConfiguration = "webhook-configuration"
+	flagWebhookCertSecret    = "webhook-cert-secret"
+	flagWebhookCertHosts     = "webhook-cert-hosts"
+	flagWebhookCertDir       = "webhook-cert-dir"
+	flagGatewayImage         = "gateway-image"
+	flagSidecarPoolAPI       = "sidecar-pool-api"
+	flagSidecarResources     = "sidecar-resources"
+	flagClusterDomain        = "cluster-domain"
+	flagWebhookService       = "webhook-service"
+	flagLeaseAPIService      = "lease-api-service"
+)
+
+// Defaults of the injection flags: the chart's Service names.
+const (
+	defaultWebhookService   = "proxyfleet-webhook"
+	defaultLeaseAPIService  = "proxyfleet"
+	defaultSidecarResources = "requests.cpu=10m,requests.memory=24Mi,limits.memory=64Mi"
+)
+
+// serviceAccountNamespaceFile is where a pod finds its namespace.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// webhookFlags are the injection webhook's flags; controllerCommand appends them.
+func webhookFlags() []cli.Flag {
+	str := func(name, value, usage string) cli.Flag {
+		return &cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}}
+	}
+	return []cli.Flag{
+		str(flagWebhookListen, ":9443", "`ADDR` serving the sidecar injection webhook (HTTPS) when --gateway-image is set; 0 turns it off"),
+		str(flagGatewayImage, "", "`IMAGE` of the injected gateway sidecar; without it sidecar injection is off"),
+		str(flagWebhookConfiguration, "proxyfleet-inject", "`NAME` of the MutatingWebhookConfiguration whose caBundle the controller keeps current"),
+		str(flagWebhookCertSecret, "", "`NAMESPACE/NAME` of the Secret holding the webhook's CA and serving certificate (default: <controller namespace>/proxyfleet-webhook-cert)"),
+		str(flagWebhookCertHosts, "", "comma-separated DNS names and IPs of the serving certificate (default: the --webhook-service's names)"),
+		&cli.PathFlag{Name: flagWebhookCertDir, TakesFile: true, EnvVars: []string{envVar(flagWebhookCertDir)},
+			Usage: "`DIR` with tls.crt and tls.key kept by someone else (cert-manager); the controller then manages neither certificate nor caBundle"},
+		str(flagWebhookService, defaultWebhookService, "`NAME` of the webhook's Service, for the default --webhook-cert-hosts"),
+		str(flagLeaseAPIService, defaultLeaseAPIService, "`NAME` of the lease API's Service, for the default --sidecar-pool-api"),
+		str(flagSidecarPoolAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
+		str(flagSidecarResources, defaultSidecarResources, "the sidecar's `RESOURCES` (requests.cpu=,requests.memory=,limits.cpu=,limits.memory=); the proxyfleet.io/gateway-resources annotation overrides them"),
+		str(flagClusterDomain, "cluster.local", "the cluster's DNS `DOMAIN`, kept out of the sidecar's proxy (NO_PROXY)"),
+	}
+}
+
+// webhookSettings are the parsed injection flags; listen "" is off.
+type webhookSettings struct {
+	listen string
+	opts   inject.Options
+}
+
+// controllerNamespace is the pod's namespace: $POD_NAMESPACE (the chart
+// sets it from the downward API), else the service-account file, else "".
+func controllerNamespace() string {
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+// parseWebhookFlags validates the injection flags, naming the wrong one.
+// The caller adds the API server's addresses (apiServerHosts) once it has
+// the cluster config.
+func parseWebhookFlags(c *cli.Context) (webhookSettings, error) {
+	var s webhookSettings
+	listen := strings.TrimSpace(c.String(flagWebhookListen))
+	image := strings.TrimSpace(c.String(flagGatewayImage))
+	if listen == "" || listen == "0" || listen == "off" || image == "" {
+		return s, nil
+	}
+	if _, err := checkListenAddr(flagWebhookListen, listen); err != nil {
+		return s, err
+	}
+	ns := controllerNamespace()
+	needNS := func(flag string) error {
+		return fmt.Errorf("--%s: no default outside a cluster (set $POD_NAMESPACE or give the flag)", flag)
+	}
+	res, err := inject.ParseResources(c.String(flagSidecarResources), corev1.ResourceRequirements{})
+	if err != nil {
+		return s, fmt.Errorf("--%s: %w", flagSidecarResources, err)
+	}
+	poolAPI := strings.TrimSpace(c.String(flagSidecarPoolAPI))
+	if poolAPI == "" {
+		if ns == "" {
+			return s, needNS(flagSidecarPoolAPI)
+		}
+		poolAPI = fmt.Sprintf("http://%s.%s.svc:8090", c.String(flagLeaseAPIService), ns)
+	}
+	o := inject.Options{
+		Listen:        listen,
+		CertDir:       c.Path(flagWebhookCertDir),
+		Configuration: strings.TrimSpace(c.String(flagWebhookConfiguration)),
+		Config: inject.Config{
+			Image:         image,
+			PoolAPI:       poolAPI,
+			Resources:     res,
+			ClusterDomain: strings.Trim(c.String(flagClusterDomain), ". "),
+		},
+	}
+	if ns != "" {
+		o.Config.SkipNamespaces = []string{ns}
+	}
+	if err := o.Config.Validate(); err != nil {
+		return s, err
+	}
+	if o.CertDir == "" {
+		switch sec := strings.TrimSpace(c.String(flagWebhookCertSecret)); {
+		case sec == "" && ns == "":
+			return s, needNS(flagWebhookCertSecret)
+		case sec == "":
+			o.CertSecret = types.NamespacedName{Namespace: ns, Name: "proxyfleet-webhook-cert"}
+		default:
+			n, name, ok := strings.Cut(sec, "/")
+			if !ok || n == "" || name == "" || strings.Contains(name, "/") {
+				return s, fmt.Errorf("--%s %q: want NAMESPACE/NAME", flagWebhookCertSecret, sec)
+			}
+			o.CertSecret = types.NamespacedName{Namespace: n, Name: name}
+		}
+		if o.Configuration == "" {
+			return s, fmt.Errorf("--%s: empty", flagWebhookConfiguration)
+		}
+		for _, h := range strings.Split(c.String(flagWebhookCertHosts), ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				o.Hosts = append(o.Hosts, h)
+			}
+		}
+		if len(o.Hosts) == 0 {
+			if ns == "" {
+				return s, needNS(flagWebhookCertHosts)
+			}
+			svc := c.String(flagWebhookService)
+			o.Hosts = []string{svc + "." + ns + ".svc", svc + "." + ns + ".svc." + o.Config.ClusterDomain}
+		}
+	}
+	s.listen, s.opts = listen, o
+	return s, nil
+}
+
+// apiServerHosts are the API server's address as this process reaches it
+// and as pods do ($KUBERNETES_SERVICE_HOST), for NO_PROXY.
+func apiServerHosts(cfg *rest.Config) []string {
+	var out []string
+	if cfg != nil {
+		if u, err := url.Parse(cfg.Host); err == nil && u.Hostname() != "" {
+			out = append(out, u.Hostname())
+		}
+	}
+	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" && net.ParseIP(h) != nil && (len(out) == 0 || out[0] != h) {
+		out = append(out, h)
+	}
+	return out
+}
+
+// setupWebhook adds the injection webhook to mgr unless it is off.
+func setupWebhook(mgr ctrl.Manager, s webhookSettings, logger logr.Logger) error {
+	if s.listen == "" {
+		logger.Info("sidecar injection off (--" + flagWebhookListen + " 0 or no --" + flagGatewayImage + ")")
+		return nil
+	}
+	s.opts.Log = logger
+	srv, err := inject.Setup(mgr, s.opts)
+	if err != nil {
+		return err
+	}
+	logger.Info("sidecar injection on", "addr", srv.Addr().String(), "image", s.opts.Config.Image, "poolAPI", s.opts.Config.PoolAPI,
+		"certs", map[bool]string{true: "--webhook-cert-dir", false: "self-managed in " + s.opts.CertSecret.String()}[s.opts.CertDir != ""])
+	return nil
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// TestControllerReplicasOnRedis runs two real controller processes on one
+// real redis-server behind one --pool-api gateway that knows both. One
+// replica is SIGKILLed in the middle of a crawl and no client request
+// fails; a ban learnt through the gateway then outlives restarting both
+// replicas, because it lives in Redis, not in a process.
+func TestControllerReplicasOnRedis(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	redis := testutil.StartRedis(t, testutil.RedisOptions{})
+
+	squids := startSquids(t, "replicas", "127.0.0.121", "127.0.0.122", "127.0.0.123")
+	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
+	const apiToken = "e2e-replicas-token"
+	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
+	writeFile(t, tokenFile, apiToken+"\n")
+	replica := func() *controllerProc {
+		return startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--health-tick", "100ms",
+			"--lease-store", redis.URL(), "--leader-elect", "--leader-election-namespace", ns)
+	}
+	ctlA, ctlB := replica(), replica()
+
+	var names []string
+	for i, sq := range squids {
+		px := &v1alpha1.Proxy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("squid-%d", i)},
+			Spec: v1alpha1.ProxySpec{
+				Mode:     v1alpha1.ModeExternal,
+				Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(sq.Port())},
+				HealthCheck: v1alpha1.HealthCheck{
+					URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1,
+				},
+			},
+		}
+		if err := env.Client.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, ns+"/"+px.Name)
+	}
+	for i := range squids {
+		waitProxy(t, env.Client, ns, fmt.Sprintf("squid-%d", i), "Ready and Healthy", func(p *v1alpha1.Proxy) bool {
+			return p.Status.Phase == v1alpha1.PhaseReady && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionHealthy)
+		})
+	}
+	for _, ctl := range []*controllerProc{ctlA, ctlB} {
+		api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() (bool, string) {
+			got, err := fleetHealthy(ctx, api)
+			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+		})
+	}
+	both := "http://" + ctlA.leaseAPIAddr + ",http://" + ctlB.leaseAPIAddr
+	gw := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, both, apiToken)})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.124"})
+
+	t.Run("a replica killed mid-crawl fails no request", func(t *testing.T) {
+		c := gw.client(t, "", nil)
+		var (
+			sent, failed atomic.Int64
+			firstFail    atomic.Value
+			stop         = make(chan struct{})
+			wg           sync.WaitGroup
+		)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r, err := doGet(c, site.URL()+"/crawl", nil)
+					sent.Add(1)
+					if err != nil || r.status != http.StatusOK {
+						failed.Add(1)
+						firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
+					}
+				}
+			}()
+		}
+		waitSent := func(n int64) {
+			deadline := time.Now().Add(60 * time.Second)
+			for sent.Load() < n && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		waitSent(50)
+		if err := ctlA.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		before := sent.Load()
+		waitSent(before + 200)
+		close(stop)
+		wg.Wait()
+		if sent.Load() < before+200 {
+			t.Fatalf("only %d requests after the kill", sent.Load()-before)
+		}
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("%d of %d requests failed across the replica's death; first: %v", n, sent.Load(), firstFail.Load())
+		}
+	})
+
+	var ctlC, ctlD *controllerProc
+	t.Run("a ban outlives restarting every replica", func(t *testing.T) {
+		banned := squids[0].OutgoingAddr()
+		limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.125"})
+		limited.SetRule(banned, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
+		c := gw.client(t, "", nil)
+		testutil.Eventually(t, 60*time.Second, func() error {
+			mustGet(t, c, limited.URL()+"/ban", nil)
+			if limited.Count(banned) == 0 {
+				return fmt.Errorf("no request through %s yet", banned)
+			}
+			return nil
+		})
+		// Every replica goes; two new ones start on the same Redis.
+		if _, err := ctlB.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		ctlC, ctlD = replica(), replica()
+		api, err := pool.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the restarted replicas offering the three Proxies", func() (bool, string) {
+			got, err := fleetHealthy(ctx, api)
+			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+		})
+		after := startGateway(t, bin, gwConfig{rotation: "per-request",
+			args: poolAPIArgs(t, "http://"+ctlC.leaseAPIAddr+",http://"+ctlD.leaseAPIAddr, apiToken)})
+		ac := after.client(t, "", nil)
+		n := limited.Count(banned)
+		for range 9 {
+			mustGetOK(t, ac, limited.URL()+"/after-restart", nil)
+		}
+		if got := limited.Count(banned); got != n {
+			t.Fatalf("after restarting both replicas the banned member carried %d more requests to the site that banned it", got-n)
+		}
+		// The ban is for that site only: the member still serves others.
+		other := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.126"})
+		for range 6 {
+			mustGetOK(t, ac, other.URL()+"/other", nil)
+		}
+		if got := other.Sources(); !slices.Contains(got, banned) {
+			t.Fatalf("after the restart the banned member served no other site: %v", got)
+		}
+	})
+
+	t.Run("with Redis stopped held leases keep working, new ones wait for it", func(t *testing.T) {
+		if ctlC == nil {
+			t.Fatal("the previous subtest did not start the restarted replicas this one uses")
+		}
+		sticky := startGateway(t, bin, gwConfig{
+			args: poolAPIArgs(t, "http://"+ctlC.leaseAPIAddr+",http://"+ctlD.leaseAPIAddr, apiToken, "--lease-ttl", "5m")})
+		c := sticky.client(t, "crawler-session-held", nil)
+		pinned := mustGetOK(t, c, site.URL()+"/pin", nil)
+		if err := redis.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if r := mustGetOK(t, c, site.URL()+"/held", nil); r.proxy != pinned.proxy {
+				t.Fatalf("the held session moved from %s to %s while Redis was down", pinned.proxy, r.proxy)
+			}
+		}
+		fresh := sticky.client(t, "crawler-session-new", nil)
+		r := mustGet(t, fresh, site.URL()+"/new", nil)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store_unavailable") {
+			t.Fatalf("a new session with Redis down: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
+		}
+		redis.Start()
+		testutil.Eventually(t, 60*time.Second, func() error {
+			r, err := doGet(fresh, site.URL()+"/back", nil)
+			if err != nil {
+				return err
+			}
+			if r.status != http.StatusOK {
+				return fmt.Errorf("%d %s %s", r.status, r.reason, strings.TrimSpace(r.body))
+			}
+			return nil
+		})
+	})
+}

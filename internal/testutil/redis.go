@@ -1,0 +1,328 @@
+package testutil
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// redisMissing is the failure message when redis-server is absent: the
+// suites never skip.
+const redisMissing = "redis-server not installed: run make test as root (hack/install-deps.sh apt-installs it) or apt-get install redis-server"
+
+// RedisOptions configures one redis-server instance.
+type RedisOptions struct {
+	// Password turns on requirepass (the default user's password).
+	Password string
+	// AppendFsync is the AOF's appendfsync (default "always", so that a
+	// SIGKILL loses nothing a test acquired; production would say everysec).
+	AppendFsync string
+	// StartTimeout bounds how long a start waits for PONG (default 30s).
+	StartTimeout time.Duration
+}
+
+// Redis is one Debian redis-server run in the foreground as a child
+// process, on 127.0.0.1 with its data directory (and AOF) in a temp dir. The
+// port is chosen free at the first start and kept across Stop/Kill and
+// Start, so a restarted server is the same server to its clients and
+// reloads what its AOF kept. It never touches the system instance.
+type Redis struct {
+	opts RedisOptions
+	dir  string
+	bin  string
+
+	mu   sync.Mutex
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedis starts a redis-server for the test and stops it, and removes
+// its directory, at cleanup; on failure the tail of its log is in the test
+// log. A missing redis-server fails the test (never skips).
+func StartRedis(t testing.TB, opts RedisOptions) *Redis {
+	t.Helper()
+	r, err := LaunchRedis(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("redis-server %s log tail:\n%s", r.Addr(), r.LogTail(4096))
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("redis-server: %v", err)
+		}
+	})
+	return r
+}
+
+// LaunchRedis starts a redis-server outside a test (e2e/bench); the caller
+// must Close it.
+func LaunchRedis(opts RedisOptions) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if _, serr := os.Stat("/usr/bin/redis-server"); serr != nil {
+			return nil, errors.New(redisMissing)
+		}
+		bin = "/usr/bin/redis-server"
+	}
+	if opts.AppendFsync == "" {
+		opts.AppendFsync = "always"
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	dir, err := os.MkdirTemp("", "pfredis-")
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{opts: opts, dir: dir, bin: bin, done: closedChan()}
+	if err := r.start(false); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Addr is host:port of the server.
+func (r *Redis) Addr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
+}
+
+// URL is the redis:// URL of database 0, with the password when one is set.
+func (r *Redis) URL() string {
+	if r.opts.Password != "" {
+		return "redis://:" + r.opts.Password + "@" + r.Addr() + "/0"
+	}
+	return "redis://" + r.Addr() + "/0"
+}
+
+// Dir is the server's data directory (AOF, log).
+func (r *Redis) Dir() string { return r.dir }
+
+// PID is the running server's process id, 0 when stopped.
+func (r *Redis) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.exited() {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+func (r *Redis) exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a stopped server again on the same port and waits until it
+// answers PING (its AOF loaded). It panics on failure: tests call it where
+// a failure is fatal anyway.
+func (r *Redis) Start() {
+	if err := r.start(true); err != nil {
+		panic(err)
+	}
+}
+
+// Stop shuts the server down with SIGTERM (it fsyncs the AOF) and waits.
+func (r *Redis) Stop() error { return r.stop(syscall.SIGTERM) }
+
+// Kill ends the server with SIGKILL: only what the AOF already holds survives.
+func (r *Redis) Kill() error { return r.stop(syscall.SIGKILL) }
+
+// Close stops the server and removes its directory.
+func (r *Redis) Close() error {
+	err := r.stop(syscall.SIGTERM)
+	if rmErr := os.RemoveAll(r.dir); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+// LogTail returns the last n bytes of the server's log.
+func (r *Redis) LogTail(n int64) string {
+	return tailOf(filepath.Join(r.dir, "redis.log"), n)
+}
+
+func tailOf(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "(log: " + err.Error() + ")"
+	}
+	return readFrom(path, max(st.Size()-n, 0))
+}
+
+func (r *Redis) stop(sig syscall.Signal) error {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("redis-server on %s did not stop within 30s after %s", r.Addr(), sig)
+	}
+}
+
+// start runs the server; samePort keeps the port (a restart: a port still
+// held by the dying server is retried until the deadline), otherwise a
+// free port is picked and, should another process take it first, another.
+func (r *Redis) start(samePort bool) error {
+	deadline := time.Now().Add(r.opts.StartTimeout)
+	var last error
+	for attempt := 0; time.Now().Before(deadline); attempt++ {
+		if !samePort {
+			addr, err := FreeAddr()
+			if err != nil {
+				return err
+			}
+			_, p, _ := net.SplitHostPort(addr)
+			r.mu.Lock()
+			r.port, _ = strconv.Atoi(p)
+			r.mu.Unlock()
+		}
+		last = r.startOnce(deadline)
+		if last == nil {
+			return nil
+		}
+		if !strings.Contains(last.Error(), "in use") {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server did not start before the deadline: %w", last)
+}
+
+func (r *Redis) startOnce(deadline time.Time) error {
+	logPath := filepath.Join(r.dir, "redis.log")
+	st, _ := os.Stat(logPath)
+	var logStart int64
+	if st != nil {
+		logStart = st.Size()
+	}
+	args := []string{
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(r.port),
+		"--dir", r.dir,
+		"--logfile", logPath,
+		"--daemonize", "no",
+		"--appendonly", "yes",
+		"--appendfsync", r.opts.AppendFsync,
+		"--save", "",
+		"--protected-mode", "yes",
+	}
+	if r.opts.Password != "" {
+		args = append(args, "--requirepass", r.opts.Password)
+	}
+	cmd := exec.Command(r.bin, args...)
+	cmd.Dir = r.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	r.mu.Lock()
+	r.cmd, r.done = cmd, done
+	r.mu.Unlock()
+	addr := r.Addr()
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			out := readFrom(logPath, logStart)
+			if strings.Contains(out, "Address already in use") {
+				return fmt.Errorf("redis-server: port %s in use", addr)
+			}
+			return fmt.Errorf("redis-server on %s exited at start: %s", addr, out)
+		default:
+		}
+		if err := r.ping(addr); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("redis-server on %s did not answer PING in time; log: %s", addr, readFrom(logPath, logStart))
+}
+
+// ping sends PING (with AUTH first when a password is set) and wants PONG
+// from a server whose dir is ours; a server still loading its AOF answers
+// -LOADING, which is not ready.
+func (r *Redis) ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	br := bufio.NewReader(c)
+	if r.opts.Password != "" {
+		if _, err := fmt.Fprintf(c, "AUTH %s\r\n", r.opts.Password); err != nil {
+			return err
+		}
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("AUTH: %q %v", line, err)
+		}
+	}
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	// A stranger that took the port between FreeAddr and our bind would
+	// answer PING too; only our server has our directory.
+	if _, err := c.Write([]byte("CONFIG GET dir\r\n")); err != nil {
+		return err
+	}
+	for range 5 { // *2, $3, dir, $N, <dir>
+		if line, err = br.ReadString('\n'); err != nil {
+			return err
+		}
+	}
+	if got := strings.TrimSpace(line); got != r.dir {
+		return fmt.Errorf("a redis-server with dir %q answers on %s, not ours", got, addr)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package testutil
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// redisCmd sends one inline command and returns the first reply line.
+func redisCmd(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "%s\r\n", cmd); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(line, "$") && !strings.HasPrefix(line, "$-1") {
+		if line, err = br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strings.TrimSpace(line)
+}
+
+func TestRedisKeepsWritesAcrossAKillOnItsAOF(t *testing.T) {
+	t.Parallel()
+	r := StartRedis(t, RedisOptions{})
+	if r.Addr() == "127.0.0.1:6379" {
+		t.Fatalf("test redis on the system port %s", r.Addr())
+	}
+	if got := redisCmd(t, r.Addr(), "SET k v1"); got != "+OK" {
+		t.Fatalf("SET answered %q", got)
+	}
+	addr, pid := r.Addr(), r.PID()
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if r.PID() != 0 {
+		t.Fatal("PID non-zero after Kill")
+	}
+	r.Start()
+	if r.Addr() != addr || r.PID() == pid || r.PID() == 0 {
+		t.Fatalf("restart: addr %s pid %d, want addr %s and a new pid", r.Addr(), r.PID(), addr)
+	}
+	if got := redisCmd(t, r.Addr(), "GET k"); got != "v1" {
+		t.Fatalf("after SIGKILL and restart GET k = %q, want v1 from the AOF", got)
+	}
+}
+
+func TestRedisWithPasswordRefusesUnauthenticatedClients(t *testing.T) {
+	t.Parallel()
+	r := StartRedis(t, RedisOptions{Password: "s3cret"})
+	if got := redisCmd(t, r.Addr(), "PING"); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Fatalf("PING without AUTH answered %q, want -NOAUTH", got)
+	}
+	if !strings.Contains(r.URL(), ":s3cret@") {
+		t.Fatalf("URL %q carries no password", r.URL())
+	}
+}

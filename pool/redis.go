@@ -1,0 +1,679 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// ErrStoreUnavailable wraps a failure to reach the shared lease store (Redis
+// down, failing over, loading its AOF). The lease API answers it with 503
+// store_unavailable; it says nothing about the request itself.
+var ErrStoreUnavailable = errors.New("lease store unavailable")
+
+// DefaultRedisPrefix namespaces the Redis store's keys when no prefix is given.
+const DefaultRedisPrefix = "proxyfleet"
+
+// redisReassertEvery is how often a RedisStore that owns a member list
+// writes it again: it refreshes the member keys' TTLs, and it restores the
+// members after Redis lost them (a FLUSHALL, a failover to a replica that
+// was behind). A failed write is retried at every sweep instead.
+const redisReassertEvery = time.Minute
+
+// RedisOptions configures NewRedisStore.
+type RedisOptions struct {
+	// URL is redis://[user:password@]host:port[/db], rediss://... (TLS),
+	// redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
+	// (rediss+sentinel for TLS) or redis+cluster://[user:password@]host:port[,host:port...]
+	// (rediss+cluster); see ParseRedisURL.
+	URL string
+	// Password, when set, overrides the URL's (from a password file, so
+	// that the URL in a flag or environment holds no secret).
+	Password string
+	// Prefix namespaces the keys (several fleets, one Redis); default
+	// DefaultRedisPrefix. It is the Cluster hash tag: {prefix}.
+	Prefix string
+	// Store holds the TTLs, cooldowns and cap, as for NewStore. Its Clock is
+	// not used: the scripts read the Redis server's clock, which every
+	// replica shares. ReleasedRetained is not used either: a released
+	// lease stays reportable for Cooldown.Max, bounded by its key's TTL.
+	Store StoreOptions
+	// Logger receives store failures; nil discards.
+	Logger *slog.Logger
+}
+
+// RedisStore is the lease store on a Redis-protocol server: the same
+// contract as Store (selection by rotation.Less among eligible members,
+// {member, target} cooldowns with backoff, member-wide failure windows,
+// exact 409 counts, late reports), with every operation one atomic Lua
+// script on the server's clock. Any number of controller replicas and
+// gateways may share one RedisStore's keys; see redis_lua.go for the
+// layout and docs/architecture.md for the why.
+type RedisStore struct {
+	o    StoreOptions
+	rdb  redis.UniversalClient
+	keys []string // {KEYS[1]}: "{prefix}:"
+	life time.Duration
+	log  *slog.Logger
+
+	defs sync.Map // member def JSON -> Member, so leases share parsed URLs
+
+	mu         sync.Mutex
+	want       []MemberHealth // the member list this store owns, if any
+	wantHealth bool
+	haveWant   bool
+	dirty      bool // the last member write failed
+	lastWrite  time.Time
+}
+
+var redisScripts = struct {
+	acquire, release, report, setMembers, setHealth, members *redis.Script
+}{
+	redis.NewScript(redisAcquireLua),
+	redis.NewScript(redisReleaseLua),
+	redis.NewScript(redisReportLua),
+	redis.NewScript(redisSetMembersLua),
+	redis.NewScript(redisSetHealthLua),
+	redis.NewScript(redisMembersLua),
+}
+
+// NewRedisStore connects (lazily: a Redis that is down now makes calls fail
+// with ErrStoreUnavailable until it answers) to the server o.URL names.
+// A malformed URL is an error that never shows the password.
+func NewRedisStore(o RedisOptions) (*RedisStore, error) {
+	uo, err := ParseRedisURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Password != "" {
+		uo.Password = o.Password
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultRedisPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("lease store prefix %q must not contain { or }: it becomes the Cluster hash tag", prefix)
+	}
+	// A script whose reply was lost may be retried by the client: acquire
+	// finds its own lease by id, release and report are idempotent.
+	uo.MaxRetries = 2
+	so := o.Store.withDefaults()
+	s := &RedisStore{
+		o:    so,
+		rdb:  redis.NewUniversalClient(uo),
+		keys: []string{"{" + prefix + "}:"},
+		life: max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
+		log:  o.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// ParseRedisURL reads the lease store URL forms into go-redis options:
+//
+//	redis://[user:password@]host:port[/db]
+//	rediss://...                                   TLS
+//	redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
+//	redis+cluster://[user:password@]host:port[,host:port...]
+//
+// (rediss+sentinel, rediss+cluster for TLS). The credentials are the data
+// nodes' (ACL user or requirepass); Sentinels are asked without AUTH. Errors
+// show the URL with its password masked.
+func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, fmt.Errorf("lease store URL %q: want redis://, rediss://, redis+sentinel:// or redis+cluster://", redactRedisURL(raw))
+	}
+	tlsOn := strings.HasPrefix(scheme, "rediss")
+	kind := ""
+	switch scheme {
+	case "redis", "rediss":
+	case "redis+sentinel", "rediss+sentinel":
+		kind = "sentinel"
+	case "redis+cluster", "rediss+cluster":
+		kind = "cluster"
+	default:
+		return nil, fmt.Errorf("lease store URL %q: unknown scheme %q; want redis, rediss, redis+sentinel or redis+cluster", redactRedisURL(raw), scheme)
+	}
+	hostPart, path, _ := strings.Cut(rest, "/")
+	if strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("lease store URL %q: no query or fragment allowed", redactRedisURL(raw))
+	}
+	o := &redis.UniversalOptions{}
+	if at := strings.LastIndex(hostPart, "@"); at >= 0 {
+		u, err := url.Parse("redis://" + hostPart[:at] + "@x")
+		if err != nil || u.User == nil {
+			return nil, fmt.Errorf("lease store URL %q: malformed user:password", redactRedisURL(raw))
+		}
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+		hostPart = hostPart[at+1:]
+	}
+	for h := range strings.SplitSeq(hostPart, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("lease store URL %q: address %q: want host:port", redactRedisURL(raw), h)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("lease store URL %q: port %q out of range", redactRedisURL(raw), port)
+		}
+		o.Addrs = append(o.Addrs, h)
+	}
+	segs := []string{}
+	if path != "" {
+		segs = strings.Split(path, "/")
+	}
+	db := func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("lease store URL %q: database %q is not a number >= 0", redactRedisURL(raw), s)
+		}
+		o.DB = n
+		return nil
+	}
+	switch kind {
+	case "":
+		if len(o.Addrs) != 1 {
+			return nil, fmt.Errorf("lease store URL %q: %s:// takes one host:port; use redis+sentinel:// or redis+cluster:// for several", redactRedisURL(raw), scheme)
+		}
+		if len(segs) > 1 {
+			return nil, fmt.Errorf("lease store URL %q: path must be /<db>", redactRedisURL(raw))
+		}
+		if len(segs) == 1 && segs[0] != "" {
+			if err := db(segs[0]); err != nil {
+				return nil, err
+			}
+		}
+	case "sentinel":
+		if len(segs) == 0 || segs[0] == "" || len(segs) > 2 {
+			return nil, fmt.Errorf("lease store URL %q: want /<master-name>[/<db>] after the Sentinel addresses", redactRedisURL(raw))
+		}
+		o.MasterName = segs[0]
+		if len(segs) == 2 {
+			if err := db(segs[1]); err != nil {
+				return nil, err
+			}
+		}
+	case "cluster":
+		if len(segs) > 1 || (len(segs) == 1 && segs[0] != "" && segs[0] != "0") {
+			return nil, fmt.Errorf("lease store URL %q: Redis Cluster has only database 0", redactRedisURL(raw))
+		}
+		o.IsClusterMode = true
+	}
+	if tlsOn {
+		host, _, _ := net.SplitHostPort(o.Addrs[0])
+		o.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	}
+	return o, nil
+}
+
+// redactRedisURL masks the password of a lease store URL, which may list
+// several hosts (url.Parse cannot read those).
+func redactRedisURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if strings.Contains(raw, "@") {
+			return "xxxxx"
+		}
+		return raw
+	}
+	hostPart, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndex(hostPart, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(hostPart[:at], ":")
+	red := scheme + "://" + user
+	if hasPass {
+		red += ":xxxxx"
+	}
+	red += "@" + hostPart[at+1:]
+	if hasPath {
+		red += "/" + path
+	}
+	return red
+}
+
+// Close closes the connections to Redis.
+func (s *RedisStore) Close() error { return s.rdb.Close() }
+
+// MaxTTL is the longest lease Acquire grants.
+func (s *RedisStore) MaxTTL() time.Duration { return s.o.MaxTTL }
+
+// Ping checks that the server answers (a start-up log line, /readyz).
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return s.wrap("ping", err)
+	}
+	return nil
+}
+
+func (s *RedisStore) args(extra ...any) []any {
+	return append([]any{s.life.Milliseconds(), s.o.Cooldown.Max.Milliseconds()}, extra...)
+}
+
+// wrap classifies a go-redis error: a reply error of a script is a bug
+// (internal), anything else — connection refused, timeouts, LOADING,
+// failover replies — is ErrStoreUnavailable.
+func (s *RedisStore) wrap(op string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOAUTH", "WRONGPASS", "BUSY"} {
+			if strings.HasPrefix(msg, transient) {
+				return fmt.Errorf("%w: %s: %s", ErrStoreUnavailable, op, msg)
+			}
+		}
+		return fmt.Errorf("lease store: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, op, err)
+}
+
+// Acquire is Store.Acquire as one script: the eligible member first by
+// rotation.Less is chosen and leased atomically, on the server's clock. A
+// request with an IdempotencyKey that already took a lease gets that lease
+// again, so a gateway retrying on another replica never holds two.
+func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	ttl := req.TTL
+	switch {
+	case ttl < 0:
+		return Lease{}, fmt.Errorf("%w: %s must not be negative", ErrInvalidTTL, ttl)
+	case ttl == 0:
+		ttl = s.o.DefaultTTL
+	case ttl > s.o.MaxTTL:
+		return Lease{}, fmt.Errorf("%w: %s > %s", ErrTTLTooLong, ttl, s.o.MaxTTL)
+	}
+	argv := s.args(rand.Text(), max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember)
+	if len(req.Selector) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(req.Selector)) {
+			argv = append(argv, k, req.Selector[k])
+		}
+	}
+	res, err := redisScripts.acquire.Run(ctx, s.rdb, s.keys, argv...).Slice()
+	if err != nil {
+		return Lease{}, s.wrap("acquire", err)
+	}
+	if len(res) == 0 {
+		return Lease{}, errors.New("lease store: acquire: empty reply")
+	}
+	switch res[0] {
+	case "nomatch":
+		if len(res) != 5 {
+			return Lease{}, fmt.Errorf("lease store: acquire: malformed refusal %v", res)
+		}
+		return Lease{}, &NoMatchError{
+			Considered: toInt(res[1]), AtCapacity: toInt(res[2]), InCooldown: toInt(res[3]), Unhealthy: toInt(res[4]),
+		}
+	case "ok", "dup":
+		if len(res) != 7 {
+			return Lease{}, fmt.Errorf("lease store: acquire: malformed lease %v", res)
+		}
+		m, err := s.member(toString(res[2]), toString(res[3]))
+		if err != nil {
+			return Lease{}, err
+		}
+		return Lease{
+			ID:        toString(res[1]),
+			Member:    m,
+			Target:    toString(res[4]),
+			TTL:       time.Duration(toInt(res[5])) * time.Millisecond,
+			ExpiresAt: time.UnixMilli(int64(toInt(res[6]))),
+		}, nil
+	}
+	return Lease{}, fmt.Errorf("lease store: acquire: unexpected reply %v", res[0])
+}
+
+// Release is Store.Release: idempotent, and a lease counts down exactly
+// once (the expiry index holds it until it ends by time or by release).
+func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
+	if err := redisScripts.release.Run(ctx, s.rdb, s.keys, s.args(leaseID)...).Err(); err != nil {
+		return s.wrap("release", err)
+	}
+	return nil
+}
+
+// Report is Store.Report. The backoff windows come from
+// rotation.CooldownPolicy.Window, computed here for every strike count up
+// to the cap, so the policy has one definition. A report on a lease whose
+// member was removed or became a new upstream under its name changes
+// nothing (fencing: it cannot cool the new upstream down).
+func (s *RedisStore) Report(ctx context.Context, leaseID string, r Report) error {
+	if _, err := rotation.ParseResult(string(r.Result)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidResult, err)
+	}
+	argv := s.args(leaseID, string(r.Result), r.Target, s.o.FailureWindow.Milliseconds(), s.o.SiteFailureRest.Milliseconds())
+	argv = append(argv, s.banWindows(max(r.RetryAfter, 0))...)
+	res, err := redisScripts.report.Run(ctx, s.rdb, s.keys, argv...).Text()
+	if err != nil {
+		return s.wrap("report", err)
+	}
+	if res == "unknown" {
+		return fmt.Errorf("%w %q", ErrUnknownLease, leaseID)
+	}
+	return nil
+}
+
+// banWindows lists Cooldown.Window(retryAfter, n) in ms for n = 1, 2, ...
+// until the window stops growing (the cap); the script repeats the last.
+func (s *RedisStore) banWindows(retryAfter time.Duration) []any {
+	var out []any
+	prev := time.Duration(-1)
+	for n := 1; n <= 64; n++ {
+		w := s.o.Cooldown.Window(retryAfter, n)
+		if w == prev {
+			break
+		}
+		out = append(out, max(w.Milliseconds(), 1))
+		prev = w
+	}
+	return out
+}
+
+// memberDef is a member as the store keeps it in Redis.
+type memberDef struct {
+	URL  string            `json:"u,omitempty"`
+	Src  string            `json:"s,omitempty"`
+	Attr map[string]string `json:"a,omitempty"`
+}
+
+// member decodes a member def, sharing the result across leases.
+func (s *RedisStore) member(name, def string) (Member, error) {
+	key := name + "\x00" + def
+	if m, ok := s.defs.Load(key); ok {
+		return m.(Member), nil
+	}
+	var d memberDef
+	if err := json.Unmarshal([]byte(def), &d); err != nil {
+		return Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
+	}
+	m := Member{Name: name, Attributes: d.Attr}
+	if d.URL != "" {
+		u, err := url.Parse(d.URL)
+		if err != nil {
+			return Member{}, fmt.Errorf("lease store: member %q: bad URL", name)
+		}
+		m.URL = u
+	}
+	if d.Src != "" {
+		a, err := netip.ParseAddr(d.Src)
+		if err != nil {
+			return Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
+		}
+		m.SourceAddr = a
+	}
+	s.defs.Store(key, m)
+	return m, nil
+}
+
+// memberWire is one member in the setMembers script's JSON.
+type memberWire struct {
+	Name string   `json:"n"`
+	Def  string   `json:"d"`
+	FP   string   `json:"f"`
+	AJ   string   `json:"aj"`
+	A    []string `json:"a"`
+	H    string   `json:"h"`
+	Lat  int64    `json:"l"`
+}
+
+func encodeMember(m MemberHealth) memberWire {
+	d := memberDef{Attr: m.Attributes}
+	if m.URL != nil {
+		d.URL = m.URL.String()
+	}
+	if m.SourceAddr.IsValid() {
+		d.Src = m.SourceAddr.String()
+	}
+	def, _ := json.Marshal(d)
+	// The fingerprint is what SameEndpoint compares, hashed so that the
+	// credentials are not stored twice.
+	fp := m.SourceAddr.String() + "\x00"
+	if u := m.URL; u != nil {
+		pass, _ := u.User.Password()
+		fp += u.Scheme + "\x00" + u.Host + "\x00" + strconv.FormatBool(u.User != nil) + "\x00" + u.User.Username() + "\x00" + pass
+	}
+	sum := sha256.Sum256([]byte(fp))
+	attrs := m.Attributes
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	aj, _ := json.Marshal(attrs) // sorted keys: equal maps, equal strings
+	flat := make([]string, 0, 2*len(attrs))
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		flat = append(flat, k, attrs[k])
+	}
+	h := "0"
+	if m.Healthy {
+		h = "1"
+	}
+	return memberWire{Name: m.Name, Def: string(def), FP: hex.EncodeToString(sum[:]), AJ: string(aj), A: flat, H: h, Lat: max(m.Latency.Nanoseconds(), 0)}
+}
+
+// SetMembers is Store.SetMembers. The store remembers the list and writes
+// it again every minute (refreshing the keys' TTLs, restoring members that
+// Redis lost) and after a failed write, so a Redis outage heals by itself.
+// Several writers of one prefix must agree on the members: the last write
+// wins (controller replicas read the same Proxies; standalone gateways
+// sharing a store should share their upstreams file).
+func (s *RedisStore) SetMembers(members []Member) {
+	mh := make([]MemberHealth, len(members))
+	for i, m := range members {
+		mh[i] = MemberHealth{Member: m, Healthy: true}
+	}
+	s.setMembers(mh, false)
+}
+
+// SetMembersHealth is Store.SetMembersHealth: membership and health in one
+// script, so no new unhealthy member is leased in between.
+func (s *RedisStore) SetMembersHealth(members []MemberHealth) {
+	s.setMembers(slices.Clone(members), true)
+}
+
+func (s *RedisStore) setMembers(members []MemberHealth, withHealth bool) {
+	s.mu.Lock()
+	s.want, s.wantHealth, s.haveWant = members, withHealth, true
+	s.mu.Unlock()
+	s.writeMembers(context.Background())
+}
+
+// writeMembers writes the remembered member list; it logs a failure and
+// marks it for the next sweep.
+func (s *RedisStore) writeMembers(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.haveWant {
+		return
+	}
+	wire := make([]memberWire, len(s.want))
+	for i, m := range s.want {
+		wire[i] = encodeMember(m)
+	}
+	buf, _ := json.Marshal(wire)
+	hflag := "0"
+	if s.wantHealth {
+		hflag = "1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := redisScripts.setMembers.Run(ctx, s.rdb, s.keys, s.args(hflag, string(buf))...).Err(); err != nil {
+		if !s.dirty {
+			s.log.Error("lease store: writing the members failed; retrying at every sweep", "error", s.wrap("set members", err))
+		}
+		s.dirty = true
+		return
+	}
+	if s.dirty {
+		s.log.Info("lease store: members written again", "members", len(wire))
+	}
+	s.dirty, s.lastWrite = false, time.Now()
+}
+
+// SetHealth is Store.SetHealth; unknown names are ignored. The verdict is
+// also remembered, so a re-written member list carries it.
+func (s *RedisStore) SetHealth(name string, healthy bool, latency time.Duration) {
+	s.mu.Lock()
+	for i := range s.want {
+		if s.want[i].Name == name {
+			s.want[i].Healthy, s.want[i].Latency = healthy, latency
+			s.wantHealth = true
+		}
+	}
+	s.mu.Unlock()
+	h := "0"
+	if healthy {
+		h = "1"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := redisScripts.setHealth.Run(ctx, s.rdb, s.keys, s.args(name, h, max(latency.Nanoseconds(), 0))...).Err(); err != nil {
+		s.log.Error("lease store: recording a probe verdict failed", "member", name, "error", s.wrap("set health", err))
+		s.mu.Lock()
+		s.dirty = s.haveWant
+		s.mu.Unlock()
+	}
+}
+
+// ListMembers is Members with the store's error: the lease API answers a
+// failure with 503 store_unavailable.
+func (s *RedisStore) ListMembers(ctx context.Context) ([]MemberStatus, error) {
+	out, _, err := s.members(ctx)
+	return out, err
+}
+
+func (s *RedisStore) members(ctx context.Context) ([]MemberStatus, int, error) {
+	res, err := redisScripts.members.Run(ctx, s.rdb, s.keys, s.args()...).Slice()
+	if err != nil {
+		return nil, 0, s.wrap("members", err)
+	}
+	if len(res) < 2 {
+		return nil, 0, fmt.Errorf("lease store: members: malformed reply")
+	}
+	live := toInt(res[1])
+	out := make([]MemberStatus, 0, len(res)-2)
+	for _, r := range res[2:] {
+		row, ok := r.([]any)
+		if !ok || len(row) != 6 {
+			return nil, 0, fmt.Errorf("lease store: members: malformed row")
+		}
+		m, err := s.member(toString(row[0]), toString(row[1]))
+		if err != nil {
+			return nil, 0, err
+		}
+		m.Attributes = maps.Clone(m.Attributes)
+		st := MemberStatus{
+			Member:       m,
+			Healthy:      toString(row[2]) == "1",
+			Latency:      time.Duration(toInt(row[3])),
+			ActiveLeases: toInt(row[4]),
+		}
+		cs, _ := row[5].([]any)
+		for i := 0; i+1 < len(cs); i += 2 {
+			if st.Cooldowns == nil {
+				st.Cooldowns = map[string]time.Time{}
+			}
+			st.Cooldowns[toString(cs[i])] = time.UnixMilli(int64(toInt(cs[i+1])))
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b MemberStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out, live, nil
+}
+
+// Members lists the current members sorted by name, as Store.Members; when
+// Redis cannot be read it logs and returns nil (the metrics collector's
+// view: no members known). The lease API uses ListMembers.
+func (s *RedisStore) Members() []MemberStatus {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, _, err := s.members(ctx)
+	if err != nil {
+		s.log.Error("lease store: listing members failed", "error", err)
+		return nil
+	}
+	return out
+}
+
+// ActiveLeases counts unexpired, unreleased leases (0 when Redis cannot be read).
+func (s *RedisStore) ActiveLeases() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, n, err := s.members(ctx)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// ActiveCooldowns counts running cooldowns of current members (0 when
+// Redis cannot be read).
+func (s *RedisStore) ActiveCooldowns() int {
+	n := 0
+	for _, m := range s.Members() {
+		n += len(m.Cooldowns)
+	}
+	return n
+}
+
+// Start re-writes the member list every minute, and at every
+// SweepInterval after a failed write, until ctx ends. Expiry needs no
+// sweep: keys carry TTLs and every script applies what the clock ended.
+func (s *RedisStore) Start(ctx context.Context) {
+	t := time.NewTicker(min(s.o.SweepInterval, redisReassertEvery))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.mu.Lock()
+			due := s.haveWant && (s.dirty || time.Since(s.lastWrite) >= redisReassertEvery)
+			s.mu.Unlock()
+			if due {
+				s.writeMembers(ctx)
+			}
+		}
+	}
+}
+
+func toInt(v any) int {
+	switch x := v.(type) {
+	case int64:
+		return int(x)
+	case string:
+		n, _ := strconv.Atoi(x)
+		return n
+	}
+	return 0
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}

@@ -1,0 +1,403 @@
+package pool
+
+// The Redis store's server-side scripts. Each runs atomically on the
+// server, reads the server's clock (TIME) so that every replica and gateway
+// agrees on when a lease or a cooldown ends, and touches only keys under
+// KEYS[1] = "{prefix}:", so in Redis Cluster every key of a pool hashes to
+// the slot of {prefix} and a script never crosses slots.
+//
+// Key layout under B = KEYS[1]:
+//
+//	B.."members"   SET   current member names
+//	B.."m:"..name  HASH  def (JSON: URL with credentials, source address,
+//	                     attributes), f (endpoint fingerprint), aj (attributes
+//	                     JSON), a:<k> (one field per attribute, what selectors
+//	                     read), gen (generation: a new one per endpoint),
+//	                     h (1 healthy / 0), lat (ns, 0 unknown), seq (last
+//	                     choice), act (active leases), ent (its entry in sel)
+//	B.."sel"       ZSET  the members that can be chosen for some target
+//	                     (healthy, not resting for every target): score =
+//	                     active leases, member = %020d(seq)|%020d(latency,
+//	                     unknown = 20 nines)|name, so Redis' order (score,
+//	                     then bytes) is exactly rotation.Less
+//	B.."rest"      ZSET  members cooling down for every target, by its end
+//	B.."exp"       ZSET  live leases (unexpired, unreleased) by end: the
+//	                     expiry index that counts active leases down exactly
+//	                     once, whether a lease ends by time or by release
+//	B.."l:"..id    HASH  a lease: m (member), g (member generation), def, t
+//	                     (target), ttl, exp, end (ms), rel; it lives until
+//	                     end + the report window
+//	B.."c:"..name  HASH  cooldowns by target ("" = every target):
+//	                     "<until ms>:<strikes>"; it lives until the last
+//	                     window ends plus Cooldown.Max (the strike memory)
+//	B.."i:"..key   STRING idempotency key of an acquire -> lease id
+//	B.."seq", B.."gen"   counters
+//
+// Every key carries a TTL: the pool-wide keys and member hashes are
+// refreshed by each write (members are re-asserted periodically by every
+// store that owns a member list), the others end with what they describe.
+const redisLuaPrelude = `
+local B = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local LIFE = tonumber(ARGV[1])
+local COOLMAX = tonumber(ARGV[2])
+local SEL, REST, EXP, MEMBERS = B .. 'sel', B .. 'rest', B .. 'exp', B .. 'members'
+
+local function mkey(n) return B .. 'm:' .. n end
+local function ckey(n) return B .. 'c:' .. n end
+local function lkey(id) return B .. 'l:' .. id end
+
+local function pad(x) return string.format('%020d', x) end
+local function entry(seq, lat, name)
+  local l = '99999999999999999999'
+  if lat > 0 then l = pad(lat) end
+  return pad(seq) .. '|' .. l .. '|' .. name
+end
+
+-- cool returns until, strikes of one cooldown field, or nil when absent.
+local function parsecool(v)
+  if not v then return nil end
+  local sep = string.find(v, ':', 1, true)
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+end
+local function cool(name, target)
+  return parsecool(redis.call('HGET', ckey(name), target))
+end
+local function cooling(name, target)
+  local vs = redis.call('HMGET', ckey(name), target, '')
+  for i = 1, 2 do
+    local u = parsecool(vs[i])
+    if u and now < u then return true end
+  end
+  return false
+end
+
+-- place puts a member where its state says: in sel when it can be chosen
+-- for some target, in rest while it cools down for every target, nowhere
+-- when unhealthy or not a member. An indexed member is left alone.
+local function place(name)
+  local m = redis.call('HMGET', mkey(name), 'h', 'ent', 'act')
+  if not m[2] then return end
+  if redis.call('ZSCORE', SEL, m[2]) then return end
+  if m[1] ~= '1' then return end
+  local u = cool(name, '')
+  if u and now < u then
+    redis.call('ZADD', REST, u, name)
+    return
+  end
+  redis.call('ZADD', SEL, tonumber(m[3]), m[2])
+end
+
+-- countdown takes one lease off its member's active count, unless the
+-- member is gone or is a new upstream under the same name (fencing).
+local function countdown(name, gen)
+  local k = mkey(name)
+  local m = redis.call('HMGET', k, 'gen', 'ent')
+  if m[1] ~= gen then return end
+  local a = redis.call('HINCRBY', k, 'act', -1)
+  if redis.call('ZSCORE', SEL, m[2]) then redis.call('ZADD', SEL, a, m[2]) end
+end
+
+-- advance applies what the clock ended, as the memory store does: expired
+-- leases stop counting, members whose every-target cooldown ended return.
+local function advance()
+  local ended = redis.call('ZRANGEBYSCORE', EXP, '-inf', now)
+  for _, id in ipairs(ended) do
+    redis.call('ZREM', EXP, id)
+    local l = redis.call('HMGET', lkey(id), 'm', 'g')
+    if l[1] then countdown(l[1], l[2]) end
+  end
+  local back = redis.call('ZRANGEBYSCORE', REST, '-inf', now)
+  for _, n in ipairs(back) do
+    redis.call('ZREM', REST, n)
+    place(n)
+  end
+end
+
+local function touch()
+  for _, k in ipairs({MEMBERS, SEL, REST, EXP, B .. 'seq', B .. 'gen'}) do
+    redis.call('PEXPIRE', k, LIFE)
+  end
+end
+
+-- setcool writes one cooldown field and keeps the hash alive until the
+-- window ends plus the strike memory.
+local function setcool(name, field, u, s)
+  local ck = ckey(name)
+  redis.call('HSET', ck, field, string.format('%d:%d', u, s))
+  local want = u + COOLMAX - now
+  if redis.call('PTTL', ck) < want then redis.call('PEXPIRE', ck, want) end
+end
+
+local function sethealth(name, h, lat)
+  local k = mkey(name)
+  local m = redis.call('HMGET', k, 'h', 'lat', 'seq', 'ent', 'act')
+  if not m[4] then return end
+  local ent = m[4]
+  if lat ~= tonumber(m[2]) then
+    local ne = entry(tonumber(m[3]), lat, name)
+    if redis.call('ZREM', SEL, ent) == 1 then redis.call('ZADD', SEL, tonumber(m[5]), ne) end
+    redis.call('HSET', k, 'lat', lat, 'ent', ne)
+    ent = ne
+  end
+  if h ~= m[1] then
+    redis.call('HSET', k, 'h', h)
+    redis.call('ZREM', SEL, ent)
+    place(name)
+  end
+end
+`
+
+// redisAcquireLua: ARGV[3] lease id, [4] ttl ms, [5] target, [6] pinned
+// proxy, [7] idempotency key, [8] max leases per member (0 unlimited),
+// [9..] selector pairs. Returns {"ok"|"dup", id, member, def, target, ttl,
+// expiresAt} or {"nomatch", considered, atCapacity, inCooldown, unhealthy}.
+const redisAcquireLua = redisLuaPrelude + `
+advance()
+local id, ttl, target, proxy, idem, cap = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local function lease(kind, lid)
+  local l = redis.call('HMGET', lkey(lid), 'm', 'def', 't', 'ttl', 'exp')
+  if not l[1] then return nil end
+  return {kind, lid, l[1], l[2], l[3], tonumber(l[4]), tonumber(l[5])}
+end
+-- A retry of this very call (the reply was lost) finds its lease by id; a
+-- retry by the gateway on another replica finds it by idempotency key.
+local again = lease('dup', id)
+if again then return again end
+if idem ~= '' then
+  local prev = redis.call('GET', B .. 'i:' .. idem)
+  if prev then
+    again = lease('dup', prev)
+    if again then return again end
+  end
+end
+
+local fields, want = {}, {}
+for i = 9, #ARGV, 2 do
+  fields[#fields + 1] = 'a:' .. ARGV[i]
+  want[#want + 1] = ARGV[i + 1]
+end
+local function selected(name)
+  if #fields == 0 then return true end
+  local vs = redis.call('HMGET', mkey(name), unpack(fields))
+  for i = 1, #want do
+    if vs[i] ~= want[i] then return false end
+  end
+  return true
+end
+-- judge is Store.judge: 0 eligible, 1 not selected, 2 unhealthy, 3 in
+-- cooldown, 4 at capacity; the first matching reason counts.
+local function judge(name)
+  if not selected(name) then return 1 end
+  local m = redis.call('HMGET', mkey(name), 'h', 'act')
+  if m[1] ~= '1' then return 2 end
+  if cooling(name, target) then return 3 end
+  if cap > 0 and tonumber(m[2]) >= cap then return 4 end
+  return 0
+end
+local counts = {0, 0, 0, 0}
+local function count(v)
+  if v == 1 then return end
+  counts[1] = counts[1] + 1
+  if v == 4 then counts[2] = counts[2] + 1 end
+  if v == 3 then counts[3] = counts[3] + 1 end
+  if v == 2 then counts[4] = counts[4] + 1 end
+end
+
+local chosen = nil
+if proxy ~= '' then
+  if redis.call('SISMEMBER', MEMBERS, proxy) == 1 then
+    local v = judge(proxy)
+    if v == 0 then chosen = proxy else count(v) end
+  end
+else
+  -- Walk sel in rotation.Less order; every member there is healthy and not
+  -- resting for every target. Scores only grow along the walk, so the first
+  -- member at capacity ends it.
+  local start, step, stop = 0, 16, false
+  while not chosen and not stop do
+    local batch = redis.call('ZRANGE', SEL, start, start + step - 1, 'WITHSCORES')
+    if #batch == 0 then break end
+    for i = 1, #batch, 2 do
+      if cap > 0 and tonumber(batch[i + 1]) >= cap then
+        stop = true
+        break
+      end
+      local name = string.sub(batch[i], 43)
+      if selected(name) and not cooling(name, target) then
+        chosen = name
+        break
+      end
+    end
+    start = start + step
+    step = 64
+  end
+  if not chosen then
+    -- A refusal's counts are exact: judge every current member.
+    for _, name in ipairs(redis.call('SMEMBERS', MEMBERS)) do count(judge(name)) end
+  end
+end
+if not chosen then
+  return {'nomatch', counts[1], counts[2], counts[3], counts[4]}
+end
+
+local k = mkey(chosen)
+local m = redis.call('HMGET', k, 'ent', 'lat', 'act', 'def', 'gen')
+local seq = redis.call('INCR', B .. 'seq')
+local act = tonumber(m[3]) + 1
+local ent = entry(seq, tonumber(m[2]), chosen)
+local indexed = redis.call('ZREM', SEL, m[1]) == 1
+redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
+if indexed then redis.call('ZADD', SEL, act, ent) else place(chosen) end
+local exp = now + ttl
+local lk = lkey(id)
+redis.call('HSET', lk, 'm', chosen, 'g', m[5], 'def', m[4], 't', target, 'ttl', ttl, 'exp', exp, 'end', exp, 'rel', 0)
+redis.call('PEXPIREAT', lk, exp + COOLMAX)
+redis.call('ZADD', EXP, exp, id)
+if idem ~= '' then redis.call('SET', B .. 'i:' .. idem, id, 'PX', ttl) end
+touch()
+return {'ok', id, chosen, m[4], target, ttl, exp}
+`
+
+// redisReleaseLua: ARGV[3] lease id. Returns 1 when it ended a lease.
+const redisReleaseLua = redisLuaPrelude + `
+local lk = lkey(ARGV[3])
+local l = redis.call('HMGET', lk, 'm', 'g', 'rel', 'end')
+if not l[1] or l[3] == '1' then return 0 end
+redis.call('HSET', lk, 'rel', 1)
+if redis.call('ZREM', EXP, ARGV[3]) == 1 then countdown(l[1], l[2]) end
+if now < tonumber(l[4]) then
+  redis.call('HSET', lk, 'end', now)
+  redis.call('PEXPIREAT', lk, now + COOLMAX)
+end
+return 1
+`
+
+// redisReportLua: ARGV[3] lease id, [4] result, [5] target, [6] failure
+// window ms, [7] site-failure rest ms, [8..] ban windows by strike count
+// (rotation.CooldownPolicy.Window for strikes 1, 2, ... up to the cap; the
+// last one repeats). Returns "ok", "stale" (the member is gone or a new
+// upstream: nothing changed) or "unknown".
+const redisReportLua = redisLuaPrelude + `
+local l = redis.call('HMGET', lkey(ARGV[3]), 'm', 'g', 't', 'end')
+if not l[1] or now >= tonumber(l[4]) + COOLMAX then return 'unknown' end
+local target = ARGV[5]
+if target == '' then target = l[3] end
+local name, res = l[1], ARGV[4]
+if redis.call('HGET', mkey(name), 'gen') ~= l[2] then return 'stale' end
+local function global(u)
+  redis.call('ZREM', SEL, redis.call('HGET', mkey(name), 'ent'))
+  place(name)
+end
+if res == 'ok' then
+  local u = cool(name, target)
+  if u then setcool(name, target, u, 0) end
+elseif res == 'rate_limited' or res == 'banned' then
+  local u, s = cool(name, target)
+  if not u or now >= u + COOLMAX then u, s = 0, 0 end
+  if now >= u or s == 0 then s = s + 1 end
+  local nwin = #ARGV - 7
+  local nu = now + tonumber(ARGV[7 + math.min(s, nwin)])
+  local extended = nu > u
+  if extended then u = nu end
+  setcool(name, target, u, s)
+  if extended and target == '' then global() end
+elseif res == 'target_unreachable' then
+  local u, s = cool(name, target)
+  if not u then u, s = 0, 0 end
+  local nu = now + tonumber(ARGV[7])
+  if nu > u then
+    setcool(name, target, nu, s)
+    if target == '' then global() end
+  end
+elseif res == 'upstream_failed' then
+  local u, s = cool(name, '')
+  if not u then u, s = 0, 0 end
+  local nu = now + tonumber(ARGV[6])
+  if nu > u then
+    setcool(name, '', nu, s)
+    global()
+  end
+end
+return 'ok'
+`
+
+// redisSetMembersLua: ARGV[3] "1" when health comes with the members, [4]
+// JSON [{n, d, f, aj, a: [k, v, ...], h: "1"|"0", l: ns}]. Kept members
+// keep their state unless the fingerprint (endpoint) changed; removed ones
+// are forgotten, their leases still releasable and reportable.
+const redisSetMembersLua = redisLuaPrelude + `
+advance()
+local withHealth = ARGV[3] == '1'
+local list = cjson.decode(ARGV[4])
+local keep = {}
+for _, x in ipairs(list) do
+  local n = x.n
+  if not keep[n] then
+    keep[n] = true
+    local k = mkey(n)
+    local cur = redis.call('HMGET', k, 'f', 'aj', 'ent')
+    if cur[1] ~= x.f then
+      if cur[3] then redis.call('ZREM', SEL, cur[3]) end
+      redis.call('ZREM', REST, n)
+      redis.call('DEL', k, ckey(n))
+      local gen = redis.call('INCR', B .. 'gen')
+      redis.call('HSET', k, 'def', x.d, 'f', x.f, 'aj', x.aj, 'gen', gen, 'h', '1', 'lat', 0, 'seq', 0, 'act', 0, 'ent', entry(0, 0, n))
+      for i = 1, #x.a, 2 do redis.call('HSET', k, 'a:' .. x.a[i], x.a[i + 1]) end
+      redis.call('SADD', MEMBERS, n)
+    else
+      if cur[2] ~= x.aj then
+        for key, _ in pairs(cjson.decode(cur[2])) do redis.call('HDEL', k, 'a:' .. key) end
+        for i = 1, #x.a, 2 do redis.call('HSET', k, 'a:' .. x.a[i], x.a[i + 1]) end
+      end
+      redis.call('HSET', k, 'def', x.d, 'aj', x.aj)
+    end
+    redis.call('PEXPIRE', k, LIFE)
+    if withHealth then sethealth(n, x.h, x.l) end
+    place(n)
+  end
+end
+for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
+  if not keep[n] then
+    local ent = redis.call('HGET', mkey(n), 'ent')
+    if ent then redis.call('ZREM', SEL, ent) end
+    redis.call('ZREM', REST, n)
+    redis.call('DEL', mkey(n), ckey(n))
+    redis.call('SREM', MEMBERS, n)
+  end
+end
+touch()
+return #list
+`
+
+// redisSetHealthLua: ARGV[3] name, [4] "1"|"0", [5] latency ns.
+const redisSetHealthLua = redisLuaPrelude + `
+if redis.call('SISMEMBER', MEMBERS, ARGV[3]) == 0 then return 0 end
+advance()
+sethealth(ARGV[3], ARGV[4], tonumber(ARGV[5]))
+return 1
+`
+
+// redisMembersLua returns {now, live leases, [name, def, h, lat, act,
+// {target, until, ...}] ...} for every current member, after advance.
+const redisMembersLua = redisLuaPrelude + `
+advance()
+local out = {now, redis.call('ZCARD', EXP)}
+for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
+  local m = redis.call('HMGET', mkey(n), 'def', 'h', 'lat', 'act')
+  if m[1] then
+    local cs = {}
+    local raw = redis.call('HGETALL', ckey(n))
+    for i = 1, #raw, 2 do
+      local u = parsecool(raw[i + 1])
+      if now < u then
+        cs[#cs + 1] = raw[i]
+        cs[#cs + 1] = u
+      end
+    end
+    out[#out + 1] = {n, m[1], m[2], tonumber(m[3]), tonumber(m[4]), cs}
+  end
+end
+return out
+`

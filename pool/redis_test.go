@@ -1,0 +1,191 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+func newRedisTestStore(t *testing.T, r *testutil.Redis, o StoreOptions, names ...string) *RedisStore {
+	t.Helper()
+	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "t" + strings.ReplaceAll(t.Name(), "/", "_"), Store: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ms := make([]Member, 0, len(names))
+	for _, n := range names {
+		ms = append(ms, proxyMember(t, n))
+	}
+	if len(ms) > 0 {
+		s.SetMembers(ms)
+	}
+	return s
+}
+
+func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
+	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
+	s := newRedisTestStore(t, r, o, "a", "b")
+	l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
+	cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+	before := memberStatus(t, s, "a").Cooldowns["site.com"]
+
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Down: every call says store unavailable, nothing panics.
+	if _, err := s.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("acquire with redis down: %v, want ErrStoreUnavailable", err)
+	}
+	if err := s.Release(context.Background(), l.ID); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("release with redis down: %v", err)
+	}
+	if _, err := s.ListMembers(context.Background()); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("list with redis down: %v", err)
+	}
+	r.Start()
+
+	// A second store (another replica, a restarted controller) sees it all.
+	s2, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "t" + t.Name(), Store: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	a := memberStatus(t, s2, "a")
+	if a.ActiveLeases != 1 || !a.Cooldowns["site.com"].Equal(before) {
+		t.Fatalf("after SIGKILL and AOF restart: a = %+v, want 1 lease and the cooldown until %v", a, before)
+	}
+	if got := cAcquire(t, s2, AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
+		t.Fatalf("site.com leased %s after the restart; a is banned there", got.Member.Name)
+	}
+	cRelease(t, s2, l.ID)
+	if a := memberStatus(t, s2, "a"); a.ActiveLeases != 0 {
+		t.Fatalf("the lease from before the restart did not release: %+v", a)
+	}
+}
+
+func TestRedisStoreRewritesItsMembersAfterRedisLostThem(t *testing.T) {
+	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	s := newRedisTestStore(t, r, StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Start(ctx)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetMembers([]Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
+	r.Start()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if ms := s.Members(); len(ms) != 2 {
+			return errors.New("members not re-written after redis came back")
+		}
+		return nil
+	})
+}
+
+func TestParseRedisURL(t *testing.T) {
+	good := []struct {
+		raw     string
+		addrs   string
+		master  string
+		db      int
+		cluster bool
+		tls     bool
+		user    string
+		pass    string
+	}{
+		{raw: "redis://127.0.0.1:6380/2", addrs: "127.0.0.1:6380", db: 2},
+		{raw: "redis://u:p%40ss@h:1", addrs: "h:1", user: "u", pass: "p@ss"},
+		{raw: "rediss://:pw@h:6379/0", addrs: "h:6379", tls: true, pass: "pw"},
+		{raw: "redis+sentinel://s1:26379,s2:26379/mymaster/3", addrs: "s1:26379,s2:26379", master: "mymaster", db: 3},
+		{raw: "redis+cluster://:pw@n1:7000,n2:7001", addrs: "n1:7000,n2:7001", cluster: true, pass: "pw"},
+		{raw: "rediss+cluster://n1:7000", addrs: "n1:7000", cluster: true, tls: true},
+	}
+	for _, g := range good {
+		o, err := ParseRedisURL(g.raw)
+		if err != nil {
+			t.Errorf("%s: %v", g.raw, err)
+			continue
+		}
+		if strings.Join(o.Addrs, ",") != g.addrs || o.MasterName != g.master || o.DB != g.db || o.IsClusterMode != g.cluster ||
+			(o.TLSConfig != nil) != g.tls || o.Username != g.user || o.Password != g.pass {
+			t.Errorf("%s: parsed %+v", g.raw, o)
+		}
+	}
+	for _, raw := range []string{
+		"http://:hunter2@h:1", "redis://:hunter2@h", "redis://:hunter2@h:1,h:2", "redis://:hunter2@h:1/x",
+		"redis+sentinel://:hunter2@s:1", "redis+cluster://:hunter2@n:1/3", "redis://:hunter2@h:99999", "hunter2@h:1",
+		"redis://:hunter2@h:1/0?x=y",
+	} {
+		_, err := ParseRedisURL(raw)
+		if err == nil {
+			t.Errorf("%s: accepted", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: error shows the password: %v", raw, err)
+		}
+	}
+	if _, err := NewRedisStore(RedisOptions{URL: "redis://h:1", Prefix: "a{b}"}); err == nil {
+		t.Error("a prefix with braces was accepted")
+	}
+}
+
+func TestAPIOnRedisAnswers503StoreUnavailableAndRecovers(t *testing.T) {
+	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	s := newRedisTestStore(t, r, StoreOptions{}, "a")
+	srv := httptest.NewServer(NewAPIServer(s, APIOptions{}))
+	defer srv.Close()
+	post := func() (int, string) {
+		resp, err := http.Post(srv.URL+"/v1/leases", "application/json", strings.NewReader(`{"target":"site.com"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(); code != http.StatusCreated {
+		t.Fatalf("with redis up: %d %s", code, body)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := post()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"error":"store_unavailable"`) {
+		t.Fatalf("with redis down: %d %s, want 503 store_unavailable", code, body)
+	}
+	resp, err := http.Get(srv.URL + "/v1/proxies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /v1/proxies with redis down: %d", resp.StatusCode)
+	}
+	// The client reads a 503 as the API being unreachable (transient).
+	c, err := NewClient(srv.URL, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("client acquire with the store down: %v, want ErrUnreachable", err)
+	}
+	r.Start()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if code, body := post(); code != http.StatusCreated {
+			return fmt.Errorf("after redis returned: %d %s", code, body)
+		}
+		return nil
+	})
+}

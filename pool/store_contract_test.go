@@ -1,0 +1,473 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// The contract suite: every case runs against the in-memory Store and the
+// RedisStore (on a real redis-server), on the real clock, so the two
+// backends are held to one behaviour. Windows are a few hundred
+// milliseconds; assertions allow for a loaded machine.
+
+// contractBackend makes a fresh, empty store of one kind.
+type contractBackend struct {
+	name string
+	make func(t *testing.T, o StoreOptions) LeaseStore
+}
+
+var contractPrefixes atomic.Int64
+
+func contractBackends(t *testing.T) []contractBackend {
+	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	return []contractBackend{
+		{"memory", func(t *testing.T, o StoreOptions) LeaseStore { return NewStore(o) }},
+		{"redis", func(t *testing.T, o StoreOptions) LeaseStore {
+			s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	}
+}
+
+// runContract runs fn as a subtest per backend.
+func runContract(t *testing.T, fn func(t *testing.T, mk func(o StoreOptions, names ...string) LeaseStore)) {
+	for _, b := range contractBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			fn(t, func(o StoreOptions, names ...string) LeaseStore {
+				s := b.make(t, o)
+				ms := make([]Member, 0, len(names))
+				for _, n := range names {
+					ms = append(ms, proxyMember(t, n))
+				}
+				s.SetMembers(ms)
+				return s
+			})
+		})
+	}
+}
+
+func cAcquire(t testing.TB, s LeaseStore, req AcquireRequest) Lease {
+	t.Helper()
+	l, err := s.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Acquire(%+v): %v", req, err)
+	}
+	return l
+}
+
+func cReport(t testing.TB, s LeaseStore, id string, r Report) {
+	t.Helper()
+	if err := s.Report(context.Background(), id, r); err != nil {
+		t.Fatalf("Report(%s, %+v): %v", id, r, err)
+	}
+}
+
+func cRelease(t testing.TB, s LeaseStore, id string) {
+	t.Helper()
+	if err := s.Release(context.Background(), id); err != nil {
+		t.Fatalf("Release(%s): %v", id, err)
+	}
+}
+
+func memberStatus(t testing.TB, s LeaseStore, name string) MemberStatus {
+	t.Helper()
+	for _, m := range s.Members() {
+		if m.Name == name {
+			return m
+		}
+	}
+	t.Fatalf("member %s not listed", name)
+	return MemberStatus{}
+}
+
+// cooldownLeft is how long name still cools down for target (0: none).
+func cooldownLeft(t testing.TB, s LeaseStore, name, target string) time.Duration {
+	t.Helper()
+	until, ok := memberStatus(t, s, name).Cooldowns[target]
+	if !ok {
+		return 0
+	}
+	return time.Until(until)
+}
+
+// wantWindow checks a fresh cooldown of about w: at most w (plus clock
+// rounding), and not much less (the report was just made).
+func wantWindow(t testing.TB, what string, got, w time.Duration) {
+	t.Helper()
+	if got > w+20*time.Millisecond || got < w-400*time.Millisecond {
+		t.Fatalf("%s: cooldown left %v, want about %v", what, got, w)
+	}
+}
+
+func waitNoCooldown(t testing.TB, s LeaseStore, name, target string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if left := cooldownLeft(t, s, name, target); left > 0 {
+			return fmt.Errorf("%s still cools down for %q for %v", name, target, left)
+		}
+		return nil
+	})
+}
+
+func TestStoreContractSelectionOrder(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		t.Run("fewest active leases first", func(t *testing.T) {
+			s := mk(StoreOptions{}, "a", "b", "c")
+			held := map[string]int{}
+			for range 6 {
+				held[cAcquire(t, s, AcquireRequest{}).Member.Name]++
+			}
+			for _, n := range []string{"a", "b", "c"} {
+				if held[n] != 2 {
+					t.Errorf("%s holds %d of 6 leases, want 2 (%v)", n, held[n], held)
+				}
+			}
+		})
+		t.Run("least recently chosen, then latency, unknown last, then name", func(t *testing.T) {
+			s := mk(StoreOptions{}, "d", "a", "b", "c")
+			s.SetHealth("a", true, 0)
+			s.SetHealth("b", true, 50*time.Millisecond)
+			s.SetHealth("c", true, 5*time.Millisecond)
+			var got []string
+			for range 8 {
+				l := cAcquire(t, s, AcquireRequest{})
+				got = append(got, l.Member.Name)
+				cRelease(t, s, l.ID)
+			}
+			// c, b by latency; a and d unknown, by name; then the cycle repeats by last choice.
+			if want := "c,b,a,d,c,b,a,d"; strings.Join(got, ",") != want {
+				t.Errorf("order = %v, want %s", got, want)
+			}
+		})
+		t.Run("selector and pin", func(t *testing.T) {
+			s := mk(StoreOptions{})
+			s.SetMembers([]Member{proxyMember(t, "eu1", "region", "eu"), proxyMember(t, "us1", "region", "us"), proxyMember(t, "eu2", "region", "eu", "tier", "dc")})
+			for range 4 {
+				l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"region": "eu"}})
+				if !strings.HasPrefix(l.Member.Name, "eu") {
+					t.Fatalf("selector region=eu leased %s", l.Member.Name)
+				}
+			}
+			if l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"region": "eu", "tier": "dc"}}); l.Member.Name != "eu2" {
+				t.Fatalf("two-pair selector leased %s, want eu2", l.Member.Name)
+			}
+			if l := cAcquire(t, s, AcquireRequest{Proxy: "us1"}); l.Member.Name != "us1" || l.Member.URL == nil || l.Member.URL.Host != "127.0.0.1:3128" {
+				t.Fatalf("pin us1 leased %+v", l.Member)
+			}
+			_, err := s.Acquire(context.Background(), AcquireRequest{Selector: map[string]string{"region": "mars"}})
+			if nm := noMatch(t, err); nm != (NoMatchError{}) {
+				t.Fatalf("selector nobody carries: counts %+v, want all zero", nm)
+			}
+			_, err = s.Acquire(context.Background(), AcquireRequest{Proxy: "nobody"})
+			if nm := noMatch(t, err); nm != (NoMatchError{}) {
+				t.Fatalf("pin to an unknown member: counts %+v, want all zero", nm)
+			}
+		})
+	})
+}
+
+func TestStoreContractCapacityAndExactRefusalCounts(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		s := mk(StoreOptions{MaxLeasesPerMember: 1}, "a", "b", "c", "d")
+		s.SetHealth("b", false, 0)
+		cl := cAcquire(t, s, AcquireRequest{Proxy: "c", Target: "x.com"})
+		cReport(t, s, cl.ID, Report{Result: rotation.ResultBanned})
+		cRelease(t, s, cl.ID)
+		first := cAcquire(t, s, AcquireRequest{Target: "x.com"})
+		if first.Member.Name != "a" {
+			t.Fatalf("first lease on %s, want a (b unhealthy, c cooling, a before d by name)", first.Member.Name)
+		}
+		if l := cAcquire(t, s, AcquireRequest{Target: "x.com"}); l.Member.Name != "d" {
+			t.Fatalf("second lease on %s, want d", l.Member.Name)
+		}
+		_, err := s.Acquire(context.Background(), AcquireRequest{Target: "x.com"})
+		want := NoMatchError{Considered: 4, AtCapacity: 2, InCooldown: 1, Unhealthy: 1}
+		if nm := noMatch(t, err); nm != want {
+			t.Fatalf("refusal counts %+v, want %+v", nm, want)
+		}
+		// The same member at capacity and in cooldown counts as in cooldown (judge's order).
+		_, err = s.Acquire(context.Background(), AcquireRequest{Proxy: "c", Target: "x.com"})
+		if nm := noMatch(t, err); nm != (NoMatchError{Considered: 1, InCooldown: 1}) {
+			t.Fatalf("pinned refusal %+v", nm)
+		}
+		// Another target: c is free there.
+		if l := cAcquire(t, s, AcquireRequest{Target: "y.com"}); l.Member.Name != "c" {
+			t.Fatalf("y.com lease on %s, want c", l.Member.Name)
+		}
+	})
+}
+
+func TestStoreContractConcurrentAcquiresRespectCapacity(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		const members, capacity, workers = 5, 3, 48
+		names := []string{"m0", "m1", "m2", "m3", "m4"}
+		s := mk(StoreOptions{MaxLeasesPerMember: capacity}, names...)
+		var (
+			mu      sync.Mutex
+			granted []Lease
+			refused int
+			wg      sync.WaitGroup
+		)
+		for range workers {
+			wg.Go(func() {
+				l, err := s.Acquire(context.Background(), AcquireRequest{Target: "site.com"})
+				mu.Lock()
+				defer mu.Unlock()
+				var nm *NoMatchError
+				switch {
+				case err == nil:
+					granted = append(granted, l)
+				case errors.As(err, &nm):
+					refused++
+				default:
+					t.Errorf("acquire: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(granted) != members*capacity || refused != workers-members*capacity {
+			t.Fatalf("granted %d refused %d, want %d and %d", len(granted), refused, members*capacity, workers-members*capacity)
+		}
+		per := map[string]int{}
+		for _, l := range granted {
+			per[l.Member.Name]++
+		}
+		for _, m := range s.Members() {
+			if per[m.Name] != capacity || m.ActiveLeases != capacity {
+				t.Fatalf("%s: %d leases granted, %d active, want %d", m.Name, per[m.Name], m.ActiveLeases, capacity)
+			}
+		}
+		if n := s.ActiveLeases(); n != len(granted) {
+			t.Fatalf("ActiveLeases %d, want %d", n, len(granted))
+		}
+		for _, l := range granted {
+			wg.Go(func() { cRelease(t, s, l.ID) })
+		}
+		wg.Wait()
+		if n := s.ActiveLeases(); n != 0 {
+			t.Fatalf("ActiveLeases after releasing all = %d", n)
+		}
+	})
+}
+
+func TestStoreContractLeaseExpiryAndFencedRelease(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		s := mk(StoreOptions{}, "a")
+		short := cAcquire(t, s, AcquireRequest{TTL: 300 * time.Millisecond})
+		long := cAcquire(t, s, AcquireRequest{TTL: time.Minute})
+		if d := time.Until(short.ExpiresAt); d > 300*time.Millisecond || d < 0 {
+			t.Fatalf("short lease expires in %v", d)
+		}
+		testutil.Eventually(t, 10*time.Second, func() error {
+			if n := memberStatus(t, s, "a").ActiveLeases; n != 1 {
+				return fmt.Errorf("active %d, want 1 once the short lease expired", n)
+			}
+			return nil
+		})
+		// Releasing the expired lease (twice) must not count it down again.
+		cRelease(t, s, short.ID)
+		cRelease(t, s, short.ID)
+		if n := memberStatus(t, s, "a").ActiveLeases; n != 1 {
+			t.Fatalf("active %d after releasing an expired lease, want 1 (the long one)", n)
+		}
+		cRelease(t, s, long.ID)
+		cRelease(t, s, long.ID)
+		if n := memberStatus(t, s, "a").ActiveLeases; n != 0 {
+			t.Fatalf("active %d after releasing everything", n)
+		}
+		cRelease(t, s, "never-granted")
+	})
+}
+
+func TestStoreContractCooldownBackoffAndRetryAfter(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		pol := rotation.CooldownPolicy{Default: 600 * time.Millisecond, Max: 5 * time.Second}
+		s := mk(StoreOptions{Cooldown: pol}, "a", "b")
+		l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		wantWindow(t, "first ban", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
+		// Cooling for site.com only.
+		if got := cAcquire(t, s, AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
+			t.Fatalf("site.com leased %s while a cools down", got.Member.Name)
+		}
+		if _, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "a", Target: "other.com"}); err != nil {
+			t.Fatalf("a for other.com: %v", err)
+		}
+		// A ban inside the window adds no strike.
+		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited})
+		wantWindow(t, "ban inside the window", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
+		waitNoCooldown(t, s, "a", "site.com")
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		wantWindow(t, "second strike doubles", cooldownLeft(t, s, "a", "site.com"), 1200*time.Millisecond)
+		// ok resets the strikes but keeps the running window.
+		cReport(t, s, l.ID, Report{Result: rotation.ResultOK})
+		if left := cooldownLeft(t, s, "a", "site.com"); left <= 0 {
+			t.Fatal("ok ended the running window")
+		}
+		waitNoCooldown(t, s, "a", "site.com")
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		wantWindow(t, "ban after ok starts from the base", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
+		// Retry-After sets the base; capped at Max.
+		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited, Target: "ra.com", RetryAfter: 2 * time.Second})
+		wantWindow(t, "retry-after", cooldownLeft(t, s, "a", "ra.com"), 2*time.Second)
+		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited, Target: "cap.com", RetryAfter: time.Hour})
+		wantWindow(t, "retry-after above the cap", cooldownLeft(t, s, "a", "cap.com"), 5*time.Second)
+		if n := s.ActiveCooldowns(); n != 3 {
+			t.Fatalf("ActiveCooldowns %d, want 3 (site.com, ra.com, cap.com)", n)
+		}
+	})
+}
+
+func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}, FailureWindow: 700 * time.Millisecond}
+		s := mk(o, "a", "b")
+		l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "lease.com"})
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned, Target: "report.com"})
+		cs := memberStatus(t, s, "a").Cooldowns
+		if _, ok := cs["lease.com"]; !ok || len(cs) != 2 {
+			t.Fatalf("cooldowns %v, want lease.com (the lease's target) and report.com", cs)
+		}
+		if _, ok := cs["report.com"]; !ok {
+			t.Fatalf("cooldowns %v, want report.com", cs)
+		}
+		// A lease without a target, reported without one: every target.
+		nl := cAcquire(t, s, AcquireRequest{Proxy: "b"})
+		cReport(t, s, nl.ID, Report{Result: rotation.ResultBanned})
+		if _, ok := memberStatus(t, s, "b").Cooldowns[""]; !ok {
+			t.Fatalf("b cooldowns %v, want the every-target one", memberStatus(t, s, "b").Cooldowns)
+		}
+		_, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "b", Target: "any.com"})
+		if nm := noMatch(t, err); nm.InCooldown != 1 {
+			t.Fatalf("b after a target-less ban: %+v", nm)
+		}
+		// upstream_failed takes a out for every target for FailureWindow, then it returns.
+		cReport(t, s, l.ID, Report{Result: rotation.ResultUpstreamFailed})
+		wantWindow(t, "failure window", cooldownLeft(t, s, "a", ""), 700*time.Millisecond)
+		_, err = s.Acquire(context.Background(), AcquireRequest{Target: "fresh.com"})
+		if nm := noMatch(t, err); nm != (NoMatchError{Considered: 2, InCooldown: 2}) {
+			t.Fatalf("both out: %+v", nm)
+		}
+		testutil.Eventually(t, 10*time.Second, func() error {
+			l, err := s.Acquire(context.Background(), AcquireRequest{Target: "fresh.com"})
+			if err != nil {
+				return err
+			}
+			if l.Member.Name != "a" {
+				return fmt.Errorf("leased %s", l.Member.Name)
+			}
+			return nil
+		})
+	})
+}
+
+func TestStoreContractTargetUnreachableRestsThePairAndKeepsStrikes(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 500 * time.Millisecond, Max: 10 * time.Second}, SiteFailureRest: 400 * time.Millisecond}
+		s := mk(o, "a")
+		l := cAcquire(t, s, AcquireRequest{Target: "site.com"})
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		waitNoCooldown(t, s, "a", "site.com")
+		cReport(t, s, l.ID, Report{Result: rotation.ResultTargetUnreachable})
+		wantWindow(t, "site-failure rest", cooldownLeft(t, s, "a", "site.com"), 400*time.Millisecond)
+		if _, err := s.Acquire(context.Background(), AcquireRequest{Target: "other.com"}); err != nil {
+			t.Fatalf("target_unreachable took a out for another site: %v", err)
+		}
+		waitNoCooldown(t, s, "a", "site.com")
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		wantWindow(t, "ban after the rest is strike 2", cooldownLeft(t, s, "a", "site.com"), time.Second)
+	})
+}
+
+func TestStoreContractLateReportsAndIdempotency(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 300 * time.Millisecond, Max: 800 * time.Millisecond}}
+		s := mk(o, "a", "b")
+		l := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		again := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		if again.ID != l.ID || again.Member.Name != l.Member.Name {
+			t.Fatalf("same idempotency key: lease %s on %s, then %s on %s", l.ID, l.Member.Name, again.ID, again.Member.Name)
+		}
+		if n := s.ActiveLeases(); n != 1 {
+			t.Fatalf("ActiveLeases %d after a repeated acquire, want 1", n)
+		}
+		if other := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k2"}); other.ID == l.ID {
+			t.Fatal("another key got the same lease")
+		}
+		cRelease(t, s, l.ID)
+		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned}) // late: after release, inside the window
+		if cooldownLeft(t, s, l.Member.Name, "site.com") <= 0 {
+			t.Fatal("a late report after release cooled nothing down")
+		}
+		if err := s.Report(context.Background(), "no-such-lease", Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
+			t.Fatalf("report on an unknown lease: %v", err)
+		}
+		if err := s.Report(context.Background(), l.ID, Report{Result: "meh"}); !errors.Is(err, ErrInvalidResult) {
+			t.Fatalf("invalid result: %v", err)
+		}
+		testutil.Eventually(t, 10*time.Second, func() error {
+			if err := s.Report(context.Background(), l.ID, Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
+				return fmt.Errorf("report %v after Cooldown.Max past the release, want ErrUnknownLease", err)
+			}
+			return nil
+		})
+		if _, err := s.Acquire(context.Background(), AcquireRequest{TTL: 2 * time.Hour}); !errors.Is(err, ErrTTLTooLong) {
+			t.Fatalf("TTL above the maximum: %v", err)
+		}
+	})
+}
+
+func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		s := mk(StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}}, "a", "b")
+		la := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
+		lb := cAcquire(t, s, AcquireRequest{Proxy: "b", Target: "site.com"})
+		cReport(t, s, la.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, lb.ID, Report{Result: rotation.ResultBanned})
+		// a keeps its endpoint and gains an attribute; b moves to a new port.
+		moved := proxyMember(t, "b")
+		moved.URL = &url.URL{Scheme: "http", Host: "127.0.0.1:3129"}
+		s.SetMembers([]Member{proxyMember(t, "a", "tier", "dc"), moved, proxyMember(t, "c")})
+		if left := cooldownLeft(t, s, "a", "site.com"); left <= 0 {
+			t.Fatal("a kept its endpoint but lost its cooldown")
+		}
+		if a := memberStatus(t, s, "a"); a.ActiveLeases != 1 || a.Attributes["tier"] != "dc" {
+			t.Fatalf("a after reload: %+v", a)
+		}
+		if b := memberStatus(t, s, "b"); len(b.Cooldowns) != 0 || b.ActiveLeases != 0 {
+			t.Fatalf("b has a new endpoint (a new upstream) but kept %+v", b)
+		}
+		// The old b's lease still releases and reports without touching the new b.
+		cReport(t, s, lb.ID, Report{Result: rotation.ResultUpstreamFailed})
+		cRelease(t, s, lb.ID)
+		if b := memberStatus(t, s, "b"); len(b.Cooldowns) != 0 || b.ActiveLeases != 0 {
+			t.Fatalf("a report on the old b's lease reached the new b: %+v", b)
+		}
+		if l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"tier": "dc"}}); l.Member.Name != "a" {
+			t.Fatalf("tier=dc leased %s", l.Member.Name)
+		}
+		s.SetMembers([]Member{proxyMember(t, "c")})
+		if ms := s.Members(); len(ms) != 1 || ms[0].Name != "c" {
+			t.Fatalf("members after removing a and b: %v", ms)
+		}
+		cRelease(t, s, la.ID) // a removed member's lease is still releasable
+		if n := s.ActiveLeases(); n != 1 {
+			t.Fatalf("ActiveLeases %d, want 1 (the tier=dc lease on removed a)", n)
+		}
+	})
+}
