@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 )
 
@@ -98,7 +99,7 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	}
 	var htpasswd string
 	for _, f := range cc.WriteFiles {
-		if f.Path == gcpprovider.PasswordFilePath {
+		if f.Path == bootstrap.PasswordFilePath {
 			htpasswd = f.Content
 		}
 	}

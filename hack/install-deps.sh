@@ -11,6 +11,16 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # Real clients load pages through the MITM gateway in the e2e tests.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+# The kvm provider's tests run a private libvirtd (in namespaces of its own)
+# driving real QEMU with OVMF, reached through a private sshd.
+kvm_pkgs=()
+[ -x /usr/sbin/libvirtd ] || kvm_pkgs+=(libvirt-daemon-system)
+[ -x /usr/bin/qemu-system-x86_64 ] || kvm_pkgs+=(qemu-system-x86)
+[ -x /usr/bin/qemu-img ] || kvm_pkgs+=(qemu-utils)
+[ -x /usr/sbin/sshd ] || kvm_pkgs+=(openssh-server)
+[ -e /usr/share/OVMF/OVMF_CODE_4M.fd ] || [ -e /usr/share/OVMF/OVMF_CODE.fd ] || kvm_pkgs+=(ovmf)
+command -v ip >/dev/null 2>&1 || kvm_pkgs+=(iproute2)
+need+=("${kvm_pkgs[@]}")
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
 # The Redis lease store's tests start their own redis-server on free ports.
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
@@ -27,6 +37,15 @@ if [ ${#need[@]} -gt 0 ]; then
 		# Likewise a system redis on :6379; tests never use it.
 		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
 		service redis-server stop >/dev/null 2>&1 || true
+		# The libvirt and OpenSSH packages start system daemons (a libvirtd
+		# with a NAT network and dnsmasq, an sshd on :22) that the tests do
+		# not use; stop and disable the ones this run installed.
+		if [ ${#kvm_pkgs[@]} -gt 0 ]; then
+			for unit in libvirtd.service libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket virtlogd.service virtlogd.socket virtlockd.service virtlockd.socket ssh.service ssh.socket; do
+				if command -v systemctl >/dev/null 2>&1; then systemctl disable --now "$unit" >/dev/null 2>&1 || true; fi
+			done
+			for svc in libvirtd virtlogd virtlockd ssh; do service "$svc" stop >/dev/null 2>&1 || true; done
+		fi
 	else
 		echo "install-deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}' or run make test as root" >&2
 		exit 1

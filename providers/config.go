@@ -117,15 +117,46 @@ type KVMConfig struct {
 	Images map[string]KVMImage `json:"images,omitempty"`
 	// MachineTypes maps a name placement.machineType may use to a guest shape.
 	MachineTypes map[string]KVMMachineType `json:"machineTypes,omitempty"`
+	// Defaults fill Proxy placement fields left empty (a host name, an
+	// images key, a machineTypes key).
+	Defaults KVMDefaults `json:"defaults,omitempty"`
+	// DomainType is libvirt's domain type: "kvm" (the default, hardware
+	// virtualisation) or "qemu" (software emulation, for hosts without a
+	// usable /dev/kvm).
+	DomainType string `json:"domainType,omitempty"`
+	// InstallGuestAgent ships a vendor-data script that installs and starts
+	// qemu-guest-agent, the provider's best source of the guest's address.
+	// Default true.
+	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
+	// VendorData is extra cloud-init vendor-data for every guest, sent
+	// beside the guest-agent script (as MIME multipart when both are set).
+	VendorData string `json:"vendorData,omitempty"`
 }
+
+// KVMDefaults are per-entry placement defaults for kvm.
+type KVMDefaults struct {
+	Zone        string `json:"zone,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// KVM domain types.
+const (
+	KVMDomainKVM  = "kvm"
+	KVMDomainQEMU = "qemu"
+)
 
 // KVMSSH holds the SSH login shared by all hosts of a kvm entry.
 type KVMSSH struct {
 	User string `json:"user"`
 	// PrivateKeyFile and KnownHostsFile are absolute paths (a mounted Secret).
-	// Host keys are always verified, so known_hosts is required.
+	// Host keys are always verified, so known_hosts is required. Both are
+	// read again on every dial, so a rotated Secret needs no restart.
 	PrivateKeyFile string `json:"privateKeyFile"`
 	KnownHostsFile string `json:"knownHostsFile"`
+	// Socket is the libvirt socket path on the hosts; empty means
+	// /var/run/libvirt/libvirt-sock (the system daemon).
+	Socket string `json:"socket,omitempty"`
 }
 
 // KVMHost is one hypervisor of a kvm entry.
@@ -134,9 +165,12 @@ type KVMHost struct {
 	Name string `json:"name"`
 	// Address is host:port of its sshd.
 	Address string `json:"address"`
-	// Pool and Network are the libvirt storage pool and network or bridge.
-	Pool    string `json:"pool,omitempty"`
+	// Pool is the libvirt storage pool for images and disks (default "default").
+	Pool string `json:"pool,omitempty"`
+	// Network is the libvirt network the guests attach to, or Bridge a host
+	// bridge; at most one of them. Neither means the network "default".
 	Network string `json:"network,omitempty"`
+	Bridge  string `json:"bridge,omitempty"`
 }
 
 // KVMImage is a downloadable base image.
@@ -144,6 +178,8 @@ type KVMImage struct {
 	URL string `json:"url"`
 	// SHA256 is the expected hex digest; empty skips verification.
 	SHA256 string `json:"sha256,omitempty"`
+	// Format is the image's disk format: "qcow2" (default) or "raw".
+	Format string `json:"format,omitempty"`
 	// Firmware is "uefi" (default) or "bios".
 	Firmware string `json:"firmware,omitempty"`
 }
@@ -510,7 +546,10 @@ var (
 	GCPLabelValue = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
 )
 
-var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var (
+	hex64         = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	kvmObjectName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
 
 func (k *KVMConfig) validate() []string {
 	var out []string
@@ -547,6 +586,14 @@ func (k *KVMConfig) validate() []string {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			out = append(out, fmt.Sprintf("%s.address %q has no valid port", f, h.Address))
 		}
+		if h.Network != "" && h.Bridge != "" {
+			out = append(out, f+": network and bridge are mutually exclusive")
+		}
+		for field, v := range map[string]string{"pool": h.Pool, "network": h.Network, "bridge": h.Bridge} {
+			if v != "" && !kvmObjectName.MatchString(v) {
+				out = append(out, fmt.Sprintf("%s.%s %q is not a plain libvirt name (letters, digits, '.', '_', '-')", f, field, v))
+			}
+		}
 	}
 	for _, key := range sortedKeys(k.Images) {
 		img := k.Images[key]
@@ -562,9 +609,33 @@ func (k *KVMConfig) validate() []string {
 		if img.SHA256 != "" && !hex64.MatchString(img.SHA256) {
 			out = append(out, fmt.Sprintf("%s.sha256 is not 64 lower-case hex digits", f))
 		}
+		if img.Format != "" && img.Format != "qcow2" && img.Format != "raw" {
+			out = append(out, fmt.Sprintf("%s.format %q is not qcow2 or raw", f, img.Format))
+		}
 		if img.Firmware != "" && img.Firmware != "uefi" && img.Firmware != "bios" {
 			out = append(out, fmt.Sprintf("%s.firmware %q is not uefi or bios", f, img.Firmware))
 		}
+	}
+	if z := k.Defaults.Zone; z != "" && !hosts[z] {
+		out = append(out, fmt.Sprintf("kvm.defaults.zone %q is not a configured host", z))
+	}
+	if img := k.Defaults.Image; img != "" {
+		if _, ok := k.Images[img]; !ok {
+			out = append(out, fmt.Sprintf("kvm.defaults.image %q is not a kvm.images key", img))
+		}
+	}
+	if mt := k.Defaults.MachineType; mt != "" {
+		if _, ok := k.MachineTypes[mt]; !ok {
+			out = append(out, fmt.Sprintf("kvm.defaults.machineType %q is not a kvm.machineTypes key", mt))
+		}
+	}
+	switch k.DomainType {
+	case "", KVMDomainKVM, KVMDomainQEMU:
+	default:
+		out = append(out, fmt.Sprintf("kvm.domainType %q is not kvm or qemu", k.DomainType))
+	}
+	if s := k.SSH.Socket; s != "" && !strings.HasPrefix(s, "/") {
+		out = append(out, fmt.Sprintf("kvm.ssh.socket %q must be an absolute path", s))
 	}
 	for _, key := range sortedKeys(k.MachineTypes) {
 		mt := k.MachineTypes[key]

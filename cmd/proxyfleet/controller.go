@@ -25,6 +25,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
+	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
 
 // controllerCommand is `proxyfleet controller`: the manager that keeps the
@@ -260,6 +261,7 @@ func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Confi
 	reg := providers.NewRegistry(map[string]providers.Constructor{
 		providers.TypeKubernetes: kubeprovider.Constructor(direct),
 		providers.TypeGCP:        gcpprovider.Constructor(ctx),
+		providers.TypeKVM:        kvmprovider.Constructor(mgr.GetLogger().WithName("kvm")),
 	})
 	built, err := reg.Build(*pcfg)
 	if err != nil {

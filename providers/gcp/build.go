@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 )
 
 var (
@@ -73,7 +74,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 		if req.ProxyAuth == nil || req.ProxyAuth.Username == "" || req.ProxyAuth.Password == "" {
 			return nil, "", perm("the proxyfleet bootstrap needs proxy credentials and none were given (refusing to boot an open proxy)")
 		}
-		ud, err := Bootstrap(req.Name, req.Port, *req.ProxyAuth)
+		ud, err := bootstrap.Squid(req.Name, req.Port, *req.ProxyAuth)
 		if err != nil {
 			return nil, "", perm("building the bootstrap cloud-init: %v", err)
 		}

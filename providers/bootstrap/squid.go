@@ -1,4 +1,9 @@
-package gcp
+// Package bootstrap builds the cloud-init every proxyfleet VM boots when its
+// Proxy brings no cloud-init of its own: Squid with the shared generated
+// configuration and the Proxy's basic-auth login. Every VM provider (gcp,
+// kvm) uses this one builder, so a VM on any backend is never an open proxy
+// and a fix to the bootstrap reaches all of them at once.
+package bootstrap
 
 import (
 	"errors"
@@ -39,7 +44,7 @@ type writeFile struct {
 	Content     string `json:"content"`
 }
 
-// Bootstrap returns the cloud-init user-data a VM boots with when its Proxy
+// Squid returns the cloud-init user-data a VM boots with when its Proxy
 // has no spec.cloudInit: install Squid and run it with the configuration the
 // kubernetes provider generates (no cache, no Via or X-Forwarded-For, CONNECT
 // only to 443, plain HTTP only to 80, 443 and 1025 and up, private, loopback,
@@ -53,7 +58,7 @@ type writeFile struct {
 // distribution's defaults. The password file belongs to root until the
 // proxy group exists; until then the helper cannot read it and every request
 // is refused, never allowed.
-func Bootstrap(name string, port int, auth providers.BasicAuth) ([]byte, error) {
+func Squid(name string, port int, auth providers.BasicAuth) ([]byte, error) {
 	if err := checkLogin(auth); err != nil {
 		return nil, err
 	}

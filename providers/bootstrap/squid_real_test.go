@@ -1,4 +1,4 @@
-package gcp
+package bootstrap
 
 import (
 	"io"
@@ -26,15 +26,15 @@ import (
 // and serves, that the helper accepts the login against the bcrypt hash and
 // refuses a wrong password, that Squid answers 407 without the login or with
 // a wrong one, and that the destination rules still refuse inward targets
-// for a logged-in client. (The controller's gcp envtest runs this password
+// for a logged-in client. (The controller's gcp and kvm envtests runs this password
 // file in a real Squid that a logged-in probe gets through.)
 func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
 	login := providers.BasicAuth{Username: "proxyfleet", Password: "Vm-l0gin-" + testutil.SquidServiceName()}
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	var squidDir string
-	addr := testutil.StartSquidConf(t, "gcp-bootstrap", func(port int, dir string) testutil.SquidConfFiles {
+	addr := testutil.StartSquidConf(t, "vm-bootstrap", func(port int, dir string) testutil.SquidConfFiles {
 		squidDir = dir
-		ud, err := Bootstrap("proxy-realsquid", port, login)
+		ud, err := Squid("proxy-realsquid", port, login)
 		if err != nil {
 			t.Fatal(err)
 		}

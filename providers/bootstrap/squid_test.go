@@ -1,4 +1,4 @@
-package gcp
+package bootstrap
 
 import (
 	"strings"
@@ -12,7 +12,7 @@ import (
 
 func TestBootstrapIsCloudConfigWithSquidAndItsLogin(t *testing.T) {
 	auth := providers.BasicAuth{Username: "proxyfleet", Password: "Zq8-random-password"}
-	ud, err := Bootstrap("proxy-abc", 3128, auth)
+	ud, err := Squid("proxy-abc", 3128, auth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestBootstrapRefusesUnusableLogins(t *testing.T) {
 		{"newline in the password", providers.BasicAuth{Username: "u", Password: "p\nq"}, "line breaks"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Bootstrap("proxy-abc", 3128, tt.auth); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := Squid("proxy-abc", 3128, tt.auth); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
 		})

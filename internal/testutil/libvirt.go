@@ -1,0 +1,227 @@
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+)
+
+// Libvirtd is a private, real libvirtd (Debian's, privileged, driving real
+// QEMU) started for one test. It runs in its own mount, network and PID
+// namespaces: tmpfs over libvirt's state, config and cache directories (so
+// nothing is shared with a system daemon or another test's), a network
+// namespace of its own (the guests' bridge never touches the machine's
+// network), and a PID namespace whose end kills every QEMU it started. Its
+// socket lives in the test's temp dir, where an sshd on the host can forward it.
+type Libvirtd struct {
+	// Dir is the test's directory: the socket, the pool, the logs.
+	Dir string
+	// Socket is the read-write libvirt socket.
+	Socket string
+	// PoolName, PoolDir: a running dir pool in Dir.
+	PoolName, PoolDir string
+	// Network is an isolated libvirt network (a bridge with no uplink and
+	// no DHCP) guests can attach to.
+	Network string
+	// DomainType is "kvm" when a UEFI guest runs under KVM here, else
+	// "qemu" (TCG), with KVMReason saying why.
+	DomainType, KVMReason string
+
+	proc *Process
+}
+
+// libvirtdRun is the namespace's init script: private state directories,
+// libvirt's QEMU settings for a test (QEMU as root without a security
+// driver, since the disks live in a temp dir; console output to a file), a
+// loopback, then libvirtd under a bash that, as the namespace's PID 1,
+// reaps the QEMU processes libvirt daemonises.
+const libvirtdRun = `set -e
+for d in /var/lib/libvirt /var/cache/libvirt /etc/libvirt /run; do mount -t tmpfs tmpfs "$d"; done
+mkdir -p /var/log/libvirt /run/libvirt
+mount --bind "$PF_DIR/log" /var/log/libvirt
+cp "$PF_DIR/qemu.conf" /etc/libvirt/qemu.conf
+ip link set lo up
+/usr/sbin/libvirtd --config "$PF_DIR/libvirtd.conf" --pid-file "$PF_DIR/libvirtd.pid" &
+daemon=$!
+trap 'kill -TERM $daemon' TERM INT
+# As PID 1 of the namespace this shell inherits every daemonised QEMU; bash
+# reaps them, so a destroyed guest never lingers as a zombie that libvirt
+# would wait on.
+while kill -0 "$daemon" 2>/dev/null; do wait; done
+`
+
+// StartLibvirtd starts the daemon and waits until it answers. It fails the
+// test, loudly and with the reason, when libvirtd, QEMU or the namespaces
+// are not available: hack/install-deps.sh installs the packages.
+func StartLibvirtd(t testing.TB) *Libvirtd {
+	t.Helper()
+	for _, bin := range []string{"/usr/sbin/libvirtd", "/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/bin/unshare"} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("libvirt test harness: %s is missing (run hack/install-deps.sh as root: libvirt-daemon-system qemu-system-x86 qemu-utils ovmf): %v", bin, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("libvirt test harness: a private system libvirtd needs root (namespaces, tmpfs mounts); run the tests as root")
+	}
+	dir, err := os.MkdirTemp("", "pf-libvirt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	d := &Libvirtd{Dir: dir, Socket: filepath.Join(dir, "sock", "libvirt-sock"), PoolName: "pf-pool", PoolDir: filepath.Join(dir, "pool"), Network: "pf-net"}
+	for _, sub := range []string{"sock", "log", "pool"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("libvirtd.conf", fmt.Sprintf("unix_sock_dir = %q\nunix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n", filepath.Join(dir, "sock")))
+	write("qemu.conf", "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = 0\nsecurity_driver = \"none\"\nstdio_handler = \"file\"\n")
+	write("run.sh", libvirtdRun)
+	proc, err := LaunchProcess("/usr/bin/unshare", ProcessOptions{
+		Name: "libvirtd",
+		Args: []string{"--mount", "--net", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--kill-child=SIGKILL",
+			"/bin/bash", filepath.Join(dir, "run.sh")},
+		Env: []string{"PF_DIR=" + dir},
+	})
+	if err != nil {
+		t.Fatalf("libvirt test harness: %v", err)
+	}
+	d.proc = proc
+	t.Cleanup(func() {
+		// unshare ignores SIGTERM while it waits for its child; SIGKILL
+		// makes the kernel kill the namespace's PID 1 (--kill-child), and
+		// with it libvirtd and every QEMU it started.
+		_ = proc.Signal(syscall.SIGKILL)
+		_, _ = proc.Wait(30 * time.Second)
+		if t.Failed() {
+			t.Logf("libvirtd output:\n%s", proc.Output())
+		}
+	})
+	if err := Poll(30*time.Second, func() error {
+		if d.proc.Exited() {
+			return fmt.Errorf("libvirtd exited: %v\n%s", d.proc.ExitErr(), d.proc.Output())
+		}
+		_, err := os.Stat(d.Socket)
+		return err
+	}); err != nil {
+		t.Fatalf("libvirt test harness: the private libvirtd did not come up: %v", err)
+	}
+	lv := d.Connect(t)
+	defer func() { _ = lv.Disconnect() }()
+	if _, err := lv.NetworkCreateXML(`<network><name>` + d.Network + `</name><bridge name="pfbr0"/></network>`); err != nil {
+		t.Fatalf("libvirt test harness: creating the isolated network: %v", err)
+	}
+	if _, err := lv.StoragePoolCreateXML(`<pool type="dir"><name>`+d.PoolName+`</name><target><path>`+d.PoolDir+`</path></target></pool>`, 0); err != nil {
+		t.Fatalf("libvirt test harness: creating the dir pool: %v", err)
+	}
+	d.DomainType, d.KVMReason = probeKVM(lv, dir)
+	t.Logf("libvirt test harness: libvirtd up at %s, guests use domain type %q (%s)", d.Socket, d.DomainType, d.KVMReason)
+	return d
+}
+
+// Connect opens a direct libvirt connection (no SSH) for the test's own
+// checks; the caller disconnects it.
+func (d *Libvirtd) Connect(t testing.TB) *libvirt.Libvirt {
+	t.Helper()
+	c, err := net.DialTimeout("unix", d.Socket, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dialing libvirtd: %v", err)
+	}
+	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
+	if err := lv.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		t.Fatalf("connecting to libvirtd: %v", err)
+	}
+	return lv
+}
+
+// PoolFiles lists the file names in the pool directory.
+func (d *Libvirtd) PoolFiles(t testing.TB) []string {
+	t.Helper()
+	ents, err := os.ReadDir(d.PoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// GuestLog is the tail of a domain's QEMU log.
+func (d *Libvirtd) GuestLog(name string) string {
+	b, _ := os.ReadFile(filepath.Join(d.Dir, "log", "qemu", name+".log"))
+	s := string(b)
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// probeKVM decides the domain type tests use: it boots a diskless UEFI
+// guest under KVM and keeps "kvm" only if the guest is still running a
+// moment later. /dev/kvm opening is not enough: under nested virtualisation
+// KVM may open and still fail to run OVMF (the guest pauses on an emulation
+// failure).
+func probeKVM(lv *libvirt.Libvirt, dir string) (domainType, reason string) {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return "qemu", "/dev/kvm cannot be opened: " + err.Error()
+	}
+	_ = f.Close()
+	const name = "pf-kvm-probe"
+	dom, err := lv.DomainDefineXMLFlags(`<domain type="kvm"><name>`+name+`</name><memory unit="MiB">128</memory><vcpu>1</vcpu>
+<os firmware="efi"><type arch="x86_64" machine="q35">hvm</type><firmware><feature enabled="no" name="secure-boot"/></firmware></os>
+<features><acpi/><apic/></features><devices><serial type="pty"/></devices></domain>`, 0)
+	if err != nil {
+		return "qemu", "defining a KVM guest failed: " + err.Error()
+	}
+	defer func() {
+		_ = lv.DomainDestroy(dom)
+		_ = lv.DomainUndefineFlags(dom, libvirt.DomainUndefineNvram)
+	}()
+	if err := lv.DomainCreate(dom); err != nil {
+		return "qemu", "starting a KVM guest failed: " + err.Error()
+	}
+	time.Sleep(3 * time.Second)
+	st, _, err := lv.DomainGetState(dom, 0)
+	if err != nil {
+		return "qemu", "reading the KVM guest's state failed: " + err.Error()
+	}
+	if libvirt.DomainState(st) != libvirt.DomainRunning {
+		log, _ := os.ReadFile(filepath.Join(dir, "log", "qemu", name+".log"))
+		why := "state " + fmt.Sprint(st)
+		if strings.Contains(string(log), "emulation failure") {
+			why = "KVM emulation failure under OVMF (nested virtualisation)"
+		}
+		return "qemu", "/dev/kvm opens but a UEFI guest does not run under KVM: " + why
+	}
+	return "kvm", "a UEFI guest runs under KVM"
+}
+
+// QemuImgCreate makes a qcow2 image of virtual size size (e.g. "64M") at path.
+func QemuImgCreate(t testing.TB, path, size string) []byte {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/qemu-img", "create", "-q", "-f", "qcow2", path, size).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

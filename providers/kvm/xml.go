@@ -1,0 +1,191 @@
+package kvm
+
+import (
+	"encoding/xml"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+// MetadataNS is the XML namespace of proxyfleet's element in a domain's
+// <metadata>. libvirt has no labels; this element is the ownership mark the
+// orphan GC and Create's adoption guard rely on.
+const MetadataNS = "https://proxyfleet.io/xmlns/kvm/v1"
+
+// metadataPrefix is the namespace prefix libvirt stores the element under.
+const metadataPrefix = "proxyfleet"
+
+// Mark is what proxyfleet records in a domain it made.
+type Mark struct {
+	// Managed is true on every domain proxyfleet made.
+	Managed bool
+	// UID is the owning Proxy's UID.
+	UID string
+	// CreatedAt is when Create defined the domain.
+	CreatedAt time.Time
+	// Proxy is namespace/name of the owning Proxy, for humans.
+	Proxy string
+}
+
+type markXML struct {
+	XMLName   xml.Name `xml:"instance"`
+	Managed   string   `xml:"managed,attr"`
+	UID       string   `xml:"uid,attr"`
+	CreatedAt string   `xml:"createdAt,attr"`
+	Proxy     string   `xml:"proxy,attr,omitempty"`
+}
+
+// renderMark is the element as it sits inside <metadata>, namespaced.
+func renderMark(m Mark) string {
+	var b strings.Builder
+	b.WriteString("<" + metadataPrefix + ":instance xmlns:" + metadataPrefix + "=\"" + MetadataNS + "\"")
+	attr := func(k, v string) {
+		b.WriteString(" " + k + "=\"")
+		_ = xml.EscapeText(&b, []byte(v))
+		b.WriteString("\"")
+	}
+	attr("managed", fmt.Sprint(m.Managed))
+	attr("uid", m.UID)
+	attr("createdAt", m.CreatedAt.UTC().Format(time.RFC3339))
+	if m.Proxy != "" {
+		attr("proxy", m.Proxy)
+	}
+	b.WriteString("/>")
+	return b.String()
+}
+
+// parseMark reads the element DomainGetMetadata returns. libvirt selects it
+// by our namespace URI but may hand it back without the namespace
+// declaration, so only the local name is matched.
+func parseMark(s string) (Mark, error) {
+	var m markXML
+	if err := xml.Unmarshal([]byte(s), &m); err != nil {
+		return Mark{}, fmt.Errorf("reading proxyfleet metadata: %w", err)
+	}
+	out := Mark{Managed: m.Managed == "true", UID: m.UID, Proxy: m.Proxy}
+	if t, err := time.Parse(time.RFC3339, m.CreatedAt); err == nil {
+		out.CreatedAt = t
+	}
+	return out, nil
+}
+
+// domainSpec is everything the domain XML depends on.
+type domainSpec struct {
+	Name       string
+	DomainType string // kvm or qemu
+	VCPUs      int
+	MemoryMiB  int
+	// DiskPath and SeedPath are the file paths libvirt reported for the
+	// overlay and the seed. Disks are type="file" with these paths, never
+	// type="volume": AppArmor's virt-aa-helper grants QEMU only disk
+	// sources that carry a path.
+	DiskPath string
+	SeedPath string
+	// Firmware is "uefi" or "bios".
+	Firmware string
+	// Network or Bridge, exactly one.
+	Network string
+	Bridge  string
+	Mark    Mark
+}
+
+// Firmware values.
+const (
+	FirmwareUEFI = "uefi"
+	FirmwareBIOS = "bios"
+)
+
+// domainXML renders the domain. UEFI by default, through libvirt's
+// firmware autoselection (<os firmware="efi">) with secure boot off, so the
+// OVMF path never sits in our config and unsigned images boot; ACPI is on
+// because UEFI on x86 requires it. A serial console (current cloud images
+// log there) and the guest-agent channel the address lookup uses.
+func domainXML(s domainSpec) (string, error) {
+	if s.DiskPath == "" || s.SeedPath == "" {
+		return "", fmt.Errorf("%w: domain %s: the disk and seed paths are required", providers.ErrPermanent, s.Name)
+	}
+	if (s.Network == "") == (s.Bridge == "") {
+		return "", fmt.Errorf("%w: domain %s: exactly one of network and bridge", providers.ErrPermanent, s.Name)
+	}
+	esc := func(v string) string {
+		var b strings.Builder
+		_ = xml.EscapeText(&b, []byte(v))
+		return b.String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "<domain type=%q>\n", s.DomainType)
+	fmt.Fprintf(&b, "  <name>%s</name>\n", esc(s.Name))
+	fmt.Fprintf(&b, "  <metadata>%s</metadata>\n", renderMark(s.Mark))
+	fmt.Fprintf(&b, "  <memory unit=\"MiB\">%d</memory>\n  <vcpu>%d</vcpu>\n", s.MemoryMiB, s.VCPUs)
+	if s.Firmware == FirmwareBIOS {
+		b.WriteString("  <os>\n    <type arch=\"x86_64\" machine=\"q35\">hvm</type>\n    <boot dev=\"hd\"/>\n  </os>\n")
+	} else {
+		b.WriteString("  <os firmware=\"efi\">\n    <type arch=\"x86_64\" machine=\"q35\">hvm</type>\n" +
+			"    <firmware><feature enabled=\"no\" name=\"secure-boot\"/></firmware>\n    <boot dev=\"hd\"/>\n  </os>\n")
+	}
+	b.WriteString("  <features><acpi/><apic/></features>\n")
+	if s.DomainType == "kvm" {
+		b.WriteString("  <cpu mode=\"host-passthrough\"/>\n")
+	}
+	b.WriteString("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n")
+	b.WriteString("  <devices>\n")
+	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"disk\">\n      <driver name=\"qemu\" type=\"qcow2\"/>\n      <source file=\"%s\"/>\n      <target dev=\"vda\" bus=\"virtio\"/>\n    </disk>\n", esc(s.DiskPath))
+	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"cdrom\">\n      <driver name=\"qemu\" type=\"raw\"/>\n      <source file=\"%s\"/>\n      <target dev=\"sda\" bus=\"sata\"/>\n      <readonly/>\n    </disk>\n", esc(s.SeedPath))
+	if s.Network != "" {
+		fmt.Fprintf(&b, "    <interface type=\"network\">\n      <source network=\"%s\"/>\n      <model type=\"virtio\"/>\n    </interface>\n", esc(s.Network))
+	} else {
+		fmt.Fprintf(&b, "    <interface type=\"bridge\">\n      <source bridge=\"%s\"/>\n      <model type=\"virtio\"/>\n    </interface>\n", esc(s.Bridge))
+	}
+	b.WriteString("    <serial type=\"pty\"><target port=\"0\"/></serial>\n    <console type=\"pty\"><target type=\"serial\" port=\"0\"/></console>\n")
+	b.WriteString("    <channel type=\"unix\"><target type=\"virtio\" name=\"org.qemu.guest_agent.0\"/></channel>\n")
+	b.WriteString("    <rng model=\"virtio\"><backend model=\"random\">/dev/urandom</backend></rng>\n")
+	b.WriteString("  </devices>\n</domain>\n")
+	return b.String(), nil
+}
+
+// overlayXML is a qcow2 volume backed by the cached base image.
+func overlayXML(name string, capacityBytes uint64, basePath, baseFormat string) string {
+	var b strings.Builder
+	b.WriteString("<volume type=\"file\"><name>")
+	_ = xml.EscapeText(&b, []byte(name))
+	fmt.Fprintf(&b, "</name><capacity unit=\"bytes\">%d</capacity><target><format type=\"qcow2\"/></target><backingStore><path>", capacityBytes)
+	_ = xml.EscapeText(&b, []byte(basePath))
+	fmt.Fprintf(&b, "</path><format type=%q/></backingStore></volume>", baseFormat)
+	return b.String()
+}
+
+// rawVolumeXML is a sparse raw volume of exactly sizeBytes, filled by an upload.
+func rawVolumeXML(name string, sizeBytes uint64) string {
+	var b strings.Builder
+	b.WriteString("<volume type=\"file\"><name>")
+	_ = xml.EscapeText(&b, []byte(name))
+	fmt.Fprintf(&b, "</name><capacity unit=\"bytes\">%d</capacity><allocation unit=\"bytes\">0</allocation><target><format type=\"raw\"/></target></volume>", sizeBytes)
+	return b.String()
+}
+
+// Volume names. The base carries the entry name, so two entries (or two
+// provider types) pointing one key at different URLs never share a file.
+func baseVolumeName(entry, key, format string) string {
+	return "base-" + entry + "-" + key + "." + format
+}
+func markerVolumeName(base string) string  { return base + ".sha256" }
+func overlayVolumeName(name string) string { return name + ".qcow2" }
+func seedVolumeName(name string) string    { return name + "-seed.iso" }
+
+// FormatProviderID returns "hosts/<host>/domains/<name>". The host is part
+// of the ID, so the hosts list can change without stranding domains.
+func FormatProviderID(host, name string) string {
+	return "hosts/" + host + "/domains/" + name
+}
+
+// ParseProviderID parses FormatProviderID's form strictly; anything else is
+// ErrPermanent, since retrying cannot make it parse.
+func ParseProviderID(id string) (host, name string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" || !identifier.MatchString(parts[1]) || !domainName.MatchString(parts[3]) {
+		return "", "", fmt.Errorf("%w: invalid providerID %q: want hosts/<host>/domains/<name>", providers.ErrPermanent, id)
+	}
+	return parts[1], parts[3], nil
+}
