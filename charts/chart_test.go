@@ -52,7 +52,9 @@ func chartDir(t *testing.T) string {
 // allOn turns every optional part of the chart on.
 func allOn() map[string]any {
 	return map[string]any{
-		"controller":    map[string]any{"proxyNamespace": "crawl", "gcAllowNamespaced": true, "replicas": 2},
+		"controller": map[string]any{"proxyNamespace": "crawl", "gcAllowNamespaced": true, "replicas": 2,
+			"extraVolumes":      []any{map[string]any{"name": "kvm-ssh", "secret": map[string]any{"secretName": "kvm-ssh"}}},
+			"extraVolumeMounts": []any{map[string]any{"name": "kvm-ssh", "mountPath": "/etc/proxyfleet/kvm-ssh", "readOnly": true}}},
 		"leaseStore":    map[string]any{"url": "redis://redis.proxyfleet.svc:6379/0", "passwordSecret": "redis-password"},
 		"providers":     map[string]any{"providers": []any{map[string]any{"name": "cluster", "type": "kubernetes", "kubernetes": map[string]any{"namespace": "squids"}}}},
 		"leaseAPI":      map[string]any{"token": "a-static-token"},
@@ -237,6 +239,14 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured, bin string
 	}
 	if nr, _, _ := unstructured.NestedBool(d.Object, "spec", "template", "spec", "securityContext", "runAsNonRoot"); !nr {
 		t.Error("controller may run as root")
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	var paths []string
+	for _, m := range mounts {
+		paths = append(paths, m.(map[string]any)["mountPath"].(string))
+	}
+	if !slices.Contains(paths, "/tmp") {
+		t.Errorf("controller mounts %v: no writable /tmp on a read-only root (the kvm provider stages its seed ISO there)", paths)
 	}
 	args, _, _ := unstructured.NestedStringSlice(c, "args")
 	for _, want := range []string{"--leader-elect=true", "--lease-api-token-review=true", "--gateway-image=ghcr.io/proxyfleet/proxyfleet-sidecar:0.1.0"} {
