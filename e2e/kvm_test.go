@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/providers"
+	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
+)
+
+// TestControllerBinaryRunsAKVMProxy is the kvm provider through the real
+// controller binary: its providers config file names a real libvirtd
+// (private, in its own namespaces) reached over a real sshd on 127.0.0.1.
+// A Managed Proxy gets its domain defined and started — phase Provisioning,
+// since the test image boots no OS and never reports an address — and
+// deleting the Proxy destroys and undefines the domain and removes its
+// volumes, leaving only the cached base image.
+func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	lvd := testutil.StartLibvirtd(t)
+	sshd := testutil.StartSSHD(t)
+	image := testutil.QemuImgCreate(t, filepath.Join(t.TempDir(), "tiny.qcow2"), "64M")
+	sum := sha256.Sum256(image)
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(image)))
+		_, _ = w.Write(image)
+	}))
+	t.Cleanup(images.Close)
+	config := filepath.Join(t.TempDir(), "providers.yaml")
+	writeFile(t, config, `providers:
+  - name: kvm-local
+    type: kvm
+    kvm:
+      ssh: {user: `+sshd.User+`, privateKeyFile: `+sshd.KeyFile+`, knownHostsFile: `+sshd.KnownHostsFile+`, socket: `+lvd.Socket+`}
+      hosts: [{name: local, address: "`+sshd.Addr+`", pool: `+lvd.PoolName+`, network: `+lvd.Network+`}]
+      images: {tiny: {url: "`+images.URL+`/tiny.qcow2", sha256: `+hex.EncodeToString(sum[:])+`}}
+      machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}}
+      defaults: {zone: local, image: tiny, machineType: small}
+      domainType: `+lvd.DomainType+`
+`)
+	startController(t, bin, env, ns, "--providers-config", config)
+
+	px := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "home-1", Namespace: ns},
+		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "kvm-local", Port: 3128},
+	}
+	if err := env.Client.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	p := waitProxy(t, env.Client, ns, "home-1", "domain defined and started", func(p *v1alpha1.Proxy) bool {
+		return p.Status.ProviderID != "" && p.Status.Phase == v1alpha1.PhaseProvisioning
+	})
+	name := providers.NameFromUID(string(p.UID))
+	if want := kvmprovider.FormatProviderID("local", name); p.Status.ProviderID != want {
+		t.Fatalf("providerID = %s, want %s", p.Status.ProviderID, want)
+	}
+	lv := lvd.Connect(t)
+	defer func() { _ = lv.Disconnect() }()
+	dom, err := lv.DomainLookupByName(name)
+	if err != nil {
+		t.Fatalf("the domain was not defined: %v", err)
+	}
+	if st, _, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainRunning {
+		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, lvd.GuestLog(name))
+	}
+
+	if err := env.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the Proxy gone", func() (bool, string) {
+		var got v1alpha1.Proxy
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "home-1"}, &got)
+		return apierrors.IsNotFound(err), "still there: " + string(got.Status.Phase)
+	})
+	if _, err := lv.DomainLookupByName(name); err == nil {
+		t.Fatal("the domain is still defined after the Proxy is gone")
+	}
+	var files []string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if files = lvd.PoolFiles(t); slices.Equal(files, []string{"base-kvm-local-tiny.qcow2", "base-kvm-local-tiny.qcow2.sha256"}) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("pool after delete = %v, want only the cached base and its marker", files)
+}
