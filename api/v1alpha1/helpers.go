@@ -86,7 +86,7 @@ func (h HealthCheck) WithDefaults() HealthCheck {
 		h.IntervalSeconds = DefaultHealthCheckIntervalSeconds
 	}
 	if h.TimeoutSeconds == 0 {
-		h.TimeoutSeconds = DefaultHealthCheckTimeoutSeconds
+		h.TimeoutSeconds = min(DefaultHealthCheckTimeoutSeconds, h.IntervalSeconds)
 	}
 	if h.SuccessThreshold == 0 {
 		h.SuccessThreshold = DefaultHealthCheckSuccessThreshold

@@ -156,6 +156,13 @@ func TestHealthCheckWithDefaults(t *testing.T) {
 			interval: 2 * time.Second,
 			timeout:  time.Second,
 		},
+		{
+			name:     "an unset timeout is the interval when that is shorter than 5s",
+			in:       HealthCheck{IntervalSeconds: 2},
+			want:     HealthCheck{IntervalSeconds: 2, TimeoutSeconds: 2, SuccessThreshold: 1, FailureThreshold: 3, ExpectedStatus: 200},
+			interval: 2 * time.Second,
+			timeout:  2 * time.Second,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -197,7 +197,7 @@ type SecretKeyRef struct {
 
 // HealthCheck configures the probes the controller sends through the proxy.
 // Zero fields mean the defaults (the API server fills them in).
-// +kubebuilder:validation:XValidation:rule="!has(self.timeoutSeconds) || !has(self.intervalSeconds) || self.timeoutSeconds <= self.intervalSeconds",message="healthCheck.timeoutSeconds (default 5) must not exceed healthCheck.intervalSeconds (default 10)"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeoutSeconds) || self.timeoutSeconds <= (has(self.intervalSeconds) ? self.intervalSeconds : 10)",message="healthCheck.timeoutSeconds must not exceed healthCheck.intervalSeconds (default 10)"
 type HealthCheck struct {
 	// URL is fetched through the proxy; http:// is a plain proxied request,
 	// https:// a CONNECT tunnel with TLS inside. Empty means the controller's
@@ -214,8 +214,10 @@ type HealthCheck struct {
 	// +optional
 	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
 
-	// TimeoutSeconds bounds one probe; at most intervalSeconds.
-	// +kubebuilder:default=5
+	// TimeoutSeconds bounds one probe; at most intervalSeconds. Unset, it is
+	// 5 or the interval when that is shorter: a Proxy probed every second
+	// must not be refused over a timeout its author never wrote, so the API
+	// server stores no default here and WithDefaults computes it.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	// +optional

@@ -167,12 +167,12 @@ func TestProxyValidationRejectsInvalidSpecs(t *testing.T) {
 		{
 			name: "timeout longer than the interval",
 			spec: `{"provider":"in-cluster","healthCheck":{"intervalSeconds":5,"timeoutSeconds":10}}`,
-			want: []string{"healthCheck.timeoutSeconds (default 5) must not exceed healthCheck.intervalSeconds (default 10)"},
+			want: []string{"healthCheck.timeoutSeconds must not exceed healthCheck.intervalSeconds (default 10)"},
 		},
 		{
-			name: "default timeout (5s) longer than a 2s interval",
-			spec: `{"provider":"in-cluster","healthCheck":{"intervalSeconds":2}}`,
-			want: []string{"healthCheck.timeoutSeconds (default 5) must not exceed healthCheck.intervalSeconds (default 10)"},
+			name: "timeout longer than the default interval",
+			spec: `{"provider":"in-cluster","healthCheck":{"timeoutSeconds":11}}`,
+			want: []string{"healthCheck.timeoutSeconds must not exceed healthCheck.intervalSeconds (default 10)"},
 		},
 		{
 			name: "expected status that is no HTTP status",
@@ -270,13 +270,34 @@ func TestProxyDefaultsAreApplied(t *testing.T) {
 		if got.Spec.Port != 3128 || v1alpha1.DefaultPort != 3128 {
 			t.Errorf("port = %d, want 3128", got.Spec.Port)
 		}
-		want := v1alpha1.HealthCheck{IntervalSeconds: 10, TimeoutSeconds: 5, SuccessThreshold: 1, FailureThreshold: 3, ExpectedStatus: 200}
+		// The API server stores no timeout default (it depends on the
+		// interval); WithDefaults fills it.
+		want := v1alpha1.HealthCheck{IntervalSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3, ExpectedStatus: 200}
 		if got.Spec.HealthCheck != want {
 			t.Errorf("healthCheck = %+v, want %+v", got.Spec.HealthCheck, want)
 		}
 		// The Go-side defaults must agree with the API server's.
-		if d := (v1alpha1.HealthCheck{}).WithDefaults(); d != want {
-			t.Errorf("HealthCheck{}.WithDefaults() = %+v, API server defaults %+v", d, want)
+		withTimeout := want
+		withTimeout.TimeoutSeconds = 5
+		if d := (v1alpha1.HealthCheck{}).WithDefaults(); d != withTimeout {
+			t.Errorf("HealthCheck{}.WithDefaults() = %+v, want the API server's defaults and a 5s timeout %+v", d, withTimeout)
+		}
+		if d := want.WithDefaults(); d != withTimeout {
+			t.Errorf("the stored defaults WithDefaults() = %+v, want %+v", d, withTimeout)
+		}
+	})
+
+	t.Run("a one-second interval alone is accepted and probes time out within it", func(t *testing.T) {
+		p := rawProxy(t, ns, "fast", `{"provider":"in-cluster","healthCheck":{"intervalSeconds":1}}`)
+		if err := env.Client.Create(c, p); err != nil {
+			t.Fatalf("a Proxy that only sets intervalSeconds: 1 was refused: %v", err)
+		}
+		var got v1alpha1.Proxy
+		if err := env.Client.Get(c, client.ObjectKey{Namespace: ns, Name: "fast"}, &got); err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		if d := got.Spec.HealthCheck.Timeout(); d != time.Second {
+			t.Errorf("timeout %s, want the 1s interval", d)
 		}
 	})
 
@@ -289,7 +310,7 @@ func TestProxyDefaultsAreApplied(t *testing.T) {
 		if err := env.Client.Get(c, client.ObjectKey{Namespace: ns, Name: "partial"}, &got); err != nil {
 			t.Fatalf("get: %v", err)
 		}
-		want := v1alpha1.HealthCheck{URL: "http://127.0.0.1:9/", IntervalSeconds: 10, TimeoutSeconds: 5, SuccessThreshold: 1, FailureThreshold: 7, ExpectedStatus: 200}
+		want := v1alpha1.HealthCheck{URL: "http://127.0.0.1:9/", IntervalSeconds: 10, SuccessThreshold: 1, FailureThreshold: 7, ExpectedStatus: 200}
 		if got.Spec.HealthCheck != want {
 			t.Errorf("healthCheck = %+v, want %+v", got.Spec.HealthCheck, want)
 		}
