@@ -1,14 +1,9 @@
 package controller
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -39,30 +34,11 @@ import (
 // that deleting the Proxy destroys and undefines the domain and removes its
 // volumes and the login Secret.
 func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
-	lvd := testutil.StartLibvirtd(t)
-	sshd := testutil.StartSSHD(t)
-	image := testutil.QemuImgCreate(t, filepath.Join(t.TempDir(), "tiny.qcow2"), "64M")
-	sum := sha256.Sum256(image)
-	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(image)))
-		_, _ = w.Write(image)
-	}))
-	t.Cleanup(images.Close)
-
-	file := `providers:
-  - name: kvm-local
-    type: kvm
-    kvm:
-      ssh: {user: ` + sshd.User + `, privateKeyFile: ` + sshd.KeyFile + `, knownHostsFile: ` + sshd.KnownHostsFile + `, socket: ` + lvd.Socket + `}
-      hosts: [{name: local, address: "` + sshd.Addr + `", pool: ` + lvd.PoolName + `, network: ` + lvd.Network + `}]
-      images: {tiny: {url: "` + images.URL + `/tiny.qcow2", sha256: ` + hex.EncodeToString(sum[:]) + `}}
-      machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}}
-      defaults: {zone: local, image: tiny, machineType: small}
-      domainType: ` + lvd.DomainType + `
-`
-	cfg, err := providers.ParseConfig([]byte(file))
+	host := testutil.StartKVMHost(t)
+	lvd := host.Libvirtd
+	cfg, err := providers.ParseConfig([]byte(host.Config))
 	if err != nil {
-		t.Fatalf("providers config: %v\n%s", err, file)
+		t.Fatalf("providers config: %v\n%s", err, host.Config)
 	}
 	built, err := providers.NewRegistry(map[string]providers.Constructor{providers.TypeKVM: kvmprovider.Constructor(logr.Discard())}).Build(cfg)
 	if err != nil {
@@ -136,7 +112,7 @@ func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
 	if _, err := lv.DomainLookupByName(name); err == nil {
 		t.Fatal("the domain is still defined after the Proxy is gone")
 	}
-	if files := lvd.PoolFiles(t); !slices.Equal(files, []string{"base-kvm-local-tiny.qcow2", "base-kvm-local-tiny.qcow2.sha256"}) {
+	if files := lvd.PoolFiles(t); !slices.Equal(files, testutil.CachedBaseFiles) {
 		t.Fatalf("pool after delete = %v, want only the cached base and its marker", files)
 	}
 	if err := env.Client.Get(h.ctx(), key, &s); !apierrors.IsNotFound(err) {

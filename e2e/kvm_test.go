@@ -2,13 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,27 +31,10 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	env := testenv.Start(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	lvd := testutil.StartLibvirtd(t)
-	sshd := testutil.StartSSHD(t)
-	image := testutil.QemuImgCreate(t, filepath.Join(t.TempDir(), "tiny.qcow2"), "64M")
-	sum := sha256.Sum256(image)
-	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(image)))
-		_, _ = w.Write(image)
-	}))
-	t.Cleanup(images.Close)
+	host := testutil.StartKVMHost(t)
+	lvd := host.Libvirtd
 	config := filepath.Join(t.TempDir(), "providers.yaml")
-	writeFile(t, config, `providers:
-  - name: kvm-local
-    type: kvm
-    kvm:
-      ssh: {user: `+sshd.User+`, privateKeyFile: `+sshd.KeyFile+`, knownHostsFile: `+sshd.KnownHostsFile+`, socket: `+lvd.Socket+`}
-      hosts: [{name: local, address: "`+sshd.Addr+`", pool: `+lvd.PoolName+`, network: `+lvd.Network+`}]
-      images: {tiny: {url: "`+images.URL+`/tiny.qcow2", sha256: `+hex.EncodeToString(sum[:])+`}}
-      machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}}
-      defaults: {zone: local, image: tiny, machineType: small}
-      domainType: `+lvd.DomainType+`
-`)
+	writeFile(t, config, host.Config)
 	startController(t, bin, env, ns, "--providers-config", config)
 
 	px := &v1alpha1.Proxy{
@@ -97,7 +75,7 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	var files []string
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if files = lvd.PoolFiles(t); slices.Equal(files, []string{"base-kvm-local-tiny.qcow2", "base-kvm-local-tiny.qcow2.sha256"}) {
+		if files = lvd.PoolFiles(t); slices.Equal(files, testutil.CachedBaseFiles) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -627,15 +627,21 @@ func apiBench() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return acquireReleaseRate(client, 4)
+}
+
+// acquireReleaseRate is acquire+release cycles per second on p from
+// GOMAXPROCS×parallelism goroutines; the first failed call fails it.
+func acquireReleaseRate(p pool.Pool, parallelism int) (float64, error) {
 	var failed atomic.Value
 	res := testing.Benchmark(func(b *testing.B) {
-		b.SetParallelism(4)
+		b.SetParallelism(parallelism)
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
 			for pb.Next() {
-				l, err := client.Acquire(ctx, pool.AcquireRequest{Target: "example.com"})
+				l, err := p.Acquire(ctx, pool.AcquireRequest{Target: "example.com"})
 				if err == nil {
-					err = client.Release(ctx, l.ID)
+					err = p.Release(ctx, l.ID)
 				}
 				if err != nil {
 					failed.Store(err)

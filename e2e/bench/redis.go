@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
-	"sync/atomic"
-	"testing"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -32,30 +29,7 @@ func redisBench() ([]row, error) {
 		return nil, fmt.Errorf("redis bench: members not written")
 	}
 
-	cycles := func(p pool.Pool, parallelism int) (float64, error) {
-		var failed atomic.Value
-		res := testing.Benchmark(func(b *testing.B) {
-			b.SetParallelism(parallelism)
-			b.RunParallel(func(pb *testing.PB) {
-				ctx := context.Background()
-				for pb.Next() {
-					l, err := p.Acquire(ctx, pool.AcquireRequest{Target: "example.com"})
-					if err == nil {
-						err = p.Release(ctx, l.ID)
-					}
-					if err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			})
-		})
-		if err, _ := failed.Load().(error); err != nil {
-			return 0, err
-		}
-		return float64(res.N) / res.T.Seconds(), nil
-	}
-	inProc, err := cycles(store, 4)
+	inProc, err := acquireReleaseRate(store, 4)
 	if err != nil {
 		return nil, fmt.Errorf("redis bench in process: %w", err)
 	}
@@ -65,7 +39,7 @@ func redisBench() ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	overHTTP, err := cycles(client, 4)
+	overHTTP, err := acquireReleaseRate(client, 4)
 	if err != nil {
 		return nil, fmt.Errorf("redis bench over HTTP: %w", err)
 	}

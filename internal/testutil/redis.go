@@ -178,23 +178,10 @@ func (r *Redis) stop(sig syscall.Signal) error {
 	r.mu.Lock()
 	cmd, done := r.cmd, r.done
 	r.mu.Unlock()
-	if cmd == nil {
-		return nil
+	if err := stopChild(cmd, done, sig, 30*time.Second); err != nil {
+		return fmt.Errorf("redis-server on %s: %w", r.Addr(), err)
 	}
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("redis-server on %s did not stop within 30s after %s", r.Addr(), sig)
-	}
+	return nil
 }
 
 // start runs the server; samePort keeps the port (a restart: a port still

@@ -659,6 +659,17 @@ func (s *Squid) stop(sig syscall.Signal, timeout time.Duration) error {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.mu.Unlock()
+	if err := stopChild(cmd, done, sig, timeout); err != nil {
+		return fmt.Errorf("squid %s: %w", s.opts.Name, err)
+	}
+	return nil
+}
+
+// stopChild signals a child server started by this package (cmd, whose
+// Wait closes done) and waits for it to exit; after timeout it is killed.
+// A child that had to be killed, or survives SIGKILL, is an error. A nil
+// or already exited cmd is nothing to do.
+func stopChild(cmd *exec.Cmd, done <-chan struct{}, sig syscall.Signal, timeout time.Duration) error {
 	if cmd == nil {
 		return nil
 	}
@@ -676,9 +687,9 @@ func (s *Squid) stop(sig syscall.Signal, timeout time.Duration) error {
 	_ = cmd.Process.Kill()
 	select {
 	case <-done:
-		return fmt.Errorf("squid %s did not exit within %s of %v; killed", s.opts.Name, timeout, sig)
+		return fmt.Errorf("did not exit within %s of %v; killed", timeout, sig)
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("squid %s (pid %d) did not exit even after SIGKILL", s.opts.Name, cmd.Process.Pid)
+		return fmt.Errorf("pid %d did not exit even after SIGKILL", cmd.Process.Pid)
 	}
 }
 
