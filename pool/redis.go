@@ -563,23 +563,39 @@ func (s *RedisStore) ListMembers(ctx context.Context) ([]MemberStatus, error) {
 }
 
 func (s *RedisStore) members(ctx context.Context) ([]MemberStatus, int, error) {
+	out, live, _, err := s.membersCooldowns(ctx)
+	return out, live, err
+}
+
+// ListCooldowns lists the running cooldowns of current members, sorted by
+// target then member (SortCooldowns), read in one script with the members.
+func (s *RedisStore) ListCooldowns(ctx context.Context) ([]Cooldown, error) {
+	_, _, cs, err := s.membersCooldowns(ctx)
+	SortCooldowns(cs)
+	return cs, err
+}
+
+// membersCooldowns reads the members, the live lease count and the running
+// cooldowns with their reasons.
+func (s *RedisStore) membersCooldowns(ctx context.Context) ([]MemberStatus, int, []Cooldown, error) {
 	res, err := redisScripts.members.Run(ctx, s.rdb, s.keys, s.args()...).Slice()
 	if err != nil {
-		return nil, 0, s.wrap("members", err)
+		return nil, 0, nil, s.wrap("members", err)
 	}
 	if len(res) < 2 {
-		return nil, 0, fmt.Errorf("lease store: members: malformed reply")
+		return nil, 0, nil, fmt.Errorf("lease store: members: malformed reply")
 	}
 	live := toInt(res[1])
 	out := make([]MemberStatus, 0, len(res)-2)
+	var cools []Cooldown
 	for _, r := range res[2:] {
 		row, ok := r.([]any)
 		if !ok || len(row) != 6 {
-			return nil, 0, fmt.Errorf("lease store: members: malformed row")
+			return nil, 0, nil, fmt.Errorf("lease store: members: malformed row")
 		}
 		m, err := s.member(toString(row[0]), toString(row[1]))
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		m.Attributes = maps.Clone(m.Attributes)
 		st := MemberStatus{
@@ -589,16 +605,18 @@ func (s *RedisStore) members(ctx context.Context) ([]MemberStatus, int, error) {
 			ActiveLeases: toInt(row[4]),
 		}
 		cs, _ := row[5].([]any)
-		for i := 0; i+1 < len(cs); i += 2 {
+		for i := 0; i+2 < len(cs); i += 3 {
 			if st.Cooldowns == nil {
 				st.Cooldowns = map[string]time.Time{}
 			}
-			st.Cooldowns[toString(cs[i])] = time.UnixMilli(int64(toInt(cs[i+1])))
+			target, until := toString(cs[i]), time.UnixMilli(int64(toInt(cs[i+1])))
+			st.Cooldowns[target] = until
+			cools = append(cools, Cooldown{Member: m.Name, Target: target, Until: until, Reason: rotation.Result(toString(cs[i+2]))})
 		}
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b MemberStatus) int { return strings.Compare(a.Name, b.Name) })
-	return out, live, nil
+	return out, live, cools, nil
 }
 
 // Members lists the current members sorted by name, as Store.Members; when

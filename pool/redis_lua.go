@@ -28,7 +28,9 @@ package pool
 //	                     (target), ttl, exp, end (ms), rel; it lives until
 //	                     end + the report window
 //	B.."c:"..name  HASH  cooldowns by target ("" = every target):
-//	                     "<until ms>:<strikes>"; it lives until the last
+//	                     "<until ms>:<strikes>:<reason>" (reason: the report
+//	                     result that set until; a value without one reads
+//	                     as reason ""); it lives until the last
 //	                     window ends plus Cooldown.Max (the strike memory)
 //	B.."i:"..key   STRING idempotency key of an acquire -> lease id
 //	B.."seq", B.."gen"   counters
@@ -55,11 +57,13 @@ local function entry(seq, lat, name)
   return pad(seq) .. '|' .. l .. '|' .. name
 end
 
--- cool returns until, strikes of one cooldown field, or nil when absent.
+-- cool returns until, strikes, reason of one cooldown field, or nil when absent.
 local function parsecool(v)
   if not v then return nil end
   local sep = string.find(v, ':', 1, true)
-  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+  local sep2 = string.find(v, ':', sep + 1, true)
+  if not sep2 then return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1)), '' end
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1, sep2 - 1)), string.sub(v, sep2 + 1)
 end
 local function cool(name, target)
   return parsecool(redis.call('HGET', ckey(name), target))
@@ -123,9 +127,9 @@ end
 
 -- setcool writes one cooldown field and keeps the hash alive until the
 -- window ends plus the strike memory.
-local function setcool(name, field, u, s)
+local function setcool(name, field, u, s, r)
   local ck = ckey(name)
-  redis.call('HSET', ck, field, string.format('%d:%d', u, s))
+  redis.call('HSET', ck, field, string.format('%d:%d:%s', u, s, r))
   local want = u + COOLMAX - now
   if redis.call('PTTL', ck) < want then redis.call('PEXPIRE', ck, want) end
 end
@@ -291,24 +295,24 @@ local function global(u)
   place(name)
 end
 if res == 'ok' then
-  local u = cool(name, target)
-  if u then setcool(name, target, u, 0) end
+  local u, _, r = cool(name, target)
+  if u then setcool(name, target, u, 0, r) end
 elseif res == 'rate_limited' or res == 'banned' then
-  local u, s = cool(name, target)
-  if not u or now >= u + COOLMAX then u, s = 0, 0 end
+  local u, s, r = cool(name, target)
+  if not u or now >= u + COOLMAX then u, s, r = 0, 0, '' end
   if now >= u or s == 0 then s = s + 1 end
   local nwin = #ARGV - 7
   local nu = now + tonumber(ARGV[7 + math.min(s, nwin)])
   local extended = nu > u
-  if extended then u = nu end
-  setcool(name, target, u, s)
+  if extended then u, r = nu, res end
+  setcool(name, target, u, s, r)
   if extended and target == '' then global() end
 elseif res == 'target_unreachable' then
   local u, s = cool(name, target)
   if not u then u, s = 0, 0 end
   local nu = now + tonumber(ARGV[7])
   if nu > u then
-    setcool(name, target, nu, s)
+    setcool(name, target, nu, s, res)
     if target == '' then global() end
   end
 elseif res == 'upstream_failed' then
@@ -316,7 +320,7 @@ elseif res == 'upstream_failed' then
   if not u then u, s = 0, 0 end
   local nu = now + tonumber(ARGV[6])
   if nu > u then
-    setcool(name, '', nu, s)
+    setcool(name, '', nu, s, res)
     global()
   end
 end
@@ -380,7 +384,7 @@ return 1
 `
 
 // redisMembersLua returns {now, live leases, [name, def, h, lat, act,
-// {target, until, ...}] ...} for every current member, after advance.
+// {target, until, reason, ...}] ...} for every current member, after advance.
 const redisMembersLua = redisLuaPrelude + `
 advance()
 local out = {now, redis.call('ZCARD', EXP)}
@@ -390,10 +394,11 @@ for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
     local cs = {}
     local raw = redis.call('HGETALL', ckey(n))
     for i = 1, #raw, 2 do
-      local u = parsecool(raw[i + 1])
+      local u, _, r = parsecool(raw[i + 1])
       if now < u then
         cs[#cs + 1] = raw[i]
         cs[#cs + 1] = u
+        cs[#cs + 1] = r
       end
     end
     out[#out + 1] = {n, m[1], m[2], tonumber(m[3]), tonumber(m[4]), cs}

@@ -154,7 +154,8 @@ func (ms *memberState) indexed() bool { return len(ms.nodes) > 0 }
 
 type coolState struct {
 	until   time.Time
-	strikes int // consecutive bans; reset by an ok report
+	strikes int             // consecutive bans; reset by an ok report
+	reason  rotation.Result // the report that set until
 }
 
 type leaseEntry struct {
@@ -572,7 +573,7 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 		if !now.Before(c.until) || c.strikes == 0 {
 			c.strikes++
 		}
-		s.coolUntil(ms, target, c, now.Add(s.o.Cooldown.Window(max(r.RetryAfter, 0), c.strikes)), now)
+		s.coolUntil(ms, target, c, now.Add(s.o.Cooldown.Window(max(r.RetryAfter, 0), c.strikes)), now, r.Result)
 	case r.Result == rotation.ResultTargetUnreachable:
 		// A rest, not a ban: strikes (the ban backoff) stay as they are.
 		c := ms.cool[target]
@@ -580,14 +581,14 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 			c = &coolState{}
 			ms.cool[target] = c
 		}
-		s.coolUntil(ms, target, c, now.Add(s.o.SiteFailureRest), now)
+		s.coolUntil(ms, target, c, now.Add(s.o.SiteFailureRest), now, r.Result)
 	case r.Result == rotation.ResultUpstreamFailed:
 		c := ms.cool[""]
 		if c == nil {
 			c = &coolState{}
 			ms.cool[""] = c
 		}
-		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now)
+		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now, r.Result)
 	}
 	return nil
 }
@@ -596,11 +597,11 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 // later. A cooldown for every target ("") also takes ms out of the
 // selection index until it ends (see place); Acquire would skip it anyway,
 // so this only saves walking past it.
-func (s *Store) coolUntil(ms *memberState, target string, c *coolState, until, now time.Time) {
+func (s *Store) coolUntil(ms *memberState, target string, c *coolState, until, now time.Time, why rotation.Result) {
 	if !until.After(c.until) {
 		return
 	}
-	c.until = until
+	c.until, c.reason = until, why
 	if target == "" {
 		s.idx.drop(ms)
 		s.place(ms, now)
@@ -660,6 +661,24 @@ func (s *Store) ActiveCooldowns() int {
 		}
 	}
 	return n
+}
+
+// ListCooldowns lists the running cooldowns of current members, sorted by
+// target then member (SortCooldowns). It never fails.
+func (s *Store) ListCooldowns(context.Context) ([]Cooldown, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.o.Clock()
+	var out []Cooldown
+	for _, ms := range s.order {
+		for target, c := range ms.cool {
+			if now.Before(c.until) {
+				out = append(out, Cooldown{Member: ms.m.Name, Target: target, Until: c.until, Reason: c.reason})
+			}
+		}
+	}
+	SortCooldowns(out)
+	return out, nil
 }
 
 // Start sweeps ended leases and forgotten cooldowns every SweepInterval until

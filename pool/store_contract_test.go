@@ -471,3 +471,63 @@ func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreContractListCooldownsSaysWhyEachRuns pins the status pages' read:
+// every running cooldown of a current member, sorted by site then member,
+// with the result that set its current end; ended windows and removed
+// members are not listed, and an ok report keeps the reason of the window it
+// leaves running.
+func TestStoreContractListCooldownsSaysWhyEachRuns(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+		o := StoreOptions{
+			Cooldown:        rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour},
+			FailureWindow:   time.Minute,
+			SiteFailureRest: 300 * time.Millisecond,
+		}
+		s := mk(o, "a", "b", "c")
+		la := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "shop.com"})
+		lb := cAcquire(t, s, AcquireRequest{Proxy: "b", Target: "shop.com"})
+		lc := cAcquire(t, s, AcquireRequest{Proxy: "c", Target: "news.com"})
+		cReport(t, s, la.ID, Report{Result: rotation.ResultRateLimited, RetryAfter: 30 * time.Second})
+		cReport(t, s, lb.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, lb.ID, Report{Result: rotation.ResultOK})
+		cReport(t, s, lc.ID, Report{Result: rotation.ResultUpstreamFailed})
+		cReport(t, s, la.ID, Report{Result: rotation.ResultTargetUnreachable, Target: "dead.com"})
+
+		type row struct{ member, target, reason string }
+		list := func() []row {
+			t.Helper()
+			cs, err := s.ListCooldowns(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []row
+			for _, c := range cs {
+				if left := time.Until(c.Until); left <= 0 || left > time.Minute+time.Second {
+					t.Fatalf("%+v: until is %v from now", c, left)
+				}
+				out = append(out, row{c.Member, c.Target, string(c.Reason)})
+			}
+			return out
+		}
+		want := []row{
+			{"c", "", "upstream_failed"},
+			{"a", "dead.com", "target_unreachable"},
+			{"a", "shop.com", "rate_limited"},
+			{"b", "shop.com", "banned"},
+		}
+		if got := list(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("cooldowns\n got %v\nwant %v", got, want)
+		}
+		testutil.Eventually(t, 10*time.Second, func() error {
+			if got := list(); len(got) != 3 {
+				return fmt.Errorf("the dead.com rest has not ended: %v", got)
+			}
+			return nil
+		})
+		s.SetMembers([]Member{proxyMember(t, "a"), proxyMember(t, "b")})
+		if got := list(); fmt.Sprint(got) != fmt.Sprint(want[2:]) {
+			t.Fatalf("after c left: %v, want %v", got, want[2:])
+		}
+	})
+}

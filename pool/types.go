@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -131,6 +133,9 @@ type LeaseStore interface {
 	ActiveLeases() int
 	// ActiveCooldowns counts running cooldowns of current members.
 	ActiveCooldowns() int
+	// ListCooldowns lists the running cooldowns of current members with
+	// why each runs (status pages).
+	ListCooldowns(ctx context.Context) ([]Cooldown, error)
 	// Start does the store's upkeep until ctx ends.
 	Start(ctx context.Context)
 }
@@ -157,6 +162,29 @@ var (
 	// ErrUnreachable wraps a failure to reach a remote lease API.
 	ErrUnreachable = errors.New("pool API unreachable")
 )
+
+// Cooldown is one running cooldown: Member rests for Target (a site key;
+// "" is every site) until Until.
+type Cooldown struct {
+	Member string
+	Target string
+	Until  time.Time
+	// Reason is the report result that set the window's current end:
+	// rate_limited, banned, target_unreachable (the member could not reach
+	// that site) or upstream_failed (the member itself failed, every site).
+	// Empty for a window written before stores kept reasons.
+	Reason rotation.Result
+}
+
+// SortCooldowns orders cooldowns by target, then member: the site view.
+func SortCooldowns(cs []Cooldown) {
+	slices.SortFunc(cs, func(a, b Cooldown) int {
+		if c := strings.Compare(a.Target, b.Target); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Member, b.Member)
+	})
+}
 
 // MemberStatus is a member as the lease API lists it.
 type MemberStatus struct {
