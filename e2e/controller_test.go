@@ -28,17 +28,19 @@ type controllerProc struct {
 	*testutil.Process
 	metricsAddr, probeAddr string
 	leaseAPIAddr           string // the lease API, without a token
+	statusAddr             string // the status page (--status-listen)
 }
 
 // startController runs the real binary against env, restricted to ns, with
-// shrunken intervals, on free loopback ports for metrics, probes and the
-// lease API.
+// shrunken intervals, on free loopback ports for metrics, probes, the
+// lease API and the status page.
 func startController(t *testing.T, bin string, env *testenv.Env, ns string, extra ...string) *controllerProc {
 	t.Helper()
 	kubeconfig := env.WriteKubeconfig(t)
-	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, 3, func(addrs []string) testutil.ProcessOptions {
+	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, 4, func(addrs []string) testutil.ProcessOptions {
 		args := []string{"controller", "--kubeconfig", kubeconfig, "--proxy-namespace", ns,
 			"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--lease-api-listen", addrs[2],
+			"--status-listen", addrs[3],
 			"--requeue-now", "50ms", "--provisioning-poll", "200ms", "--deletion-poll", "200ms", "--drift-poll", "500ms",
 			"--log-format", "text",
 			// The view is namespace-restricted; this controller is the only
@@ -51,7 +53,7 @@ func startController(t *testing.T, bin string, env *testenv.Env, ns string, extr
 			ExpectCleanExit: true,
 		}
 	})
-	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1], leaseAPIAddr: addrs[2]}
+	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1], leaseAPIAddr: addrs[2], statusAddr: addrs[3]}
 }
 
 // pollTimeout is how long poll waits: generous, because the e2e tests run

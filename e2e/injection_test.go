@@ -49,7 +49,7 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 			Name: "controller[" + t.Name() + "]",
 			Args: []string{"controller", "--kubeconfig", kubeconfig, "--proxy-namespace", ctlNS,
 				"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--lease-api-listen", addrs[2],
-				"--webhook-listen", addrs[3], "--gateway-image", "proxyfleet-sidecar:e2e",
+				"--webhook-listen", addrs[3], "--status-listen", "0", "--gateway-image", "proxyfleet-sidecar:e2e",
 				"--webhook-configuration", configName, "--webhook-cert-hosts", "127.0.0.1",
 				"--sidecar-pool-api", "http://" + addrs[2], "--lease-api-token-review",
 				"--health-tick", "100ms", "--log-format", "text"},

@@ -6,13 +6,15 @@ import "github.com/prometheus/client_golang/prometheus"
 // serves the API without being a gateway (the controller). It satisfies
 // pool.LeaseRecorder; a gateway uses Metrics.LeaseRequest instead.
 type LeaseRequests struct {
-	vec *prometheus.CounterVec
+	vec  *prometheus.CounterVec
+	taps []OutcomeTap
 }
 
 // NewLeaseRequests creates proxyfleet_lease_requests_total and registers it
-// with reg. It panics if reg already holds it (a wiring bug).
-func NewLeaseRequests(reg prometheus.Registerer) *LeaseRequests {
-	l := &LeaseRequests{vec: newLeaseRequestsVec()}
+// with reg; taps (nil ones are ignored) also get every outcome. It panics
+// if reg already holds it (a wiring bug).
+func NewLeaseRequests(reg prometheus.Registerer, taps ...OutcomeTap) *LeaseRequests {
+	l := &LeaseRequests{vec: newLeaseRequestsVec(), taps: nonNil(taps)}
 	reg.MustRegister(l.vec)
 	return l
 }
@@ -21,6 +23,9 @@ func NewLeaseRequests(reg prometheus.Registerer) *LeaseRequests {
 // invalid, error).
 func (l *LeaseRequests) LeaseRequest(outcome string) {
 	l.vec.WithLabelValues(outcome).Inc()
+	for _, t := range l.taps {
+		t.Add(outcome)
+	}
 }
 
 // newLeaseRequestsVec is proxyfleet_lease_requests_total, shared by Metrics

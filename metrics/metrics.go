@@ -27,6 +27,25 @@ type Metrics struct {
 	probeDuration      *prometheus.HistogramVec
 	probeFailures      *prometheus.CounterVec
 	leaseRequests      *prometheus.CounterVec
+	// taps also get every request's outcome (the status page's chart).
+	taps []OutcomeTap
+}
+
+// OutcomeTap receives every outcome a recorder counts, as it is counted:
+// the status pages' Timeline. Add runs on the request path and must be cheap.
+type OutcomeTap interface {
+	Add(outcome string)
+}
+
+// nonNil drops nil taps, so callers can pass an optional one as it is.
+func nonNil(taps []OutcomeTap) []OutcomeTap {
+	var out []OutcomeTap
+	for _, t := range taps {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // requestBuckets reach into minutes because a CONNECT tunnel's duration is
@@ -36,10 +55,10 @@ var requestBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // probeBuckets cover a probe through a proxy, bounded by the probe timeout.
 var probeBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-// New creates the fed vectors and registers them with reg. It panics if reg
-// already holds them: registering twice is a wiring bug, not a runtime
-// condition.
-func New(reg prometheus.Registerer) *Metrics {
+// New creates the fed vectors and registers them with reg; taps (nil ones
+// are ignored) also get every Request's outcome. It panics if reg already
+// holds them: registering twice is a wiring bug, not a runtime condition.
+func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "requests_total",
@@ -68,6 +87,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Failed health probes through a member.",
 		}, []string{"member"}),
 		leaseRequests: newLeaseRequestsVec(),
+		taps:          nonNil(taps),
 	}
 	m.bytesUp, m.bytesDown = m.bytesRelayed.WithLabelValues("up"), m.bytesRelayed.WithLabelValues("down")
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
@@ -80,6 +100,9 @@ func New(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Request(member, outcome string, d time.Duration) {
 	m.requests.WithLabelValues(member, outcome).Inc()
 	m.requestDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	for _, t := range m.taps {
+		t.Add(outcome)
+	}
 }
 
 // UpstreamFailure records that member itself failed (as opposed to the site

@@ -60,7 +60,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags())...),
+		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), statusFlags())...),
 		Action: runController,
 	}
 }
@@ -142,6 +142,11 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	ss, err := parseStatusFlags(c)
+	if err != nil {
+		return err
+	}
+	ls.requests = ss.leaseRequests
 	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
 	// controller-runtime and client-go (leader election, informers) log
 	// through their own globals; route both into the same sink so every line
@@ -208,6 +213,9 @@ func runController(c *cli.Context) error {
 	// Not leader-elected: every replica serves the lease API.
 	api, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger)
 	if err != nil {
+		return err
+	}
+	if err := setupStatus(mgr, ss, api, s.manager.ProxyNamespace, logger); err != nil {
 		return err
 	}
 	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals}

@@ -73,6 +73,8 @@ type leaseAPISettings struct {
 	audience   string
 	store      pool.StoreOptions
 	leaseStore leaseStoreConfig
+	// requests also gets every lease request's outcome (the status page's chart); may be nil.
+	requests metrics.OutcomeTap
 }
 
 // parseLeaseAPIFlags validates the lease API flags before anything
@@ -124,7 +126,7 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		Token:    s.token,
 		Store:    s.store,
 		Backend:  backend,
-		Recorder: metrics.NewLeaseRequests(reg),
+		Recorder: metrics.NewLeaseRequests(reg, s.requests),
 		Logger:   logger,
 	}
 	if s.review {

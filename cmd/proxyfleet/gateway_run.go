@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/status"
 )
 
 // runGateway wires the store, member sources, prober, gateway, lease API and
@@ -39,7 +40,9 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rec := metrics.New(reg)
+	// The status page's chart counts what the recorder counts.
+	requests := status.NewTimeline(status.TimelineOptions{})
+	rec := metrics.New(reg, requests)
 
 	// The pool: the controller's lease API in remote mode, else a store of
 	// our own (with its scrape-time gauges).
@@ -143,7 +146,8 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	var ready metrics.Readiness
 	if metricsLn != nil {
-		srv := &http.Server{Handler: metrics.Handler(reg, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
+		h := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Next: metrics.Handler(reg, ready.Ready)})
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		// Last in the list: /readyz answers 503 while everything else drains.
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
@@ -338,6 +342,7 @@ func printUsage(w io.Writer, cfg *gatewayConfig, members []pool.Member, proxyLn,
 	}
 	if metricsLn != nil {
 		fmt.Fprintf(&b, "  metrics:   http://%s/metrics\n", reachableAddr(metricsLn.Addr()))
+		fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(metricsLn.Addr()))
 	}
 	_, _ = io.WriteString(w, b.String())
 }

@@ -1,0 +1,43 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/status"
+)
+
+// statusReadTimeout bounds one read of the pool for the status page, so a
+// slow lease store or API cannot hold page requests.
+const statusReadTimeout = 5 * time.Second
+
+// PoolStatus is what the gateway can see of its pool now, for the status
+// page: its own store's members and cooldowns (with why each runs), or in
+// --pool-api mode the lease API's member listing, whose cooldowns carry no
+// reason. A read that fails is logged and shown as a fixed phrase, since
+// store and API errors may name addresses the page does not show.
+func (s *Server) PoolStatus(ctx context.Context) status.PoolSnapshot {
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	if s.o.Remote != nil {
+		list, err := s.o.Remote.List(ctx, pool.ListFilter{})
+		if err != nil {
+			s.o.Logger.Warn("status page: listing the pool API's members failed", "poolAPI", s.o.RemoteURL, "err", err)
+			return status.PoolSnapshot{Err: "the lease API could not be read (see the gateway's log)"}
+		}
+		ms, cs := status.MembersFromAPI(list)
+		return status.PoolSnapshot{Members: ms, Cooldowns: cs}
+	}
+	var snap status.PoolSnapshot
+	ms, err := s.o.Store.ListMembers(ctx)
+	if err == nil {
+		snap.Members = ms
+		snap.Cooldowns, err = s.o.Store.ListCooldowns(ctx)
+	}
+	if err != nil {
+		s.o.Logger.Warn("status page: reading the lease store failed", "err", err)
+		snap.Err = "the lease store could not be read (see the gateway's log)"
+	}
+	return snap
+}
