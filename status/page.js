@@ -38,8 +38,8 @@ function table(box, columns, rows, empty) {
     const tr = el("tr");
     for (const c of columns) {
       const td = el("td", c[1](r));
-      const cls = c[2] ? c[2](r) : "";
-      td.className = (c[3] ? "num " : "") + (cls || "");
+      const cls = ((c[3] ? "num " : "") + ((c[2] && c[2](r)) || "")).trim();
+      if (cls) td.className = cls;
       tr.append(td);
     }
     t.append(tr);

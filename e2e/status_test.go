@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/status"
+)
+
+// Screenshots of the status pages are kept as test artifacts: in
+// $PROXYFLEET_ARTIFACTS when set, else in bin/artifacts of the module
+// (ignored by git), so a person can look at what the test saw.
+const artifactsEnv = "PROXYFLEET_ARTIFACTS"
+
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(artifactsEnv)
+	if dir == "" {
+		root, err := testutil.ModuleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, "bin", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("artifacts directory %s: %v", dir, err)
+	}
+	return dir
+}
+
+// chromium runs headless Chromium on pageURL with args added, letting the
+// page's scripts run for 8 s of virtual time (which stands still while its
+// fetches are pending, so the page's first poll always lands), and returns
+// what it printed.
+func chromium(t *testing.T, pageURL string, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath(chromiumBinary)
+	if err != nil {
+		t.Fatalf("%s not found (make test installs it with hack/install-deps.sh): %v", chromiumBinary, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=8000", "--window-size=1280,1600"}, args...)
+	cmd := exec.CommandContext(ctx, bin, append(all, pageURL)...)
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %v: %v\nstderr:\n%s", args, err, tail(stderr.String(), 40))
+	}
+	return stdout.String()
+}
+
+// statusPage loads pageURL in Chromium, waits for the live data, and
+// returns the DOM the page's script drew; it keeps a screenshot named
+// after the test in the artifacts directory.
+func statusPage(t *testing.T, pageURL string) string {
+	t.Helper()
+	dom := chromium(t, pageURL, "--dump-dom")
+	if !strings.Contains(dom, `data-state="live"`) {
+		t.Fatalf("the page never showed live data from its JSON:\n%s", tail(dom, 40))
+	}
+	shot := filepath.Join(artifactsDir(t), strings.ReplaceAll(t.Name(), "/", "_")+".png")
+	_ = os.Remove(shot)
+	chromium(t, pageURL, "--screenshot="+shot, "--hide-scrollbars")
+	b, err := os.ReadFile(shot)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) || len(b) < 10_000 {
+		t.Fatalf("screenshot %s: %d bytes, %v; want a PNG of the page", shot, len(b), err)
+	}
+	t.Logf("screenshot: %s", shot)
+	return dom
+}
+
+// chartBars counts the SVG bars the page drew.
+var chartBar = regexp.MustCompile(`<rect [^>]*class="bar"`)
+
+// getJSON decodes the JSON at url into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, b)
+	}
+}
+
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	code, body, err := httpGet(url)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, code, err)
+	}
+	return body
+}
+
+// TestGatewayStatusPageInChromium: a gateway with three real Squids (one
+// banned by the site, one rate-limited) and a member that refuses
+// connections (its URL carries a password) serves crawler traffic; its
+// /status page, loaded in headless Chromium, shows every member, the
+// cooldowns by site with why each runs, and a chart of the requests. Neither
+// the page nor its JSON shows the member's password or the client token.
+func TestGatewayStatusPageInChromium(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	squids := startSquids(t, "status", "127.0.0.121", "127.0.0.122", "127.0.0.123")
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.124"})
+	site.SetRule(squids[0].OutgoingAddr(), http.StatusForbidden, nil)
+	site.SetRule(squids[1].OutgoingAddr(), http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
+	closed, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const password, token = "upstream-secret-pw", "client-token-e2e-status"
+	refusing := "http://crawler:" + password + "@" + closed
+	g := startGateway(t, bin, gwConfig{
+		upstreams: append(squidURLs(squids), refusing), rotation: "per-request", authToken: token,
+		args: []string{"--cooldown", "10m", "--max-cooldown", "1h", "--failure-cooldown", "10m", "--retries", "3"},
+	})
+	c := g.client(t, "", nil)
+	for i := range 12 {
+		r, err := doGet(c, fmt.Sprintf("%s/page/%d", site.URL(), i), nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		// A ban is retried on another member while --retries allows; the
+		// site serves only the third Squid.
+		if r.status == http.StatusOK && r.source != squids[2].OutgoingAddr() {
+			t.Fatalf("request %d: 200 from %q, which the site bans", i, r.source)
+		}
+	}
+
+	jsonURL, pageURL := "http://"+g.metricsAddr+status.JSONPath, "http://"+g.metricsAddr+status.PagePath
+	var v status.GatewayView
+	why := map[string]string{}
+	pollFor(t, 30*time.Second, "cooldowns of all three kinds in "+status.JSONPath, func() (bool, string) {
+		v = status.GatewayView{}
+		getJSON(t, jsonURL, &v)
+		for _, cd := range v.Cooldowns {
+			why[cd.Member] = cd.Site + " " + cd.Reason
+		}
+		return len(why) == 3, fmt.Sprint(why)
+	})
+	host := site.Host()
+	for member, want := range map[string]string{
+		squids[0].URL()[len("http://"):]: host + " banned", squids[1].URL()[len("http://"):]: host + " rate_limited",
+		closed: "* upstream_failed",
+	} {
+		if why[member] != want {
+			t.Errorf("cooldown of %s: %q, want %q (all: %v)", member, why[member], want, why)
+		}
+	}
+	if len(v.Members) != 4 || v.Pool != "own" || v.Requests.Total < 12 {
+		t.Fatalf("view: %d members, pool %q, %d requests charted; want 4, own, at least 12", len(v.Members), v.Pool, v.Requests.Total)
+	}
+	for _, m := range v.Members {
+		if want := map[bool]string{true: status.StateFailing, false: status.StateOK}[m.Name == closed]; m.State != want {
+			t.Errorf("member %s shows %q, want %q", m.Name, m.State, want)
+		}
+	}
+
+	dom := statusPage(t, pageURL)
+	for _, want := range []string{
+		"<td>" + squids[2].URL() + "</td>", "<td>http://" + closed + "</td>",
+		">banned</td>", ">rate_limited</td>", ">upstream_failed</td>", "<td>every site</td>", "<td>" + host + "</td>",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page does not show %q", want)
+		}
+	}
+	if n := len(chartBar.FindAllString(dom, -1)); n == 0 {
+		t.Errorf("the chart has no bars:\n%s", tail(dom, 30))
+	}
+	for what, text := range map[string]string{"page": dom, "page source": getBody(t, pageURL), "JSON": getBody(t, jsonURL)} {
+		for _, secret := range []string{password, token} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s shows the secret %q", what, secret)
+			}
+		}
+	}
+}
