@@ -110,7 +110,7 @@ func parseLeaseAPIFlags(c *cli.Context) (leaseAPISettings, error) {
 
 // setupLeaseAPI adds the lease API (its Proxy source and server) to mgr and
 // registers proxyfleet_lease_requests_total and the scrape-time pool gauges
-// (leases_active, cooldowns_active, members) with reg. It returns nil when
+// (leases_active, cooldowns_active, members, site_cooldowns) with reg. It returns nil when
 // the API is off. The listener is open when it returns.
 func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Registerer, logger logr.Logger) (*leaseapi.API, error) {
 	if s.listen == "" {
@@ -138,6 +138,9 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 	}
 	if err := reg.Register(metrics.NewPoolCollector(api.Store())); err != nil {
 		return nil, fmt.Errorf("registering the lease pool gauges: %w", err)
+	}
+	if err := reg.Register(metrics.NewSiteCooldownCollector(api.Store(), 0)); err != nil {
+		return nil, fmt.Errorf("registering the site cooldown gauge: %w", err)
 	}
 	return api, nil
 }

@@ -65,7 +65,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			return err
 		}
 		defer closeStore()
-		reg.MustRegister(metrics.NewPoolCollector(store))
+		reg.MustRegister(metrics.NewPoolCollector(store), metrics.NewSiteCooldownCollector(store, 0))
 		leases = store
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -162,10 +163,15 @@ func (emptyPool) Members() []pool.MemberStatus { return nil }
 func (emptyPool) ActiveLeases() int            { return 0 }
 func (emptyPool) ActiveCooldowns() int         { return 0 }
 
+// ListCooldowns has one cooldown, so the site gauge has a series to gather.
+func (emptyPool) ListCooldowns(context.Context) ([]pool.Cooldown, error) {
+	return []pool.Cooldown{{Member: "a", Target: "shop.com", Until: time.Now().Add(time.Minute), Reason: "banned"}}, nil
+}
+
 func TestREADMEMetricsTableMatchesTheRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	reg.MustRegister(metrics.NewPoolCollector(emptyPool{}))
+	reg.MustRegister(metrics.NewPoolCollector(emptyPool{}), metrics.NewSiteCooldownCollector(emptyPool{}, 0))
 	m.Request("a", "ok", time.Millisecond)
 	m.UpstreamFailure("a")
 	m.BytesRelayed("up", 1)
