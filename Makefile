@@ -102,7 +102,7 @@ chart-lint: $(HELM)
 	$(HELM) lint charts/proxyfleet
 	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --include-crds --kube-version 1.37.2 > /dev/null
 	$(HELM) template proxyfleet charts/proxyfleet --namespace proxyfleet-system --kube-version 1.37.2 \
-		--set webhook.certManager.enabled=true,sharedGateway.enabled=true,metrics.serviceMonitor.enabled=true > /dev/null
+		--set webhook.certManager.enabled=true,sharedGateway.enabled=true,metrics.serviceMonitor.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.prometheusRule.enabled=true > /dev/null
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)/tools/.gobin

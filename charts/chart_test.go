@@ -61,7 +61,8 @@ func allOn() map[string]any {
 		"webhook":       map[string]any{"certManager": map[string]any{"enabled": true}},
 		"leaseUsers":    []any{map[string]any{"namespace": "crawl", "name": "crawler"}},
 		"sharedGateway": map[string]any{"enabled": true},
-		"metrics":       map[string]any{"serviceMonitor": map[string]any{"enabled": true}},
+		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true},
+			"grafanaDashboard": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
 	}
 }
 
