@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/status"
 )
@@ -195,5 +199,165 @@ func TestGatewayStatusPageInChromium(t *testing.T) {
 				t.Errorf("the %s shows the secret %q", what, secret)
 			}
 		}
+	}
+}
+
+// metricNames are the metric names a /metrics scrape carries (histograms
+// as their _bucket, _sum and _count series).
+func metricNames(t *testing.T, addr string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, line := range strings.Split(getBody(t, "http://"+addr+"/metrics"), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names
+}
+
+// TestControllerStatusPageInChromium: the real controller against a real
+// API server, with two External Proxies at real Squids, a ProxyPool of
+// Managed Proxies on the kubernetes provider (no kubelet runs their Pods,
+// so they stay Provisioning), provider checks, and a --pool-api gateway
+// whose crawler traffic one Squid answers with 429. The controller's page,
+// loaded in headless Chromium, shows the Proxies, the pool's desired and
+// ready counts, the provider, the lease store's members and the cooldown
+// by site, and a chart of lease requests; the gateway's page in --pool-api
+// mode shows the lease API's members. Then every metric the chart's
+// dashboard and alert rules query is checked against what the running
+// controller and gateways export.
+func TestControllerStatusPageInChromium(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	ctx := context.Background()
+	ns, podNS := env.Namespace(t), env.Namespace(t)
+	squids := startSquids(t, "ctlstatus", "127.0.0.131", "127.0.0.132")
+	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.133"})
+	site.SetRule(squids[0].OutgoingAddr(), http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
+
+	const token = "e2e-status-lease-token"
+	dir := t.TempDir()
+	tokenFile, providersCfg := filepath.Join(dir, "lease-api-token"), filepath.Join(dir, "providers.yaml")
+	writeFile(t, tokenFile, token+"\n")
+	writeFile(t, providersCfg, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
+	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg, "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
+
+	for i, sq := range squids {
+		if err := env.Client.Create(ctx, fleetExternalProxy(ns, fmt.Sprintf("squid-%d", i), sq.Port(), probe.URL()+"/probe")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicas := int32(2)
+	if err := env.Client.Create(ctx, &v1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eu"},
+		Spec: v1alpha1.ProxyPoolSpec{Replicas: &replicas, Template: v1alpha1.ProxyTemplate{
+			Spec: v1alpha1.ProxySpec{Provider: "in-cluster", Attributes: map[string]string{"pool": "eu"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range squids {
+		waitProxy(t, env.Client, ns, fmt.Sprintf("squid-%d", i), "Ready", fleetReady)
+	}
+
+	// Crawler traffic through a --pool-api gateway: the 429 becomes a
+	// cooldown of squid-0 for the site in the controller's store.
+	gwPool := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, "http://"+ctl.leaseAPIAddr, token)})
+	cPool := gwPool.client(t, "", nil)
+	var fv status.FleetView
+	pollFor(t, pollTimeout, "a rate_limited cooldown in the controller's "+status.JSONPath, func() (bool, string) {
+		_, _ = doGet(cPool, site.URL()+"/crawl", nil)
+		fv = status.FleetView{}
+		getJSON(t, "http://"+ctl.statusAddr+status.JSONPath, &fv)
+		for _, cd := range fv.Cooldowns {
+			if cd.Site == site.Host() && cd.Member == ns+"/squid-0" && cd.Reason == "rate_limited" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("cooldowns %+v", fv.Cooldowns)
+	})
+	pollFor(t, pollTimeout, "the pool, its Provisioning Proxies and the provider in "+status.JSONPath, func() (bool, string) {
+		fv = status.FleetView{}
+		getJSON(t, "http://"+ctl.statusAddr+status.JSONPath, &fv)
+		ok := len(fv.Pools) == 1 && fv.Pools[0].Desired == 2 && fv.Pools[0].Ready == 0 &&
+			fv.Phases["Ready"] == 2 && fv.Phases["Provisioning"] == 2 && len(fv.Providers) == 1 && fv.Providers[0].Ready
+		return ok, fmt.Sprintf("pools %+v phases %v providers %+v", fv.Pools, fv.Phases, fv.Providers)
+	})
+	if !fv.LeaseStore || len(fv.Members) != 2 || fv.LeaseRequests.Total == 0 || fv.Namespace != ns {
+		t.Fatalf("lease store %v, %d members, %d lease requests charted, namespace %q", fv.LeaseStore, len(fv.Members), fv.LeaseRequests.Total, fv.Namespace)
+	}
+
+	dom := statusPage(t, "http://"+ctl.statusAddr+status.PagePath)
+	for _, want := range []string{
+		"<td>squid-0</td>", "<td>squid-1</td>", `>Ready</td>`, `>Provisioning</td>`, "<td>in-cluster</td>", "<td>kubernetes</td>",
+		"<td>eu</td>", "<td>" + ns + "/squid-0</td>", "<td>" + site.Host() + "</td>", ">rate_limited</td>",
+		"<td>" + squids[0].URL() + "</td>",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the controller's page does not show %q", want)
+		}
+	}
+	if len(chartBar.FindAllString(dom, -1)) == 0 {
+		t.Errorf("the lease requests chart has no bars:\n%s", tail(dom, 30))
+	}
+	if strings.Contains(dom, token) || strings.Contains(getBody(t, "http://"+ctl.statusAddr+status.JSONPath), token) {
+		t.Error("the controller's page shows the lease API token")
+	}
+
+	// The --pool-api gateway shows what it can see: the lease API's members
+	// and cooldowns, without reasons.
+	var gv status.GatewayView
+	getJSON(t, "http://"+gwPool.metricsAddr+status.JSONPath, &gv)
+	if gv.Pool != "pool-api" || len(gv.Members) != 2 || len(gv.Notes) != 1 || len(gv.Cooldowns) == 0 || gv.Cooldowns[0].Reason != "" {
+		t.Errorf("--pool-api gateway view: pool %q, %d members, notes %q, cooldowns %+v", gv.Pool, len(gv.Members), gv.Notes, gv.Cooldowns)
+	}
+
+	// Two gateways with pools of their own export the gateway-side series
+	// the dashboard reads: one with a member that refuses (an upstream
+	// failure), one probing its member (a first failed probe takes a member
+	// out at once, so this one probes a Squid: its failure counter is an
+	// explicit zero).
+	closed, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwFail := startGateway(t, bin, gwConfig{upstreams: []string{"http://" + closed, squids[1].URL()}, rotation: "per-request"})
+	gwProbe := startGateway(t, bin, gwConfig{upstreams: []string{squids[1].URL()}, args: []string{"--probe-url", probe.URL() + "/probe"}})
+	cFail := gwFail.client(t, "", nil)
+	pollFor(t, 30*time.Second, "an upstream failure and a probe counted", func() (bool, string) {
+		_, _ = doGet(cFail, site.URL()+"/own", nil)
+		f, p := metricNames(t, gwFail.metricsAddr), metricNames(t, gwProbe.metricsAddr)
+		return f["proxyfleet_gateway_upstream_failures_total"] && p["proxyfleet_probe_failures_total"],
+			fmt.Sprintf("upstream failures %v, probe failures %v", f["proxyfleet_gateway_upstream_failures_total"], p["proxyfleet_probe_failures_total"])
+	})
+
+	exported := map[string]bool{}
+	for _, addr := range []string{ctl.metricsAddr, gwPool.metricsAddr, gwFail.metricsAddr, gwProbe.metricsAddr} {
+		for n := range metricNames(t, addr) {
+			exported[n] = true
+		}
+	}
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := testutil.ChartQueries(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for where, expr := range queries {
+		for _, name := range testutil.PromQLMetricNames(expr) {
+			checked++
+			if !exported[name] {
+				t.Errorf("%s queries %s, which neither the controller nor the gateways export", where, name)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d metric uses found in %d queries; the dashboard or the rules were not read", checked, len(queries))
 	}
 }
