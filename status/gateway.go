@@ -1,0 +1,40 @@
+package status
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// PoolReader is what the gateway page reads its pool through;
+// *gateway.Server implements it.
+type PoolReader interface {
+	PoolStatus(ctx context.Context) PoolSnapshot
+}
+
+// GatewayOptions configures GatewayHandler.
+type GatewayOptions struct {
+	Pool PoolReader
+	// PoolAPI is --pool-api ("" for an own pool).
+	PoolAPI string
+	// Requests is the timeline the gateway's metrics recorder feeds.
+	Requests *Timeline
+	// Next serves every other path (the metrics handler).
+	Next http.Handler
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// GatewayHandler serves the gateway's page and JSON (see Handler).
+func GatewayHandler(o GatewayOptions) http.Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return Handler(HandlerOptions{
+		Title: "proxyfleet gateway",
+		Next:  o.Next,
+		View: func(ctx context.Context) any {
+			return Gateway(GatewayInput{Pool: o.Pool.PoolStatus(ctx), PoolAPI: o.PoolAPI, Requests: o.Requests.Chart()}, o.Now())
+		},
+	})
+}
