@@ -2,7 +2,9 @@ package charts_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -125,4 +127,55 @@ func TestDashboardAnswersTheOperatorsQuestions(t *testing.T) {
 			t.Errorf("the dashboard has no %q row (rows: %q)", want, rows)
 		}
 	}
+}
+
+// promtool is Prometheus' own rule checker (Debian's prometheus package;
+// hack/install-deps.sh installs it): the real PromQL parser.
+func promtool(t *testing.T, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found (make test installs Debian's prometheus package with hack/install-deps.sh): %v", err)
+	}
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestAlertRulesAndDashboardQueriesParseWithPromtool runs the alert rules,
+// and every dashboard query as a recording rule (Grafana's $__rate_interval
+// as 5m), through promtool check rules, so a PromQL typo fails here rather
+// than on someone's Grafana; and promtool test rules on the alerts.
+func TestAlertRulesAndDashboardQueriesParseWithPromtool(t *testing.T) {
+	promtool(t, "check", "rules", filepath.Join(chartDir(t), "rules", "proxyfleet-alerts.yaml"))
+	// Three alerts, the subtle ones, fire on what they name (testdata/alerts_test.yaml).
+	promtool(t, "test", "rules", filepath.Join("testdata", "alerts_test.yaml"))
+
+	queries, err := testutil.ChartQueries(filepath.Dir(filepath.Dir(chartDir(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rule struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []rule
+	for where, expr := range queries {
+		if strings.HasPrefix(where, "dashboard: ") {
+			rules = append(rules, rule{Record: fmt.Sprintf("proxyfleet_dashboard:query%d", len(rules)), Expr: strings.ReplaceAll(expr, "$__rate_interval", "5m")})
+		}
+	}
+	if len(rules) < 15 {
+		t.Fatalf("only %d dashboard queries read", len(rules))
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "rules", p)
 }

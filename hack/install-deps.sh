@@ -24,6 +24,9 @@ need+=("${kvm_pkgs[@]}")
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
 # The Redis lease store's tests start their own redis-server on free ports.
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
+# promtool (in Debian's prometheus package) checks the chart's alert rules
+# and dashboard queries with Prometheus' own parser.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
@@ -37,6 +40,12 @@ if [ ${#need[@]} -gt 0 ]; then
 		# Likewise a system redis on :6379; tests never use it.
 		if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
 		service redis-server stop >/dev/null 2>&1 || true
+		# And a system Prometheus on :9090 (the gateway's default metrics
+		# address) with its recommended node exporter.
+		for svc in prometheus prometheus-node-exporter; do
+			if command -v systemctl >/dev/null 2>&1; then systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
+			service "$svc" stop >/dev/null 2>&1 || true
+		done
 		# The libvirt and OpenSSH packages start system daemons (a libvirtd
 		# with a NAT network and dnsmasq, an sshd on :22) that the tests do
 		# not use; stop and disable the ones this run installed.
