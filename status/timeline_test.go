@@ -91,3 +91,17 @@ func TestTimelineAddIsSafeForConcurrentUse(t *testing.T) {
 		t.Fatalf("total %d, want 8000", c.Total)
 	}
 }
+
+// BenchmarkTimelineAdd is the cost the gateway's request path pays per
+// request for the chart.
+func BenchmarkTimelineAdd(b *testing.B) {
+	tl := NewTimeline(TimelineOptions{})
+	outcomes := []string{"ok", "ok", "ok", "banned", "rate_limited", "no_member"}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			tl.Add(outcomes[i%len(outcomes)])
+			i++
+		}
+	})
+}
