@@ -145,9 +145,10 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		go func() { serveErr <- serveErrOf(flagAPIListen, srv.Serve(apiLn)) }()
 	}
 	var ready metrics.Readiness
+	// The metrics address also serves the status page, read from srv.
+	metricsHandler := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Next: metrics.Handler(reg, ready.Ready)})
 	if metricsLn != nil {
-		h := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Next: metrics.Handler(reg, ready.Ready)})
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second}
 		// Last in the list: /readyz answers 503 while everything else drains.
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
