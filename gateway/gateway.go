@@ -146,7 +146,7 @@ type Gateway struct {
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
-	srv      *http.Server
+	front    *frontend
 	flights  flightGroup
 	struck   struckSet
 	tunnels  tunnelSet
@@ -248,13 +248,7 @@ func New(o Options) (*Gateway, error) {
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
-	g.srv = &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: serverReadHeader,
-		IdleTimeout:       serverIdleTimeout,
-		MaxHeaderBytes:    serverMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
-	}
+	g.front = newFrontend(g.ServeHTTP, o.Logger)
 	if o.MITM != nil {
 		if g.mitm, err = g.newMITM(o.MITM); err != nil {
 			return nil, err
@@ -279,7 +273,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 			}
 		}
 	}
-	return g.srv.Serve(ln)
+	return g.front.serve(ln)
 }
 
 // Shutdown stops accepting, then waits for in-flight requests and open
@@ -287,7 +281,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	err := g.srv.Shutdown(ctx)
+	err := g.front.shutdown(ctx)
 	if g.mitm != nil {
 		// Requests inside intercepted tunnels drain like plain ones.
 		if merr := g.mitm.shutdown(ctx); err == nil {
@@ -298,7 +292,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = g.tunnels.wait(ctx)
 	}
 	if err != nil {
-		_ = g.srv.Close()
+		g.front.close()
 		g.tunnels.closeAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.
