@@ -49,6 +49,10 @@ type config struct {
 }
 
 func main() {
+	if spec := os.Getenv(floorEnv); spec != "" {
+		fmt.Fprintln(os.Stderr, "floor proxy:", runFloorProxy(spec))
+		os.Exit(1)
+	}
 	testing.Init() // testing.Benchmark reads the testing flags' defaults
 	var cfg config
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one throughput measurement")
@@ -135,6 +139,24 @@ func run(cfg config) error {
 		row{"  same ratio implied by CPU per request", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "≥ 0.80×", cpuBound(r[0], r[1]) >= 0.8},
 		row{"  Squid CPU per request (for reference)", us(r[1].squidCPU), us(r[0].squidCPU), "", "", true},
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
+	)
+
+	fmt.Println("plain HTTP keep-alive through the floor proxy (the least a Go proxy costs) ...")
+	floor, floorAddr, err := startFloorProxy(squid.Addr())
+	if err != nil {
+		return err
+	}
+	fr, err := throughput(cfg, []benchPath{paths[0], {name: "floor", proxy: "http://" + floorAddr}},
+		pidSet{gateway: floor.PID(), squid: squid.PID()}, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
+	_, _ = floor.Stop()
+	if err != nil {
+		return err
+	}
+	rows = append(rows,
+		row{"  floor proxy CPU per request vs Squid (reference)", us(fr[1].gatewayCPU), us(fr[0].squidCPU),
+			fmt.Sprintf("%.2f×", float64(fr[1].gatewayCPU)/float64(fr[0].squidCPU)), "", true},
+		row{"  gateway CPU per request ÷ floor's", us(r[1].gatewayCPU), us(fr[1].gatewayCPU),
+			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(fr[1].gatewayCPU)), "", true},
 	)
 
 	fmt.Println("HTTPS, a new CONNECT tunnel per request ...")
