@@ -237,7 +237,7 @@ func run(cfg config) error {
 
 	fmt.Printf("\nload average at end: %s (other work on the machine skews every figure)\n\n", loadAverage())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tDESIGN target\tmet")
+	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tgoal\tmet")
 	for _, r := range rows {
 		met := ""
 		if r.target != "" {
@@ -686,7 +686,7 @@ const storeRounds = 3
 // storeBench measures pool.Store acquire+release cycles (the workload of
 // internal/storebench, which BenchmarkStoreAcquireRelease also runs) at each
 // pool size with and without a selector, and from GOMAXPROCS goroutines at
-// 10 members; each figure is the median of storeRounds. Targets: DESIGN's
+// 10 members; each figure is the median of storeRounds. Goals:
 // ≥ 200k/s; ≤ 5 µs per cycle at 10,000 members and at most twice
 // the 10-member cost.
 func storeBench() ([]row, error) {

@@ -12,7 +12,7 @@ import (
 // (pool.RedisStore over loopback, 8 goroutines) and over HTTP (pool.Client
 // → the lease API → pool.RedisStore), against a redis-server of its own
 // with AOF on (appendfsync everysec, the production recommendation).
-// DESIGN's target for HTTP is ≥ 10k/s, as with the memory store.
+// The goal over HTTP is ≥ 10k/s, as with the memory store.
 func redisBench() ([]row, error) {
 	r, err := testutil.LaunchRedis(testutil.RedisOptions{AppendFsync: "everysec"})
 	if err != nil {
