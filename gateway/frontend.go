@@ -292,7 +292,12 @@ func (fc *frontConn) serve() {
 		w.reset(fc, req)
 		f.handler(w, req)
 		if w.hijacked {
+			// The handler is done with the ReadWriter Hijack gave it (its
+			// contract, see frontWriter.Hijack): the buffers go back to the
+			// pool instead of staying garbage behind every tunnel.
 			hijacked = true
+			putReader(&f.readers, fc.br)
+			putWriter(&f.writers, fc.bw)
 			return
 		}
 		w.finishRequest()

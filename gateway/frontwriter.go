@@ -39,16 +39,21 @@ const pendingMax = 2 << 10
 
 func (w *frontWriter) reset(fc *frontConn, req *http.Request) {
 	h := w.header
-	if h == nil {
-		h = make(http.Header, 16)
-	} else {
+	if h != nil {
 		clear(h)
 	}
 	*w = frontWriter{fc: fc, req: req, header: h, length: -1, pending: w.pending[:0]}
 }
 
-// Header is the answer's header map, until WriteHeader.
-func (w *frontWriter) Header() http.Header { return w.header }
+// Header is the answer's header map, until WriteHeader. It is made on
+// first use and kept for the connection's next answers; a CONNECT tunnel
+// never needs one.
+func (w *frontWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = make(http.Header, 16)
+	}
+	return w.header
+}
 
 // WriteHeader sends 1xx answers at once and records the final status.
 func (w *frontWriter) WriteHeader(code int) {
@@ -129,7 +134,10 @@ func (w *frontWriter) Flush() {
 }
 
 // Hijack hands the connection to the handler: a CONNECT tunnel, or MITM.
-// The reader may hold bytes the client sent behind its request head.
+// The reader may hold bytes the client sent behind its request head. The
+// ReadWriter is the connection's own pooled pair and is valid only until
+// the handler returns: a handler that needs buffered bytes later copies
+// them (serveConnect and serveMITM do).
 func (w *frontWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.hijacked {
 		return nil, nil, http.ErrHijacked
@@ -183,7 +191,7 @@ func (w *frontWriter) commit(final bool) {
 	case !w.bodyAllowed, w.length >= 0:
 	case final:
 		w.length = int64(len(w.pending))
-		w.header["Content-Length"] = []string{strconv.Itoa(len(w.pending))}
+		w.Header()["Content-Length"] = []string{strconv.Itoa(len(w.pending))}
 	case w.req.ProtoAtLeast(1, 1):
 		w.chunked = true
 	default:
