@@ -155,6 +155,7 @@ func run(cfg config) error {
 	rows = append(rows,
 		row{"  floor proxy CPU per request vs Squid (reference)", us(fr[1].gatewayCPU), us(fr[0].squidCPU),
 			fmt.Sprintf("%.2f×", float64(fr[1].gatewayCPU)/float64(fr[0].squidCPU)), "", true},
+		row{"  floor proxy: throughput ratio implied by CPU (reference)", "", "", fmt.Sprintf("%.2f×", cpuBound(fr[0], fr[1])), "", true},
 		row{"  gateway CPU per request ÷ floor's", us(r[1].gatewayCPU), us(fr[1].gatewayCPU),
 			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(fr[1].gatewayCPU)), "", true},
 	)
