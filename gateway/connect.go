@@ -20,7 +20,7 @@ const maxConnectAnswer = 64 << 10
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params, start time.Time) {
 	ctx := r.Context()
 	rq := &request{w: w, start: start}
 	hostport := r.Host

@@ -326,41 +326,41 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authenticate checks the client's token (when tokens are configured) and
 // reads its parameters. The token never reaches a log or an error text.
-func (g *Gateway) authenticate(r *http.Request) (Params, error) {
+func (g *Gateway) authenticate(r *http.Request) (params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
 	case len(pa) > 1:
-		return Params{}, badParams(paramErr("Proxy-Authorization given more than once"))
+		return params{}, badParams(paramErr("Proxy-Authorization given more than once"))
 	case len(pa) == 1:
 		u, token, err := parseProxyAuthorization(pa[0])
 		if err != nil {
 			if g.authRequired {
-				return Params{}, authFailed(err)
+				return params{}, authFailed(err)
 			}
-			return Params{}, badParams(err)
+			return params{}, badParams(err)
 		}
 		if g.authRequired && !g.tokens.match(token) {
-			return Params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
+			return params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
 		}
 		user = u
 	case g.authRequired:
-		return Params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
+		return params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
 	}
-	up, err := ParseUsername(user)
+	up, err := parseUsername(user)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
-	hp, err := ParseHeaders(r.Header)
+	hp, err := parseHeaders(r.Header)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
 	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil {
 		return up, nil
 	}
-	p, err := Merge(up, hp)
+	p, err := mergeParams(up, hp)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
 	return p, nil
 }
