@@ -286,7 +286,8 @@ func isHopByHop(k string) bool {
 	return false
 }
 
-// namedByConnection reports whether Connection lists header k.
+// namedByConnection reports whether a Connection header lists k (a header
+// name, or an option such as close).
 func namedByConnection(conn []string, k string) bool {
 	for _, v := range conn {
 		for v != "" {

@@ -49,8 +49,8 @@ type frontend struct {
 	lns      map[net.Listener]struct{}
 	conns    map[*frontConn]struct{}
 
-	readers sync.Pool // *bufio.Reader
-	writers sync.Pool // *bufio.Writer
+	readers readerPool
+	writers writerPool
 }
 
 // Connection states, as net/http keeps them: Shutdown closes idle
@@ -61,8 +61,6 @@ const (
 )
 
 const (
-	// frontBufSize is each connection's read and write buffer.
-	frontBufSize = 4 << 10
 	// headSlack is what net/http lets a head exceed MaxHeaderBytes by (its
 	// bufio slack), kept so the 431 boundary does not move.
 	headSlack = 4096
@@ -223,8 +221,8 @@ type frontConn struct {
 
 func (fc *frontConn) serve() {
 	f := fc.f
-	fc.br = getReader(&f.readers, &fc.lr)
-	fc.bw = getWriter(&f.writers, fc.c)
+	fc.br = f.readers.get(&fc.lr)
+	fc.bw = f.writers.get(fc.c)
 	hijacked := false
 	defer func() {
 		if v := recover(); v != nil {
@@ -243,8 +241,8 @@ func (fc *frontConn) serve() {
 		if !hijacked {
 			_ = fc.c.Close()
 			f.forget(fc)
-			putReader(&f.readers, fc.br)
-			putWriter(&f.writers, fc.bw)
+			f.readers.put(fc.br)
+			f.writers.put(fc.bw)
 		}
 	}()
 	for {
@@ -296,8 +294,8 @@ func (fc *frontConn) serve() {
 			// contract, see frontWriter.Hijack): the buffers go back to the
 			// pool instead of staying garbage behind every tunnel.
 			hijacked = true
-			putReader(&f.readers, fc.br)
-			putWriter(&f.writers, fc.bw)
+			f.readers.put(fc.br)
+			f.writers.put(fc.bw)
 			return
 		}
 		w.finishRequest()
@@ -377,29 +375,3 @@ func (b *expectBody) Read(p []byte) (int, error) {
 }
 
 func (b *expectBody) Close() error { return b.rc.Close() }
-
-func getReader(p *sync.Pool, r io.Reader) *bufio.Reader {
-	if br, ok := p.Get().(*bufio.Reader); ok {
-		br.Reset(r)
-		return br
-	}
-	return bufio.NewReaderSize(r, frontBufSize)
-}
-
-func putReader(p *sync.Pool, br *bufio.Reader) {
-	br.Reset(nil)
-	p.Put(br)
-}
-
-func getWriter(p *sync.Pool, w io.Writer) *bufio.Writer {
-	if bw, ok := p.Get().(*bufio.Writer); ok {
-		bw.Reset(w)
-		return bw
-	}
-	return bufio.NewWriterSize(w, frontBufSize)
-}
-
-func putWriter(p *sync.Pool, bw *bufio.Writer) {
-	bw.Reset(nil)
-	p.Put(bw)
-}

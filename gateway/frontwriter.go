@@ -209,7 +209,7 @@ func (w *frontWriter) writeHead(code int, final bool) {
 	bw := w.fc.bw
 	_, _ = bw.WriteString(statusLine(code))
 	if final {
-		if w.req.Close || w.fc.f.shutting.Load() || hasToken(w.header["Connection"], "close") {
+		if w.req.Close || w.fc.f.shutting.Load() || namedByConnection(w.header["Connection"], "close") {
 			w.closeAfter = true
 		}
 		delete(w.header, "Connection")
@@ -252,20 +252,6 @@ func writeField(bw *bufio.Writer, name, value string) {
 	}
 	_, _ = bw.WriteString(value)
 	_, _ = bw.WriteString("\r\n")
-}
-
-// hasToken reports whether a comma-separated header lists tok.
-func hasToken(vv []string, tok string) bool {
-	for _, v := range vv {
-		for v != "" {
-			var t string
-			t, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(t), tok) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // statusLines are the common status lines, built once.

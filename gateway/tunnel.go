@@ -144,7 +144,24 @@ func (b *bufPool) get() *[]byte {
 
 func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
 
-// readerPool recycles the small readers that read upstream CONNECT answers.
+// writerPool recycles the client connections' 4 KiB writers.
+type writerPool struct{ p sync.Pool }
+
+func (wp *writerPool) get(w io.Writer) *bufio.Writer {
+	if bw, ok := wp.p.Get().(*bufio.Writer); ok {
+		bw.Reset(w)
+		return bw
+	}
+	return bufio.NewWriterSize(w, 4096)
+}
+
+func (wp *writerPool) put(bw *bufio.Writer) {
+	bw.Reset(nil)
+	wp.p.Put(bw)
+}
+
+// readerPool recycles 4 KiB readers: the client connections' and the ones
+// that read upstream CONNECT answers.
 type readerPool struct{ p sync.Pool }
 
 func (rp *readerPool) get(r io.Reader) *bufio.Reader {
