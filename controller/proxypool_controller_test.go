@@ -51,9 +51,9 @@ func (h *healthyByDefault) Snapshot(key types.NamespacedName) (HealthSnapshot, b
 		h.seen[key] = first
 	}
 	if time.Since(first) < h.comingUpFor {
-		return HealthSnapshot{NoVerdict: true}, true
+		return HealthSnapshot{}, true
 	}
-	return HealthSnapshot{Healthy: true, Message: "probe ok", LatencyMillis: 1, CheckedAt: time.Now()}, true
+	return HealthSnapshot{Known: true, Healthy: true, Message: "probe ok", Latency: time.Millisecond, CheckedAt: time.Now()}, true
 }
 
 // poolHarness is the Proxy reconciler (fake provider, test health) plus the
@@ -280,7 +280,7 @@ func TestProxyPoolScalesThroughTheScaleSubresourceInRemovalOrder(t *testing.T) {
 	// One Proxy unhealthy, one holding a lease, three idle: scaling to 2
 	// removes the unhealthy one, then the oldest idle ones.
 	sick, leased := ps[0], ps[1]
-	ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick.Name}, HealthSnapshot{Healthy: false, Message: "probe failed", CheckedAt: time.Now()})
+	ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick.Name}, HealthSnapshot{Known: true, Healthy: false, Message: "probe failed", CheckedAt: time.Now()})
 	ph.waitProxy(sick.Name, "unhealthy", func(p *v1alpha1.Proxy) bool { return unhealthy(p) })
 	ph.lease(&leased)
 	idle := slices.DeleteFunc(slices.Clone(ps), func(p v1alpha1.Proxy) bool { return p.Name == sick.Name || p.Name == leased.Name })
