@@ -21,6 +21,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -62,7 +63,7 @@ type poolHarness struct {
 	*harness
 	health *healthyByDefault
 	api    *leaseapi.API
-	leases *pool.Client
+	leases *poolapi.Client
 	scales scale.ScalesGetter
 }
 
@@ -94,7 +95,7 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 				}
 				ph.api = api
 				pr.Leases = api
-				if ph.leases, err = pool.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
+				if ph.leases, err = poolapi.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
 					t.Fatal(err)
 				}
 			}

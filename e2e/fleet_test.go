@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -63,7 +64,7 @@ func TestFleet(t *testing.T) {
 	writeFile(t, providersCfg, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
 	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg,
 		"--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
+	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestFleet(t *testing.T) {
 			got, err := fleetHealthy(ctx, api)
 			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
 		})
-		all, err := api.List(ctx, pool.ListFilter{})
+		all, err := api.List(ctx, poolapi.ListFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,9 +178,9 @@ func TestFleet(t *testing.T) {
 		}
 		// A reported it: the controller holds a cooldown of that member for
 		// that target (the target key is the host), as long as Retry-After.
-		var cd pool.CooldownInfo
+		var cd poolapi.CooldownInfo
 		pollFor(t, 30*time.Second, "a cooldown of "+member+" for 127.0.0.5 in the lease API", func() (bool, string) {
-			ps, err := api.List(ctx, pool.ListFilter{})
+			ps, err := api.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -389,8 +390,8 @@ func pollFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 }
 
 // fleetHealthy lists the names the lease API offers (healthy=true), sorted.
-func fleetHealthy(ctx context.Context, api *pool.Client) ([]string, error) {
-	ps, err := api.List(ctx, pool.ListFilter{HealthyOnly: true})
+func fleetHealthy(ctx context.Context, api *poolapi.Client) ([]string, error) {
+	ps, err := api.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +404,7 @@ func fleetHealthy(ctx context.Context, api *pool.Client) ([]string, error) {
 }
 
 // fleetFind returns the listed member called name, or nil.
-func fleetFind(ps []pool.ProxyInfo, name string) *pool.ProxyInfo {
+func fleetFind(ps []poolapi.ProxyInfo, name string) *poolapi.ProxyInfo {
 	for i := range ps {
 		if ps[i].Name == name {
 			return &ps[i]

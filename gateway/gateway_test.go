@@ -19,6 +19,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -863,10 +864,10 @@ func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &http.Server{Handler: pool.NewAPIServer(store, pool.APIOptions{Token: "api-token"})}
+	api := &http.Server{Handler: poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "api-token"})}
 	go api.Serve(ln)
 	defer api.Close()
-	client, err := pool.NewClient("http://"+ln.Addr().String(), "api-token", nil)
+	client, err := poolapi.NewClient("http://"+ln.Addr().String(), "api-token", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

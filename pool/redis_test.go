@@ -3,10 +3,6 @@ package pool
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -139,53 +135,4 @@ func TestParseRedisURL(t *testing.T) {
 	if _, err := NewRedisStore(RedisOptions{URL: "redis://h:1", Prefix: "a{b}"}); err == nil {
 		t.Error("a prefix with braces was accepted")
 	}
-}
-
-func TestAPIOnRedisAnswers503StoreUnavailableAndRecovers(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	s := newRedisTestStore(t, r, StoreOptions{}, "a")
-	srv := httptest.NewServer(NewAPIServer(s, APIOptions{}))
-	defer srv.Close()
-	post := func() (int, string) {
-		resp, err := http.Post(srv.URL+"/v1/leases", "application/json", strings.NewReader(`{"target":"site.com"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := post(); code != http.StatusCreated {
-		t.Fatalf("with redis up: %d %s", code, body)
-	}
-	if err := r.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	code, body := post()
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"error":"store_unavailable"`) {
-		t.Fatalf("with redis down: %d %s, want 503 store_unavailable", code, body)
-	}
-	resp, err := http.Get(srv.URL + "/v1/proxies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("GET /v1/proxies with redis down: %d", resp.StatusCode)
-	}
-	// The client reads a 503 as the API being unreachable (transient).
-	c, err := NewClient(srv.URL, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("client acquire with the store down: %v, want ErrUnreachable", err)
-	}
-	r.Start()
-	testutil.Eventually(t, 15*time.Second, func() error {
-		if code, body := post(); code != http.StatusCreated {
-			return fmt.Errorf("after redis returned: %d %s", code, body)
-		}
-		return nil
-	})
 }

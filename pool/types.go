@@ -113,6 +113,18 @@ type Pool interface {
 	Report(ctx context.Context, leaseID string, r Report) error
 }
 
+// APIBackend is what the lease API serves: a Pool plus the member view for
+// GET /v1/proxies. *Store implements it; the controller feeds the same Store
+// from its Proxy cache, so the server does not care where members come from.
+type APIBackend interface {
+	Pool
+	// ListMembers lists every member with its health, leases and
+	// cooldowns; an error wrapping ErrStoreUnavailable is a 503.
+	ListMembers(ctx context.Context) ([]MemberStatus, error)
+	// MaxTTL is the longest lease the backend grants; 0 means no limit.
+	MaxTTL() time.Duration
+}
+
 // LeaseStore is a lease store a gateway or the controller runs on: the
 // in-process *Store, or the shared *RedisStore. Members are fed in by a
 // source (SetMembers, SetMembersHealth) and a prober (SetHealth); Start

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // storeOptionsFrom reads the lease store flags the gateway and the
@@ -95,7 +96,7 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 		}
 	}
 	// NewClient's errors show the URL redacted.
-	if _, err := pool.NewClient(apiURL, token, nil); err != nil {
+	if _, err := poolapi.NewClient(apiURL, token, nil); err != nil {
 		return "", "", fmt.Errorf("--%s: %w", flagPoolAPI, err)
 	}
 	return apiURL, token, nil
@@ -180,12 +181,12 @@ func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.Leas
 // its validated settings: the fixed token, or the rotating token file
 // (--pool-sa-token-file, read now and re-read as the kubelet rotates it), and
 // the default selector (--pool-selector).
-func poolClientFrom(c *cli.Context, apiURL, token string) (*pool.Client, error) {
+func poolClientFrom(c *cli.Context, apiURL, token string) (*poolapi.Client, error) {
 	sel, err := pool.ParseSelector(c.String(flagPoolSelector))
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagPoolSelector, err)
 	}
-	cl, err := pool.NewClientWith(apiURL, pool.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
+	cl, err := poolapi.NewClientWith(apiURL, poolapi.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
 	if err != nil {
 		if f := c.Path(flagPoolSATokenFile); f != "" {
 			return nil, fmt.Errorf("--%s %s: %w", flagPoolSATokenFile, f, err)

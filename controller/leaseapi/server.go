@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // DefaultShutdownGrace is how long in-flight lease requests may take when the
@@ -36,7 +37,7 @@ type Options struct {
 	Token string
 	// Reviewer, when set, also accepts projected service-account tokens
 	// (see Reviewer); authentication is then on even without Token.
-	Reviewer pool.TokenReviewer
+	Reviewer poolapi.TokenReviewer
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
 	// Backend, when set, is the lease store to serve (a shared
@@ -45,7 +46,7 @@ type Options struct {
 	// the same leases and cooldowns.
 	Backend pool.LeaseStore
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
-	Recorder pool.LeaseRecorder
+	Recorder poolapi.LeaseRecorder
 	// Credentials is the controller's credentials Secret cache, whose logins
 	// lease answers carry; nil takes the manager's (controller.NewManager's
 	// Credentials()).
@@ -108,7 +109,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
-			Handler: pool.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, pool.APIOptions{
+			Handler: poolapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, poolapi.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
