@@ -100,7 +100,11 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
 	}
-	refusals := newRefusalLog(o.Store.Clock)
+	var now func() time.Time // nil: the real clock
+	if o.Store.Clock != nil {
+		now = o.Store.Clock.Now
+	}
+	refusals := newRefusalLog(now)
 	a := &API{
 		store:  store,
 		source: source,

@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	clocktesting "k8s.io/utils/clock/testing"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,22 +20,15 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// testClock is a settable clock for the store; the API server itself reads no clock.
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
+// newTestClock is a settable clock for the store; the API server itself reads no clock.
+func newTestClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // apiFixture is a real Store behind a real APIServer on a loopback port.
 type apiFixture struct {
 	store *pool.Store
-	clock *testClock
+	clock *clocktesting.FakeClock
 	srv   *httptest.Server
 	token string
 }
@@ -61,7 +54,7 @@ func newAPIFixture(t testing.TB, so pool.StoreOptions, ao poolapi.APIOptions, me
 	t.Helper()
 	f := &apiFixture{clock: newTestClock(), token: ao.Token}
 	if so.Clock == nil {
-		so.Clock = f.clock.Now
+		so.Clock = f.clock
 	}
 	f.store = pool.NewStore(so)
 	f.store.SetMembers(members)
@@ -426,7 +419,7 @@ func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 		}
 	})
 	t.Run("the member is usable again after the window", func(t *testing.T) {
-		f.clock.Advance(31 * time.Second)
+		f.clock.Step(31 * time.Second)
 		if l := f.acquire(t, `{"proxy":"a","target":"example.com"}`); l.Proxy.Name != "a" {
 			t.Errorf("leased %q, want a", l.Proxy.Name)
 		}
@@ -443,7 +436,7 @@ func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 	})
 	t.Run("a late report on an expired lease still lands", func(t *testing.T) {
 		l := f.acquire(t, `{"proxy":"c","target":"late.example","ttlSeconds":5}`)
-		f.clock.Advance(10 * time.Second)
+		f.clock.Step(10 * time.Second)
 		if a := f.call(t, http.MethodPost, "/v1/leases/"+l.LeaseID+"/report", `{"result":"banned"}`); a.status != http.StatusNoContent {
 			t.Fatalf("late report = %d %s", a.status, a.body)
 		}
