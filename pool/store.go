@@ -67,7 +67,9 @@ type StoreOptions struct {
 	ReleasedRetained int
 }
 
-func (o StoreOptions) withDefaults() StoreOptions {
+// WithDefaults fills in the zero fields with the defaults (every lease store
+// applies the same ones).
+func (o StoreOptions) WithDefaults() StoreOptions {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -170,7 +172,7 @@ type leaseEntry struct {
 
 // NewStore makes an empty store; add members with SetMembers.
 func NewStore(o StoreOptions) *Store {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	return &Store{
 		o:        o,
 		members:  map[string]*memberState{},

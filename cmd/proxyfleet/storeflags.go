@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -137,7 +136,7 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 		}
 		return l, nil
 	}
-	if _, err := pool.ParseRedisURL(raw); err != nil {
+	if err := checkRedisURL(raw); err != nil {
 		return l, fmt.Errorf("--%s: %w", flagLeaseStore, err)
 	}
 	if l.prefix == "" || strings.ContainsAny(l.prefix, "{} ") {
@@ -161,20 +160,7 @@ func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.Leas
 	if l.url == "" {
 		return pool.NewStore(o), func() {}, nil
 	}
-	s, err := pool.NewRedisStore(pool.RedisOptions{URL: l.url, Password: l.password, Prefix: l.prefix, Store: o, Logger: log})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--%s: %w", flagLeaseStore, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Ping(ctx); err != nil {
-		// Not fatal: the lease API answers 503 store_unavailable until the
-		// store answers, and recovers by itself.
-		log.Error("lease store unreachable at start; serving 503 store_unavailable until it answers", "error", err)
-	} else {
-		log.Info("lease store on Redis", "prefix", l.prefix)
-	}
-	return s, func() { _ = s.Close() }, nil
+	return openRedisStore(l, o, log)
 }
 
 // poolClientFrom builds the lease API client of a --pool-api gateway from

@@ -41,7 +41,7 @@ type Options struct {
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
 	// Backend, when set, is the lease store to serve (a shared
-	// *pool.RedisStore, already configured); nil makes an in-memory
+	// *redisstore.RedisStore, already configured); nil makes an in-memory
 	// pool.Store from Store. With a shared store every replica serves
 	// the same leases and cooldowns.
 	Backend pool.LeaseStore

@@ -15,13 +15,14 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/redisstore"
 )
 
 // TestAPIOnRedisAnswers503StoreUnavailableAndRecovers serves the lease API
 // from a RedisStore on a real redis-server that is stopped and started.
 func TestAPIOnRedisAnswers503StoreUnavailableAndRecovers(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	s, err := pool.NewRedisStore(pool.RedisOptions{URL: r.URL(), Prefix: "apiredis"})
+	s, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "apiredis"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
-package pool
+package redisstore
 
 import (
 	"context"
 	"errors"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +12,14 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-func newRedisTestStore(t *testing.T, r *testutil.Redis, o StoreOptions, names ...string) *RedisStore {
+func newRedisTestStore(t *testing.T, r *testutil.Redis, o pool.StoreOptions, names ...string) *RedisStore {
 	t.Helper()
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "t" + strings.ReplaceAll(t.Name(), "/", "_"), Store: o})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	ms := make([]Member, 0, len(names))
+	ms := make([]pool.Member, 0, len(names))
 	for _, n := range names {
 		ms = append(ms, proxyMember(t, n))
 	}
@@ -30,23 +31,23 @@ func newRedisTestStore(t *testing.T, r *testutil.Redis, o StoreOptions, names ..
 
 func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
+	o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
 	s := newRedisTestStore(t, r, o, "a", "b")
-	l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
-	cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+	l := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
+	cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 	before := memberStatus(t, s, "a").Cooldowns["site.com"]
 
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	// Down: every call says store unavailable, nothing panics.
-	if _, err := s.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrStoreUnavailable) {
-		t.Fatalf("acquire with redis down: %v, want ErrStoreUnavailable", err)
+	if _, err := s.Acquire(context.Background(), pool.AcquireRequest{}); !errors.Is(err, pool.ErrStoreUnavailable) {
+		t.Fatalf("acquire with redis down: %v, want pool.ErrStoreUnavailable", err)
 	}
-	if err := s.Release(context.Background(), l.ID); !errors.Is(err, ErrStoreUnavailable) {
+	if err := s.Release(context.Background(), l.ID); !errors.Is(err, pool.ErrStoreUnavailable) {
 		t.Fatalf("release with redis down: %v", err)
 	}
-	if _, err := s.ListMembers(context.Background()); !errors.Is(err, ErrStoreUnavailable) {
+	if _, err := s.ListMembers(context.Background()); !errors.Is(err, pool.ErrStoreUnavailable) {
 		t.Fatalf("list with redis down: %v", err)
 	}
 	r.Start()
@@ -61,7 +62,7 @@ func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 	if a.ActiveLeases != 1 || !a.Cooldowns["site.com"].Equal(before) {
 		t.Fatalf("after SIGKILL and AOF restart: a = %+v, want 1 lease and the cooldown until %v", a, before)
 	}
-	if got := cAcquire(t, s2, AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
+	if got := cAcquire(t, s2, pool.AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
 		t.Fatalf("site.com leased %s after the restart; a is banned there", got.Member.Name)
 	}
 	cRelease(t, s2, l.ID)
@@ -72,14 +73,14 @@ func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 
 func TestRedisStoreRewritesItsMembersAfterRedisLostThem(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	s := newRedisTestStore(t, r, StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
+	s := newRedisTestStore(t, r, pool.StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.Start(ctx)
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	s.SetMembers([]Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
+	s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
 	r.Start()
 	testutil.Eventually(t, 15*time.Second, func() error {
 		if ms := s.Members(); len(ms) != 2 {
