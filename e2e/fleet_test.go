@@ -71,7 +71,11 @@ func TestFleet(t *testing.T) {
 
 	names := make([]string, len(squids)) // lease API member names, "<ns>/<name>"
 	for i, sq := range squids {
-		px := fleetExternalProxy(ns, fmt.Sprintf("squid-%d", i), sq.Port(), probe.URL()+"/probe")
+		// An External Proxy at the Squid, probed every second through it.
+		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
+			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			testutil.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
+			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
@@ -338,20 +342,6 @@ func TestFleet(t *testing.T) {
 			t.Errorf("gateway answer named %q from %s, want %s from %s", r.proxy, r.source, member, egress)
 		}
 	})
-}
-
-// fleetExternalProxy is an External Proxy at a Squid on 127.0.0.1:port,
-// probed every second through it.
-func fleetExternalProxy(ns, name string, port int, probeURL string) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ProxySpec{
-			Mode:        v1alpha1.ModeExternal,
-			Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(port)},
-			Attributes:  map[string]string{"squid": name[len(name)-1:]},
-			HealthCheck: v1alpha1.HealthCheck{URL: probeURL, IntervalSeconds: 1, TimeoutSeconds: 1},
-		},
-	}
 }
 
 // fleetReady is a Proxy the lease API offers: phase Ready, a latency, Healthy=True.
