@@ -33,6 +33,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100 on
@@ -640,13 +641,13 @@ func rssBytes(pid int) int64 {
 }
 
 // apiBench is helper B's BenchmarkAPIAcquireRelease: acquire+release pairs
-// through pool.Client against the real lease API handler on loopback.
+// through poolapi.Client against the real lease API handler on loopback.
 func apiBench() (float64, error) {
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers(benchMembers())
-	srv := httptest.NewServer(pool.NewAPIServer(store, pool.APIOptions{Token: "bench-token"}))
+	srv := httptest.NewServer(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "bench-token"}))
 	defer srv.Close()
-	client, err := pool.NewClient(srv.URL, "bench-token", nil)
+	client, err := poolapi.NewClient(srv.URL, "bench-token", nil)
 	if err != nil {
 		return 0, err
 	}
