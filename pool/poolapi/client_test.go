@@ -374,7 +374,7 @@ func TestClientDirectMemberRoundTrip(t *testing.T) {
 }
 
 // BenchmarkAPIAcquireRelease measures one acquire plus one release through
-// the Client over real HTTP on loopback (DESIGN target: >= 10k pairs/s).
+// the Client over real HTTP on loopback (goal: >= 10k pairs/s).
 func BenchmarkAPIAcquireRelease(b *testing.B) {
 	f := newAPIFixture(b, pool.StoreOptions{}, poolapi.APIOptions{Token: "bench-token"}, testMembers(b))
 	c := newTestClient(b, f, "bench-token")
