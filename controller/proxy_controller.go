@@ -31,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -95,28 +96,19 @@ func (iv Intervals) Validate() error {
 	return nil
 }
 
-// HealthSnapshot is the health engine's current verdict for one Proxy, which
-// the reconciler copies into status (the engine owns health state, the
-// reconciler its representation).
-type HealthSnapshot struct {
-	// Healthy is the verdict after the thresholds.
-	Healthy bool
-	// Message says why, for the Healthy condition.
-	Message string
-	// LatencyMillis is the reported probe latency.
-	LatencyMillis int64
-	// CheckedAt is when the status-affecting probe ran.
-	CheckedAt time.Time
-	// NoVerdict says the engine tracks the Proxy but has no verdict for its
-	// current address (not probed yet, no probe URL): any Healthy condition
-	// in status is stale and is removed.
-	NoVerdict bool
-}
+// HealthSnapshot is the health engine's reported verdict for one Proxy
+// (health.Verdict, the one type for it), which the reconciler copies into
+// status: the engine owns health state, the reconciler its representation.
+// Known false means the engine tracks the Proxy but has no verdict for its
+// current address (not probed yet, no probe URL): any Healthy condition in
+// status is stale and is removed.
+type HealthSnapshot = health.Verdict
 
 // HealthSource is what the reconciler reads health verdicts from. The health
 // engine implements it; nil means no health is represented in status.
 type HealthSource interface {
-	// Snapshot returns the verdict for a Proxy, false when there is none yet.
+	// Snapshot returns the verdict for a Proxy, false when the source does
+	// not track it (status is then left alone). *health.Engine implements it.
 	Snapshot(key types.NamespacedName) (HealthSnapshot, bool)
 }
 

@@ -453,14 +453,14 @@ func TestHealthEventsReachTheReconciler(t *testing.T) {
 	p := h.waitRunning("px")
 	key := types.NamespacedName{Namespace: h.ns, Name: "px"}
 
-	health.set(key, HealthSnapshot{Healthy: true, Message: "200 through the proxy", LatencyMillis: 42, CheckedAt: time.Now()})
+	health.set(key, HealthSnapshot{Known: true, Healthy: true, Message: "200 through the proxy", Latency: 42 * time.Millisecond, CheckedAt: time.Now()})
 	events <- event.GenericEvent{Object: p}
 	p = h.waitProxy("px", "Ready", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseReady })
 	if p.Status.LatencyMillis != 42 || p.Status.LastHealthCheckTime == nil {
 		t.Errorf("latency %d, lastHealthCheckTime %v; want 42 and a time", p.Status.LatencyMillis, p.Status.LastHealthCheckTime)
 	}
 
-	health.set(key, HealthSnapshot{Healthy: false, Message: "connection refused", CheckedAt: time.Now()})
+	health.set(key, HealthSnapshot{Known: true, Healthy: false, Message: "connection refused", CheckedAt: time.Now()})
 	events <- event.GenericEvent{Object: p}
 	p = h.waitProxy("px", "Unhealthy", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseUnhealthy })
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy); c == nil || c.Message != "connection refused" {

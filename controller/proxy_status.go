@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -116,7 +117,7 @@ func clearHealth(p *v1alpha1.Proxy) {
 // address. When the engine does not track the Proxy yet it leaves status
 // alone, so a restart does not flap a healthy fleet to unknown before the
 // engine's first round; when the engine tracks it without a verdict
-// (NoVerdict) the stale Healthy condition is removed.
+// (Known false) the stale Healthy condition is removed.
 func (r *ProxyReconciler) applyHealth(p *v1alpha1.Proxy) {
 	if r.Health == nil || p.Status.IP == "" {
 		return
@@ -125,7 +126,7 @@ func (r *ProxyReconciler) applyHealth(p *v1alpha1.Proxy) {
 	if !ok {
 		return
 	}
-	if snap.NoVerdict {
+	if !snap.Known {
 		clearHealth(p)
 		return
 	}
@@ -140,11 +141,20 @@ func (r *ProxyReconciler) applyHealth(p *v1alpha1.Proxy) {
 		Message:            snap.Message,
 		ObservedGeneration: p.Generation,
 	})
-	p.Status.LatencyMillis = snap.LatencyMillis
+	p.Status.LatencyMillis = latencyMillis(snap.Latency)
 	if !snap.CheckedAt.IsZero() {
 		t := metav1.NewTime(snap.CheckedAt)
 		p.Status.LastHealthCheckTime = &t
 	}
+}
+
+// latencyMillis rounds up, so a healthy proxy answering in under a
+// millisecond shows 1 rather than an absent (zero) latency.
+func latencyMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // isNotFound reports an API NotFound, kept here so callers read clearly.

@@ -21,6 +21,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -51,9 +52,9 @@ func (h *healthyByDefault) Snapshot(key types.NamespacedName) (HealthSnapshot, b
 		h.seen[key] = first
 	}
 	if time.Since(first) < h.comingUpFor {
-		return HealthSnapshot{NoVerdict: true}, true
+		return HealthSnapshot{}, true
 	}
-	return HealthSnapshot{Healthy: true, Message: "probe ok", LatencyMillis: 1, CheckedAt: time.Now()}, true
+	return HealthSnapshot{Known: true, Healthy: true, Message: "probe ok", Latency: time.Millisecond, CheckedAt: time.Now()}, true
 }
 
 // poolHarness is the Proxy reconciler (fake provider, test health) plus the
@@ -62,7 +63,7 @@ type poolHarness struct {
 	*harness
 	health *healthyByDefault
 	api    *leaseapi.API
-	leases *pool.Client
+	leases *poolapi.Client
 	scales scale.ScalesGetter
 }
 
@@ -94,7 +95,7 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 				}
 				ph.api = api
 				pr.Leases = api
-				if ph.leases, err = pool.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
+				if ph.leases, err = poolapi.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -280,7 +281,7 @@ func TestProxyPoolScalesThroughTheScaleSubresourceInRemovalOrder(t *testing.T) {
 	// One Proxy unhealthy, one holding a lease, three idle: scaling to 2
 	// removes the unhealthy one, then the oldest idle ones.
 	sick, leased := ps[0], ps[1]
-	ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick.Name}, HealthSnapshot{Healthy: false, Message: "probe failed", CheckedAt: time.Now()})
+	ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick.Name}, HealthSnapshot{Known: true, Healthy: false, Message: "probe failed", CheckedAt: time.Now()})
 	ph.waitProxy(sick.Name, "unhealthy", func(p *v1alpha1.Proxy) bool { return unhealthy(p) })
 	ph.lease(&leased)
 	idle := slices.DeleteFunc(slices.Clone(ps), func(p v1alpha1.Proxy) bool { return p.Name == sick.Name || p.Name == leased.Name })

@@ -13,7 +13,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
-	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // TestExternalProxyWithALoginServesAPoolAPIGateway runs the real controller
@@ -69,11 +69,11 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 		t.Fatal("Ready, but no probe went through the authenticating Squid")
 	}
 
-	api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := api.List(ctx, pool.ListFilter{HealthyOnly: true})
+	listed, err := api.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 	if err != nil || len(listed) != 1 {
 		t.Fatalf("healthy members %+v (%v), want the one Proxy", listed, err)
 	}

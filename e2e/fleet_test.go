@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -63,14 +64,18 @@ func TestFleet(t *testing.T) {
 	writeFile(t, providersCfg, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
 	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg,
 		"--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
+	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	names := make([]string, len(squids)) // lease API member names, "<ns>/<name>"
 	for i, sq := range squids {
-		px := fleetExternalProxy(ns, fmt.Sprintf("squid-%d", i), sq.Port(), probe.URL()+"/probe")
+		// An External Proxy at the Squid, probed every second through it.
+		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
+			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			testutil.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
+			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +102,7 @@ func TestFleet(t *testing.T) {
 			got, err := fleetHealthy(ctx, api)
 			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
 		})
-		all, err := api.List(ctx, pool.ListFilter{})
+		all, err := api.List(ctx, poolapi.ListFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,9 +182,9 @@ func TestFleet(t *testing.T) {
 		}
 		// A reported it: the controller holds a cooldown of that member for
 		// that target (the target key is the host), as long as Retry-After.
-		var cd pool.CooldownInfo
+		var cd poolapi.CooldownInfo
 		pollFor(t, 30*time.Second, "a cooldown of "+member+" for 127.0.0.5 in the lease API", func() (bool, string) {
-			ps, err := api.List(ctx, pool.ListFilter{})
+			ps, err := api.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -339,20 +344,6 @@ func TestFleet(t *testing.T) {
 	})
 }
 
-// fleetExternalProxy is an External Proxy at a Squid on 127.0.0.1:port,
-// probed every second through it.
-func fleetExternalProxy(ns, name string, port int, probeURL string) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ProxySpec{
-			Mode:        v1alpha1.ModeExternal,
-			Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(port)},
-			Attributes:  map[string]string{"squid": name[len(name)-1:]},
-			HealthCheck: v1alpha1.HealthCheck{URL: probeURL, IntervalSeconds: 1, TimeoutSeconds: 1},
-		},
-	}
-}
-
 // fleetReady is a Proxy the lease API offers: phase Ready, a latency, Healthy=True.
 func fleetReady(p *v1alpha1.Proxy) bool {
 	return p.Status.Phase == v1alpha1.PhaseReady && p.Status.LatencyMillis > 0 &&
@@ -389,8 +380,8 @@ func pollFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 }
 
 // fleetHealthy lists the names the lease API offers (healthy=true), sorted.
-func fleetHealthy(ctx context.Context, api *pool.Client) ([]string, error) {
-	ps, err := api.List(ctx, pool.ListFilter{HealthyOnly: true})
+func fleetHealthy(ctx context.Context, api *poolapi.Client) ([]string, error) {
+	ps, err := api.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +394,7 @@ func fleetHealthy(ctx context.Context, api *pool.Client) ([]string, error) {
 }
 
 // fleetFind returns the listed member called name, or nil.
-func fleetFind(ps []pool.ProxyInfo, name string) *pool.ProxyInfo {
+func fleetFind(ps []poolapi.ProxyInfo, name string) *poolapi.ProxyInfo {
 	for i := range ps {
 		if ps[i].Name == name {
 			return &ps[i]

@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -40,7 +41,7 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
 	writeFile(t, tokenFile, "# the controller's lease API token\n"+apiToken+"\n")
 	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	})
 
 	t.Run("attribute selectors filter the list and the leases", func(t *testing.T) {
-		eu, err := api.List(ctx, pool.ListFilter{Attributes: map[string]string{"region": "eu"}})
+		eu, err := api.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"region": "eu"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
-	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // TestControllerReplicasOnRedis runs two real controller processes on one
@@ -68,7 +68,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		})
 	}
 	for _, ctl := range []*controllerProc{ctlA, ctlB} {
-		api, err := pool.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+		api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctlC, ctlD = replica(), replica()
-		api, err := pool.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
+		api, err := poolapi.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

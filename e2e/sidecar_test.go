@@ -36,3 +36,20 @@ func TestSidecarBuild(t *testing.T) {
 		t.Fatalf("through the sidecar: sources %v, want all three %v", got, want)
 	}
 }
+
+// TestSidecarRefusesARedisLeaseStore: the sidecar build links no Redis
+// client, so a Redis --lease-store is refused at start with the flag named,
+// while the full build still offers it (its Redis store runs in
+// TestControllerReplicasOnRedis and the cmd tests).
+func TestSidecarRefusesARedisLeaseStore(t *testing.T) {
+	sidecar := testutil.BuildSidecarBinary(t)
+	out, err := exec.Command(sidecar, "gateway", "--upstream", "http://127.0.0.1:3128",
+		"--lease-store", "redis://127.0.0.1:1", "--metrics-listen", "off").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--lease-store") || !strings.Contains(string(out), "no Redis lease store") {
+		t.Fatalf("the sidecar with a Redis --lease-store: %v\n%s\nwant a refusal naming the flag", err, out)
+	}
+	full := testutil.BuildBinary(t)
+	if out, err := exec.Command(full, "gateway", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "redis://") {
+		t.Fatalf("the full build does not offer a Redis --lease-store: %v\n%s", err, out)
+	}
+}

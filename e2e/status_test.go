@@ -247,7 +247,11 @@ func TestControllerStatusPageInChromium(t *testing.T) {
 	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg, "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
 
 	for i, sq := range squids {
-		if err := env.Client.Create(ctx, fleetExternalProxy(ns, fmt.Sprintf("squid-%d", i), sq.Port(), probe.URL()+"/probe")); err != nil {
+		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
+			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			testutil.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
+			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
+		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
-// TestBadRequestsGetA4xxAndChangeNothing sends malformed requests (DESIGN
-// "Security defaults": oversized headers, malformed requests) and checks
+// TestBadRequestsGetA4xxAndChangeNothing sends malformed requests
+// (oversized heads, malformed request lines, bad CONNECT targets) and checks
 // each is a 4xx that takes no lease and never reaches the target.
 func TestBadRequestsGetA4xxAndChangeNothing(t *testing.T) {
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)

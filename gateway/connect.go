@@ -20,7 +20,7 @@ const maxConnectAnswer = 64 << 10
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params, start time.Time) {
 	ctx := r.Context()
 	rq := &request{w: w, start: start}
 	hostport := r.Host
@@ -95,10 +95,16 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *Params
 		}
 		downN += int64(len(early))
 	}
-	// The tunnel runs on fresh goroutines and this handler returns, so
-	// net/http frees the connection's buffers and the handler's stack:
-	// an idle tunnel costs two small goroutine stacks and two sockets.
-	go g.runTunnel(context.WithoutCancel(ctx), t, h, upN, downN)
+	// The tunnel runs on fresh goroutines and this handler returns, so the
+	// connection's buffers and the handler's stack are freed: an idle
+	// tunnel costs two small goroutine stacks and two sockets.
+	ctx = context.WithoutCancel(ctx)
+	t.start(&g.bufs, func(up, down int64) {
+		g.tunnels.remove(t)
+		g.rec.BytesRelayed(DirectionUp, upN+up)
+		g.rec.BytesRelayed(DirectionDown, downN+down)
+		g.done(ctx, h) // per-request rotation ends the lease here
+	})
 }
 
 // openTunnel is CONNECT's retry loop: lease a member, dial through it, and
@@ -141,16 +147,6 @@ func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host st
 			return nil, nil, at.giveUp("")
 		}
 	}
-}
-
-// runTunnel splices an established tunnel until both sides are done, then
-// records its bytes and ends its lease (per-request rotation).
-func (g *Gateway) runTunnel(ctx context.Context, t *tunnel, h held, upN, downN int64) {
-	defer g.tunnels.remove(t)
-	u, d := splice(&g.bufs, t)
-	g.rec.BytesRelayed(DirectionUp, upN+u)
-	g.rec.BytesRelayed(DirectionDown, downN+d)
-	g.done(ctx, h)
 }
 
 // appendHeader appends "name: value\r\n", replacing control characters in

@@ -43,7 +43,7 @@ func upstreamAnswer(resp *http.Response) error {
 // serveForward forwards an absolute-URI request through a leased member,
 // reads the answer as rotation feedback and retries idempotent requests on
 // another member after a ban or an upstream failure.
-func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params, start time.Time) {
+func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params, start time.Time) {
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
@@ -72,7 +72,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *Params
 // and requests inside a MITM tunnel alike: check the target, lease, send
 // through the member with retries, classify, deliver. u is the absolute
 // URL to send (host and port already split from it).
-func (g *Gateway) forward(rq *request, r *http.Request, p *Params, u *url.URL, host string, port uint16) {
+func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
@@ -286,7 +286,8 @@ func isHopByHop(k string) bool {
 	return false
 }
 
-// namedByConnection reports whether Connection lists header k.
+// namedByConnection reports whether a Connection header lists k (a header
+// name, or an option such as close).
 func namedByConnection(conn []string, k string) bool {
 	for _, v := range conn {
 		for v != "" {

@@ -70,7 +70,7 @@ type Resolver interface {
 
 // Options configures a Gateway. Only Pool is required.
 type Options struct {
-	// Pool hands out members: the in-process *pool.Store or a lease API *pool.Client.
+	// Pool hands out members: the in-process *pool.Store or a lease API *poolapi.Client.
 	Pool pool.Pool
 	// Mode is the default rotation (rotation.ModeSticky when empty); a
 	// client's rotate= parameter overrides it per request.
@@ -146,7 +146,7 @@ type Gateway struct {
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
-	srv      *http.Server
+	front    *frontend
 	flights  flightGroup
 	struck   struckSet
 	tunnels  tunnelSet
@@ -248,13 +248,7 @@ func New(o Options) (*Gateway, error) {
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
-	g.srv = &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: serverReadHeader,
-		IdleTimeout:       serverIdleTimeout,
-		MaxHeaderBytes:    serverMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
-	}
+	g.front = newFrontend(g.ServeHTTP, o.Logger)
 	if o.MITM != nil {
 		if g.mitm, err = g.newMITM(o.MITM); err != nil {
 			return nil, err
@@ -279,7 +273,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 			}
 		}
 	}
-	return g.srv.Serve(ln)
+	return g.front.serve(ln)
 }
 
 // Shutdown stops accepting, then waits for in-flight requests and open
@@ -287,7 +281,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	err := g.srv.Shutdown(ctx)
+	err := g.front.shutdown(ctx)
 	if g.mitm != nil {
 		// Requests inside intercepted tunnels drain like plain ones.
 		if merr := g.mitm.shutdown(ctx); err == nil {
@@ -298,7 +292,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = g.tunnels.wait(ctx)
 	}
 	if err != nil {
-		_ = g.srv.Close()
+		g.front.close()
 		g.tunnels.closeAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.
@@ -332,41 +326,41 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authenticate checks the client's token (when tokens are configured) and
 // reads its parameters. The token never reaches a log or an error text.
-func (g *Gateway) authenticate(r *http.Request) (Params, error) {
+func (g *Gateway) authenticate(r *http.Request) (params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
 	case len(pa) > 1:
-		return Params{}, badParams(paramErr("Proxy-Authorization given more than once"))
+		return params{}, badParams(paramErr("Proxy-Authorization given more than once"))
 	case len(pa) == 1:
 		u, token, err := parseProxyAuthorization(pa[0])
 		if err != nil {
 			if g.authRequired {
-				return Params{}, authFailed(err)
+				return params{}, authFailed(err)
 			}
-			return Params{}, badParams(err)
+			return params{}, badParams(err)
 		}
 		if g.authRequired && !g.tokens.match(token) {
-			return Params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
+			return params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
 		}
 		user = u
 	case g.authRequired:
-		return Params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
+		return params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
 	}
-	up, err := ParseUsername(user)
+	up, err := parseUsername(user)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
-	hp, err := ParseHeaders(r.Header)
+	hp, err := parseHeaders(r.Header)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
 	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil {
 		return up, nil
 	}
-	p, err := Merge(up, hp)
+	p, err := mergeParams(up, hp)
 	if err != nil {
-		return Params{}, badParams(err)
+		return params{}, badParams(err)
 	}
 	return p, nil
 }

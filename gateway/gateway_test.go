@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	clocktesting "k8s.io/utils/clock/testing"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +14,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -400,9 +401,7 @@ func TestBanRetryStopsAtRetriesAndDeliversLastAnswer(t *testing.T) {
 }
 
 func TestSuccessAfterABanResetsTheBanBackoff(t *testing.T) {
-	var now atomic.Int64
-	now.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	clock := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	const cooldown = 10 * time.Minute
 	so := pool.StoreOptions{Clock: clock, Cooldown: rotation.CooldownPolicy{Default: cooldown, Max: time.Hour}}
 	members := directMembers(1)
@@ -421,13 +420,13 @@ func TestSuccessAfterABanResetsTheBanBackoff(t *testing.T) {
 		if !ok {
 			t.Fatalf("no cooldown for %s after a ban: %v", target, e.store.Members()[0].Cooldowns)
 		}
-		return until.Sub(clock())
+		return until.Sub(clock.Now())
 	}
 
 	if w := banWindow(); w != cooldown {
 		t.Fatalf("first ban: window %v, want %v", w, cooldown)
 	}
-	now.Add(int64(cooldown + time.Minute))
+	clock.Step(cooldown + time.Minute)
 	if resp, _ := get(t, c, tg.URL(), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the window: status %d, want 200", resp.StatusCode)
 	}
@@ -863,10 +862,10 @@ func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &http.Server{Handler: pool.NewAPIServer(store, pool.APIOptions{Token: "api-token"})}
+	api := &http.Server{Handler: poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "api-token"})}
 	go api.Serve(ln)
 	defer api.Close()
-	client, err := pool.NewClient("http://"+ln.Addr().String(), "api-token", nil)
+	client, err := poolapi.NewClient("http://"+ln.Addr().String(), "api-token", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

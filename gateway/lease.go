@@ -12,13 +12,13 @@ import (
 
 // leaseReq is one request's view of leasing: who, for which target, how.
 type leaseReq struct {
-	p          *Params
-	session    string // Params.SessionKey()
+	p          *params
+	session    string // params.SessionKey()
 	target     string // rotation.TargetKey
 	perRequest bool
 }
 
-func (g *Gateway) newLeaseReq(p *Params, target string) leaseReq {
+func (g *Gateway) newLeaseReq(p *params, target string) leaseReq {
 	mode := g.mode
 	if p.Rotate != "" {
 		mode = p.Rotate
@@ -52,7 +52,7 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		// let it hold a place at its member until the TTL.
 		g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
 	}
-	key := lr.session + "\x00" + lr.target
+	key := rotation.PinKey(lr.session, lr.target)
 	f, leader := g.flights.begin(key)
 	if !leader {
 		select {
@@ -100,7 +100,7 @@ func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (hel
 
 // fits reports whether a pinned member still satisfies the request's
 // parameters (a later request of the session may name a proxy or selector).
-func fits(mc *memberConn, p *Params) bool {
+func fits(mc *memberConn, p *params) bool {
 	if p.Proxy != "" && mc.m.Name != p.Proxy {
 		return false
 	}

@@ -39,7 +39,7 @@ type mitm struct {
 // mitmTunnel is what a request inside an intercepted tunnel inherits from
 // its CONNECT: the target and the client's parameters.
 type mitmTunnel struct {
-	p        Params
+	p        params
 	hostport string
 	host     string
 	port     uint16
@@ -92,7 +92,7 @@ func (m *mitm) wanted(r *http.Request, host string) bool {
 // with a leaf for host, and hands the connection to the MITM server. No
 // member is leased here: each request inside the tunnel leases (and may
 // rotate) on its own, through the same path as plain HTTP.
-func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *Params, hostport, host string, port uint16, start time.Time) {
+func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {

@@ -57,9 +57,9 @@ const (
 // hostile client cannot make the parser do unbounded work per request.
 const maxUsernameLen = 1024
 
-// Params is what one request asked of the gateway, from its username and its
+// params is what one request asked of the gateway, from its username and its
 // X-Proxyfleet-* headers. The zero value means "defaults for everything".
-type Params struct {
+type params struct {
 	// User is the client's name (the username before any parameter); "" when
 	// the client sent no credentials.
 	User string
@@ -78,27 +78,27 @@ type Params struct {
 
 // SessionKey is the affinity key of the client's session: the user plus the
 // session name, so two users' sessions of the same name never share a member.
-func (p *Params) SessionKey() string {
+func (p *params) SessionKey() string {
 	if p.Session == "" {
 		return p.User
 	}
 	return p.User + "\x00" + p.Session
 }
 
-// ParamError is a malformed username, header or credential: the gateway
+// paramError is a malformed username, header or credential: the gateway
 // answers 407 with its message, never a silent default.
-type ParamError struct{ Msg string }
+type paramError struct{ Msg string }
 
-func (e *ParamError) Error() string { return e.Msg }
+func (e *paramError) Error() string { return e.Msg }
 
-func paramErr(parts ...string) error { return &ParamError{Msg: strings.Join(parts, "")} }
+func paramErr(parts ...string) error { return &paramError{Msg: strings.Join(parts, "")} }
 
-// ParseUsername reads the parameters a username carries, in either form:
+// parseUsername reads the parameters a username carries, in either form:
 // `user-session-abc123-region-eu` (hyphen-separated key/value pairs after
 // the user) or `user;session=abc123;zone=europe-west1-b` (for values with
 // hyphens). The user name itself may contain neither '-' nor ';'.
-func ParseUsername(username string) (Params, error) {
-	var p Params
+func parseUsername(username string) (params, error) {
+	var p params
 	if username == "" {
 		return p, nil
 	}
@@ -163,10 +163,10 @@ func ParseUsername(username string) (Params, error) {
 	}
 }
 
-// ParseHeaders reads the X-Proxyfleet-* request headers. Each may appear at
+// parseHeaders reads the X-Proxyfleet-* request headers. Each may appear at
 // most once, except X-Proxyfleet-Select whose lines join as one list.
-func ParseHeaders(h http.Header) (Params, error) {
-	var p Params
+func parseHeaders(h http.Header) (params, error) {
+	var p params
 	for _, name := range [...]string{HeaderSession, HeaderProxy, HeaderRotate, HeaderSessTTL} {
 		vs := h[name]
 		if len(vs) == 0 {
@@ -228,9 +228,9 @@ func ParseHeaders(h http.Header) (Params, error) {
 	return p, nil
 }
 
-// Merge combines username parameters u with header parameters h. A key set
+// mergeParams combines username parameters u with header parameters h. A key set
 // in both must have the same value: disagreeing is an error, not a precedence rule.
-func Merge(u, h Params) (Params, error) {
+func mergeParams(u, h params) (params, error) {
 	out := u
 	pick := func(key, a, b string) (string, error) {
 		if a != "" && b != "" && a != b {
@@ -280,7 +280,7 @@ func Merge(u, h Params) (Params, error) {
 
 // set records one key/value; where names the source for the error text.
 // wide allows '-' in values (the ;key=value form and headers).
-func (p *Params) set(k, v string, wide bool, where string) error {
+func (p *params) set(k, v string, wide bool, where string) error {
 	if k == "" {
 		return paramErr("empty key in ", where)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -18,21 +19,21 @@ func TestParseUsername(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
-		want    Params
+		want    params
 		wantErr string // substring of the error; "" means success
 	}{
-		{name: "empty username means defaults", in: "", want: Params{}},
-		{name: "plain user has no parameters", in: "alice", want: Params{User: "alice"}},
+		{name: "empty username means defaults", in: "", want: params{}},
+		{name: "plain user has no parameters", in: "alice", want: params{User: "alice"}},
 		{name: "hyphen form reads session and selector", in: "alice-session-abc123-region-eu-proxy-px7",
-			want: Params{User: "alice", Session: "abc123", Proxy: "px7", Selector: map[string]string{"region": "eu"}}},
+			want: params{User: "alice", Session: "abc123", Proxy: "px7", Selector: map[string]string{"region": "eu"}}},
 		{name: "semicolon form allows hyphens in values", in: "alice;session=abc123;zone=europe-west1-b",
-			want: Params{User: "alice", Session: "abc123", Selector: map[string]string{"zone": "europe-west1-b"}}},
-		{name: "sessttl as integer seconds", in: "bob-sessttl-90", want: Params{User: "bob", SessTTL: 90 * time.Second}},
-		{name: "sessttl as Go duration", in: "bob-sessttl-1m30s", want: Params{User: "bob", SessTTL: 90 * time.Second}},
-		{name: "rotate request", in: "bob-rotate-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
-		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
-		{name: "rotate sticky", in: "bob;rotate=sticky", want: Params{User: "bob", Rotate: rotation.ModeSticky}},
-		{name: "user may carry dots, underscores and @", in: "a.b_c@x;session=1", want: Params{User: "a.b_c@x", Session: "1"}},
+			want: params{User: "alice", Session: "abc123", Selector: map[string]string{"zone": "europe-west1-b"}}},
+		{name: "sessttl as integer seconds", in: "bob-sessttl-90", want: params{User: "bob", SessTTL: 90 * time.Second}},
+		{name: "sessttl as Go duration", in: "bob-sessttl-1m30s", want: params{User: "bob", SessTTL: 90 * time.Second}},
+		{name: "rotate request", in: "bob-rotate-request", want: params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate sticky", in: "bob;rotate=sticky", want: params{User: "bob", Rotate: rotation.ModeSticky}},
+		{name: "user may carry dots, underscores and @", in: "a.b_c@x;session=1", want: params{User: "a.b_c@x", Session: "1"}},
 
 		{name: "odd pair count is refused", in: "alice-session-abc-region", wantErr: "odd number"},
 		{name: "trailing hyphen is refused", in: "alice-session-abc-", wantErr: "ends with"},
@@ -58,14 +59,14 @@ func TestParseUsername(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseUsername(tt.in)
+			got, err := parseUsername(tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
-					t.Fatalf("ParseUsername(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
+					t.Fatalf("parseUsername(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
 				}
-				var pe *ParamError
+				var pe *paramError
 				if !errors.As(err, &pe) {
-					t.Fatalf("error %v is not a *ParamError", err)
+					t.Fatalf("error %v is not a *paramError", err)
 				}
 				if !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %q does not contain %q", err, tt.wantErr)
@@ -73,10 +74,10 @@ func TestParseUsername(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseUsername(%q): %v", tt.in, err)
+				t.Fatalf("parseUsername(%q): %v", tt.in, err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParseUsername(%q) = %+v, want %+v", tt.in, got, tt.want)
+				t.Fatalf("parseUsername(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -93,16 +94,16 @@ func TestParseHeaders(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      http.Header
-		want    Params
+		want    params
 		wantErr string
 	}{
-		{name: "no headers means defaults", in: h(), want: Params{}},
+		{name: "no headers means defaults", in: h(), want: params{}},
 		{name: "all headers", in: h(HeaderSession, "s-1", HeaderSelect, "region=eu, tier=dc", HeaderProxy, "px-7",
 			HeaderRotate, "request", HeaderSessTTL, "30"),
-			want: Params{Session: "s-1", Proxy: "px-7", Rotate: rotation.ModeRequest, SessTTL: 30 * time.Second,
+			want: params{Session: "s-1", Proxy: "px-7", Rotate: rotation.ModeRequest, SessTTL: 30 * time.Second,
 				Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "select lines join as one list", in: h(HeaderSelect, "region=eu", HeaderSelect, "tier=dc"),
-			want: Params{Selector: map[string]string{"region": "eu", "tier": "dc"}}},
+			want: params{Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "repeated session header is refused", in: h(HeaderSession, "a", HeaderSession, "b"), wantErr: "more than once"},
 		{name: "empty session header is refused", in: h(HeaderSession, " "), wantErr: "is empty"},
 		{name: "select item without equals is refused", in: h(HeaderSelect, "region"), wantErr: "not key=value"},
@@ -114,18 +115,18 @@ func TestParseHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseHeaders(tt.in)
+			got, err := parseHeaders(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParseHeaders = %+v, %v; want error containing %q", got, err, tt.wantErr)
+					t.Fatalf("parseHeaders = %+v, %v; want error containing %q", got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseHeaders: %v", err)
+				t.Fatalf("parseHeaders: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParseHeaders = %+v, want %+v", got, tt.want)
+				t.Fatalf("parseHeaders = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -136,15 +137,15 @@ func TestMerge(t *testing.T) {
 		name     string
 		user     string
 		hdr      http.Header
-		want     Params
+		want     params
 		wantErrs string
 	}{
 		{name: "header fills what the username leaves out", user: "u-session-a",
 			hdr:  http.Header{HeaderSelect: {"region=eu"}},
-			want: Params{User: "u", Session: "a", Selector: map[string]string{"region": "eu"}}},
+			want: params{User: "u", Session: "a", Selector: map[string]string{"region": "eu"}}},
 		{name: "agreeing values are accepted", user: "u-session-a-region-eu",
 			hdr:  http.Header{HeaderSession: {"a"}, HeaderSelect: {"region=eu,tier=dc"}},
-			want: Params{User: "u", Session: "a", Selector: map[string]string{"region": "eu", "tier": "dc"}}},
+			want: params{User: "u", Session: "a", Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "disagreeing session is refused", user: "u-session-a", hdr: http.Header{HeaderSession: {"b"}}, wantErrs: "username says"},
 		{name: "disagreeing selector is refused", user: "u-region-eu", hdr: http.Header{HeaderSelect: {"region=us"}}, wantErrs: "username says"},
 		{name: "disagreeing sessttl is refused", user: "u-sessttl-10", hdr: http.Header{HeaderSessTTL: {"20s"}}, wantErrs: "username says"},
@@ -152,18 +153,18 @@ func TestMerge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, err := ParseUsername(tt.user)
+			u, err := parseUsername(tt.user)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := ParseHeaders(tt.hdr)
+			h, err := parseHeaders(tt.hdr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := Merge(u, h)
+			got, err := mergeParams(u, h)
 			if tt.wantErrs != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErrs) {
-					t.Fatalf("Merge = %+v, %v; want error containing %q", got, err, tt.wantErrs)
+					t.Fatalf("mergeParams = %+v, %v; want error containing %q", got, err, tt.wantErrs)
 				}
 				return
 			}
@@ -171,16 +172,16 @@ func TestMerge(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("Merge = %+v, want %+v", got, tt.want)
+				t.Fatalf("mergeParams = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 }
 
 func TestSessionKeySeparatesUsers(t *testing.T) {
-	a := Params{User: "a", Session: "s"}
-	b := Params{User: "b", Session: "s"}
-	def := Params{User: "a"}
+	a := params{User: "a", Session: "s"}
+	b := params{User: "b", Session: "s"}
+	def := params{User: "a"}
 	if a.SessionKey() == b.SessionKey() {
 		t.Fatal("two users with the same session name share a session key")
 	}
@@ -239,7 +240,7 @@ func TestTokenSet(t *testing.T) {
 }
 
 // canonicalUsername writes p in the ;key=value form with sorted keys.
-func canonicalUsername(p Params) string {
+func canonicalUsername(p params) string {
 	parts := paramPairs(p)
 	if len(parts) == 0 {
 		return p.User
@@ -247,7 +248,7 @@ func canonicalUsername(p Params) string {
 	return p.User + ";" + strings.Join(parts, ";")
 }
 
-func paramPairs(p Params) []string {
+func paramPairs(p params) []string {
 	var parts []string
 	if p.Session != "" {
 		parts = append(parts, "session="+p.Session)
@@ -274,7 +275,7 @@ func selectorPairs(sel map[string]string) []string {
 	return parts
 }
 
-func checkParamsInvariants(t *testing.T, p Params) {
+func checkParamsInvariants(t *testing.T, p params) {
 	t.Helper()
 	if p.SessTTL < 0 {
 		t.Fatalf("negative sessttl %v", p.SessTTL)
@@ -301,11 +302,11 @@ func FuzzParseUsername(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		p, err := ParseUsername(in)
+		p, err := parseUsername(in)
 		if err != nil {
-			var pe *ParamError
+			var pe *paramError
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParamError", err)
+				t.Fatalf("error %v is not a *paramError", err)
 			}
 			return
 		}
@@ -313,15 +314,15 @@ func FuzzParseUsername(f *testing.F) {
 		if in != "" && p.User == "" {
 			t.Fatalf("non-empty username %q parsed to an empty user", in)
 		}
-		// Round trip: the canonical ;key=value form parses to the same Params.
-		again, err := ParseUsername(canonicalUsername(p))
+		// Round trip: the canonical ;key=value form parses to the same params.
+		again, err := parseUsername(canonicalUsername(p))
 		if err != nil {
 			t.Fatalf("canonical form %q of %q does not parse: %v", canonicalUsername(p), in, err)
 		}
 		if !reflect.DeepEqual(again, p) {
 			t.Fatalf("round trip of %q: got %+v, want %+v", in, again, p)
 		}
-		// Consistency: the same parameters as headers merge to the same Params.
+		// Consistency: the same parameters as headers merge to the same params.
 		hdr := http.Header{}
 		if p.Session != "" {
 			hdr.Set(HeaderSession, p.Session)
@@ -332,11 +333,11 @@ func FuzzParseUsername(f *testing.F) {
 		if sel := selectorPairs(p.Selector); len(sel) > 0 {
 			hdr.Set(HeaderSelect, strings.Join(sel, ","))
 		}
-		hp, err := ParseHeaders(hdr)
+		hp, err := parseHeaders(hdr)
 		if err != nil {
 			t.Fatalf("headers %v from %q do not parse: %v", hdr, in, err)
 		}
-		merged, err := Merge(p, hp)
+		merged, err := mergeParams(p, hp)
 		if err != nil {
 			t.Fatalf("merging %q with its own headers: %v", in, err)
 		}
@@ -360,11 +361,11 @@ func FuzzParseHeaders(f *testing.F) {
 				hdr.Set(k, v)
 			}
 		}
-		p, err := ParseHeaders(hdr)
+		p, err := parseHeaders(hdr)
 		if err != nil {
-			var pe *ParamError
+			var pe *paramError
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParamError", err)
+				t.Fatalf("error %v is not a *paramError", err)
 			}
 			return
 		}
@@ -378,7 +379,7 @@ func FuzzParseHeaders(f *testing.F) {
 		// and nothing else.
 		p.User = "u"
 		canon := canonicalUsername(p)
-		again, err := ParseUsername(canon)
+		again, err := parseUsername(canon)
 		if len(canon) > maxUsernameLen {
 			if err == nil || !strings.Contains(err.Error(), "longer than") {
 				t.Fatalf("a %d-byte canonical form: %v, want the length refusal", len(canon), err)
@@ -392,4 +393,27 @@ func FuzzParseHeaders(f *testing.F) {
 			t.Fatalf("round trip: got %+v, want %+v", again, p)
 		}
 	})
+}
+
+// TestREADMEUsernameExamplesParse keeps the README's username examples and
+// the 407 message it quotes in step with the parser.
+func TestREADMEUsernameExamplesParse(t *testing.T) {
+	for _, u := range []string{
+		"crawler-session-abc123-region-eu-proxy-px7",
+		"crawler;session=abc123;zone=europe-west1-b",
+		"crawler-session-s42",
+	} {
+		if _, err := parseUsername(u); err != nil {
+			t.Errorf("README example %q does not parse: %v", u, err)
+		}
+	}
+	_, err := parseUsername("crawler-session-abc!")
+	want := `value of "session" in username has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')`
+	if err == nil || err.Error() != want {
+		t.Errorf("README quotes the 407 message %q, the parser says %v", want, err)
+	}
+	raw, _ := os.ReadFile("../README.md")
+	if !strings.Contains(strings.Join(strings.Fields(string(raw)), " "), "proxyfleet: "+want) {
+		t.Errorf("README no longer quotes %q", want)
+	}
 }

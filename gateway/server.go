@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // Defaults of ServerOptions' zero values.
@@ -42,7 +43,7 @@ type ServerOptions struct {
 	Prober *pool.Prober
 	// Remote is the controller's lease API in --pool-api mode; Store,
 	// Files and Prober are nil then.
-	Remote *pool.Client
+	Remote *poolapi.Client
 	// RemoteURL is Remote's address, for the log (it never holds credentials).
 	RemoteURL string
 	// RemoteIdle is DefaultRemoteMemberIdle when zero.
@@ -149,8 +150,8 @@ func (s *Server) checkPoolAPI(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, poolAPICheckTimeout)
 	defer cancel()
 	log, api := s.o.Logger, s.o.RemoteURL
-	healthy, err := s.o.Remote.List(ctx, pool.ListFilter{HealthyOnly: true})
-	var apiErr *pool.APIError
+	healthy, err := s.o.Remote.List(ctx, poolapi.ListFilter{HealthyOnly: true})
+	var apiErr *poolapi.APIError
 	switch {
 	case err == nil && len(healthy) == 0:
 		log.Warn("the pool API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", api)

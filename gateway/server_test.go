@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // forgetLog records the members whose series a Server dropped.
@@ -46,7 +47,7 @@ func TestNewServerNeedsExactlyOnePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote, err := pool.NewClient("http://127.0.0.1:1", "", nil)
+	remote, err := poolapi.NewClient("http://127.0.0.1:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestServerReloadKeepsTheStoreGatewayAndMetricsInStep(t *testing.T) {
 }
 
 func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
-	remote, err := pool.NewClient("http://127.0.0.1:1", "", nil)
+	remote, err := poolapi.NewClient("http://127.0.0.1:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // TestSessTTLBoundsHowLongASessionKeepsItsLease checks the positive side of
-// the sessttl parameter (DESIGN "What a client can say"): a session that asks
+// the sessttl parameter: a session that asks
 // for a one-second TTL keeps its lease while it lasts and gets a new one
 // after, while a session on the gateway's own --lease-ttl keeps its lease.
 func TestSessTTLBoundsHowLongASessionKeepsItsLease(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/status"
 )
 
@@ -21,7 +21,7 @@ func (s *Server) PoolStatus(ctx context.Context) status.PoolSnapshot {
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
 	if s.o.Remote != nil {
-		list, err := s.o.Remote.List(ctx, pool.ListFilter{})
+		list, err := s.o.Remote.List(ctx, poolapi.ListFilter{})
 		if err != nil {
 			s.o.Logger.Warn("status page: listing the pool API's members failed", "poolAPI", s.o.RemoteURL, "err", err)
 			return status.PoolSnapshot{Err: "the lease API could not be read (see the gateway's log)"}

@@ -20,6 +20,14 @@ type tunnel struct {
 	mu               sync.Mutex
 	closed           bool
 	client, upstream net.Conn
+
+	// Set by start; up and down count the relays' bytes, finished the
+	// directions that ended (under mu).
+	bufs     *bufPool
+	done     func(up, down int64)
+	up, down int64
+	finished int
+	grace    *time.Timer
 }
 
 // setClient records the hijacked client connection; false (and the
@@ -136,7 +144,24 @@ func (b *bufPool) get() *[]byte {
 
 func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
 
-// readerPool recycles the small readers that read upstream CONNECT answers.
+// writerPool recycles the client connections' 4 KiB writers.
+type writerPool struct{ p sync.Pool }
+
+func (wp *writerPool) get(w io.Writer) *bufio.Writer {
+	if bw, ok := wp.p.Get().(*bufio.Writer); ok {
+		bw.Reset(w)
+		return bw
+	}
+	return bufio.NewWriterSize(w, 4096)
+}
+
+func (wp *writerPool) put(bw *bufio.Writer) {
+	bw.Reset(nil)
+	wp.p.Put(bw)
+}
+
+// readerPool recycles 4 KiB readers: the client connections' and the ones
+// that read upstream CONNECT answers.
 type readerPool struct{ p sync.Pool }
 
 func (rp *readerPool) get(r io.Reader) *bufio.Reader {
@@ -178,31 +203,43 @@ func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
 type writerOnly struct{ io.Writer }
 type readerOnly struct{ io.Reader }
 
-// splice relays both ways until both directions end; once one ends, the
-// other gets tunnelCloseGrace before both connections are closed.
-func splice(bufs *bufPool, t *tunnel) (up, down int64) {
-	upDone := make(chan int64, 1)
-	var mu sync.Mutex
-	var timer *time.Timer
-	var finished int
-	finish := func() {
-		mu.Lock()
-		finished++
-		if finished == 1 {
-			timer = time.AfterFunc(tunnelCloseGrace, t.close)
-		} else if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
+// start relays both ways, each direction on a goroutine of its own with
+// nothing but the relay on its stack, so an idle tunnel holds two
+// goroutines at their smallest stack size and no third one waiting for
+// them. Once one direction ends, the other gets tunnelCloseGrace before
+// both connections are closed; the direction that ends last closes the
+// tunnel and calls done with the bytes each way.
+func (t *tunnel) start(bufs *bufPool, done func(up, down int64)) {
+	t.bufs, t.done = bufs, done
+	go t.relayUp()
+	go t.relayDown()
+}
+
+func (t *tunnel) relayUp() {
+	n, _ := relay(t.bufs, t.upstream, t.client)
+	t.ended(&t.up, n)
+}
+
+func (t *tunnel) relayDown() {
+	n, _ := relay(t.bufs, t.client, t.upstream)
+	t.ended(&t.down, n)
+}
+
+// ended records one direction's bytes and, for the second, ends the tunnel.
+func (t *tunnel) ended(counter *int64, n int64) {
+	t.mu.Lock()
+	*counter += n
+	t.finished++
+	last := t.finished == 2
+	if !last {
+		t.grace = time.AfterFunc(tunnelCloseGrace, t.close)
+	} else if t.grace != nil {
+		t.grace.Stop()
 	}
-	go func() {
-		n, _ := relay(bufs, t.upstream, t.client)
-		finish()
-		upDone <- n
-	}()
-	down, _ = relay(bufs, t.client, t.upstream)
-	finish()
-	up = <-upDone
-	t.close()
-	return up, down
+	up, down := t.up, t.down
+	t.mu.Unlock()
+	if last {
+		t.close()
+		t.done(up, down)
+	}
 }

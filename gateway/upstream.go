@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // The lean forwarding path: a plain-HTTP request without a body, for an
@@ -181,10 +183,11 @@ func leanEligible(mc *memberConn, req *http.Request) bool {
 }
 
 // replayable mirrors net/http's rule for resending a request on a fresh
-// connection after a kept-alive one turned out to be closed.
+// connection after a kept-alive one turned out to be closed: the methods
+// rotation.Retryable allows (the lean path carries no body), or any request
+// with an idempotency key, since the upstream never saw it.
 func replayable(req *http.Request) bool {
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	if req.Method == "" || rotation.Retryable(req.Method, false) {
 		return true
 	}
 	_, a := req.Header["Idempotency-Key"]

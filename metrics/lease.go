@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // LeaseRequests counts lease API requests by outcome in a process that
 // serves the API without being a gateway (the controller). It satisfies
-// pool.LeaseRecorder; a gateway uses Metrics.LeaseRequest instead.
+// poolapi.LeaseRecorder; a gateway uses Metrics.LeaseRequest instead.
 type LeaseRequests struct {
 	vec  *prometheus.CounterVec
 	taps []OutcomeTap

@@ -5,15 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/probe"
 )
 
 // Defaults of ProberOptions' zero values.
@@ -24,9 +22,6 @@ const (
 	DefaultProbeFailureThreshold = 3
 	DefaultProbeConcurrency      = 16
 )
-
-// probeBodyLimit is how much of a probe answer is read before closing.
-const probeBodyLimit = 64 << 10
 
 // HealthSink receives probe verdicts; *Store implements it.
 type HealthSink interface {
@@ -90,10 +85,7 @@ type Prober struct {
 
 type probeState struct {
 	member  Member // as last probed; a new endpoint (SameEndpoint) starts over
-	known   bool
-	healthy bool
-	okRun   int
-	failRun int
+	verdict probe.Counter
 	latency time.Duration // last successful probe
 }
 
@@ -176,48 +168,25 @@ func (p *Prober) ProbeAll(ctx context.Context) {
 	p.prune(members)
 }
 
-// probe fetches the probe URL through m with a fresh transport that keeps
-// no connection: a cached CONNECT tunnel or keep-alive connection would let
-// later probes pass without exercising the member. The transport never reads
-// HTTP(S)_PROXY from the environment.
+// probe fetches the probe URL through m (probe.Fetch: a fresh transport
+// that keeps no connection, never HTTP(S)_PROXY from the environment); a
+// direct member dials from its source address.
 func (p *Prober) probe(ctx context.Context, m Member) (time.Duration, error) {
-	dialer := &net.Dialer{Timeout: p.o.Timeout}
-	tr := &http.Transport{
-		DialContext:            dialer.DialContext,
-		DisableKeepAlives:      true,
-		TLSHandshakeTimeout:    p.o.Timeout,
-		ResponseHeaderTimeout:  p.o.Timeout,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	if p.o.TLSConfig != nil {
-		tr.TLSClientConfig = p.o.TLSConfig.Clone()
-	}
-	if m.URL != nil {
-		tr.Proxy = http.ProxyURL(m.URL)
-	} else if m.SourceAddr.IsValid() {
-		dialer.LocalAddr = &net.TCPAddr{IP: m.SourceAddr.AsSlice(), Zone: m.SourceAddr.Zone()}
-	}
-	defer tr.CloseIdleConnections()
-
-	ctx, cancel := context.WithTimeout(ctx, p.o.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.target.String(), nil)
+	res, err := probe.Fetch(ctx, probe.Request{
+		Target:    p.target,
+		Proxy:     m.URL,
+		LocalAddr: m.SourceAddr,
+		Timeout:   p.o.Timeout,
+		TLSConfig: p.o.TLSConfig,
+		UserAgent: "proxyfleet-probe",
+	})
 	if err != nil {
-		return 0, err
+		return res.Latency, err
 	}
-	req.Header.Set("User-Agent", "proxyfleet-probe")
-	start := time.Now()
-	resp, err := tr.RoundTrip(req)
-	d := time.Since(start)
-	if err != nil {
-		return d, scrubPassword(err, m)
+	if !p.expected(res.Answer.StatusCode) {
+		return res.Latency, fmt.Errorf("probe answered %s", res.Answer.Status)
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, probeBodyLimit))
-	_ = resp.Body.Close()
-	if !p.expected(resp.StatusCode) {
-		return d, fmt.Errorf("probe answered %s", resp.Status)
-	}
-	return d, nil
+	return res.Latency, nil
 }
 
 func (p *Prober) expected(status int) bool {
@@ -225,19 +194,6 @@ func (p *Prober) expected(status int) bool {
 		return status >= 200 && status <= 299
 	}
 	return slices.Contains(p.o.ExpectedStatus, status)
-}
-
-// scrubPassword keeps a member's password out of an error that might be
-// logged (transport errors normally do not carry it; this makes sure).
-func scrubPassword(err error, m Member) error {
-	if m.URL == nil || m.URL.User == nil {
-		return err
-	}
-	pw, ok := m.URL.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
 }
 
 // record applies one probe result to the member's verdict and hands it on.
@@ -253,26 +209,15 @@ func (p *Prober) record(m Member, d time.Duration, err error) {
 		st = &probeState{member: m}
 		p.states[m.Name] = st
 	}
-	was, known := st.healthy, st.known
+	was, known := st.verdict.Verdict()
 	if ok {
-		st.okRun++
-		st.failRun = 0
 		st.latency = d
-	} else {
-		st.failRun++
-		st.okRun = 0
 	}
-	switch {
-	case !st.known:
-		st.known, st.healthy = true, ok
-	case !st.healthy && st.okRun >= p.o.SuccessThreshold:
-		st.healthy = true
-	case st.healthy && st.failRun >= p.o.FailureThreshold:
-		st.healthy = false
-	}
-	p.sink.SetHealth(m.Name, st.healthy, st.latency)
-	if !known || was != st.healthy {
-		attrs := []any{"member", m.Name, "upstream", m.Redacted(), "healthy", st.healthy, "latency", d}
+	st.verdict.Observe(ok, p.o.SuccessThreshold, p.o.FailureThreshold)
+	healthy, _ := st.verdict.Verdict()
+	p.sink.SetHealth(m.Name, healthy, st.latency)
+	if !known || was != healthy {
+		attrs := []any{"member", m.Name, "upstream", m.Redacted(), "healthy", healthy, "latency", d}
 		if err != nil {
 			attrs = append(attrs, "error", err.Error())
 		}
@@ -308,7 +253,7 @@ func (p *Prober) Healthy(name string) (healthy, known bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.states[name]; st != nil {
-		return st.healthy, st.known
+		return st.verdict.Verdict()
 	}
 	return false, false
 }

@@ -119,13 +119,13 @@ func redactRawURL(raw string) string {
 	return raw[:i+3] + userinfo + rest[at:]
 }
 
-// ParseUpstreamsFile reads an upstreams file: one member per line,
+// parseUpstreamsFile reads an upstreams file: one member per line,
 // `URL [key=value ...]`; `name=` names the member (default host:port), other
 // keys are attributes selectors match. `#` starts a comment at the start of
 // a line or after a blank. Every problem is reported with its line number,
 // all of them at once; duplicate names are an error. Passwords never appear
 // in errors.
-func ParseUpstreamsFile(r io.Reader) ([]Member, error) {
+func parseUpstreamsFile(r io.Reader) ([]Member, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxUpstreamsLine)
 	var (
@@ -376,7 +376,7 @@ func (f *FileSource) load(force bool) ([]Member, bool, error) {
 		f.lastErr = ""
 		return nil, false, nil
 	}
-	fileMembers, err := ParseUpstreamsFile(bytes.NewReader(data))
+	fileMembers, err := parseUpstreamsFile(bytes.NewReader(data))
 	if err != nil {
 		return fail(err)
 	}

@@ -15,7 +15,7 @@ func FuzzParseUpstreamsFile(f *testing.F) {
 	f.Add("http://10.0.0.1:3128 region=eu region=us\n")
 	f.Add("ftp://x:1\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		ms, err := ParseUpstreamsFile(strings.NewReader(in))
+		ms, err := parseUpstreamsFile(strings.NewReader(in))
 		if err != nil {
 			return
 		}

@@ -95,7 +95,7 @@ http://127.0.0.1:3128 region=eu tier=dc   # trailing comment
 socks5://127.0.0.3:1080 zone=europe-west1-b
 	# indented comment
 `
-	ms, err := ParseUpstreamsFile(strings.NewReader(good))
+	ms, err := parseUpstreamsFile(strings.NewReader(good))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ socks5://127.0.0.3:1080 zone=europe-west1-b
 		t.Errorf("credentials not kept for use: %q", p)
 	}
 
-	empty, err := ParseUpstreamsFile(strings.NewReader("# nothing yet\n\n"))
+	empty, err := parseUpstreamsFile(strings.NewReader("# nothing yet\n\n"))
 	if err != nil || empty == nil || len(empty) != 0 {
 		t.Errorf("comment-only file = (%v, %v), want an empty list", empty, err)
 	}
@@ -147,7 +147,7 @@ func TestParseUpstreamsFileErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ms, err := ParseUpstreamsFile(strings.NewReader(tc.input))
+			ms, err := parseUpstreamsFile(strings.NewReader(tc.input))
 			if err == nil {
 				t.Fatalf("no error, members %+v", ms)
 			}

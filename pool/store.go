@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"k8s.io/utils/clock"
 	"maps"
 	"slices"
 	"strings"
@@ -36,8 +37,9 @@ var (
 
 // StoreOptions configures NewStore; every zero value means the default.
 type StoreOptions struct {
-	// Clock is the time source (tests inject a fake one); default time.Now.
-	Clock func() time.Time
+	// Clock is the time source (tests inject a fake one, k8s.io/utils/clock's
+	// testing.FakeClock); default the real clock.
+	Clock clock.PassiveClock
 	// DefaultTTL is a lease's lifetime when the request says 0 (default 60s).
 	DefaultTTL time.Duration
 	// MaxTTL is the longest lease granted; above is ErrTTLTooLong (default 1h).
@@ -65,9 +67,11 @@ type StoreOptions struct {
 	ReleasedRetained int
 }
 
-func (o StoreOptions) withDefaults() StoreOptions {
+// WithDefaults fills in the zero fields with the defaults (every lease store
+// applies the same ones).
+func (o StoreOptions) WithDefaults() StoreOptions {
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = clock.RealClock{}
 	}
 	if o.DefaultTTL <= 0 {
 		o.DefaultTTL = DefaultLeaseTTL
@@ -169,7 +173,7 @@ type leaseEntry struct {
 
 // NewStore makes an empty store; add members with SetMembers.
 func NewStore(o StoreOptions) *Store {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	return &Store{
 		o:        o,
 		members:  map[string]*memberState{},
@@ -219,7 +223,7 @@ func (s *Store) SetMembersHealth(members []MemberHealth) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setMembersLocked(ms)
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	seen := make(map[string]bool, len(members))
 	for _, m := range members {
 		if seen[m.Name] {
@@ -236,7 +240,7 @@ func (s *Store) SetMembersHealth(members []MemberHealth) {
 // endpoint and attributes stay where they are in the index; only added,
 // removed and changed members are moved in or out of it.
 func (s *Store) setMembersLocked(members []Member) {
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	s.advance(now)
 	next := make(map[string]*memberState, len(members))
 	order := make([]*memberState, 0, len(members))
@@ -287,7 +291,7 @@ func (s *Store) SetHealth(name string, healthy bool, latency time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ms := s.members[name]; ms != nil {
-		s.setHealthLocked(ms, healthy, latency, s.o.Clock())
+		s.setHealthLocked(ms, healthy, latency, s.o.Clock.Now())
 	}
 }
 
@@ -365,7 +369,7 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	if e := s.idem[req.IdempotencyKey]; req.IdempotencyKey != "" && e != nil {
 		return e.lease, nil
 	}
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	s.advance(now)
 	// Every member judged is counted, so that a refusal's counts cost no
 	// second pass over the index: when the walk finds nobody it has judged
@@ -502,7 +506,7 @@ func (s *Store) Release(_ context.Context, leaseID string) error {
 		return nil
 	}
 	e.released = true
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	if e.idx >= 0 {
 		heap.Remove(&s.live, e.idx)
 		e.ms.key.Active--
@@ -549,7 +553,7 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	e := s.leases[leaseID]
 	if e == nil || !now.Before(e.end.Add(s.o.Cooldown.Max)) {
 		return fmt.Errorf("%w %q", ErrUnknownLease, leaseID)
@@ -613,7 +617,7 @@ func (s *Store) coolUntil(ms *memberState, target string, c *coolState, until, n
 func (s *Store) Members() []MemberStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	s.advance(now)
 	out := make([]MemberStatus, 0, len(s.order))
 	for _, ms := range s.order {
@@ -642,7 +646,7 @@ func (s *Store) Members() []MemberStatus {
 func (s *Store) ActiveLeases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(s.o.Clock())
+	s.advance(s.o.Clock.Now())
 	return len(s.live)
 }
 
@@ -651,7 +655,7 @@ func (s *Store) ActiveLeases() int {
 func (s *Store) ActiveCooldowns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	n := 0
 	for _, ms := range s.order {
 		for _, c := range ms.cool {
@@ -668,7 +672,7 @@ func (s *Store) ActiveCooldowns() int {
 func (s *Store) ListCooldowns(context.Context) ([]Cooldown, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	var out []Cooldown
 	for _, ms := range s.order {
 		for target, c := range ms.cool {
@@ -701,7 +705,7 @@ func (s *Store) Start(ctx context.Context) {
 func (s *Store) sweep() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.o.Clock()
+	now := s.o.Clock.Now()
 	s.advance(now)
 	keep := s.o.Cooldown.Max
 	for _, e := range s.leases {

@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkStoreAcquireRelease is one acquire+release cycle at each of
-// storebench.Sizes, with and without a selector (DESIGN target: at least
+// storebench.Sizes, with and without a selector (goal: at least
 // 200k cycles/s in process; ≤ 5 µs at 10,000 members and at most
 // twice the 10-member cost).
 func BenchmarkStoreAcquireRelease(b *testing.B) {

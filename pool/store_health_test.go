@@ -45,7 +45,7 @@ func TestStoreSetMembersHealth(t *testing.T) {
 		l := mustAcquire(t, s, AcquireRequest{Target: "example.com"})
 		mustReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited})
 		s.SetMembersHealth([]MemberHealth{{Member: a, Healthy: true, Latency: time.Millisecond}, {Member: b, Healthy: true}})
-		clk.Advance(time.Second)
+		clk.Step(time.Second)
 		got := mustAcquire(t, s, AcquireRequest{Target: "example.com"})
 		if got.Member.Name != "b" {
 			t.Fatalf("leased %s for the target a is cooling down for, want b", got.Member.Name)

@@ -228,7 +228,7 @@ func TestStoreSelectionMatchesReference(t *testing.T) {
 		clk := newFakeClock()
 		pol := rotation.CooldownPolicy{Default: 20 * time.Second, Max: 2 * time.Minute}
 		retained := rng.IntN(3)
-		o := StoreOptions{Clock: clk.Now, Cooldown: pol, FailureWindow: 15 * time.Second, MaxLeasesPerMember: rng.IntN(4), ReleasedRetained: []int{-1, 3, 0}[retained]}
+		o := StoreOptions{Clock: clk, Cooldown: pol, FailureWindow: 15 * time.Second, MaxLeasesPerMember: rng.IntN(4), ReleasedRetained: []int{-1, 3, 0}[retained]}
 		s := NewStore(o)
 		ref := &refStore{maxPer: o.MaxLeasesPerMember, gen: map[string]int{}, leases: map[string]*refLease{}, reportW: pol.Max, keep: []int{0, 3, DefaultReleasedRetained}[retained]}
 		var ids []string
@@ -267,7 +267,7 @@ func TestStoreSelectionMatchesReference(t *testing.T) {
 			case op <= 5:
 				d := time.Duration(rng.IntN(40)) * time.Second
 				log = append(log, fmt.Sprintf("clock +%v", d))
-				clk.Advance(d)
+				clk.Step(d)
 			case op == 6:
 				log = append(log, "sweep")
 				s.sweep()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	clocktesting "k8s.io/utils/clock/testing"
 	"net/url"
 	"strings"
 	"sync"
@@ -13,26 +14,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// fakeClock is a manually advanced clock for the store's time decisions.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newFakeClock is a manually stepped clock for the store's time decisions.
+func newFakeClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 func proxyMember(t testing.TB, name string, attrs ...string) Member {
@@ -45,10 +29,10 @@ func proxyMember(t testing.TB, name string, attrs ...string) Member {
 	return m
 }
 
-func newTestStore(t testing.TB, o StoreOptions, names ...string) (*Store, *fakeClock) {
+func newTestStore(t testing.TB, o StoreOptions, names ...string) (*Store, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := newFakeClock()
-	o.Clock = clk.Now
+	o.Clock = clk
 	s := NewStore(o)
 	ms := make([]Member, 0, len(names))
 	for _, n := range names {
@@ -185,7 +169,7 @@ func TestStoreSelectionOrder(t *testing.T) {
 
 func TestStoreSelectorAndPin(t *testing.T) {
 	clk := newFakeClock()
-	s := NewStore(StoreOptions{Clock: clk.Now})
+	s := NewStore(StoreOptions{Clock: clk})
 	s.SetMembers([]Member{
 		proxyMember(t, "eu1", "region", "eu", "tier", "dc"),
 		proxyMember(t, "eu2", "region", "eu", "tier", "res"),
@@ -349,11 +333,11 @@ func TestStoreCooldownIsPerTarget(t *testing.T) {
 		t.Errorf("other.com got %s, want a", got.Member.Name)
 	}
 	// Retry-After was 2s: just before, still cooling; at 2s, free again.
-	clk.Advance(2*time.Second - time.Nanosecond)
+	clk.Step(2*time.Second - time.Nanosecond)
 	if _, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "a", Target: "site.com"}); err == nil {
 		t.Fatal("a leased for site.com before Retry-After passed")
 	}
-	clk.Advance(time.Nanosecond)
+	clk.Step(time.Nanosecond)
 	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
 }
 
@@ -378,16 +362,16 @@ func TestStoreBanBackoffAndReset(t *testing.T) {
 		want time.Duration
 	}{
 		{"first ban: default window", ban, time.Minute},
-		{"second ban inside the window adds no strike", func() { clk.Advance(30 * time.Second); ban() }, time.Minute},
-		{"ban after the window doubles", func() { clk.Advance(time.Minute); ban() }, 2 * time.Minute},
-		{"next doubles again", func() { clk.Advance(2 * time.Minute); ban() }, 4 * time.Minute},
-		{"next is capped", func() { clk.Advance(4 * time.Minute); ban() }, 5 * time.Minute},
+		{"second ban inside the window adds no strike", func() { clk.Step(30 * time.Second); ban() }, time.Minute},
+		{"ban after the window doubles", func() { clk.Step(time.Minute); ban() }, 2 * time.Minute},
+		{"next doubles again", func() { clk.Step(2 * time.Minute); ban() }, 4 * time.Minute},
+		{"next is capped", func() { clk.Step(4 * time.Minute); ban() }, 5 * time.Minute},
 		{"ok keeps the running window", func() { mustReport(t, s, lease.ID, Report{Result: rotation.ResultOK}) }, 5 * time.Minute},
-		{"ban after ok starts from the base", func() { clk.Advance(5 * time.Minute); ban() }, time.Minute},
+		{"ban after ok starts from the base", func() { clk.Step(5 * time.Minute); ban() }, time.Minute},
 		{"strikes are forgotten Max after the window", func() {
-			clk.Advance(time.Minute)
+			clk.Step(time.Minute)
 			ban() // strike 2: 2m
-			clk.Advance(2*time.Minute + pol.Max)
+			clk.Step(2*time.Minute + pol.Max)
 			ban()
 		}, time.Minute},
 	}
@@ -414,7 +398,7 @@ func TestStoreUpstreamFailureIsGlobal(t *testing.T) {
 	if n := s.ActiveCooldowns(); n != 1 {
 		t.Errorf("ActiveCooldowns = %d, want 1", n)
 	}
-	clk.Advance(30 * time.Second)
+	clk.Step(30 * time.Second)
 	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
 	if n := s.ActiveCooldowns(); n != 0 {
 		t.Errorf("ActiveCooldowns after the window = %d, want 0", n)
@@ -426,7 +410,7 @@ func TestStoreTargetUnreachableRestsOnlyThePairBrieflyAndKeepsStrikes(t *testing
 	s, clk := newTestStore(t, StoreOptions{Cooldown: pol, SiteFailureRest: 5 * time.Second, MaxTTL: time.Hour}, "a", "b")
 	l := mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "dead.example", TTL: time.Hour})
 	mustReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
-	clk.Advance(time.Minute) // the ban window ended; its strike is remembered
+	clk.Step(time.Minute) // the ban window ended; its strike is remembered
 	mustReport(t, s, l.ID, Report{Result: rotation.ResultTargetUnreachable})
 	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "other.example"}) // in service for every other site
 	_, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "a", Target: "dead.example"})
@@ -437,7 +421,7 @@ func TestStoreTargetUnreachableRestsOnlyThePairBrieflyAndKeepsStrikes(t *testing
 	if _, global := st.Cooldowns[""]; global || st.Cooldowns["dead.example"].Sub(clk.Now()) != 5*time.Second {
 		t.Fatalf("a's cooldowns = %v, want only dead.example for 5s", st.Cooldowns)
 	}
-	clk.Advance(5 * time.Second)
+	clk.Step(5 * time.Second)
 	mustAcquire(t, s, AcquireRequest{Proxy: "a", Target: "dead.example"})
 	// The rest was no strike: the next ban after it doubles from the one
 	// strike before (2m), it does not count three.
@@ -479,7 +463,7 @@ func TestStoreGlobalCooldownEndsOnTime(t *testing.T) {
 		if st.extend {
 			mustReport(t, s, l.ID, Report{Result: rotation.ResultUpstreamFailed})
 		}
-		clk.Advance(st.advance)
+		clk.Step(st.advance)
 		if got := chosen(); got != st.want {
 			t.Errorf("%s: chose %s, want %s", st.name, got, st.want)
 		}
@@ -522,7 +506,7 @@ func TestStoreLeaseExpiryUsesTheClock(t *testing.T) {
 	if n := s.ActiveLeases(); n != 1 {
 		t.Fatalf("ActiveLeases = %d, want 1", n)
 	}
-	clk.Advance(10 * time.Second) // no sweep runs: reads must check expiry
+	clk.Step(10 * time.Second) // no sweep runs: reads must check expiry
 	if n := s.ActiveLeases(); n != 0 {
 		t.Errorf("ActiveLeases after expiry = %d, want 0", n)
 	}
@@ -537,12 +521,12 @@ func TestStoreLateReportWindow(t *testing.T) {
 	t.Run("expired lease", func(t *testing.T) {
 		s, clk := newTestStore(t, StoreOptions{Cooldown: pol}, "a")
 		l := mustAcquire(t, s, AcquireRequest{Target: "site.com", TTL: time.Minute})
-		clk.Advance(time.Minute + 10*time.Minute - time.Nanosecond)
+		clk.Step(time.Minute + 10*time.Minute - time.Nanosecond)
 		mustReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited})
 		if _, ok := s.Members()[0].Cooldowns["site.com"]; !ok {
 			t.Error("late report did not start a cooldown")
 		}
-		clk.Advance(time.Nanosecond)
+		clk.Step(time.Nanosecond)
 		if err := s.Report(context.Background(), l.ID, Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
 			t.Errorf("report past the window = %v, want ErrUnknownLease", err)
 		}
@@ -551,9 +535,9 @@ func TestStoreLateReportWindow(t *testing.T) {
 		s, clk := newTestStore(t, StoreOptions{Cooldown: pol}, "a")
 		l := mustAcquire(t, s, AcquireRequest{Target: "site.com", TTL: time.Hour})
 		_ = s.Release(context.Background(), l.ID)
-		clk.Advance(5 * time.Minute)
+		clk.Step(5 * time.Minute)
 		mustReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
-		clk.Advance(5 * time.Minute) // window counts from the release, not the TTL
+		clk.Step(5 * time.Minute) // window counts from the release, not the TTL
 		if err := s.Report(context.Background(), l.ID, Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
 			t.Errorf("report 10m after release = %v, want ErrUnknownLease", err)
 		}
@@ -670,12 +654,12 @@ func TestStoreSweepFreesMemoryOnly(t *testing.T) {
 	mustReport(t, s, l1.ID, Report{Result: rotation.ResultBanned})
 	l2 := mustAcquire(t, s, AcquireRequest{Target: "u", TTL: time.Hour})
 
-	clk.Advance(5 * time.Minute)
+	clk.Step(5 * time.Minute)
 	s.sweep()
 	if len(s.leases) != 2 {
 		t.Fatalf("sweep dropped a lease still inside its report window (%d left)", len(s.leases))
 	}
-	clk.Advance(6 * time.Minute) // l1 ended 11m ago, its cooldown 10m ago
+	clk.Step(6 * time.Minute) // l1 ended 11m ago, its cooldown 10m ago
 	s.sweep()
 	if _, ok := s.leases[l1.ID]; ok {
 		t.Error("sweep kept a lease past its report window")

@@ -1,6 +1,8 @@
-// Package pool holds the upstream members a gateway can lease: the lease store
-// (leases and cooldowns), the lease HTTP API (server and client), member
-// sources and through-the-member probes.
+// Package pool holds the upstream members a gateway can lease: the lease
+// store contract (LeaseStore) and its in-process Store (leases and
+// cooldowns), member sources and through-the-member probes. The lease HTTP
+// API (server and client) is pool/poolapi, the shared Redis store
+// pool/redisstore.
 package pool
 
 import (
@@ -113,6 +115,28 @@ type Pool interface {
 	// Release is idempotent: releasing an unknown or expired lease is not an error.
 	Release(ctx context.Context, leaseID string) error
 	Report(ctx context.Context, leaseID string, r Report) error
+}
+
+// ErrStoreUnavailable wraps a failure to reach the shared lease store (Redis
+// down, failing over, loading its AOF). The lease API answers it with 503
+// store_unavailable; it says nothing about the request itself.
+var ErrStoreUnavailable = errors.New("lease store unavailable")
+
+// DefaultRedisPrefix namespaces the Redis store's keys when no prefix is
+// given. It is here, not in pool/redisstore, so the flags' defaults do not
+// link the Redis client into a build that leaves the Redis store out.
+const DefaultRedisPrefix = "proxyfleet"
+
+// APIBackend is what the lease API serves: a Pool plus the member view for
+// GET /v1/proxies. *Store implements it; the controller feeds the same Store
+// from its Proxy cache, so the server does not care where members come from.
+type APIBackend interface {
+	Pool
+	// ListMembers lists every member with its health, leases and
+	// cooldowns; an error wrapping ErrStoreUnavailable is a 503.
+	ListMembers(ctx context.Context) ([]MemberStatus, error)
+	// MaxTTL is the longest lease the backend grants; 0 means no limit.
+	MaxTTL() time.Duration
 }
 
 // LeaseStore is a lease store a gateway or the controller runs on: the

@@ -43,15 +43,17 @@ func NewAffinity(maxEntries int64) (*Affinity, error) {
 	return &Affinity{c: c, now: time.Now}, nil
 }
 
-func affinityKey(session, target string) string {
-	// NUL cannot occur in a session name or a host, so keys never collide.
+// PinKey is the one key of a (session, target) pair: the affinity cache's,
+// and the gateway's for coalescing concurrent acquires of the same pair.
+// NUL cannot occur in a session name or a host, so keys never collide.
+func PinKey(session, target string) string {
 	return session + "\x00" + target
 }
 
 // Get returns the live pin of (session, target). A pin whose ExpiresAt has
 // passed is never returned, even if the cache still holds it.
 func (a *Affinity) Get(session, target string) (Pin, bool) {
-	p, ok := a.c.Get(affinityKey(session, target))
+	p, ok := a.c.Get(PinKey(session, target))
 	if !ok {
 		return Pin{}, false
 	}
@@ -69,7 +71,7 @@ func (a *Affinity) Get(session, target string) (Pin, bool) {
 // refused by the admission policy when the cache is full; that costs only
 // stickiness.
 func (a *Affinity) Set(session, target string, p Pin, ttl time.Duration) {
-	key := affinityKey(session, target)
+	key := PinKey(session, target)
 	if ttl <= 0 {
 		a.Delete(session, target)
 		return
@@ -83,7 +85,7 @@ func (a *Affinity) Set(session, target string, p Pin, ttl time.Duration) {
 
 // Delete drops the pin of (session, target), e.g. after a ban on its lease.
 func (a *Affinity) Delete(session, target string) {
-	a.c.Del(affinityKey(session, target))
+	a.c.Del(PinKey(session, target))
 }
 
 // Close stops ristretto's goroutines. Call it once, after every user is done.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -89,9 +90,9 @@ func TestGatewayViewInPoolAPIModeSaysWhereMembersComeFrom(t *testing.T) {
 
 func TestMembersFromAPIKeepsTheListingAndDropsNothingButReasons(t *testing.T) {
 	until := time.Unix(1_700_000_100, 0).UTC()
-	ms, cs := MembersFromAPI([]pool.ProxyInfo{
+	ms, cs := MembersFromAPI([]poolapi.ProxyInfo{
 		{Name: "px-1", URL: "http://user:xxxxx@10.0.0.1:3128", Healthy: true, LatencyMillis: 12, ActiveLeases: 2,
-			Cooldowns: []pool.CooldownInfo{{Target: "shop.com", Until: until}}},
+			Cooldowns: []poolapi.CooldownInfo{{Target: "shop.com", Until: until}}},
 		{Name: "d", URL: "direct://127.0.0.9"},
 		{Name: "bad", URL: "::"},
 	})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // Kinds of view, the JSON's "kind".
@@ -205,7 +206,7 @@ func safe(u *url.URL) string {
 // MembersFromAPI turns a lease API listing into store members for the
 // page: the URL is parsed back (it is already redacted by the API), and
 // cooldowns carry no reason.
-func MembersFromAPI(ps []pool.ProxyInfo) ([]pool.MemberStatus, []pool.Cooldown) {
+func MembersFromAPI(ps []poolapi.ProxyInfo) ([]pool.MemberStatus, []pool.Cooldown) {
 	ms := make([]pool.MemberStatus, 0, len(ps))
 	var cs []pool.Cooldown
 	for _, p := range ps {

@@ -22,6 +22,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	itestutil "github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 func TestControllerRejectsBadLeaseAPIFlagsNamingTheFlag(t *testing.T) {
@@ -144,7 +145,7 @@ func TestSetupLeaseAPIServesAndExportsItsMetrics(t *testing.T) {
 		}
 	}()
 
-	c, err := pool.NewClient("http://"+api.Addr().String(), "tok", nil)
+	c, err := poolapi.NewClient("http://"+api.Addr().String(), "tok", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -201,7 +202,7 @@ type gatewayConfig struct {
 	apiToken            string
 	poolAPI             string // remote pool mode when set
 	poolToken           string
-	poolClient          *pool.Client // built from the --pool-* flags when poolAPI is set
+	poolClient          *poolapi.Client // built from the --pool-* flags when poolAPI is set
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration

@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/status"
 )
 
@@ -49,12 +50,12 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	var (
 		leases pool.Pool
 		store  pool.LeaseStore
-		remote *pool.Client
+		remote *poolapi.Client
 		err    error
 	)
 	if cfg.poolAPI != "" {
 		if remote = cfg.poolClient; remote == nil {
-			if remote, err = pool.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
+			if remote, err = poolapi.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
 				return fmt.Errorf("--%s: %w", flagPoolAPI, err)
 			}
 		}
@@ -138,7 +139,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
 		}
 		srv := &http.Server{
-			Handler:           pool.NewAPIServer(store, pool.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
+			Handler:           poolapi.NewAPIServer(store, poolapi.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		httpServers = append(httpServers, srv)

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -79,14 +80,14 @@ func leaseListCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			proxies, err := client.List(c.Context, pool.ListFilter{Attributes: attrs, HealthyOnly: c.Bool("healthy")})
+			proxies, err := client.List(c.Context, poolapi.ListFilter{Attributes: attrs, HealthyOnly: c.Bool("healthy")})
 			if err != nil {
 				return leaseAPIError(c, err)
 			}
 			if out == "json" {
 				return writeJSONTo(c.App.Writer, struct {
-					Proxies []pool.ProxyInfo `json:"proxies"`
-					Count   int              `json:"count"`
+					Proxies []poolapi.ProxyInfo `json:"proxies"`
+					Count   int                 `json:"count"`
 				}{proxies, len(proxies)})
 			}
 			return writeProxyTable(c.App.Writer, proxies, time.Now())
@@ -137,7 +138,7 @@ func leaseAcquireCommand() *cli.Command {
 				return leaseAPIError(c, err)
 			}
 			if out == "json" {
-				return writeJSONTo(c.App.Writer, pool.NewLeaseInfo(lease))
+				return writeJSONTo(c.App.Writer, poolapi.NewLeaseInfo(lease))
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "LEASE\tPROXY\tURL\tTARGET\tEXPIRES")
@@ -222,7 +223,7 @@ func leaseReportCommand() *cli.Command {
 }
 
 // leaseClient builds the API client from --api and --token-file and checks --output.
-func leaseClient(c *cli.Context) (*pool.Client, string, error) {
+func leaseClient(c *cli.Context) (*poolapi.Client, string, error) {
 	out := c.String("output")
 	if out != "json" && out != "table" {
 		return nil, "", fmt.Errorf("invalid --output %q: want json or table", out)
@@ -234,7 +235,7 @@ func leaseClient(c *cli.Context) (*pool.Client, string, error) {
 			return nil, "", err
 		}
 	}
-	client, err := pool.NewClient(c.String("api"), token, nil)
+	client, err := poolapi.NewClient(c.String("api"), token, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("invalid --api: %w", err)
 	}
@@ -243,7 +244,7 @@ func leaseClient(c *cli.Context) (*pool.Client, string, error) {
 
 // leaseAPIError points at the flag most likely to fix an API failure.
 func leaseAPIError(c *cli.Context, err error) error {
-	var apiErr *pool.APIError
+	var apiErr *poolapi.APIError
 	switch {
 	case errors.Is(err, pool.ErrUnreachable):
 		return fmt.Errorf("%w (is --api %s right, and the server running?)", err, c.String("api"))
@@ -356,7 +357,7 @@ func writeJSONTo(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writeProxyTable(w io.Writer, proxies []pool.ProxyInfo, now time.Time) error {
+func writeProxyTable(w io.Writer, proxies []poolapi.ProxyInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tURL\tHEALTHY\tLATENCY\tLEASES\tCOOLDOWNS\tATTRIBUTES")
 	for _, p := range proxies {

@@ -12,6 +12,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -110,7 +111,7 @@ func TestPoolAPIFlags(t *testing.T) {
 }
 
 // leaseServer is a controller's lease API stand-in: a real pool.Store behind
-// the real pool.NewAPIServer, on a loopback port.
+// the real poolapi.NewAPIServer, on a loopback port.
 type leaseServer struct {
 	store *pool.Store
 	srv   *http.Server
@@ -127,7 +128,7 @@ func startLeaseServer(t *testing.T, token string, members ...pool.Member) *lease
 	}
 	ls := &leaseServer{
 		store: store,
-		srv:   &http.Server{Handler: pool.NewAPIServer(store, pool.APIOptions{Token: token}), ReadHeaderTimeout: 10 * time.Second},
+		srv:   &http.Server{Handler: poolapi.NewAPIServer(store, poolapi.APIOptions{Token: token}), ReadHeaderTimeout: 10 * time.Second},
 		url:   "http://" + ln.Addr().String(),
 	}
 	go func() { _ = ls.srv.Serve(ln) }()

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
-	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -133,27 +132,6 @@ func TestREADMEExampleConfigIsValid(t *testing.T) {
 	}
 	if cfg.retries != 1 || cfg.store.DefaultTTL.String() != "2m0s" || len(cfg.classifier.Ban) != 2 || len(cfg.tokens) != 1 {
 		t.Errorf("example config read as retries=%d lease-ttl=%s ban=%v tokens=%d", cfg.retries, cfg.store.DefaultTTL, cfg.classifier.Ban, len(cfg.tokens))
-	}
-}
-
-func TestREADMEUsernameExamplesParse(t *testing.T) {
-	for _, u := range []string{
-		"crawler-session-abc123-region-eu-proxy-px7",
-		"crawler;session=abc123;zone=europe-west1-b",
-		"crawler-session-s42",
-	} {
-		if _, err := gateway.ParseUsername(u); err != nil {
-			t.Errorf("README example %q does not parse: %v", u, err)
-		}
-	}
-	_, err := gateway.ParseUsername("crawler-session-abc!")
-	want := `value of "session" in username has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')`
-	if err == nil || err.Error() != want {
-		t.Errorf("README quotes the 407 message %q, the parser says %v", want, err)
-	}
-	raw, _ := os.ReadFile("../../README.md")
-	if !strings.Contains(strings.Join(strings.Fields(string(raw)), " "), "proxyfleet: "+want) {
-		t.Errorf("README no longer quotes %q", want)
 	}
 }
 

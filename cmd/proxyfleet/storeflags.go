@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // storeOptionsFrom reads the lease store flags the gateway and the
@@ -95,7 +95,7 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 		}
 	}
 	// NewClient's errors show the URL redacted.
-	if _, err := pool.NewClient(apiURL, token, nil); err != nil {
+	if _, err := poolapi.NewClient(apiURL, token, nil); err != nil {
 		return "", "", fmt.Errorf("--%s: %w", flagPoolAPI, err)
 	}
 	return apiURL, token, nil
@@ -136,7 +136,7 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 		}
 		return l, nil
 	}
-	if _, err := pool.ParseRedisURL(raw); err != nil {
+	if err := checkRedisURL(raw); err != nil {
 		return l, fmt.Errorf("--%s: %w", flagLeaseStore, err)
 	}
 	if l.prefix == "" || strings.ContainsAny(l.prefix, "{} ") {
@@ -160,32 +160,19 @@ func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.Leas
 	if l.url == "" {
 		return pool.NewStore(o), func() {}, nil
 	}
-	s, err := pool.NewRedisStore(pool.RedisOptions{URL: l.url, Password: l.password, Prefix: l.prefix, Store: o, Logger: log})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--%s: %w", flagLeaseStore, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Ping(ctx); err != nil {
-		// Not fatal: the lease API answers 503 store_unavailable until the
-		// store answers, and recovers by itself.
-		log.Error("lease store unreachable at start; serving 503 store_unavailable until it answers", "error", err)
-	} else {
-		log.Info("lease store on Redis", "prefix", l.prefix)
-	}
-	return s, func() { _ = s.Close() }, nil
+	return openRedisStore(l, o, log)
 }
 
 // poolClientFrom builds the lease API client of a --pool-api gateway from
 // its validated settings: the fixed token, or the rotating token file
 // (--pool-sa-token-file, read now and re-read as the kubelet rotates it), and
 // the default selector (--pool-selector).
-func poolClientFrom(c *cli.Context, apiURL, token string) (*pool.Client, error) {
+func poolClientFrom(c *cli.Context, apiURL, token string) (*poolapi.Client, error) {
 	sel, err := pool.ParseSelector(c.String(flagPoolSelector))
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagPoolSelector, err)
 	}
-	cl, err := pool.NewClientWith(apiURL, pool.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
+	cl, err := poolapi.NewClientWith(apiURL, poolapi.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
 	if err != nil {
 		if f := c.Path(flagPoolSATokenFile); f != "" {
 			return nil, fmt.Errorf("--%s %s: %w", flagPoolSATokenFile, f, err)

@@ -39,19 +39,12 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// externalProxy creates an External Proxy (it needs no provider) and returns
-// it with its UID; finalizers keep it around after a delete.
-func externalProxy(t *testing.T, ns, name string, finalizers ...string) *v1alpha1.Proxy {
+// createProxy creates px (built with testutil.Proxy: External, so it needs
+// no provider) and returns it with its UID.
+func createProxy(t *testing.T, px *v1alpha1.Proxy) *v1alpha1.Proxy {
 	t.Helper()
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Finalizers: finalizers},
-		Spec: v1alpha1.ProxySpec{
-			Mode:     v1alpha1.ModeExternal,
-			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: 3128},
-		},
-	}
 	if err := env.Client.Create(testCtx(t), px); err != nil {
-		t.Fatalf("create proxy %s: %v", name, err)
+		t.Fatalf("create proxy %s: %v", px.Name, err)
 	}
 	return px
 }
@@ -106,8 +99,9 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const hold = "test.proxyfleet.io/hold"
-	live := externalProxy(t, ns, "live")
-	deleting := externalProxy(t, ns, "deleting", hold)
+	live := createProxy(t, testutil.Proxy("live", testutil.SetProxyNamespace(ns)))
+	// The finalizer keeps it around after the delete.
+	deleting := createProxy(t, testutil.Proxy("deleting", testutil.SetProxyNamespace(ns), testutil.SetProxyFinalizers(hold)))
 	if err := env.Client.Delete(testCtx(t), deleting); err != nil {
 		t.Fatalf("delete proxy: %v", err)
 	}

@@ -282,7 +282,7 @@ func (e *Engine) work(ctx context.Context, jobs <-chan job) {
 			start := e.o.Clock.Now()
 			err := j.loginErr
 			if err == nil {
-				err = probe(ctx, j.proxy, j.target, j.expect, j.timeout, e.o.TLSConfig)
+				err = probeThrough(ctx, j.proxy, j.target, j.expect, j.timeout, e.o.TLSConfig)
 			}
 			if ctx.Err() != nil {
 				return // shutting down: the error says nothing about the proxy

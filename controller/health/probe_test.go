@@ -96,7 +96,7 @@ func TestProbeThroughRealSquid(t *testing.T) {
 			if !strings.Contains(proxy, "://") {
 				proxy = "http://" + proxy
 			}
-			err := probe(context.Background(), mustURL(t, proxy), mustURL(t, tc.target), tc.expect, tc.timeout, tlsConf)
+			err := probeThrough(context.Background(), mustURL(t, proxy), mustURL(t, tc.target), tc.expect, tc.timeout, tlsConf)
 			took := time.Since(start)
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -137,7 +137,7 @@ func TestProbeOpensAFreshConnectionEachTime(t *testing.T) {
 			before := relay.accepted.Load()
 			const probes = 3
 			for range probes {
-				if err := probe(context.Background(), mustURL(t, "http://"+relay.addr), mustURL(t, tc.target), 200, 5*time.Second, secure.ClientTLSConfig()); err != nil {
+				if err := probeThrough(context.Background(), mustURL(t, "http://"+relay.addr), mustURL(t, tc.target), 200, 5*time.Second, secure.ClientTLSConfig()); err != nil {
 					t.Fatalf("probe: %v", err)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/probe"
 )
 
 // minLatencyChange is the floor of a reportable latency change: below it a
@@ -32,10 +33,9 @@ type state struct {
 	next     time.Time // when the next probe is due
 	inFlight bool      // a probe was dispatched and has not been recorded
 
-	consecOK, consecFail int32
-
-	// known/healthy is the current verdict after the thresholds.
-	known, healthy bool
+	// verdict counts consecutive results and holds the verdict after the
+	// thresholds (the same counter as the gateway's prober).
+	verdict probe.Counter
 
 	// rep is the reported view (what the last emitted event published and
 	// Snapshot returns); reportedAt is when its probe ran, untruncated, for
@@ -61,9 +61,10 @@ func newState(p *v1alpha1.Proxy, addr string, probed bool, now time.Time, seed b
 	if c == nil || c.Status == metav1.ConditionUnknown {
 		return st
 	}
-	st.known, st.healthy = true, c.Status == metav1.ConditionTrue
-	st.rep = Verdict{Known: true, Healthy: st.healthy, Message: c.Message}
-	if st.healthy {
+	healthy := c.Status == metav1.ConditionTrue
+	st.verdict = probe.Seeded(healthy)
+	st.rep = Verdict{Known: true, Healthy: healthy, Message: c.Message}
+	if healthy {
 		st.rep.Latency = time.Duration(p.Status.LatencyMillis) * time.Millisecond
 	}
 	if t := p.Status.LastHealthCheckTime; t != nil {
@@ -86,31 +87,18 @@ func newState(p *v1alpha1.Proxy, addr string, probed bool, now time.Time, seed b
 // Nothing else is reported: a failure below the threshold, a success of a
 // proxy still reported unhealthy, small latency changes.
 func (st *state) observe(r result, minReport time.Duration) (Verdict, bool) {
-	if r.ok {
-		st.consecOK++
-		st.consecFail = 0
-	} else {
-		st.consecFail++
-		st.consecOK = 0
-	}
 	hc := st.hc.WithDefaults()
-	switch {
-	case !st.known:
-		st.known, st.healthy = true, r.ok
-	case !st.healthy && r.ok && st.consecOK >= hc.SuccessThreshold:
-		st.healthy = true
-	case st.healthy && !r.ok && st.consecFail >= hc.FailureThreshold:
-		st.healthy = false
-	}
-	v := Verdict{Known: true, Healthy: st.healthy, Message: r.msg, CheckedAt: r.at.Truncate(time.Second)}
-	if st.healthy {
+	st.verdict.Observe(r.ok, int(hc.SuccessThreshold), int(hc.FailureThreshold))
+	healthy, _ := st.verdict.Verdict()
+	v := Verdict{Known: true, Healthy: healthy, Message: r.msg, CheckedAt: r.at.Truncate(time.Second)}
+	if healthy {
 		v.Latency = r.latency
 	}
 	switch {
-	case !st.rep.Known || st.rep.Healthy != st.healthy:
+	case !st.rep.Known || st.rep.Healthy != healthy:
 		// The first verdict, or a flip (or one whose event was dropped).
 		return v, true
-	case st.healthy && r.ok && latencyChanged(st.rep.Latency, r.latency) &&
+	case healthy && r.ok && latencyChanged(st.rep.Latency, r.latency) &&
 		r.at.Sub(st.reportedAt) >= minReport:
 		return v, true
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -110,7 +111,7 @@ func (c Config) Validate() error {
 	if c.Image == "" {
 		return fmt.Errorf("sidecar injection: no gateway image (--gateway-image)")
 	}
-	if _, err := pool.NewClient(c.PoolAPI, "", nil); err != nil {
+	if _, err := poolapi.NewClient(c.PoolAPI, "", nil); err != nil {
 		return fmt.Errorf("sidecar injection: --sidecar-pool-api: %w", err)
 	}
 	if c.TokenExpirationSeconds != 0 && c.TokenExpirationSeconds < 600 {

@@ -27,6 +27,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -183,9 +184,9 @@ func (r *running) setHealthy(t *testing.T, name string, healthy bool, latencyMil
 	}
 }
 
-func (r *running) client(t *testing.T, token string) *pool.Client {
+func (r *running) client(t *testing.T, token string) *poolapi.Client {
 	t.Helper()
-	c, err := pool.NewClient(r.url, token, nil)
+	c, err := poolapi.NewClient(r.url, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func (r *running) client(t *testing.T, token string) *pool.Client {
 }
 
 // names lists the proxies' names.
-func names(ps []pool.ProxyInfo) []string {
+func names(ps []poolapi.ProxyInfo) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Name
@@ -214,7 +215,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 
 	t.Run("proxies without a Healthy condition are listed but not offered", func(t *testing.T) {
 		testutil.Eventually(t, wait, func() error {
-			all, err := c.List(ctx, pool.ListFilter{})
+			all, err := c.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return err
 			}
@@ -223,7 +224,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 			}
 			return nil
 		})
-		healthy, err := c.List(ctx, pool.ListFilter{HealthyOnly: true})
+		healthy, err := c.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 		if err != nil || len(healthy) != 0 {
 			t.Fatalf("healthy=true lists %v (%v), want none", names(healthy), err)
 		}
@@ -238,10 +239,10 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 	r.setHealthy(t, "us-1", true, 7)
 
 	t.Run("healthy proxies are listed with their address, attributes and latency", func(t *testing.T) {
-		var healthy []pool.ProxyInfo
+		var healthy []poolapi.ProxyInfo
 		testutil.Eventually(t, wait, func() error {
 			var err error
-			healthy, err = c.List(ctx, pool.ListFilter{HealthyOnly: true})
+			healthy, err = c.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 			if err != nil {
 				return err
 			}
@@ -257,7 +258,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 	})
 
 	t.Run("attribute selectors choose among the healthy proxies", func(t *testing.T) {
-		eu, err := c.List(ctx, pool.ListFilter{Attributes: map[string]string{"region": "eu"}})
+		eu, err := c.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"region": "eu"}})
 		if err != nil || !slices.Equal(names(eu), []string{eu1, eu2}) {
 			t.Fatalf("attr.region=eu lists %v (%v)", names(eu), err)
 		}
@@ -294,7 +295,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 		}
 		r.setHealthy(t, "eu-1", true, 55)
 		testutil.Eventually(t, wait, func() error {
-			ps, err := c.List(ctx, pool.ListFilter{Attributes: map[string]string{"tier": "dc", "region": "eu"}})
+			ps, err := c.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"tier": "dc", "region": "eu"}})
 			if err != nil || len(ps) != 1 || ps[0].LatencyMillis != 55 {
 				return fmt.Errorf("eu-1 listed as %+v (%v), want latency 55", ps, err)
 			}
@@ -361,7 +362,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.Eventually(t, wait, func() error {
-			all, err := c.List(ctx, pool.ListFilter{})
+			all, err := c.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return err
 			}
@@ -373,8 +374,8 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 	})
 
 	t.Run("the bearer token is required", func(t *testing.T) {
-		_, err := r.client(t, "").List(ctx, pool.ListFilter{})
-		var apiErr *pool.APIError
+		_, err := r.client(t, "").List(ctx, poolapi.ListFilter{})
+		var apiErr *poolapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 			t.Fatalf("list without a token = %v, want 401", err)
 		}
@@ -388,8 +389,8 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 		}
 	})
 
-	if r.rec.count(pool.LeaseOutcomeGranted) == 0 || r.rec.count(pool.LeaseOutcomeNoMatch) == 0 {
-		t.Errorf("recorder saw granted=%d no_match=%d, want both counted", r.rec.count(pool.LeaseOutcomeGranted), r.rec.count(pool.LeaseOutcomeNoMatch))
+	if r.rec.count(poolapi.LeaseOutcomeGranted) == 0 || r.rec.count(poolapi.LeaseOutcomeNoMatch) == 0 {
+		t.Errorf("recorder saw granted=%d no_match=%d, want both counted", r.rec.count(poolapi.LeaseOutcomeGranted), r.rec.count(poolapi.LeaseOutcomeNoMatch))
 	}
 	if strings.Contains(r.logs.String(), AuthDisabledWarning) {
 		t.Error("auth-disabled warning logged although a token is set")
@@ -402,7 +403,7 @@ func TestLeaseAPIWithoutATokenWarnsLoudly(t *testing.T) {
 	r.setHealthy(t, "px", true, 1)
 	c := r.client(t, "")
 	testutil.Eventually(t, wait, func() error {
-		ps, err := c.List(context.Background(), pool.ListFilter{HealthyOnly: true})
+		ps, err := c.List(context.Background(), poolapi.ListFilter{HealthyOnly: true})
 		if err != nil || len(ps) != 1 {
 			return fmt.Errorf("healthy proxies %v (%v), want 1 without any token", ps, err)
 		}
@@ -521,7 +522,7 @@ func TestLeaseAPIWithoutATokenWithholdsProxiesThatHaveALogin(t *testing.T) {
 		if !strings.Contains(r.logs.String(), "withheld") {
 			return errors.New("no log line naming the withheld Proxy yet")
 		}
-		ps, err := c.List(ctx, pool.ListFilter{})
+		ps, err := c.List(ctx, poolapi.ListFilter{})
 		if err != nil || !slices.Equal(names(ps), []string{r.ns + "/open"}) {
 			return fmt.Errorf("listed %v (%v), want only the Proxy without a login", names(ps), err)
 		}

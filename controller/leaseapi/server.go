@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // DefaultShutdownGrace is how long in-flight lease requests may take when the
@@ -36,16 +37,16 @@ type Options struct {
 	Token string
 	// Reviewer, when set, also accepts projected service-account tokens
 	// (see Reviewer); authentication is then on even without Token.
-	Reviewer pool.TokenReviewer
+	Reviewer poolapi.TokenReviewer
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
 	// Backend, when set, is the lease store to serve (a shared
-	// *pool.RedisStore, already configured); nil makes an in-memory
+	// *redisstore.RedisStore, already configured); nil makes an in-memory
 	// pool.Store from Store. With a shared store every replica serves
 	// the same leases and cooldowns.
 	Backend pool.LeaseStore
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
-	Recorder pool.LeaseRecorder
+	Recorder poolapi.LeaseRecorder
 	// Credentials is the controller's credentials Secret cache, whose logins
 	// lease answers carry; nil takes the manager's (controller.NewManager's
 	// Credentials()).
@@ -99,7 +100,11 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
 	}
-	refusals := newRefusalLog(o.Store.Clock)
+	var now func() time.Time // nil: the real clock
+	if o.Store.Clock != nil {
+		now = o.Store.Clock.Now
+	}
+	refusals := newRefusalLog(now)
 	a := &API{
 		store:  store,
 		source: source,
@@ -108,7 +113,7 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
-			Handler: pool.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, pool.APIOptions{
+			Handler: poolapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, poolapi.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,

@@ -13,7 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // What a lease caller must be allowed, by RBAC, in its own namespace. The
@@ -39,7 +39,7 @@ const (
 	DefaultReviewEntries     = 10000
 )
 
-// Reviewer is the lease API's pool.TokenReviewer for projected
+// Reviewer is the lease API's poolapi.TokenReviewer for projected
 // service-account tokens: a TokenReview (the token, for Audience) and a
 // SubjectAccessReview (may this service account create leases.proxyfleet.io
 // in its namespace), with answers cached by the token's SHA-256, never by
@@ -66,7 +66,7 @@ type reviewEntry struct {
 	expires time.Time
 }
 
-var _ pool.TokenReviewer = (*Reviewer)(nil)
+var _ poolapi.TokenReviewer = (*Reviewer)(nil)
 
 func (r *Reviewer) now() time.Time {
 	if r.Now != nil {
@@ -75,8 +75,8 @@ func (r *Reviewer) now() time.Time {
 	return time.Now()
 }
 
-// ReviewToken vouches for token or says why not (pool.ErrTokenInvalid,
-// pool.ErrTokenForbidden, or another error when the API server could not answer).
+// ReviewToken vouches for token or says why not (poolapi.ErrTokenInvalid,
+// poolapi.ErrTokenForbidden, or another error when the API server could not answer).
 func (r *Reviewer) ReviewToken(ctx context.Context, token string) error {
 	key := sha256.Sum256([]byte(token))
 	now := r.now()
@@ -150,15 +150,15 @@ func (r *Reviewer) review(ctx context.Context, token string) (err error, cache b
 		return fmt.Errorf("TokenReview: %w", err), false
 	}
 	if !tr.Status.Authenticated {
-		return fmt.Errorf("%w: not a valid service-account token for audience %q", pool.ErrTokenInvalid, aud), true
+		return fmt.Errorf("%w: not a valid service-account token for audience %q", poolapi.ErrTokenInvalid, aud), true
 	}
 	if len(tr.Status.Audiences) > 0 && !slices.Contains(tr.Status.Audiences, aud) {
-		return fmt.Errorf("%w: token is not for audience %q", pool.ErrTokenInvalid, aud), true
+		return fmt.Errorf("%w: token is not for audience %q", poolapi.ErrTokenInvalid, aud), true
 	}
 	u := tr.Status.User
 	ns, sa, ok := serviceAccountOf(u.Username)
 	if !ok {
-		return fmt.Errorf("%w: %s is not a service account; only pod identities lease with a token", pool.ErrTokenForbidden, u.Username), true
+		return fmt.Errorf("%w: %s is not a service account; only pod identities lease with a token", poolapi.ErrTokenForbidden, u.Username), true
 	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
@@ -173,7 +173,7 @@ func (r *Reviewer) review(ctx context.Context, token string) (err error, cache b
 	}
 	if !sar.Status.Allowed {
 		return fmt.Errorf("%w: service account %s/%s may not %s %s.%s in namespace %s (bind ClusterRole %s there)",
-			pool.ErrTokenForbidden, ns, sa, LeaseVerb, LeaseResource, LeaseGroup, ns, LeaseUserClusterRole), true
+			poolapi.ErrTokenForbidden, ns, sa, LeaseVerb, LeaseResource, LeaseGroup, ns, LeaseUserClusterRole), true
 	}
 	return nil, true
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // reviewCounter counts the TokenReviews the Reviewer creates.
@@ -72,7 +73,7 @@ func bindLeaseUser(t *testing.T, ns, sa string) {
 }
 
 func statusOf(err error) int {
-	var ae *pool.APIError
+	var ae *poolapi.APIError
 	if errors.As(err, &ae) {
 		return ae.Status
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100 on
@@ -49,6 +50,10 @@ type config struct {
 }
 
 func main() {
+	if spec := os.Getenv(floorEnv); spec != "" {
+		fmt.Fprintln(os.Stderr, "floor proxy:", runFloorProxy(spec))
+		os.Exit(1)
+	}
 	testing.Init() // testing.Benchmark reads the testing flags' defaults
 	var cfg config
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one throughput measurement")
@@ -137,6 +142,25 @@ func run(cfg config) error {
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 
+	fmt.Println("plain HTTP keep-alive through the floor proxy (the least a Go proxy costs) ...")
+	floor, floorAddr, err := startFloorProxy(squid.Addr())
+	if err != nil {
+		return err
+	}
+	fr, err := throughput(cfg, []benchPath{paths[0], {name: "floor", proxy: "http://" + floorAddr}},
+		pidSet{gateway: floor.PID(), squid: squid.PID()}, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
+	_, _ = floor.Stop()
+	if err != nil {
+		return err
+	}
+	rows = append(rows,
+		row{"  floor proxy CPU per request vs Squid (reference)", us(fr[1].gatewayCPU), us(fr[0].squidCPU),
+			fmt.Sprintf("%.2f×", float64(fr[1].gatewayCPU)/float64(fr[0].squidCPU)), "", true},
+		row{"  floor proxy: throughput ratio implied by CPU (reference)", "", "", fmt.Sprintf("%.2f×", cpuBound(fr[0], fr[1])), "", true},
+		row{"  gateway CPU per request ÷ floor's", us(r[1].gatewayCPU), us(fr[1].gatewayCPU),
+			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(fr[1].gatewayCPU)), "", true},
+	)
+
 	fmt.Println("HTTPS, a new CONNECT tunnel per request ...")
 	tlsURL := tlsTarget.URL() + "/"
 	r, err = throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
@@ -215,7 +239,7 @@ func run(cfg config) error {
 
 	fmt.Printf("\nload average at end: %s (other work on the machine skews every figure)\n\n", loadAverage())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tDESIGN target\tmet")
+	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tgoal\tmet")
 	for _, r := range rows {
 		met := ""
 		if r.target != "" {
@@ -617,13 +641,13 @@ func rssBytes(pid int) int64 {
 }
 
 // apiBench is helper B's BenchmarkAPIAcquireRelease: acquire+release pairs
-// through pool.Client against the real lease API handler on loopback.
+// through poolapi.Client against the real lease API handler on loopback.
 func apiBench() (float64, error) {
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers(benchMembers())
-	srv := httptest.NewServer(pool.NewAPIServer(store, pool.APIOptions{Token: "bench-token"}))
+	srv := httptest.NewServer(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "bench-token"}))
 	defer srv.Close()
-	client, err := pool.NewClient(srv.URL, "bench-token", nil)
+	client, err := poolapi.NewClient(srv.URL, "bench-token", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -664,7 +688,7 @@ const storeRounds = 3
 // storeBench measures pool.Store acquire+release cycles (the workload of
 // internal/storebench, which BenchmarkStoreAcquireRelease also runs) at each
 // pool size with and without a selector, and from GOMAXPROCS goroutines at
-// 10 members; each figure is the median of storeRounds. Targets: DESIGN's
+// 10 members; each figure is the median of storeRounds. Goals:
 // ≥ 200k/s; ≤ 5 µs per cycle at 10,000 members and at most twice
 // the 10-member cost.
 func storeBench() ([]row, error) {

@@ -1,4 +1,10 @@
-package pool
+// Package poolapi is the lease HTTP API over a pool.APIBackend: the server
+// (NewAPIServer) that the controller and a gateway with --api-listen
+// run, and the client (Client) that a gateway in --pool-api mode and
+// proxyfleet lease use. It is apart from pool so that the store and its
+// contract do not depend on HTTP, and the import graph shows who speaks the
+// wire format: controller/leaseapi, gateway, cmd/proxyfleet.
+package poolapi
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"io"
 	"log/slog"
 	"net/http"
@@ -55,20 +62,8 @@ const (
 	apiErrUnavailable   = "store_unavailable"
 )
 
-// APIBackend is what the lease API serves: a Pool plus the member view for
-// GET /v1/proxies. *Store implements it; the controller feeds the same Store
-// from its Proxy cache, so the server does not care where members come from.
-type APIBackend interface {
-	Pool
-	// ListMembers lists every member with its health, leases and
-	// cooldowns; an error wrapping ErrStoreUnavailable is a 503.
-	ListMembers(ctx context.Context) ([]MemberStatus, error)
-	// MaxTTL is the longest lease the backend grants; 0 means no limit.
-	MaxTTL() time.Duration
-}
-
 // LeaseRecorder counts lease requests by outcome (a Prometheus counter in
-// cmd/proxyfleet); the pool package does not import the metrics package.
+// cmd/proxyfleet); poolapi does not import the metrics package.
 type LeaseRecorder interface {
 	LeaseRequest(outcome string)
 }
@@ -170,7 +165,7 @@ type LeaseProxy struct {
 }
 
 // NewLeaseInfo renders a lease in its wire form, credentials included.
-func NewLeaseInfo(l Lease) LeaseInfo {
+func NewLeaseInfo(l pool.Lease) LeaseInfo {
 	return LeaseInfo{
 		LeaseID: l.ID,
 		Proxy: LeaseProxy{
@@ -217,11 +212,11 @@ type apiErrorBody struct {
 // noMatchBody is the 409 answer: the error body plus the additive counts.
 type noMatchBody struct {
 	apiErrorBody
-	NoMatchError
+	pool.NoMatchError
 }
 
 type apiServer struct {
-	backend   APIBackend
+	backend   pool.APIBackend
 	tokenHash [sha256.Size]byte
 	authOn    bool
 	reviewer  TokenReviewer
@@ -232,7 +227,7 @@ type apiServer struct {
 // NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
 // recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
 // → routes. The handler holds no state of its own; leases live in b.
-func NewAPIServer(b APIBackend, o APIOptions) http.Handler {
+func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -436,7 +431,7 @@ func attrsMatch(have, want map[string]string) bool {
 	return true
 }
 
-func proxyInfo(m MemberStatus) ProxyInfo {
+func proxyInfo(m pool.MemberStatus) ProxyInfo {
 	p := ProxyInfo{
 		Name:          m.Name,
 		URL:           m.Redacted(),
@@ -466,7 +461,7 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	lease, err := s.backend.Acquire(r.Context(), req)
 	if err != nil {
-		var nm *NoMatchError
+		var nm *pool.NoMatchError
 		switch {
 		case errors.As(err, &nm):
 			s.record(LeaseOutcomeNoMatch)
@@ -474,10 +469,10 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 				apiErrorBody: apiErrorBody{Error: apiErrNoMatch, Message: nm.Error()},
 				NoMatchError: *nm,
 			})
-		case errors.Is(err, ErrTTLTooLong):
+		case errors.Is(err, pool.ErrTTLTooLong):
 			s.record(LeaseOutcomeInvalid)
 			writeError(w, http.StatusBadRequest, apiErrTTLTooLong, err.Error())
-		case errors.Is(err, ErrInvalidTTL):
+		case errors.Is(err, pool.ErrInvalidTTL):
 			s.record(LeaseOutcomeInvalid)
 			writeError(w, http.StatusBadRequest, apiErrInvalidTTL, err.Error())
 		default:
@@ -492,32 +487,32 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 }
 
 // acquireRequest validates a lease request; on failure it has written the 400.
-func (s *apiServer) acquireRequest(w http.ResponseWriter, body leaseRequest) (AcquireRequest, bool) {
+func (s *apiServer) acquireRequest(w http.ResponseWriter, body leaseRequest) (pool.AcquireRequest, bool) {
 	for k := range body.Selector {
 		if k == "" {
 			writeError(w, http.StatusBadRequest, apiErrBadRequest, "selector has an empty attribute name")
-			return AcquireRequest{}, false
+			return pool.AcquireRequest{}, false
 		}
 	}
 	if body.TTLSeconds < 0 {
 		writeError(w, http.StatusBadRequest, apiErrInvalidTTL,
 			fmt.Sprintf("ttlSeconds %d is negative; give a positive number of seconds, or 0 for the default", body.TTLSeconds))
-		return AcquireRequest{}, false
+		return pool.AcquireRequest{}, false
 	}
 	if limit := s.backend.MaxTTL(); limit > 0 && body.TTLSeconds > ceilSeconds(limit) {
 		writeError(w, http.StatusBadRequest, apiErrTTLTooLong,
 			fmt.Sprintf("ttlSeconds %d is above the maximum of %d seconds (%s)", body.TTLSeconds, ceilSeconds(limit), limit))
-		return AcquireRequest{}, false
+		return pool.AcquireRequest{}, false
 	}
 	if body.TTLSeconds > int64(maxDurationSeconds) {
 		writeError(w, http.StatusBadRequest, apiErrTTLTooLong, fmt.Sprintf("ttlSeconds %d is out of range", body.TTLSeconds))
-		return AcquireRequest{}, false
+		return pool.AcquireRequest{}, false
 	}
 	if len(body.IdempotencyKey) > 128 {
 		writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("idempotencyKey of %d bytes is above the limit of 128", len(body.IdempotencyKey)))
-		return AcquireRequest{}, false
+		return pool.AcquireRequest{}, false
 	}
-	req := AcquireRequest{
+	req := pool.AcquireRequest{
 		Selector:       body.Selector,
 		Proxy:          body.Proxy,
 		TTL:            time.Duration(body.TTLSeconds) * time.Second,
@@ -556,17 +551,17 @@ func (s *apiServer) report(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("retryAfterSeconds %d is out of range; give a number of seconds >= 0", body.RetryAfterSeconds))
 		return
 	}
-	rep := Report{Result: result, RetryAfter: time.Duration(body.RetryAfterSeconds) * time.Second}
+	rep := pool.Report{Result: result, RetryAfter: time.Duration(body.RetryAfterSeconds) * time.Second}
 	if body.Target != "" {
 		rep.Target = rotation.TargetKey(body.Target)
 	}
 	switch err := s.backend.Report(r.Context(), r.PathValue("id"), rep); {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(err, ErrUnknownLease):
+	case errors.Is(err, pool.ErrUnknownLease):
 		writeError(w, http.StatusNotFound, apiErrUnknownLease,
 			fmt.Sprintf("lease %q is unknown or past its report window", r.PathValue("id")))
-	case errors.Is(err, ErrInvalidResult):
+	case errors.Is(err, pool.ErrInvalidResult):
 		writeError(w, http.StatusBadRequest, apiErrInvalidResult, err.Error())
 	default:
 		s.backendFailed(w, "lease report", err)
@@ -577,7 +572,7 @@ func (s *apiServer) report(w http.ResponseWriter, r *http.Request) {
 // Retry-After) when the shared store cannot be reached, which clients treat
 // as transient, else a 500.
 func (s *apiServer) backendFailed(w http.ResponseWriter, what string, err error) {
-	if errors.Is(err, ErrStoreUnavailable) {
+	if errors.Is(err, pool.ErrStoreUnavailable) {
 		s.log.Warn(what+" failed: lease store unavailable", "error", err)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, apiErrUnavailable, what+" failed: "+err.Error())
@@ -668,7 +663,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // memberURL is the member's address with credentials (lease answers only).
-func memberURL(m Member) string {
+func memberURL(m pool.Member) string {
 	if m.URL == nil {
 		return m.Redacted() // direct://[addr]: there is no secret in it
 	}

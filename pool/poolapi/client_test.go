@@ -1,4 +1,4 @@
-package pool_test
+package poolapi_test
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-func newTestClient(t testing.TB, f *apiFixture, token string) *pool.Client {
+func newTestClient(t testing.TB, f *apiFixture, token string) *poolapi.Client {
 	t.Helper()
-	c, err := pool.NewClient(f.srv.URL, token, nil)
+	c, err := poolapi.NewClient(f.srv.URL, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func newTestClient(t testing.TB, f *apiFixture, token string) *pool.Client {
 
 func TestClientRoundTripsThePoolContract(t *testing.T) {
 	const token = "tok"
-	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Hour}, pool.APIOptions{Token: token}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Hour}, poolapi.APIOptions{Token: token}, testMembers(t))
 	c := newTestClient(t, f, token)
 	ctx := context.Background()
 	now := f.clock.Now()
@@ -66,7 +67,7 @@ func TestClientRoundTripsThePoolContract(t *testing.T) {
 		}
 	})
 	t.Run("list shows the lease and redacts passwords", func(t *testing.T) {
-		ps, err := c.List(ctx, pool.ListFilter{Attributes: map[string]string{"region": "eu"}, HealthyOnly: true})
+		ps, err := c.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"region": "eu"}, HealthyOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func TestClientRoundTripsThePoolContract(t *testing.T) {
 		if err := c.Report(ctx, lease.ID, pool.Report{Result: rotation.ResultRateLimited, RetryAfter: 20 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		ps, err := c.List(ctx, pool.ListFilter{})
+		ps, err := c.List(ctx, poolapi.ListFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func TestClientRoundTripsThePoolContract(t *testing.T) {
 }
 
 func TestClientMapsErrors(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Minute, MaxLeasesPerMember: 1}, pool.APIOptions{Token: "right"}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Minute, MaxLeasesPerMember: 1}, poolapi.APIOptions{Token: "right"}, testMembers(t))
 	f.store.SetHealth("b", false, 0)
 	ctx := context.Background()
 	good := newTestClient(t, f, "right")
@@ -147,15 +148,15 @@ func TestClientMapsErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = good.Report(ctx, l.ID, pool.Report{Result: "nonsense"})
-		var apiErr *pool.APIError
+		var apiErr *poolapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Code != "invalid_result" {
 			t.Errorf("err = %v, want APIError 400 invalid_result", err)
 		}
 	})
 	t.Run("wrong token is an APIError 401, not unreachable", func(t *testing.T) {
 		bad := newTestClient(t, f, "wrong")
-		_, err := bad.List(ctx, pool.ListFilter{})
-		var apiErr *pool.APIError
+		_, err := bad.List(ctx, poolapi.ListFilter{})
+		var apiErr *poolapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.Status != 401 || apiErr.Code != "unauthorized" {
 			t.Errorf("err = %v, want APIError 401", err)
 		}
@@ -170,7 +171,7 @@ func TestClientMapsErrors(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		c, err := pool.NewClient("http://"+addr, "", nil)
+		c, err := poolapi.NewClient("http://"+addr, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,12 +196,12 @@ func TestClientMapsErrors(t *testing.T) {
 			http.Error(w, "no healthy upstream", http.StatusServiceUnavailable)
 		}))
 		defer lb.Close()
-		c, err := pool.NewClient(lb.URL, "", nil)
+		c, err := poolapi.NewClient(lb.URL, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = c.Acquire(ctx, pool.AcquireRequest{})
-		var apiErr *pool.APIError
+		var apiErr *poolapi.APIError
 		if !errors.Is(err, pool.ErrUnreachable) || !errors.As(err, &apiErr) || apiErr.Message != "no healthy upstream" {
 			t.Errorf("err = %v, want ErrUnreachable with the body as message", err)
 		}
@@ -222,34 +223,34 @@ func TestNewClientValidatesTheURL(t *testing.T) {
 		{"garbage", "http://[::1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := pool.NewClient(tc.url, "", nil)
+			_, err := poolapi.NewClient(tc.url, "", nil)
 			if (err == nil) != tc.ok {
 				t.Errorf("NewClient(%q) err = %v, want ok=%v", tc.url, err, tc.ok)
 			}
 		})
 	}
-	if _, err := pool.NewClient("http://127.0.0.1:1", "a\nb", nil); err == nil {
+	if _, err := poolapi.NewClient("http://127.0.0.1:1", "a\nb", nil); err == nil {
 		t.Error("a token with a line break was accepted")
 	}
 }
 
 func TestClientUsesAPathPrefix(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 	mux := http.NewServeMux()
 	mux.Handle("/lease-api/", http.StripPrefix("/lease-api", f.srv.Config.Handler))
 	prefixed := httptest.NewServer(mux)
 	defer prefixed.Close()
-	c, err := pool.NewClient(prefixed.URL+"/lease-api/", "", nil)
+	c, err := poolapi.NewClient(prefixed.URL+"/lease-api/", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps, err := c.List(context.Background(), pool.ListFilter{}); err != nil || len(ps) != 3 {
+	if ps, err := c.List(context.Background(), poolapi.ListFilter{}); err != nil || len(ps) != 3 {
 		t.Errorf("list through a prefix: %d members, %v", len(ps), err)
 	}
 }
 
 func TestClientNeverUsesAnEnvironmentProxy(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 	// A transport whose Proxy func points at a dead port: if the client kept it,
 	// every call would fail. (http.ProxyFromEnvironment itself exempts loopback,
 	// so a set HTTP_PROXY could not show the difference here.)
@@ -264,11 +265,11 @@ func TestClientNeverUsesAnEnvironmentProxy(t *testing.T) {
 		proxyAsked.Add(1)
 		return &url.URL{Scheme: "http", Host: dead}, nil
 	}}
-	c, err := pool.NewClient(f.srv.URL, "", &http.Client{Transport: tr, Timeout: 10 * time.Second})
+	c, err := poolapi.NewClient(f.srv.URL, "", &http.Client{Transport: tr, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.List(context.Background(), pool.ListFilter{}); err != nil {
+	if _, err := c.List(context.Background(), poolapi.ListFilter{}); err != nil {
 		t.Errorf("list with a proxying transport: %v", err)
 	}
 	if n := proxyAsked.Load(); n != 0 {
@@ -281,7 +282,7 @@ func TestClientNeverUsesAnEnvironmentProxy(t *testing.T) {
 
 func TestClientReusesConnections(t *testing.T) {
 	var conns atomic.Int32
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t), func(s *httptest.Server) {
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t), func(s *httptest.Server) {
 		s.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				conns.Add(1)
@@ -311,7 +312,7 @@ func TestClientReusesConnections(t *testing.T) {
 }
 
 func TestClientConcurrentAcquireRelease(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{MaxLeasesPerMember: 4}, pool.APIOptions{Token: "t"}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{MaxLeasesPerMember: 4}, poolapi.APIOptions{Token: "t"}, testMembers(t))
 	c := newTestClient(t, f, "t")
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -348,7 +349,7 @@ func TestClientConcurrentAcquireRelease(t *testing.T) {
 	if granted.Load()+full.Load() != 16*50 || granted.Load() == 0 {
 		t.Errorf("granted %d + no_match %d != %d", granted.Load(), full.Load(), 16*50)
 	}
-	ps, err := c.List(ctx, pool.ListFilter{})
+	ps, err := c.List(ctx, poolapi.ListFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func TestClientConcurrentAcquireRelease(t *testing.T) {
 
 func TestClientDirectMemberRoundTrip(t *testing.T) {
 	members := []pool.Member{{Name: "direct"}}
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, members)
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, members)
 	c := newTestClient(t, f, "")
 	l, err := c.Acquire(context.Background(), pool.AcquireRequest{})
 	if err != nil {
@@ -373,9 +374,9 @@ func TestClientDirectMemberRoundTrip(t *testing.T) {
 }
 
 // BenchmarkAPIAcquireRelease measures one acquire plus one release through
-// the Client over real HTTP on loopback (DESIGN target: >= 10k pairs/s).
+// the Client over real HTTP on loopback (goal: >= 10k pairs/s).
 func BenchmarkAPIAcquireRelease(b *testing.B) {
-	f := newAPIFixture(b, pool.StoreOptions{}, pool.APIOptions{Token: "bench-token"}, testMembers(b))
+	f := newAPIFixture(b, pool.StoreOptions{}, poolapi.APIOptions{Token: "bench-token"}, testMembers(b))
 	c := newTestClient(b, f, "bench-token")
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -411,7 +412,7 @@ func BenchmarkAPIAcquireRelease(b *testing.B) {
 func TestClientRetriesALostReplicaWithoutTakingTwoLeases(t *testing.T) {
 	st := pool.NewStore(pool.StoreOptions{})
 	st.SetMembers(testMembers(t))
-	api := pool.NewAPIServer(st, pool.APIOptions{})
+	api := poolapi.NewAPIServer(st, poolapi.APIOptions{})
 	var dropped atomic.Int32
 	lossy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		api.ServeHTTP(httptest.NewRecorder(), r) // the lease is taken...
@@ -425,7 +426,7 @@ func TestClientRetriesALostReplicaWithoutTakingTwoLeases(t *testing.T) {
 	good := httptest.NewServer(api)
 	defer good.Close()
 
-	c, err := pool.NewClient(lossy.URL+","+good.URL, "", nil)
+	c, err := poolapi.NewClient(lossy.URL+","+good.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,14 +451,14 @@ func TestClientRetriesALostReplicaWithoutTakingTwoLeases(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
 	dead.Close()
-	c2, err := pool.NewClient(deadURL+", "+good.URL, "", nil)
+	c2, err := poolapi.NewClient(deadURL+", "+good.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c2.Acquire(context.Background(), pool.AcquireRequest{}); err != nil {
 		t.Fatalf("acquire with the first URL dead: %v", err)
 	}
-	if _, err := pool.NewClient(good.URL+",ftp://x", "", nil); err == nil {
+	if _, err := poolapi.NewClient(good.URL+",ftp://x", "", nil); err == nil {
 		t.Fatal("a bad second URL was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package pool
+package poolapi
 
 import (
 	"net/http"

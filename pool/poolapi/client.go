@@ -1,4 +1,4 @@
-package pool
+package poolapi
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"io"
 	"net"
 	"net/http"
@@ -47,7 +48,7 @@ func (e *APIError) Error() string {
 func (e *APIError) Unwrap() error {
 	switch e.Status {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return ErrUnreachable
+		return pool.ErrUnreachable
 	}
 	return nil
 }
@@ -87,7 +88,7 @@ type ClientOptions struct {
 // inside the shortest projected token lifetime (10 minutes, rotated at 80%).
 const TokenFileRefresh = 30 * time.Second
 
-var _ Pool = (*Client)(nil)
+var _ pool.Pool = (*Client)(nil)
 
 // NewClient validates baseURL (http or https, a host, no query) and returns a
 // client sending token as a bearer token (empty: none). httpClient nil gets a
@@ -197,9 +198,9 @@ func newAPITransport() *http.Transport {
 // Acquire leases a member (POST /v1/leases). A 409 is a *NoMatchError with
 // the server's counts; a TTL above the maximum wraps ErrTTLTooLong. TTLs
 // are sent in whole seconds, rounded up.
-func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+func (c *Client) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease, error) {
 	if req.TTL < 0 {
-		return Lease{}, fmt.Errorf("lease TTL %s is negative", req.TTL)
+		return pool.Lease{}, fmt.Errorf("lease TTL %s is negative", req.TTL)
 	}
 	key := req.IdempotencyKey
 	if key == "" {
@@ -224,43 +225,43 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	}
 	status, raw, err := c.do(ctx, http.MethodPost, "/v1/leases", body)
 	if err != nil {
-		return Lease{}, err
+		return pool.Lease{}, err
 	}
 	switch status {
 	case http.StatusCreated:
 		var info LeaseInfo
 		if err := json.Unmarshal(raw, &info); err != nil {
-			return Lease{}, fmt.Errorf("lease API: decoding the lease: %w", err)
+			return pool.Lease{}, fmt.Errorf("lease API: decoding the lease: %w", err)
 		}
 		return leaseFromInfo(info)
 	case http.StatusConflict:
 		var nm noMatchBody
 		if err := json.Unmarshal(raw, &nm); err != nil || nm.apiErrorBody.Error != apiErrNoMatch {
-			return Lease{}, apiError(status, raw)
+			return pool.Lease{}, apiError(status, raw)
 		}
 		e := nm.NoMatchError
-		return Lease{}, &e
+		return pool.Lease{}, &e
 	case http.StatusBadRequest:
 		apiErr := apiError(status, raw)
 		if apiErr.Code == apiErrTTLTooLong {
-			return Lease{}, fmt.Errorf("%w: %s", ErrTTLTooLong, apiErr.Message)
+			return pool.Lease{}, fmt.Errorf("%w: %s", pool.ErrTTLTooLong, apiErr.Message)
 		}
-		return Lease{}, apiErr
+		return pool.Lease{}, apiErr
 	}
-	return Lease{}, apiError(status, raw)
+	return pool.Lease{}, apiError(status, raw)
 }
 
-func leaseFromInfo(info LeaseInfo) (Lease, error) {
+func leaseFromInfo(info LeaseInfo) (pool.Lease, error) {
 	if info.LeaseID == "" || info.Proxy.Name == "" {
-		return Lease{}, errors.New("lease API: lease answer without leaseID or proxy name")
+		return pool.Lease{}, errors.New("lease API: lease answer without leaseID or proxy name")
 	}
 	u, src, err := parseMemberURL(info.Proxy.URL)
 	if err != nil {
-		return Lease{}, fmt.Errorf("lease API: lease %s: %w", info.LeaseID, err)
+		return pool.Lease{}, fmt.Errorf("lease API: lease %s: %w", info.LeaseID, err)
 	}
-	return Lease{
+	return pool.Lease{
 		ID: info.LeaseID,
-		Member: Member{
+		Member: pool.Member{
 			Name:       info.Proxy.Name,
 			URL:        u,
 			SourceAddr: src,
@@ -289,7 +290,7 @@ func (c *Client) Release(ctx context.Context, leaseID string) error {
 
 // Report sends feedback on a lease (POST /v1/leases/{id}/report). A lease
 // unknown to the server, or past its report window, is ErrUnknownLease.
-func (c *Client) Report(ctx context.Context, leaseID string, r Report) error {
+func (c *Client) Report(ctx context.Context, leaseID string, r pool.Report) error {
 	if leaseID == "" {
 		return errors.New("lease ID is empty")
 	}
@@ -310,7 +311,7 @@ func (c *Client) Report(ctx context.Context, leaseID string, r Report) error {
 		return nil
 	case http.StatusNotFound:
 		if apiErr := apiError(status, raw); apiErr.Code == apiErrUnknownLease {
-			return fmt.Errorf("%w: %s", ErrUnknownLease, apiErr.Message)
+			return fmt.Errorf("%w: %s", pool.ErrUnknownLease, apiErr.Message)
 		}
 	}
 	return apiError(status, raw)
@@ -364,7 +365,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (int, []
 	}
 	i := int(c.next.Load()) % len(c.bases)
 	status, raw, err := c.doOnce(ctx, c.bases[i], method, path, body != nil, buf)
-	if err == nil || ctx.Err() != nil || !errors.Is(err, ErrUnreachable) {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, pool.ErrUnreachable) {
 		return status, raw, err
 	}
 	// Move every later call on too: the replica is likely gone.
@@ -398,12 +399,12 @@ func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody 
 	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, base, unwrapURLError(err))
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", pool.ErrUnreachable, method, base, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnreachable, method, base, err)
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", pool.ErrUnreachable, method, base, err)
 	}
 	return resp.StatusCode, raw, nil
 }

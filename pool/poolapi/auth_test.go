@@ -1,4 +1,4 @@
-package pool_test
+package poolapi_test
 
 import (
 	"context"
@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
-// reviewerFunc adapts a function to pool.TokenReviewer.
+// reviewerFunc adapts a function to poolapi.TokenReviewer.
 type reviewerFunc func(ctx context.Context, token string) error
 
 func (f reviewerFunc) ReviewToken(ctx context.Context, token string) error { return f(ctx, token) }
@@ -33,13 +34,13 @@ func TestAPIServerAsksTheReviewerAboutTokensOtherThanTheStaticOne(t *testing.T) 
 		case "pod-ok":
 			return nil
 		case "pod-denied":
-			return fmt.Errorf("%w: sa crawl/x may not", pool.ErrTokenForbidden)
+			return fmt.Errorf("%w: sa crawl/x may not", poolapi.ErrTokenForbidden)
 		case "pod-down":
 			return errors.New("TokenReview: connection refused")
 		}
-		return fmt.Errorf("%w: not valid", pool.ErrTokenInvalid)
+		return fmt.Errorf("%w: not valid", poolapi.ErrTokenInvalid)
 	})
-	srv := httptest.NewServer(pool.NewAPIServer(pool.NewStore(pool.StoreOptions{}), pool.APIOptions{Token: "static", Reviewer: rev}))
+	srv := httptest.NewServer(poolapi.NewAPIServer(pool.NewStore(pool.StoreOptions{}), poolapi.APIOptions{Token: "static", Reviewer: rev}))
 	defer srv.Close()
 	for _, tc := range []struct {
 		name, token string
@@ -78,8 +79,8 @@ func TestAPIServerAsksTheReviewerAboutTokensOtherThanTheStaticOne(t *testing.T) 
 }
 
 func TestAPIServerWithOnlyAReviewerRequiresAToken(t *testing.T) {
-	srv := httptest.NewServer(pool.NewAPIServer(pool.NewStore(pool.StoreOptions{}),
-		pool.APIOptions{Reviewer: reviewerFunc(func(context.Context, string) error { return nil })}))
+	srv := httptest.NewServer(poolapi.NewAPIServer(pool.NewStore(pool.StoreOptions{}),
+		poolapi.APIOptions{Reviewer: reviewerFunc(func(context.Context, string) error { return nil })}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/proxies")
 	if err != nil {
@@ -120,7 +121,7 @@ func TestClientRereadsARotatingTokenFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("first\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pool.NewClientWith(srv.URL, pool.ClientOptions{TokenFile: path, TokenFileRefresh: 10 * time.Millisecond})
+	c, err := poolapi.NewClientWith(srv.URL, poolapi.ClientOptions{TokenFile: path, TokenFileRefresh: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,15 +155,15 @@ func TestClientTokenFileMustBeReadableAndExcludesAFixedToken(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		o    pool.ClientOptions
+		o    poolapi.ClientOptions
 		want string
 	}{
-		{"a missing file", pool.ClientOptions{TokenFile: "/nonexistent/token"}, "token file"},
-		{"an empty file", pool.ClientOptions{TokenFile: empty}, "empty"},
-		{"both a token and a file", pool.ClientOptions{Token: "x", TokenFile: empty}, "exclude each other"},
+		{"a missing file", poolapi.ClientOptions{TokenFile: "/nonexistent/token"}, "token file"},
+		{"an empty file", poolapi.ClientOptions{TokenFile: empty}, "empty"},
+		{"both a token and a file", poolapi.ClientOptions{Token: "x", TokenFile: empty}, "exclude each other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := pool.NewClientWith("http://127.0.0.1:1", tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := poolapi.NewClientWith("http://127.0.0.1:1", tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("NewClientWith: %v, want an error saying %q", err, tc.want)
 			}
 		})
@@ -173,7 +174,7 @@ func TestClientMergesItsDefaultSelectorUnderTheRequests(t *testing.T) {
 	rec := &recordingAPI{}
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
-	c, err := pool.NewClientWith(srv.URL, pool.ClientOptions{Selector: map[string]string{"region": "eu", "tier": "dc"}})
+	c, err := poolapi.NewClientWith(srv.URL, poolapi.ClientOptions{Selector: map[string]string{"region": "eu", "tier": "dc"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-package pool
+package poolapi
 
 import (
+	"github.com/proxyfleet/proxyfleet/pool"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,9 +19,9 @@ func FuzzLeaseAPIBodies(f *testing.F) {
 	f.Add(`{"ttlSeconds":999999999999}`, `{"result":"nope"}`, "attr.=x")
 	f.Add(`[1,2]`, `{"result":"target_unreachable","extra":1}`, "%zz")
 	f.Fuzz(func(t *testing.T, leaseBody, reportBody, query string) {
-		store := NewStore(StoreOptions{})
+		store := pool.NewStore(pool.StoreOptions{})
 		u, _ := url.Parse("http://127.0.0.1:3128")
-		store.SetMembers([]Member{{Name: "a", URL: u, Attributes: map[string]string{"region": "eu"}}})
+		store.SetMembers([]pool.Member{{Name: "a", URL: u, Attributes: map[string]string{"region": "eu"}}})
 		h := NewAPIServer(store, APIOptions{})
 		do := func(method, path, query, body string) int {
 			req := httptest.NewRequest(method, "http://api.test"+path, strings.NewReader(body))
@@ -37,7 +38,7 @@ func FuzzLeaseAPIBodies(f *testing.F) {
 			t.Fatalf("a refused acquire (%d) left %d leases", code, store.ActiveLeases())
 		}
 		// A report on a real lease: a refused one starts no cooldown.
-		l, err := store.Acquire(t.Context(), AcquireRequest{Target: "example.com"})
+		l, err := store.Acquire(t.Context(), pool.AcquireRequest{Target: "example.com"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package pool_test
+package poolapi_test
 
 import (
 	"syscall"

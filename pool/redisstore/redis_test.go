@@ -1,12 +1,9 @@
-package pool
+package redisstore
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +12,14 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-func newRedisTestStore(t *testing.T, r *testutil.Redis, o StoreOptions, names ...string) *RedisStore {
+func newRedisTestStore(t *testing.T, r *testutil.Redis, o pool.StoreOptions, names ...string) *RedisStore {
 	t.Helper()
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "t" + strings.ReplaceAll(t.Name(), "/", "_"), Store: o})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	ms := make([]Member, 0, len(names))
+	ms := make([]pool.Member, 0, len(names))
 	for _, n := range names {
 		ms = append(ms, proxyMember(t, n))
 	}
@@ -34,23 +31,23 @@ func newRedisTestStore(t *testing.T, r *testutil.Redis, o StoreOptions, names ..
 
 func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
+	o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
 	s := newRedisTestStore(t, r, o, "a", "b")
-	l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
-	cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+	l := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
+	cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 	before := memberStatus(t, s, "a").Cooldowns["site.com"]
 
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	// Down: every call says store unavailable, nothing panics.
-	if _, err := s.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrStoreUnavailable) {
-		t.Fatalf("acquire with redis down: %v, want ErrStoreUnavailable", err)
+	if _, err := s.Acquire(context.Background(), pool.AcquireRequest{}); !errors.Is(err, pool.ErrStoreUnavailable) {
+		t.Fatalf("acquire with redis down: %v, want pool.ErrStoreUnavailable", err)
 	}
-	if err := s.Release(context.Background(), l.ID); !errors.Is(err, ErrStoreUnavailable) {
+	if err := s.Release(context.Background(), l.ID); !errors.Is(err, pool.ErrStoreUnavailable) {
 		t.Fatalf("release with redis down: %v", err)
 	}
-	if _, err := s.ListMembers(context.Background()); !errors.Is(err, ErrStoreUnavailable) {
+	if _, err := s.ListMembers(context.Background()); !errors.Is(err, pool.ErrStoreUnavailable) {
 		t.Fatalf("list with redis down: %v", err)
 	}
 	r.Start()
@@ -65,7 +62,7 @@ func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 	if a.ActiveLeases != 1 || !a.Cooldowns["site.com"].Equal(before) {
 		t.Fatalf("after SIGKILL and AOF restart: a = %+v, want 1 lease and the cooldown until %v", a, before)
 	}
-	if got := cAcquire(t, s2, AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
+	if got := cAcquire(t, s2, pool.AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
 		t.Fatalf("site.com leased %s after the restart; a is banned there", got.Member.Name)
 	}
 	cRelease(t, s2, l.ID)
@@ -76,14 +73,14 @@ func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 
 func TestRedisStoreRewritesItsMembersAfterRedisLostThem(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	s := newRedisTestStore(t, r, StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
+	s := newRedisTestStore(t, r, pool.StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.Start(ctx)
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	s.SetMembers([]Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
+	s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
 	r.Start()
 	testutil.Eventually(t, 15*time.Second, func() error {
 		if ms := s.Members(); len(ms) != 2 {
@@ -139,53 +136,4 @@ func TestParseRedisURL(t *testing.T) {
 	if _, err := NewRedisStore(RedisOptions{URL: "redis://h:1", Prefix: "a{b}"}); err == nil {
 		t.Error("a prefix with braces was accepted")
 	}
-}
-
-func TestAPIOnRedisAnswers503StoreUnavailableAndRecovers(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	s := newRedisTestStore(t, r, StoreOptions{}, "a")
-	srv := httptest.NewServer(NewAPIServer(s, APIOptions{}))
-	defer srv.Close()
-	post := func() (int, string) {
-		resp, err := http.Post(srv.URL+"/v1/leases", "application/json", strings.NewReader(`{"target":"site.com"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := post(); code != http.StatusCreated {
-		t.Fatalf("with redis up: %d %s", code, body)
-	}
-	if err := r.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	code, body := post()
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"error":"store_unavailable"`) {
-		t.Fatalf("with redis down: %d %s, want 503 store_unavailable", code, body)
-	}
-	resp, err := http.Get(srv.URL + "/v1/proxies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("GET /v1/proxies with redis down: %d", resp.StatusCode)
-	}
-	// The client reads a 503 as the API being unreachable (transient).
-	c, err := NewClient(srv.URL, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Acquire(context.Background(), AcquireRequest{}); !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("client acquire with the store down: %v, want ErrUnreachable", err)
-	}
-	r.Start()
-	testutil.Eventually(t, 15*time.Second, func() error {
-		if code, body := post(); code != http.StatusCreated {
-			return fmt.Errorf("after redis returned: %d %s", code, body)
-		}
-		return nil
-	})
 }

@@ -1,4 +1,4 @@
-package pool
+package redisstore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"log/slog"
 	"maps"
 	"net"
@@ -24,14 +25,6 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
-
-// ErrStoreUnavailable wraps a failure to reach the shared lease store (Redis
-// down, failing over, loading its AOF). The lease API answers it with 503
-// store_unavailable; it says nothing about the request itself.
-var ErrStoreUnavailable = errors.New("lease store unavailable")
-
-// DefaultRedisPrefix namespaces the Redis store's keys when no prefix is given.
-const DefaultRedisPrefix = "proxyfleet"
 
 // redisReassertEvery is how often a RedisStore that owns a member list
 // writes it again: it refreshes the member keys' TTLs, and it restores the
@@ -56,7 +49,7 @@ type RedisOptions struct {
 	// not used: the scripts read the Redis server's clock, which every
 	// replica shares. ReleasedRetained is not used either: a released
 	// lease stays reportable for Cooldown.Max, bounded by its key's TTL.
-	Store StoreOptions
+	Store pool.StoreOptions
 	// Logger receives store failures; nil discards.
 	Logger *slog.Logger
 }
@@ -69,16 +62,16 @@ type RedisOptions struct {
 // gateways may share one RedisStore's keys; see redis_lua.go for the
 // layout and docs/architecture.md for the why.
 type RedisStore struct {
-	o    StoreOptions
+	o    pool.StoreOptions
 	rdb  redis.UniversalClient
 	keys []string // {KEYS[1]}: "{prefix}:"
 	life time.Duration
 	log  *slog.Logger
 
-	defs sync.Map // member def JSON -> Member, so leases share parsed URLs
+	defs sync.Map // member def JSON -> pool.Member, so leases share parsed URLs
 
 	mu         sync.Mutex
-	want       []MemberHealth // the member list this store owns, if any
+	want       []pool.MemberHealth // the member list this store owns, if any
 	wantHealth bool
 	haveWant   bool
 	dirty      bool // the last member write failed
@@ -109,7 +102,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	}
 	prefix := o.Prefix
 	if prefix == "" {
-		prefix = DefaultRedisPrefix
+		prefix = pool.DefaultRedisPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("lease store prefix %q must not contain { or }: it becomes the Cluster hash tag", prefix)
@@ -117,7 +110,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	// A script whose reply was lost may be retried by the client: acquire
 	// finds its own lease by id, release and report are idempotent.
 	uo.MaxRetries = 2
-	so := o.Store.withDefaults()
+	so := o.Store.WithDefaults()
 	s := &RedisStore{
 		o:    so,
 		rdb:  redis.NewUniversalClient(uo),
@@ -283,27 +276,27 @@ func (s *RedisStore) wrap(op string, err error) error {
 		msg := rerr.Error()
 		for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOAUTH", "WRONGPASS", "BUSY"} {
 			if strings.HasPrefix(msg, transient) {
-				return fmt.Errorf("%w: %s: %s", ErrStoreUnavailable, op, msg)
+				return fmt.Errorf("%w: %s: %s", pool.ErrStoreUnavailable, op, msg)
 			}
 		}
 		return fmt.Errorf("lease store: %s: %w", op, err)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, op, err)
+	return fmt.Errorf("%w: %s: %w", pool.ErrStoreUnavailable, op, err)
 }
 
 // Acquire is Store.Acquire as one script: the eligible member first by
 // rotation.Less is chosen and leased atomically, on the server's clock. A
 // request with an IdempotencyKey that already took a lease gets that lease
 // again, so a gateway retrying on another replica never holds two.
-func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease, error) {
 	ttl := req.TTL
 	switch {
 	case ttl < 0:
-		return Lease{}, fmt.Errorf("%w: %s must not be negative", ErrInvalidTTL, ttl)
+		return pool.Lease{}, fmt.Errorf("%w: %s must not be negative", pool.ErrInvalidTTL, ttl)
 	case ttl == 0:
 		ttl = s.o.DefaultTTL
 	case ttl > s.o.MaxTTL:
-		return Lease{}, fmt.Errorf("%w: %s > %s", ErrTTLTooLong, ttl, s.o.MaxTTL)
+		return pool.Lease{}, fmt.Errorf("%w: %s > %s", pool.ErrTTLTooLong, ttl, s.o.MaxTTL)
 	}
 	argv := s.args(rand.Text(), max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember)
 	if len(req.Selector) > 0 {
@@ -313,28 +306,28 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Lease, er
 	}
 	res, err := redisScripts.acquire.Run(ctx, s.rdb, s.keys, argv...).Slice()
 	if err != nil {
-		return Lease{}, s.wrap("acquire", err)
+		return pool.Lease{}, s.wrap("acquire", err)
 	}
 	if len(res) == 0 {
-		return Lease{}, errors.New("lease store: acquire: empty reply")
+		return pool.Lease{}, errors.New("lease store: acquire: empty reply")
 	}
 	switch res[0] {
 	case "nomatch":
 		if len(res) != 5 {
-			return Lease{}, fmt.Errorf("lease store: acquire: malformed refusal %v", res)
+			return pool.Lease{}, fmt.Errorf("lease store: acquire: malformed refusal %v", res)
 		}
-		return Lease{}, &NoMatchError{
+		return pool.Lease{}, &pool.NoMatchError{
 			Considered: toInt(res[1]), AtCapacity: toInt(res[2]), InCooldown: toInt(res[3]), Unhealthy: toInt(res[4]),
 		}
 	case "ok", "dup":
 		if len(res) != 7 {
-			return Lease{}, fmt.Errorf("lease store: acquire: malformed lease %v", res)
+			return pool.Lease{}, fmt.Errorf("lease store: acquire: malformed lease %v", res)
 		}
 		m, err := s.member(toString(res[2]), toString(res[3]))
 		if err != nil {
-			return Lease{}, err
+			return pool.Lease{}, err
 		}
-		return Lease{
+		return pool.Lease{
 			ID:        toString(res[1]),
 			Member:    m,
 			Target:    toString(res[4]),
@@ -342,7 +335,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Lease, er
 			ExpiresAt: time.UnixMilli(int64(toInt(res[6]))),
 		}, nil
 	}
-	return Lease{}, fmt.Errorf("lease store: acquire: unexpected reply %v", res[0])
+	return pool.Lease{}, fmt.Errorf("lease store: acquire: unexpected reply %v", res[0])
 }
 
 // Release is Store.Release: idempotent, and a lease counts down exactly
@@ -359,9 +352,9 @@ func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
 // to the cap, so the policy has one definition. A report on a lease whose
 // member was removed or became a new upstream under its name changes
 // nothing (fencing: it cannot cool the new upstream down).
-func (s *RedisStore) Report(ctx context.Context, leaseID string, r Report) error {
+func (s *RedisStore) Report(ctx context.Context, leaseID string, r pool.Report) error {
 	if _, err := rotation.ParseResult(string(r.Result)); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidResult, err)
+		return fmt.Errorf("%w: %v", pool.ErrInvalidResult, err)
 	}
 	argv := s.args(leaseID, string(r.Result), r.Target, s.o.FailureWindow.Milliseconds(), s.o.SiteFailureRest.Milliseconds())
 	argv = append(argv, s.banWindows(max(r.RetryAfter, 0))...)
@@ -370,7 +363,7 @@ func (s *RedisStore) Report(ctx context.Context, leaseID string, r Report) error
 		return s.wrap("report", err)
 	}
 	if res == "unknown" {
-		return fmt.Errorf("%w %q", ErrUnknownLease, leaseID)
+		return fmt.Errorf("%w %q", pool.ErrUnknownLease, leaseID)
 	}
 	return nil
 }
@@ -399,27 +392,27 @@ type memberDef struct {
 }
 
 // member decodes a member def, sharing the result across leases.
-func (s *RedisStore) member(name, def string) (Member, error) {
+func (s *RedisStore) member(name, def string) (pool.Member, error) {
 	key := name + "\x00" + def
 	if m, ok := s.defs.Load(key); ok {
-		return m.(Member), nil
+		return m.(pool.Member), nil
 	}
 	var d memberDef
 	if err := json.Unmarshal([]byte(def), &d); err != nil {
-		return Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
+		return pool.Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
 	}
-	m := Member{Name: name, Attributes: d.Attr}
+	m := pool.Member{Name: name, Attributes: d.Attr}
 	if d.URL != "" {
 		u, err := url.Parse(d.URL)
 		if err != nil {
-			return Member{}, fmt.Errorf("lease store: member %q: bad URL", name)
+			return pool.Member{}, fmt.Errorf("lease store: member %q: bad URL", name)
 		}
 		m.URL = u
 	}
 	if d.Src != "" {
 		a, err := netip.ParseAddr(d.Src)
 		if err != nil {
-			return Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
+			return pool.Member{}, fmt.Errorf("lease store: member %q: %w", name, err)
 		}
 		m.SourceAddr = a
 	}
@@ -438,7 +431,7 @@ type memberWire struct {
 	Lat  int64    `json:"l"`
 }
 
-func encodeMember(m MemberHealth) memberWire {
+func encodeMember(m pool.MemberHealth) memberWire {
 	d := memberDef{Attr: m.Attributes}
 	if m.URL != nil {
 		d.URL = m.URL.String()
@@ -477,21 +470,21 @@ func encodeMember(m MemberHealth) memberWire {
 // Several writers of one prefix must agree on the members: the last write
 // wins (controller replicas read the same Proxies; standalone gateways
 // sharing a store should share their upstreams file).
-func (s *RedisStore) SetMembers(members []Member) {
-	mh := make([]MemberHealth, len(members))
+func (s *RedisStore) SetMembers(members []pool.Member) {
+	mh := make([]pool.MemberHealth, len(members))
 	for i, m := range members {
-		mh[i] = MemberHealth{Member: m, Healthy: true}
+		mh[i] = pool.MemberHealth{Member: m, Healthy: true}
 	}
 	s.setMembers(mh, false)
 }
 
 // SetMembersHealth is Store.SetMembersHealth: membership and health in one
 // script, so no new unhealthy member is leased in between.
-func (s *RedisStore) SetMembersHealth(members []MemberHealth) {
+func (s *RedisStore) SetMembersHealth(members []pool.MemberHealth) {
 	s.setMembers(slices.Clone(members), true)
 }
 
-func (s *RedisStore) setMembers(members []MemberHealth, withHealth bool) {
+func (s *RedisStore) setMembers(members []pool.MemberHealth, withHealth bool) {
 	s.mu.Lock()
 	s.want, s.wantHealth, s.haveWant = members, withHealth, true
 	s.mu.Unlock()
@@ -557,27 +550,27 @@ func (s *RedisStore) SetHealth(name string, healthy bool, latency time.Duration)
 
 // ListMembers is Members with the store's error: the lease API answers a
 // failure with 503 store_unavailable.
-func (s *RedisStore) ListMembers(ctx context.Context) ([]MemberStatus, error) {
+func (s *RedisStore) ListMembers(ctx context.Context) ([]pool.MemberStatus, error) {
 	out, _, err := s.members(ctx)
 	return out, err
 }
 
-func (s *RedisStore) members(ctx context.Context) ([]MemberStatus, int, error) {
+func (s *RedisStore) members(ctx context.Context) ([]pool.MemberStatus, int, error) {
 	out, live, _, err := s.membersCooldowns(ctx)
 	return out, live, err
 }
 
 // ListCooldowns lists the running cooldowns of current members, sorted by
-// target then member (SortCooldowns), read in one script with the members.
-func (s *RedisStore) ListCooldowns(ctx context.Context) ([]Cooldown, error) {
+// target then member (pool.SortCooldowns), read in one script with the members.
+func (s *RedisStore) ListCooldowns(ctx context.Context) ([]pool.Cooldown, error) {
 	_, _, cs, err := s.membersCooldowns(ctx)
-	SortCooldowns(cs)
+	pool.SortCooldowns(cs)
 	return cs, err
 }
 
 // membersCooldowns reads the members, the live lease count and the running
 // cooldowns with their reasons.
-func (s *RedisStore) membersCooldowns(ctx context.Context) ([]MemberStatus, int, []Cooldown, error) {
+func (s *RedisStore) membersCooldowns(ctx context.Context) ([]pool.MemberStatus, int, []pool.Cooldown, error) {
 	res, err := redisScripts.members.Run(ctx, s.rdb, s.keys, s.args()...).Slice()
 	if err != nil {
 		return nil, 0, nil, s.wrap("members", err)
@@ -586,8 +579,8 @@ func (s *RedisStore) membersCooldowns(ctx context.Context) ([]MemberStatus, int,
 		return nil, 0, nil, fmt.Errorf("lease store: members: malformed reply")
 	}
 	live := toInt(res[1])
-	out := make([]MemberStatus, 0, len(res)-2)
-	var cools []Cooldown
+	out := make([]pool.MemberStatus, 0, len(res)-2)
+	var cools []pool.Cooldown
 	for _, r := range res[2:] {
 		row, ok := r.([]any)
 		if !ok || len(row) != 6 {
@@ -598,7 +591,7 @@ func (s *RedisStore) membersCooldowns(ctx context.Context) ([]MemberStatus, int,
 			return nil, 0, nil, err
 		}
 		m.Attributes = maps.Clone(m.Attributes)
-		st := MemberStatus{
+		st := pool.MemberStatus{
 			Member:       m,
 			Healthy:      toString(row[2]) == "1",
 			Latency:      time.Duration(toInt(row[3])),
@@ -611,18 +604,18 @@ func (s *RedisStore) membersCooldowns(ctx context.Context) ([]MemberStatus, int,
 			}
 			target, until := toString(cs[i]), time.UnixMilli(int64(toInt(cs[i+1])))
 			st.Cooldowns[target] = until
-			cools = append(cools, Cooldown{Member: m.Name, Target: target, Until: until, Reason: rotation.Result(toString(cs[i+2]))})
+			cools = append(cools, pool.Cooldown{Member: m.Name, Target: target, Until: until, Reason: rotation.Result(toString(cs[i+2]))})
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b MemberStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b pool.MemberStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out, live, cools, nil
 }
 
 // Members lists the current members sorted by name, as Store.Members; when
 // Redis cannot be read it logs and returns nil (the metrics collector's
 // view: no members known). The lease API uses ListMembers.
-func (s *RedisStore) Members() []MemberStatus {
+func (s *RedisStore) Members() []pool.MemberStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, _, err := s.members(ctx)

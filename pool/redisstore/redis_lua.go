@@ -1,4 +1,4 @@
-package pool
+package redisstore
 
 // The Redis store's server-side scripts. Each runs atomically on the
 // server, reads the server's clock (TIME) so that every replica and gateway
@@ -190,7 +190,7 @@ local function selected(name)
   end
   return true
 end
--- judge is Store.judge: 0 eligible, 1 not selected, 2 unhealthy, 3 in
+-- judge is pool.Store.judge: 0 eligible, 1 not selected, 2 unhealthy, 3 in
 -- cooldown, 4 at capacity; the first matching reason counts.
 local function judge(name)
   if not selected(name) then return 1 end

@@ -1,9 +1,10 @@
-package pool
+package redisstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"net/url"
 	"strings"
 	"sync"
@@ -15,15 +16,15 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// The contract suite: every case runs against the in-memory Store and the
-// RedisStore (on a real redis-server), on the real clock, so the two
+// The contract suite of pool.LeaseStore: every case runs against the
+// in-memory pool.Store and the RedisStore (on a real redis-server), on the real clock, so the two
 // backends are held to one behaviour. Windows are a few hundred
 // milliseconds; assertions allow for a loaded machine.
 
 // contractBackend makes a fresh, empty store of one kind.
 type contractBackend struct {
 	name string
-	make func(t *testing.T, o StoreOptions) LeaseStore
+	make func(t *testing.T, o pool.StoreOptions) pool.LeaseStore
 }
 
 var contractPrefixes atomic.Int64
@@ -31,8 +32,8 @@ var contractPrefixes atomic.Int64
 func contractBackends(t *testing.T) []contractBackend {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
 	return []contractBackend{
-		{"memory", func(t *testing.T, o StoreOptions) LeaseStore { return NewStore(o) }},
-		{"redis", func(t *testing.T, o StoreOptions) LeaseStore {
+		{"memory", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return pool.NewStore(o) }},
+		{"redis", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
 			s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o})
 			if err != nil {
 				t.Fatal(err)
@@ -43,13 +44,35 @@ func contractBackends(t *testing.T) []contractBackend {
 	}
 }
 
+// proxyMember is a member named name on a placeholder proxy address, with
+// attrs as key, value pairs.
+func proxyMember(t testing.TB, name string, attrs ...string) pool.Member {
+	t.Helper()
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:3128"}
+	m := pool.Member{Name: name, URL: u, Attributes: map[string]string{}}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		m.Attributes[attrs[i]] = attrs[i+1]
+	}
+	return m
+}
+
+// noMatch is err as a *pool.NoMatchError, failing the test when it is not one.
+func noMatch(t testing.TB, err error) pool.NoMatchError {
+	t.Helper()
+	var nm *pool.NoMatchError
+	if !errors.As(err, &nm) {
+		t.Fatalf("error = %v, want *NoMatchError", err)
+	}
+	return *nm
+}
+
 // runContract runs fn as a subtest per backend.
-func runContract(t *testing.T, fn func(t *testing.T, mk func(o StoreOptions, names ...string) LeaseStore)) {
+func runContract(t *testing.T, fn func(t *testing.T, mk func(o pool.StoreOptions, names ...string) pool.LeaseStore)) {
 	for _, b := range contractBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			fn(t, func(o StoreOptions, names ...string) LeaseStore {
+			fn(t, func(o pool.StoreOptions, names ...string) pool.LeaseStore {
 				s := b.make(t, o)
-				ms := make([]Member, 0, len(names))
+				ms := make([]pool.Member, 0, len(names))
 				for _, n := range names {
 					ms = append(ms, proxyMember(t, n))
 				}
@@ -60,7 +83,7 @@ func runContract(t *testing.T, fn func(t *testing.T, mk func(o StoreOptions, nam
 	}
 }
 
-func cAcquire(t testing.TB, s LeaseStore, req AcquireRequest) Lease {
+func cAcquire(t testing.TB, s pool.LeaseStore, req pool.AcquireRequest) pool.Lease {
 	t.Helper()
 	l, err := s.Acquire(context.Background(), req)
 	if err != nil {
@@ -69,21 +92,21 @@ func cAcquire(t testing.TB, s LeaseStore, req AcquireRequest) Lease {
 	return l
 }
 
-func cReport(t testing.TB, s LeaseStore, id string, r Report) {
+func cReport(t testing.TB, s pool.LeaseStore, id string, r pool.Report) {
 	t.Helper()
 	if err := s.Report(context.Background(), id, r); err != nil {
 		t.Fatalf("Report(%s, %+v): %v", id, r, err)
 	}
 }
 
-func cRelease(t testing.TB, s LeaseStore, id string) {
+func cRelease(t testing.TB, s pool.LeaseStore, id string) {
 	t.Helper()
 	if err := s.Release(context.Background(), id); err != nil {
 		t.Fatalf("Release(%s): %v", id, err)
 	}
 }
 
-func memberStatus(t testing.TB, s LeaseStore, name string) MemberStatus {
+func memberStatus(t testing.TB, s pool.LeaseStore, name string) pool.MemberStatus {
 	t.Helper()
 	for _, m := range s.Members() {
 		if m.Name == name {
@@ -91,11 +114,11 @@ func memberStatus(t testing.TB, s LeaseStore, name string) MemberStatus {
 		}
 	}
 	t.Fatalf("member %s not listed", name)
-	return MemberStatus{}
+	return pool.MemberStatus{}
 }
 
 // cooldownLeft is how long name still cools down for target (0: none).
-func cooldownLeft(t testing.TB, s LeaseStore, name, target string) time.Duration {
+func cooldownLeft(t testing.TB, s pool.LeaseStore, name, target string) time.Duration {
 	t.Helper()
 	until, ok := memberStatus(t, s, name).Cooldowns[target]
 	if !ok {
@@ -113,7 +136,7 @@ func wantWindow(t testing.TB, what string, got, w time.Duration) {
 	}
 }
 
-func waitNoCooldown(t testing.TB, s LeaseStore, name, target string) {
+func waitNoCooldown(t testing.TB, s pool.LeaseStore, name, target string) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if left := cooldownLeft(t, s, name, target); left > 0 {
@@ -124,12 +147,12 @@ func waitNoCooldown(t testing.TB, s LeaseStore, name, target string) {
 }
 
 func TestStoreContractSelectionOrder(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		t.Run("fewest active leases first", func(t *testing.T) {
-			s := mk(StoreOptions{}, "a", "b", "c")
+			s := mk(pool.StoreOptions{}, "a", "b", "c")
 			held := map[string]int{}
 			for range 6 {
-				held[cAcquire(t, s, AcquireRequest{}).Member.Name]++
+				held[cAcquire(t, s, pool.AcquireRequest{}).Member.Name]++
 			}
 			for _, n := range []string{"a", "b", "c"} {
 				if held[n] != 2 {
@@ -138,13 +161,13 @@ func TestStoreContractSelectionOrder(t *testing.T) {
 			}
 		})
 		t.Run("least recently chosen, then latency, unknown last, then name", func(t *testing.T) {
-			s := mk(StoreOptions{}, "d", "a", "b", "c")
+			s := mk(pool.StoreOptions{}, "d", "a", "b", "c")
 			s.SetHealth("a", true, 0)
 			s.SetHealth("b", true, 50*time.Millisecond)
 			s.SetHealth("c", true, 5*time.Millisecond)
 			var got []string
 			for range 8 {
-				l := cAcquire(t, s, AcquireRequest{})
+				l := cAcquire(t, s, pool.AcquireRequest{})
 				got = append(got, l.Member.Name)
 				cRelease(t, s, l.ID)
 			}
@@ -154,26 +177,26 @@ func TestStoreContractSelectionOrder(t *testing.T) {
 			}
 		})
 		t.Run("selector and pin", func(t *testing.T) {
-			s := mk(StoreOptions{})
-			s.SetMembers([]Member{proxyMember(t, "eu1", "region", "eu"), proxyMember(t, "us1", "region", "us"), proxyMember(t, "eu2", "region", "eu", "tier", "dc")})
+			s := mk(pool.StoreOptions{})
+			s.SetMembers([]pool.Member{proxyMember(t, "eu1", "region", "eu"), proxyMember(t, "us1", "region", "us"), proxyMember(t, "eu2", "region", "eu", "tier", "dc")})
 			for range 4 {
-				l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"region": "eu"}})
+				l := cAcquire(t, s, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}})
 				if !strings.HasPrefix(l.Member.Name, "eu") {
 					t.Fatalf("selector region=eu leased %s", l.Member.Name)
 				}
 			}
-			if l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"region": "eu", "tier": "dc"}}); l.Member.Name != "eu2" {
+			if l := cAcquire(t, s, pool.AcquireRequest{Selector: map[string]string{"region": "eu", "tier": "dc"}}); l.Member.Name != "eu2" {
 				t.Fatalf("two-pair selector leased %s, want eu2", l.Member.Name)
 			}
-			if l := cAcquire(t, s, AcquireRequest{Proxy: "us1"}); l.Member.Name != "us1" || l.Member.URL == nil || l.Member.URL.Host != "127.0.0.1:3128" {
+			if l := cAcquire(t, s, pool.AcquireRequest{Proxy: "us1"}); l.Member.Name != "us1" || l.Member.URL == nil || l.Member.URL.Host != "127.0.0.1:3128" {
 				t.Fatalf("pin us1 leased %+v", l.Member)
 			}
-			_, err := s.Acquire(context.Background(), AcquireRequest{Selector: map[string]string{"region": "mars"}})
-			if nm := noMatch(t, err); nm != (NoMatchError{}) {
+			_, err := s.Acquire(context.Background(), pool.AcquireRequest{Selector: map[string]string{"region": "mars"}})
+			if nm := noMatch(t, err); nm != (pool.NoMatchError{}) {
 				t.Fatalf("selector nobody carries: counts %+v, want all zero", nm)
 			}
-			_, err = s.Acquire(context.Background(), AcquireRequest{Proxy: "nobody"})
-			if nm := noMatch(t, err); nm != (NoMatchError{}) {
+			_, err = s.Acquire(context.Background(), pool.AcquireRequest{Proxy: "nobody"})
+			if nm := noMatch(t, err); nm != (pool.NoMatchError{}) {
 				t.Fatalf("pin to an unknown member: counts %+v, want all zero", nm)
 			}
 		})
@@ -181,53 +204,53 @@ func TestStoreContractSelectionOrder(t *testing.T) {
 }
 
 func TestStoreContractCapacityAndExactRefusalCounts(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		s := mk(StoreOptions{MaxLeasesPerMember: 1}, "a", "b", "c", "d")
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		s := mk(pool.StoreOptions{MaxLeasesPerMember: 1}, "a", "b", "c", "d")
 		s.SetHealth("b", false, 0)
-		cl := cAcquire(t, s, AcquireRequest{Proxy: "c", Target: "x.com"})
-		cReport(t, s, cl.ID, Report{Result: rotation.ResultBanned})
+		cl := cAcquire(t, s, pool.AcquireRequest{Proxy: "c", Target: "x.com"})
+		cReport(t, s, cl.ID, pool.Report{Result: rotation.ResultBanned})
 		cRelease(t, s, cl.ID)
-		first := cAcquire(t, s, AcquireRequest{Target: "x.com"})
+		first := cAcquire(t, s, pool.AcquireRequest{Target: "x.com"})
 		if first.Member.Name != "a" {
 			t.Fatalf("first lease on %s, want a (b unhealthy, c cooling, a before d by name)", first.Member.Name)
 		}
-		if l := cAcquire(t, s, AcquireRequest{Target: "x.com"}); l.Member.Name != "d" {
+		if l := cAcquire(t, s, pool.AcquireRequest{Target: "x.com"}); l.Member.Name != "d" {
 			t.Fatalf("second lease on %s, want d", l.Member.Name)
 		}
-		_, err := s.Acquire(context.Background(), AcquireRequest{Target: "x.com"})
-		want := NoMatchError{Considered: 4, AtCapacity: 2, InCooldown: 1, Unhealthy: 1}
+		_, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "x.com"})
+		want := pool.NoMatchError{Considered: 4, AtCapacity: 2, InCooldown: 1, Unhealthy: 1}
 		if nm := noMatch(t, err); nm != want {
 			t.Fatalf("refusal counts %+v, want %+v", nm, want)
 		}
 		// The same member at capacity and in cooldown counts as in cooldown (judge's order).
-		_, err = s.Acquire(context.Background(), AcquireRequest{Proxy: "c", Target: "x.com"})
-		if nm := noMatch(t, err); nm != (NoMatchError{Considered: 1, InCooldown: 1}) {
+		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Proxy: "c", Target: "x.com"})
+		if nm := noMatch(t, err); nm != (pool.NoMatchError{Considered: 1, InCooldown: 1}) {
 			t.Fatalf("pinned refusal %+v", nm)
 		}
 		// Another target: c is free there.
-		if l := cAcquire(t, s, AcquireRequest{Target: "y.com"}); l.Member.Name != "c" {
+		if l := cAcquire(t, s, pool.AcquireRequest{Target: "y.com"}); l.Member.Name != "c" {
 			t.Fatalf("y.com lease on %s, want c", l.Member.Name)
 		}
 	})
 }
 
 func TestStoreContractConcurrentAcquiresRespectCapacity(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		const members, capacity, workers = 5, 3, 48
 		names := []string{"m0", "m1", "m2", "m3", "m4"}
-		s := mk(StoreOptions{MaxLeasesPerMember: capacity}, names...)
+		s := mk(pool.StoreOptions{MaxLeasesPerMember: capacity}, names...)
 		var (
 			mu      sync.Mutex
-			granted []Lease
+			granted []pool.Lease
 			refused int
 			wg      sync.WaitGroup
 		)
 		for range workers {
 			wg.Go(func() {
-				l, err := s.Acquire(context.Background(), AcquireRequest{Target: "site.com"})
+				l, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "site.com"})
 				mu.Lock()
 				defer mu.Unlock()
-				var nm *NoMatchError
+				var nm *pool.NoMatchError
 				switch {
 				case err == nil:
 					granted = append(granted, l)
@@ -265,10 +288,10 @@ func TestStoreContractConcurrentAcquiresRespectCapacity(t *testing.T) {
 }
 
 func TestStoreContractLeaseExpiryAndFencedRelease(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		s := mk(StoreOptions{}, "a")
-		short := cAcquire(t, s, AcquireRequest{TTL: 300 * time.Millisecond})
-		long := cAcquire(t, s, AcquireRequest{TTL: time.Minute})
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		s := mk(pool.StoreOptions{}, "a")
+		short := cAcquire(t, s, pool.AcquireRequest{TTL: 300 * time.Millisecond})
+		long := cAcquire(t, s, pool.AcquireRequest{TTL: time.Minute})
 		if d := time.Until(short.ExpiresAt); d > 300*time.Millisecond || d < 0 {
 			t.Fatalf("short lease expires in %v", d)
 		}
@@ -294,37 +317,37 @@ func TestStoreContractLeaseExpiryAndFencedRelease(t *testing.T) {
 }
 
 func TestStoreContractCooldownBackoffAndRetryAfter(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		pol := rotation.CooldownPolicy{Default: 600 * time.Millisecond, Max: 5 * time.Second}
-		s := mk(StoreOptions{Cooldown: pol}, "a", "b")
-		l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		s := mk(pool.StoreOptions{Cooldown: pol}, "a", "b")
+		l := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "site.com"})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 		wantWindow(t, "first ban", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
 		// Cooling for site.com only.
-		if got := cAcquire(t, s, AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
+		if got := cAcquire(t, s, pool.AcquireRequest{Target: "site.com"}); got.Member.Name != "b" {
 			t.Fatalf("site.com leased %s while a cools down", got.Member.Name)
 		}
-		if _, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "a", Target: "other.com"}); err != nil {
+		if _, err := s.Acquire(context.Background(), pool.AcquireRequest{Proxy: "a", Target: "other.com"}); err != nil {
 			t.Fatalf("a for other.com: %v", err)
 		}
 		// A ban inside the window adds no strike.
-		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultRateLimited})
 		wantWindow(t, "ban inside the window", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
 		waitNoCooldown(t, s, "a", "site.com")
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 		wantWindow(t, "second strike doubles", cooldownLeft(t, s, "a", "site.com"), 1200*time.Millisecond)
 		// ok resets the strikes but keeps the running window.
-		cReport(t, s, l.ID, Report{Result: rotation.ResultOK})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultOK})
 		if left := cooldownLeft(t, s, "a", "site.com"); left <= 0 {
 			t.Fatal("ok ended the running window")
 		}
 		waitNoCooldown(t, s, "a", "site.com")
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 		wantWindow(t, "ban after ok starts from the base", cooldownLeft(t, s, "a", "site.com"), 600*time.Millisecond)
 		// Retry-After sets the base; capped at Max.
-		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited, Target: "ra.com", RetryAfter: 2 * time.Second})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultRateLimited, Target: "ra.com", RetryAfter: 2 * time.Second})
 		wantWindow(t, "retry-after", cooldownLeft(t, s, "a", "ra.com"), 2*time.Second)
-		cReport(t, s, l.ID, Report{Result: rotation.ResultRateLimited, Target: "cap.com", RetryAfter: time.Hour})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultRateLimited, Target: "cap.com", RetryAfter: time.Hour})
 		wantWindow(t, "retry-after above the cap", cooldownLeft(t, s, "a", "cap.com"), 5*time.Second)
 		if n := s.ActiveCooldowns(); n != 3 {
 			t.Fatalf("ActiveCooldowns %d, want 3 (site.com, ra.com, cap.com)", n)
@@ -333,12 +356,12 @@ func TestStoreContractCooldownBackoffAndRetryAfter(t *testing.T) {
 }
 
 func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}, FailureWindow: 700 * time.Millisecond}
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}, FailureWindow: 700 * time.Millisecond}
 		s := mk(o, "a", "b")
-		l := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "lease.com"})
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned, Target: "report.com"})
+		l := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "lease.com"})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned, Target: "report.com"})
 		cs := memberStatus(t, s, "a").Cooldowns
 		if _, ok := cs["lease.com"]; !ok || len(cs) != 2 {
 			t.Fatalf("cooldowns %v, want lease.com (the lease's target) and report.com", cs)
@@ -347,24 +370,24 @@ func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 			t.Fatalf("cooldowns %v, want report.com", cs)
 		}
 		// A lease without a target, reported without one: every target.
-		nl := cAcquire(t, s, AcquireRequest{Proxy: "b"})
-		cReport(t, s, nl.ID, Report{Result: rotation.ResultBanned})
+		nl := cAcquire(t, s, pool.AcquireRequest{Proxy: "b"})
+		cReport(t, s, nl.ID, pool.Report{Result: rotation.ResultBanned})
 		if _, ok := memberStatus(t, s, "b").Cooldowns[""]; !ok {
 			t.Fatalf("b cooldowns %v, want the every-target one", memberStatus(t, s, "b").Cooldowns)
 		}
-		_, err := s.Acquire(context.Background(), AcquireRequest{Proxy: "b", Target: "any.com"})
+		_, err := s.Acquire(context.Background(), pool.AcquireRequest{Proxy: "b", Target: "any.com"})
 		if nm := noMatch(t, err); nm.InCooldown != 1 {
 			t.Fatalf("b after a target-less ban: %+v", nm)
 		}
 		// upstream_failed takes a out for every target for FailureWindow, then it returns.
-		cReport(t, s, l.ID, Report{Result: rotation.ResultUpstreamFailed})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
 		wantWindow(t, "failure window", cooldownLeft(t, s, "a", ""), 700*time.Millisecond)
-		_, err = s.Acquire(context.Background(), AcquireRequest{Target: "fresh.com"})
-		if nm := noMatch(t, err); nm != (NoMatchError{Considered: 2, InCooldown: 2}) {
+		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
+		if nm := noMatch(t, err); nm != (pool.NoMatchError{Considered: 2, InCooldown: 2}) {
 			t.Fatalf("both out: %+v", nm)
 		}
 		testutil.Eventually(t, 10*time.Second, func() error {
-			l, err := s.Acquire(context.Background(), AcquireRequest{Target: "fresh.com"})
+			l, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
 			if err != nil {
 				return err
 			}
@@ -377,72 +400,72 @@ func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 }
 
 func TestStoreContractTargetUnreachableRestsThePairAndKeepsStrikes(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 500 * time.Millisecond, Max: 10 * time.Second}, SiteFailureRest: 400 * time.Millisecond}
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 500 * time.Millisecond, Max: 10 * time.Second}, SiteFailureRest: 400 * time.Millisecond}
 		s := mk(o, "a")
-		l := cAcquire(t, s, AcquireRequest{Target: "site.com"})
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com"})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 		waitNoCooldown(t, s, "a", "site.com")
-		cReport(t, s, l.ID, Report{Result: rotation.ResultTargetUnreachable})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultTargetUnreachable})
 		wantWindow(t, "site-failure rest", cooldownLeft(t, s, "a", "site.com"), 400*time.Millisecond)
-		if _, err := s.Acquire(context.Background(), AcquireRequest{Target: "other.com"}); err != nil {
+		if _, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "other.com"}); err != nil {
 			t.Fatalf("target_unreachable took a out for another site: %v", err)
 		}
 		waitNoCooldown(t, s, "a", "site.com")
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned})
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned})
 		wantWindow(t, "ban after the rest is strike 2", cooldownLeft(t, s, "a", "site.com"), time.Second)
 	})
 }
 
 func TestStoreContractLateReportsAndIdempotency(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		o := StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 300 * time.Millisecond, Max: 800 * time.Millisecond}}
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 300 * time.Millisecond, Max: 800 * time.Millisecond}}
 		s := mk(o, "a", "b")
-		l := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
-		again := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		again := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
 		if again.ID != l.ID || again.Member.Name != l.Member.Name {
 			t.Fatalf("same idempotency key: lease %s on %s, then %s on %s", l.ID, l.Member.Name, again.ID, again.Member.Name)
 		}
 		if n := s.ActiveLeases(); n != 1 {
 			t.Fatalf("ActiveLeases %d after a repeated acquire, want 1", n)
 		}
-		if other := cAcquire(t, s, AcquireRequest{Target: "site.com", IdempotencyKey: "k2"}); other.ID == l.ID {
+		if other := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k2"}); other.ID == l.ID {
 			t.Fatal("another key got the same lease")
 		}
 		cRelease(t, s, l.ID)
-		cReport(t, s, l.ID, Report{Result: rotation.ResultBanned}) // late: after release, inside the window
+		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultBanned}) // late: after release, inside the window
 		if cooldownLeft(t, s, l.Member.Name, "site.com") <= 0 {
 			t.Fatal("a late report after release cooled nothing down")
 		}
-		if err := s.Report(context.Background(), "no-such-lease", Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
+		if err := s.Report(context.Background(), "no-such-lease", pool.Report{Result: rotation.ResultOK}); !errors.Is(err, pool.ErrUnknownLease) {
 			t.Fatalf("report on an unknown lease: %v", err)
 		}
-		if err := s.Report(context.Background(), l.ID, Report{Result: "meh"}); !errors.Is(err, ErrInvalidResult) {
+		if err := s.Report(context.Background(), l.ID, pool.Report{Result: "meh"}); !errors.Is(err, pool.ErrInvalidResult) {
 			t.Fatalf("invalid result: %v", err)
 		}
 		testutil.Eventually(t, 10*time.Second, func() error {
-			if err := s.Report(context.Background(), l.ID, Report{Result: rotation.ResultOK}); !errors.Is(err, ErrUnknownLease) {
-				return fmt.Errorf("report %v after Cooldown.Max past the release, want ErrUnknownLease", err)
+			if err := s.Report(context.Background(), l.ID, pool.Report{Result: rotation.ResultOK}); !errors.Is(err, pool.ErrUnknownLease) {
+				return fmt.Errorf("report %v after Cooldown.Max past the release, want pool.ErrUnknownLease", err)
 			}
 			return nil
 		})
-		if _, err := s.Acquire(context.Background(), AcquireRequest{TTL: 2 * time.Hour}); !errors.Is(err, ErrTTLTooLong) {
+		if _, err := s.Acquire(context.Background(), pool.AcquireRequest{TTL: 2 * time.Hour}); !errors.Is(err, pool.ErrTTLTooLong) {
 			t.Fatalf("TTL above the maximum: %v", err)
 		}
 	})
 }
 
 func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		s := mk(StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}}, "a", "b")
-		la := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "site.com"})
-		lb := cAcquire(t, s, AcquireRequest{Proxy: "b", Target: "site.com"})
-		cReport(t, s, la.ID, Report{Result: rotation.ResultBanned})
-		cReport(t, s, lb.ID, Report{Result: rotation.ResultBanned})
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		s := mk(pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}}, "a", "b")
+		la := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "site.com"})
+		lb := cAcquire(t, s, pool.AcquireRequest{Proxy: "b", Target: "site.com"})
+		cReport(t, s, la.ID, pool.Report{Result: rotation.ResultBanned})
+		cReport(t, s, lb.ID, pool.Report{Result: rotation.ResultBanned})
 		// a keeps its endpoint and gains an attribute; b moves to a new port.
 		moved := proxyMember(t, "b")
 		moved.URL = &url.URL{Scheme: "http", Host: "127.0.0.1:3129"}
-		s.SetMembers([]Member{proxyMember(t, "a", "tier", "dc"), moved, proxyMember(t, "c")})
+		s.SetMembers([]pool.Member{proxyMember(t, "a", "tier", "dc"), moved, proxyMember(t, "c")})
 		if left := cooldownLeft(t, s, "a", "site.com"); left <= 0 {
 			t.Fatal("a kept its endpoint but lost its cooldown")
 		}
@@ -453,15 +476,15 @@ func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
 			t.Fatalf("b has a new endpoint (a new upstream) but kept %+v", b)
 		}
 		// The old b's lease still releases and reports without touching the new b.
-		cReport(t, s, lb.ID, Report{Result: rotation.ResultUpstreamFailed})
+		cReport(t, s, lb.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
 		cRelease(t, s, lb.ID)
 		if b := memberStatus(t, s, "b"); len(b.Cooldowns) != 0 || b.ActiveLeases != 0 {
 			t.Fatalf("a report on the old b's lease reached the new b: %+v", b)
 		}
-		if l := cAcquire(t, s, AcquireRequest{Selector: map[string]string{"tier": "dc"}}); l.Member.Name != "a" {
+		if l := cAcquire(t, s, pool.AcquireRequest{Selector: map[string]string{"tier": "dc"}}); l.Member.Name != "a" {
 			t.Fatalf("tier=dc leased %s", l.Member.Name)
 		}
-		s.SetMembers([]Member{proxyMember(t, "c")})
+		s.SetMembers([]pool.Member{proxyMember(t, "c")})
 		if ms := s.Members(); len(ms) != 1 || ms[0].Name != "c" {
 			t.Fatalf("members after removing a and b: %v", ms)
 		}
@@ -478,21 +501,21 @@ func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
 // members are not listed, and an ok report keeps the reason of the window it
 // leaves running.
 func TestStoreContractListCooldownsSaysWhyEachRuns(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(StoreOptions, ...string) LeaseStore) {
-		o := StoreOptions{
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		o := pool.StoreOptions{
 			Cooldown:        rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour},
 			FailureWindow:   time.Minute,
 			SiteFailureRest: 300 * time.Millisecond,
 		}
 		s := mk(o, "a", "b", "c")
-		la := cAcquire(t, s, AcquireRequest{Proxy: "a", Target: "shop.com"})
-		lb := cAcquire(t, s, AcquireRequest{Proxy: "b", Target: "shop.com"})
-		lc := cAcquire(t, s, AcquireRequest{Proxy: "c", Target: "news.com"})
-		cReport(t, s, la.ID, Report{Result: rotation.ResultRateLimited, RetryAfter: 30 * time.Second})
-		cReport(t, s, lb.ID, Report{Result: rotation.ResultBanned})
-		cReport(t, s, lb.ID, Report{Result: rotation.ResultOK})
-		cReport(t, s, lc.ID, Report{Result: rotation.ResultUpstreamFailed})
-		cReport(t, s, la.ID, Report{Result: rotation.ResultTargetUnreachable, Target: "dead.com"})
+		la := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "shop.com"})
+		lb := cAcquire(t, s, pool.AcquireRequest{Proxy: "b", Target: "shop.com"})
+		lc := cAcquire(t, s, pool.AcquireRequest{Proxy: "c", Target: "news.com"})
+		cReport(t, s, la.ID, pool.Report{Result: rotation.ResultRateLimited, RetryAfter: 30 * time.Second})
+		cReport(t, s, lb.ID, pool.Report{Result: rotation.ResultBanned})
+		cReport(t, s, lb.ID, pool.Report{Result: rotation.ResultOK})
+		cReport(t, s, lc.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
+		cReport(t, s, la.ID, pool.Report{Result: rotation.ResultTargetUnreachable, Target: "dead.com"})
 
 		type row struct{ member, target, reason string }
 		list := func() []row {
@@ -525,7 +548,7 @@ func TestStoreContractListCooldownsSaysWhyEachRuns(t *testing.T) {
 			}
 			return nil
 		})
-		s.SetMembers([]Member{proxyMember(t, "a"), proxyMember(t, "b")})
+		s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")})
 		if got := list(); fmt.Sprint(got) != fmt.Sprint(want[2:]) {
 			t.Fatalf("after c left: %v, want %v", got, want[2:])
 		}

@@ -1,40 +1,34 @@
-package pool_test
+package poolapi_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	clocktesting "k8s.io/utils/clock/testing"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// testClock is a settable clock for the store; the API server itself reads no clock.
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
+// newTestClock is a settable clock for the store; the API server itself reads no clock.
+func newTestClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // apiFixture is a real Store behind a real APIServer on a loopback port.
 type apiFixture struct {
 	store *pool.Store
-	clock *testClock
+	clock *clocktesting.FakeClock
 	srv   *httptest.Server
 	token string
 }
@@ -56,18 +50,18 @@ func testMembers(t testing.TB) []pool.Member {
 }
 
 // newAPIFixture starts the server; configure runs before it starts listening.
-func newAPIFixture(t testing.TB, so pool.StoreOptions, ao pool.APIOptions, members []pool.Member, configure ...func(*httptest.Server)) *apiFixture {
+func newAPIFixture(t testing.TB, so pool.StoreOptions, ao poolapi.APIOptions, members []pool.Member, configure ...func(*httptest.Server)) *apiFixture {
 	t.Helper()
 	f := &apiFixture{clock: newTestClock(), token: ao.Token}
 	if so.Clock == nil {
-		so.Clock = f.clock.Now
+		so.Clock = f.clock
 	}
 	f.store = pool.NewStore(so)
 	f.store.SetMembers(members)
 	if ao.Logger == nil {
 		ao.Logger = slog.New(slog.DiscardHandler)
 	}
-	f.srv = httptest.NewUnstartedServer(pool.NewAPIServer(f.store, ao))
+	f.srv = httptest.NewUnstartedServer(poolapi.NewAPIServer(f.store, ao))
 	for _, c := range configure {
 		c(f.srv)
 	}
@@ -130,8 +124,8 @@ func (f *apiFixture) call(t testing.TB, method, path, body string, hdr ...string
 }
 
 type wireList struct {
-	Proxies []pool.ProxyInfo `json:"proxies"`
-	Count   int              `json:"count"`
+	Proxies []poolapi.ProxyInfo `json:"proxies"`
+	Count   int                 `json:"count"`
 }
 
 func (f *apiFixture) list(t testing.TB, query string) wireList {
@@ -150,13 +144,13 @@ func (f *apiFixture) list(t testing.TB, query string) wireList {
 	return l
 }
 
-func (f *apiFixture) acquire(t testing.TB, body string) pool.LeaseInfo {
+func (f *apiFixture) acquire(t testing.TB, body string) poolapi.LeaseInfo {
 	t.Helper()
 	a := f.call(t, http.MethodPost, "/v1/leases", body)
 	if a.status != http.StatusCreated {
 		t.Fatalf("POST /v1/leases %s = %d %s", body, a.status, a.body)
 	}
-	var l pool.LeaseInfo
+	var l poolapi.LeaseInfo
 	if err := json.Unmarshal(a.body, &l); err != nil {
 		t.Fatalf("lease body: %v: %s", err, a.body)
 	}
@@ -171,7 +165,7 @@ func names(l wireList) string {
 	return strings.Join(n, ",")
 }
 
-func find(t testing.TB, l wireList, name string) pool.ProxyInfo {
+func find(t testing.TB, l wireList, name string) poolapi.ProxyInfo {
 	t.Helper()
 	for _, p := range l.Proxies {
 		if p.Name == name {
@@ -179,11 +173,11 @@ func find(t testing.TB, l wireList, name string) pool.ProxyInfo {
 		}
 	}
 	t.Fatalf("member %q not in list %s", name, names(l))
-	return pool.ProxyInfo{}
+	return poolapi.ProxyInfo{}
 }
 
 func TestAPIListFiltersByAttributesAndHealth(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 	f.store.SetHealth("b", false, 0)
 	f.store.SetHealth("a", true, 42*time.Millisecond)
 
@@ -259,7 +253,7 @@ func TestAPIListFiltersByAttributesAndHealth(t *testing.T) {
 }
 
 func TestAPIAcquireAnswers201WithTheLease(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{DefaultTTL: 60 * time.Second, MaxTTL: time.Hour}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{DefaultTTL: 60 * time.Second, MaxTTL: time.Hour}, poolapi.APIOptions{}, testMembers(t))
 	now := f.clock.Now()
 
 	t.Run("defaults: first member by name, default TTL, credentials in the URL", func(t *testing.T) {
@@ -279,7 +273,7 @@ func TestAPIAcquireAnswers201WithTheLease(t *testing.T) {
 				t.Errorf("201 body lacks %q: %s", k, a.body)
 			}
 		}
-		var l pool.LeaseInfo
+		var l poolapi.LeaseInfo
 		if err := json.Unmarshal(a.body, &l); err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +309,7 @@ func TestAPIAcquireAnswers201WithTheLease(t *testing.T) {
 }
 
 func TestAPIAcquire409CountsWhyNothingIsUsable(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{MaxLeasesPerMember: 1}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{MaxLeasesPerMember: 1}, poolapi.APIOptions{}, testMembers(t))
 	// a: unhealthy; b: cooled down for example.com; c: at capacity.
 	f.store.SetHealth("a", false, 0)
 	lb := f.acquire(t, `{"proxy":"b","target":"example.com"}`)
@@ -371,7 +365,7 @@ func TestAPIAcquire409CountsWhyNothingIsUsable(t *testing.T) {
 }
 
 func TestAPIReleaseIsIdempotent(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 	l := f.acquire(t, `{"proxy":"a"}`)
 	if got := find(t, f.list(t, ""), "a").ActiveLeases; got != 1 {
 		t.Fatalf("activeLeases = %d after acquire", got)
@@ -395,7 +389,7 @@ func TestAPIReleaseIsIdempotent(t *testing.T) {
 
 func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 	f := newAPIFixture(t, pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: 10 * time.Minute, Max: time.Hour}},
-		pool.APIOptions{}, testMembers(t))
+		poolapi.APIOptions{}, testMembers(t))
 	now := f.clock.Now()
 	l := f.acquire(t, `{"proxy":"a","target":"example.com"}`)
 
@@ -425,7 +419,7 @@ func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 		}
 	})
 	t.Run("the member is usable again after the window", func(t *testing.T) {
-		f.clock.Advance(31 * time.Second)
+		f.clock.Step(31 * time.Second)
 		if l := f.acquire(t, `{"proxy":"a","target":"example.com"}`); l.Proxy.Name != "a" {
 			t.Errorf("leased %q, want a", l.Proxy.Name)
 		}
@@ -442,7 +436,7 @@ func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 	})
 	t.Run("a late report on an expired lease still lands", func(t *testing.T) {
 		l := f.acquire(t, `{"proxy":"c","target":"late.example","ttlSeconds":5}`)
-		f.clock.Advance(10 * time.Second)
+		f.clock.Step(10 * time.Second)
 		if a := f.call(t, http.MethodPost, "/v1/leases/"+l.LeaseID+"/report", `{"result":"banned"}`); a.status != http.StatusNoContent {
 			t.Fatalf("late report = %d %s", a.status, a.body)
 		}
@@ -453,7 +447,7 @@ func TestAPIReportCoolsDownOnlyThatTarget(t *testing.T) {
 }
 
 func TestAPIRejectsBadInputWithoutChangingState(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Hour}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{MaxTTL: time.Hour}, poolapi.APIOptions{}, testMembers(t))
 	lease := f.acquire(t, `{"proxy":"a","target":"example.com"}`)
 	snapshot := func() string {
 		b, err := json.Marshal(f.list(t, ""))
@@ -463,7 +457,7 @@ func TestAPIRejectsBadInputWithoutChangingState(t *testing.T) {
 		return string(b)
 	}
 	before := snapshot()
-	huge := `{"selector":{"k":"` + strings.Repeat("x", pool.MaxAPIBodyBytes) + `"}}`
+	huge := `{"selector":{"k":"` + strings.Repeat("x", poolapi.MaxAPIBodyBytes) + `"}}`
 	report := "/v1/leases/" + lease.LeaseID + "/report"
 
 	for _, tc := range []struct {
@@ -488,7 +482,7 @@ func TestAPIRejectsBadInputWithoutChangingState(t *testing.T) {
 		{"negative retry-after", "POST", report, `{"result":"banned","retryAfterSeconds":-5}`, 400, "bad_request", "retryAfterSeconds"},
 		{"empty report body", "POST", report, ``, 400, "bad_request", "empty"},
 		{"unknown report field", "POST", report, `{"result":"banned","why":"x"}`, 400, "bad_request", "why"},
-		{"oversized report body", "POST", report, `{"result":"banned","target":"` + strings.Repeat("x", pool.MaxAPIBodyBytes) + `"}`, 413, "body_too_large", "65536"},
+		{"oversized report body", "POST", report, `{"result":"banned","target":"` + strings.Repeat("x", poolapi.MaxAPIBodyBytes) + `"}`, 413, "body_too_large", "65536"},
 		{"report on an unknown lease", "POST", "/v1/leases/nope/report", `{"result":"banned"}`, 404, "unknown_lease", "nope"},
 		{"wrong method on the list", "POST", "/v1/proxies", ``, 405, "method_not_allowed", "GET"},
 		{"wrong method on a lease", "GET", "/v1/leases/" + lease.LeaseID, ``, 405, "method_not_allowed", "DELETE"},
@@ -519,8 +513,8 @@ func TestAPIRejectsBadInputWithoutChangingState(t *testing.T) {
 
 func TestAPIBearerAuth(t *testing.T) {
 	const token = "s3cr3t-token"
-	secured := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{Token: token}, testMembers(t))
-	open := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	secured := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{Token: token}, testMembers(t))
+	open := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 
 	for _, tc := range []struct {
 		name    string
@@ -596,7 +590,7 @@ func (r *recorder) LeaseRequest(outcome string) {
 
 func TestAPIRecordsLeaseOutcomes(t *testing.T) {
 	rec := &recorder{}
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{Recorder: rec}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{Recorder: rec}, testMembers(t))
 	f.acquire(t, `{}`)
 	f.acquire(t, `{"proxy":"b"}`)
 	f.call(t, http.MethodPost, "/v1/leases", `{"proxy":"zz"}`)
@@ -604,7 +598,7 @@ func TestAPIRecordsLeaseOutcomes(t *testing.T) {
 	f.call(t, http.MethodPost, "/v1/leases", `{bad`)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	want := map[string]int{pool.LeaseOutcomeGranted: 2, pool.LeaseOutcomeNoMatch: 1, pool.LeaseOutcomeInvalid: 2}
+	want := map[string]int{poolapi.LeaseOutcomeGranted: 2, poolapi.LeaseOutcomeNoMatch: 1, poolapi.LeaseOutcomeInvalid: 2}
 	for k, v := range want {
 		if rec.n[k] != v {
 			t.Errorf("outcome %q counted %d, want %d (all: %v)", k, rec.n[k], v, rec.n)
@@ -623,7 +617,7 @@ func TestAPIRecoversFromPanics(t *testing.T) {
 	st.SetMembers(testMembers(t))
 	var logs bytes.Buffer
 	var logMu sync.Mutex
-	srv := httptest.NewServer(pool.NewAPIServer(panickyBackend{st}, pool.APIOptions{
+	srv := httptest.NewServer(poolapi.NewAPIServer(panickyBackend{st}, poolapi.APIOptions{
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
 	}))
 	defer srv.Close()
@@ -654,9 +648,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func TestAPIOversizedChunkedBodyIs413(t *testing.T) {
-	f := newAPIFixture(t, pool.StoreOptions{}, pool.APIOptions{}, testMembers(t))
+	f := newAPIFixture(t, pool.StoreOptions{}, poolapi.APIOptions{}, testMembers(t))
 	// No Content-Length: the limit must be enforced while reading.
-	body := io.MultiReader(strings.NewReader(`{"target":"`), strings.NewReader(strings.Repeat("x", 2*pool.MaxAPIBodyBytes)), strings.NewReader(`"}`))
+	body := io.MultiReader(strings.NewReader(`{"target":"`), strings.NewReader(strings.Repeat("x", 2*poolapi.MaxAPIBodyBytes)), strings.NewReader(`"}`))
 	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/leases", body)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// frontend is the gateway's own HTTP/1.1 server for client connections.
+//
+// It replaces net/http's Server on the proxy port because, measured under
+// load on two cores, net/http's server side was the largest single cost of
+// a proxied request: for every request it starts a background read on the
+// connection (to notice a client that leaves), which parks and wakes a
+// second goroutine and ends with a deadline in the past, and it sets up a
+// cancellable context and a chunking response writer. A forward proxy needs
+// none of that: this loop reads a request head with net/http's own parser
+// (http.ReadRequest, so framing and validation stay net/http's), calls the
+// gateway's handler on the connection's goroutine, and writes the answer
+// through the connection's pooled bufio.Writer. The handler sees an
+// ordinary http.ResponseWriter that also flushes and hijacks, so the
+// request path is the same code it was under net/http.
+//
+// What it does not do, on purpose: HTTP/2 and TLS on the proxy port (a
+// forward proxy speaks HTTP/1.1), and noticing a client that leaves while
+// its request is with an upstream (the answer's write then fails and the
+// lease ends as usual; RequestTimeout bounds the wait).
+type frontend struct {
+	handler func(http.ResponseWriter, *http.Request)
+	log     *slog.Logger
+
+	// ctx is every request's context; it ends when Close forces the
+	// remaining connections shut.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	shutting atomic.Bool
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[*frontConn]struct{}
+
+	readers readerPool
+	writers writerPool
+}
+
+// Connection states, as net/http keeps them: Shutdown closes idle
+// connections at once and waits for active ones to finish their request.
+const (
+	connIdle int32 = iota
+	connActive
+)
+
+const (
+	// headSlack is what net/http lets a head exceed MaxHeaderBytes by (its
+	// bufio slack), kept so the 431 boundary does not move.
+	headSlack = 4096
+	// maxDrain is how much of a request body the handler left unread is
+	// discarded to keep the connection; a longer one closes it.
+	maxDrain = 256 << 10
+)
+
+func newFrontend(handler func(http.ResponseWriter, *http.Request), log *slog.Logger) *frontend {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &frontend{
+		handler: handler,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		lns:     make(map[net.Listener]struct{}),
+		conns:   make(map[*frontConn]struct{}),
+	}
+}
+
+// serve accepts on ln until Shutdown or Close; it returns
+// http.ErrServerClosed then, as net/http's Serve does.
+func (f *frontend) serve(ln net.Listener) error {
+	f.mu.Lock()
+	if f.shutting.Load() {
+		f.mu.Unlock()
+		_ = ln.Close()
+		return http.ErrServerClosed
+	}
+	f.lns[ln] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.lns, ln)
+		f.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if f.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+				// Out of file descriptors and the like: back off and go
+				// on, as net/http does, instead of giving up the port.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				f.log.Debug("accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		fc := f.newConn(c)
+		if fc == nil {
+			continue
+		}
+		go fc.serve()
+	}
+}
+
+// isTemporaryAccept reports accept errors worth retrying (EMFILE, ENFILE,
+// ECONNABORTED...): anything but a closed listener.
+func isTemporaryAccept(err error) bool {
+	return !errors.Is(err, net.ErrClosed)
+}
+
+func (f *frontend) newConn(c net.Conn) *frontConn {
+	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
+	fc.lr.c = c
+	f.mu.Lock()
+	if f.shutting.Load() {
+		f.mu.Unlock()
+		_ = c.Close()
+		return nil
+	}
+	f.conns[fc] = struct{}{}
+	f.mu.Unlock()
+	return fc
+}
+
+func (f *frontend) forget(fc *frontConn) {
+	f.mu.Lock()
+	delete(f.conns, fc)
+	f.mu.Unlock()
+}
+
+// shutdown stops accepting, closes idle connections and waits for active
+// ones to finish their request, until ctx ends (then ctx's error).
+func (f *frontend) shutdown(ctx context.Context) error {
+	f.stopAccepting()
+	wait := time.Millisecond
+	for {
+		if f.closeIdle() == 0 {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// close closes every listener and connection at once and ends the
+// requests' context.
+func (f *frontend) close() {
+	f.stopAccepting()
+	f.mu.Lock()
+	for fc := range f.conns {
+		_ = fc.c.Close()
+	}
+	f.mu.Unlock()
+	f.cancel()
+}
+
+func (f *frontend) stopAccepting() {
+	f.mu.Lock()
+	f.shutting.Store(true)
+	for ln := range f.lns {
+		_ = ln.Close()
+	}
+	f.mu.Unlock()
+}
+
+// closeIdle closes the idle connections and returns how many remain.
+func (f *frontend) closeIdle() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for fc := range f.conns {
+		if fc.state.CompareAndSwap(connIdle, connClosing) {
+			_ = fc.c.Close()
+		}
+	}
+	return len(f.conns)
+}
+
+// connClosing marks an idle connection Shutdown closed, so it does not
+// turn active again.
+const connClosing int32 = 2
+
+// frontConn is one client connection.
+type frontConn struct {
+	f      *frontend
+	c      net.Conn
+	remote string
+	state  atomic.Int32
+	lr     limitReader // caps the request head; lifted for bodies
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	w      frontWriter
+}
+
+func (fc *frontConn) serve() {
+	f := fc.f
+	fc.br = f.readers.get(&fc.lr)
+	fc.bw = f.writers.get(fc.c)
+	hijacked := false
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				f.log.Error("panic serving a proxy request", "remote", fc.remote, "panic", v, "stack", string(buf))
+			}
+			// Like net/http: what was written goes out, then the
+			// connection closes, so the client sees a cut answer.
+			if !fc.w.hijacked {
+				_ = fc.bw.Flush()
+			}
+			hijacked = fc.w.hijacked
+		}
+		if !hijacked {
+			_ = fc.c.Close()
+			f.forget(fc)
+			f.readers.put(fc.br)
+			f.writers.put(fc.bw)
+		}
+	}()
+	for {
+		if !fc.state.CompareAndSwap(connActive, connIdle) && fc.state.Load() != connIdle {
+			return // Shutdown closed it
+		}
+		if f.shutting.Load() {
+			return
+		}
+		_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
+		fc.lr.n = serverMaxHeaderBytes + headSlack
+		if _, err := fc.br.Peek(1); err != nil {
+			return
+		}
+		if !fc.state.CompareAndSwap(connIdle, connActive) {
+			return
+		}
+		_ = fc.c.SetReadDeadline(time.Now().Add(serverReadHeader))
+		req, err := http.ReadRequest(fc.br)
+		if err != nil {
+			fc.badRequest(err)
+			return
+		}
+		fc.lr.n = 1<<63 - 1
+		if msg := checkRequest(req); msg != "" {
+			fc.reject(http.StatusBadRequest, msg)
+			return
+		}
+		var body *expectBody
+		if req.Body != http.NoBody {
+			// A body may stream for as long as it takes.
+			_ = fc.c.SetReadDeadline(time.Time{})
+			if e := req.Header["Expect"]; len(e) > 0 {
+				if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
+					fc.reject(http.StatusExpectationFailed, "unsupported Expect header")
+					return
+				}
+				body = &expectBody{rc: req.Body, fc: fc}
+				req.Body = body
+			}
+		}
+		req.RemoteAddr = fc.remote
+		req = req.WithContext(f.ctx)
+		w := &fc.w
+		w.reset(fc, req)
+		f.handler(w, req)
+		if w.hijacked {
+			// The handler is done with the ReadWriter Hijack gave it (its
+			// contract, see frontWriter.Hijack): the buffers go back to the
+			// pool instead of staying garbage behind every tunnel.
+			hijacked = true
+			f.readers.put(fc.br)
+			f.writers.put(fc.bw)
+			return
+		}
+		w.finishRequest()
+		if w.closeAfter || req.Close {
+			return
+		}
+		if req.Body != http.NoBody && !drained(req.Body, body) {
+			return
+		}
+	}
+}
+
+// checkRequest is what net/http's server checks beyond parsing: an
+// HTTP/1.1 request names its host (http.ReadRequest has moved Host from
+// the header into r.Host, or taken it from an absolute URI).
+func checkRequest(r *http.Request) string {
+	if r.ProtoAtLeast(1, 1) && r.Host == "" && r.Method != http.MethodConnect {
+		return "missing required Host header"
+	}
+	return ""
+}
+
+// drained discards what is left of a request body the handler did not
+// read (up to maxDrain) and reports whether the connection can go on. A
+// 100-continue body never asked for is not read at all: the client has
+// not sent it, so the connection closes.
+func drained(body io.ReadCloser, eb *expectBody) bool {
+	if eb != nil && !eb.sent {
+		return false
+	}
+	n, err := io.CopyN(io.Discard, body, maxDrain+1)
+	return err == io.EOF && n <= maxDrain
+}
+
+// badRequest answers a head that could not be read, as net/http does: 431
+// for one above MaxHeaderBytes, 400 with the parser's words otherwise,
+// nothing for a client that went quiet or left.
+func (fc *frontConn) badRequest(err error) {
+	if fc.lr.n <= 0 {
+		fc.reject(http.StatusRequestHeaderFieldsTooLarge, "request head larger than "+strconv.Itoa(serverMaxHeaderBytes)+" bytes")
+		return
+	}
+	var ne net.Error
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
+		return
+	}
+	fc.reject(http.StatusBadRequest, err.Error())
+}
+
+// reject writes a plain-text error answer and the connection then closes.
+func (fc *frontConn) reject(status int, msg string) {
+	_, _ = fc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" +
+		strconv.Itoa(status) + " " + http.StatusText(status) + ": " + msg)
+	_ = fc.bw.Flush()
+}
+
+// expectBody sends "100 Continue" when the handler first reads a body
+// the client announced with Expect: 100-continue.
+type expectBody struct {
+	rc   io.ReadCloser
+	fc   *frontConn
+	sent bool
+}
+
+func (b *expectBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		if !b.fc.w.wroteHeader {
+			_, _ = b.fc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			if err := b.fc.bw.Flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return b.rc.Read(p)
+}
+
+func (b *expectBody) Close() error { return b.rc.Close() }
