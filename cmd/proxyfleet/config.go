@@ -25,6 +25,49 @@ func envVar(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// The flag constructors every command uses: each flag reads its
+// environment variable (envVar) and, through its altsrc wrapper, its key in
+// the command's --config file. A flag built any other way would pass the
+// file's key check and then be silently ignored (the every-flag tests catch
+// that).
+
+// stringFlag is a string flag with a default.
+func stringFlag(name, value, usage string) cli.Flag {
+	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// pathFlag is a file or directory flag; a relative path in the --config
+// file is read relative to that file.
+func pathFlag(name, usage string) cli.Flag {
+	return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
+}
+
+// listFlag is a repeatable string flag (a YAML list in the --config file).
+func listFlag(name, usage string) cli.Flag {
+	return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// durationFlag is a duration flag with a default.
+func durationFlag(name string, value time.Duration, usage string) cli.Flag {
+	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// intFlag is an integer flag with a default.
+func intFlag(name string, value int, usage string) cli.Flag {
+	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// boolFlag is a flag that is off by default.
+func boolFlag(name, usage string) cli.Flag {
+	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// configFileFlag is --config itself: read from the command line or the
+// environment only, never from a file.
+func configFileFlag() cli.Flag {
+	return &cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true}
+}
+
 // yamlConfig returns the altsrc input source for a command's --config file.
 // Its keys are the command's flag names without dashes; an unknown key or a
 // value of the wrong shape is an error naming the key, and a missing file is
