@@ -94,7 +94,7 @@ func (s runnableSettings) validate() error {
 func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, pcfg *providers.Config,
 	provs map[string]providers.Provider, reg prometheus.Registerer, logger logr.Logger) (*providerhealth.Monitor, error) {
 	if len(provs) > 0 {
-		sw := &gc.Sweeper{
+		sw, err := gc.New(gc.Options{
 			Reader:          mgr.GetClient(),
 			Providers:       provs,
 			Interval:        s.gcInterval,
@@ -102,6 +102,9 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 			Namespace:       proxyNamespace,
 			AllowNamespaced: s.gcAllowNamespaced,
 			Logger:          logger.WithName("gc"),
+		})
+		if err != nil {
+			return nil, err
 		}
 		if err := mgr.Add(sw); err != nil {
 			return nil, fmt.Errorf("adding the orphan GC: %w", err)
@@ -117,7 +120,7 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 	}
 	// Added even without providers or checks: at start it deletes the
 	// ProviderHealth objects no provider of this process reports on.
-	mon := &providerhealth.Monitor{
+	mon, err := providerhealth.New(providerhealth.Options{
 		Checkers:  providerhealth.CheckersFrom(provs),
 		Types:     types,
 		Client:    mgr.GetClient(),
@@ -125,6 +128,9 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 		Interval:  s.checkInterval,
 		Timeout:   s.checkTimeout,
 		Logger:    logger.WithName("providerhealth"),
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := mgr.Add(mon); err != nil {
 		return nil, fmt.Errorf("adding the provider health monitor: %w", err)
