@@ -13,7 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
-	"gopkg.in/yaml.v3"
+
+	"github.com/proxyfleet/proxyfleet/internal/strictyaml"
 )
 
 // envPrefix starts every environment variable a proxyfleet flag reads.
@@ -105,15 +106,20 @@ func initConfigFile(configFlag string, flags []cli.Flag) cli.BeforeFunc {
 
 // loadYAMLConfig reads a config file into the map altsrc expects, checking
 // every key against flags and normalising values to the flag's type (a YAML
-// number for a string flag, one string for a list flag).
+// number for a string flag, one string for a list flag). Errors name the
+// key and its line.
 func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", configFlag, err)
 	}
-	doc := map[string]any{}
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
+	root, err := strictyaml.Parse(raw)
+	if err != nil {
 		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values: %w", configFlag, path, err)
+	}
+	entries, ok := root.Mapping()
+	if !ok && !root.IsNull() {
+		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values (line %d)", configFlag, path, root.Line())
 	}
 	byName := map[string]cli.Flag{}
 	for _, f := range flags {
@@ -123,24 +129,31 @@ func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, err
 			}
 		}
 	}
-	var unknown []string
-	for k := range doc {
-		if _, ok := byName[k]; !ok {
-			unknown = append(unknown, k)
+	var unknown []strictyaml.Entry
+	for _, e := range entries {
+		if _, ok := byName[e.Key]; !ok {
+			unknown = append(unknown, e)
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fmt.Errorf("--%s %s: unknown key %s (keys are flag names without the dashes, e.g. lease-ttl)",
-			configFlag, path, quoteList(unknown))
-	}
-	out := make(map[any]any, len(doc))
-	for k, v := range doc {
-		nv, err := normaliseConfigValue(byName[k], v)
-		if err != nil {
-			return nil, fmt.Errorf("--%s %s: key %q: %w", configFlag, path, k, err)
+		sort.Slice(unknown, func(i, j int) bool { return unknown[i].Key < unknown[j].Key })
+		keys, lines := make([]string, len(unknown)), make([]string, len(unknown))
+		for i, e := range unknown {
+			keys[i], lines[i] = e.Key, strconv.Itoa(e.Line)
 		}
-		out[k] = nv
+		return nil, fmt.Errorf("--%s %s: unknown key %s (line %s; keys are flag names without the dashes, e.g. lease-ttl)",
+			configFlag, path, quoteList(keys), strings.Join(lines, ", "))
+	}
+	out := make(map[any]any, len(entries))
+	for _, e := range entries {
+		v, err := e.Value.Value()
+		if err == nil {
+			v, err = normaliseConfigValue(byName[e.Key], v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: key %q (line %d): %w", configFlag, path, e.Key, e.Line, err)
+		}
+		out[e.Key] = v
 	}
 	return out, nil
 }

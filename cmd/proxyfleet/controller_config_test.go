@@ -84,10 +84,11 @@ func TestControllerConfigFileErrorsNameTheKey(t *testing.T) {
 		content string
 		want    []string
 	}{
-		{"unknown key", "drift-poll: 1m\ndrfit-poll: 2m\n", []string{`unknown key "drfit-poll"`}},
+		{"unknown key", "drift-poll: 1m\ndrfit-poll: 2m\n", []string{`unknown key "drfit-poll" (line 2`}},
 		{"a gateway-only flag is unknown here", "upstream: [http://10.0.0.1:3128]\n", []string{`unknown key "upstream"`}},
 		{"config cannot name another config", "config: other.yaml\n", []string{`unknown key "config"`}},
-		{"duration without a unit", "drift-poll: 60\n", []string{`key "drift-poll"`, "duration"}},
+		{"duration without a unit", "drift-poll: 60\n", []string{`key "drift-poll" (line 1)`, "duration"}},
+		{"a key given twice", "drift-poll: 1m\ndrift-poll: 2m\n", []string{`key "drift-poll" already set`, "line 2"}},
 		{"integer as text", "health-workers: many\n", []string{`key "health-workers"`, "integer"}},
 		{"bool as text", "leader-elect: maybe\n", []string{`key "leader-elect"`, "true or false"}},
 		{"not a mapping", "- a\n- b\n", []string{"not a YAML mapping"}},
