@@ -3,11 +3,13 @@ package providers
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -422,7 +424,7 @@ func (g *GCPConfig) validate() []string {
 	if sa := g.ServiceAccount; sa != "" && (!strings.Contains(sa, "@") || strings.ContainsAny(sa, " \t\n")) {
 		out = append(out, fmt.Sprintf("gcp.serviceAccount %q is not a service account e-mail", sa))
 	}
-	for _, k := range sortedKeys(g.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(g.Labels)) {
 		if !GCPLabelKey.MatchString(k) {
 			out = append(out, fmt.Sprintf("gcp.labels[%s]: the key is not a GCP label key (lower-case letters, digits, _ and -, starting with a letter, at most 63)", k))
 		}
@@ -500,7 +502,7 @@ func (k *KVMConfig) validate() []string {
 			}
 		}
 	}
-	for _, key := range sortedKeys(k.Images) {
+	for _, key := range slices.Sorted(maps.Keys(k.Images)) {
 		img := k.Images[key]
 		f := fmt.Sprintf("kvm.images[%s]", key)
 		if len(validation.IsDNS1123Label(key)) > 0 {
@@ -542,7 +544,7 @@ func (k *KVMConfig) validate() []string {
 	if s := k.SSH.Socket; s != "" && !strings.HasPrefix(s, "/") {
 		out = append(out, fmt.Sprintf("kvm.ssh.socket %q must be an absolute path", s))
 	}
-	for _, key := range sortedKeys(k.MachineTypes) {
+	for _, key := range slices.Sorted(maps.Keys(k.MachineTypes)) {
 		mt := k.MachineTypes[key]
 		f := fmt.Sprintf("kvm.machineTypes[%s]", key)
 		if len(validation.IsDNS1123Label(key)) > 0 {
@@ -560,13 +562,4 @@ func (k *KVMConfig) validate() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

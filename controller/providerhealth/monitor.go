@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -242,7 +244,7 @@ func (m *Monitor) check(ctx context.Context) []Result {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	clk := m.o.Clock
-	names := sortedKeys(m.o.Checkers)
+	names := slices.Sorted(maps.Keys(m.o.Checkers))
 	done := make(chan outcome, len(names))
 	results := make(map[string]Result, len(names))
 	pending := map[string]bool{}
@@ -440,20 +442,11 @@ func (m *Monitor) deleteStale(ctx context.Context) {
 // name a cluster-scoped object: they get metrics and logs but no object.
 func (m *Monitor) findInvalidNames() {
 	m.noObject = map[string]bool{}
-	for _, name := range sortedKeys(m.o.Checkers) {
+	for _, name := range slices.Sorted(maps.Keys(m.o.Checkers)) {
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 			m.noObject[name] = true
 			m.o.Logger.Info("WARNING: provider name is not a valid object name; it is checked and exported as metrics, but gets no ProviderHealth object",
 				"provider", name, "problems", strings.Join(msgs, "; "))
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
