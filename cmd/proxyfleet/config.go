@@ -110,7 +110,7 @@ func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, err
 	}
 	root, err := strictyaml.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values: %w", configFlag, path, err)
+		return nil, fmt.Errorf("--%s %s: %w", configFlag, path, err)
 	}
 	entries, ok := root.Mapping()
 	if !ok && !root.IsNull() {
@@ -136,8 +136,12 @@ func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, err
 		for i, e := range unknown {
 			keys[i], lines[i] = e.Key, strconv.Itoa(e.Line)
 		}
-		return nil, fmt.Errorf("--%s %s: unknown key %s (line %s; keys are flag names without the dashes, e.g. lease-ttl)",
-			configFlag, path, quoteList(keys), strings.Join(lines, ", "))
+		at := "line "
+		if len(lines) > 1 {
+			at = "lines "
+		}
+		return nil, fmt.Errorf("--%s %s: unknown key %s (%s%s; keys are flag names without the dashes, e.g. lease-ttl)",
+			configFlag, path, quoteList(keys), at, strings.Join(lines, ", "))
 	}
 	out := make(map[any]any, len(entries))
 	for _, e := range entries {
