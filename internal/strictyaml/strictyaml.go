@@ -37,8 +37,11 @@ type Node struct {
 
 // Entry is one key of a mapping: the key, its line and its value.
 type Entry struct {
-	Key   string
-	Line  int
+	// Key is the key as written.
+	Key string
+	// Line is the key's line, for error messages.
+	Line int
+	// Value is what the key maps to.
 	Value *Node
 }
 
