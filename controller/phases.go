@@ -1,44 +1,48 @@
 package controller
 
 import (
-	"context"
-	"fmt"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 )
 
-// PhaseCounter counts Proxies by status.phase for the scrape-time metrics
-// collector (it satisfies metrics.ProxyPhases). Reader is the manager's
-// cache, so a scrape costs no API call.
-type PhaseCounter struct {
-	Reader client.Reader
-}
-
-// ProxiesByPhase lists the Proxies and counts them by phase, every known
-// phase included. A Proxy the reconciler has not written yet (no phase)
-// counts as Pending, which is what its first status write will say.
-func (c PhaseCounter) ProxiesByPhase(ctx context.Context) (map[string]int, error) {
-	var list v1alpha1.ProxyList
-	if err := c.Reader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing Proxies: %w", err)
+// computePhase derives the phase from the conditions, so it can never
+// disagree with them:
+//
+//	deletion requested                          → Deleting
+//	Provisioned=False, PermanentError or ProviderNotConfigured → Failed
+//	Provisioned=True, Healthy=True               → Ready
+//	Provisioned=True, Healthy=False              → Unhealthy
+//	Provisioned=True, no health verdict yet      → Provisioning
+//	Provisioned=False, Provisioning, Replacing or Recreating → Provisioning
+//	anything else (new, quota wait, cloud-init)  → Pending
+func computePhase(p *v1alpha1.Proxy) v1alpha1.ProxyPhase {
+	if !p.DeletionTimestamp.IsZero() {
+		return v1alpha1.PhaseDeleting
 	}
-	// Every phase is counted, so one nobody is in shows as 0 rather than as
-	// a missing series.
-	counts := map[string]int{}
-	for _, ph := range [...]v1alpha1.ProxyPhase{
-		v1alpha1.PhasePending, v1alpha1.PhaseProvisioning, v1alpha1.PhaseReady,
-		v1alpha1.PhaseUnhealthy, v1alpha1.PhaseFailed, v1alpha1.PhaseDeleting,
-	} {
-		counts[string(ph)] = 0
+	prov := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+	if prov == nil {
+		return v1alpha1.PhasePending
 	}
-	for i := range list.Items {
-		ph := list.Items[i].Status.Phase
-		if ph == "" {
-			ph = v1alpha1.PhasePending
+	switch prov.Status {
+	case metav1.ConditionTrue:
+		healthy := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy)
+		switch {
+		case healthy == nil || healthy.Status == metav1.ConditionUnknown:
+			return v1alpha1.PhaseProvisioning
+		case healthy.Status == metav1.ConditionTrue:
+			return v1alpha1.PhaseReady
+		default:
+			return v1alpha1.PhaseUnhealthy
 		}
-		counts[string(ph)]++
+	case metav1.ConditionFalse:
+		switch prov.Reason {
+		case v1alpha1.ReasonPermanentError, v1alpha1.ReasonProviderNotConfigured:
+			return v1alpha1.PhaseFailed
+		case v1alpha1.ReasonProvisioning, v1alpha1.ReasonReplacing, v1alpha1.ReasonRecreating:
+			return v1alpha1.PhaseProvisioning
+		}
 	}
-	return counts, nil
+	return v1alpha1.PhasePending
 }

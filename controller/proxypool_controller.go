@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,8 +76,9 @@ type ProxyPoolReconciler struct {
 	Leases LeaseStats
 	// Intervals are the reconciler's periods.
 	Intervals PoolIntervals
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time source of rollouts, drains and autoscaling; nil
+	// means the real clock.
+	Clock clock.PassiveClock
 	// SkipNameValidation lets tests start several managers in one process.
 	SkipNameValidation bool
 
@@ -99,8 +101,8 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.Intervals.Validate(); err != nil {
 		return err
 	}
-	if r.Now == nil {
-		r.Now = time.Now
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 1}
 	if r.SkipNameValidation {
@@ -145,13 +147,13 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	base := p.DeepCopy()
-	ps := &poolPass{pool: &p, now: r.Now(), drained: map[string]bool{}, hash: templateHash(&p.Spec.Template)}
+	ps := &poolPass{pool: &p, now: r.Clock.Now(), drained: map[string]bool{}, hash: templateHash(&p.Spec.Template)}
 	defer func() {
 		if serr := r.patchStatusIfChanged(ctx, base, ps); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		if err == nil && !ps.requeue.IsZero() {
-			res.RequeueAfter = max(ps.requeue.Sub(r.Now()), time.Millisecond)
+			res.RequeueAfter = max(ps.requeue.Sub(r.Clock.Now()), time.Millisecond)
 		}
 	}()
 	if err := r.listProxies(ctx, ps); err != nil {

@@ -201,7 +201,7 @@ func (r *ProxyPoolReconciler) deleteProxy(ctx context.Context, px *v1alpha1.Prox
 	if err := r.Client.Delete(ctx, px, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting Proxy %s: %w", px.Name, err)
 	}
-	px.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	px.DeletionTimestamp = &metav1.Time{Time: r.Clock.Now()}
 	return nil
 }
 

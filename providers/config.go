@@ -1,22 +1,22 @@
 package providers
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
-	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
+
+	"github.com/proxyfleet/proxyfleet/internal/strictyaml"
 )
 
 // Provider types the config file knows. Which of them this binary can build is
@@ -205,29 +205,32 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParseConfig decodes YAML (or JSON) strictly — unknown and duplicate keys are
-// errors — and validates the result. Every error names the entry and field.
+// errors — and validates the result. Every error names the entry and field,
+// and a decoding error the line.
 func ParseConfig(data []byte) (Config, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
+	root, err := strictyaml.Parse(data)
 	if err != nil {
 		return Config{}, err
 	}
 	var cfg Config
-	if len(bytes.TrimSpace(js)) == 0 || string(bytes.TrimSpace(js)) == "null" {
+	if root.IsNull() {
 		return cfg, nil
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(js, &top); err != nil {
+	top, ok := root.Mapping()
+	if !ok {
 		return Config{}, errors.New("the file must be a mapping with a providers list")
 	}
-	for k := range top {
-		if k != "providers" {
-			return Config{}, fmt.Errorf("unknown field %q (the file has one key, providers)", k)
+	var list *strictyaml.Node
+	for _, e := range top {
+		if e.Key != "providers" {
+			return Config{}, fmt.Errorf("unknown field %q (line %d; the file has one key, providers)", e.Key, e.Line)
 		}
+		list = e.Value
 	}
-	var raw []json.RawMessage
-	if p, ok := top["providers"]; ok && string(p) != "null" {
-		if err := json.Unmarshal(p, &raw); err != nil {
-			return Config{}, errors.New("providers must be a list of entries")
+	var raw []*strictyaml.Node
+	if !list.IsNull() {
+		if raw, ok = list.Sequence(); !ok {
+			return Config{}, fmt.Errorf("providers must be a list of entries (line %d)", list.Line())
 		}
 	}
 	var errs []error
@@ -246,124 +249,28 @@ func ParseConfig(data []byte) (Config, error) {
 }
 
 // decodeEntry decodes one entry, reporting unknown keys by their full path.
-func decodeEntry(r json.RawMessage) (Entry, error) {
-	var generic any
-	if err := json.Unmarshal(r, &generic); err != nil {
-		return Entry{}, err
+func decodeEntry(r *strictyaml.Node) (Entry, error) {
+	if _, ok := r.Mapping(); !ok {
+		return Entry{}, fmt.Errorf("an entry must be a mapping (line %d)", r.Line())
 	}
-	if _, ok := generic.(map[string]any); !ok {
-		return Entry{}, errors.New("an entry must be a mapping")
-	}
-	if err := unknownFields(generic, reflect.TypeOf(Entry{}), ""); err != nil {
-		return Entry{}, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(r))
-	dec.DisallowUnknownFields()
 	var e Entry
-	if err := dec.Decode(&e); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return Entry{}, fmt.Errorf("%s: want %s, got %s", te.Field, describeKind(te.Type), te.Value)
-		}
+	if err := r.Decode(&e); err != nil {
 		return Entry{}, err
 	}
 	return e, nil
 }
 
-// unknownFields walks decoded JSON against t's json tags and names the first
-// key t does not have, with its path.
-func unknownFields(v any, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil // a type error; the decoder reports it
-		}
-		fields := map[string]reflect.Type{}
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name != "" && name != "-" {
-				fields[name] = f.Type
-			}
-		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			ft, ok := fields[k]
-			if !ok {
-				return fmt.Errorf("%s: unknown field", join(path, k))
-			}
-			if err := unknownFields(m[k], ft, join(path, k)); err != nil {
-				return err
-			}
-		}
-	case reflect.Slice:
-		s, ok := v.([]any)
-		if !ok {
-			return nil
-		}
-		for i, item := range s {
-			if err := unknownFields(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	case reflect.Map:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if err := unknownFields(m[k], t.Elem(), fmt.Sprintf("%s[%s]", path, k)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func describeKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int64, reflect.Int32:
-		return "an integer"
-	case reflect.Slice:
-		return "a list"
-	case reflect.Map, reflect.Struct, reflect.Pointer:
-		return "a mapping"
-	}
-	return t.String()
-}
-
 // peekName reads an entry's name leniently, for error messages.
-func peekName(r json.RawMessage) string {
-	var p struct {
-		Name any `json:"name"`
+func peekName(r *strictyaml.Node) string {
+	entries, _ := r.Mapping()
+	for _, e := range entries {
+		if e.Key == "name" {
+			v, _ := e.Value.Value()
+			s, _ := v.(string)
+			return s
+		}
 	}
-	if json.Unmarshal(r, &p) != nil {
-		return ""
-	}
-	s, _ := p.Name.(string)
-	return s
+	return ""
 }
 
 func entryLabel(i int, name string) string {
@@ -517,7 +424,7 @@ func (g *GCPConfig) validate() []string {
 	if sa := g.ServiceAccount; sa != "" && (!strings.Contains(sa, "@") || strings.ContainsAny(sa, " \t\n")) {
 		out = append(out, fmt.Sprintf("gcp.serviceAccount %q is not a service account e-mail", sa))
 	}
-	for _, k := range sortedKeys(g.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(g.Labels)) {
 		if !GCPLabelKey.MatchString(k) {
 			out = append(out, fmt.Sprintf("gcp.labels[%s]: the key is not a GCP label key (lower-case letters, digits, _ and -, starting with a letter, at most 63)", k))
 		}
@@ -595,7 +502,7 @@ func (k *KVMConfig) validate() []string {
 			}
 		}
 	}
-	for _, key := range sortedKeys(k.Images) {
+	for _, key := range slices.Sorted(maps.Keys(k.Images)) {
 		img := k.Images[key]
 		f := fmt.Sprintf("kvm.images[%s]", key)
 		if len(validation.IsDNS1123Label(key)) > 0 {
@@ -637,7 +544,7 @@ func (k *KVMConfig) validate() []string {
 	if s := k.SSH.Socket; s != "" && !strings.HasPrefix(s, "/") {
 		out = append(out, fmt.Sprintf("kvm.ssh.socket %q must be an absolute path", s))
 	}
-	for _, key := range sortedKeys(k.MachineTypes) {
+	for _, key := range slices.Sorted(maps.Keys(k.MachineTypes)) {
 		mt := k.MachineTypes[key]
 		f := fmt.Sprintf("kvm.machineTypes[%s]", key)
 		if len(validation.IsDNS1123Label(key)) > 0 {
@@ -655,13 +562,4 @@ func (k *KVMConfig) validate() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -13,7 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
-	"gopkg.in/yaml.v3"
+
+	"github.com/proxyfleet/proxyfleet/internal/strictyaml"
 )
 
 // envPrefix starts every environment variable a proxyfleet flag reads.
@@ -23,6 +24,44 @@ const envPrefix = "PROXYFLEET_"
 // name in upper snake case (--lease-ttl → PROXYFLEET_LEASE_TTL).
 func envVar(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// The flag constructors every command uses: each flag reads its
+// environment variable (envVar) and, through its altsrc wrapper, its key in
+// the command's --config file. A flag built any other way would pass the
+// file's key check and then be silently ignored (the every-flag tests catch
+// that).
+
+// stringFlag is a string flag with a default.
+func stringFlag(name, value, usage string) cli.Flag {
+	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// pathFlag is a file or directory flag; a relative path in the --config
+// file is read relative to that file.
+func pathFlag(name, usage string) cli.Flag {
+	return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
+}
+
+// durationFlag is a duration flag with a default.
+func durationFlag(name string, value time.Duration, usage string) cli.Flag {
+	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// intFlag is an integer flag with a default.
+func intFlag(name string, value int, usage string) cli.Flag {
+	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// boolFlag is a flag that is off by default.
+func boolFlag(name, usage string) cli.Flag {
+	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
+// configFileFlag is --config itself: read from the command line or the
+// environment only, never from a file.
+func configFileFlag() cli.Flag {
+	return &cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true}
 }
 
 // yamlConfig returns the altsrc input source for a command's --config file.
@@ -62,15 +101,20 @@ func initConfigFile(configFlag string, flags []cli.Flag) cli.BeforeFunc {
 
 // loadYAMLConfig reads a config file into the map altsrc expects, checking
 // every key against flags and normalising values to the flag's type (a YAML
-// number for a string flag, one string for a list flag).
+// number for a string flag, one string for a list flag). Errors name the
+// key and its line.
 func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", configFlag, err)
 	}
-	doc := map[string]any{}
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values: %w", configFlag, path, err)
+	root, err := strictyaml.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", configFlag, path, err)
+	}
+	entries, ok := root.Mapping()
+	if !ok && !root.IsNull() {
+		return nil, fmt.Errorf("--%s %s: not a YAML mapping of flag names to values (line %d)", configFlag, path, root.Line())
 	}
 	byName := map[string]cli.Flag{}
 	for _, f := range flags {
@@ -80,24 +124,35 @@ func loadYAMLConfig(path, configFlag string, flags []cli.Flag) (map[any]any, err
 			}
 		}
 	}
-	var unknown []string
-	for k := range doc {
-		if _, ok := byName[k]; !ok {
-			unknown = append(unknown, k)
+	var unknown []strictyaml.Entry
+	for _, e := range entries {
+		if _, ok := byName[e.Key]; !ok {
+			unknown = append(unknown, e)
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fmt.Errorf("--%s %s: unknown key %s (keys are flag names without the dashes, e.g. lease-ttl)",
-			configFlag, path, quoteList(unknown))
-	}
-	out := make(map[any]any, len(doc))
-	for k, v := range doc {
-		nv, err := normaliseConfigValue(byName[k], v)
-		if err != nil {
-			return nil, fmt.Errorf("--%s %s: key %q: %w", configFlag, path, k, err)
+		sort.Slice(unknown, func(i, j int) bool { return unknown[i].Key < unknown[j].Key })
+		keys, lines := make([]string, len(unknown)), make([]string, len(unknown))
+		for i, e := range unknown {
+			keys[i], lines[i] = e.Key, strconv.Itoa(e.Line)
 		}
-		out[k] = nv
+		at := "line "
+		if len(lines) > 1 {
+			at = "lines "
+		}
+		return nil, fmt.Errorf("--%s %s: unknown key %s (%s%s; keys are flag names without the dashes, e.g. lease-ttl)",
+			configFlag, path, quoteList(keys), at, strings.Join(lines, ", "))
+	}
+	out := make(map[any]any, len(entries))
+	for _, e := range entries {
+		v, err := e.Value.Value()
+		if err == nil {
+			v, err = normaliseConfigValue(byName[e.Key], v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: key %q (line %d): %w", configFlag, path, e.Key, e.Line, err)
+		}
+		out[e.Key] = v
 	}
 	return out, nil
 }

@@ -15,9 +15,17 @@ import (
 // command's context. A flag added without its altsrc wrapper would pass the
 // key check of the file and then be silently ignored; this catches it.
 func TestEveryGatewayFlagIsReadFromTheConfigFile(t *testing.T) {
+	checkEveryFlagIsReadFromTheConfigFile(t, gatewayCommand())
+}
+
+// checkEveryFlagIsReadFromTheConfigFile writes one YAML file setting every
+// flag of cmd but --config and runs cmd with it, its Action replaced so that
+// nothing is validated or started: each flag must then be set.
+func checkEveryFlagIsReadFromTheConfigFile(t *testing.T, cmd *cli.Command) {
+	t.Helper()
 	var yaml strings.Builder
 	var names []string
-	for _, f := range gatewayFlags() {
+	for _, f := range cmd.Flags {
 		name := f.Names()[0]
 		if name == flagConfig {
 			continue
@@ -44,7 +52,6 @@ func TestEveryGatewayFlagIsReadFromTheConfigFile(t *testing.T) {
 	config := writeFile(t, "every-flag.yaml", yaml.String())
 
 	set := map[string]bool{}
-	cmd := gatewayCommand()
 	cmd.Action = func(c *cli.Context) error { // the flag values only; no validation, nothing starts
 		for _, n := range names {
 			set[n] = c.IsSet(n)
@@ -54,7 +61,7 @@ func TestEveryGatewayFlagIsReadFromTheConfigFile(t *testing.T) {
 	app := newApp()
 	app.Commands = []*cli.Command{cmd}
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
-	if err := app.Run([]string{"proxyfleet", "gateway", "--config", config}); err != nil {
+	if err := app.Run([]string{"proxyfleet", cmd.Name, "--config", config}); err != nil {
 		t.Fatalf("a config file setting every flag is rejected: %v", err)
 	}
 	for _, n := range names {

@@ -28,41 +28,80 @@ import (
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
 
-// controllerCommand is `proxyfleet controller`: the manager that keeps the
-// Proxy fleet alive. Every flag also reads PROXYFLEET_<FLAG_NAME>.
+// Flags of the controller process itself; each group of parts (runnables,
+// health engine, lease API, webhook) names its own beside its parser.
+// --metrics-listen, --log-level, --log-format and --config share the
+// gateway's names and constants.
+const (
+	flagKubeconfig              = "kubeconfig"
+	flagProvidersConfig         = "providers-config"
+	flagLeaderElect             = "leader-elect"
+	flagLeaderElectionNamespace = "leader-election-namespace"
+	flagHealthProbeListen       = "health-probe-listen"
+	flagProxyNamespace          = "proxy-namespace"
+	flagMaxConcurrentReconciles = "max-concurrent-reconciles"
+	flagRequeueNow              = "requeue-now"
+	flagProvisioningPoll        = "provisioning-poll"
+	flagDeletionPoll            = "deletion-poll"
+	flagDriftPoll               = "drift-poll"
+	flagQuotaRetry              = "quota-retry"
+	flagPoolDrainPoll           = "pool-drain-poll"
+	flagAutoscaleInterval       = "autoscale-interval"
+)
+
 // controllerCommands is the controller subcommand; the sidecar build
 // (sidecar.go) has none.
 func controllerCommands() []*cli.Command { return []*cli.Command{controllerCommand()} }
 
+// controllerCommand is `proxyfleet controller`: the manager that keeps the
+// Proxy fleet alive. Like the gateway, every flag also reads
+// PROXYFLEET_<FLAG_NAME> and its key in the --config file.
 func controllerCommand() *cli.Command {
-	d := controller.DefaultIntervals()
-	pd := controller.DefaultPoolIntervals()
+	flags := controllerFlags()
 	return &cli.Command{
 		Name:  "controller",
 		Usage: "reconcile Proxy objects: create, replace and delete upstream proxies through the configured providers",
 		Description: "Runs the Kubernetes controller. Without --providers-config only External Proxies are served;\n" +
-			"Managed ones fail with a condition saying so. It writes no files (a read-only root filesystem is fine).",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)", EnvVars: []string{"PROXYFLEET_KUBECONFIG"}},
-			&cli.StringFlag{Name: "providers-config", Usage: "providers config `FILE` (YAML); without it Managed Proxies cannot be served", EnvVars: []string{"PROXYFLEET_PROVIDERS_CONFIG"}},
-			&cli.BoolFlag{Name: "leader-elect", Usage: "elect one active replica through a Lease", EnvVars: []string{"PROXYFLEET_LEADER_ELECT"}},
-			&cli.StringFlag{Name: "leader-election-namespace", Usage: "`NAMESPACE` of the leader-election Lease (default: the pod's namespace, else --proxy-namespace)", EnvVars: []string{"PROXYFLEET_LEADER_ELECTION_NAMESPACE"}},
-			&cli.StringFlag{Name: "metrics-listen", Value: ":8080", Usage: "`ADDR` serving Prometheus /metrics; 0 turns it off", EnvVars: []string{"PROXYFLEET_METRICS_LISTEN"}},
-			&cli.StringFlag{Name: "health-probe-listen", Value: ":8081", Usage: "`ADDR` serving /healthz and /readyz; 0 turns it off", EnvVars: []string{"PROXYFLEET_HEALTH_PROBE_LISTEN"}},
-			&cli.StringFlag{Name: "proxy-namespace", Usage: "watch Proxies and cloud-init Secrets in this `NAMESPACE` only (default: all namespaces)", EnvVars: []string{"PROXYFLEET_PROXY_NAMESPACE"}},
-			&cli.IntFlag{Name: "max-concurrent-reconciles", Value: 3, Usage: "Proxies reconciled in parallel", EnvVars: []string{"PROXYFLEET_MAX_CONCURRENT_RECONCILES"}},
-			&cli.DurationFlag{Name: "requeue-now", Value: d.RequeueNow, Usage: "delay of an immediate next pass (after adoption, or once an instance is gone)", EnvVars: []string{"PROXYFLEET_REQUEUE_NOW"}},
-			&cli.DurationFlag{Name: "provisioning-poll", Value: d.ProvisioningPoll, Usage: "how often an instance that is coming up is polled", EnvVars: []string{"PROXYFLEET_PROVISIONING_POLL"}},
-			&cli.DurationFlag{Name: "deletion-poll", Value: d.DeletionPoll, Usage: "how often a deleted instance is polled until it is gone", EnvVars: []string{"PROXYFLEET_DELETION_POLL"}},
-			&cli.DurationFlag{Name: "drift-poll", Value: d.DriftPoll, Usage: "how often a running instance is re-checked", EnvVars: []string{"PROXYFLEET_DRIFT_POLL"}},
-			&cli.DurationFlag{Name: "quota-retry", Value: d.QuotaRetry, Usage: "wait after a provider reported its quota exhausted", EnvVars: []string{"PROXYFLEET_QUOTA_RETRY"}},
-			&cli.DurationFlag{Name: "pool-drain-poll", Value: pd.DrainPoll, Usage: "how often a ProxyPool with draining Proxies checks whether their leases ended", EnvVars: []string{"PROXYFLEET_POOL_DRAIN_POLL"}},
-			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
-			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), statusFlags())...),
+			"Managed ones fail with a condition saying so. It writes no files (a read-only root filesystem is fine).\n" +
+			"Every flag can also be set with the environment variable shown, or as a key (the flag name without\n" +
+			"dashes) in the YAML file given by --config; a flag beats the environment, which beats the file,\n" +
+			"which beats the default.",
+		Flags:  flags,
+		Before: initConfigFile(flagConfig, flags),
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			// As the gateway's: the flag package writes "-name".
+			msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
+			return fmt.Errorf("%s (see proxyfleet controller --help)", msg)
+		},
 		Action: runController,
 	}
+}
+
+// controllerFlags are every flag of `proxyfleet controller`: its own, then
+// each part's group.
+func controllerFlags() []cli.Flag {
+	d := controller.DefaultIntervals()
+	pd := controller.DefaultPoolIntervals()
+	return append([]cli.Flag{
+		configFileFlag(),
+		pathFlag(flagKubeconfig, "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)"),
+		pathFlag(flagProvidersConfig, "providers config `FILE` (YAML); without it Managed Proxies cannot be served"),
+		boolFlag(flagLeaderElect, "elect one active replica through a Lease"),
+		stringFlag(flagLeaderElectionNamespace, "", "`NAMESPACE` of the leader-election Lease (default: the pod's namespace, else --proxy-namespace)"),
+		stringFlag(flagMetricsListen, ":8080", "`ADDR` serving Prometheus /metrics; 0 turns it off"),
+		stringFlag(flagHealthProbeListen, ":8081", "`ADDR` serving /healthz and /readyz; 0 turns it off"),
+		stringFlag(flagProxyNamespace, "", "watch Proxies and cloud-init Secrets in this `NAMESPACE` only (default: all namespaces)"),
+		intFlag(flagMaxConcurrentReconciles, 3, "Proxies reconciled in parallel"),
+		durationFlag(flagRequeueNow, d.RequeueNow, "delay of an immediate next pass (after adoption, or once an instance is gone)"),
+		durationFlag(flagProvisioningPoll, d.ProvisioningPoll, "how often an instance that is coming up is polled"),
+		durationFlag(flagDeletionPoll, d.DeletionPoll, "how often a deleted instance is polled until it is gone"),
+		durationFlag(flagDriftPoll, d.DriftPoll, "how often a running instance is re-checked"),
+		durationFlag(flagQuotaRetry, d.QuotaRetry, "wait after a provider reported its quota exhausted"),
+		durationFlag(flagPoolDrainPoll, pd.DrainPoll, "how often a ProxyPool with draining Proxies checks whether their leases ended"),
+		durationFlag(flagAutoscaleInterval, pd.Autoscale, "how often a ProxyPool with spec.autoscaling recomputes its size"),
+		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
+		stringFlag(flagLogFormat, "json", "`FORMAT`: json or text"),
+	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), statusFlags())...)
 }
 
 // controllerSettings are the parsed flags, validated before anything starts.
@@ -79,27 +118,27 @@ type controllerSettings struct {
 // parseControllerFlags validates the flags, naming the one that is wrong.
 func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 	s := controllerSettings{
-		kubeconfig:      c.String("kubeconfig"),
-		providersConfig: c.String("providers-config"),
+		kubeconfig:      c.Path(flagKubeconfig),
+		providersConfig: c.Path(flagProvidersConfig),
 		manager: controller.ManagerOptions{
-			ProxyNamespace:          c.String("proxy-namespace"),
-			MetricsAddr:             c.String("metrics-listen"),
-			HealthProbeAddr:         c.String("health-probe-listen"),
-			LeaderElection:          c.Bool("leader-elect"),
-			LeaderElectionNamespace: c.String("leader-election-namespace"),
+			ProxyNamespace:          c.String(flagProxyNamespace),
+			MetricsAddr:             c.String(flagMetricsListen),
+			HealthProbeAddr:         c.String(flagHealthProbeListen),
+			LeaderElection:          c.Bool(flagLeaderElect),
+			LeaderElectionNamespace: c.String(flagLeaderElectionNamespace),
 		},
 		intervals: controller.Intervals{
-			RequeueNow:       c.Duration("requeue-now"),
-			ProvisioningPoll: c.Duration("provisioning-poll"),
-			DeletionPoll:     c.Duration("deletion-poll"),
-			DriftPoll:        c.Duration("drift-poll"),
-			QuotaRetry:       c.Duration("quota-retry"),
+			RequeueNow:       c.Duration(flagRequeueNow),
+			ProvisioningPoll: c.Duration(flagProvisioningPoll),
+			DeletionPoll:     c.Duration(flagDeletionPoll),
+			DriftPoll:        c.Duration(flagDriftPoll),
+			QuotaRetry:       c.Duration(flagQuotaRetry),
 		},
 		poolIntervals: controller.PoolIntervals{
-			DrainPoll: c.Duration("pool-drain-poll"),
-			Autoscale: c.Duration("autoscale-interval"),
+			DrainPoll: c.Duration(flagPoolDrainPoll),
+			Autoscale: c.Duration(flagAutoscaleInterval),
 		},
-		maxConcurrent: c.Int("max-concurrent-reconciles"),
+		maxConcurrent: c.Int(flagMaxConcurrentReconciles),
 	}
 	if err := s.intervals.Validate(); err != nil {
 		return s, err
@@ -108,17 +147,17 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 		return s, err
 	}
 	if s.maxConcurrent < 1 {
-		return s, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", s.maxConcurrent)
+		return s, fmt.Errorf("--%s must be at least 1, got %d", flagMaxConcurrentReconciles, s.maxConcurrent)
 	}
-	if err := s.logLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return s, fmt.Errorf("--log-level: %w", err)
+	if err := s.logLevel.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
+		return s, fmt.Errorf("--%s: %w", flagLogLevel, err)
 	}
-	switch c.String("log-format") {
+	switch c.String(flagLogFormat) {
 	case "json":
 		s.logJSON = true
 	case "text":
 	default:
-		return s, fmt.Errorf("--log-format must be json or text, got %q", c.String("log-format"))
+		return s, fmt.Errorf("--%s must be json or text, got %q", flagLogFormat, c.String(flagLogFormat))
 	}
 	return s, nil
 }
@@ -160,7 +199,7 @@ func runController(c *cli.Context) error {
 	if s.providersConfig != "" {
 		loaded, err := providers.LoadConfig(s.providersConfig)
 		if err != nil {
-			return fmt.Errorf("--providers-config: %w", err)
+			return fmt.Errorf("--%s: %w", flagProvidersConfig, err)
 		}
 		pcfg = &loaded
 	}
@@ -183,10 +222,10 @@ func runController(c *cli.Context) error {
 	}
 	provs, err := buildProviders(c.Context, pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))
 	if err != nil {
-		return fmt.Errorf("--providers-config %s: %w", s.providersConfig, err)
+		return fmt.Errorf("--%s %s: %w", flagProvidersConfig, s.providersConfig, err)
 	}
 	if provs == nil {
-		logger.Info("WARNING: no --providers-config given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
+		logger.Info("WARNING: no --" + flagProvidersConfig + " given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
 	}
 	r := &controller.ProxyReconciler{
 		Client:                  mgr.GetClient(),
@@ -236,7 +275,7 @@ func restConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+			return nil, fmt.Errorf("--%s %s: %w", flagKubeconfig, path, err)
 		}
 		return cfg, nil
 	}

@@ -28,15 +28,11 @@ const (
 // to its own.
 func healthFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: flagHealthTick, Value: health.DefaultTick,
-			Usage: "how often the health engine looks for due probes (a probe is at most this late)", EnvVars: []string{"PROXYFLEET_HEALTH_TICK"}},
-		&cli.IntFlag{Name: flagHealthWorkers, Value: health.DefaultWorkers,
-			Usage: "health probes run at once", EnvVars: []string{"PROXYFLEET_HEALTH_WORKERS"}},
-		&cli.StringFlag{Name: flagDefaultProbeURL,
-			Usage: "`URL` (http:// or https://) probed through Proxies whose spec.healthCheck.url is empty; " +
-				"without it such Proxies are not probed and get no Healthy verdict", EnvVars: []string{"PROXYFLEET_DEFAULT_PROBE_URL"}},
-		&cli.DurationFlag{Name: flagHealthMinReportInterval, Value: health.DefaultMinReportInterval,
-			Usage: "least time between two latency-only status updates of a healthy Proxy", EnvVars: []string{"PROXYFLEET_HEALTH_MIN_REPORT_INTERVAL"}},
+		durationFlag(flagHealthTick, health.DefaultTick, "how often the health engine looks for due probes (a probe is at most this late)"),
+		intFlag(flagHealthWorkers, health.DefaultWorkers, "health probes run at once"),
+		stringFlag(flagDefaultProbeURL, "", "`URL` (http:// or https://) probed through Proxies whose spec.healthCheck.url is empty; "+
+			"without it such Proxies are not probed and get no Healthy verdict"),
+		durationFlag(flagHealthMinReportInterval, health.DefaultMinReportInterval, "least time between two latency-only status updates of a healthy Proxy"),
 	}
 }
 

@@ -35,33 +35,21 @@ const defaultLeaseAPIListen = ":8090"
 // controllerLeaseAPIFlags are the controller lease API's flags; controllerCommand
 // appends them.
 func controllerLeaseAPIFlags() []cli.Flag {
-	str := func(name, value, usage string) cli.Flag {
-		return &cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}}
-	}
 	return []cli.Flag{
-		str(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
-		&cli.PathFlag{Name: flagLeaseAPITokenFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseAPITokenFile)},
-			Usage: "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"},
-		&cli.BoolFlag{Name: flagLeaseAPITokenReview, EnvVars: []string{envVar(flagLeaseAPITokenReview)},
-			Usage: "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"},
-		str(flagLeaseAPITokenAudience, leaseapi.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
-		&cli.DurationFlag{Name: flagLeaseTTL, Value: pool.DefaultLeaseTTL, EnvVars: []string{envVar(flagLeaseTTL)},
-			Usage: "lease lifetime when a request gives no ttlSeconds"},
-		&cli.DurationFlag{Name: flagMaxLeaseTTL, Value: pool.DefaultMaxLeaseTTL, EnvVars: []string{envVar(flagMaxLeaseTTL)},
-			Usage: "longest lease granted; a longer ttlSeconds is a 400"},
-		&cli.DurationFlag{Name: flagCooldown, Value: pool.DefaultCooldown, EnvVars: []string{envVar(flagCooldown)},
-			Usage: "how long a Proxy rests for a target after a reported ban, when no retryAfterSeconds came with it"},
-		&cli.DurationFlag{Name: flagMaxCooldown, Value: pool.DefaultMaxCooldown, EnvVars: []string{envVar(flagMaxCooldown)},
-			Usage: "cap on a cooldown (retry-after and repeated-ban backoff included); also how long an ended lease still takes reports"},
-		&cli.DurationFlag{Name: flagFailureCooldown, Value: pool.DefaultFailureWindow, EnvVars: []string{envVar(flagFailureCooldown)},
-			Usage: "how long a Proxy reported as failing (upstream_failed) is out for every target"},
-		&cli.DurationFlag{Name: flagSiteFailureCooldown, Value: pool.DefaultSiteFailureRest, EnvVars: []string{envVar(flagSiteFailureCooldown)},
-			Usage: "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"},
-		&cli.IntFlag{Name: flagMaxLeasesPerMember, EnvVars: []string{envVar(flagMaxLeasesPerMember)},
-			Usage: "cap on active leases per Proxy (0: unlimited)"},
-		str(flagLeaseStore, "memory", leaseStoreUsage),
-		&cli.PathFlag{Name: flagLeaseStorePasswordFile, TakesFile: true, EnvVars: []string{envVar(flagLeaseStorePasswordFile)}, Usage: leaseStorePasswordUsage},
-		str(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
+		stringFlag(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
+		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"),
+		boolFlag(flagLeaseAPITokenReview, "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"),
+		stringFlag(flagLeaseAPITokenAudience, leaseapi.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
+		durationFlag(flagLeaseTTL, pool.DefaultLeaseTTL, "lease lifetime when a request gives no ttlSeconds"),
+		durationFlag(flagMaxLeaseTTL, pool.DefaultMaxLeaseTTL, "longest lease granted; a longer ttlSeconds is a 400"),
+		durationFlag(flagCooldown, pool.DefaultCooldown, "how long a Proxy rests for a target after a reported ban, when no retryAfterSeconds came with it"),
+		durationFlag(flagMaxCooldown, pool.DefaultMaxCooldown, "cap on a cooldown (retry-after and repeated-ban backoff included); also how long an ended lease still takes reports"),
+		durationFlag(flagFailureCooldown, pool.DefaultFailureWindow, "how long a Proxy reported as failing (upstream_failed) is out for every target"),
+		durationFlag(flagSiteFailureCooldown, pool.DefaultSiteFailureRest, "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"),
+		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per Proxy (0: unlimited)"),
+		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
+		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
+		stringFlag(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
 	}
 }
 

@@ -31,16 +31,11 @@ const (
 // monitor; controllerCommand appends them to its own.
 func runnableFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: flagGCInterval, Value: gc.DefaultInterval,
-			Usage: "time between orphan GC sweeps (the first runs one interval after start)", EnvVars: []string{"PROXYFLEET_GC_INTERVAL"}},
-		&cli.DurationFlag{Name: flagGCMinAge, Value: gc.DefaultMinAge,
-			Usage: "the orphan GC never deletes an instance younger than this (it may be mid-create)", EnvVars: []string{"PROXYFLEET_GC_MIN_AGE"}},
-		&cli.BoolFlag{Name: flagGCAllowNamespaced,
-			Usage: "run the orphan GC even with --proxy-namespace: instances of Proxies in other namespaces are then deleted as orphans", EnvVars: []string{"PROXYFLEET_GC_ALLOW_NAMESPACED"}},
-		&cli.DurationFlag{Name: flagProviderCheckInterval, Value: providerhealth.DefaultInterval,
-			Usage: "time between provider health checks; 0 turns them off, otherwise at least 10s", EnvVars: []string{"PROXYFLEET_PROVIDER_CHECK_INTERVAL"}},
-		&cli.DurationFlag{Name: flagProviderCheckTimeout,
-			Usage: "bound on one round of provider checks (default 15s, or the interval when shorter)", EnvVars: []string{"PROXYFLEET_PROVIDER_CHECK_TIMEOUT"}},
+		durationFlag(flagGCInterval, gc.DefaultInterval, "time between orphan GC sweeps (the first runs one interval after start)"),
+		durationFlag(flagGCMinAge, gc.DefaultMinAge, "the orphan GC never deletes an instance younger than this (it may be mid-create)"),
+		boolFlag(flagGCAllowNamespaced, "run the orphan GC even with --proxy-namespace: instances of Proxies in other namespaces are then deleted as orphans"),
+		durationFlag(flagProviderCheckInterval, providerhealth.DefaultInterval, "time between provider health checks; 0 turns them off, otherwise at least 10s"),
+		durationFlag(flagProviderCheckTimeout, 0, "bound on one round of provider checks (default 15s, or the interval when shorter)"),
 	}
 }
 
@@ -65,9 +60,9 @@ func parseRunnableFlags(c *cli.Context) (runnableSettings, error) {
 	}
 	// The GC would refuse to start after connecting; say so before, as a
 	// flag error. Without providers there is no GC and nothing to refuse.
-	if ns := c.String("proxy-namespace"); ns != "" && c.String("providers-config") != "" && !s.gcAllowNamespaced {
-		return s, fmt.Errorf("--proxy-namespace %s hides Proxies in other namespaces from the orphan GC, which would then delete their instances: "+
-			"add --%s only if no Proxy outside %s uses these providers", ns, flagGCAllowNamespaced, ns)
+	if ns := c.String(flagProxyNamespace); ns != "" && c.Path(flagProvidersConfig) != "" && !s.gcAllowNamespaced {
+		return s, fmt.Errorf("--%s %s hides Proxies in other namespaces from the orphan GC, which would then delete their instances: "+
+			"add --%s only if no Proxy outside %s uses these providers", flagProxyNamespace, ns, flagGCAllowNamespaced, ns)
 	}
 	return s, nil
 }
@@ -99,7 +94,7 @@ func (s runnableSettings) validate() error {
 func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, pcfg *providers.Config,
 	provs map[string]providers.Provider, reg prometheus.Registerer, logger logr.Logger) (*providerhealth.Monitor, error) {
 	if len(provs) > 0 {
-		sw := &gc.Sweeper{
+		sw, err := gc.New(gc.Options{
 			Reader:          mgr.GetClient(),
 			Providers:       provs,
 			Interval:        s.gcInterval,
@@ -107,6 +102,9 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 			Namespace:       proxyNamespace,
 			AllowNamespaced: s.gcAllowNamespaced,
 			Logger:          logger.WithName("gc"),
+		})
+		if err != nil {
+			return nil, err
 		}
 		if err := mgr.Add(sw); err != nil {
 			return nil, fmt.Errorf("adding the orphan GC: %w", err)
@@ -122,7 +120,7 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 	}
 	// Added even without providers or checks: at start it deletes the
 	// ProviderHealth objects no provider of this process reports on.
-	mon := &providerhealth.Monitor{
+	mon, err := providerhealth.New(providerhealth.Options{
 		Checkers:  providerhealth.CheckersFrom(provs),
 		Types:     types,
 		Client:    mgr.GetClient(),
@@ -130,6 +128,9 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 		Interval:  s.checkInterval,
 		Timeout:   s.checkTimeout,
 		Logger:    logger.WithName("providerhealth"),
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := mgr.Add(mon); err != nil {
 		return nil, fmt.Errorf("adding the provider health monitor: %w", err)

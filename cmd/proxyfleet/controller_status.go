@@ -25,8 +25,7 @@ const defaultStatusListen = "127.0.0.1:8082"
 // statusFlags are the status page's flags; controllerCommand appends them.
 func statusFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: flagStatusListen, Value: defaultStatusListen, EnvVars: []string{envVar(flagStatusListen)},
-			Usage: "`ADDR` serving the fleet's live status page (/status, /status.json) on every replica; 0 turns it off"},
+		stringFlag(flagStatusListen, defaultStatusListen, "`ADDR` serving the fleet's live status page (/status, /status.json) on every replica; 0 turns it off"),
 	}
 }
 

@@ -46,22 +46,18 @@ const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccou
 
 // webhookFlags are the injection webhook's flags; controllerCommand appends them.
 func webhookFlags() []cli.Flag {
-	str := func(name, value, usage string) cli.Flag {
-		return &cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}}
-	}
 	return []cli.Flag{
-		str(flagWebhookListen, ":9443", "`ADDR` serving the sidecar injection webhook (HTTPS) when --gateway-image is set; 0 turns it off"),
-		str(flagGatewayImage, "", "`IMAGE` of the injected gateway sidecar; without it sidecar injection is off"),
-		str(flagWebhookConfiguration, "proxyfleet-inject", "`NAME` of the MutatingWebhookConfiguration whose caBundle the controller keeps current"),
-		str(flagWebhookCertSecret, "", "`NAMESPACE/NAME` of the Secret holding the webhook's CA and serving certificate (default: <controller namespace>/proxyfleet-webhook-cert)"),
-		str(flagWebhookCertHosts, "", "comma-separated DNS names and IPs of the serving certificate (default: the --webhook-service's names)"),
-		&cli.PathFlag{Name: flagWebhookCertDir, TakesFile: true, EnvVars: []string{envVar(flagWebhookCertDir)},
-			Usage: "`DIR` with tls.crt and tls.key kept by someone else (cert-manager); the controller then manages neither certificate nor caBundle"},
-		str(flagWebhookService, defaultWebhookService, "`NAME` of the webhook's Service, for the default --webhook-cert-hosts"),
-		str(flagLeaseAPIService, defaultLeaseAPIService, "`NAME` of the lease API's Service, for the default --sidecar-pool-api"),
-		str(flagSidecarPoolAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
-		str(flagSidecarResources, defaultSidecarResources, "the sidecar's `RESOURCES` (requests.cpu=,requests.memory=,limits.cpu=,limits.memory=); the proxyfleet.io/gateway-resources annotation overrides them"),
-		str(flagClusterDomain, "cluster.local", "the cluster's DNS `DOMAIN`, kept out of the sidecar's proxy (NO_PROXY)"),
+		stringFlag(flagWebhookListen, ":9443", "`ADDR` serving the sidecar injection webhook (HTTPS) when --gateway-image is set; 0 turns it off"),
+		stringFlag(flagGatewayImage, "", "`IMAGE` of the injected gateway sidecar; without it sidecar injection is off"),
+		stringFlag(flagWebhookConfiguration, "proxyfleet-inject", "`NAME` of the MutatingWebhookConfiguration whose caBundle the controller keeps current"),
+		stringFlag(flagWebhookCertSecret, "", "`NAMESPACE/NAME` of the Secret holding the webhook's CA and serving certificate (default: <controller namespace>/proxyfleet-webhook-cert)"),
+		stringFlag(flagWebhookCertHosts, "", "comma-separated DNS names and IPs of the serving certificate (default: the --webhook-service's names)"),
+		pathFlag(flagWebhookCertDir, "`DIR` with tls.crt and tls.key kept by someone else (cert-manager); the controller then manages neither certificate nor caBundle"),
+		stringFlag(flagWebhookService, defaultWebhookService, "`NAME` of the webhook's Service, for the default --webhook-cert-hosts"),
+		stringFlag(flagLeaseAPIService, defaultLeaseAPIService, "`NAME` of the lease API's Service, for the default --sidecar-pool-api"),
+		stringFlag(flagSidecarPoolAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
+		stringFlag(flagSidecarResources, defaultSidecarResources, "the sidecar's `RESOURCES` (requests.cpu=,requests.memory=,limits.cpu=,limits.memory=); the proxyfleet.io/gateway-resources annotation overrides them"),
+		stringFlag(flagClusterDomain, "cluster.local", "the cluster's DNS `DOMAIN`, kept out of the sidecar's proxy (NO_PROXY)"),
 	}
 }
 

@@ -122,7 +122,7 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 	// Phase 1: every instance is younger than MinAge, so repeated sweeps
 	// delete nothing — not even the orphan.
 	youngLogs := &testutil.LogLines{}
-	young := &Sweeper{
+	young := Options{
 		Providers: map[string]providers.Provider{"in-cluster": prov},
 		Interval:  200 * time.Millisecond, MinAge: time.Hour, Logger: youngLogs.Logger(),
 	}
@@ -141,7 +141,7 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 	// Phase 2: MinAge shrinks to a second. The orphan goes; the untagged Pod,
 	// the live Proxy's Pod and the Pod of the Proxy being deleted stay.
 	logs := &testutil.LogLines{}
-	s := &Sweeper{
+	s := Options{
 		Providers: map[string]providers.Provider{"in-cluster": prov},
 		Interval:  200 * time.Millisecond, MinAge: time.Second, Logger: logs.Logger(),
 	}
@@ -171,20 +171,20 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 }
 
 // startSweeper starts a real manager (cache-backed reader, no leader
-// election) with s added as a runnable. The returned stop also runs when the
-// test ends.
-func startSweeper(t *testing.T, s *Sweeper) (stop func()) {
+// election) with a Sweeper of o, reading through the manager's cache, added
+// as a runnable. The returned stop also runs when the test ends.
+func startSweeper(t *testing.T, o Options) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Logger:  s.Logger,
+		Logger:  o.Logger,
 	})
 	if err != nil {
 		t.Fatalf("new manager: %v", err)
 	}
-	s.Reader = mgr.GetClient()
-	if err := mgr.Add(s); err != nil {
+	o.Reader = mgr.GetClient()
+	if err := mgr.Add(newSweeper(t, o)); err != nil {
 		t.Fatalf("add sweeper: %v", err)
 	}
 	return testutil.RunUntilCleanup(t, "manager", wait, mgr.Start)

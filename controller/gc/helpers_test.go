@@ -111,3 +111,13 @@ func eventually(t *testing.T, deadline time.Duration, what string, cond func() b
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// newSweeper is New for options a test knows to be valid.
+func newSweeper(t *testing.T, o Options) *Sweeper {
+	t.Helper()
+	s, err := New(o)
+	if err != nil {
+		t.Fatalf("gc.New: %v", err)
+	}
+	return s
+}

@@ -34,18 +34,17 @@ const (
 	DefaultMinAge = 10 * time.Minute
 )
 
-// ErrNamespaced is returned by Start when the Proxy view is restricted to one
+// ErrNamespaced is returned by New when the Proxy view is restricted to one
 // namespace and AllowNamespaced is not set: Proxies elsewhere would be
 // invisible, so their live instances would look orphaned.
 var ErrNamespaced = errors.New("orphan GC refuses to run on a namespace-restricted Proxy view: " +
 	"instances of Proxies in other namespaces would look orphaned and be deleted; " +
 	"set --gc-allow-namespaced only when this controller is the sole user of its providers")
 
-// Sweeper deletes provider instances whose Proxy no longer exists. It is a
-// leader-elected manager.Runnable: deleting is destructive, so exactly one
-// replica sweeps. Configure the fields, then add it to the manager.
-type Sweeper struct {
+// Options configure New.
+type Options struct {
 	// Reader lists Proxies, usually the manager's cache (mgr.GetClient()).
+	// Required.
 	Reader client.Reader
 	// Providers are the configured providers by entry name (decorated ones
 	// are fine: sweeps are provider requests and count as such).
@@ -57,16 +56,22 @@ type Sweeper struct {
 	// DefaultMinAge.
 	MinAge time.Duration
 	// Namespace is the namespace the Reader is restricted to ("" = the whole
-	// cluster). With a Namespace, Start refuses to run unless
-	// AllowNamespaced is set.
+	// cluster). With a Namespace, New refuses unless AllowNamespaced is set.
 	Namespace string
 	// AllowNamespaced accepts a namespace-restricted view: the operator
 	// asserts that no Proxy outside Namespace uses these providers.
 	AllowNamespaced bool
-	// Clock is the time source; nil means the real clock.
+	// Clock is the time source of ticks and ages; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger receives sweep failures and one WARNING line per deletion.
 	Logger logr.Logger
+}
+
+// Sweeper deletes provider instances whose Proxy no longer exists. It is a
+// leader-elected manager.Runnable: deleting is destructive, so exactly one
+// replica sweeps. Build it with New, then add it to the manager.
+type Sweeper struct {
+	o Options
 }
 
 var (
@@ -74,29 +79,46 @@ var (
 	_ manager.LeaderElectionRunnable = (*Sweeper)(nil)
 )
 
+// New checks o and fills its defaults. It returns ErrNamespaced when the
+// view is namespace-restricted without AllowNamespaced, and an error naming
+// the option for an unusable configuration, so nothing is added to a
+// manager that would stop it at start.
+func New(o Options) (*Sweeper, error) {
+	if o.Reader == nil {
+		return nil, errors.New("orphan GC: Options.Reader (the Proxy reader) is required")
+	}
+	if o.Namespace != "" && !o.AllowNamespaced {
+		return nil, fmt.Errorf("%w (the Proxy view is restricted to namespace %q)", ErrNamespaced, o.Namespace)
+	}
+	if o.Interval < 0 || o.MinAge < 0 {
+		return nil, fmt.Errorf("orphan GC: Options.Interval (%s) and Options.MinAge (%s) must not be negative", o.Interval, o.MinAge)
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.MinAge == 0 {
+		o.MinAge = DefaultMinAge
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return &Sweeper{o: o}, nil
+}
+
 // NeedLeaderElection is true: only the leader may delete instances.
 func (s *Sweeper) NeedLeaderElection() bool { return true }
 
-// Start sweeps every Interval until ctx ends. It returns ErrNamespaced at
-// once, stopping the manager, when the view is namespace-restricted without
-// AllowNamespaced, and an error for an unusable configuration.
+// Start sweeps every Interval until ctx ends.
 func (s *Sweeper) Start(ctx context.Context) error {
-	if s.Reader == nil {
-		return errors.New("orphan GC: a Proxy reader is required")
+	if s.o.Namespace != "" {
+		s.o.Logger.Info("WARNING: orphan GC runs on a namespace-restricted Proxy view; instances of Proxies in other namespaces will be deleted",
+			"namespace", s.o.Namespace)
 	}
-	if s.Namespace != "" && !s.AllowNamespaced {
-		return fmt.Errorf("%w (the Proxy view is restricted to namespace %q)", ErrNamespaced, s.Namespace)
-	}
-	interval, minAge := s.interval(), s.minAge()
-	if interval < 0 || minAge < 0 {
-		return fmt.Errorf("orphan GC: interval (%s) and minimum age (%s) must not be negative", interval, minAge)
-	}
-	if s.Namespace != "" {
-		s.Logger.Info("WARNING: orphan GC runs on a namespace-restricted Proxy view; instances of Proxies in other namespaces will be deleted",
-			"namespace", s.Namespace)
-	}
-	s.Logger.Info("orphan GC started", "interval", interval, "minAge", minAge, "providers", len(s.Providers))
-	ticker := s.clock().NewTicker(interval)
+	s.o.Logger.Info("orphan GC started", "interval", s.o.Interval, "minAge", s.o.MinAge, "providers", len(s.o.Providers))
+	ticker := s.o.Clock.NewTicker(s.o.Interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -115,26 +137,26 @@ type sweepResult struct {
 	// deleted are the instances the sweep deleted, by provider.
 	deleted map[string][]providers.Instance
 	// kept counts the instances left alone, by decision.
-	kept map[Decision]int
+	kept map[decision]int
 	// errors counts failed ListByTag and Delete calls.
 	errors int
 }
 
 // sweep is one pass: the live UID set, then every provider's instances
-// judged by Decide. A failed Proxy list skips the whole pass (never guess);
+// judged by decide. A failed Proxy list skips the whole pass (never guess);
 // a failing provider is logged and the next one is swept.
 func (s *Sweeper) sweep(ctx context.Context) sweepResult {
-	res := sweepResult{deleted: map[string][]providers.Instance{}, kept: map[Decision]int{}}
+	res := sweepResult{deleted: map[string][]providers.Instance{}, kept: map[decision]int{}}
 	live, err := s.liveUIDs(ctx)
 	if err != nil {
-		s.Logger.Error(err, "orphan GC: skipping this sweep, the Proxy list failed (deleting on a guess could kill live instances)")
+		s.o.Logger.Error(err, "orphan GC: skipping this sweep, the Proxy list failed (deleting on a guess could kill live instances)")
 		res.skipped = true
 		return res
 	}
-	now := s.clock().Now()
-	minAge := s.minAge()
-	names := make([]string, 0, len(s.Providers))
-	for name := range s.Providers {
+	now := s.o.Clock.Now()
+	minAge := s.o.MinAge
+	names := make([]string, 0, len(s.o.Providers))
+	for name := range s.o.Providers {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -142,31 +164,31 @@ func (s *Sweeper) sweep(ctx context.Context) sweepResult {
 		if ctx.Err() != nil {
 			return res
 		}
-		insts, err := s.Providers[name].ListByTag(ctx)
+		insts, err := s.o.Providers[name].ListByTag(ctx)
 		if err != nil {
 			res.errors++
-			s.Logger.Error(err, "orphan GC: listing the provider's instances failed; continuing with the next provider", "provider", name)
+			s.o.Logger.Error(err, "orphan GC: listing the provider's instances failed; continuing with the next provider", "provider", name)
 			continue
 		}
 		for _, inst := range insts {
-			d := Decide(inst, live, now, minAge)
-			if d != Delete {
+			d := decide(inst, live, now, minAge)
+			if d != deleteOrphan {
 				res.kept[d]++
 				continue
 			}
-			s.Logger.Info("WARNING: orphan GC deleting an instance whose Proxy no longer exists",
+			s.o.Logger.Info("WARNING: orphan GC deleting an instance whose Proxy no longer exists",
 				"provider", name, "providerID", inst.ProviderID, "uid", inst.OwnerUID,
 				"instance", inst.Name, "age", now.Sub(inst.CreatedAt).Round(time.Second).String())
-			if err := s.Providers[name].Delete(ctx, inst.ProviderID); err != nil {
+			if err := s.o.Providers[name].Delete(ctx, inst.ProviderID); err != nil {
 				res.errors++
-				s.Logger.Error(err, "orphan GC: deleting the orphaned instance failed; the next sweep retries",
+				s.o.Logger.Error(err, "orphan GC: deleting the orphaned instance failed; the next sweep retries",
 					"provider", name, "providerID", inst.ProviderID, "uid", inst.OwnerUID)
 				continue
 			}
 			res.deleted[name] = append(res.deleted[name], inst)
 		}
 	}
-	s.Logger.V(1).Info("orphan GC sweep finished", "deleted", countAll(res.deleted), "kept", res.kept, "errors", res.errors)
+	s.o.Logger.V(1).Info("orphan GC sweep finished", "deleted", countAll(res.deleted), "kept", res.kept, "errors", res.errors)
 	return res
 }
 
@@ -175,10 +197,10 @@ func (s *Sweeper) sweep(ctx context.Context) sweepResult {
 func (s *Sweeper) liveUIDs(ctx context.Context) (map[string]struct{}, error) {
 	var list v1alpha1.ProxyList
 	var opts []client.ListOption
-	if s.Namespace != "" {
-		opts = append(opts, client.InNamespace(s.Namespace))
+	if s.o.Namespace != "" {
+		opts = append(opts, client.InNamespace(s.o.Namespace))
 	}
-	if err := s.Reader.List(ctx, &list, opts...); err != nil {
+	if err := s.o.Reader.List(ctx, &list, opts...); err != nil {
 		return nil, err
 	}
 	live := make(map[string]struct{}, len(list.Items))
@@ -186,27 +208,6 @@ func (s *Sweeper) liveUIDs(ctx context.Context) (map[string]struct{}, error) {
 		live[string(list.Items[i].UID)] = struct{}{}
 	}
 	return live, nil
-}
-
-func (s *Sweeper) interval() time.Duration {
-	if s.Interval == 0 {
-		return DefaultInterval
-	}
-	return s.Interval
-}
-
-func (s *Sweeper) minAge() time.Duration {
-	if s.MinAge == 0 {
-		return DefaultMinAge
-	}
-	return s.MinAge
-}
-
-func (s *Sweeper) clock() clock.WithTicker {
-	if s.Clock == nil {
-		return clock.RealClock{}
-	}
-	return s.Clock
 }
 
 func countAll(m map[string][]providers.Instance) int {

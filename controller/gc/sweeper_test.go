@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,12 +37,12 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 		inst("a/young", "uid-gone-too", time.Minute),
 	}}
 	b := &listProvider{instances: []providers.Instance{inst("b/orphan", "uid-gone-b", 11*time.Minute)}}
-	s := &Sweeper{
+	s := newSweeper(t, Options{
 		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
 		Providers: map[string]providers.Provider{"alpha": a, "beta": b},
 		Clock:     clocktesting.NewFakeClock(t0),
 		Logger:    logs.Logger(),
-	}
+	})
 	res := s.sweep(context.Background())
 
 	if got := a.deletedIDs(); !reflect.DeepEqual(got, []string{"a/orphan"}) {
@@ -50,7 +51,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	if got := b.deletedIDs(); !reflect.DeepEqual(got, []string{"b/orphan"}) {
 		t.Errorf("beta deleted %v, want only b/orphan", got)
 	}
-	wantKept := map[Decision]int{KeepLive: 1, KeepUntagged: 1, KeepYoung: 1}
+	wantKept := map[decision]int{keepLive: 1, keepUntagged: 1, keepYoung: 1}
 	if res.skipped || res.errors != 0 || !reflect.DeepEqual(res.kept, wantKept) {
 		t.Errorf("result %+v, want kept %v and no errors", res, wantKept)
 	}
@@ -67,12 +68,12 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
 	logs := &testutil.LogLines{}
 	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
-	s := &Sweeper{
+	s := newSweeper(t, Options{
 		Reader:    &proxyReader{err: errors.New("apiserver unavailable")},
 		Providers: map[string]providers.Provider{"alpha": p},
 		Clock:     clocktesting.NewFakeClock(t0),
 		Logger:    logs.Logger(),
-	}
+	})
 	res := s.sweep(context.Background())
 	if !res.skipped {
 		t.Errorf("sweep was not reported skipped: %+v", res)
@@ -92,12 +93,12 @@ func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 		instances:  []providers.Instance{inst("c/stuck", "uid-1", time.Hour), inst("c/orphan", "uid-2", time.Hour)},
 		failDelete: map[string]error{"c/stuck": errors.New("permission denied")},
 	}
-	s := &Sweeper{
+	s := newSweeper(t, Options{
 		Reader:    &proxyReader{},
 		Providers: map[string]providers.Provider{"a-broken": broken, "c-undeletable": undeletable},
 		Clock:     clocktesting.NewFakeClock(t0),
 		Logger:    logs.Logger(),
-	}
+	})
 	res := s.sweep(context.Background())
 	if got := undeletable.deletedIDs(); !reflect.DeepEqual(got, []string{"c/orphan"}) {
 		t.Errorf("deleted %v, want c/orphan despite the failures before it", got)
@@ -110,7 +111,7 @@ func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 	}
 }
 
-func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
+func TestNewRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 	tests := []struct {
 		name    string
 		ns      string
@@ -124,25 +125,22 @@ func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &testutil.LogLines{}
-			s := &Sweeper{
+			s, err := New(Options{
 				Reader: &proxyReader{}, Namespace: tc.ns, AllowNamespaced: tc.allow,
 				Clock: clocktesting.NewFakeClock(t0), Logger: logs.Logger(),
+			})
+			if tc.wantErr {
+				if !errors.Is(err, ErrNamespaced) {
+					t.Fatalf("New = %v, want ErrNamespaced", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New = %v", err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Start(ctx) }()
-			if tc.wantErr {
-				select {
-				case err := <-done:
-					if !errors.Is(err, ErrNamespaced) {
-						t.Fatalf("Start = %v, want ErrNamespaced", err)
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("Start did not refuse a namespaced view")
-				}
-				cancel()
-				return
-			}
 			eventually(t, 10*time.Second, "the sweeper to start", func() bool { return len(logs.Matching("orphan GC started")) == 1 })
 			cancel()
 			if err := <-done; err != nil {
@@ -152,14 +150,32 @@ func TestStartRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 	}
 }
 
+func TestNewNamesTheBadOption(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no reader", Options{}, "Options.Reader"},
+		{"a negative interval", Options{Reader: &proxyReader{}, Interval: -time.Second}, "Options.Interval"},
+		{"a negative minimum age", Options{Reader: &proxyReader{}, MinAge: -time.Second}, "Options.MinAge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	reader := &proxyReader{}
 	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
-	s := &Sweeper{
+	s := newSweeper(t, Options{
 		Reader: reader, Providers: map[string]providers.Provider{"alpha": p},
 		Interval: 10 * time.Minute, MinAge: 10 * time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
-	}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

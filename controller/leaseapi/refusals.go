@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -24,7 +26,7 @@ const refusalWindow = time.Minute
 // last refused with 409 (no member usable), so a ProxyPool autoscaler can
 // tell that requests it would have matched went unserved.
 type refusalLog struct {
-	now func() time.Time
+	clock clock.PassiveClock
 
 	mu   sync.Mutex
 	last map[string]refusal // by selector+proxy key
@@ -37,17 +39,18 @@ type refusal struct {
 	at       time.Time
 }
 
-func newRefusalLog(now func() time.Time) *refusalLog {
-	if now == nil {
-		now = time.Now
+// newRefusalLog keeps refusals on clk (nil: the real clock).
+func newRefusalLog(clk clock.PassiveClock) *refusalLog {
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	return &refusalLog{now: now, last: map[string]refusal{}}
+	return &refusalLog{clock: clk, last: map[string]refusal{}}
 }
 
 // record notes a refused request, forgetting entries older than the window
 // and, past maxRefusalKeys, the oldest one.
 func (l *refusalLog) record(req pool.AcquireRequest) {
-	now := l.now()
+	now := l.clock.Now()
 	key := refusalKey(req)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -72,7 +75,7 @@ func (l *refusalLog) record(req pool.AcquireRequest) {
 // lastMatching is the time of the latest refusal within the window for
 // which match is true, or the zero time.
 func (l *refusalLog) lastMatching(match func(selector map[string]string, proxy string) bool) time.Time {
-	now := l.now()
+	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var latest time.Time

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -28,10 +29,13 @@ const DefaultShutdownGrace = 5 * time.Second
 // authenticated callers.
 const AuthDisabledWarning = "WARNING: lease API auth disabled"
 
-// Options configures Setup.
+// Options configure New and Setup.
 type Options struct {
-	// Listen is the host:port the API listens on.
+	// Listen is the host:port the API listens on. Required.
 	Listen string
+	// Cache is the cache whose Proxies are served; Setup takes the
+	// manager's. Required for New.
+	Cache cache.Cache
 	// Token is the bearer token clients must send; empty (and no Reviewer)
 	// turns authentication off, with a warning in the log.
 	Token string
@@ -48,9 +52,13 @@ type Options struct {
 	// Recorder counts POST /v1/leases by outcome; nil records nothing.
 	Recorder poolapi.LeaseRecorder
 	// Credentials is the controller's credentials Secret cache, whose logins
-	// lease answers carry; nil takes the manager's (controller.NewManager's
-	// Credentials()).
+	// lease answers carry; Setup takes the manager's (controller.NewManager's
+	// Credentials()) when nil. Required for New.
 	Credentials cache.Cache
+	// Clock is the time source of the 409 log the ProxyPool autoscaler
+	// reads (LastRefusal); nil is the real clock. The in-memory store keeps
+	// its own, Store.Clock.
+	Clock clock.PassiveClock
 	// Logger receives the source's and the server's logs.
 	Logger logr.Logger
 	// ShutdownGrace bounds in-flight requests when the manager stops
@@ -73,21 +81,27 @@ type API struct {
 	refusals *refusalLog
 }
 
-// Setup creates the store, opens the listener (a busy port is an error
-// before anything starts) and adds the Source and the server to mgr. Both
-// run on every replica, leader or not.
-func Setup(mgr manager.Manager, o Options) (*API, error) {
-	if o.ShutdownGrace <= 0 {
+// New checks o, creates the store and opens the listener (a busy port is
+// an error before anything starts). The API and its Source (Runnables) must
+// then run in a manager whose caches o.Cache and o.Credentials are; Setup
+// does both.
+func New(o Options) (*API, error) {
+	switch {
+	case o.Listen == "":
+		return nil, errors.New("lease API: Options.Listen is required")
+	case o.Cache == nil:
+		return nil, errors.New("lease API: Options.Cache (the Proxy cache) is required")
+	case o.Credentials == nil:
+		return nil, errors.New("lease API: Options.Credentials (the credentials Secret cache) is required: build the manager with controller.NewManager or set it")
+	case o.ShutdownGrace < 0:
+		return nil, fmt.Errorf("lease API: Options.ShutdownGrace %s must not be negative", o.ShutdownGrace)
+	}
+	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = DefaultShutdownGrace
 	}
 	log := o.Logger.WithName("leaseapi")
-	if o.Credentials == nil {
-		if m, ok := mgr.(interface{ Credentials() cache.Cache }); ok {
-			o.Credentials = m.Credentials()
-		}
-	}
-	if o.Credentials == nil {
-		return nil, errors.New("lease API: the credentials Secret cache is required: build the manager with controller.NewManager or set Options.Credentials")
+	if o.Logger.GetSink() == nil {
+		log = logr.Discard()
 	}
 	store := o.Backend
 	if store == nil {
@@ -95,23 +109,20 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 	}
 	// Only authenticated callers are handed logins: without a token, Proxies
 	// that have one are not offered at all.
-	source := NewSource(mgr.GetCache(), store, log, SourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil})
+	source := newSource(o.Cache, store, log, sourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil})
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
 	}
-	var now func() time.Time // nil: the real clock
-	if o.Store.Clock != nil {
-		now = o.Store.Clock.Now
-	}
-	refusals := newRefusalLog(now)
-	a := &API{
-		store:  store,
-		source: source,
-		ln:     ln,
-		token:  o.Token != "" || o.Reviewer != nil,
-		grace:  o.ShutdownGrace,
-		log:    log,
+	refusals := newRefusalLog(o.Clock)
+	return &API{
+		store:    store,
+		source:   source,
+		ln:       ln,
+		token:    o.Token != "" || o.Reviewer != nil,
+		grace:    o.ShutdownGrace,
+		log:      log,
+		refusals: refusals,
 		srv: &http.Server{
 			Handler: poolapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, poolapi.APIOptions{
 				Token:    o.Token,
@@ -121,18 +132,37 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 		},
+	}, nil
+}
+
+// Setup is New over mgr's caches (o.Cache and o.Credentials default to
+// them), adding the Source and the server to mgr. Both run on every
+// replica, leader or not.
+func Setup(mgr manager.Manager, o Options) (*API, error) {
+	if o.Cache == nil {
+		o.Cache = mgr.GetCache()
 	}
-	a.refusals = refusals
-	if err := mgr.Add(source); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("lease API: adding the Proxy source: %w", err)
+	if o.Credentials == nil {
+		if m, ok := mgr.(interface{ Credentials() cache.Cache }); ok {
+			o.Credentials = m.Credentials()
+		}
 	}
-	if err := mgr.Add(a); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("lease API: adding the server: %w", err)
+	a, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range a.Runnables() {
+		if err := mgr.Add(r); err != nil {
+			_ = a.ln.Close()
+			return nil, fmt.Errorf("lease API: adding it to the manager: %w", err)
+		}
 	}
 	return a, nil
 }
+
+// Runnables are what must run in the manager: the Source that feeds the
+// store from the Proxy cache, then the server.
+func (a *API) Runnables() []manager.Runnable { return []manager.Runnable{a.source, a} }
 
 // Store is the lease store, for the scrape-time metrics collector.
 func (a *API) Store() pool.LeaseStore { return a.store }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -23,7 +25,7 @@ func TestStartReturnsWhenServingFailsWhileCtxLives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := NewSource(nil, nil, logr.Discard(), SourceOptions{})
+	src := newSource(nil, nil, logr.Discard(), sourceOptions{})
 	close(src.synced)
 	a := &API{
 		store:  pool.NewStore(pool.StoreOptions{}),
@@ -71,5 +73,31 @@ func TestLeaseAPIRunsOnEveryReplica(t *testing.T) {
 		if !ok || le.NeedLeaderElection() {
 			t.Errorf("the lease API %s must run without leader election", name)
 		}
+	}
+}
+
+func TestNewNamesTheBadOption(t *testing.T) {
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme}) // never started: New only keeps it
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no listen address", Options{}, "Options.Listen"},
+		{"no Proxy cache", Options{Listen: "127.0.0.1:0"}, "Options.Cache"},
+		{"no credentials cache", Options{Listen: "127.0.0.1:0", Cache: c}, "Options.Credentials"},
+		{"a negative shutdown grace", Options{Listen: "127.0.0.1:0", Cache: c, Credentials: c, ShutdownGrace: -time.Second}, "Options.ShutdownGrace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if a, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				if a != nil {
+					_ = a.ln.Close()
+				}
+				t.Fatalf("New = %v, want an error naming %s", err, tc.want)
+			}
+		})
 	}
 }

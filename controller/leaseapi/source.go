@@ -107,8 +107,8 @@ type Source struct {
 	last   []pool.MemberHealth
 }
 
-// SourceOptions configure NewSource.
-type SourceOptions struct {
+// sourceOptions configure newSource.
+type sourceOptions struct {
 	// Credentials is the controller's credentials Secret cache: member URLs
 	// carry the logins it holds, and its Secret events rebuild the members.
 	Credentials cache.Cache
@@ -118,9 +118,10 @@ type SourceOptions struct {
 	WithholdLogins bool
 }
 
-// NewSource returns a source that feeds store from c's Proxies, with the
-// logins in o.Credentials. Add it to the manager whose caches they are.
-func NewSource(c cache.Cache, store pool.LeaseStore, log logr.Logger, o SourceOptions) *Source {
+// newSource returns a source that feeds store from c's Proxies, with the
+// logins in o.Credentials. It runs in the manager whose caches they are
+// (API.Runnables).
+func newSource(c cache.Cache, store pool.LeaseStore, log logr.Logger, o sourceOptions) *Source {
 	return &Source{
 		cache:  c,
 		creds:  o.Credentials,

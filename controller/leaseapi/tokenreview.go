@@ -11,6 +11,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -54,8 +55,8 @@ type Reviewer struct {
 	TTL, NegativeTTL time.Duration
 	// MaxEntries bounds the cache (default DefaultReviewEntries).
 	MaxEntries int
-	// Now is the clock (tests); nil is time.Now.
-	Now func() time.Time
+	// Clock is the time source of the cache's expiry; nil is the real clock.
+	Clock clock.PassiveClock
 
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]reviewEntry
@@ -69,10 +70,10 @@ type reviewEntry struct {
 var _ poolapi.TokenReviewer = (*Reviewer)(nil)
 
 func (r *Reviewer) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+	if r.Clock == nil {
+		return clock.RealClock{}.Now()
 	}
-	return time.Now()
+	return r.Clock.Now()
 }
 
 // ReviewToken vouches for token or says why not (poolapi.ErrTokenInvalid,

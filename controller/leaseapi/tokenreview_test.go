@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -150,7 +151,7 @@ func TestLeaseAPIAcceptsProjectedServiceAccountTokensThroughTokenAndAccessReview
 
 func TestReviewerCacheIsBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
-	r := &Reviewer{MaxEntries: 3, Now: func() time.Time { return now }}
+	r := &Reviewer{MaxEntries: 3, Clock: clocktesting.NewFakePassiveClock(now)}
 	for i := range 10 {
 		r.store([32]byte{byte(i)}, reviewEntry{expires: now.Add(time.Minute)}, now)
 	}

@@ -90,10 +90,10 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 	rec := &countingRecorder{}
 	wrapped := map[string]providers.Provider{"in-cluster": providers.WithMetrics(prov, "in-cluster", rec)}
 	logs := &testutil.LogLines{}
-	m := &Monitor{
+	m := newMonitor(t, Options{
 		Checkers: CheckersFrom(wrapped), Types: map[string]string{"in-cluster": providers.TypeKubernetes},
 		Client: env.Client, APIReader: env.Client, Interval: 300 * time.Millisecond, Logger: logs.Logger(),
-	}
+	})
 	run(t, m)
 
 	ph := waitPH(t, "in-cluster", "Ready", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
@@ -126,10 +126,10 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 	c := &scriptedChecker{}
 	c.set(up("host-a"), down("host-b", "Unreachable"))
 	logs := &testutil.LogLines{}
-	m := &Monitor{
+	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"kvm-flaky": c}, Types: map[string]string{"kvm-flaky": "kvm"},
 		Client: env.Client, APIReader: env.Client, Interval: 200 * time.Millisecond, Logger: logs.Logger(),
-	}
+	})
 	run(t, m)
 
 	ph := waitPH(t, "kvm-flaky", "the first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.LastCheckTime != nil })
@@ -178,10 +178,10 @@ func TestLastTransitionTimeSurvivesSteadyRounds(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	c := &scriptedChecker{}
 	c.set(up("api"))
-	m := &Monitor{
+	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"steady": c}, Types: map[string]string{"steady": "gcp"},
 		Client: env.Client, APIReader: env.Client, Interval: time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
-	}
+	})
 	run(t, m)
 	first := waitPH(t, "steady", "the first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
 	since := first.Status.Targets[0].LastTransitionTime
@@ -238,10 +238,10 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 			c := &scriptedChecker{}
 			c.set(up("api"))
 			logs := &testutil.LogLines{}
-			m := &Monitor{
+			m := newMonitor(t, Options{
 				Checkers: map[string]providers.Checker{"still-here": c}, Client: env.Client, APIReader: env.Client,
 				Interval: tc.interval, Logger: logs.Logger(),
-			}
+			})
 			stop := run(t, m)
 			if tc.interval > 0 {
 				waitPH(t, "still-here", "its first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
@@ -272,10 +272,10 @@ func TestAnInvalidProviderNameGetsMetricsButNoObject(t *testing.T) {
 	c := &scriptedChecker{}
 	c.set(up("api"))
 	logs := &testutil.LogLines{}
-	m := &Monitor{
+	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"Not_A_Name": c}, Client: env.Client, APIReader: env.Client,
 		Interval: 200 * time.Millisecond, Logger: logs.Logger(),
-	}
+	})
 	run(t, m)
 	eventually(t, wait, "two rounds", func() bool { return c.callCount() >= 2 })
 	if len(logs.Matching("WARNING: provider name is not a valid object name", `"provider"="Not_A_Name"`)) != 1 {

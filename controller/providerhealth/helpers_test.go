@@ -94,3 +94,13 @@ func eventually(t *testing.T, deadline time.Duration, what string, cond func() b
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// newMonitor is New for options a test knows to be valid.
+func newMonitor(t *testing.T, o Options) *Monitor {
+	t.Helper()
+	m, err := New(o)
+	if err != nil {
+		t.Fatalf("providerhealth.New: %v", err)
+	}
+	return m
+}

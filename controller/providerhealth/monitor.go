@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -82,15 +84,15 @@ func CheckersFrom(provs map[string]providers.Provider) map[string]providers.Chec
 	return out
 }
 
-// Monitor checks the configured providers and publishes the verdicts. Set
-// the fields, then add it to the manager; use it through a pointer.
-type Monitor struct {
+// Options configure New.
+type Options struct {
 	// Checkers are the providers to check, by entry name. Collect them with
 	// CheckersFrom so checks bypass the metrics decorator.
 	Checkers map[string]providers.Checker
 	// Types maps entry names to provider types, for status.type and logs.
 	Types map[string]string
 	// Client writes ProviderHealth objects (create, status patch, delete).
+	// Required.
 	Client client.Client
 	// APIReader reads ProviderHealth objects straight from the API server
 	// (mgr.GetAPIReader()): they are cluster-scoped, and a cached read would
@@ -103,10 +105,18 @@ type Monitor struct {
 	Interval time.Duration
 	// Timeout bounds one round; zero means effectiveTimeout's default.
 	Timeout time.Duration
-	// Clock is the time source for ticks and timestamps; nil means real time.
+	// Clock is the time source for ticks, timestamps, check durations and
+	// the abandon timer of a round; nil means the real clock. (A check's
+	// own context deadline is real time: contexts know no other clock.)
 	Clock clock.WithTicker
 	// Logger receives transitions and write failures.
 	Logger logr.Logger
+}
+
+// Monitor checks the configured providers and publishes the verdicts. Build
+// it with New, then add it to the manager.
+type Monitor struct {
+	o Options
 
 	mu sync.Mutex
 	// latest is the last result per provider, read by the gauges.
@@ -115,6 +125,27 @@ type Monitor struct {
 	running map[string]bool
 	// noObject are the providers whose name is not a valid object name.
 	noObject map[string]bool
+}
+
+// New checks o and fills its defaults; an unusable option is an error
+// naming it, before anything is added to a manager.
+func New(o Options) (*Monitor, error) {
+	if o.Client == nil {
+		return nil, errors.New("provider health monitor: Options.Client is required")
+	}
+	if o.Interval < 0 || o.Timeout < 0 {
+		return nil, fmt.Errorf("provider health monitor: Options.Interval (%s) and Options.Timeout (%s) must not be negative", o.Interval, o.Timeout)
+	}
+	if o.APIReader == nil {
+		o.APIReader = o.Client
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return &Monitor{o: o, running: map[string]bool{}}, nil
 }
 
 var (
@@ -129,21 +160,15 @@ func (m *Monitor) NeedLeaderElection() bool { return true }
 // (all of them when checks are off), then runs a round at once and one every
 // Interval until ctx ends.
 func (m *Monitor) Start(ctx context.Context) error {
-	if m.Client == nil {
-		return errors.New("provider health monitor: a client is required")
-	}
-	if m.Interval < 0 || m.Timeout < 0 {
-		return fmt.Errorf("provider health monitor: interval (%s) and timeout (%s) must not be negative", m.Interval, m.Timeout)
-	}
 	m.findInvalidNames()
 	m.deleteStale(ctx)
-	if m.Interval == 0 {
-		m.Logger.Info("provider health checks are off")
+	if m.o.Interval == 0 {
+		m.o.Logger.Info("provider health checks are off")
 		return nil
 	}
-	m.Logger.Info("provider health monitor started", "interval", m.Interval,
-		"timeout", effectiveTimeout(m.Interval, m.Timeout), "providers", len(m.Checkers))
-	ticker := m.clock().NewTicker(m.Interval)
+	m.o.Logger.Info("provider health monitor started", "interval", m.o.Interval,
+		"timeout", effectiveTimeout(m.o.Interval, m.o.Timeout), "providers", len(m.o.Checkers))
+	ticker := m.o.Clock.NewTicker(m.o.Interval)
 	defer ticker.Stop()
 	m.round(ctx)
 	for {
@@ -193,11 +218,11 @@ func (m *Monitor) round(ctx context.Context) {
 		if m.noObject[r.Provider] {
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, m.Interval)
+		wctx, cancel := context.WithTimeout(ctx, m.o.Interval)
 		err := m.publish(wctx, r)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			m.Logger.Error(err, "writing ProviderHealth failed; the next round retries", "provider", r.Provider)
+			m.o.Logger.Error(err, "writing ProviderHealth failed; the next round retries", "provider", r.Provider)
 		}
 	}
 }
@@ -215,11 +240,11 @@ type outcome struct {
 // out; while it is still running, later rounds report it timed out at once
 // instead of piling up goroutines.
 func (m *Monitor) check(ctx context.Context) []Result {
-	timeout := effectiveTimeout(m.Interval, m.Timeout)
+	timeout := effectiveTimeout(m.o.Interval, m.o.Timeout)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	clk := m.clock()
-	names := sortedKeys(m.Checkers)
+	clk := m.o.Clock
+	names := slices.Sorted(maps.Keys(m.o.Checkers))
 	done := make(chan outcome, len(names))
 	results := make(map[string]Result, len(names))
 	pending := map[string]bool{}
@@ -234,19 +259,19 @@ func (m *Monitor) check(ctx context.Context) []Result {
 			ts := c.Check(cctx)
 			m.end(name)
 			done <- outcome{name: name, targets: ts, duration: clk.Since(start), at: clk.Now()}
-		}(name, m.Checkers[name])
+		}(name, m.o.Checkers[name])
 	}
-	grace := time.NewTimer(timeout + abandonGrace)
+	grace := clk.NewTimer(timeout + abandonGrace)
 	defer grace.Stop()
 	for len(pending) > 0 {
 		select {
 		case o := <-done:
 			delete(pending, o.name)
 			results[o.name] = Result{
-				Provider: o.name, Type: m.Types[o.name], Targets: normalizeTargets(o.targets),
+				Provider: o.name, Type: m.o.Types[o.name], Targets: normalizeTargets(o.targets),
 				Duration: o.duration, CheckedAt: o.at,
 			}
-		case <-grace.C:
+		case <-grace.C():
 			for name := range pending {
 				results[name] = m.timedOut(name, timeout, fmt.Sprintf("the check did not return within %s", timeout))
 			}
@@ -269,7 +294,7 @@ func (m *Monitor) timedOut(name string, timeout time.Duration, msg string) Resul
 	m.mu.Lock()
 	prev := m.latest[name]
 	m.mu.Unlock()
-	r := Result{Provider: name, Type: m.Types[name], Duration: timeout, CheckedAt: m.clock().Now()}
+	r := Result{Provider: name, Type: m.o.Types[name], Duration: timeout, CheckedAt: m.o.Clock.Now()}
 	for _, t := range prev.Targets {
 		r.Targets = append(r.Targets, providers.TargetStatus{Target: t.Target, Reason: ReasonTimeout, Message: msg})
 	}
@@ -283,9 +308,6 @@ func (m *Monitor) timedOut(name string, timeout time.Duration, msg string) Resul
 func (m *Monitor) begin(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.running == nil {
-		m.running = map[string]bool{}
-	}
 	if m.running[name] {
 		return false
 	}
@@ -313,10 +335,10 @@ func (m *Monitor) record(results []Result) {
 		for _, tr := range transitions(prev[r.Provider].Targets, r.Targets) {
 			t := tr.target
 			if tr.ready {
-				m.Logger.Info("provider target ready", "provider", r.Provider, "type", r.Type, "target", t.Target)
+				m.o.Logger.Info("provider target ready", "provider", r.Provider, "type", r.Type, "target", t.Target)
 				continue
 			}
-			m.Logger.Info("WARNING: provider target not ready", "provider", r.Provider, "type", r.Type,
+			m.o.Logger.Info("WARNING: provider target not ready", "provider", r.Provider, "type", r.Type,
 				"target", t.Target, "reason", t.Reason, "message", t.Message)
 		}
 	}
@@ -357,21 +379,21 @@ func transitions(prev, cur []providers.TargetStatus) []transition {
 func (m *Monitor) publish(ctx context.Context, r Result) error {
 	var ph v1alpha1.ProviderHealth
 	key := client.ObjectKey{Name: r.Provider}
-	err := m.reader().Get(ctx, key, &ph)
+	err := m.o.APIReader.Get(ctx, key, &ph)
 	if apierrors.IsNotFound(err) {
 		ph = v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
 			Name:   r.Provider,
 			Labels: map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
 		}}
-		err = m.Client.Create(ctx, &ph)
+		err = m.o.Client.Create(ctx, &ph)
 		if apierrors.IsAlreadyExists(err) {
-			err = m.reader().Get(ctx, key, &ph)
+			err = m.o.APIReader.Get(ctx, key, &ph)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("reading or creating ProviderHealth %s: %w", r.Provider, err)
 	}
-	st := buildStatus(ph.Status, r, ph.Generation, m.clock().Now())
+	st := buildStatus(ph.Status, r, ph.Generation, m.o.Clock.Now())
 	// A merge patch replaces lists whole; null clears targets when a round
 	// reported none.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{
@@ -385,7 +407,7 @@ func (m *Monitor) publish(ctx context.Context, r Result) error {
 	if err != nil {
 		return fmt.Errorf("encoding the status of ProviderHealth %s: %w", r.Provider, err)
 	}
-	if err := m.Client.Status().Patch(ctx, &ph, client.RawPatch(types.MergePatchType, body)); err != nil {
+	if err := m.o.Client.Status().Patch(ctx, &ph, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return fmt.Errorf("patching the status of ProviderHealth %s: %w", r.Provider, err)
 	}
 	return nil
@@ -397,22 +419,22 @@ func (m *Monitor) publish(ctx context.Context, r Result) error {
 // only report, so a leftover one is stale, not harmful.
 func (m *Monitor) deleteStale(ctx context.Context) {
 	var list v1alpha1.ProviderHealthList
-	if err := m.reader().List(ctx, &list, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}); err != nil {
-		m.Logger.Error(err, "listing ProviderHealth objects failed; stale ones stay until the next start")
+	if err := m.o.APIReader.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}); err != nil {
+		m.o.Logger.Error(err, "listing ProviderHealth objects failed; stale ones stay until the next start")
 		return
 	}
 	for i := range list.Items {
 		ph := &list.Items[i]
-		if _, checked := m.Checkers[ph.Name]; checked && m.Interval > 0 {
+		if _, checked := m.o.Checkers[ph.Name]; checked && m.o.Interval > 0 {
 			continue
 		}
-		err := m.Client.Delete(ctx, ph)
+		err := m.o.Client.Delete(ctx, ph)
 		if err != nil && !apierrors.IsNotFound(err) {
-			m.Logger.Error(err, "deleting a stale ProviderHealth failed", "providerHealth", ph.Name)
+			m.o.Logger.Error(err, "deleting a stale ProviderHealth failed", "providerHealth", ph.Name)
 			continue
 		}
-		m.Logger.Info("deleted the ProviderHealth of a provider that is not checked", "providerHealth", ph.Name,
-			"checksOff", m.Interval == 0)
+		m.o.Logger.Info("deleted the ProviderHealth of a provider that is not checked", "providerHealth", ph.Name,
+			"checksOff", m.o.Interval == 0)
 	}
 }
 
@@ -420,34 +442,11 @@ func (m *Monitor) deleteStale(ctx context.Context) {
 // name a cluster-scoped object: they get metrics and logs but no object.
 func (m *Monitor) findInvalidNames() {
 	m.noObject = map[string]bool{}
-	for _, name := range sortedKeys(m.Checkers) {
+	for _, name := range slices.Sorted(maps.Keys(m.o.Checkers)) {
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 			m.noObject[name] = true
-			m.Logger.Info("WARNING: provider name is not a valid object name; it is checked and exported as metrics, but gets no ProviderHealth object",
+			m.o.Logger.Info("WARNING: provider name is not a valid object name; it is checked and exported as metrics, but gets no ProviderHealth object",
 				"provider", name, "problems", strings.Join(msgs, "; "))
 		}
 	}
-}
-
-func (m *Monitor) reader() client.Reader {
-	if m.APIReader != nil {
-		return m.APIReader
-	}
-	return m.Client
-}
-
-func (m *Monitor) clock() clock.WithTicker {
-	if m.Clock == nil {
-		return clock.RealClock{}
-	}
-	return m.Clock
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -2,8 +2,11 @@ package providerhealth
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -16,7 +19,7 @@ func TestCheckRunsEveryProviderConcurrently(t *testing.T) {
 	started := make(chan struct{}, 2)
 	a := &scriptedChecker{targets: []providers.TargetStatus{up("a")}, block: release, started: started}
 	b := &scriptedChecker{targets: []providers.TargetStatus{down("b", "Unreachable")}, block: release, started: started}
-	m := &Monitor{Checkers: map[string]providers.Checker{"pa": a, "pb": b}, Interval: time.Minute, Timeout: 20 * time.Second}
+	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"pa": a, "pb": b}, Interval: time.Minute, Timeout: 20 * time.Second})
 
 	got := make(chan []Result, 1)
 	go func() { got <- m.check(context.Background()) }()
@@ -38,7 +41,7 @@ func TestCheckRunsEveryProviderConcurrently(t *testing.T) {
 
 func TestACheckThatHonoursTheTimeoutReportsItsOwnVerdict(t *testing.T) {
 	c := &scriptedChecker{block: make(chan struct{}), honourCtx: true}
-	m := &Monitor{Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 100 * time.Millisecond}
+	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 100 * time.Millisecond})
 	start := time.Now()
 	res := m.check(context.Background())
 	if took := time.Since(start); took > 5*time.Second {
@@ -52,8 +55,8 @@ func TestACheckThatHonoursTheTimeoutReportsItsOwnVerdict(t *testing.T) {
 func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
 	release := make(chan struct{})
 	c := &scriptedChecker{targets: []providers.TargetStatus{up("host-1")}}
-	m := &Monitor{Checkers: map[string]providers.Checker{"kvm-home": c}, Types: map[string]string{"kvm-home": "kvm"},
-		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&testutil.LogLines{}).Logger()}
+	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"kvm-home": c}, Types: map[string]string{"kvm-home": "kvm"},
+		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&testutil.LogLines{}).Logger()})
 	m.record(m.check(context.Background())) // a good round first: the target is known
 
 	c.mu.Lock()
@@ -89,10 +92,55 @@ func TestAProviderThatNeverReportedTimesOutUnderOneTarget(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	c := &scriptedChecker{block: release}
-	m := &Monitor{Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 50 * time.Millisecond}
+	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 50 * time.Millisecond})
 	res := m.check(context.Background())
 	if len(res[0].Targets) != 1 || res[0].Targets[0].Target != fallbackTarget || res[0].Targets[0].Reason != ReasonTimeout {
 		t.Fatalf("result %+v, want one %q target timed out", res, fallbackTarget)
+	}
+}
+
+func TestAStuckCheckIsAbandonedOnTheMonitorsClock(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	c := &scriptedChecker{block: release} // ignores ctx: only the abandon timer ends the round
+	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c},
+		Interval: time.Hour, Timeout: 30 * time.Second, Clock: clk})
+	got := make(chan []Result, 1)
+	go func() { got <- m.check(context.Background()) }()
+	eventually(t, 10*time.Second, "the abandon timer to be armed", clk.HasWaiters)
+	clk.Step(30 * time.Second) // the timeout alone: the grace is still running
+	select {
+	case res := <-got:
+		t.Fatalf("the round ended before timeout and grace had passed on its clock: %+v", res)
+	default:
+	}
+	clk.Step(abandonGrace)
+	select {
+	case res := <-got:
+		if len(res) != 1 || res[0].Targets[0].Reason != ReasonTimeout || !res[0].CheckedAt.Equal(clk.Now()) {
+			t.Fatalf("result %+v, want a Timeout verdict stamped with the fake clock's %v", res, clk.Now())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stepping the clock past timeout and grace did not abandon the stuck check")
+	}
+}
+
+func TestNewNamesTheBadOption(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no client", Options{}, "Options.Client"},
+		{"a negative interval", Options{Client: env.Client, Interval: -time.Second}, "Options.Interval"},
+		{"a negative timeout", Options{Client: env.Client, Timeout: -time.Second}, "Options.Timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want an error naming %s", err, tc.want)
+			}
+		})
 	}
 }
 

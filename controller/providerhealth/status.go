@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -110,7 +111,7 @@ func buildStatus(prev v1alpha1.ProviderHealthStatus, r Result, generation int64,
 		Type:          r.Type,
 		Ready:         r.Ready(),
 		TargetsReady:  fmt.Sprintf("%d/%d", r.readyCount(), len(r.Targets)),
-		LastCheckTime: ptr(metav1.NewTime(r.CheckedAt)),
+		LastCheckTime: ptr.To(metav1.NewTime(r.CheckedAt)),
 	}
 	for _, t := range r.Targets {
 		pt := v1alpha1.ProviderTarget{
@@ -177,5 +178,3 @@ func copyDetails(d map[string]string) map[string]string {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -2,8 +2,9 @@ package gcp
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -54,7 +55,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 
 	labels := map[string]string{}
 	for _, src := range []map[string]string{cfg.Labels, req.Labels} {
-		for _, k := range sortedKeys(src) {
+		for _, k := range slices.Sorted(maps.Keys(src)) {
 			v := src[k]
 			if !providers.GCPLabelKey.MatchString(k) || !providers.GCPLabelValue.MatchString(v) {
 				return nil, "", perm("label %s=%q is not a valid GCP label (lower-case letters, digits, _ and -)", k, v)
@@ -132,13 +133,4 @@ func firstNonEmpty(vs ...string) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -59,8 +59,8 @@ type Config struct {
 	Labels         map[string]string
 }
 
-// ConfigFromEntry converts a validated providers config entry.
-func ConfigFromEntry(e providers.Entry) (Config, error) {
+// configFromEntry converts a validated providers config entry.
+func configFromEntry(e providers.Entry) (Config, error) {
 	if e.Type != providers.TypeGCP || e.GCP == nil {
 		return Config{}, fmt.Errorf("entry %q is not a gcp entry", e.Name)
 	}
@@ -104,7 +104,7 @@ func ClientOptions(e providers.Entry) []option.ClientOption {
 // clients' lifetime; it is the controller's root context.
 func Constructor(ctx context.Context) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := ConfigFromEntry(e)
+		cfg, err := configFromEntry(e)
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +169,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	_, err = p.client.Insert(ctx, &computepb.InsertInstanceRequest{
 		Project: p.cfg.Project, Zone: zone, InstanceResource: ins,
 	}, p.noRetry)
-	id := FormatProviderID(zone, req.Name)
+	id := formatProviderID(zone, req.Name)
 	if err == nil {
 		return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID}, nil
 	}
@@ -196,7 +196,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 // Get observes the VM providerID names. A missing VM, or one not managed by
 // proxyfleet, is ErrNotFound.
 func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instance, error) {
-	zone, name, err := ParseProviderID(providerID)
+	zone, name, err := parseProviderID(providerID)
 	if err != nil {
 		return providers.Instance{}, err
 	}
@@ -215,7 +215,7 @@ func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instan
 // Deleting a VM that is already being deleted is answered by the API as a
 // new operation, which is success too.
 func (p *Provider) Delete(ctx context.Context, providerID string) error {
-	zone, name, err := ParseProviderID(providerID)
+	zone, name, err := parseProviderID(providerID)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (p *Provider) Check(ctx context.Context) []providers.TargetStatus {
 // address of the configured type once it has one.
 func (p *Provider) instanceOf(ins *computepb.Instance, zone string) providers.Instance {
 	out := providers.Instance{
-		ProviderID: FormatProviderID(zone, ins.GetName()),
+		ProviderID: formatProviderID(zone, ins.GetName()),
 		Name:       ins.GetName(),
 		OwnerUID:   ins.GetLabels()[LabelOwnerUID],
 	}
@@ -349,16 +349,16 @@ func stateOf(status string, hasAddress bool) providers.State {
 	}
 }
 
-// FormatProviderID returns "zones/<zone>/instances/<name>". The zone is part
+// formatProviderID returns "zones/<zone>/instances/<name>". The zone is part
 // of the ID so Get and Delete reach the right VM even after the Proxy's zone
 // was edited and its replacement is being made elsewhere.
-func FormatProviderID(zone, name string) string {
+func formatProviderID(zone, name string) string {
 	return "zones/" + zone + "/instances/" + name
 }
 
-// ParseProviderID parses "zones/<zone>/instances/<name>" strictly. Anything
+// parseProviderID parses "zones/<zone>/instances/<name>" strictly. Anything
 // else is ErrPermanent, since retrying cannot make it parse.
-func ParseProviderID(id string) (zone, name string, err error) {
+func parseProviderID(id string) (zone, name string, err error) {
 	parts := strings.Split(id, "/")
 	if len(parts) != 4 || parts[0] != "zones" || parts[2] != "instances" ||
 		!zonePattern.MatchString(parts[1]) || !namePattern.MatchString(parts[3]) {

@@ -268,11 +268,11 @@ func TestGetMapsEveryStatus(t *testing.T) {
 
 func TestGetAbsentOrForeignVMIsNotFound(t *testing.T) {
 	p, srv := newTestProvider(t, nil)
-	if _, err := p.Get(ctx(t), FormatProviderID(testZone, "proxy-gone")); !errors.Is(err, providers.ErrNotFound) {
+	if _, err := p.Get(ctx(t), formatProviderID(testZone, "proxy-gone")); !errors.Is(err, providers.ErrNotFound) {
 		t.Fatalf("missing VM: err = %v, want ErrNotFound", err)
 	}
 	srv.Put(testZone, map[string]any{"name": "web-1", "status": "RUNNING"})
-	if _, err := p.Get(ctx(t), FormatProviderID(testZone, "web-1")); !errors.Is(err, providers.ErrNotFound) {
+	if _, err := p.Get(ctx(t), formatProviderID(testZone, "web-1")); !errors.Is(err, providers.ErrNotFound) {
 		t.Fatalf("unmanaged VM: err = %v, want ErrNotFound", err)
 	}
 }
@@ -359,7 +359,7 @@ func TestErrorsAreClassified(t *testing.T) {
 func TestNetworkErrorIsTransient(t *testing.T) {
 	p, srv := newTestProvider(t, nil)
 	srv.Close()
-	_, err := p.Get(ctx(t), FormatProviderID(testZone, "proxy-abc"))
+	_, err := p.Get(ctx(t), formatProviderID(testZone, "proxy-abc"))
 	if providers.Class(err) != providers.ErrTransient {
 		t.Fatalf("err = %v, want ErrTransient", err)
 	}
@@ -368,7 +368,7 @@ func TestNetworkErrorIsTransient(t *testing.T) {
 func TestDeleteFailureOtherThan404IsReported(t *testing.T) {
 	p, srv := newTestProvider(t, nil)
 	srv.Fail(testutil.ComputeDelete, testutil.ComputeError{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.delete' permission"})
-	err := p.Delete(ctx(t), FormatProviderID(testZone, "proxy-abc"))
+	err := p.Delete(ctx(t), formatProviderID(testZone, "proxy-abc"))
 	if !errors.Is(err, providers.ErrPermanent) {
 		t.Fatalf("err = %v, want ErrPermanent", err)
 	}
@@ -400,7 +400,7 @@ func TestListByTagFollowsEveryPageAndSkipsWarningScopes(t *testing.T) {
 		}
 	}
 	for _, z := range zones {
-		if id := FormatProviderID(z, "proxy-"+strings.ReplaceAll(z, "-", "")); !seen[id] {
+		if id := formatProviderID(z, "proxy-"+strings.ReplaceAll(z, "-", "")); !seen[id] {
 			t.Errorf("missing %s", id)
 		}
 	}
@@ -482,9 +482,9 @@ func TestCheckReadsOnePageOfOneManagedVM(t *testing.T) {
 }
 
 func TestParseProviderIDRoundTrips(t *testing.T) {
-	id := FormatProviderID("us-central1-f", "proxy-abcdefghijklmnop")
-	zone, name, err := ParseProviderID(id)
+	id := formatProviderID("us-central1-f", "proxy-abcdefghijklmnop")
+	zone, name, err := parseProviderID(id)
 	if err != nil || zone != "us-central1-f" || name != "proxy-abcdefghijklmnop" {
-		t.Fatalf("ParseProviderID(%q) = %q, %q, %v", id, zone, name, err)
+		t.Fatalf("parseProviderID(%q) = %q, %q, %v", id, zone, name, err)
 	}
 }

@@ -38,18 +38,18 @@ func TestParseProviderID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%q", tt.id), func(t *testing.T) {
-			got, err := ParseProviderID(tt.id)
+			got, err := parseProviderID(tt.id)
 			if tt.ok {
 				if err != nil || got != tt.want {
-					t.Fatalf("ParseProviderID = %v, %v; want %v", got, err, tt.want)
+					t.Fatalf("parseProviderID = %v, %v; want %v", got, err, tt.want)
 				}
-				if FormatProviderID(got.Namespace, got.Name) != tt.id {
-					t.Fatalf("FormatProviderID does not round-trip %q", tt.id)
+				if formatProviderID(got.Namespace, got.Name) != tt.id {
+					t.Fatalf("formatProviderID does not round-trip %q", tt.id)
 				}
 				return
 			}
 			if !errors.Is(err, providers.ErrPermanent) {
-				t.Fatalf("ParseProviderID(%q) = %v, %v; want ErrPermanent", tt.id, got, err)
+				t.Fatalf("parseProviderID(%q) = %v, %v; want ErrPermanent", tt.id, got, err)
 			}
 		})
 	}
@@ -107,18 +107,18 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ConfigFromEntry(cfg.Providers[0])
+	got, err := configFromEntry(cfg.Providers[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Namespace != "egress" || got.Image != "" || len(got.ClusterCIDRs) != 1 || got.ClusterCIDRs[0] != netip.MustParsePrefix("203.0.113.0/24") {
-		t.Fatalf("ConfigFromEntry = %+v", got)
+		t.Fatalf("configFromEntry = %+v", got)
 	}
 	if clients := squidconf.JoinPrefixes(got.clientCIDRs()); clients != "10.0.0.0/8 203.0.113.0/24" {
 		t.Fatalf("clients = %s: configured clients plus cluster CIDRs", clients)
 	}
-	if _, err := ConfigFromEntry(cfg.Providers[1]); err == nil {
-		t.Fatal("ConfigFromEntry accepted a gcp entry")
+	if _, err := configFromEntry(cfg.Providers[1]); err == nil {
+		t.Fatal("configFromEntry accepted a gcp entry")
 	}
 	if squidconf.JoinPrefixes((Config{}).clientCIDRs()) != squidconf.JoinPrefixes(DefaultClientCIDRs()) {
 		t.Fatal("empty ClientCIDRs does not default to the private ranges")

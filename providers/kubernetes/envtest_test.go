@@ -291,7 +291,7 @@ func TestGetMapsPodPhases(t *testing.T) {
 	})
 
 	t.Run("a missing pod is not found", func(t *testing.T) {
-		if _, err := p.Get(ctx, FormatProviderID(ns, "proxy-missing")); providers.Class(err) != providers.ErrNotFound {
+		if _, err := p.Get(ctx, formatProviderID(ns, "proxy-missing")); providers.Class(err) != providers.ErrNotFound {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	})
@@ -300,7 +300,7 @@ func TestGetMapsPodPhases(t *testing.T) {
 		if err := env.Client.Create(ctx, unmanagedPod(ns, "someone-elses")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Get(ctx, FormatProviderID(ns, "someone-elses")); providers.Class(err) != providers.ErrNotFound {
+		if _, err := p.Get(ctx, formatProviderID(ns, "someone-elses")); providers.Class(err) != providers.ErrNotFound {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	})
@@ -360,7 +360,7 @@ func TestDeleteIsIdempotent(t *testing.T) {
 		if err := env.Client.Create(ctx, unmanagedPod(ns, "keep-me")); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Delete(ctx, FormatProviderID(ns, "keep-me")); err != nil {
+		if err := p.Delete(ctx, formatProviderID(ns, "keep-me")); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
 		if pod := getPod(t, ns, "keep-me"); pod.DeletionTimestamp != nil {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/squidconf"
@@ -90,9 +91,9 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 	}
 
 	podSecurity := &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr(true),
-		RunAsUser:      ptr(squidUID),
-		RunAsGroup:     ptr(squidUID),
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To(squidUID),
+		RunAsGroup:     ptr.To(squidUID),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	if port < 1024 {
@@ -125,9 +126,9 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken:  ptr(false),
-			EnableServiceLinks:            ptr(false),
-			TerminationGracePeriodSeconds: ptr(int64(10)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(10)),
 			NodeSelector:                  nodeSelector,
 			SecurityContext:               podSecurity,
 			Containers: []corev1.Container{{
@@ -151,9 +152,9 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 					},
 				},
 				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr(false),
-					ReadOnlyRootFilesystem:   ptr(true),
-					RunAsNonRoot:             ptr(true),
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					RunAsNonRoot:             ptr.To(true),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				VolumeMounts: []corev1.VolumeMount{
@@ -163,13 +164,13 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "squid-conf", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
-					DefaultMode: ptr(int32(0o444)),
+					DefaultMode: ptr.To(int32(0o444)),
 					Items: []corev1.DownwardAPIVolumeFile{{
 						Path:     confFile,
 						FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + AnnotationSquidConf + "']"},
 					}},
 				}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("16Mi"))}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("16Mi"))}}},
 			},
 		},
 	}
@@ -248,7 +249,7 @@ func stateOf(pod *corev1.Pod) providers.State {
 // instanceOf describes a managed Pod.
 func instanceOf(pod *corev1.Pod) providers.Instance {
 	return providers.Instance{
-		ProviderID: FormatProviderID(pod.Namespace, pod.Name),
+		ProviderID: formatProviderID(pod.Namespace, pod.Name),
 		Name:       pod.Name,
 		State:      stateOf(pod),
 		IP:         pod.Status.PodIP,
@@ -259,5 +260,3 @@ func instanceOf(pod *corev1.Pod) providers.Instance {
 
 // managed reports whether this provider created pod.
 func managed(pod *corev1.Pod) bool { return pod.Labels[LabelManagedBy] == ManagedBy }
-
-func ptr[T any](v T) *T { return &v }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -53,8 +54,8 @@ func (c Config) clientCIDRs() []netip.Prefix {
 	return append(append([]netip.Prefix(nil), base...), c.ClusterCIDRs...)
 }
 
-// ConfigFromEntry converts a validated providers config entry.
-func ConfigFromEntry(e providers.Entry) (Config, error) {
+// configFromEntry converts a validated providers config entry.
+func configFromEntry(e providers.Entry) (Config, error) {
 	if e.Type != providers.TypeKubernetes || e.Kubernetes == nil {
 		return Config{}, fmt.Errorf("entry %q is not a kubernetes entry", e.Name)
 	}
@@ -75,7 +76,7 @@ func ConfigFromEntry(e providers.Entry) (Config, error) {
 // watch RBAC and memory for every Pod, and could answer Get from a stale view.
 func Constructor(c client.Client) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := ConfigFromEntry(e)
+		cfg, err := configFromEntry(e)
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +158,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 // Get observes the Pod providerID names. A missing Pod, or one not managed by
 // proxyfleet, is ErrNotFound.
 func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instance, error) {
-	key, err := ParseProviderID(providerID)
+	key, err := parseProviderID(providerID)
 	if err != nil {
 		return providers.Instance{}, err
 	}
@@ -176,7 +177,7 @@ func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instan
 // The delete carries the observed Pod's UID as a precondition, so a Pod
 // recreated under the same name in between is never deleted by mistake.
 func (p *Provider) Delete(ctx context.Context, providerID string) error {
-	key, err := ParseProviderID(providerID)
+	key, err := parseProviderID(providerID)
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if !managed(&pod) || pod.DeletionTimestamp != nil {
 		return nil
 	}
-	err = p.client.Delete(ctx, &pod, client.Preconditions{UID: ptr(pod.UID)})
+	err = p.client.Delete(ctx, &pod, client.Preconditions{UID: ptr.To(pod.UID)})
 	if err == nil || apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -243,15 +244,15 @@ func (p *Provider) Check(ctx context.Context) []providers.TargetStatus {
 // providerIDPrefix starts every providerID of this provider.
 const providerIDPrefix = "kubernetes://"
 
-// FormatProviderID returns "kubernetes://<namespace>/<name>".
-func FormatProviderID(namespace, name string) string {
+// formatProviderID returns "kubernetes://<namespace>/<name>".
+func formatProviderID(namespace, name string) string {
 	return providerIDPrefix + namespace + "/" + name
 }
 
-// ParseProviderID parses "kubernetes://<namespace>/<name>" strictly: exactly
+// parseProviderID parses "kubernetes://<namespace>/<name>" strictly: exactly
 // two segments, a DNS-1123 label namespace and a DNS-1123 subdomain name.
 // Anything else is ErrPermanent, since retrying cannot make it parse.
-func ParseProviderID(id string) (types.NamespacedName, error) {
+func parseProviderID(id string) (types.NamespacedName, error) {
 	rest, ok := strings.CutPrefix(id, providerIDPrefix)
 	ns, name, ok2 := strings.Cut(rest, "/")
 	if !ok || !ok2 || strings.Contains(name, "/") ||

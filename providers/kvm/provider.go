@@ -16,8 +16,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ type MachineType struct {
 	VCPUs, MemoryMiB, DiskGiB int
 }
 
-// Config configures one kvm entry; ConfigFromEntry fills it from the
+// Config configures one kvm entry; configFromEntry fills it from the
 // providers config file, and New applies the defaults.
 type Config struct {
 	// Entry is the entry's name; it becomes part of base image names.
@@ -97,8 +98,8 @@ type Config struct {
 	Log logr.Logger
 }
 
-// ConfigFromEntry converts a validated kvm entry.
-func ConfigFromEntry(e providers.Entry) (Config, error) {
+// configFromEntry converts a validated kvm entry.
+func configFromEntry(e providers.Entry) (Config, error) {
 	if e.Type != providers.TypeKVM || e.KVM == nil {
 		return Config{}, fmt.Errorf("entry %q is not a kvm entry", e.Name)
 	}
@@ -126,7 +127,7 @@ func ConfigFromEntry(e providers.Entry) (Config, error) {
 // controller's logger.
 func Constructor(log logr.Logger) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := ConfigFromEntry(e)
+		cfg, err := configFromEntry(e)
 		if err != nil {
 			return nil, err
 		}
@@ -282,12 +283,12 @@ func (p *Provider) resolve(pl providers.Placement) (placement, error) {
 	out.host = h
 	image, ok := p.cfg.Images[img]
 	if !ok {
-		return out, fmt.Errorf("%w: placement.image %q is not a key of the entry's images (want one of %v)", providers.ErrPermanent, img, sortedKeys(p.cfg.Images))
+		return out, fmt.Errorf("%w: placement.image %q is not a key of the entry's images (want one of %v)", providers.ErrPermanent, img, slices.Sorted(maps.Keys(p.cfg.Images)))
 	}
 	out.imageKey, out.image = img, image
 	machine, ok := p.cfg.MachineTypes[mt]
 	if !ok {
-		return out, fmt.Errorf("%w: placement.machineType %q is not a key of the entry's machineTypes (want one of %v)", providers.ErrPermanent, mt, sortedKeys(p.cfg.MachineTypes))
+		return out, fmt.Errorf("%w: placement.machineType %q is not a key of the entry's machineTypes (want one of %v)", providers.ErrPermanent, mt, slices.Sorted(maps.Keys(p.cfg.MachineTypes)))
 	}
 	out.machine = machine
 	return out, nil
@@ -298,15 +299,6 @@ func (p *Provider) hostNames() []string {
 	for _, h := range p.cfg.Hosts {
 		out = append(out, h.Name)
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -540,7 +532,7 @@ func (p *Provider) start(ctx context.Context, host string, dom libvirt.Domain) e
 // host that is not configured is Permanent (a typo in hosts must not look
 // like a missing VM, which the reconciler would answer by creating one).
 func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instance, error) {
-	host, name, err := ParseProviderID(providerID)
+	host, name, err := parseProviderID(providerID)
 	if err != nil {
 		return providers.Instance{}, err
 	}
@@ -685,7 +677,7 @@ func firstRoutableIPv4(ifaces []libvirt.DomainInterface) string {
 // is not configured any more is a logged no-op, so its Proxies can still be
 // deleted. A domain without proxyfleet's mark is never touched.
 func (p *Provider) Delete(ctx context.Context, providerID string) error {
-	host, name, err := ParseProviderID(providerID)
+	host, name, err := parseProviderID(providerID)
 	if err != nil {
 		return err
 	}

@@ -226,9 +226,9 @@ func TestProviderIDs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
-			h, n, err := ParseProviderID(tt.id)
+			h, n, err := parseProviderID(tt.id)
 			if tt.ok != (err == nil) || h != tt.host || n != tt.name {
-				t.Fatalf("ParseProviderID = %q, %q, %v", h, n, err)
+				t.Fatalf("parseProviderID = %q, %q, %v", h, n, err)
 			}
 			if err != nil && providers.Class(err) != providers.ErrPermanent {
 				t.Fatalf("a bad providerID must be Permanent, got %v", err)

@@ -175,14 +175,17 @@ func overlayVolumeName(name string) string { return name + ".qcow2" }
 func seedVolumeName(name string) string    { return name + "-seed.iso" }
 
 // FormatProviderID returns "hosts/<host>/domains/<name>". The host is part
-// of the ID, so the hosts list can change without stranding domains.
+// of the ID, so the hosts list can change without stranding domains. It is
+// exported as the one statement of the ID a kvm Proxy's status.providerID
+// shows: the controller's and the binary's kvm tests compare against it.
+// (The kubernetes and gcp IDs are only read inside their providers.)
 func FormatProviderID(host, name string) string {
 	return "hosts/" + host + "/domains/" + name
 }
 
-// ParseProviderID parses FormatProviderID's form strictly; anything else is
+// parseProviderID parses FormatProviderID's form strictly; anything else is
 // ErrPermanent, since retrying cannot make it parse.
-func ParseProviderID(id string) (host, name string, err error) {
+func parseProviderID(id string) (host, name string, err error) {
 	parts := strings.Split(id, "/")
 	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" || !identifier.MatchString(parts[1]) || !domainName.MatchString(parts[3]) {
 		return "", "", fmt.Errorf("%w: invalid providerID %q: want hosts/<host>/domains/<name>", providers.ErrPermanent, id)
