@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -39,8 +40,8 @@ type FleetStatus struct {
 	// Namespace is --proxy-namespace, for the page's header.
 	Namespace string
 	Logger    logr.Logger
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the time source (the real clock when nil).
+	Clock clock.PassiveClock
 }
 
 // View builds the page's data. Failed reads are logged and shown as fixed
@@ -48,9 +49,9 @@ type FleetStatus struct {
 func (f FleetStatus) View(ctx context.Context) status.FleetView {
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
-	now := time.Now
-	if f.Now != nil {
-		now = f.Now
+	var now clock.PassiveClock = clock.RealClock{}
+	if f.Clock != nil {
+		now = f.Clock
 	}
 	in := status.FleetInput{Namespace: f.Namespace, LeaseStore: f.Store != nil}
 	fail := func(what string, err error) {
@@ -85,7 +86,7 @@ func (f FleetStatus) View(ctx context.Context) status.FleetView {
 	if f.LeaseRequests != nil {
 		in.LeaseRequests = f.LeaseRequests.Chart()
 	}
-	return status.Fleet(in, now())
+	return status.Fleet(in, now.Now())
 }
 
 // FleetRows converts the objects into the page's rows. It reads no

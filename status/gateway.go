@@ -3,7 +3,8 @@ package status
 import (
 	"context"
 	"net/http"
-	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // PoolReader is what the gateway page reads its pool through;
@@ -21,20 +22,20 @@ type GatewayOptions struct {
 	Requests *Timeline
 	// Next serves every other path (the metrics handler).
 	Next http.Handler
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the time source (the real clock when nil).
+	Clock clock.PassiveClock
 }
 
 // GatewayHandler serves the gateway's page and JSON (see Handler).
 func GatewayHandler(o GatewayOptions) http.Handler {
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	return Handler(HandlerOptions{
 		Title: "proxyfleet gateway",
 		Next:  o.Next,
 		View: func(ctx context.Context) any {
-			return Gateway(GatewayInput{Pool: o.Pool.PoolStatus(ctx), PoolAPI: o.PoolAPI, Requests: o.Requests.Chart()}, o.Now())
+			return Gateway(GatewayInput{Pool: o.Pool.PoolStatus(ctx), PoolAPI: o.PoolAPI, Requests: o.Requests.Chart()}, o.Clock.Now())
 		},
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Defaults of TimelineOptions' zero values: the pages chart the last 15
@@ -27,8 +29,9 @@ type TimelineOptions struct {
 	Window time.Duration
 	// Bucket is one bar's width (DefaultBucket when zero; at least a second).
 	Bucket time.Duration
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the time source (the real clock when nil; tests step a
+	// k8s.io/utils/clock/testing fake).
+	Clock clock.PassiveClock
 }
 
 // Timeline counts outcomes (of gateway requests, of lease requests) in
@@ -38,7 +41,7 @@ type TimelineOptions struct {
 // only when a bucket is reused for a new period.
 type Timeline struct {
 	width   int64 // bucket width in ns
-	now     func() time.Time
+	clock   clock.PassiveClock
 	buckets []tlBucket
 
 	mu    sync.Mutex               // starting a bucket; adding an outcome name
@@ -60,11 +63,11 @@ func NewTimeline(o TimelineOptions) *Timeline {
 		o.Bucket = DefaultBucket
 	}
 	o.Bucket = max(o.Bucket, time.Second) // Chart speaks in whole seconds
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	n := max(int((o.Window+o.Bucket-1)/o.Bucket), 1)
-	t := &Timeline{width: int64(o.Bucket), now: o.Now, buckets: make([]tlBucket, n)}
+	t := &Timeline{width: int64(o.Bucket), clock: o.Clock, buckets: make([]tlBucket, n)}
 	for i := range t.buckets {
 		t.buckets[i].period.Store(-1)
 	}
@@ -75,7 +78,7 @@ func NewTimeline(o TimelineOptions) *Timeline {
 // Add counts one outcome now. It is safe for concurrent use.
 func (t *Timeline) Add(outcome string) {
 	i := t.index(outcome)
-	p := t.now().UnixNano() / t.width
+	p := t.clock.Now().UnixNano() / t.width
 	b := &t.buckets[int(p%int64(len(t.buckets)))]
 	if cur := b.period.Load(); cur != p {
 		if cur > p {
@@ -151,7 +154,7 @@ type Series struct {
 // Chart reads the window ending now.
 func (t *Timeline) Chart() Chart {
 	n := len(t.buckets)
-	last := t.now().UnixNano() / t.width
+	last := t.clock.Now().UnixNano() / t.width
 	first := last - int64(n) + 1
 	names := *t.names.Load()
 	c := Chart{BucketSeconds: int(t.width / int64(time.Second)), Start: time.Unix(0, first*t.width).UTC(), Bars: n, Series: []Series{}}

@@ -5,20 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
-
-// fakeClock is a settable clock for the timeline's buckets.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func series(c Chart) map[string][]int64 {
 	out := map[string][]int64{}
@@ -29,12 +18,12 @@ func series(c Chart) map[string][]int64 {
 }
 
 func TestTimelineCountsOutcomesPerBucketAndForgetsPastTheWindow(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	tl := NewTimeline(TimelineOptions{Window: 3 * time.Minute, Bucket: time.Minute, Now: clk.Now})
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	tl := NewTimeline(TimelineOptions{Window: 3 * time.Minute, Bucket: time.Minute, Clock: clk})
 	tl.Add("ok")
 	tl.Add("ok")
 	tl.Add("banned")
-	clk.Add(time.Minute)
+	clk.SetTime(clk.Now().Add(time.Minute))
 	tl.Add("ok")
 	c := tl.Chart()
 	if c.Bars != 3 || c.BucketSeconds != 60 || c.Total != 4 {
@@ -51,12 +40,12 @@ func TestTimelineCountsOutcomesPerBucketAndForgetsPastTheWindow(t *testing.T) {
 	}
 	// Two minutes on, the first bucket has left the window; its slot is
 	// reused for the new period, starting from zero.
-	clk.Add(2 * time.Minute)
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
 	tl.Add("rate_limited")
 	if got := fmt.Sprint(series(tl.Chart())); got != "map[ok:[1 0 0] rate_limited:[0 0 1]]" {
 		t.Fatalf("after the window moved: %s", got)
 	}
-	clk.Add(time.Hour)
+	clk.SetTime(clk.Now().Add(time.Hour))
 	if c := tl.Chart(); c.Total != 0 || len(c.Series) != 0 {
 		t.Fatalf("an hour later the chart still counts %+v", c)
 	}
