@@ -11,7 +11,6 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -275,15 +274,4 @@ func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Confi
 		out[name] = providers.WithMetrics(p, name, rec)
 	}
 	return out, nil
-}
-
-// controllerLogger is the process logger as a logr.Logger (what
-// controller-runtime hands to every reconcile) over a slog handler on w.
-func controllerLogger(w interface{ Write([]byte) (int, error) }, level slog.Level, json bool) logr.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if json {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	return logr.FromSlogHandler(h)
 }

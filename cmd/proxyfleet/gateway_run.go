@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/internal/logging"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -35,7 +36,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	if cfg.mitm != nil {
 		defer cfg.mitm.CA.Close()
 	}
-	log := newLogger(stderr, cfg.logLevel, cfg.logJSON)
+	log := logging.New(stderr, cfg.logLevel, cfg.logJSON)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -137,13 +138,14 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		srv := &http.Server{
 			Handler:           pool.NewAPIServer(store, pool.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
 			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(log),
 		}
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagAPIListen, srv.Serve(apiLn)) }()
 	}
 	var ready metrics.Readiness
 	if metricsLn != nil {
-		srv := &http.Server{Handler: metrics.Handler(reg, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: metrics.Handler(reg, ready.Ready), ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(log)}
 		// Last in the list: /readyz answers 503 while everything else drains.
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
@@ -281,15 +283,6 @@ func serveErrOf(flagName string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("--%s: %w", flagName, err)
-}
-
-// newLogger builds the process logger; records go to w (stderr).
-func newLogger(w io.Writer, level slog.Level, json bool) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if json {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // printUsage tells the person who just started the gateway how to use it.
