@@ -11,6 +11,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,6 +21,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
@@ -59,7 +61,7 @@ func controllerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "autoscale-interval", Value: pd.Autoscale, Usage: "how often a ProxyPool with spec.autoscaling recomputes its size", EnvVars: []string{"PROXYFLEET_AUTOSCALE_INTERVAL"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error", EnvVars: []string{"PROXYFLEET_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "json", Usage: "`FORMAT`: json or text", EnvVars: []string{"PROXYFLEET_LOG_FORMAT"}},
-		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags())...),
+		}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags())...),
 		Action: runController,
 	}
 }
@@ -148,6 +150,12 @@ func runController(c *cli.Context) error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	s.manager.Logger = logger
+	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", c.App.ErrWriter, slog.New(logr.ToSlogHandler(logger)))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	hs.probeTracing, ls.tracing = probeTracerProvider(c, tr, logger), tr.TracerProvider()
 
 	// A broken providers config fails before anything connects.
 	var pcfg *providers.Config
@@ -168,6 +176,7 @@ func runController(c *cli.Context) error {
 		return err
 	}
 	ws.opts.Config.APIServerHosts = apiServerHosts(cfg)
+	cfg.Wrap(tracing.ParentOnlyTransport(tr.TracerProvider()))
 	mgr, err := controller.NewManager(cfg, s.manager)
 	if err != nil {
 		return err
@@ -271,7 +280,7 @@ func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Confi
 	}
 	out := make(map[string]providers.Provider, len(built))
 	for name, p := range built {
-		out[name] = providers.WithMetrics(p, name, rec)
+		out[name] = providers.WithTracing(providers.WithMetrics(p, name, rec), name)
 	}
 	return out, nil
 }

@@ -123,7 +123,7 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 	// Added even without providers or checks: at start it deletes the
 	// ProviderHealth objects no provider of this process reports on.
 	mon := &providerhealth.Monitor{
-		Checkers:  providerhealth.CheckersFrom(provs),
+		Checkers:  providerhealth.TracedCheckers(providerhealth.CheckersFrom(provs)),
 		Types:     types,
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),

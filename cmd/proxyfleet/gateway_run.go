@@ -19,6 +19,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -67,6 +68,12 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		leases = store
 	}
 
+	tr, stopTracing, err := setupTracing(ctx, "proxyfleet-gateway", stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	// The gateway is created before the members are known so that a reload
 	// can tell it which members left.
 	gw, err := gateway.New(gateway.Options{
@@ -83,6 +90,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		MITM:                cfg.mitm,
 		Metrics:             rec,
 		Logger:              log,
+		Tracer:              tracing.NewGatewayTracer(tr.TracerProvider()),
 	})
 	if err != nil {
 		return err
@@ -136,7 +144,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
 		}
 		srv := &http.Server{
-			Handler:           pool.NewAPIServer(store, pool.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
+			Handler:           tracing.Handler(pool.NewAPIServer(store, pool.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}), tr.TracerProvider(), "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          logging.ServerErrorLog(log),
 		}

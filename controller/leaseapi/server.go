@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -55,6 +58,9 @@ type Options struct {
 	// ShutdownGrace bounds in-flight requests when the manager stops
 	// (default DefaultShutdownGrace).
 	ShutdownGrace time.Duration
+	// Tracing, when set, gives every request but /healthz a server span
+	// (tracing.Handler); nil adds nothing to the handler.
+	Tracing trace.TracerProvider
 }
 
 // API is the controller's lease API: the store, the Source feeding it from
@@ -108,13 +114,14 @@ func Setup(mgr manager.Manager, o Options) (*API, error) {
 		grace:  o.ShutdownGrace,
 		log:    log,
 		srv: &http.Server{
-			Handler: pool.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, pool.APIOptions{
+			Handler: tracing.Handler(pool.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, pool.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
 				Reviewer: o.Reviewer,
-			}),
+			}), o.Tracing, "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
 		},
 	}
 	a.refusals = refusals
