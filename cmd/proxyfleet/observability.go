@@ -16,7 +16,7 @@ const tracingShutdownGrace = 5 * time.Second
 // (tracing.Setup; spans of the console exporter go to stderr) and logs
 // which exporters it uses. Its stop flushes the spans still buffered.
 func setupTracing(ctx context.Context, service string, stderr io.Writer, log *slog.Logger) (tr *tracing.Tracing, stop func(), err error) {
-	tr, err = tracing.Setup(ctx, tracing.Options{Service: service, Console: stderr})
+	tr, err = tracing.Setup(ctx, tracing.Options{Service: service, Console: stderr, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

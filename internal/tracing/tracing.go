@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -63,6 +65,10 @@ type Options struct {
 	Console io.Writer
 	// Getenv reads the environment; nil is os.Getenv.
 	Getenv func(string) string
+	// Logger receives OpenTelemetry's own messages and export errors
+	// (which it would otherwise print to stderr in a format of its own);
+	// nil leaves them there.
+	Logger *slog.Logger
 }
 
 // Tracing is the process's tracing: an SDK tracer provider installed as the
@@ -110,6 +116,11 @@ func Setup(ctx context.Context, o Options) (*Tracing, error) {
 	// OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG itself, and defaults
 	// to parentbased_always_on.
 	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
+	if o.Logger != nil {
+		log := o.Logger
+		otel.SetLogger(logr.FromSlogHandler(log.Handler()))
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: exporting spans failed", "err", err) }))
+	}
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	return &Tracing{tp: tp, exporters: names}, nil
