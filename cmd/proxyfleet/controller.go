@@ -21,6 +21,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/internal/logging"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -143,14 +144,15 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
+	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
+	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
 	// controller-runtime and client-go (leader election, informers) log
 	// through their own globals; route both into the same sink so every line
 	// has one format. Plain klog.SetLogger keeps klog's own verbosity gate.
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	s.manager.Logger = logger
-	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", c.App.ErrWriter, slog.New(logr.ToSlogHandler(logger)))
+	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
 	if err != nil {
 		return err
 	}

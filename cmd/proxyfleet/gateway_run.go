@@ -37,6 +37,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	if cfg.mitm != nil {
 		defer cfg.mitm.CA.Close()
 	}
+	stderr = logging.Locked(stderr) // shared by the logger and the console trace exporter
 	log := logging.New(stderr, cfg.logLevel, cfg.logJSON)
 
 	reg := prometheus.NewRegistry()
@@ -159,7 +160,9 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
 	}
 	ready.Serving()
-	printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
+	if !cfg.logJSON { // JSON logs are read by machines: every line on stderr is a record
+		printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
+	}
 	if remote != nil {
 		log.Info("gateway started", "listen", proxyLn.Addr().String(), "poolAPI", cfg.poolAPI, "rotation", string(cfg.mode),
 			"auth", len(cfg.tokens) > 0)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
@@ -65,6 +66,28 @@ func Install(l *slog.Logger) { slog.SetDefault(l) }
 // failed TLS handshake, an accept error, a handler panic) into l at warn.
 func ServerErrorLog(l *slog.Logger) *log.Logger {
 	return slog.NewLogLogger(l.Handler(), slog.LevelWarn)
+}
+
+// Locked returns w with every Write under one mutex. The logger and the
+// console trace exporter both write to stderr; a span is one Write of
+// several kilobytes, more than a pipe writes atomically, so without a
+// shared lock a log line could land inside it.
+func Locked(w io.Writer) io.Writer {
+	if l, ok := w.(*lockedWriter); ok {
+		return l
+	}
+	return &lockedWriter{w: w}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // traceHandler adds the span's IDs to records logged with a context that

@@ -118,7 +118,9 @@ func Setup(ctx context.Context, o Options) (*Tracing, error) {
 	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
 	if o.Logger != nil {
 		log := o.Logger
-		otel.SetLogger(logr.FromSlogHandler(log.Handler()))
+		// OpenTelemetry logs every tracer it creates at debug; keep its
+		// warnings and errors only.
+		otel.SetLogger(logr.FromSlogHandler(atLeast{Handler: log.Handler(), level: slog.LevelInfo}))
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: exporting spans failed", "err", err) }))
 	}
 	otel.SetTracerProvider(tp)
@@ -205,4 +207,22 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("flushing traces: %w", err)
 	}
 	return nil
+}
+
+// atLeast drops records below level, whatever the handler would take.
+type atLeast struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (a atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= a.level && a.Handler.Enabled(ctx, l)
+}
+
+func (a atLeast) WithAttrs(as []slog.Attr) slog.Handler {
+	return atLeast{Handler: a.Handler.WithAttrs(as), level: a.level}
+}
+
+func (a atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{Handler: a.Handler.WithGroup(name), level: a.level}
 }
