@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -146,11 +145,6 @@ func runController(c *cli.Context) error {
 	}
 	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
 	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
-	// controller-runtime and client-go (leader election, informers) log
-	// through their own globals; route both into the same sink so every line
-	// has one format. Plain klog.SetLogger keeps klog's own verbosity gate.
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
 	s.manager.Logger = logger
 	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
 	if err != nil {
