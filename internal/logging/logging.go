@@ -24,9 +24,11 @@ const (
 )
 
 // New builds the process logger: records at level and above go to w, as
-// JSON objects one a line when json is set, else as logfmt text. Both of
-// slog's handlers write "time" in RFC 3339 with milliseconds, in local
-// time with its offset. A record logged with a context that holds a valid
+// JSON objects one a line when json is set, else as logfmt text. "time"
+// is RFC 3339 in local time with its offset ("Z" in UTC, as in a
+// container): with nanoseconds in JSON (time.RFC3339Nano, trailing zeros
+// dropped), with milliseconds in text — what slog's two handlers write. A
+// record logged with a context that holds a valid
 // span carries traceID and spanID; without a span the record is exactly
 // what the plain handler writes.
 func New(w io.Writer, level slog.Level, json bool) *slog.Logger {
