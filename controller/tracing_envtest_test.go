@@ -110,7 +110,7 @@ func TestReconcileProxySpans(t *testing.T) {
 func attrString(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
