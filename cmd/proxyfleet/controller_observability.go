@@ -41,8 +41,7 @@ const flagTraceHealthProbes = "trace-health-probes"
 // configured by the standard OTEL_* environment (docs/operations.md).
 func tracingFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.BoolFlag{Name: flagTraceHealthProbes, EnvVars: []string{envVar(flagTraceHealthProbes)},
-			Usage: "also trace every health probe (health.probe spans: one per Proxy per interval); needs an exporter from OTEL_TRACES_EXPORTER"},
+		boolFlag(flagTraceHealthProbes, "also trace every health probe (health.probe spans: one per Proxy per interval); needs an exporter from OTEL_TRACES_EXPORTER"),
 	}
 }
 
