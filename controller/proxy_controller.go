@@ -197,7 +197,7 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	if r.HealthEvents != nil {
 		b = b.WatchesRawSource(source.Channel(r.HealthEvents, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(r)
+	return b.Complete(traced(SpanReconcileProxy, r))
 }
 
 // ignoreStatusOnlyUpdates drops Proxy update events that changed nothing but

@@ -32,6 +32,44 @@ type request struct {
 	attempts int
 }
 
+// RequestTracer receives each proxied request or tunnel once, at its end
+// (Options.Tracer). The gateway holds no span while a request runs and
+// puts nothing of a trace into the request's context, so nothing it sends
+// to a member or a site can carry a trace header; without a tracer a
+// request costs one nil check.
+type RequestTracer interface {
+	TraceRequest(ctx context.Context, t RequestTrace)
+}
+
+// RequestTrace is what a request's span records.
+type RequestTrace struct {
+	// Start is when the request arrived; the span ends when TraceRequest
+	// is called: a forwarded request's answer delivered, a tunnel's 200
+	// sent, or the gateway's own answer written.
+	Start time.Time
+	// Member is the member that carried it, else the last one tried ("").
+	Member string
+	// Target is the site's target key (rotation.HostKey); "" when the
+	// request ended before its target was read.
+	Target string
+	// Outcome is the request metric's outcome (Outcome* constants).
+	Outcome string
+	// Reason is the gateway's answer's X-Proxyfleet-Reason, "" when the
+	// member's (or the site's) answer was relayed.
+	Reason string
+	// Attempts counts the members the request went through.
+	Attempts int
+}
+
+// traceRequest hands rq to the tracer, if there is one.
+func (g *Gateway) traceRequest(ctx context.Context, rq *request, outcome, reason string) {
+	if g.tracer == nil {
+		return
+	}
+	g.tracer.TraceRequest(ctx, RequestTrace{Start: rq.start, Member: rq.member, Target: rq.lr.target,
+		Outcome: outcome, Reason: reason, Attempts: rq.attempts})
+}
+
 // use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
 	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.nameHdr
@@ -87,6 +125,7 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		g.fail(rq.w, v.reason, err.Error())
 	}
 	g.rec.Request(rq.member, v.outcome, time.Since(rq.start))
+	g.traceRequest(ctx, rq, v.outcome, v.reason)
 }
 
 // fail writes an answer the gateway itself produced: a text body saying

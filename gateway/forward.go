@@ -106,7 +106,9 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 	if res.IsBan() {
 		// The ban was reported and the lease let go; the client gets the
 		// site's answer.
-		if !g.deliver(w, r, resp, h, res, rq.attempts, start) {
+		ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
+		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		if !ok {
 			panic(http.ErrAbortHandler)
 		}
 		return
@@ -114,6 +116,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 	g.succeeded(ctx, &rq.lr, h)
 	ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
 	g.done(ctx, h)
+	g.traceRequest(ctx, rq, outcomeOf(res), "")
 	if !ok {
 		// The upstream broke off mid-body. Abort the client's answer so
 		// it sees a truncated response, not a complete one.

@@ -122,6 +122,8 @@ type Options struct {
 	SiteRoots *x509.CertPool
 	// MITM, when set, intercepts CONNECT tunnels: see MITMOptions.
 	MITM *MITMOptions
+	// Tracer receives every request at its end; nil traces nothing.
+	Tracer RequestTracer
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -139,6 +141,7 @@ type Gateway struct {
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
 	rec            Recorder
+	tracer         RequestTracer // nil: no request spans
 	log            *slog.Logger
 	banBodyBytes   int
 	siteRoots      *x509.CertPool
@@ -241,6 +244,7 @@ func New(o Options) (*Gateway, error) {
 		dialTimeout:    o.DialTimeout,
 		requestTimeout: o.RequestTimeout,
 		rec:            o.Metrics,
+		tracer:         o.Tracer,
 		log:            o.Logger,
 		banBodyBytes:   o.BanBodyBytes,
 		siteRoots:      o.SiteRoots,

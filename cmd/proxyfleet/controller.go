@@ -15,12 +15,13 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
@@ -101,7 +102,7 @@ func controllerFlags() []cli.Flag {
 		durationFlag(flagAutoscaleInterval, pd.Autoscale, "how often a ProxyPool with spec.autoscaling recomputes its size"),
 		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
 		stringFlag(flagLogFormat, "json", "`FORMAT`: json or text"),
-	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), statusFlags())...)
+	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags(), statusFlags())...)
 }
 
 // controllerSettings are the parsed flags, validated before anything starts.
@@ -186,13 +187,15 @@ func runController(c *cli.Context) error {
 		return err
 	}
 	ls.requests = ss.leaseRequests
-	logger := controllerLogger(c.App.ErrWriter, s.logLevel, s.logJSON)
-	// controller-runtime and client-go (leader election, informers) log
-	// through their own globals; route both into the same sink so every line
-	// has one format. Plain klog.SetLogger keeps klog's own verbosity gate.
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
+	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
+	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
 	s.manager.Logger = logger
+	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	hs.probeTracing, ls.tracing = probeTracerProvider(c, tr, logger), tr.TracerProvider()
 
 	// A broken providers config fails before anything connects.
 	var pcfg *providers.Config
@@ -213,6 +216,7 @@ func runController(c *cli.Context) error {
 		return err
 	}
 	ws.opts.Config.APIServerHosts = apiServerHosts(cfg)
+	cfg.Wrap(tracing.ParentOnlyTransport(tr.TracerProvider()))
 	mgr, err := controller.NewManager(cfg, s.manager)
 	if err != nil {
 		return err
@@ -319,18 +323,7 @@ func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Confi
 	}
 	out := make(map[string]providers.Provider, len(built))
 	for name, p := range built {
-		out[name] = providers.WithMetrics(p, name, rec)
+		out[name] = providers.WithTracing(providers.WithMetrics(p, name, rec), name)
 	}
 	return out, nil
-}
-
-// controllerLogger is the process logger as a logr.Logger (what
-// controller-runtime hands to every reconcile) over a slog handler on w.
-func controllerLogger(w interface{ Write([]byte) (int, error) }, level slog.Level, json bool) logr.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if json {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	return logr.FromSlogHandler(h)
 }

@@ -9,10 +9,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/otel/trace"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/controller/health"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 )
 
@@ -41,6 +43,7 @@ type healthSettings struct {
 	tick, minReport time.Duration
 	workers         int
 	defaultProbeURL string
+	probeTracing    trace.TracerProvider // nil: probes make no spans
 }
 
 // parseHealthFlags validates the health engine flags, naming the one that is
@@ -81,7 +84,7 @@ func setupHealth(mgr ctrl.Manager, r *controller.ProxyReconciler, s healthSettin
 		Workers:           s.workers,
 		DefaultProbeURL:   s.defaultProbeURL,
 		MinReportInterval: s.minReport,
-		Metrics:           metrics.NewHealthChecks(reg),
+		Metrics:           tracing.TraceProbes(metrics.NewHealthChecks(reg), s.probeTracing),
 		Logger:            logger.WithName("health"),
 	})
 	if err != nil {

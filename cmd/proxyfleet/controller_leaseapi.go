@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/otel/trace"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
@@ -61,6 +62,7 @@ type leaseAPISettings struct {
 	audience   string
 	store      pool.StoreOptions
 	leaseStore leaseStoreConfig
+	tracing    trace.TracerProvider // nil: requests make no spans
 	// requests also gets every lease request's outcome (the status page's chart); may be nil.
 	requests metrics.OutcomeTap
 }
@@ -116,6 +118,7 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		Backend:  backend,
 		Recorder: metrics.NewLeaseRequests(reg, s.requests),
 		Logger:   logger,
+		Tracing:  s.tracing,
 	}
 	if s.review {
 		o.Reviewer = &leaseapi.Reviewer{Client: mgr.GetClient(), Audience: s.audience}

@@ -121,7 +121,7 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 	// Added even without providers or checks: at start it deletes the
 	// ProviderHealth objects no provider of this process reports on.
 	mon, err := providerhealth.New(providerhealth.Options{
-		Checkers:  providerhealth.CheckersFrom(provs),
+		Checkers:  providerhealth.TracedCheckers(providerhealth.CheckersFrom(provs)),
 		Types:     types,
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -37,7 +39,8 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	if cfg.mitm != nil {
 		defer cfg.mitm.CA.Close()
 	}
-	log := newLogger(stderr, cfg.logLevel, cfg.logJSON)
+	stderr = logging.Locked(stderr) // shared by the logger and the console trace exporter
+	log := logging.New(stderr, cfg.logLevel, cfg.logJSON)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -70,6 +73,12 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		leases = store
 	}
 
+	tr, stopTracing, err := setupTracing(ctx, "proxyfleet-gateway", stderr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	// The gateway is created before the members are known so that a reload
 	// can tell it which members left.
 	gw, err := gateway.New(gateway.Options{
@@ -86,6 +95,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		MITM:                cfg.mitm,
 		Metrics:             rec,
 		Logger:              log,
+		Tracer:              tracing.NewGatewayTracer(tr.TracerProvider()),
 	})
 	if err != nil {
 		return err
@@ -139,8 +149,9 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
 		}
 		srv := &http.Server{
-			Handler:           poolapi.NewAPIServer(store, poolapi.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}),
+			Handler:           tracing.Handler(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}), tr.TracerProvider(), "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(log),
 		}
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagAPIListen, srv.Serve(apiLn)) }()
@@ -149,13 +160,15 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	// The metrics address also serves the status page, read from srv.
 	metricsHandler := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Next: metrics.Handler(reg, ready.Ready)})
 	if metricsLn != nil {
-		srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(log)}
 		// Last in the list: /readyz answers 503 while everything else drains.
 		httpServers = append(httpServers, srv)
 		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
 	}
 	ready.Serving()
-	printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
+	if !cfg.logJSON { // JSON logs are read by machines: every line on stderr is a record
+		printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
+	}
 	if remote != nil {
 		log.Info("gateway started", "listen", proxyLn.Addr().String(), "poolAPI", cfg.poolAPI, "rotation", string(cfg.mode),
 			"auth", len(cfg.tokens) > 0)
@@ -287,15 +300,6 @@ func serveErrOf(flagName string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("--%s: %w", flagName, err)
-}
-
-// newLogger builds the process logger; records go to w (stderr).
-func newLogger(w io.Writer, level slog.Level, json bool) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if json {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // printUsage tells the person who just started the gateway how to use it.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -145,7 +146,11 @@ type sweepResult struct {
 // sweep is one pass: the live UID set, then every provider's instances
 // judged by decide. A failed Proxy list skips the whole pass (never guess);
 // a failing provider is logged and the next one is swept.
+//
+// A sweep is one span, gc.sweep; the provider calls are its children.
 func (s *Sweeper) sweep(ctx context.Context) sweepResult {
+	ctx, span := otel.Tracer("github.com/proxyfleet/proxyfleet/controller/gc").Start(ctx, "gc.sweep")
+	defer span.End()
 	res := sweepResult{deleted: map[string][]providers.Instance{}, kept: map[decision]int{}}
 	live, err := s.liveUIDs(ctx)
 	if err != nil {

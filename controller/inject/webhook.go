@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/proxyfleet/proxyfleet/internal/logging"
 )
 
 // Path is where the webhook answers; the MutatingWebhookConfiguration's
@@ -123,6 +126,7 @@ func NewServer(listen string, h *Handler, scheme *runtime.Scheme, certs CertSour
 		srv: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
 			TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
 		},
 	}, nil

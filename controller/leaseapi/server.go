@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
@@ -64,6 +67,9 @@ type Options struct {
 	// ShutdownGrace bounds in-flight requests when the manager stops
 	// (default DefaultShutdownGrace).
 	ShutdownGrace time.Duration
+	// Tracing, when set, gives every request but /healthz a server span
+	// (tracing.Handler); nil adds nothing to the handler.
+	Tracing trace.TracerProvider
 }
 
 // API is the controller's lease API: the store, the Source feeding it from
@@ -124,13 +130,14 @@ func New(o Options) (*API, error) {
 		log:      log,
 		refusals: refusals,
 		srv: &http.Server{
-			Handler: poolapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, poolapi.APIOptions{
+			Handler: tracing.Handler(poolapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, poolapi.APIOptions{
 				Token:    o.Token,
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
 				Reviewer: o.Reviewer,
-			}),
+			}), o.Tracing, "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
 		},
 	}, nil
 }

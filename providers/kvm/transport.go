@@ -13,11 +13,19 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/proxyfleet/proxyfleet/providers"
 )
+
+// tracer makes the libvirt RPC spans; OpenTelemetry's global provider, a
+// no-op unless tracing is set up.
+var tracer = otel.Tracer("github.com/proxyfleet/proxyfleet/providers/kvm")
 
 // Budgets bound every step that talks to a host. go-libvirt never times out
 // on its own, so a call that outlives its budget (or its context) kills the
@@ -278,7 +286,19 @@ func (h *hostConn) closeAll() {
 // answer nor one fn already classified is a transport failure: the link is
 // killed, so the next call redials. A libvirt answer is returned as it is,
 // for the caller to judge.
-func runV[T any](ctx context.Context, l *link, op string, budget time.Duration, fn func(api) (T, error)) (T, error) {
+//
+// Each call is one span, libvirt.<op>, a child of the caller's (the
+// provider call's) span.
+func runV[T any](ctx context.Context, l *link, op string, budget time.Duration, fn func(api) (T, error)) (v T, err error) {
+	ctx, span := tracer.Start(ctx, "libvirt."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("rpc.system", "libvirt"), attribute.String("rpc.method", op), attribute.String("server.address", l.host)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "")
+		}
+		span.End()
+	}()
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	type result struct {

@@ -1,0 +1,52 @@
+package gc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/providers"
+)
+
+func TestSweepIsOneSpanWithTheProviderCallsUnderIt(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		otel.SetTracerProvider(prev)
+	})
+	a := &listProvider{instances: []providers.Instance{inst("a/orphan", "uid-gone", time.Hour)}}
+	s, err := New(Options{
+		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
+		Providers: map[string]providers.Provider{"alpha": providers.WithTracing(a, "alpha")},
+		Clock:     clocktesting.NewFakeClock(t0),
+		Logger:    (&testutil.LogLines{}).Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sweep(context.Background())
+
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, sp := range sr.Ended() {
+		byName[sp.Name()] = append(byName[sp.Name()], sp)
+	}
+	if len(byName["gc.sweep"]) != 1 {
+		t.Fatalf("spans %v, want one gc.sweep", byName)
+	}
+	sweep := byName["gc.sweep"][0].SpanContext().SpanID()
+	for _, name := range []string{providers.SpanList, providers.SpanDelete} {
+		if len(byName[name]) != 1 || byName[name][0].Parent().SpanID() != sweep {
+			t.Errorf("want one %s under gc.sweep, got %v", name, byName[name])
+		}
+	}
+}
