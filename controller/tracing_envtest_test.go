@@ -1,17 +1,15 @@
 package controller
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -23,16 +21,7 @@ import (
 // as their children, no Kubernetes span without a parent, and the
 // reconcile's log lines carrying the span's IDs.
 func TestReconcileProxySpans(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() {
-		// Tracers other tests made from the global provider stay bound to
-		// tp: shut it down so they stop recording.
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prev)
-	})
+	sr, tp := testutil.RecordSpans(t)
 
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(tracing.ParentOnlyTransport(tp))

@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
@@ -16,14 +14,7 @@ import (
 )
 
 func TestSweepIsOneSpanWithTheProviderCallsUnderIt(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prev)
-	})
+	sr, _ := testutil.RecordSpans(t)
 	a := &listProvider{instances: []providers.Instance{inst("a/orphan", "uid-gone", time.Hour)}}
 	s, err := New(Options{
 		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},

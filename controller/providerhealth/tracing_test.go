@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -19,14 +19,7 @@ type checkFunc func(ctx context.Context) []providers.TargetStatus
 func (f checkFunc) Check(ctx context.Context) []providers.TargetStatus { return f(ctx) }
 
 func TestTracedCheckersMakeOneSpanPerCheck(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prev)
-	})
+	sr, _ := testutil.RecordSpans(t)
 	cs := TracedCheckers(map[string]providers.Checker{
 		"up": checkFunc(func(ctx context.Context) []providers.TargetStatus {
 			_, s := otel.Tracer("backend").Start(ctx, "backend.call")

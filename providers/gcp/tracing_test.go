@@ -1,17 +1,15 @@
 package gcp
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -20,14 +18,7 @@ import (
 // provider: a provider.get through WithTracing has the REST request as a
 // client child span.
 func TestComputeRequestsAreChildSpansOfTheProviderCall(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prev)
-	})
+	sr, _ := testutil.RecordSpans(t)
 	p, srv := newTestProvider(t, nil)
 	// A VM that is not there: the answer is a 404, the request is made.
 	if _, err := providers.WithTracing(p, "gcp-test").Get(ctx(t), formatProviderID(testZone, "proxy-absent")); !errors.Is(err, providers.ErrNotFound) {

@@ -1,14 +1,12 @@
 package kvm
 
 import (
-	"context"
 	"testing"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -16,14 +14,7 @@ import (
 // libvirtd over SSH with an in-memory exporter installed globally: every
 // libvirt RPC the call makes is one client span under provider.get.
 func TestRPCSpansAreChildrenOfTheProviderCall(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prev)
-	})
+	sr, _ := testutil.RecordSpans(t)
 	f := startFixture(t)
 	p := providers.WithTracing(newProvider(t, f.config()), "kvm-test")
 	if _, err := p.Get(ctx(t), FormatProviderID("local", "proxy-absent0000000")); providers.Class(err) != providers.ErrNotFound {
