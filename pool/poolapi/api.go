@@ -310,7 +310,7 @@ func (s *apiServer) requestLog(next http.Handler) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		s.log.Debug("lease API request", "method", r.Method, "path", r.URL.Path,
+		s.log.DebugContext(r.Context(), "lease API request", "method", r.Method, "path", r.URL.Path,
 			"status", sw.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	})
 }
