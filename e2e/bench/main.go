@@ -147,9 +147,10 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	fr, err := throughput(cfg, []benchPath{paths[0], {name: "floor", proxy: "http://" + floorAddr}},
-		pidSet{gateway: floor.PID(), squid: squid.PID()}, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
-	_, _ = floor.Stop()
+	defer func() { _, _ = floor.Stop() }()
+	floorPaths := []benchPath{paths[0], {name: "floor", proxy: "http://" + floorAddr}}
+	floorPIDs := pidSet{gateway: floor.PID(), squid: squid.PID()}
+	fr, err := throughput(cfg, floorPaths, floorPIDs, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
 	if err != nil {
 		return err
 	}
@@ -174,6 +175,16 @@ func run(cfg config) error {
 		row{"  same ratio implied by CPU per tunnel", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "≥ 0.95×", cpuBound(r[0], r[1]) >= 0.95},
 		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "≤ 0.75× Squid's", cpuRatio <= 0.75},
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
+	)
+	fmt.Println("HTTPS, a new CONNECT tunnel per request, through the floor proxy ...")
+	ft, err := throughput(cfg, floorPaths, floorPIDs, func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+	if err != nil {
+		return err
+	}
+	rows = append(rows,
+		row{"  floor proxy CPU per tunnel vs Squid (reference)", us(ft[1].gatewayCPU), us(ft[0].squidCPU),
+			fmt.Sprintf("%.2f×", float64(ft[1].gatewayCPU)/float64(ft[0].squidCPU)), "", true},
+		row{"  floor proxy: tunnel ratio implied by CPU (reference)", "", "", fmt.Sprintf("%.2f×", cpuBound(ft[0], ft[1])), "", true},
 	)
 
 	mitmRows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
