@@ -3,9 +3,11 @@
 // target) from a pool, chains CONNECT and plain HTTP through it, reads
 // answers as rotation feedback and retries on another member where safe.
 //
-// It is a small net/http handler with explicit hooks (a pool, a resolver, a
-// recorder) and nothing global; it never reads HTTP(S)_PROXY from its own
-// environment.
+// It is a small http.Handler with explicit hooks (a pool, a resolver, a
+// recorder) and nothing global, served on the proxy port by its own
+// HTTP/1.1 loop (frontend.go: one goroutine per connection, net/http's
+// request parser, no per-request background read); it never reads
+// HTTP(S)_PROXY from its own environment.
 //
 // Behaviour worth knowing:
 //
