@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,13 +60,7 @@ func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
 	}
 	lv := lvd.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
-	dom, err := lv.DomainLookupByName(name)
-	if err != nil {
-		t.Fatalf("the domain was not defined: %v", err)
-	}
-	if st, _, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainRunning {
-		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, lvd.GuestLog(name))
-	}
+	lvd.RequireRunning(t, lv, name)
 
 	// The seed boots the shared bootstrap whose Squid demands the login the
 	// controller generated and keeps in the Proxy's Secret.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/digitalocean/go-libvirt"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,13 +52,7 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	}
 	lv := lvd.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
-	dom, err := lv.DomainLookupByName(name)
-	if err != nil {
-		t.Fatalf("the domain was not defined: %v", err)
-	}
-	if st, _, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainRunning {
-		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, lvd.GuestLog(name))
-	}
+	lvd.RequireRunning(t, lv, name)
 
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)

@@ -78,8 +78,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		g.finish(ctx, rq, errClientGone)
 		return
 	}
-	g.rec.Request(rq.member, OutcomeOK, time.Since(start))
-	g.traceRequest(ctx, rq, OutcomeOK, "")
+	g.ended(ctx, rq, OutcomeOK, "")
 	// Bytes the client sent right behind its CONNECT (an optimistic TLS
 	// ClientHello) sit in the server's reader; bytes the upstream sent right
 	// behind its 200 sit in early. Both go first.

@@ -61,6 +61,15 @@ type RequestTrace struct {
 	Attempts int
 }
 
+// ended records the end of a request the gateway settles at once: its
+// metric and, when tracing, its span. Plain HTTP's relayed answers are the
+// exception: their metric is taken when the answer's head is written
+// (deliver) and their span once the body is through (forward).
+func (g *Gateway) ended(ctx context.Context, rq *request, outcome, reason string) {
+	g.rec.Request(rq.member, outcome, time.Since(rq.start))
+	g.traceRequest(ctx, rq, outcome, reason)
+}
+
 // traceRequest hands rq to the tracer, if there is one.
 func (g *Gateway) traceRequest(ctx context.Context, rq *request, outcome, reason string) {
 	if g.tracer == nil {
@@ -124,8 +133,7 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		}
 		g.fail(rq.w, v.reason, err.Error())
 	}
-	g.rec.Request(rq.member, v.outcome, time.Since(rq.start))
-	g.traceRequest(ctx, rq, v.outcome, v.reason)
+	g.ended(ctx, rq, v.outcome, v.reason)
 }
 
 // fail writes an answer the gateway itself produced: a text body saying

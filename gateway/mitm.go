@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // MITMOptions turns on TLS interception of CONNECT tunnels (Options.MITM).
@@ -94,6 +96,7 @@ func (m *mitm) wanted(r *http.Request, host string) bool {
 // rotate) on its own, through the same path as plain HTTP.
 func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
+	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
@@ -102,7 +105,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
 	if _, err := conn.Write(mitmHello); err != nil {
 		_ = conn.Close()
-		g.rec.Request("", OutcomeClientError, time.Since(start))
+		g.ended(r.Context(), rq, OutcomeClientError, "")
 		return
 	}
 	var c net.Conn = conn
@@ -133,7 +136,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 		} else {
 			g.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		g.rec.Request("", OutcomeClientError, time.Since(start))
+		g.ended(r.Context(), rq, OutcomeClientError, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})

@@ -148,6 +148,19 @@ func (d *Libvirtd) Connect(t testing.TB) *libvirt.Libvirt {
 	return lv
 }
 
+// RequireRunning fails t unless lv knows domain name and it is running;
+// the failure carries the guest's QEMU log.
+func (d *Libvirtd) RequireRunning(t testing.TB, lv *libvirt.Libvirt, name string) {
+	t.Helper()
+	dom, err := lv.DomainLookupByName(name)
+	if err != nil {
+		t.Fatalf("the domain was not defined: %v", err)
+	}
+	if st, _, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainRunning {
+		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, d.GuestLog(name))
+	}
+}
+
 // PoolFiles lists the file names in the pool directory.
 func (d *Libvirtd) PoolFiles(t testing.TB) []string {
 	t.Helper()
