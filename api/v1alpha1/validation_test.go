@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
@@ -437,27 +436,24 @@ func TestDiscoveryShortNamesAndScope(t *testing.T) {
 
 // table asks the API server for the kubectl-get table of a resource, which
 // it renders from the CRD's printer columns.
+// table asks the API server for path as a server-side Table, as kubectl get
+// does. It goes through client-go's REST client, not a bare HTTP client, so a
+// 429 from the server's priority-and-fairness filter on a busy machine is
+// retried after its Retry-After, as kubectl would.
 func table(t *testing.T, path string) *metav1.Table {
 	t.Helper()
-	hc, err := rest.HTTPClientFor(env.Config)
+	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
-		t.Fatalf("http client: %v", err)
+		t.Fatalf("clientset: %v", err)
 	}
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, strings.TrimSuffix(env.Config.Host, "/")+path, nil)
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-	resp, err := hc.Do(req)
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath(path).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").
+		DoRaw(ctx(t))
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", path, resp.Status)
-	}
 	var tb metav1.Table
-	if err := json.NewDecoder(resp.Body).Decode(&tb); err != nil {
+	if err := json.Unmarshal(raw, &tb); err != nil {
 		t.Fatalf("decode table: %v", err)
 	}
 	return &tb
