@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"time"
-
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
 // The floor proxy answers one question with a measurement: what is the
@@ -154,23 +151,4 @@ func copyHead(w *bufio.Writer, r *bufio.Reader) (int64, error) {
 			}
 		}
 	}
-}
-
-// startFloorProxy runs this binary as the floor proxy in front of upstream.
-func startFloorProxy(upstream string) (*testutil.Process, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", err
-	}
-	p, addrs, err := testutil.LaunchProcessOnFreePorts(self, 1, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name:      "floor-proxy",
-			Env:       []string{floorEnv + "=" + addrs[0] + " " + upstream},
-			WaitAddrs: addrs,
-		}
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return p, addrs[0], nil
 }

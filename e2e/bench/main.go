@@ -50,9 +50,11 @@ type config struct {
 }
 
 func main() {
-	if spec := os.Getenv(floorEnv); spec != "" {
-		fmt.Fprintln(os.Stderr, "floor proxy:", runFloorProxy(spec))
-		os.Exit(1)
+	for _, ref := range references {
+		if spec := os.Getenv(ref.env); spec != "" {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", ref.name, ref.run(spec))
+			os.Exit(1)
+		}
 	}
 	testing.Init() // testing.Benchmark reads the testing flags' defaults
 	var cfg config
@@ -142,25 +144,22 @@ func run(cfg config) error {
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 
-	fmt.Println("plain HTTP keep-alive through the floor proxy (the least a Go proxy costs) ...")
-	floor, floorAddr, err := startFloorProxy(squid.Addr())
+	plainGet := func(c *http.Client) error { return getOK(c, plain.URL) }
+	refs, err := startReferences(squid.Addr())
+	defer refs.stop()
 	if err != nil {
 		return err
 	}
-	defer func() { _, _ = floor.Stop() }()
-	floorPaths := []benchPath{paths[0], {name: "floor", proxy: "http://" + floorAddr}}
-	floorPIDs := pidSet{gateway: floor.PID(), squid: squid.PID()}
-	fr, err := throughput(cfg, floorPaths, floorPIDs, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
-	if err != nil {
-		return err
+	for _, ref := range refs {
+		fmt.Printf("plain HTTP keep-alive through the %s ...\n", ref.what)
+		rr, err := throughput(cfg, ref.paths(paths[0]), ref.pids(squid.PID()), plainGet, false, nil)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, ref.rows("request", rr, "throughput")...)
+		rows = append(rows, row{fmt.Sprintf("  gateway CPU per request ÷ %s's", ref.name), us(r[1].gatewayCPU), us(rr[1].gatewayCPU),
+			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(rr[1].gatewayCPU)), "", true})
 	}
-	rows = append(rows,
-		row{"  floor proxy CPU per request vs Squid (reference)", us(fr[1].gatewayCPU), us(fr[0].squidCPU),
-			fmt.Sprintf("%.2f×", float64(fr[1].gatewayCPU)/float64(fr[0].squidCPU)), "", true},
-		row{"  floor proxy: throughput ratio implied by CPU (reference)", "", "", fmt.Sprintf("%.2f×", cpuBound(fr[0], fr[1])), "", true},
-		row{"  gateway CPU per request ÷ floor's", us(r[1].gatewayCPU), us(fr[1].gatewayCPU),
-			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(fr[1].gatewayCPU)), "", true},
-	)
 
 	fmt.Println("HTTPS, a new CONNECT tunnel per request ...")
 	tlsURL := tlsTarget.URL() + "/"
@@ -176,16 +175,14 @@ func run(cfg config) error {
 		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "≤ 0.75× Squid's", cpuRatio <= 0.75},
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
-	fmt.Println("HTTPS, a new CONNECT tunnel per request, through the floor proxy ...")
-	ft, err := throughput(cfg, floorPaths, floorPIDs, func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
-	if err != nil {
-		return err
+	for _, ref := range refs {
+		fmt.Printf("HTTPS, a new CONNECT tunnel per request, through the %s ...\n", ref.what)
+		rt, err := throughput(cfg, ref.paths(paths[0]), ref.pids(squid.PID()), func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+		if err != nil {
+			return err
+		}
+		rows = append(rows, ref.rows("tunnel", rt, "tunnel")...)
 	}
-	rows = append(rows,
-		row{"  floor proxy CPU per tunnel vs Squid (reference)", us(ft[1].gatewayCPU), us(ft[0].squidCPU),
-			fmt.Sprintf("%.2f×", float64(ft[1].gatewayCPU)/float64(ft[0].squidCPU)), "", true},
-		row{"  floor proxy: tunnel ratio implied by CPU (reference)", "", "", fmt.Sprintf("%.2f×", cpuBound(ft[0], ft[1])), "", true},
-	)
 
 	mitmRows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
 	if err != nil {
