@@ -457,6 +457,36 @@ func (c Config) sidecarArgs(s settings) []string {
 	return args
 }
 
+// runtimeEnv sizes the sidecar's Go runtime to its resources, since the
+// runtime otherwise sizes itself to the node:
+//
+//   - Without a CPU limit Go runs as many processors (Ps) as the node has
+//     cores: on a 64-core node an idle sidecar then holds about 2 MiB more
+//     (20.6-20.9 MiB against 18.6 MiB with two, measured with GOMAXPROCS=64;
+//     the sidecar's goal is 20 MiB), and every P adds scheduler wake-ups to
+//     each request. So GOMAXPROCS is the CPU request rounded up, at least 2
+//     (so that the collector's background work never takes the only
+//     processor a request needs). With a CPU limit Go follows the limit by
+//     itself, and nothing is set.
+//   - A memory limit becomes GOMEMLIMIT at 90 % of it: the collector works
+//     harder as the heap nears the limit instead of the kubelet killing the
+//     container; the rest is for what the Go runtime does not count (the
+//     binary's own pages).
+func runtimeEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	if _, limited := res.Limits[corev1.ResourceCPU]; !limited {
+		procs := int64(2)
+		if req, ok := res.Requests[corev1.ResourceCPU]; ok {
+			procs = max(procs, (req.MilliValue()+999)/1000)
+		}
+		env = append(env, corev1.EnvVar{Name: "GOMAXPROCS", Value: strconv.FormatInt(procs, 10)})
+	}
+	if lim, ok := res.Limits[corev1.ResourceMemory]; ok && lim.Value() > 0 {
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(lim.Value()/10*9, 10)})
+	}
+	return env
+}
+
 // sidecar is the native sidecar: an init container that keeps running
 // (restartPolicy Always), started and ready before the app containers.
 func (c Config) sidecar(s settings) corev1.Container {
@@ -479,6 +509,7 @@ func (c Config) sidecar(s settings) corev1.Container {
 		RestartPolicy:  ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:          []corev1.ContainerPort{{Name: "pf-metrics", ContainerPort: ProbePort, Protocol: corev1.ProtocolTCP}},
 		Resources:      s.resources,
+		Env:            runtimeEnv(s.resources),
 		StartupProbe:   probe(1, 120),
 		ReadinessProbe: probe(5, 3),
 		VolumeMounts:   mounts,

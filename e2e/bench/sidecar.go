@@ -11,8 +11,10 @@ import (
 // sidecarMemory measures what a sidecar costs beside a crawler pod: the
 // gateway binary sidecarBin in --pool-api mode, leasing from the gateway
 // whose lease API is at apiAddr. It returns the sidecar's RSS idle (started,
-// no request yet) and holding n idle CONNECT tunnels to the sink.
-func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int) (idle, withTunnels int64, err error) {
+// no request yet) and holding n idle CONNECT tunnels to the sink (n 0: idle
+// only). env is added to its environment, as the injection webhook adds
+// GOMAXPROCS.
+func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ...string) (idle, withTunnels int64, err error) {
 	dir, err := os.MkdirTemp("", "proxyfleet-bench-sidecar-")
 	if err != nil {
 		return 0, 0, err
@@ -28,6 +30,7 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int) (idle,
 			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
 				"--pool-api", "http://" + apiAddr, "--pool-token-file", tokenFile,
 				"--allow-private-targets", "--log-level", "warn"},
+			Env:       env,
 			WaitAddrs: addrs,
 		}
 	})
@@ -40,6 +43,9 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int) (idle,
 		}
 	}()
 	idle = settledRSS(sc.PID())
+	if n == 0 {
+		return idle, idle, nil
+	}
 	perTunnel, err := idleTunnelMemory(addrs[0], sinkAddr, sc.PID(), n)
 	if err != nil {
 		return 0, 0, fmt.Errorf("idle tunnels through the sidecar: %w", err)
