@@ -164,7 +164,14 @@ func TestJSONLogsAndConsoleTraces(t *testing.T) {
 	procs := []struct {
 		name string
 		p    *testutil.Process
-	}{{"gateway (--pool-api)", remote.Process}, {"gateway (own pool)", local.Process}, {"controller", ctl.Process}}
+		// started are the addresses the gateway's start record must carry:
+		// with JSON logs no usage block prints them.
+		started map[string]string
+	}{
+		{"gateway (--pool-api)", remote.Process, map[string]string{"listen": remote.addr, "metricsListen": remote.metricsAddr}},
+		{"gateway (own pool)", local.Process, map[string]string{"listen": local.addr, "metricsListen": local.metricsAddr, "apiListen": local.apiAddr}},
+		{"controller", ctl.Process, nil},
+	}
 	spansOf := map[string][]consoleSpan{}
 	for _, pr := range procs {
 		if code, err := pr.p.Stop(); err != nil || code != 0 {
@@ -175,6 +182,20 @@ func TestJSONLogsAndConsoleTraces(t *testing.T) {
 			t.Errorf("%s wrote no log records", pr.name)
 		}
 		spansOf[pr.name] = spans
+		if pr.started == nil {
+			continue
+		}
+		var start map[string]any
+		for _, r := range records {
+			if r["msg"] == "gateway started" {
+				start = r
+			}
+		}
+		for k, want := range pr.started {
+			if start == nil || start[k] != want {
+				t.Errorf("%s: start record %v: %s = %v, want %q", pr.name, start, k, start[k], want)
+			}
+		}
 	}
 
 	find := func(proc, name string, ok func(consoleSpan) bool) {

@@ -169,12 +169,20 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	if !cfg.logJSON { // JSON logs are read by machines: every line on stderr is a record
 		printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
 	}
+	// The start record carries every address the usage block prints, since
+	// with JSON logs it is the only place they are written.
+	started := []any{"listen", proxyLn.Addr().String()}
+	if apiLn != nil {
+		started = append(started, "apiListen", apiLn.Addr().String())
+	}
+	if metricsLn != nil {
+		started = append(started, "metricsListen", metricsLn.Addr().String())
+	}
+	started = append(started, "rotation", string(cfg.mode), "auth", len(cfg.tokens) > 0)
 	if remote != nil {
-		log.Info("gateway started", "listen", proxyLn.Addr().String(), "poolAPI", cfg.poolAPI, "rotation", string(cfg.mode),
-			"auth", len(cfg.tokens) > 0)
+		log.Info("gateway started", append(started, "poolAPI", cfg.poolAPI)...)
 	} else {
-		log.Info("gateway started", "listen", proxyLn.Addr().String(), "members", len(members), "rotation", string(cfg.mode),
-			"auth", len(cfg.tokens) > 0, "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)
+		log.Info("gateway started", append(started, "members", len(members), "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)...)
 	}
 
 	var runErr error
