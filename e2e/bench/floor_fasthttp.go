@@ -80,6 +80,10 @@ func fasthttpForward(ctx *fasthttp.RequestCtx, upstream string, idle chan *fhUps
 		ctx.Error("upstream answer unreadable", fasthttp.StatusBadGateway)
 		return
 	}
+	if ctx.Response.ConnectionClose() {
+		u.c.Close() // the upstream ends this connection after its answer
+		return
+	}
 	select {
 	case idle <- u:
 	default:
