@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -189,7 +190,7 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	// ctx (DialTimeout, or the client leaving) bounds the TLS handshake and
 	// the CONNECT exchange: when it ends, a deadline in the past aborts the
 	// I/O. No deadline is set otherwise, so none needs clearing after.
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if !stop() || err != nil {
 			if c != nil {

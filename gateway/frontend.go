@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 )
 
 // frontend is the gateway's own HTTP/1.1 server for client connections.
@@ -132,7 +134,7 @@ func isTemporaryAccept(err error) bool {
 
 func (f *frontend) newConn(c net.Conn) *frontConn {
 	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
-	fc.lr.c = c
+	fc.lr.R = c
 	f.mu.Lock()
 	if f.shutting.Load() {
 		f.mu.Unlock()
@@ -213,7 +215,7 @@ type frontConn struct {
 	c      net.Conn
 	remote string
 	state  atomic.Int32
-	lr     limitReader // caps the request head; lifted for bodies
+	lr     keepalive.LimitReader // caps the request head; lifted for bodies
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	w      frontWriter
@@ -253,7 +255,7 @@ func (fc *frontConn) serve() {
 			return
 		}
 		_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
-		fc.lr.n = serverMaxHeaderBytes + headSlack
+		fc.lr.N = serverMaxHeaderBytes + headSlack
 		if _, err := fc.br.Peek(1); err != nil {
 			return
 		}
@@ -266,7 +268,7 @@ func (fc *frontConn) serve() {
 			fc.badRequest(err)
 			return
 		}
-		fc.lr.n = 1<<63 - 1
+		fc.lr.N = -1
 		if msg := checkRequest(req); msg != "" {
 			fc.reject(http.StatusBadRequest, msg)
 			return
@@ -334,7 +336,7 @@ func drained(body io.ReadCloser, eb *expectBody) bool {
 // for one above MaxHeaderBytes, 400 with the parser's words otherwise,
 // nothing for a client that went quiet or left.
 func (fc *frontConn) badRequest(err error) {
-	if fc.lr.n <= 0 {
+	if fc.lr.N == 0 {
 		fc.reject(http.StatusRequestHeaderFieldsTooLarge, "request head larger than "+strconv.Itoa(serverMaxHeaderBytes)+" bytes")
 		return
 	}

@@ -56,7 +56,7 @@ func (mc *memberConn) touch() *memberConn {
 func (mc *memberConn) close() {
 	mc.transport.CloseIdleConnections()
 	if mc.lean != nil {
-		mc.lean.closeIdle(true)
+		mc.lean.CloseIdle(true)
 	}
 }
 

@@ -26,11 +26,7 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		}
 		return pool.Member{Name: "p", URL: u}
 	}
-	closed := func(mc *memberConn) bool {
-		mc.lean.mu.Lock()
-		defer mc.lean.mu.Unlock()
-		return mc.lean.closed
-	}
+	closed := func(mc *memberConn) bool { return mc.lean.Closed() }
 
 	first, err := g.memberFor(member("http://u:pw@127.0.0.1:3128"))
 	if err != nil {
@@ -111,10 +107,7 @@ func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
 	if g.memberByName("idle") != nil {
 		t.Fatal("the idle member still resolves")
 	}
-	idle.lean.mu.Lock()
-	closedIdle := idle.lean.closed
-	idle.lean.mu.Unlock()
-	if !closedIdle {
+	if !idle.lean.Closed() {
 		t.Fatal("the idle member's connection pool was left open")
 	}
 	if g.memberByName("busy") != busy {

@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"net"
 	"syscall"
 )
 
@@ -19,26 +18,4 @@ func bindNoPort(_, _ string, c syscall.RawConn) error {
 	return c.Control(func(fd uintptr) {
 		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
 	})
-}
-
-// idleUnusable reports whether an idle keep-alive connection must not be
-// reused: its peer closed or reset it, or sent bytes nobody asked for (an
-// unsolicited 408). One non-blocking MSG_PEEK; false when unsure.
-func idleUnusable(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	unusable := false
-	var b [1]byte
-	_ = rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		unusable = err != syscall.EAGAIN && err != syscall.EINTR
-		return true
-	})
-	return unusable
 }

@@ -1,16 +1,13 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
-	"math"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -27,12 +24,7 @@ const (
 	// maxResponseHead bounds an upstream's answer head (1xx heads
 	// included), as Transport.MaxResponseHeaderBytes did.
 	maxResponseHead = 1 << 20
-	// upBufSize is the read and write buffer of one upstream connection.
-	upBufSize = 4 << 10
 )
-
-// aLongTimeAgo is a deadline in the past: setting it aborts blocked I/O.
-var aLongTimeAgo = time.Unix(1, 0)
 
 var (
 	errHeadTooLarge   = errors.New("upstream answer head larger than 1 MiB")
@@ -40,141 +32,17 @@ var (
 	errUpstreamClosed = errors.New("upstream closed the keep-alive connection before answering")
 )
 
-// upstreamPool keeps idle keep-alive connections to one http:// upstream.
+// upstreamPool keeps idle keep-alive connections to one http:// upstream
+// (internal/keepalive) and runs the lean exchange over them.
 type upstreamPool struct {
-	addr        string
-	dialTimeout time.Duration
-	maxIdle     int
-	idleTimeout time.Duration
-
-	mu     sync.Mutex
-	idle   []*upConn // oldest first; reuse takes the newest
-	closed bool
-	sweep  *time.Timer // closes connections idle longer than idleTimeout
+	*keepalive.Pool
 }
 
 // upConn is one connection to the upstream with its buffers.
-type upConn struct {
-	c      net.Conn
-	lr     limitReader
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	idleAt time.Time
-}
-
-// limitReader caps how much may be read from the connection while an
-// answer head is being parsed; it is lifted for the body.
-type limitReader struct {
-	c net.Conn
-	n int64
-}
-
-func (r *limitReader) Read(p []byte) (int, error) {
-	if r.n <= 0 {
-		return 0, errHeadTooLarge
-	}
-	if int64(len(p)) > r.n {
-		p = p[:r.n]
-	}
-	n, err := r.c.Read(p)
-	r.n -= int64(n)
-	return n, err
-}
+type upConn = keepalive.Conn
 
 func newUpstreamPool(addr string, dialTimeout time.Duration) *upstreamPool {
-	return &upstreamPool{addr: addr, dialTimeout: dialTimeout, maxIdle: maxIdlePerHost, idleTimeout: idleConnTimeout}
-}
-
-// get returns the newest idle connection, nil when none. A connection the
-// upstream closed, or sent unasked bytes on, is dropped (see idleUnusable).
-func (p *upstreamPool) get() *upConn {
-	for {
-		p.mu.Lock()
-		n := len(p.idle)
-		if n == 0 {
-			p.mu.Unlock()
-			return nil
-		}
-		pc := p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		if time.Since(pc.idleAt) >= p.idleTimeout || idleUnusable(pc.c) {
-			_ = pc.c.Close()
-			continue
-		}
-		return pc
-	}
-}
-
-// put returns a connection whose last answer was read completely.
-func (p *upstreamPool) put(pc *upConn) {
-	pc.idleAt = time.Now()
-	p.mu.Lock()
-	if p.closed || len(p.idle) >= p.maxIdle {
-		p.mu.Unlock()
-		_ = pc.c.Close()
-		return
-	}
-	p.idle = append(p.idle, pc)
-	if p.sweep == nil {
-		p.sweep = time.AfterFunc(p.idleTimeout, p.sweepIdle)
-	}
-	p.mu.Unlock()
-}
-
-// sweepIdle closes connections idle for idleTimeout and re-arms itself
-// while any remain, so an unused member does not hold sockets forever.
-func (p *upstreamPool) sweepIdle() {
-	now := time.Now()
-	var expired []*upConn
-	p.mu.Lock()
-	i := 0
-	for i < len(p.idle) && now.Sub(p.idle[i].idleAt) >= p.idleTimeout {
-		i++
-	}
-	expired = append(expired, p.idle[:i]...)
-	p.idle = append(p.idle[:0], p.idle[i:]...)
-	if len(p.idle) > 0 {
-		p.sweep.Reset(p.idleTimeout - now.Sub(p.idle[0].idleAt))
-	} else {
-		p.sweep = nil
-	}
-	p.mu.Unlock()
-	for _, pc := range expired {
-		_ = pc.c.Close()
-	}
-}
-
-// closeIdle closes every idle connection; with final, connections handed
-// back later are closed too (the member is gone or replaced).
-func (p *upstreamPool) closeIdle(final bool) {
-	p.mu.Lock()
-	idle := p.idle
-	p.idle = nil
-	if final {
-		p.closed = true
-	}
-	if p.sweep != nil {
-		p.sweep.Stop()
-		p.sweep = nil
-	}
-	p.mu.Unlock()
-	for _, pc := range idle {
-		_ = pc.c.Close()
-	}
-}
-
-func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
-	d := net.Dialer{Timeout: p.dialTimeout}
-	c, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return nil, err
-	}
-	pc := &upConn{c: c, lr: limitReader{c: c}}
-	pc.br = bufio.NewReaderSize(&pc.lr, upBufSize)
-	pc.bw = bufio.NewWriterSize(c, upBufSize)
-	return pc, nil
+	return &upstreamPool{keepalive.NewPool(addr, keepalive.Options{DialTimeout: dialTimeout, MaxIdle: maxIdlePerHost, IdleTimeout: idleConnTimeout})}
 }
 
 // leanEligible reports whether req can take the lean path through mc.
@@ -208,11 +76,11 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 	}
 	again := replayable(req)
 	for {
-		pc := p.get()
+		pc := p.Get()
 		reused := pc != nil
 		if !reused {
 			var err error
-			if pc, err = p.dial(ctx); err != nil {
+			if pc, err = p.Dial(ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -220,41 +88,40 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 		if err == nil {
 			return resp, nil
 		}
-		_ = pc.c.Close()
+		_ = pc.Close()
 		if !reused || !stale || !again || ctx.Err() != nil {
 			return nil, err
 		}
 		// The upstream dropped an idle connection; its siblings are
 		// likely gone too (a restart), so start over with fresh ones.
-		p.closeIdle(false)
+		p.CloseIdle(false)
 	}
 }
 
 // exchange writes req on pc and reads the answer head. stale means the
 // connection ended before a single byte of an answer arrived.
 func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Request) (resp *http.Response, stale bool, err error) {
-	c := pc.c
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if err != nil {
 			stop()
 		}
 	}()
-	if err = req.WriteProxy(pc.bw); err == nil {
-		err = pc.bw.Flush()
+	if err = req.WriteProxy(pc.W); err == nil {
+		err = pc.W.Flush()
 	}
 	if err != nil {
 		return nil, true, err
 	}
-	pc.lr.n = maxResponseHead
-	if _, err = pc.br.Peek(1); err != nil {
+	pc.Limit(maxResponseHead, errHeadTooLarge)
+	if _, err = pc.R.Peek(1); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = errUpstreamClosed
 		}
 		return nil, true, err
 	}
 	for {
-		resp, err = http.ReadResponse(pc.br, req)
+		resp, err = http.ReadResponse(pc.R, req)
 		if err != nil {
 			return nil, false, err
 		}
@@ -266,7 +133,7 @@ func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Reque
 		}
 		// 1xx interim answers are not passed on, as with net/http's Transport.
 	}
-	pc.lr.n = math.MaxInt64
+	pc.Limit(-1, nil)
 	resp.Body = &upBody{rc: resp.Body, pc: pc, pool: p, stop: stop, reuse: !resp.Close}
 	return resp, false, nil
 }
@@ -317,9 +184,9 @@ func (b *upBody) Close() error {
 func (b *upBody) finish(complete bool) {
 	b.done = true
 	stopped := b.stop()
-	if complete && stopped && b.reuse && b.pc.br.Buffered() == 0 {
-		b.pool.put(b.pc)
+	if complete && stopped && b.reuse && b.pc.R.Buffered() == 0 {
+		b.pool.Put(b.pc)
 		return
 	}
-	_ = b.pc.c.Close()
+	_ = b.pc.Close()
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -186,11 +187,7 @@ func TestLeanPathFraming(t *testing.T) {
 			}
 			if tc.wantConns == 1 {
 				// The lean path (not the Transport) holds the kept-alive connection.
-				lp := e.gw.memberByName("u").lean
-				lp.mu.Lock()
-				n := len(lp.idle)
-				lp.mu.Unlock()
-				if n != 1 {
+				if n := len(e.gw.memberByName("u").lean.Idle()); n != 1 {
 					t.Fatalf("lean pool holds %d idle connections, want 1", n)
 				}
 			}
@@ -295,15 +292,10 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 					t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
 				}
 				if i == 0 && later {
-					lp := e.gw.memberByName("u").lean
-					idle := func() []*upConn {
-						lp.mu.Lock()
-						defer lp.mu.Unlock()
-						return append([]*upConn(nil), lp.idle...)
-					}
+					idle := e.gw.memberByName("u").lean.Idle
 					waitFor(t, "the connection to go idle", func() bool { return len(idle()) == 1 })
 					close(send)
-					waitFor(t, "the unsolicited answer to arrive", func() bool { return idleUnusable(idle()[0].c) })
+					waitFor(t, "the unsolicited answer to arrive", func() bool { return keepalive.Unusable(idle()[0].Conn) })
 				}
 			}
 		})
@@ -387,58 +379,5 @@ func TestLeanPathRequestTimeoutIsNotTheMembersFault(t *testing.T) {
 	}
 	if n := e.rec.failuresOf("u"); n != 0 {
 		t.Fatalf("%d upstream failures recorded for a slow site, want 0", n)
-	}
-}
-
-func TestUpstreamPoolClosesIdleConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	closed := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				_, _ = io.Copy(io.Discard, c)
-				c.Close()
-				closed <- struct{}{}
-			}()
-		}
-	}()
-	tests := []struct {
-		name   string
-		idle   time.Duration
-		action func(p *upstreamPool, pc *upConn)
-	}{
-		{"an idle connection is closed after the idle timeout", 50 * time.Millisecond,
-			func(p *upstreamPool, pc *upConn) { p.put(pc) }},
-		{"a connection handed back after the final close is closed", time.Hour,
-			func(p *upstreamPool, pc *upConn) { p.closeIdle(true); p.put(pc) }},
-		{"closing idle connections closes a pooled one", time.Hour,
-			func(p *upstreamPool, pc *upConn) { p.put(pc); p.closeIdle(false) }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newUpstreamPool(ln.Addr().String(), time.Second)
-			p.idleTimeout = tc.idle
-			pc, err := p.dial(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.action(p, pc)
-			select {
-			case <-closed:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the connection was not closed")
-			}
-			if got := p.get(); got != nil {
-				t.Fatal("a closed connection is still handed out")
-			}
-		})
 	}
 }
