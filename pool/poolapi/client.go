@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proxyfleet/proxyfleet/pool"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/pool"
 )
 
 // maxClientResponseBytes bounds how much of an answer the client reads; a
@@ -61,8 +63,9 @@ type Client struct {
 	next     atomic.Uint32
 	auth     string // "Bearer <token>" or ""
 	httpc    *http.Client
-	tokens   *tokenFile        // re-read token, when set (instead of auth)
-	selector map[string]string // merged under every Acquire's selector
+	lean     map[string]*keepalive.Pool // http:// bases without a caller's HTTPClient (lean.go)
+	tokens   *tokenFile                 // re-read token, when set (instead of auth)
+	selector map[string]string          // merged under every Acquire's selector
 }
 
 // ClientOptions are NewClientWith's settings beyond the URL.
@@ -137,7 +140,8 @@ func NewClientWith(baseURL string, o ClientOptions) (*Client, error) {
 		c.tokens = tf
 	}
 	if httpClient == nil {
-		c.httpc = &http.Client{Transport: newAPITransport(), Timeout: 30 * time.Second}
+		c.httpc = &http.Client{Transport: newAPITransport(), Timeout: requestTimeout}
+		c.lean = leanPools(c.bases)
 		return c, nil
 	}
 	hc := *httpClient
@@ -396,6 +400,13 @@ func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody 
 			return 0, nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if p := c.lean[base]; p != nil {
+		status, raw, err := leanDo(ctx, p, req)
+		if err != nil {
+			return 0, nil, fmt.Errorf("%w: %s %s: %w", pool.ErrUnreachable, method, base, err)
+		}
+		return status, raw, nil
 	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
