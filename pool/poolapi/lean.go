@@ -126,16 +126,17 @@ func leanOnce(ctx context.Context, pc *keepalive.Conn, req *http.Request) (statu
 		return 0, nil, false, false, err
 	}
 	pc.Limit(-1, nil)
-	defer resp.Body.Close()
 	raw, err = io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes+1))
 	if err != nil {
 		return 0, nil, false, false, fmt.Errorf("reading the answer: %w", err)
 	}
-	// Past the limit the rest of the body is still on the connection.
-	keep = len(raw) <= maxClientResponseBytes && !resp.Close && pc.R.Buffered() == 0
 	if len(raw) > maxClientResponseBytes {
-		raw = raw[:maxClientResponseBytes]
+		// The rest of the body is still on the connection, which is
+		// closed rather than drained (closing the body would read it all).
+		return resp.StatusCode, raw[:maxClientResponseBytes], false, false, nil
 	}
+	_ = resp.Body.Close() // at its end already: reads the trailer, if any
+	keep = !resp.Close && pc.R.Buffered() == 0
 	if keep {
 		_ = pc.SetDeadline(time.Time{})
 	}
