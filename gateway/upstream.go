@@ -74,28 +74,16 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 		req.Header["Proxy-Authorization"] = []string{proxyAuth}
 		defer delete(req.Header, "Proxy-Authorization")
 	}
-	again := replayable(req)
-	for {
-		pc := p.Get()
-		reused := pc != nil
-		if !reused {
-			var err error
-			if pc, err = p.Dial(ctx); err != nil {
-				return nil, err
-			}
-		}
-		resp, stale, err := p.exchange(ctx, pc, req)
-		if err == nil {
-			return resp, nil
-		}
-		_ = pc.Close()
-		if !reused || !stale || !again || ctx.Err() != nil {
-			return nil, err
-		}
-		// The upstream dropped an idle connection; its siblings are
-		// likely gone too (a restart), so start over with fresh ones.
-		p.CloseIdle(false)
+	var replay func() error
+	if replayable(req) {
+		replay = func() error { return nil } // the lean path carries no body
 	}
+	var resp *http.Response
+	err := p.Do(ctx, replay, func(pc *upConn) (stale bool, err error) {
+		resp, stale, err = p.exchange(ctx, pc, req)
+		return stale, err
+	})
+	return resp, err
 }
 
 // exchange writes req on pc and reads the answer head. stale means the

@@ -216,6 +216,40 @@ func (p *Pool) Idle() []*Conn {
 	return append([]*Conn(nil), p.idle...)
 }
 
+// Do runs one exchange on the newest idle connection, or a new one. On
+// success exchange owns the connection (it hands it back with Put, or
+// closes it); on failure Do closes it. When a reused connection turns out
+// stale (exchange says the peer closed it before a byte of an answer
+// arrived: it dropped the connection while idle), its idle siblings are
+// likely gone too (a restart), so they are closed and, if replay is not
+// nil and succeeds in making the request ready to send again, the exchange
+// starts over on fresh connections. A nil replay means the request may not
+// be sent twice.
+func (p *Pool) Do(ctx context.Context, replay func() error, exchange func(*Conn) (stale bool, err error)) error {
+	for {
+		pc := p.Get()
+		reused := pc != nil
+		if !reused {
+			var err error
+			if pc, err = p.Dial(ctx); err != nil {
+				return err
+			}
+		}
+		stale, err := exchange(pc)
+		if err == nil {
+			return nil
+		}
+		_ = pc.Close()
+		if !reused || !stale || replay == nil || ctx.Err() != nil {
+			return err
+		}
+		p.CloseIdle(false)
+		if err := replay(); err != nil {
+			return err
+		}
+	}
+}
+
 // Dial opens a new connection to the pool's address.
 func (p *Pool) Dial(ctx context.Context) (*Conn, error) {
 	d := net.Dialer{Timeout: p.o.DialTimeout}

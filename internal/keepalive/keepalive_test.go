@@ -61,3 +61,74 @@ func TestPoolClosesIdleConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestDoReplacesAStaleConnectionOnlyWhenTheRequestMayBeResent: the peer
+// answers once on its first connection and closes it on the next request;
+// Do starts over on a fresh connection when replay allows, and reports the
+// failure when replay is nil.
+func TestDoReplacesAStaleConnectionOnlyWhenTheRequestMayBeResent(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		replay     func() error
+		wantErr    bool
+		wantDialed int
+	}{
+		{"a resendable request goes again on a fresh connection", func() error { return nil }, false, 2},
+		{"a request that may not be resent fails", nil, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			dialed := make(chan int, 4)
+			go func() {
+				for n := 1; ; n++ {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					dialed <- n
+					go func(first bool) {
+						defer c.Close()
+						b := make([]byte, 1)
+						for i := 0; ; i++ {
+							if _, err := c.Read(b); err != nil {
+								return
+							}
+							if first && i == 1 {
+								return // the second request on the first connection: dropped
+							}
+							_, _ = c.Write(b)
+						}
+					}(n == 1)
+				}
+			}()
+			p := NewPool(ln.Addr().String(), Options{DialTimeout: 5 * time.Second})
+			exchange := func(pc *Conn) (bool, error) {
+				if _, err := pc.W.WriteString("x"); err != nil {
+					return true, err
+				}
+				if err := pc.W.Flush(); err != nil {
+					return true, err
+				}
+				if _, err := pc.R.ReadByte(); err != nil {
+					return true, err // nothing of an answer arrived
+				}
+				p.Put(pc)
+				return false, nil
+			}
+			if err := p.Do(t.Context(), tc.replay, exchange); err != nil {
+				t.Fatalf("first exchange: %v", err)
+			}
+			err = p.Do(t.Context(), tc.replay, exchange)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("second exchange: err = %v, want error %v", err, tc.wantErr)
+			}
+			if got := len(dialed); got != tc.wantDialed {
+				t.Fatalf("dialed %d connections, want %d", got, tc.wantDialed)
+			}
+		})
+	}
+}

@@ -58,50 +58,40 @@ func leanPools(bases []string) map[string]*keepalive.Pool {
 // maxClientResponseBytes, as the Transport path reads). A kept-alive
 // connection the server closed while idle is replaced by a fresh one and
 // the call sent again: every lease call may be repeated (see Client.do).
-func leanDo(ctx context.Context, p *keepalive.Pool, req *http.Request) (int, []byte, error) {
-	for {
-		pc := p.Get()
-		reused := pc != nil
-		if !reused {
-			var err error
-			if pc, err = p.Dial(ctx); err != nil {
-				return 0, nil, ctxErr(ctx, err)
-			}
+func leanDo(ctx context.Context, p *keepalive.Pool, req *http.Request) (status int, raw []byte, err error) {
+	replay := func() error {
+		if req.GetBody == nil {
+			return nil
 		}
-		status, raw, keep, stale, err := leanOnce(ctx, pc, req)
-		if err == nil {
-			if keep {
-				p.Put(pc)
-			} else {
-				_ = pc.Close()
-			}
-			return status, raw, nil
-		}
-		_ = pc.Close()
-		if !reused || !stale || ctx.Err() != nil {
-			return 0, nil, ctxErr(ctx, err)
-		}
-		// The server dropped an idle connection; its siblings are likely
-		// gone too (a restart), so start over with fresh ones.
-		p.CloseIdle(false)
-		if req.GetBody != nil {
-			body, err := req.GetBody()
-			if err != nil {
-				return 0, nil, err
-			}
-			req.Body = body
-		}
+		body, err := req.GetBody()
+		req.Body = body
+		return err
 	}
+	err = p.Do(ctx, replay, func(pc *keepalive.Conn) (bool, error) {
+		var keep, stale bool
+		status, raw, keep, stale, err = leanOnce(ctx, pc, req)
+		switch {
+		case err != nil:
+		case keep:
+			p.Put(pc)
+		default:
+			_ = pc.Close()
+		}
+		return stale, err
+	})
+	if err != nil {
+		return 0, nil, ctxErr(ctx, err)
+	}
+	return status, raw, nil
 }
 
 // leanOnce is one exchange on pc. stale means the connection ended before
 // a byte of the answer arrived; keep that it may carry the next call.
 func leanOnce(ctx context.Context, pc *keepalive.Conn, req *http.Request) (status int, raw []byte, keep, stale bool, err error) {
-	deadline := time.Now().Add(requestTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = pc.SetDeadline(deadline)
+	// The connection's own deadline is only the overall bound; the
+	// context's end (its deadline included) comes through AfterFunc, after
+	// ctx.Err() is set, so a call cut short always names the context.
+	_ = pc.SetDeadline(time.Now().Add(requestTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if !stop() {
