@@ -4,9 +4,10 @@
 // two goroutines per connection and hands every request and answer between
 // them and the caller; on a busy two-core box those hand-offs cost more CPU
 // than the exchange itself (the gateway's lean path to an http:// upstream
-// and the lease API client both measured it). The exchange (framing,
-// retries, what makes a connection reusable) stays with the caller; this
-// package only dials, keeps, hands out and closes.
+// and the lease API client both measured it). The exchange itself (framing,
+// what makes a connection reusable) stays with the caller; this package
+// dials, keeps, hands out and closes, and Do runs the one get-or-dial loop
+// that replaces a connection the peer dropped while it was idle.
 package keepalive
 
 import (
