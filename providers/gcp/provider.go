@@ -81,11 +81,11 @@ func configFromEntry(e providers.Entry) (Config, error) {
 	}, nil
 }
 
-// ClientOptions turns the entry's credential and endpoint keys into client
+// clientOptions turns the entry's credential and endpoint keys into client
 // options: a service-account key file, Application Default Credentials when
 // none is named, or no credentials at all (noAuth, for emulators and tests).
 // The options hold a file path, never key material, so logging them is safe.
-func ClientOptions(e providers.Entry) []option.ClientOption {
+func clientOptions(e providers.Entry) []option.ClientOption {
 	g := e.GCP
 	var opts []option.ClientOption
 	switch {
@@ -108,7 +108,7 @@ func Constructor(ctx context.Context) providers.Constructor {
 		if err != nil {
 			return nil, err
 		}
-		c, err := compute.NewInstancesRESTClient(ctx, ClientOptions(e)...)
+		c, err := compute.NewInstancesRESTClient(ctx, clientOptions(e)...)
 		if err != nil {
 			// No credentials found is the usual cause; the message names
 			// where they were looked for, never their content.
