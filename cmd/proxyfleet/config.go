@@ -43,6 +43,11 @@ func pathFlag(name, usage string) cli.Flag {
 	return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
 }
 
+// listFlag is a repeatable string flag.
+func listFlag(name, usage string) cli.Flag {
+	return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+}
+
 // durationFlag is a duration flag with a default.
 func durationFlag(name string, value time.Duration, usage string) cli.Flag {
 	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})

@@ -67,14 +67,10 @@ func controllerCommand() *cli.Command {
 			"Every flag can also be set with the environment variable shown, or as a key (the flag name without\n" +
 			"dashes) in the YAML file given by --config; a flag beats the environment, which beats the file,\n" +
 			"which beats the default.",
-		Flags:  flags,
-		Before: initConfigFile(flagConfig, flags),
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			// As the gateway's: the flag package writes "-name".
-			msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
-			return fmt.Errorf("%s (see proxyfleet controller --help)", msg)
-		},
-		Action: runController,
+		Flags:        flags,
+		Before:       initConfigFile(flagConfig, flags),
+		OnUsageError: usageError("controller"),
+		Action:       runController,
 	}
 }
 

@@ -83,13 +83,9 @@ func gatewayCommandWith(run gatewayRunner) *cli.Command {
 		Description: "Point HTTPS_PROXY/HTTP_PROXY at --listen. Every flag can also be set with the environment\n" +
 			"variable shown, or as a key (the flag name without dashes) in the YAML file given by --config;\n" +
 			"a flag beats the environment, which beats the file, which beats the default.",
-		Flags:  flags,
-		Before: initConfigFile(flagConfig, flags),
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			// The flag package writes "-name"; the flags are documented as "--name".
-			msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
-			return fmt.Errorf("%s (see proxyfleet gateway --help)", msg)
-		},
+		Flags:        flags,
+		Before:       initConfigFile(flagConfig, flags),
+		OnUsageError: usageError("gateway"),
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return fmt.Errorf("gateway takes no arguments, got %q (flags start with --)", c.Args().First())
@@ -106,18 +102,21 @@ func gatewayCommandWith(run gatewayRunner) *cli.Command {
 // singleDashFlag finds a flag name as the flag package quotes it in errors.
 var singleDashFlag = regexp.MustCompile(`(flag |for |: )-([a-z][a-z-]*)`)
 
+// usageError is every command's answer to a bad command line: the flag
+// package writes "-name", the flags are documented as "--name", and the
+// message points at the command's --help.
+func usageError(command string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
+		return fmt.Errorf("%s (see proxyfleet %s --help)", msg, command)
+	}
+}
+
 // gatewayFlags are the gateway's flags. Each reads PROXYFLEET_<NAME> from the
 // environment and <name> from the --config file (altsrc wrappers).
 func gatewayFlags() []cli.Flag {
-	str := func(name, value, usage string) cli.Flag {
-		return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
-	}
-	path := func(name, usage string) cli.Flag {
-		return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
-	}
-	list := func(name, usage string) cli.Flag {
-		return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
-	}
+	// The gateway's durations keep their default as written ("60s", not
+	// "1m0s") in --help, which the README's flag table repeats.
 	dur := func(name, value, usage string) cli.Flag {
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -125,58 +124,52 @@ func gatewayFlags() []cli.Flag {
 		}
 		return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: d, DefaultText: value, Usage: usage, EnvVars: []string{envVar(name)}})
 	}
-	num := func(name string, value int, usage string) cli.Flag {
-		return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
-	}
-	boolean := func(name, usage string) cli.Flag {
-		return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
-	}
 	return []cli.Flag{
-		str(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
-		list(flagUpstream, "upstream proxy `URL` (http://, https://, socks5:// or socks5h://, optional user:password@, explicit port); repeatable"),
-		path(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
+		stringFlag(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
+		listFlag(flagUpstream, "upstream proxy `URL` (http://, https://, socks5:// or socks5h://, optional user:password@, explicit port); repeatable"),
+		pathFlag(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
 		dur(flagUpstreamsReload, "2s", "how often to check --upstreams-file for changes"),
-		list(flagEgressAddr, "local source `IP` for direct egress (one member per address); repeatable"),
-		str(flagRotation, "sticky", "`MODE`: sticky (keep an upstream per session and target for --lease-ttl) or per-request"),
+		listFlag(flagEgressAddr, "local source `IP` for direct egress (one member per address); repeatable"),
+		stringFlag(flagRotation, "sticky", "`MODE`: sticky (keep an upstream per session and target for --lease-ttl) or per-request"),
 		dur(flagLeaseTTL, "60s", "how long a session keeps its upstream for a target in sticky mode"),
 		dur(flagMaxLeaseTTL, "1h", "longest lease a client may ask for (sessttl, lease API)"),
 		dur(flagCooldown, "10m", "how long an upstream rests for a target after a ban, when the site sent no Retry-After"),
 		dur(flagMaxCooldown, "1h", "cap on a cooldown (Retry-After and repeated-ban backoff included)"),
 		dur(flagFailureCooldown, "30s", "how long a failing upstream (refused, reset, timed out, TLS/SOCKS5 handshake, 407) is out for every target"),
 		dur(flagSiteFailureCooldown, "10s", "how long an upstream rests for one target after answering that it cannot reach it (DNS, connect, access)"),
-		str(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
-		str(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
-		list(flagBanRule, "`RULE` read as a ban beyond the status lists: space-separated status=LIST header:NAME~REGEX body~REGEX action=rate_limited|banned, or preset=cloudflare-challenge|captcha|empty-200; repeatable"),
-		num(flagBanBodyBytes, 65536, "how much of a body --ban-rule body~ patterns search (read ahead only when a rule needs it)"),
-		path(flagMITMCACert, "CA certificate `FILE` (PEM): with --mitm-ca-key, intercept HTTPS so bans, rules and retries work inside CONNECT (proxyfleet mitm-ca init writes one)"),
-		path(flagMITMCAKey, "CA private key `FILE` (PEM) for --mitm-ca-cert"),
-		list(flagMITMBypass, "`HOST` (name, *.domain or IP) kept as a plain tunnel under MITM (pinned or mutual-TLS sites); repeatable"),
-		path(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
-		num(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
-		num(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
-		str(flagLeaseStore, "memory", leaseStoreUsage),
-		path(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
-		str(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
-		path(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
-		boolean(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
-		boolean(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
-		str(flagProbeURL, "", "`URL` to fetch through every upstream to decide its health (empty: no probes, upstreams count as healthy)"),
+		stringFlag(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
+		stringFlag(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
+		listFlag(flagBanRule, "`RULE` read as a ban beyond the status lists: space-separated status=LIST header:NAME~REGEX body~REGEX action=rate_limited|banned, or preset=cloudflare-challenge|captcha|empty-200; repeatable"),
+		intFlag(flagBanBodyBytes, 65536, "how much of a body --ban-rule body~ patterns search (read ahead only when a rule needs it)"),
+		pathFlag(flagMITMCACert, "CA certificate `FILE` (PEM): with --mitm-ca-key, intercept HTTPS so bans, rules and retries work inside CONNECT (proxyfleet mitm-ca init writes one)"),
+		pathFlag(flagMITMCAKey, "CA private key `FILE` (PEM) for --mitm-ca-cert"),
+		listFlag(flagMITMBypass, "`HOST` (name, *.domain or IP) kept as a plain tunnel under MITM (pinned or mutual-TLS sites); repeatable"),
+		pathFlag(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
+		intFlag(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
+		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
+		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
+		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
+		stringFlag(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
+		pathFlag(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
+		boolFlag(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
+		boolFlag(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
+		stringFlag(flagProbeURL, "", "`URL` to fetch through every upstream to decide its health (empty: no probes, upstreams count as healthy)"),
 		dur(flagProbeInterval, "10s", "time between probes of one upstream"),
 		dur(flagProbeTimeout, "5s", "timeout of one probe"),
-		num(flagProbeSuccessThreshold, 1, "consecutive passing probes that make an upstream healthy"),
-		num(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
-		str(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
-		path(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
-		str(flagPoolAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
-		path(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
-		path(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
-		str(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
-		str(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
+		intFlag(flagProbeSuccessThreshold, 1, "consecutive passing probes that make an upstream healthy"),
+		intFlag(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
+		stringFlag(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
+		pathFlag(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
+		stringFlag(flagPoolAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
+		pathFlag(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
+		pathFlag(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
+		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
+		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
 		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
-		str(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
-		str(flagLogFormat, "text", "`FORMAT`: text or json"),
+		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
+		stringFlag(flagLogFormat, "text", "`FORMAT`: text or json"),
 	}
 }
 
