@@ -30,6 +30,8 @@ type request struct {
 	// attempts counts the members the request was sent through (or a
 	// tunnel dialled through): X-Proxyfleet-Attempts.
 	attempts int
+	// body is the request body being forwarded, nil when there is none.
+	body *clientBody
 }
 
 // RequestTracer receives each proxied request or tunnel once, at its end
@@ -106,7 +108,9 @@ func attemptsValue(n int) []string {
 // finish ends a request the gateway answers itself, or that the client
 // left: the one exit of every failure. judge decides; finish reports or
 // releases the lease still held, writes the answer and records the metric,
-// so no exit can forget one of them.
+// so no exit can forget one of them. A request that gets no answer (the
+// client is gone) ends its connection instead of letting the server write
+// a default one.
 func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 	v := judge(err)
 	if rq.h.mc != nil {
@@ -131,9 +135,15 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		if rq.attempts > 0 {
 			h[HeaderAttempts] = attemptsValue(rq.attempts)
 		}
+		if v.closeConn {
+			h.Set("Connection", "close")
+		}
 		g.fail(rq.w, v.reason, err.Error())
 	}
 	g.ended(ctx, rq, v.outcome, v.reason)
+	if v.reason == "" {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // fail writes an answer the gateway itself produced: a text body saying

@@ -6,11 +6,17 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
+
+// maxReadAhead is how much of a request body is taken in before a member
+// is leased (clientBody.readAhead).
+const maxReadAhead = 64 << 10
 
 // maxDiscard is how much of a retried answer's body is read to keep its
 // connection reusable; a longer body closes the connection instead.
@@ -74,11 +80,26 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 // URL to send (host and port already split from it).
 func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// The proxy port's front end made it already; a request inside a
+		// MITM tunnel (net/http's server) gets it here.
+		if rq.body, _ = r.Body.(*clientBody); rq.body == nil {
+			rq.body = newClientBody(r, r.Body)
+		}
+	}
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	deadline := time.AfterFunc(g.requestTimeout, func() { cancel(errRequestTimeout) })
+	deadline := time.AfterFunc(g.requestTimeout, func() {
+		if rq.body.stalled() {
+			// The forwarding waits on the client's body: cut the read off,
+			// or the Transport, which waits for its body writer to end,
+			// would wait on the client for as long as it pleases.
+			_ = http.NewResponseController(rq.w).SetReadDeadline(keepalive.ALongTimeAgo)
+		}
+		cancel(errRequestTimeout)
+	})
 	defer deadline.Stop()
 	addrs, err := g.checkTarget(ctx, host, port)
 	if err != nil {
@@ -88,6 +109,12 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 	if addrs != nil {
 		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
 	}
+	if rq.body != nil {
+		if cf := rq.body.readAhead(maxReadAhead); cf != nil {
+			g.finish(ctx, rq, cf)
+			return
+		}
+	}
 	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
 
 	out := r.WithContext(ctx)
@@ -95,8 +122,13 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 	out.RequestURI = ""
 	out.Close = false
 	out.Header = forwardHeader(r.Header)
-	if r.ContentLength == 0 {
-		out.Body = nil
+	out.Body = nil
+	if rq.body != nil {
+		out.Body = rq.body
+		if n, ok := rq.body.whole(); ok {
+			// Known whole: sent with its length, whatever framing it came in.
+			out.ContentLength, out.TransferEncoding = n, nil
+		}
 	}
 	resp, h, res, err := g.forwardWithRetry(ctx, r, rq, out, deadline)
 	if err != nil {
@@ -148,6 +180,15 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		}
 		rq.use(h)
 		resp, err := h.mc.roundTrip(out)
+		if cf := rq.body.fault(); cf != nil {
+			// The client botched its body: whatever the member made of the
+			// cut request, it is the client's (a Transport may also have
+			// raced the body's error with an answer).
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return nil, held{}, "", cf
+		}
 		if err == nil && !h.mc.m.Direct() {
 			err = upstreamAnswer(resp)
 		}
@@ -167,6 +208,10 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 			case r.Context().Err() != nil:
 				return nil, held{}, "", errClientGone
 			case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
+				if rq.body.stalled() {
+					return nil, held{}, "", &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
+						err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
+				}
 				return nil, held{}, "", &annotated{err: errRequestTimeout,
 					msg: "no answer from " + quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
 			}

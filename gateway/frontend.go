@@ -39,7 +39,10 @@ import (
 // lease ends as usual; RequestTimeout bounds the wait).
 type frontend struct {
 	handler func(http.ResponseWriter, *http.Request)
-	log     *slog.Logger
+	// rejected is told of every request the front end ended before the
+	// handler saw it, with its outcome (Outcome*), for the metrics.
+	rejected func(outcome string, start time.Time)
+	log      *slog.Logger
 
 	// ctx is every request's context; it ends when Close forces the
 	// remaining connections shut.
@@ -71,11 +74,12 @@ const (
 	maxDrain = 256 << 10
 )
 
-func newFrontend(handler func(http.ResponseWriter, *http.Request), log *slog.Logger) *frontend {
+func newFrontend(handler func(http.ResponseWriter, *http.Request), rejected func(outcome string, start time.Time), log *slog.Logger) *frontend {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &frontend{
-		handler: handler,
-		log:     log,
+		handler:  handler,
+		rejected: rejected,
+		log:      log,
 		ctx:     ctx,
 		cancel:  cancel,
 		lns:     make(map[net.Listener]struct{}),
@@ -219,6 +223,12 @@ type frontConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	w      frontWriter
+	// body is the current request's body, nil when it has none. A
+	// Transport may still be reading it from another goroutine when the
+	// handler returns; it is abandoned before the buffers are reused.
+	body *clientBody
+	// start is when the current request's head began to arrive.
+	start time.Time
 }
 
 func (fc *frontConn) serve() {
@@ -242,6 +252,11 @@ func (fc *frontConn) serve() {
 		}
 		if !hijacked {
 			_ = fc.c.Close()
+			if fc.body != nil {
+				// The close ends a read under way; after this nothing
+				// reads fc.br.
+				fc.body.abandon()
+			}
 			f.forget(fc)
 			f.readers.put(fc.br)
 			f.writers.put(fc.bw)
@@ -262,7 +277,8 @@ func (fc *frontConn) serve() {
 		if !fc.state.CompareAndSwap(connIdle, connActive) {
 			return
 		}
-		_ = fc.c.SetReadDeadline(time.Now().Add(serverReadHeader))
+		fc.start, fc.body = time.Now(), nil
+		_ = fc.c.SetReadDeadline(fc.start.Add(serverReadHeader))
 		req, err := http.ReadRequest(fc.br)
 		if err != nil {
 			fc.badRequest(err)
@@ -275,7 +291,8 @@ func (fc *frontConn) serve() {
 		}
 		var body *expectBody
 		if req.Body != http.NoBody {
-			// A body may stream for as long as it takes.
+			// A body may stream for as long as it takes (the request
+			// deadline bounds a client that stalls before the answer).
 			_ = fc.c.SetReadDeadline(time.Time{})
 			if e := req.Header["Expect"]; len(e) > 0 {
 				if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
@@ -284,6 +301,17 @@ func (fc *frontConn) serve() {
 				}
 				body = &expectBody{rc: req.Body, fc: fc}
 				req.Body = body
+			}
+			fc.body = newClientBody(req, req.Body)
+			req.Body = fc.body
+			if len(req.TransferEncoding) > 0 {
+				// A chunked request may also have carried a Content-Length,
+				// which net/http's parser drops without a trace: RFC 9112
+				// 6.1 has the connection end after the answer to such a
+				// request, so no request another hop framed by the length
+				// can follow on it. Chunked uploads are rare in crawls, so
+				// every chunked request ends its connection.
+				req.Close = true
 			}
 		}
 		req.RemoteAddr = fc.remote
@@ -304,30 +332,39 @@ func (fc *frontConn) serve() {
 		if w.closeAfter || req.Close {
 			return
 		}
-		if req.Body != http.NoBody && !drained(req.Body, body) {
+		if req.Body != http.NoBody && !fc.drained(req.Body, body) {
 			return
 		}
 	}
 }
 
-// checkRequest is what net/http's server checks beyond parsing: an
-// HTTP/1.1 request names its host (http.ReadRequest has moved Host from
-// the header into r.Host, or taken it from an absolute URI).
+// checkRequest is what the front end checks beyond net/http's parser,
+// before anything is leased or sent on: an HTTP/1.1 request names its host
+// (http.ReadRequest has moved Host from the header into r.Host, or taken
+// it from an absolute URI), and every header name is a token. The parser
+// already refuses control characters in values, a second Content-Length or
+// Host, and any Transfer-Encoding but a lone chunked; it accepts a name
+// with a space in it or before its colon, which an upstream might read
+// differently (a "Transfer-Encoding :" it frames by, or not).
 func checkRequest(r *http.Request) string {
 	if r.ProtoAtLeast(1, 1) && r.Host == "" && r.Method != http.MethodConnect {
 		return "missing required Host header"
+	}
+	if name, ok := invalidFieldName(r.Header); !ok {
+		return "malformed header name " + quote(name) + ": a name is a token, with no space in it or before its colon"
 	}
 	return ""
 }
 
 // drained discards what is left of a request body the handler did not
-// read (up to maxDrain) and reports whether the connection can go on. A
-// 100-continue body never asked for is not read at all: the client has
-// not sent it, so the connection closes.
-func drained(body io.ReadCloser, eb *expectBody) bool {
+// read (up to maxDrain, at the pace a request head is allowed) and reports
+// whether the connection can go on. A 100-continue body never asked for is
+// not read at all: the client has not sent it, so the connection closes.
+func (fc *frontConn) drained(body io.ReadCloser, eb *expectBody) bool {
 	if eb != nil && !eb.sent {
 		return false
 	}
+	_ = fc.c.SetReadDeadline(time.Now().Add(serverReadHeader))
 	n, err := io.CopyN(io.Discard, body, maxDrain+1)
 	return err == io.EOF && n <= maxDrain
 }
@@ -341,7 +378,13 @@ func (fc *frontConn) badRequest(err error) {
 		return
 	}
 	var ne net.Error
-	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		// A client that went quiet mid-head gets nothing, as from net/http.
+		fc.f.rejected(OutcomeClientTimeout, fc.start)
+		return
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne):
+		fc.f.rejected(OutcomeClientGone, fc.start)
 		return
 	}
 	fc.reject(http.StatusBadRequest, err.Error())
@@ -350,9 +393,10 @@ func (fc *frontConn) badRequest(err error) {
 // reject writes a plain-text error answer and the connection then closes.
 func (fc *frontConn) reject(status int, msg string) {
 	_, _ = fc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
-		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" +
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" + HeaderReason + ": " + ReasonBadRequest + "\r\n\r\n" +
 		strconv.Itoa(status) + " " + http.StatusText(status) + ": " + msg)
 	_ = fc.bw.Flush()
+	fc.f.rejected(OutcomeBadRequest, fc.start)
 }
 
 // expectBody sends "100 Continue" when the handler first reads a body

@@ -119,6 +119,11 @@ func (w *frontWriter) body(p []byte) (int, error) {
 	return bw.Write(p)
 }
 
+// SetReadDeadline sets the client connection's read deadline, as
+// http.ResponseController does for net/http's writers: the gateway cuts off
+// a stalled request body with it.
+func (w *frontWriter) SetReadDeadline(t time.Time) error { return w.fc.c.SetReadDeadline(t) }
+
 // Flush sends what is written so far.
 func (w *frontWriter) Flush() {
 	if w.hijacked {

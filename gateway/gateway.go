@@ -252,7 +252,9 @@ func New(o Options) (*Gateway, error) {
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
-	g.front = newFrontend(g.ServeHTTP, o.Logger)
+	g.front = newFrontend(g.ServeHTTP, func(outcome string, start time.Time) {
+		g.rec.Request("", outcome, time.Since(start))
+	}, o.Logger)
 	if o.MITM != nil {
 		if g.mitm, err = g.newMITM(o.MITM); err != nil {
 			return nil, err

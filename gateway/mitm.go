@@ -105,7 +105,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
 	if _, err := conn.Write(mitmHello); err != nil {
 		_ = conn.Close()
-		g.ended(r.Context(), rq, OutcomeClientError, "")
+		g.ended(r.Context(), rq, OutcomeClientGone, "")
 		return
 	}
 	var c net.Conn = conn
@@ -136,7 +136,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 		} else {
 			g.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		g.ended(r.Context(), rq, OutcomeClientError, "")
+		g.ended(r.Context(), rq, OutcomeClientGone, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})

@@ -17,14 +17,18 @@ const (
 	OutcomeNoMember       = "no_member"       // 503: the pool had no usable member (or was unreachable)
 	OutcomeDenied         = "denied"          // 403/508: a private target or the gateway itself
 	OutcomeAuth           = "auth"            // 407: missing or wrong client token
-	OutcomeBadRequest     = "bad_request"     // 400/407: malformed request or parameters
-	OutcomeClientError    = "client_error"    // the client went away before the answer
+	OutcomeBadRequest     = "bad_request"     // 400/407/417/431: malformed request, body or parameters
+	OutcomeClientGone     = "client_gone"     // the client went away before the answer (or mid-body)
+	OutcomeClientTimeout  = "client_timeout"  // 408: the client stopped sending its request body
+	OutcomeShuttingDown   = "shutting_down"   // 503: the gateway is draining
+	OutcomeInternal       = "internal"        // 500: the gateway's own failure
 )
 
 // Reasons: the X-Proxyfleet-Reason of the answers the gateway makes itself.
 // answerFor maps each to its status and outcome, the one place that does.
 const (
-	ReasonBadRequest        = "bad_request"        // 400: not a proxy request, bad authority, unsupported scheme
+	ReasonBadRequest        = "bad_request"        // 400: not a proxy request, bad authority, unsupported scheme, malformed body
+	ReasonClientTimeout     = "client_timeout"     // 408: the client stopped sending its request body
 	ReasonPrivateTarget     = "private_target"     // 403: the target is in a refused range
 	ReasonAuth              = "auth"               // 407: missing or wrong client token
 	ReasonBadParams         = "bad_params"         // 407: malformed username or header parameters
@@ -48,6 +52,8 @@ func answerFor(reason string) (status int, outcome string) {
 		return http.StatusBadRequest, OutcomeBadRequest
 	case ReasonPrivateTarget:
 		return http.StatusForbidden, OutcomeDenied
+	case ReasonClientTimeout:
+		return http.StatusRequestTimeout, OutcomeClientTimeout
 	case ReasonAuth:
 		return http.StatusProxyAuthRequired, OutcomeAuth
 	case ReasonBadParams:
@@ -57,13 +63,13 @@ func answerFor(reason string) (status int, outcome string) {
 	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError:
 		return http.StatusServiceUnavailable, OutcomeNoMember
 	case ReasonShuttingDown:
-		return http.StatusServiceUnavailable, OutcomeClientError
+		return http.StatusServiceUnavailable, OutcomeShuttingDown
 	case ReasonTimeout:
 		return http.StatusGatewayTimeout, OutcomeUpstreamFailed
 	case ReasonLoop:
 		return 508, OutcomeDenied
 	}
-	return http.StatusInternalServerError, OutcomeClientError
+	return http.StatusInternalServerError, OutcomeInternal
 }
 
 // verdict is what a failure means for its request.
@@ -76,12 +82,13 @@ type verdict struct {
 	report rotation.Result
 	// retry: another member may still serve the request.
 	retry bool
+	// closeConn: the client's connection ends after the answer (its
+	// request's framing can no longer be trusted).
+	closeConn bool
 }
 
 // Errors that carry no more than their kind.
 var (
-	// errClientGone: the client left before its answer.
-	errClientGone = errors.New("the client went away")
 	// errShuttingDown: the gateway drains and takes no new tunnel.
 	errShuttingDown = errors.New("gateway is shutting down")
 	// errRequestTimeout is the cancel cause when Options.RequestTimeout passes.
@@ -121,10 +128,13 @@ func judge(err error) verdict {
 		au  *authError
 		pce *poolConfigError
 		nm  *pool.NoMatchError
+		cf  *clientFault
 	)
 	switch {
-	case errors.Is(err, errClientGone):
-		return verdict{outcome: OutcomeClientError}
+	case errors.As(err, &cf):
+		// First: whatever else the error carries, the client caused it. The
+		// lease is let go unreported, and no member or site rests.
+		return verdict{reason: cf.reason, outcome: cf.outcome, closeConn: true}
 	case errors.As(err, &au):
 		return answer(au.reason)
 	case errors.As(err, &te):

@@ -3,7 +3,11 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"testing"
 
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -22,7 +26,12 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		report  rotation.Result
 		retry   bool
 	}{
-		{"the client left: no answer, nothing reported", errClientGone, 0, "", OutcomeClientError, "", false},
+		{"the client left: no answer, nothing reported", errClientGone, 0, "", OutcomeClientGone, "", false},
+		{"a malformed body is the client's 400, whatever the round trip wrapped it in", fmt.Errorf("write: %w", clientReadFault(errors.New("invalid byte in chunk length"), 0)), 400, ReasonBadRequest, OutcomeBadRequest, "", false},
+		{"a body cut short is the client's: an answer is still tried, counted as gone", clientReadFault(io.ErrUnexpectedEOF, 2), 400, ReasonBadRequest, OutcomeClientGone, "", false},
+		{"a client that stalls mid-body is 408", clientReadFault(os.ErrDeadlineExceeded, 2), 408, ReasonClientTimeout, OutcomeClientTimeout, "", false},
+		{"a client that reset mid-body gets nothing", clientReadFault(&net.OpError{Op: "read", Err: syscall.ECONNRESET}, 2), 0, "", OutcomeClientGone, "", false},
+		{"a client fault inside a member's attempt error is still the client's", &attemptError{f: rotation.Member("error"), err: clientReadFault(errors.New("malformed chunked encoding"), 0)}, 400, ReasonBadRequest, OutcomeBadRequest, "", false},
 		{"a wrong token is 407 auth", authFailed(errors.New("x")), 407, ReasonAuth, OutcomeAuth, "", false},
 		{"bad parameters are 407 bad_params", badParams(errors.New("x")), 407, ReasonBadParams, OutcomeBadRequest, "", false},
 		{"a malformed target is 400", &targetError{reason: ReasonBadRequest}, 400, ReasonBadRequest, OutcomeBadRequest, "", false},
@@ -30,7 +39,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"the gateway itself is 508", &targetError{reason: ReasonLoop}, 508, ReasonLoop, OutcomeDenied, "", false},
 		{"our own lookup failing is 502 dns", &targetError{reason: ReasonDNS}, 502, ReasonDNS, OutcomeUpstreamFailed, "", false},
 		{"the request deadline is 504 and no member's fault", &annotated{err: errRequestTimeout, msg: "slow"}, 504, ReasonTimeout, OutcomeUpstreamFailed, "", false},
-		{"draining is 503", errShuttingDown, 503, ReasonShuttingDown, OutcomeClientError, "", false},
+		{"draining is 503", errShuttingDown, 503, ReasonShuttingDown, OutcomeShuttingDown, "", false},
 		{"a member's answer about the site is reported as such and retried", site, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, rotation.ResultTargetUnreachable, true},
 		{"a member's own failure is member-wide and retried", member, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, rotation.ResultUpstreamFailed, true},
@@ -44,13 +53,16 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"the gateway's own lease TTL above the maximum is 503 pool_error", &poolConfigError{err: errors.New("x")}, 503, ReasonPoolError, OutcomeNoMember, "", false},
 		{"an unreachable pool API is 503 pool_unreachable", fmt.Errorf("%w: dial", pool.ErrUnreachable), 503, ReasonPoolUnreachable, OutcomeNoMember, "", false},
 		{"any other pool failure is 503 pool_error", &annotated{err: errLeaseFailed, msg: "lease failed"}, 503, ReasonPoolError, OutcomeNoMember, "", false},
-		{"anything unforeseen is 500 internal", errors.New("hijack"), 500, ReasonInternal, OutcomeClientError, "", false},
+		{"anything unforeseen is 500 internal", errors.New("hijack"), 500, ReasonInternal, OutcomeInternal, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := judge(tt.err)
 			if v.reason != tt.reason || v.outcome != tt.outcome || v.report != tt.report || v.retry != tt.retry {
 				t.Fatalf("judge = %+v, want reason %q outcome %q report %q retry %v", v, tt.reason, tt.outcome, tt.report, tt.retry)
+			}
+			if _, client := errors.AsType[*clientFault](tt.err); client != v.closeConn {
+				t.Fatalf("closeConn %v: only a client's fault closes the client's connection", v.closeConn)
 			}
 			if tt.reason != "" {
 				if status, _ := answerFor(tt.reason); status != tt.status {
@@ -63,7 +75,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)

@@ -62,6 +62,7 @@ const (
 	flagMetricsListen         = "metrics-listen"
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
+	flagRequestTimeout        = "request-timeout"
 	flagConfig                = "config"
 	flagLogLevel              = "log-level"
 	flagLogFormat             = "log-format"
@@ -167,6 +168,7 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
+		dur(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
 		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
 		stringFlag(flagLogFormat, "text", "`FORMAT`: text or json"),
@@ -199,6 +201,7 @@ type gatewayConfig struct {
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
+	requestTimeout      time.Duration
 	logLevel            slog.Level
 	logJSON             bool
 }
@@ -227,6 +230,7 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		{flagUpstreamsReload, &cfg.reloadInterval},
 		{flagShutdownGrace, &cfg.shutdownGrace},
 		{flagDialTimeout, &cfg.dialTimeout},
+		{flagRequestTimeout, &cfg.requestTimeout},
 	}
 	for _, d := range durations {
 		v := c.Duration(d.name)

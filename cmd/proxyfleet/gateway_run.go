@@ -90,6 +90,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		Tokens:              cfg.tokens,
 		AllowPrivateTargets: cfg.allowPrivateTargets,
 		DialTimeout:         cfg.dialTimeout,
+		RequestTimeout:      cfg.requestTimeout,
 		BanBodyBytes:        cfg.banBodyBytes,
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,

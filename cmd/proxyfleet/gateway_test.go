@@ -73,6 +73,7 @@ func TestGatewayDefaults(t *testing.T) {
 		{"metrics-listen", cfg.metricsListen, "127.0.0.1:9090"},
 		{"shutdown-grace", cfg.shutdownGrace, 30 * time.Second},
 		{"dial-timeout", cfg.dialTimeout, 10 * time.Second},
+		{"request-timeout", cfg.requestTimeout, 60 * time.Second},
 		{"no tokens", cfg.tokens == nil, true},
 		{"no static members", len(cfg.static), 0},
 	}

@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// clientFault is an error that came from the client: its body's framing,
+// a body that ended early, a client that stalled or went away. It is made
+// where the client's bytes are read (clientBody), so no later step can
+// take it for the member's: judge answers it before anything else, and it
+// rests nothing, reports nothing and counts no member failure.
+type clientFault struct {
+	// reason is the answer's X-Proxyfleet-Reason; "" writes none (the
+	// client is gone).
+	reason string
+	// outcome is the request metric's outcome.
+	outcome string
+	err     error
+}
+
+func (e *clientFault) Error() string { return e.err.Error() }
+func (e *clientFault) Unwrap() error { return e.err }
+
+// errClientGone: the client left before its answer.
+var errClientGone error = &clientFault{outcome: OutcomeClientGone, err: errors.New("the client went away")}
+
+// clientReadFault classifies an error reading the client's request body:
+// a timeout is the client's stall (408), an early end of the stream a
+// client that hung up mid-body (an answer is still tried: it may only have
+// closed its sending side), any other network error a client that is gone,
+// and anything else (net/http's chunk parser: a size that is not hex or
+// overflows, a bare LF, a malformed chunk end) a malformed body (400).
+func clientReadFault(err error, read int64) *clientFault {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
+			err: errors.New("the client stopped sending its request body after " + strconv.FormatInt(read, 10) + " bytes")}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &clientFault{reason: ReasonBadRequest, outcome: OutcomeClientGone,
+			err: errors.New("the request body ended after " + strconv.FormatInt(read, 10) + " bytes, before its announced end")}
+	case errors.As(err, new(*net.OpError)), errors.Is(err, net.ErrClosed):
+		return &clientFault{outcome: OutcomeClientGone, err: errors.New("the client went away while sending its request body: " + err.Error())}
+	}
+	return &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
+		err: errors.New("malformed request body: " + err.Error())}
+}
+
+// clientBody is a request body as the gateway forwards it. Its read errors
+// are clientFaults, so a body the client botches (net/http's Transport
+// hands a body read error back as the round trip's error) is the client's,
+// never the member's. It also says whether the forwarding is waiting on
+// the client (stalled), and it can be cut off (abandon) so that nothing
+// reads the client connection's buffers after the request ended: the
+// Transport may still be copying the body from another goroutine when the
+// request is given up on.
+type clientBody struct {
+	mu     sync.Mutex // held by Read; abandon waits for it
+	rc     io.ReadCloser
+	req    *http.Request // its trailers are checked at the body's end
+	read   atomic.Int64
+	err    error // the first read error, a *clientFault (or errAbandoned)
+	eof    bool
+	closed bool
+	// ahead is what readAhead took in and Read has not handed on yet.
+	ahead []byte
+	// reading is set while a Read waits on the client.
+	reading atomic.Bool
+}
+
+// errAbandoned is what a read after the request ended returns.
+var errAbandoned = errors.New("request body read after its request ended")
+
+func newClientBody(req *http.Request, rc io.ReadCloser) *clientBody {
+	return &clientBody{rc: rc, req: req}
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	b.reading.Store(true)
+	defer b.reading.Store(false)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return 0, errAbandoned
+	case len(b.ahead) > 0:
+		n := copy(p, b.ahead)
+		b.ahead = b.ahead[n:]
+		return n, nil
+	case b.err != nil:
+		return 0, b.err
+	case b.eof:
+		return 0, io.EOF
+	}
+	return b.readLocked(p)
+}
+
+// readLocked reads from the client, b.mu held.
+func (b *clientBody) readLocked(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	read := b.read.Add(int64(n))
+	switch {
+	case err == io.EOF:
+		if name, ok := invalidFieldName(b.req.Trailer); !ok {
+			b.err = &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
+				err: errors.New("malformed request trailer name " + quote(name))}
+			return n, b.err
+		}
+		b.eof = true
+	case err != nil:
+		b.err = clientReadFault(err, read)
+		return n, b.err
+	}
+	return n, err
+}
+
+// readAhead takes in up to limit bytes of the body before anything is
+// leased or sent on, and returns the client's fault if the body showed one
+// meanwhile. A body that ends within limit (most do: forms, JSON) is then
+// known whole and well-framed before a member sees a byte of it, and a
+// client that dawdles over it holds no member; a longer one streams on
+// from where this stopped.
+func (b *clientBody) readAhead(limit int) *clientFault {
+	b.reading.Store(true)
+	defer b.reading.Store(false)
+	b.mu.Lock()
+	buf := make([]byte, 0, min(limit, 4<<10))
+	for len(buf) < limit && !b.eof && b.err == nil {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(cap(buf), limit-len(buf)))
+		}
+		n, _ := b.readLocked(buf[len(buf):min(cap(buf), limit)])
+		buf = buf[:len(buf)+n]
+	}
+	b.ahead = buf
+	b.mu.Unlock()
+	return b.fault()
+}
+
+// whole returns the body's length when readAhead took all of it in, and
+// whether it did. A body with trailers is not whole: only chunks carry them.
+func (b *clientBody) whole() (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.eof || len(b.req.Trailer) > 0 {
+		return 0, false
+	}
+	return int64(len(b.ahead)), true
+}
+
+// Close closes the body as net/http's does (a Transport closes the body it
+// sent).
+func (b *clientBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	return b.rc.Close()
+}
+
+// fault is the client's fault the body ended with, nil when none (or no
+// body).
+func (b *clientBody) fault() *clientFault {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var cf *clientFault
+	if errors.As(b.err, &cf) {
+		return cf
+	}
+	return nil
+}
+
+// stalled reports whether the forwarding waits on the client for more of
+// its body: a deadline that passes now is the client's, not the member's.
+func (b *clientBody) stalled() bool {
+	return b != nil && b.reading.Load() && !b.done()
+}
+
+// bytesRead is how much of the body arrived so far.
+func (b *clientBody) bytesRead() int64 { return b.read.Load() }
+
+func (b *clientBody) done() bool {
+	if !b.mu.TryLock() {
+		return false // a Read is under way, so the body is not done
+	}
+	defer b.mu.Unlock()
+	return b.eof || b.err != nil
+}
+
+// abandon ends the body for good: it waits for a Read under way (which the
+// caller unblocks by closing the connection first) and makes every later
+// Read fail, so the connection's buffers can be reused.
+func (b *clientBody) abandon() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
+
+// tokenChars are the bytes of an RFC 9110 token (tchar).
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// validFieldName reports whether s is a field name: a non-empty token.
+// net/http's parser accepts a space inside or before the colon
+// ("Transfer-Encoding : chunked") and keeps such a name as it is, which an
+// upstream may read as a framing header the gateway never saw.
+func validFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenChars[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// invalidFieldName returns the first name in h that is not a token.
+func invalidFieldName(h http.Header) (string, bool) {
+	for k := range h {
+		if !validFieldName(k) {
+			return k, false
+		}
+	}
+	return "", true
+}
