@@ -80,10 +80,10 @@ func newFrontend(handler func(http.ResponseWriter, *http.Request), rejected func
 		handler:  handler,
 		rejected: rejected,
 		log:      log,
-		ctx:     ctx,
-		cancel:  cancel,
-		lns:     make(map[net.Listener]struct{}),
-		conns:   make(map[*frontConn]struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		lns:      make(map[net.Listener]struct{}),
+		conns:    make(map[*frontConn]struct{}),
 	}
 }
 
