@@ -49,9 +49,11 @@ type writeFile struct {
 // kubernetes provider generates (no cache, no Via or X-Forwarded-For, CONNECT
 // only to 443, plain HTTP only to 80, 443 and 1025 and up, private, loopback,
 // link-local and metadata destinations refused after resolution), plus basic
-// authentication with auth. The VM answers on every address, since gateways
-// reach it from wherever they run; the login, and the firewall rule the
-// docs ask for, are what keep it from being an open proxy.
+// authentication with auth, checked before any rule about the request, so a
+// stranger is answered 407 before Squid resolves a name for them. The VM
+// answers on every address, since gateways reach it from wherever they run;
+// the login, and the firewall rule the docs ask for, are what keep it from
+// being an open proxy.
 //
 // The files are written before the package is installed, and the package
 // manager keeps an existing squid.conf, so Squid never runs with the

@@ -53,11 +53,17 @@ func TestBootstrapIsCloudConfigWithSquidAndItsLogin(t *testing.T) {
 			t.Errorf("squid.conf lacks %q:\n%s", line, conf.Content)
 		}
 	}
-	var denied string
+	var denied, firstRule string
 	for _, l := range strings.Split(conf.Content, "\n") {
 		if strings.HasPrefix(l, "acl proxyfleet_denied dst ") {
 			denied = l + " "
 		}
+		if firstRule == "" && strings.HasPrefix(l, "http_access ") {
+			firstRule = l
+		}
+	}
+	if firstRule != "http_access deny !proxyfleet_auth" {
+		t.Errorf("the first http_access rule is %q, want the login (nothing about the request before it)", firstRule)
 	}
 	for _, cidr := range []string{"169.254.0.0/16", "10.0.0.0/8", "127.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "fe80::/10"} {
 		if !strings.Contains(denied, " "+cidr+" ") {

@@ -79,16 +79,27 @@ type Auth struct {
 // DefaultNCSAHelper is where Debian and Ubuntu install Squid's NCSA helper.
 const DefaultNCSAHelper = "/usr/lib/squid/basic_ncsa_auth"
 
-// Render returns squid.conf. The access rules, in order: the cache manager is
-// never served; plain HTTP only to port 80, 443 or 1025 and up (no smuggling
-// into SMTP and friends); CONNECT only to 443; nothing to loopback
-// (to_localhost also covers the Pod's own addresses) or to the denied ranges,
-// checked against the resolved address so a public name pointing inward is
-// refused too; then clients from the allowed ranges; everything else denied.
+// Render returns squid.conf. The access rules, in order: first the gate,
+// which decides on what the client sends and on nothing the request names:
+// a source outside Clients is refused (403) and, with Auth, a request
+// without a valid login is answered 407. Only then the rules about the
+// request: the cache manager is never served; plain HTTP only to port 80,
+// 443 or 1025 and up (no smuggling into SMTP and friends); CONNECT only to
+// 443; nothing to loopback (to_localhost also covers the Pod's own
+// addresses) or to the denied ranges, checked against the resolved address
+// so a public name pointing inward is refused too; then the client is
+// allowed; everything else denied.
+//
+// The gate comes first because a dst rule makes Squid resolve the name
+// before it can answer: with the destination rules first, anyone who
+// reaches the port could make the Squid look up names of their choosing,
+// and hold a connection while it did, before being refused. The port,
+// method and manager rules need no lookup, but after the gate a stranger
+// learns nothing of the policy either: every request of theirs gets the
+// same refusal.
+//
 // The Squid keeps no cache and no access log, adds no Via header and deletes
 // X-Forwarded-For, so the target sees neither the chain nor the client.
-// With Auth, a client that is not authenticated is answered 407 after the
-// destination rules and before the client rule.
 //
 // It panics when Clients is empty without Auth: that Squid would be an open
 // proxy, a bug in the caller rather than a runtime condition.
@@ -139,13 +150,19 @@ func (s Config) Render() string {
 		w("auth_param basic credentialsttl 1 hour")
 		w("acl proxyfleet_auth proxy_auth REQUIRED")
 	}
+	// The gate: the client's address and login only, never the destination.
+	if len(s.Clients) > 0 {
+		w("http_access deny !proxyfleet_clients")
+	}
+	if s.Auth != nil {
+		w("http_access deny !proxyfleet_auth")
+	}
 	w("http_access deny manager")
 	w("http_access deny !Safe_ports")
 	w("http_access deny CONNECT !SSL_ports")
 	w("http_access deny to_localhost")
 	w("http_access deny proxyfleet_denied")
 	if s.Auth != nil {
-		w("http_access deny !proxyfleet_auth")
 		w("http_access allow proxyfleet_clients proxyfleet_auth")
 	} else {
 		w("http_access allow proxyfleet_clients")

@@ -2,6 +2,7 @@ package squidconf
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,34 +15,10 @@ func TestSquidConfigRules(t *testing.T) {
 		Clients: DefaultClientCIDRs(),
 	}.Render()
 	lines := strings.Split(conf, "\n")
-	index := func(line string) int {
-		for i, l := range lines {
-			if l == line {
-				return i
-			}
+	for _, want := range []string{"http_port 8080", "visible_hostname proxy-abc", "acl SSL_ports port 443", "via off", "forwarded_for delete", "access_log none", "cache deny all"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("squid.conf lacks the line %q:\n%s", want, conf)
 		}
-		t.Errorf("squid.conf lacks the line %q:\n%s", line, conf)
-		return -1
-	}
-	order := []string{
-		"http_access deny manager",
-		"http_access deny !Safe_ports",
-		"http_access deny CONNECT !SSL_ports",
-		"http_access deny to_localhost",
-		"http_access deny proxyfleet_denied",
-		"http_access allow proxyfleet_clients",
-		"http_access deny all",
-	}
-	last := -1
-	for _, l := range order {
-		i := index(l)
-		if i <= last {
-			t.Errorf("%q is out of order", l)
-		}
-		last = i
-	}
-	for _, l := range []string{"http_port 8080", "visible_hostname proxy-abc", "acl SSL_ports port 443", "via off", "forwarded_for delete", "access_log none", "cache deny all"} {
-		index(l)
 	}
 	var denied string
 	for _, l := range lines {
@@ -80,15 +57,102 @@ func TestRenderRefusesAnOpenSquid(t *testing.T) {
 	Config{Name: "p", Port: 3128, Denied: DefaultDeniedDestinations()}.Render()
 }
 
-func TestRenderWithAuthDemandsTheLoginBeforeAllowing(t *testing.T) {
+// gateACLTypes are the ACL types a rule may use before the gate has let the
+// request through: the client's address and its login. Every other type
+// names something about the request, and dst (to_localhost included) makes
+// Squid resolve the name first.
+var gateACLTypes = map[string]bool{"src": true, "proxy_auth": true}
+
+// builtinACLTypes are the ACLs Squid predefines that the rules use.
+var builtinACLTypes = map[string]string{"all": "src", "manager": "url_regex", "localhost": "src", "to_localhost": "dst"}
+
+func TestRenderChecksTheClientBeforeAnythingAboutTheRequest(t *testing.T) {
+	private := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	login := &Auth{Helper: DefaultNCSAHelper, PasswordFile: "/etc/squid/pw"}
+	requestRules := []string{
+		"http_access deny manager",
+		"http_access deny !Safe_ports",
+		"http_access deny CONNECT !SSL_ports",
+		"http_access deny to_localhost",
+		"http_access deny proxyfleet_denied",
+	}
+	rules := func(gate []string, tail ...string) []string {
+		return append(append(append([]string{}, gate...), requestRules...), tail...)
+	}
+	for _, tt := range []struct {
+		name string
+		conf Config
+		// gate is the rule that must come before every rule about the request.
+		gate string
+		want []string
+	}{
+		{
+			name: "a VM Squid asks for the login before it looks at the request",
+			conf: Config{Auth: login},
+			gate: "http_access deny !proxyfleet_auth",
+			want: rules([]string{"http_access deny !proxyfleet_auth"},
+				"http_access allow proxyfleet_clients proxyfleet_auth", "http_access deny all"),
+		},
+		{
+			name: "a Squid with a login and client ranges refuses other sources, then asks for the login",
+			conf: Config{Auth: login, Clients: private},
+			gate: "http_access deny !proxyfleet_auth",
+			want: rules([]string{"http_access deny !proxyfleet_clients", "http_access deny !proxyfleet_auth"},
+				"http_access allow proxyfleet_clients proxyfleet_auth", "http_access deny all"),
+		},
+		{
+			name: "a Pod Squid without a login refuses other sources before it looks at the request",
+			conf: Config{Clients: DefaultClientCIDRs()},
+			gate: "http_access deny !proxyfleet_clients",
+			want: rules([]string{"http_access deny !proxyfleet_clients"},
+				"http_access allow proxyfleet_clients", "http_access deny all"),
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.conf.Name, tt.conf.Port, tt.conf.Denied = "p", 3128, DefaultDeniedDestinations()
+			conf := tt.conf.Render()
+			types := map[string]string{}
+			for k, v := range builtinACLTypes {
+				types[k] = v
+			}
+			var access []string
+			for _, l := range strings.Split(conf, "\n") {
+				f := strings.Fields(l)
+				switch {
+				case len(f) >= 3 && f[0] == "acl":
+					types[f[1]] = f[2]
+				case len(f) >= 2 && f[0] == "http_access":
+					access = append(access, l)
+				}
+			}
+			if strings.Join(access, "\n") != strings.Join(tt.want, "\n") {
+				t.Fatalf("http_access rules:\n%s\nwant:\n%s", strings.Join(access, "\n"), strings.Join(tt.want, "\n"))
+			}
+			// However the rules change, none before the gate may need more
+			// than the client's address and login.
+			for _, l := range access {
+				if l == tt.gate {
+					return
+				}
+				for _, name := range strings.Fields(l)[2:] {
+					name = strings.TrimPrefix(name, "!")
+					typ, ok := types[name]
+					if !ok {
+						t.Fatalf("%q uses the ACL %s, which is neither defined nor a known built-in", l, name)
+					}
+					if !gateACLTypes[typ] {
+						t.Fatalf("%q (a %s ACL) is evaluated before %q: a stranger's request would be judged on what it names", l, typ, tt.gate)
+					}
+				}
+			}
+			t.Fatalf("no %q among the rules", tt.gate)
+		})
+	}
+}
+
+func TestRenderWithAuthAndNoClientRangesAcceptsAnySource(t *testing.T) {
 	conf := Config{Name: "p", Port: 3128, Denied: DefaultDeniedDestinations(),
 		Auth: &Auth{Helper: DefaultNCSAHelper, PasswordFile: "/etc/squid/pw"}}.Render()
-	deny := strings.Index(conf, "http_access deny !proxyfleet_auth\n")
-	allow := strings.Index(conf, "http_access allow proxyfleet_clients proxyfleet_auth\n")
-	dst := strings.Index(conf, "http_access deny proxyfleet_denied\n")
-	if deny < 0 || allow < 0 || !(dst < deny && deny < allow) {
-		t.Fatalf("want destination denials, then the 407, then the authenticated allow:\n%s", conf)
-	}
 	if !strings.Contains(conf, "acl proxyfleet_clients src all\n") {
 		t.Fatalf("no client ranges with auth means any source:\n%s", conf)
 	}
