@@ -90,7 +90,9 @@ func TestGeneratedSquidConfParsesCleanly(t *testing.T) {
 
 // runSquid starts Squid in the foreground on 127.0.0.1 with conf rendered for
 // a free port, as the image's uid 13 when the test runs as root (like the Pod).
-func runSquid(t *testing.T, conf squidconf.Config) (proxyURL *url.URL) {
+// The extra lines are appended: what is the test's and not the Pod's (its
+// resolver).
+func runSquid(t *testing.T, conf squidconf.Config, extra ...string) (proxyURL *url.URL) {
 	t.Helper()
 	requireSquid(t)
 	for attempt := 0; attempt < 5; attempt++ {
@@ -109,7 +111,11 @@ func runSquid(t *testing.T, conf squidconf.Config) (proxyURL *url.URL) {
 			}
 		}
 		path := filepath.Join(dir, "squid.conf")
-		if err := os.WriteFile(path, []byte(conf.Render()), 0o644); err != nil {
+		text := conf.Render()
+		for _, l := range extra {
+			text += l + "\n"
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		var stderr bytes.Buffer
@@ -208,6 +214,61 @@ func TestGeneratedSquidRefusesInwardTargets(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the loopback target was reached %d times through squid", n)
 	}
+}
+
+// TestGeneratedSquidRefusesOtherSourcesBeforeAnyLookup: a Pod's Squid has no
+// login, so its client ranges are its gate. A client outside them is refused
+// on its address alone, before Squid resolves the name it asked for: the
+// test's name server never answers (a lookup would wait Squid's two-minute
+// dns_timeout, past every deadline here) and records what it is asked.
+func TestGeneratedSquidRefusesOtherSourcesBeforeAnyLookup(t *testing.T) {
+	const (
+		nowhere = "nowhere.proxyfleet.invalid"
+		lookup  = "looked-up.proxyfleet.invalid"
+	)
+	dns := testutil.StartDNSSink(t)
+	// Only 127.0.0.2 is a client; requests from 127.0.0.1 are a stranger's.
+	proxy := runSquid(t, squidconf.Config{
+		Name:    "proxy-gatetest",
+		Denied:  DefaultDeniedDestinations(),
+		Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+	}, "dns_nameservers "+dns.IP(), "dns_timeout 120 seconds")
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: time.Minute}
+	}
+
+	resp, err := from("127.0.0.1").Get("http://" + nowhere + "/")
+	if err != nil {
+		t.Fatalf("a stranger's GET: %v (no answer means Squid waited on a lookup: its name server never answers)", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a stranger's GET of %s answered %d, want 403", nowhere, resp.StatusCode)
+	}
+	if code := connectStatus(t, proxy.Host, nowhere+":443"); code != http.StatusForbidden {
+		t.Fatalf("a stranger's CONNECT %s:443 answered %d, want 403", nowhere, code)
+	}
+	if n := dns.Asked(nowhere); n != 0 {
+		t.Fatalf("Squid sent %d queries for %s, asked for only by a source outside its client ranges", n, nowhere)
+	}
+
+	// The control: a client's request for a name makes Squid ask the name
+	// server (and wait), so the silence above is the gate's doing.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+lookup+"/", nil)
+		if resp, err := from("127.0.0.2").Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	testutil.Eventually(t, time.Minute, func() error {
+		if dns.Asked(lookup) == 0 {
+			return fmt.Errorf("Squid has not asked its name server for %s, the name a client wants", lookup)
+		}
+		return nil
+	})
 }
 
 // connectStatus sends CONNECT hostport to the proxy and returns the status code.
