@@ -78,6 +78,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/poolapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBanRule$$' -fuzztime $(FUZZTIME) ./rotation
+	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime $(FUZZTIME) ./internal/redact
 
 e2e: deps build sidecar envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar $(GO) test -count=1 -timeout 20m ./e2e/...
