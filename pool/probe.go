@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/probe"
 )
 
@@ -97,7 +98,7 @@ func NewProber(members func() []Member, sink HealthSink, o ProberOptions) (*Prob
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("probe URL %q: want an absolute http:// or https:// URL", o.URL)
+		return nil, fmt.Errorf("probe URL %q: want an absolute http:// or https:// URL", redact.URL(o.URL))
 	}
 	if o.SuccessThreshold < 0 || o.FailureThreshold < 0 {
 		return nil, errors.New("probe thresholds must not be negative")

@@ -125,6 +125,7 @@ func TestNewProberValidates(t *testing.T) {
 		{"missing URL", ProberOptions{}, "probe URL"},
 		{"relative URL", ProberOptions{URL: "/health"}, "probe URL"},
 		{"unsupported scheme", ProberOptions{URL: "ftp://127.0.0.1/"}, "probe URL"},
+		{"a refused URL's password is masked", ProberOptions{URL: "ftp://u:hunter2@127.0.0.1/"}, `"ftp://u:xxxxx@127.0.0.1/"`},
 		{"negative threshold", ProberOptions{URL: "http://127.0.0.1/", FailureThreshold: -1}, "negative"},
 		{"bad expected status", ProberOptions{URL: "http://127.0.0.1/", ExpectedStatus: []int{42}}, "42"},
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 )
 
 // DirectMemberName is the name of the member that dials targets itself; it
@@ -49,21 +51,14 @@ func ParseUpstream(raw string) (Member, error) {
 	if raw == "" {
 		return Member{}, errors.New("empty upstream URL")
 	}
+	shown := redact.URL(raw)
 	if !strings.Contains(raw, "://") {
-		shown := redactRawURL(raw)
 		return Member{}, fmt.Errorf("upstream %s: missing scheme (want http://, https://, socks5:// or socks5h://, e.g. http://%s)", shown, shown)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		detail := "malformed URL"
-		var ue *url.Error
-		if errors.As(err, &ue) && !strings.Contains(raw, "@") {
-			// Without userinfo the parser's detail cannot leak a secret.
-			detail = ue.Err.Error()
-		}
-		return Member{}, fmt.Errorf("upstream %s: %s", redactRawURL(raw), detail)
+		return Member{}, fmt.Errorf("upstream %s: %s", shown, redact.Reason(raw, err))
 	}
-	shown := redactRawURL(raw)
 	scheme := strings.ToLower(u.Scheme)
 	switch scheme {
 	case "http", "https", "socks5", "socks5h":
@@ -94,29 +89,6 @@ func ParseUpstream(raw string) (Member, error) {
 	host = strings.ToLower(host)
 	clean := &url.URL{Scheme: scheme, User: u.User, Host: net.JoinHostPort(host, port)}
 	return Member{Name: clean.Host, URL: clean}, nil
-}
-
-// redactRawURL shows a possibly malformed URL with any password replaced, for
-// error messages: everything between the first ':' of the userinfo and the
-// last '@' is hidden, and without a scheme all of the userinfo is.
-func redactRawURL(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		if at := strings.LastIndex(raw, "@"); at >= 0 {
-			return "xxxxx@" + raw[at+1:]
-		}
-		return raw
-	}
-	rest := raw[i+3:]
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return raw
-	}
-	userinfo := rest[:at]
-	if c := strings.Index(userinfo, ":"); c >= 0 {
-		userinfo = userinfo[:c] + ":xxxxx"
-	}
-	return raw[:i+3] + userinfo + rest[at:]
 }
 
 // parseUpstreamsFile reads an upstreams file: one member per line,

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -36,7 +37,8 @@ type Member struct {
 // Direct reports whether the member dials targets itself instead of chaining.
 func (m Member) Direct() bool { return m.URL == nil }
 
-// Redacted returns the member's URL without its password, for logs and lists.
+// Redacted returns the member's URL without its secrets (redact.Parsed: the
+// password, or a user name given without one), for logs and lists.
 func (m Member) Redacted() string {
 	if m.URL == nil {
 		if m.SourceAddr.IsValid() {
@@ -44,7 +46,7 @@ func (m Member) Redacted() string {
 		}
 		return "direct://"
 	}
-	return m.URL.Redacted()
+	return redact.Parsed(m.URL)
 }
 
 // SameEndpoint reports whether m and o connect the same way: the same source
