@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proxyfleet/proxyfleet/pool"
 	"log/slog"
 	"maps"
 	"net"
@@ -23,6 +22,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -137,7 +138,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("lease store URL %q: want redis://, rediss://, redis+sentinel:// or redis+cluster://", redactRedisURL(raw))
+		return nil, fmt.Errorf("lease store URL %q: want redis://, rediss://, redis+sentinel:// or redis+cluster://", redact.URL(raw))
 	}
 	tlsOn := strings.HasPrefix(scheme, "rediss")
 	kind := ""
@@ -148,17 +149,21 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	case "redis+cluster", "rediss+cluster":
 		kind = "cluster"
 	default:
-		return nil, fmt.Errorf("lease store URL %q: unknown scheme %q; want redis, rediss, redis+sentinel or redis+cluster", redactRedisURL(raw), scheme)
+		return nil, fmt.Errorf("lease store URL %q: unknown scheme %q; want redis, rediss, redis+sentinel or redis+cluster", redact.URL(raw), scheme)
 	}
 	hostPart, path, _ := strings.Cut(rest, "/")
+	if strings.Contains(path, "@") {
+		// A password holding '/': the address errors below would quote it.
+		return nil, fmt.Errorf("lease store URL %q: '@' after the first '/'; percent-encode a '/' in the password as %%2F", redact.URL(raw))
+	}
 	if strings.ContainsAny(path, "?#") {
-		return nil, fmt.Errorf("lease store URL %q: no query or fragment allowed", redactRedisURL(raw))
+		return nil, fmt.Errorf("lease store URL %q: no query or fragment allowed", redact.URL(raw))
 	}
 	o := &redis.UniversalOptions{}
 	if at := strings.LastIndex(hostPart, "@"); at >= 0 {
 		u, err := url.Parse("redis://" + hostPart[:at] + "@x")
 		if err != nil || u.User == nil {
-			return nil, fmt.Errorf("lease store URL %q: malformed user:password", redactRedisURL(raw))
+			return nil, fmt.Errorf("lease store URL %q: malformed user:password", redact.URL(raw))
 		}
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()
@@ -167,10 +172,10 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	for h := range strings.SplitSeq(hostPart, ",") {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || host == "" {
-			return nil, fmt.Errorf("lease store URL %q: address %q: want host:port", redactRedisURL(raw), h)
+			return nil, fmt.Errorf("lease store URL %q: address %q: want host:port", redact.URL(raw), h)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, fmt.Errorf("lease store URL %q: port %q out of range", redactRedisURL(raw), port)
+			return nil, fmt.Errorf("lease store URL %q: port %q out of range", redact.URL(raw), port)
 		}
 		o.Addrs = append(o.Addrs, h)
 	}
@@ -181,7 +186,7 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	db := func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			return fmt.Errorf("lease store URL %q: database %q is not a number >= 0", redactRedisURL(raw), s)
+			return fmt.Errorf("lease store URL %q: database %q is not a number >= 0", redact.URL(raw), s)
 		}
 		o.DB = n
 		return nil
@@ -189,10 +194,10 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	switch kind {
 	case "":
 		if len(o.Addrs) != 1 {
-			return nil, fmt.Errorf("lease store URL %q: %s:// takes one host:port; use redis+sentinel:// or redis+cluster:// for several", redactRedisURL(raw), scheme)
+			return nil, fmt.Errorf("lease store URL %q: %s:// takes one host:port; use redis+sentinel:// or redis+cluster:// for several", redact.URL(raw), scheme)
 		}
 		if len(segs) > 1 {
-			return nil, fmt.Errorf("lease store URL %q: path must be /<db>", redactRedisURL(raw))
+			return nil, fmt.Errorf("lease store URL %q: path must be /<db>", redact.URL(raw))
 		}
 		if len(segs) == 1 && segs[0] != "" {
 			if err := db(segs[0]); err != nil {
@@ -201,7 +206,7 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 		}
 	case "sentinel":
 		if len(segs) == 0 || segs[0] == "" || len(segs) > 2 {
-			return nil, fmt.Errorf("lease store URL %q: want /<master-name>[/<db>] after the Sentinel addresses", redactRedisURL(raw))
+			return nil, fmt.Errorf("lease store URL %q: want /<master-name>[/<db>] after the Sentinel addresses", redact.URL(raw))
 		}
 		o.MasterName = segs[0]
 		if len(segs) == 2 {
@@ -211,7 +216,7 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 		}
 	case "cluster":
 		if len(segs) > 1 || (len(segs) == 1 && segs[0] != "" && segs[0] != "0") {
-			return nil, fmt.Errorf("lease store URL %q: Redis Cluster has only database 0", redactRedisURL(raw))
+			return nil, fmt.Errorf("lease store URL %q: Redis Cluster has only database 0", redact.URL(raw))
 		}
 		o.IsClusterMode = true
 	}
@@ -220,33 +225,6 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 		o.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 	}
 	return o, nil
-}
-
-// redactRedisURL masks the password of a lease store URL, which may list
-// several hosts (url.Parse cannot read those).
-func redactRedisURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		if strings.Contains(raw, "@") {
-			return "xxxxx"
-		}
-		return raw
-	}
-	hostPart, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndex(hostPart, "@")
-	if at < 0 {
-		return raw
-	}
-	user, _, hasPass := strings.Cut(hostPart[:at], ":")
-	red := scheme + "://" + user
-	if hasPass {
-		red += ":xxxxx"
-	}
-	red += "@" + hostPart[at+1:]
-	if hasPath {
-		red += "/" + path
-	}
-	return red
 }
 
 // Close closes the connections to Redis.

@@ -122,7 +122,7 @@ func TestParseRedisURL(t *testing.T) {
 	for _, raw := range []string{
 		"http://:hunter2@h:1", "redis://:hunter2@h", "redis://:hunter2@h:1,h:2", "redis://:hunter2@h:1/x",
 		"redis+sentinel://:hunter2@s:1", "redis+cluster://:hunter2@n:1/3", "redis://:hunter2@h:99999", "hunter2@h:1",
-		"redis://:hunter2@h:1/0?x=y",
+		"redis://:hunter2@h:1/0?x=y", "redis://:ab/hunter2==@h:1/0", "redis+sentinel://:hunter2/@s:1,s:2/m",
 	} {
 		_, err := ParseRedisURL(raw)
 		if err == nil {
