@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proxyfleet/proxyfleet/pool"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -684,10 +685,10 @@ func parseMemberURL(raw string) (*url.URL, netip.Addr, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, netip.Addr{}, fmt.Errorf("member URL: %w", err)
+		return nil, netip.Addr{}, fmt.Errorf("member URL %q: %s", redact.URL(raw), redact.Reason(raw, err))
 	}
 	if u.Scheme == "" || u.Host == "" {
-		return nil, netip.Addr{}, fmt.Errorf("member URL %q has no scheme or host", u.Redacted())
+		return nil, netip.Addr{}, fmt.Errorf("member URL %q has no scheme or host", redact.Parsed(u))
 	}
 	return u, netip.Addr{}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -163,19 +164,19 @@ func NewClientWith(baseURL string, o ClientOptions) (*Client, error) {
 func parseAPIBase(baseURL string) (string, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return "", fmt.Errorf("lease API URL %q: %w", baseURL, err)
+		return "", fmt.Errorf("lease API URL %q: %s", redact.URL(baseURL), redact.Reason(baseURL, err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("lease API URL %q: scheme must be http or https", u.Redacted())
+		return "", fmt.Errorf("lease API URL %q: scheme must be http or https", redact.Parsed(u))
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("lease API URL %q: no host", u.Redacted())
+		return "", fmt.Errorf("lease API URL %q: no host", redact.Parsed(u))
 	}
 	if u.User != nil {
-		return "", fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", u.Redacted())
+		return "", fmt.Errorf("lease API URL %q: credentials go in the token, not the URL", redact.Parsed(u))
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("lease API URL %q: no query or fragment allowed", u.Redacted())
+		return "", fmt.Errorf("lease API URL %q: no query or fragment allowed", redact.Parsed(u))
 	}
 	return strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"), nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,6 +232,11 @@ func TestNewClientValidatesTheURL(t *testing.T) {
 	}
 	if _, err := poolapi.NewClient("http://127.0.0.1:1", "a\nb", nil); err == nil {
 		t.Error("a token with a line break was accepted")
+	}
+	for _, raw := range []string{"http://u:hunter2@127.0.0.1:8090", "http://u:hunter2@127.0.0.1:port", "http://127.0.0.1:8090/?token=hunter2"} {
+		if _, err := poolapi.NewClient(raw, "", nil); err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("NewClient(%q) err = %v, want an error without the secret", raw, err)
+		}
 	}
 }
 
