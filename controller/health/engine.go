@@ -35,6 +35,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 )
 
 // Defaults of Options: a probe every 10s with a 5s timeout, one success to
@@ -187,24 +188,15 @@ func New(o Options) (*Engine, error) {
 func ParseProbeURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, errors.New("not a URL: " + redactString(s))
+		return nil, errors.New("not a URL: " + redact.URL(s))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%s: want an http:// or https:// URL", u.Redacted())
+		return nil, fmt.Errorf("%s: want an http:// or https:// URL", redact.Parsed(u))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("%s: the URL has no host", u.Redacted())
+		return nil, fmt.Errorf("%s: the URL has no host", redact.Parsed(u))
 	}
 	return u, nil
-}
-
-// redactString hides everything after the scheme of a string that did not
-// parse, since it may carry credentials.
-func redactString(s string) string {
-	if i := len("https://"); len(s) > i {
-		return s[:i] + "…"
-	}
-	return "…"
 }
 
 // NeedLeaderElection is true: only the leader probes, so one replica decides
@@ -246,7 +238,7 @@ type job struct {
 func (e *Engine) Start(ctx context.Context) error {
 	log := e.o.Logger
 	log.Info("health engine starting", "tick", e.o.Tick, "workers", e.o.Workers,
-		"defaultProbeURL", redactedURL(e.target), "minReportInterval", e.o.MinReportInterval)
+		"defaultProbeURL", redact.Parsed(e.target), "minReportInterval", e.o.MinReportInterval)
 	jobs := make(chan job, e.o.Workers)
 	var wg sync.WaitGroup
 	for range e.o.Workers {
@@ -433,7 +425,7 @@ func (e *Engine) emit(key types.NamespacedName) bool {
 // redacted: a probe URL may carry credentials.
 func describe(j job, r result) string {
 	if r.ok {
-		return fmt.Sprintf("GET %s through %s answered %d", j.target.Redacted(), j.addr, j.expect)
+		return fmt.Sprintf("GET %s through %s answered %d", redact.Parsed(j.target), j.addr, j.expect)
 	}
 	return r.err.Error()
 }
@@ -443,12 +435,4 @@ func describe(j job, r result) string {
 func hasHealthyCondition(p *v1alpha1.Proxy) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy)
 	return c != nil && c.Status != metav1.ConditionUnknown
-}
-
-// redactedURL is u.Redacted(), or "" for nil.
-func redactedURL(u *url.URL) string {
-	if u == nil {
-		return ""
-	}
-	return u.Redacted()
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/probe"
 )
 
@@ -32,19 +33,19 @@ func probeThrough(ctx context.Context, proxyURL *url.URL, target *url.URL, expec
 	})
 	if err != nil {
 		if res.TimedOut {
-			return fmt.Errorf("GET %s through %s: no answer within %s", target.Redacted(), addr, timeout)
+			return fmt.Errorf("GET %s through %s: no answer within %s", redact.Parsed(target), addr, timeout)
 		}
-		return fmt.Errorf("GET %s through %s: %w", target.Redacted(), addr, err)
+		return fmt.Errorf("GET %s through %s: %w", redact.Parsed(target), addr, err)
 	}
 	status := res.Answer.StatusCode
 	if status == http.StatusProxyAuthRequired && expect != http.StatusProxyAuthRequired {
 		if proxyURL.User == nil {
-			return fmt.Errorf("GET %s through %s answered 407: the proxy demands a login and the Proxy has none", target.Redacted(), addr)
+			return fmt.Errorf("GET %s through %s answered 407: the proxy demands a login and the Proxy has none", redact.Parsed(target), addr)
 		}
-		return fmt.Errorf("GET %s through %s answered 407: the proxy refused the Proxy's login (user %q)", target.Redacted(), addr, proxyURL.User.Username())
+		return fmt.Errorf("GET %s through %s answered 407: the proxy refused the Proxy's login (user %q)", redact.Parsed(target), addr, proxyURL.User.Username())
 	}
 	if status != expect {
-		return fmt.Errorf("GET %s through %s answered %d, want %d", target.Redacted(), addr, status, expect)
+		return fmt.Errorf("GET %s through %s answered %d, want %d", redact.Parsed(target), addr, status, expect)
 	}
 	return nil
 }

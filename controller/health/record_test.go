@@ -389,6 +389,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{name: "a default probe URL must be http or https", o: Options{Reader: r, DefaultProbeURL: "ftp://example.org/"}, wantErr: "want an http:// or https:// URL"},
 		{name: "a default probe URL needs a host", o: Options{Reader: r, DefaultProbeURL: "http:///path"}, wantErr: "no host"},
 		{name: "credentials in a bad URL are not echoed", o: Options{Reader: r, DefaultProbeURL: "ftp://user:secret@example.org/"}, wantErr: "ftp://user:xxxxx@example.org/"},
+		{name: "credentials in an unparsable URL are not echoed", o: Options{Reader: r, DefaultProbeURL: "http://user:secret@example.org:port/"}, wantErr: "not a URL: http://user:xxxxx@example.org:port/"},
 		{name: "zero values take the defaults", o: Options{Reader: r, DefaultProbeURL: "https://example.org/"}},
 	}
 	for _, tc := range tests {
