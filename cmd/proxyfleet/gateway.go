@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -285,7 +286,7 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	if u := c.String(flagProbeURL); u != "" {
 		pu, err := url.Parse(u)
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return nil, fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redactURL(u))
+			return nil, fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redact.URL(u))
 		}
 		cfg.probe = &probeConfig{
 			url:              u,
@@ -386,15 +387,4 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 			flagAPIListen, cfg.apiListen, flagAPITokenFile, flagInsecureAllowOpen)
 	}
 	return nil
-}
-
-// redactURL renders a flag value that may hold credentials for an error
-// message: the URL with its password masked, or a placeholder when it does
-// not even parse (the raw text could be anything, including a secret).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" || (u.User == nil && strings.Contains(raw, "@")) {
-		return "<unparsable URL>"
-	}
-	return u.Redacted()
 }

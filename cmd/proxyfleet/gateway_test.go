@@ -272,6 +272,7 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "success threshold zero", args: []string{"--probe-success-threshold", "0"}, want: []string{"--probe-success-threshold 0: must be 1 or more"}},
 		{name: "failure threshold zero", args: []string{"--probe-failure-threshold", "0"}, want: []string{"--probe-failure-threshold 0: must be 1 or more"}},
 		{name: "probe url not http", args: []string{"--probe-url", "ftp://x/"}, want: []string{"--probe-url"}},
+		{name: "unparsable probe url never echoes its password", args: []string{"--probe-url", "http://bob:hunter2@10.0.0.1:port/"}, want: []string{"--probe-url", "bob:xxxxx@"}, deny: []string{"hunter2"}},
 		{name: "bad upstream scheme never echoes its password", args: []string{"--upstream", "gopher://bob:hunter2@10.0.0.1:70"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
 		{name: "unparsable upstream never echoes its password", args: []string{"--upstream", "http://bob:hunter2@10.0.0.1:port"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
 		{name: "upstream without scheme never echoes its password", args: []string{"--upstream", "bob:hunter2@10.0.0.1:3128"}, want: []string{"--upstream"}, deny: []string{"hunter2"}},
