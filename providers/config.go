@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/internal/strictyaml"
 )
 
@@ -511,7 +512,7 @@ func (k *KVMConfig) validate() []string {
 		if u, err := url.Parse(img.URL); img.URL == "" {
 			out = append(out, f+".url is required")
 		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			out = append(out, fmt.Sprintf("%s.url %q is not an http(s) URL", f, img.URL))
+			out = append(out, fmt.Sprintf("%s.url %q is not an http(s) URL", f, redact.URL(img.URL)))
 		}
 		if img.SHA256 != "" && !hex64.MatchString(img.SHA256) {
 			out = append(out, fmt.Sprintf("%s.sha256 is not 64 lower-case hex digits", f))

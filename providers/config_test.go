@@ -157,6 +157,8 @@ func TestParseConfigRejects(t *testing.T) {
 				"providers[0] (k): kvm.machineTypes[tiny].vcpus must be at least 1",
 				"providers[0] (k): kvm.machineTypes[tiny].memoryMiB must be at least 128",
 				"providers[0] (k): kvm.machineTypes[tiny].diskGiB must be at least 1"}},
+		{"kvm image URL shown without its password", "providers: [{name: k, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k}, hosts: [{name: h, address: 'h:22'}], images: {deb: {url: 'ftp://u:hunter2@x/y'}}}}]",
+			[]string{`providers[0] (k): kvm.images[deb].url "ftp://u:xxxxx@x/y" is not an http(s) URL`}},
 		{"kvm host names, defaults, domain type and image format problems", `providers: [{name: k, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k, socket: run/sock},
   hosts: [{name: h/x, address: 'h:22', network: lan, bridge: br0}, {name: g, address: 'g:22', pool: 'a pool'}],
   images: {deb: {url: 'https://x/y', format: vmdk}}, domainType: xen, defaults: {zone: nope, image: other, machineType: huge}}}]`,

@@ -5,15 +5,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -241,10 +244,16 @@ func (p *Provider) fetchImage(ctx context.Context, pl placement, pool libvirt.St
 	defer cancel()
 	req, err := http.NewRequestWithContext(dctx, http.MethodGet, pl.image.URL, nil)
 	if err != nil {
-		return "", fmt.Errorf("%w: image %s: %v", providers.ErrPermanent, pl.imageKey, err)
+		return "", fmt.Errorf("%w: image %s: %s", providers.ErrPermanent, pl.imageKey, redact.Reason(pl.image.URL, err))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		// The client's error quotes the URL: a presigned one carries its
+		// signature in the query (net/http masks only a password).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL)
+		}
 		return "", fmt.Errorf("%w: downloading image %s: %v", providers.ErrTransient, pl.imageKey, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
