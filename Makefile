@@ -74,6 +74,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConnectAnswer$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzClientRequest$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUpstreamsFile$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/poolapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers

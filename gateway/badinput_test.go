@@ -31,6 +31,10 @@ func TestBadRequestsGetA4xxAndChangeNothing(t *testing.T) {
 			raw: "CONNECT " + tg.Host() + " HTTP/1.1\r\nHost: " + tg.Host() + "\r\n\r\n", status: http.StatusBadRequest},
 		{name: "CONNECT to port 0 is 400",
 			raw: "CONNECT " + tg.Host() + ":0 HTTP/1.1\r\nHost: " + tg.Host() + ":0\r\n\r\n", status: http.StatusBadRequest},
+		{name: "a target host that is neither an address nor a name is 400",
+			raw: "GET http://a%2Fb.example/x HTTP/1.1\r\nHost: a%2Fb.example\r\n\r\n", status: http.StatusBadRequest},
+		{name: "a CONNECT host with a byte no name has is 400",
+			raw: "CONNECT a*b.example:443 HTTP/1.1\r\nHost: a*b.example:443\r\n\r\n", status: http.StatusBadRequest},
 		{name: "unsupported scheme is 400",
 			raw: "GET ftp://" + tg.Addr() + "/x HTTP/1.1\r\nHost: " + tg.Addr() + "\r\n\r\n", status: http.StatusBadRequest},
 	}

@@ -32,8 +32,15 @@
 //     header before forwarding, and drops a site's own X-Proxyfleet-*
 //     answer headers. Upgrade is hop-by-hop, so ws:// is not proxied
 //     (wss:// works through CONNECT).
+//   - What the client's own bytes or behaviour caused (a header name that
+//     is not a token, a body's framing, a body cut short, a stall mid-body,
+//     a client that left) is the client's: clientBody types the errors
+//     where the body is read, judge answers them first (400, 408 or
+//     nothing), and no member rests or is reported. A body of up to 64 KiB
+//     is read whole before a member is leased; a chunked request ends its
+//     connection after the answer.
 //   - Answers the gateway produces itself carry X-Proxyfleet-Reason:
-//     auth, bad_params, bad_request, private_target, loop, dns,
+//     auth, bad_params, bad_request, client_timeout, private_target, loop, dns,
 //     target_unreachable, site_certificate, no_member, pool_unreachable,
 //     pool_error, upstream_failed, timeout, shutting_down, internal.
 //   - Relayed answers, the CONNECT 200 and the gateway's own answers after

@@ -383,7 +383,9 @@ func (fc *frontConn) badRequest(err error) {
 		// A client that went quiet mid-head gets nothing, as from net/http.
 		fc.f.rejected(OutcomeClientTimeout, fc.start)
 		return
-	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne):
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*net.OpError)):
+		// Not any net.Error: a *url.Error is one too, and a malformed
+		// request URI is a 400.
 		fc.f.rejected(OutcomeClientGone, fc.start)
 		return
 	}

@@ -76,7 +76,7 @@ func (r *testRecorder) bytesOf(dir string) int64 {
 
 // env is a gateway serving on 127.0.0.1 in front of a real pool.Store.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	store  *pool.Store
 	gw     *Gateway
 	addr   string
@@ -84,7 +84,7 @@ type env struct {
 	served chan error
 }
 
-func newEnv(t *testing.T, o Options, so pool.StoreOptions, members ...pool.Member) *env {
+func newEnv(t testing.TB, o Options, so pool.StoreOptions, members ...pool.Member) *env {
 	t.Helper()
 	store := pool.NewStore(so)
 	store.SetMembers(members)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -68,6 +69,11 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	n, perr := strconv.ParseUint(p, 10, 16)
 	if h == "" || perr != nil || n == 0 {
 		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + quote(hostport) + " is not host:port"}
+	}
+	if _, err := netip.ParseAddr(h); err != nil && !validHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
+		// Refused here, the client's: sent on, a member would refuse it
+		// and the refusal would read as the site's or the member's.
+		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + quote(h) + " is neither an IP address nor a host name"}
 	}
 	return h, uint16(n), nil
 }

@@ -17,7 +17,7 @@ const (
 )
 
 // maxOutcomes bounds the distinct outcomes a Timeline counts; later ones
-// are counted as OutcomeOther. The gateway has nine, the lease API six.
+// are counted as OutcomeOther. The gateway has twelve, the lease API six.
 const maxOutcomes = 16
 
 // OutcomeOther collects outcomes past the first maxOutcomes.
