@@ -38,9 +38,8 @@ var errClientGone error = &clientFault{outcome: OutcomeClientGone, err: errors.N
 // and anything else (net/http's chunk parser: a size that is not hex or
 // overflows, a bare LF, a malformed chunk end) a malformed body (400).
 func clientReadFault(err error, read int64) *clientFault {
-	var ne net.Error
 	switch {
-	case errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		return &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
 			err: errors.New("the client stopped sending its request body after " + strconv.FormatInt(read, 10) + " bytes")}
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -113,6 +113,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 // tunnel is up (rq then holds its lease) or the error that ends the request.
 func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
 	at := attempts{hostport: hostport}
+	answerTimeout := g.answerTimeoutFor(rq.lr.target)
 	for {
 		h, err := g.lease(ctx, ctx, rq)
 		if err != nil {
@@ -127,7 +128,7 @@ func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host st
 			return nil, nil, at.giveUp("")
 		}
 		rq.use(h)
-		up, early, err := g.dialConnect(ctx, h.mc, hostport, host, port, addrs)
+		up, early, err := g.dialConnect(ctx, h.mc, hostport, host, port, addrs, answerTimeout)
 		if err == nil {
 			g.reached(ctx, rq.member, rq.lr.target, at.fails)
 			return up, early, nil
@@ -142,6 +143,9 @@ func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host st
 		}
 		ae := failureOf(err)
 		g.log.Debug("CONNECT through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+		if ae.f.Class == classAnswerTimeout {
+			g.checkAlive(ctx, h, rq.lr.target)
+		}
 		g.drop(ctx, &rq.lr, h, v.report, 0)
 		rq.h = held{}
 		if at.failed(h, ae, g.retries) {
@@ -173,23 +177,23 @@ func appendHeader(b []byte, name, value string) []byte {
 // Every failure leaves here classified (an *attemptError): reaching the
 // member, its handshakes and a garbled answer are the member's fault; what
 // the member answered about the site, and a member that took our CONNECT
-// but did not answer within DialTimeout (it is still waiting on the site),
-// are the site's.
-func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr) (c net.Conn, early []byte, err error) {
-	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+// but did not answer within answerTimeout (it is waiting on the site, or
+// it is dead: checkAlive tells), are the site's.
+func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (c net.Conn, early []byte, err error) {
+	dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	if mc.m.URL == nil {
-		c, err = g.dialDirect(ctx, mc, host, port, addrs)
+		c, err = g.dialDirect(dctx, mc, host, port, addrs)
 		return c, nil, classifyDirect(err)
 	}
 	var d net.Dialer
-	c, err = d.DialContext(ctx, "tcp", mc.upstreamAddr)
+	c, err = d.DialContext(dctx, "tcp", mc.upstreamAddr)
 	if err != nil {
 		return nil, nil, memberFault("dial", err)
 	}
-	// ctx (DialTimeout, or the client leaving) bounds the TLS handshake and
-	// the CONNECT exchange: when it ends, a deadline in the past aborts the
-	// I/O. No deadline is set otherwise, so none needs clearing after.
+	// The client leaving aborts any step: a deadline in the past ends the
+	// I/O. DialTimeout bounds the TLS handshake, answerTimeout the member's
+	// answer (a SOCKS5 reply comes once the member reached the site too).
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if !stop() || err != nil {
@@ -200,18 +204,27 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 			if err == nil {
 				err = memberFault("timeout", ctx.Err())
 			}
+			return
 		}
+		// The tunnel is up: its bytes flow without a deadline.
+		_ = c.SetDeadline(time.Time{})
 	}()
-	if mc.socks5 {
-		err = socks5Connect(c, mc.m.URL.User, host, port)
-		return c, nil, err
-	}
 	if mc.tlsConfig != nil {
 		tc := tls.Client(c, mc.tlsConfig)
-		if err = tc.HandshakeContext(ctx); err != nil {
+		if err = tc.HandshakeContext(dctx); err != nil {
 			return c, nil, memberFault("tls", errors.New("TLS to upstream: "+err.Error()))
 		}
 		c = tc
+	}
+	_ = c.SetDeadline(time.Now().Add(answerTimeout))
+	if ctx.Err() != nil {
+		_ = c.SetDeadline(keepalive.ALongTimeAgo) // an abort the line above undid
+	}
+	if mc.socks5 {
+		if err = socks5Connect(c, mc.m.URL.User, host, port); err != nil && isTimeout(err) && ctx.Err() == nil {
+			err = answerTimedOut(answerTimeout, "SOCKS5 CONNECT")
+		}
+		return c, nil, err
 	}
 	req := make([]byte, 0, 64+2*len(hostport)+len(mc.proxyAuth))
 	req = append(req, "CONNECT "...)
@@ -232,10 +245,10 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	defer g.readers.put(br)
 	status, line, ue, err := readConnectAnswer(br)
 	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
+		if errors.Is(err, errNoAnswerYet) && ctx.Err() == nil {
 			// The member took the CONNECT and is still working on it:
 			// Squid answers only once it reached the site (or gave up).
-			return c, nil, siteFault(rotation.Site("timeout"), errors.New("no answer to CONNECT within "+g.dialTimeout.String()))
+			return c, nil, answerTimedOut(answerTimeout, "CONNECT")
 		}
 		return c, nil, memberFault("protocol", err)
 	}
@@ -248,6 +261,16 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		early = append([]byte(nil), b...)
 	}
 	return c, early, nil
+}
+
+// errNoAnswerYet: the read deadline passed before the first byte of an
+// answer to CONNECT.
+var errNoAnswerYet = errors.New("no answer to CONNECT yet")
+
+// isTimeout reports a deadline that passed.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // readConnectAnswer reads an HTTP/1.x answer head and returns its status.
@@ -272,6 +295,9 @@ func readConnectAnswer(br *bufio.Reader) (int, string, rotation.UpstreamError, e
 			continue
 		}
 		if err != nil {
+			if first && total == 0 && isTimeout(err) {
+				return 0, "", ue, errNoAnswerYet
+			}
 			if first {
 				return 0, "", ue, errors.New("no answer to CONNECT: " + err.Error())
 			}

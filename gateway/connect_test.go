@@ -385,11 +385,6 @@ func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
 	}
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 func TestReadConnectAnswer(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -32,6 +32,12 @@
 //     header before forwarding, and drops a site's own X-Proxyfleet-*
 //     answer headers. Upgrade is hop-by-hop, so ws:// is not proxied
 //     (wss:// works through CONNECT).
+//   - A member gets MemberAnswerTimeout (per site SiteAnswerTimeouts) to
+//     answer each attempt. A silence rests the {member, site} pair and the
+//     request goes on to another member (plain HTTP: idempotent requests
+//     only; else 504 member_timeout); in the background the member is
+//     asked for an answer that needs no site (checkAlive), and one that
+//     gives none is out for every site at once.
 //   - What the client's own bytes or behaviour caused (a header name that
 //     is not a token, a body's framing, a body cut short, a stall mid-body,
 //     a client that left) is the client's: clientBody types the errors
@@ -42,7 +48,8 @@
 //   - Answers the gateway produces itself carry X-Proxyfleet-Reason:
 //     auth, bad_params, bad_request, client_timeout, private_target, loop, dns,
 //     target_unreachable, site_certificate, no_member, pool_unreachable,
-//     pool_error, upstream_failed, timeout, shutting_down, internal.
+//     pool_error, upstream_failed, timeout, member_timeout, shutting_down,
+//     internal.
 //   - Relayed answers, the CONNECT 200 and the gateway's own answers after
 //     it tried a member carry X-Proxyfleet-Attempts: the members tried.
 //   - Answers are classified by Options.Classifier: its ban rules first

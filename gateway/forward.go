@@ -164,6 +164,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 // request, with rq holding the lease still in use.
 func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
 	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
+	answerTimeout := g.answerTimeoutFor(rq.lr.target)
 	at := attempts{hostport: out.URL.Host}
 	var next held // a lease taken for a retry after a ban
 	for attempt := 0; ; attempt++ {
@@ -179,7 +180,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 			}
 		}
 		rq.use(h)
-		resp, err := h.mc.roundTrip(out)
+		resp, err := g.send(h.mc, out, answerTimeout)
 		if cf := rq.body.fault(); cf != nil {
 			// The client botched its body: whatever the member made of the
 			// cut request, it is the client's (a Transport may also have
@@ -226,10 +227,16 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 			}
 			ae := failureOf(err)
 			g.log.Debug("request through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+			if ae.f.Class == classAnswerTimeout {
+				g.checkAlive(ctx, h, rq.lr.target)
+			}
 			g.drop(ctx, &rq.lr, h, v.report, 0)
 			rq.h = held{}
-			if at.failed(h, ae, g.retries) || !retryable || attempt >= g.retries {
+			switch {
+			case at.failed(h, ae, g.retries) || attempt >= g.retries:
 				return nil, held{}, "", at.giveUp("")
+			case !retryable:
+				return nil, held{}, "", at.giveUp("; not tried on another member: a " + r.Method + " request or one with a body may not be sent twice")
 			}
 			continue
 		}

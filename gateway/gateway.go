@@ -23,11 +23,16 @@ import (
 // Defaults of Options' zero values (Retries has no zero-value default: 0
 // means no retries, and DefaultRetries is what the CLI flag starts at).
 const (
-	DefaultLeaseTTL        = 60 * time.Second // sticky lease lifetime
-	DefaultRetries         = 2                // the --retries flag's default
-	DefaultDialTimeout     = 10 * time.Second // per dial, CONNECT answer included
-	DefaultRequestTimeout  = 60 * time.Second // plain HTTP, up to the answer's head
-	DefaultAffinityEntries = 100_000          // (session, target) pins kept
+	DefaultLeaseTTL       = 60 * time.Second // sticky lease lifetime
+	DefaultRetries        = 2                // the --retries flag's default
+	DefaultDialTimeout    = 10 * time.Second // per dial, CONNECT answer included
+	DefaultRequestTimeout = 60 * time.Second // plain HTTP, up to the answer's head
+	// DefaultMemberAnswerTimeout is how long a member may take to answer
+	// one attempt. Sites that crawls meet answer within seconds; one that
+	// needs longer gets its own (SiteAnswerTimeouts), so a silent member
+	// costs a request 15s and a retry, not the whole request deadline.
+	DefaultMemberAnswerTimeout = 15 * time.Second
+	DefaultAffinityEntries     = 100_000 // (session, target) pins kept
 )
 
 // Directions passed to Recorder.BytesRelayed.
@@ -102,6 +107,15 @@ type Options struct {
 	// response head, retries included (default 60s). Streaming the body is
 	// not bounded by it; CONNECT tunnels are never cut by it.
 	RequestTimeout time.Duration
+	// MemberAnswerTimeout bounds one attempt through a member from the
+	// request written (for CONNECT: sent) to the first of its answer, the
+	// head of a plain request's answer or the answer to CONNECT (default
+	// DefaultMemberAnswerTimeout). When it passes, an idempotent request or
+	// a CONNECT tries another member within RequestTimeout; the member is
+	// checked at once for whether it answers anything at all (aliveness).
+	MemberAnswerTimeout time.Duration
+	// SiteAnswerTimeouts replace MemberAnswerTimeout for the sites they name.
+	SiteAnswerTimeouts SiteDurations
 	// Metrics receives counters; nil records nothing.
 	Metrics Recorder
 	// Logger gets failures (Warn) and per-request detail (Debug); nil discards.
@@ -140,6 +154,8 @@ type Gateway struct {
 	resolver       Resolver
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
+	answerTimeout  time.Duration
+	siteTimeouts   SiteDurations
 	rec            Recorder
 	tracer         RequestTracer // nil: no request spans
 	log            *slog.Logger
@@ -152,6 +168,7 @@ type Gateway struct {
 	front    *frontend
 	flights  flightGroup
 	struck   struckSet
+	alive    aliveSet
 	tunnels  tunnelSet
 	bufs     bufPool
 	readers  readerPool
@@ -184,6 +201,7 @@ func New(o Options) (*Gateway, error) {
 		{"LeaseTTL", &o.LeaseTTL, DefaultLeaseTTL},
 		{"DialTimeout", &o.DialTimeout, DefaultDialTimeout},
 		{"RequestTimeout", &o.RequestTimeout, DefaultRequestTimeout},
+		{"MemberAnswerTimeout", &o.MemberAnswerTimeout, DefaultMemberAnswerTimeout},
 	} {
 		if *d.v < 0 {
 			return nil, errors.New("gateway: Options." + d.name + " is negative")
@@ -243,6 +261,8 @@ func New(o Options) (*Gateway, error) {
 		resolver:       o.Resolver,
 		dialTimeout:    o.DialTimeout,
 		requestTimeout: o.RequestTimeout,
+		answerTimeout:  o.MemberAnswerTimeout,
+		siteTimeouts:   o.SiteAnswerTimeouts,
 		rec:            o.Metrics,
 		tracer:         o.Tracer,
 		log:            o.Logger,

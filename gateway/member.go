@@ -60,15 +60,6 @@ func (mc *memberConn) close() {
 	}
 }
 
-// roundTrip forwards req through the member: on the lean path when it
-// qualifies, else through the Transport.
-func (mc *memberConn) roundTrip(req *http.Request) (*http.Response, error) {
-	if leanEligible(mc, req) {
-		return mc.lean.roundTrip(req.Context(), req, mc.proxyAuth)
-	}
-	return mc.transport.RoundTrip(req)
-}
-
 // memberFor returns the state of m, creating it on first use and replacing
 // it when the member's endpoint changed (a reload under the same name).
 func (g *Gateway) memberFor(m pool.Member) (*memberConn, error) {

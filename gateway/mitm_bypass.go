@@ -21,22 +21,44 @@ type HostPatterns struct {
 func ParseHostPatterns(patterns []string) (HostPatterns, error) {
 	hp := HostPatterns{exact: map[string]bool{}}
 	for _, raw := range patterns {
-		p := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(raw), "."))
-		if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil {
-			hp.exact[a.Unmap().String()] = true
-			continue
-		}
-		name, wild := strings.CutPrefix(p, "*.")
-		if !validHostName(name) {
-			return HostPatterns{}, errors.New("host pattern " + quote(raw) + ": want a host name, *.domain or an IP address")
+		key, wild, err := parseHostPattern(raw)
+		if err != nil {
+			return HostPatterns{}, err
 		}
 		if wild {
-			hp.suffixes = append(hp.suffixes, "."+name)
+			hp.suffixes = append(hp.suffixes, key)
 		} else {
-			hp.exact[name] = true
+			hp.exact[key] = true
 		}
 	}
 	return hp, nil
+}
+
+// parseHostPattern reads one host pattern: key is the host (or IP) it
+// names, or for *.domain the suffix ".domain" every name below it ends in.
+func parseHostPattern(raw string) (key string, wild bool, err error) {
+	p := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(raw), "."))
+	if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil {
+		return a.Unmap().String(), false, nil
+	}
+	name, wild := strings.CutPrefix(p, "*.")
+	if !validHostName(name) {
+		return "", false, errors.New("host pattern " + quote(raw) + ": want a host name, *.domain or an IP address")
+	}
+	if wild {
+		return "." + name, true, nil
+	}
+	return name, false, nil
+}
+
+// matchKey is host as patterns name it: lower case, no final dot, an IP
+// address in its canonical form.
+func matchKey(host string) string {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().String()
+	}
+	return h
 }
 
 // validHostName accepts dot-separated labels of letters, digits, '-' and '_'.
@@ -61,10 +83,7 @@ func validHostName(s string) bool {
 // Match reports whether host (as in a CONNECT authority, without port) is
 // one of the patterns.
 func (hp HostPatterns) Match(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if a, err := netip.ParseAddr(h); err == nil {
-		return hp.exact[a.Unmap().String()]
-	}
+	h := matchKey(host)
 	if hp.exact[h] {
 		return true
 	}

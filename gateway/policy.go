@@ -41,6 +41,7 @@ const (
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
+	ReasonMemberTimeout     = "member_timeout"     // 504: the members tried gave no answer within the answer timeout
 	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
 	ReasonInternal          = "internal"           // 500: the gateway's own failure
 )
@@ -64,7 +65,7 @@ func answerFor(reason string) (status int, outcome string) {
 		return http.StatusServiceUnavailable, OutcomeNoMember
 	case ReasonShuttingDown:
 		return http.StatusServiceUnavailable, OutcomeShuttingDown
-	case ReasonTimeout:
+	case ReasonTimeout, ReasonMemberTimeout:
 		return http.StatusGatewayTimeout, OutcomeUpstreamFailed
 	case ReasonLoop:
 		return 508, OutcomeDenied
@@ -190,8 +191,11 @@ func answer(reason string) verdict {
 // faultReason is the answer to a failed attempt that ends the request.
 func faultReason(ae *attemptError) string {
 	if ae != nil && ae.f.Fault == rotation.FaultSite {
-		if ae.f.Class == classCertificate {
+		switch ae.f.Class {
+		case classCertificate:
 			return ReasonSiteCertificate
+		case classAnswerTimeout:
+			return ReasonMemberTimeout
 		}
 		return ReasonTargetUnreachable
 	}

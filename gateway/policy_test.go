@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -46,6 +47,8 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"a direct member's own dial to a dead site ends it unreported", &attemptError{f: rotation.Site("connect"), err: errors.New("refused"), firsthand: true}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
 		{"a site certificate the gateway could not verify is 502 site_certificate, unreported, not retried", &attemptError{f: rotation.Site(classCertificate), err: errors.New("x509"), firsthand: true}, 502, ReasonSiteCertificate, OutcomeUpstreamFailed, "", false},
 		{"giving up after site answers is target_unreachable", &givenUp{last: site, msg: "m"}, 502, ReasonTargetUnreachable, OutcomeUpstreamFailed, "", false},
+		{"a member silent past its answer timeout rests the pair and is retried", answerTimedOut(time.Second, "the request"), 504, ReasonMemberTimeout, OutcomeUpstreamFailed, rotation.ResultTargetUnreachable, true},
+		{"giving up after members silent past the answer timeout is 504 member_timeout", &givenUp{last: failureOf(answerTimedOut(time.Second, "CONNECT")), msg: "m"}, 504, ReasonMemberTimeout, OutcomeUpstreamFailed, "", false},
 		{"giving up after member failures is upstream_failed", &givenUp{last: member, msg: "m"}, 502, ReasonUpstreamFailed, OutcomeUpstreamFailed, "", false},
 		{"no usable member is 503 no_member", &pool.NoMatchError{Considered: 3}, 503, ReasonNoMember, OutcomeNoMember, "", false},
 		{"no match annotated keeps its reason", &annotated{err: &pool.NoMatchError{}, msg: "no member named x"}, 503, ReasonNoMember, OutcomeNoMember, "", false},
@@ -75,7 +78,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)

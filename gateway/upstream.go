@@ -65,10 +65,11 @@ func replayable(req *http.Request) bool {
 
 // roundTrip sends req (absolute URI, no body) to the upstream and returns
 // its final answer; the answer's body hands the connection back to the
-// pool once read to the end. ctx aborts the exchange, body included.
-// A kept-alive connection that turns out closed is replaced by a fresh one
-// when the request may be resent.
-func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAuth string) (*http.Response, error) {
+// pool once read to the end. ctx aborts the exchange, body included; the
+// answer's first byte must arrive within answerTimeout of the request's
+// write (else errAnswerTimeout). A kept-alive connection that turns out
+// closed is replaced by a fresh one when the request may be resent.
+func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAuth string, answerTimeout time.Duration) (*http.Response, error) {
 	if proxyAuth != "" {
 		// Only for this member: a retry may go through another one.
 		req.Header["Proxy-Authorization"] = []string{proxyAuth}
@@ -80,7 +81,7 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 	}
 	var resp *http.Response
 	err := p.Do(ctx, replay, func(pc *upConn) (stale bool, err error) {
-		resp, stale, err = p.exchange(ctx, pc, req)
+		resp, stale, err = p.exchange(ctx, pc, req, answerTimeout)
 		return stale, err
 	})
 	return resp, err
@@ -88,7 +89,7 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 
 // exchange writes req on pc and reads the answer head. stale means the
 // connection ended before a single byte of an answer arrived.
-func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Request) (resp *http.Response, stale bool, err error) {
+func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Request, answerTimeout time.Duration) (resp *http.Response, stale bool, err error) {
 	stop := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if err != nil {
@@ -102,11 +103,24 @@ func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Reque
 		return nil, true, err
 	}
 	pc.Limit(maxResponseHead, errHeadTooLarge)
+	_ = pc.SetReadDeadline(time.Now().Add(answerTimeout))
+	if ctx.Err() != nil {
+		_ = pc.SetDeadline(keepalive.ALongTimeAgo) // an abort the line above undid
+	}
 	if _, err = pc.R.Peek(1); err != nil {
-		if errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, io.EOF):
 			err = errUpstreamClosed
+		case isTimeout(err) && ctx.Err() == nil:
+			return nil, false, errAnswerTimeout
 		}
 		return nil, true, err
+	}
+	// The first byte is in: the rest streams unbounded. Cleared, then ctx
+	// checked, so an abort that raced the clearing is applied again.
+	_ = pc.SetReadDeadline(time.Time{})
+	if ctx.Err() != nil {
+		_ = pc.SetDeadline(keepalive.ALongTimeAgo)
 	}
 	for {
 		resp, err = http.ReadResponse(pc.R, req)

@@ -64,6 +64,8 @@ const (
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
 	flagRequestTimeout        = "request-timeout"
+	flagMemberAnswerTimeout   = "member-answer-timeout"
+	flagSiteAnswerTimeout     = "site-answer-timeout"
 	flagConfig                = "config"
 	flagLogLevel              = "log-level"
 	flagLogFormat             = "log-format"
@@ -169,6 +171,8 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
+		dur(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),
+		listFlag(flagSiteAnswerTimeout, "`PATTERN=DURATION` (a host, *.domain or IP, then a duration): --member-answer-timeout for the sites a pattern names, e.g. reports.example.com=90s; repeatable"),
 		dur(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
 		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
@@ -203,6 +207,8 @@ type gatewayConfig struct {
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
 	requestTimeout      time.Duration
+	answerTimeout       time.Duration
+	siteTimeouts        gateway.SiteDurations
 	logLevel            slog.Level
 	logJSON             bool
 }
@@ -232,6 +238,7 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		{flagShutdownGrace, &cfg.shutdownGrace},
 		{flagDialTimeout, &cfg.dialTimeout},
 		{flagRequestTimeout, &cfg.requestTimeout},
+		{flagMemberAnswerTimeout, &cfg.answerTimeout},
 	}
 	for _, d := range durations {
 		v := c.Duration(d.name)
@@ -241,6 +248,9 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		*d.dst = v
 	}
 	var err error
+	if cfg.siteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
+	}
 	if cfg.store, err = storeOptionsFrom(c); err != nil {
 		return nil, err
 	}

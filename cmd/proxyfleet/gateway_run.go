@@ -91,6 +91,8 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		AllowPrivateTargets: cfg.allowPrivateTargets,
 		DialTimeout:         cfg.dialTimeout,
 		RequestTimeout:      cfg.requestTimeout,
+		MemberAnswerTimeout: cfg.answerTimeout,
+		SiteAnswerTimeouts:  cfg.siteTimeouts,
 		BanBodyBytes:        cfg.banBodyBytes,
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,

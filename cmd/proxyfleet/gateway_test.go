@@ -74,6 +74,7 @@ func TestGatewayDefaults(t *testing.T) {
 		{"shutdown-grace", cfg.shutdownGrace, 30 * time.Second},
 		{"dial-timeout", cfg.dialTimeout, 10 * time.Second},
 		{"request-timeout", cfg.requestTimeout, 60 * time.Second},
+		{"member-answer-timeout", cfg.answerTimeout, 15 * time.Second},
 		{"no tokens", cfg.tokens == nil, true},
 		{"no static members", len(cfg.static), 0},
 	}
@@ -261,6 +262,9 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "unparsable duration", args: []string{"--lease-ttl", "soon"}, want: []string{"lease-ttl"}},
 		{name: "negative duration", args: []string{"--cooldown", "-5s"}, want: []string{"--cooldown -5s: must be positive"}},
 		{name: "zero duration", args: []string{"--dial-timeout", "0s"}, want: []string{"--dial-timeout 0s: must be positive"}},
+		{name: "site answer timeout without a duration", args: []string{"--site-answer-timeout", "slow.example"}, want: []string{"--site-answer-timeout", "want PATTERN=DURATION"}},
+		{name: "site answer timeout with a bad pattern", args: []string{"--site-answer-timeout", "a/b=3s"}, want: []string{"--site-answer-timeout", "host pattern"}},
+		{name: "site answer timeout given twice", args: []string{"--site-answer-timeout", "a.example=3s", "--site-answer-timeout", "A.example.=4s"}, want: []string{"given twice"}},
 		{name: "duration from the environment", env: map[string]string{"PROXYFLEET_FAILURE_COOLDOWN": "abc"}, want: []string{"failure-cooldown", "PROXYFLEET_FAILURE_COOLDOWN"}},
 		{name: "negative retries", args: []string{"--retries", "-1"}, want: []string{"--retries -1: must be 0 or more"}},
 		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-3"}, want: []string{"--max-leases-per-member -3"}},
