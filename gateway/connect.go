@@ -108,50 +108,28 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 	})
 }
 
-// openTunnel is CONNECT's retry loop: lease a member, dial through it, and
-// on a failure let judge decide whether another member may serve, until a
-// tunnel is up (rq then holds its lease) or the error that ends the request.
+// openTunnel is CONNECT on the one retry loop (tryMembers): dial through a
+// member, trying others while the tunnel is not up, until it is (rq then
+// holds its lease) or the error that ends the request.
 func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
 	at := attempts{hostport: hostport}
 	answerTimeout := g.answerTimeoutFor(rq.lr.target)
-	for {
-		h, err := g.lease(ctx, ctx, rq)
-		if err != nil {
-			if at.last == nil || errors.Is(err, errClientGone) {
-				return nil, nil, err
-			}
-			return nil, nil, at.giveUp("; no other member: " + err.Error())
+	var (
+		up    net.Conn
+		early []byte
+	)
+	err := g.tryMembers(ctx, ctx, rq, &at, retryRule{retryable: true, maxRetries: -1}, func(h held, _ int) (served, error) {
+		var err error
+		up, early, err = g.dialConnect(ctx, h.mc, hostport, host, port, addrs, answerTimeout)
+		switch {
+		case err == nil:
+			return servedHere, nil
+		case ctx.Err() != nil:
+			return tryAnother, errClientGone
 		}
-		if at.triedBefore(h.mc.m.Name) {
-			// Unpin it too, so the session's next tunnel asks the pool again.
-			g.release(ctx, &rq.lr, h)
-			return nil, nil, at.giveUp("")
-		}
-		rq.use(h)
-		up, early, err := g.dialConnect(ctx, h.mc, hostport, host, port, addrs, answerTimeout)
-		if err == nil {
-			g.reached(ctx, rq.member, rq.lr.target, at.fails)
-			return up, early, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, errClientGone
-		}
-		err = asAttempt(err)
-		v := judge(err)
-		if !v.retry {
-			return nil, nil, err // finish ends the lease still held
-		}
-		ae := failureOf(err)
-		g.log.Debug("CONNECT through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
-		if ae.f.Class == classAnswerTimeout {
-			g.checkAlive(ctx, h, rq.lr.target)
-		}
-		g.drop(ctx, &rq.lr, h, v.report, 0)
-		rq.h = held{}
-		if at.failed(h, ae, g.retries) {
-			return nil, nil, at.giveUp("")
-		}
-	}
+		return tryAnother, asAttempt(err)
+	})
+	return up, early, err
 }
 
 // appendHeader appends "name: value\r\n", replacing control characters in

@@ -22,6 +22,9 @@ type request struct {
 	lr    leaseReq
 	// h is the lease in use; h.mc is nil while none is held.
 	h held
+	// next is a lease taken for the next attempt (after a ban), used by
+	// tryMembers before it asks the pool.
+	next held
 	// member is the member the metric names: the one in use, else the
 	// last one tried.
 	member string

@@ -156,97 +156,30 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 	}
 }
 
-// forwardWithRetry is plain HTTP's retry loop: lease a member, send out
-// through it, and replay an idempotent request on another member after a
-// failure judge allows retrying or a ban answer, up to Options.Retries. It
-// returns the answer to deliver with its lease and classification (a ban's
-// lease is already reported and released), or the error that ends the
-// request, with rq holding the lease still in use.
+// forwardWithRetry is plain HTTP on the one retry loop (tryMembers): send
+// out through a member, and replay an idempotent request on another member
+// after a failure judge allows retrying or a ban answer, up to
+// Options.Retries. It returns the answer to deliver with its lease and
+// classification (a ban's lease is already reported and released), or the
+// error that ends the request, with rq holding the lease still in use.
 func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
-	retryable := rotation.Retryable(r.Method, r.ContentLength != 0)
+	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: g.retries,
+		notRetried: "; not tried on another member: a " + r.Method + " request or one with a body may not be sent twice"}
 	answerTimeout := g.answerTimeoutFor(rq.lr.target)
 	at := attempts{hostport: out.URL.Host}
-	var next held // a lease taken for a retry after a ban
-	for attempt := 0; ; attempt++ {
-		h := next
-		next = held{}
-		if h.mc == nil {
-			var err error
-			if h, err = g.lease(ctx, r.Context(), rq); err != nil {
-				if at.last == nil || errors.Is(err, errClientGone) {
-					return nil, held{}, "", err
-				}
-				return nil, held{}, "", at.giveUp("; no other member: " + err.Error())
-			}
-		}
-		rq.use(h)
-		resp, err := g.send(h.mc, out, answerTimeout)
-		if cf := rq.body.fault(); cf != nil {
-			// The client botched its body: whatever the member made of the
-			// cut request, it is the client's (a Transport may also have
-			// raced the body's error with an answer).
-			if err == nil {
-				_ = resp.Body.Close()
-			}
-			return nil, held{}, "", cf
-		}
-		if err == nil && !h.mc.m.Direct() {
-			err = upstreamAnswer(resp)
-		}
-		var ans rotation.Answer
-		if err == nil {
-			// Read under the request deadline: a site that trickles its
-			// challenge page cannot hold the request past it.
-			ans, err = g.readAnswer(r, resp)
-		}
-		if err == nil && !deadline.Stop() {
-			// The timeout fired just as the head arrived; the body would be cut.
-			discard(resp)
-			err = errRequestTimeout
-		}
+	var (
+		resp *http.Response
+		used held
+		res  rotation.Result
+	)
+	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
+		got, ans, err := g.forwardOnce(ctx, r, rq, out, h, deadline, answerTimeout)
 		if err != nil {
-			switch {
-			case r.Context().Err() != nil:
-				return nil, held{}, "", errClientGone
-			case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
-				if rq.body.stalled() {
-					return nil, held{}, "", &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
-						err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
-				}
-				return nil, held{}, "", &annotated{err: errRequestTimeout,
-					msg: "no answer from " + quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
-			}
-			err = classifySiteTLS(err, h.mc, out.URL)
-			if h.mc.m.Direct() {
-				err = classifyDirect(err)
-			}
-			err = asAttempt(err)
-			v := judge(err)
-			if !v.retry {
-				return nil, held{}, "", err // finish ends the lease still held
-			}
-			ae := failureOf(err)
-			g.log.Debug("request through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
-			if ae.f.Class == classAnswerTimeout {
-				g.checkAlive(ctx, h, rq.lr.target)
-			}
-			g.drop(ctx, &rq.lr, h, v.report, 0)
-			rq.h = held{}
-			switch {
-			case at.failed(h, ae, g.retries) || attempt >= g.retries:
-				return nil, held{}, "", at.giveUp("")
-			case !retryable:
-				return nil, held{}, "", at.giveUp("; not tried on another member: a " + r.Method + " request or one with a body may not be sent twice")
-			}
-			continue
+			return tryAnother, err
 		}
-
-		// The site answered through this member, whatever it said.
-		g.reached(ctx, rq.member, rq.lr.target, at.fails)
-		at.fails = nil
-		res := g.classifier.ClassifyAnswer(ans)
+		resp, used, res = got, h, g.classifier.ClassifyAnswer(ans)
 		if !res.IsBan() {
-			return resp, h, res, nil
+			return servedHere, nil
 		}
 		var ra time.Duration
 		if res == rotation.ResultRateLimited {
@@ -256,16 +189,71 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		}
 		g.drop(ctx, &rq.lr, h, res, ra)
 		rq.h = held{}
-		if retryable && attempt < g.retries {
+		if rule.retryable && attempt < g.retries {
+			// Leased before the banned answer is let go: with no other
+			// member, the client gets the site's answer, not an error.
 			if n, err := g.acquire(ctx, &rq.lr); err == nil {
 				discard(resp)
-				next = n
+				rq.next = n
 				deadline.Reset(g.requestTimeout - time.Since(rq.start))
-				continue
+				return tryAnother, nil
 			}
 		}
-		return resp, h, res, nil
+		return servedHere, nil
+	})
+	if err != nil {
+		return nil, held{}, "", err
 	}
+	return resp, used, res, nil
+}
+
+// forwardOnce sends out through h's member and reads the answer as far as
+// the classifier needs it. Its error is classified for judge: the client's
+// body, the request deadline, the site's certificate, a direct member's
+// dial, or the member's.
+func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
+	resp, err := g.send(h.mc, out, answerTimeout)
+	if cf := rq.body.fault(); cf != nil {
+		// The client botched its body: whatever the member made of the
+		// cut request, it is the client's (a Transport may also have
+		// raced the body's error with an answer).
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return nil, rotation.Answer{}, cf
+	}
+	if err == nil && !h.mc.m.Direct() {
+		err = upstreamAnswer(resp)
+	}
+	var ans rotation.Answer
+	if err == nil {
+		// Read under the request deadline: a site that trickles its
+		// challenge page cannot hold the request past it.
+		ans, err = g.readAnswer(r, resp)
+	}
+	if err == nil && !deadline.Stop() {
+		// The timeout fired just as the head arrived; the body would be cut.
+		discard(resp)
+		err = errRequestTimeout
+	}
+	switch {
+	case err == nil:
+		return resp, ans, nil
+	case r.Context().Err() != nil:
+		return nil, ans, errClientGone
+	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
+		if rq.body.stalled() {
+			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
+				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
+		}
+		return nil, ans, &annotated{err: errRequestTimeout,
+			msg: "no answer from " + quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
+	}
+	err = classifySiteTLS(err, h.mc, out.URL)
+	if h.mc.m.Direct() {
+		err = classifyDirect(err)
+	}
+	return nil, ans, asAttempt(err)
 }
 
 // deliver streams resp to the client with the gateway's headers added. It

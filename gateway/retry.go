@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+)
+
+// retryRule is how far a request may go on to other members after a
+// failure judge allows retrying.
+type retryRule struct {
+	// retryable: the request may be sent again at all. When it may not,
+	// the first failure ends it, saying why with notRetried.
+	retryable  bool
+	notRetried string
+	// maxRetries bounds the further attempts; negative is no bound (CONNECT
+	// tries members while the pool offers new ones: a tunnel that is not
+	// up yet has sent nothing).
+	maxRetries int
+}
+
+// served is what a protocol's attempt step reports when it ends well: the
+// request is served through the member (the step keeps what it got), or
+// the member's answer was let go (a ban) and another member may serve.
+type served bool
+
+const (
+	servedHere served = true
+	tryAnother served = false
+)
+
+// tryMembers is the one retry loop of both protocols: lease a member, make
+// one attempt through it (try), and after a failure let judge decide
+// whether another member may serve, within rule. It returns nil when try
+// served the request (rq then holds its lease), or the error that ends it:
+// the client's or the pool's, one judge does not retry (finish ends the
+// lease still held), or the members' record once it is enough.
+//
+// What differs between CONNECT and plain HTTP is inside try: how to send,
+// how to read the answer; a try whose member answered anything reports so
+// with a nil error, and the loop then credits the member (reached).
+func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attempts, rule retryRule, try func(h held, attempt int) (served, error)) error {
+	for attempt := 0; ; attempt++ {
+		h := rq.next
+		rq.next = held{}
+		if h.mc == nil {
+			var err error
+			if h, err = g.lease(ctx, client, rq); err != nil {
+				if at.last == nil || errors.Is(err, errClientGone) {
+					return err
+				}
+				return at.giveUp("; no other member: " + err.Error())
+			}
+		}
+		if at.triedBefore(h.mc.m.Name) {
+			// The pool offered a member that failed this request already
+			// (a remote report was lost): unpin it too, so the session's
+			// next request asks the pool again.
+			g.release(ctx, &rq.lr, h)
+			return at.giveUp("")
+		}
+		rq.use(h)
+		s, err := try(h, attempt)
+		if err == nil {
+			// The site answered through this member, whatever it said.
+			g.reached(ctx, rq.member, rq.lr.target, at.fails)
+			at.fails = nil
+			if s == servedHere {
+				return nil
+			}
+			continue
+		}
+		v := judge(err)
+		if !v.retry {
+			return err
+		}
+		ae := failureOf(err)
+		g.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+		if ae.f.Class == classAnswerTimeout {
+			g.checkAlive(ctx, h, rq.lr.target)
+		}
+		g.drop(ctx, &rq.lr, h, v.report, 0)
+		rq.h = held{}
+		switch {
+		case at.failed(h, ae, g.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
+			return at.giveUp("")
+		case !rule.retryable:
+			return at.giveUp(rule.notRetried)
+		}
+	}
+}
