@@ -33,6 +33,8 @@ var (
 	ErrInvalidTTL = errors.New("invalid ttl")
 	// ErrInvalidResult is a report whose Result is not one of rotation's values.
 	ErrInvalidResult = errors.New("invalid result")
+	// ErrUnknownMember is a ReportMember for a member the store does not have.
+	ErrUnknownMember = errors.New("unknown member")
 )
 
 // StoreOptions configures NewStore; every zero value means the default.
@@ -562,7 +564,58 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 	if target == "" {
 		target = e.lease.Target
 	}
-	ms := e.ms
+	s.reportLocked(e.ms, target, r, now)
+	return nil
+}
+
+// ReportMember applies a report to the member of that name, as Report does
+// to a lease's member, for target ("" is every target). It is for feedback
+// that arrives without a lease of this store: a --pool-api gateway serving
+// from its last-known members (pool/lastknown) learns of bans on leases the
+// lease API granted. An unknown or removed member is ErrUnknownMember.
+func (s *Store) ReportMember(name, target string, r Report) error {
+	if _, err := rotation.ParseResult(string(r.Result)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidResult, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := s.members[name]
+	if ms == nil {
+		return fmt.Errorf("%w %q", ErrUnknownMember, name)
+	}
+	now := s.o.Clock.Now()
+	s.advance(now)
+	s.reportLocked(ms, target, r, now)
+	return nil
+}
+
+// MergeCooldowns extends the cooldowns of current members to the given
+// ends: the longer window wins, a shorter one changes nothing, strikes stay
+// as they are, and cooldowns of members the store does not have are
+// ignored. It is how cooldowns learnt elsewhere (the lease API's list, a
+// gateway back from an outage) join the store's own without either side's
+// being cut short.
+func (s *Store) MergeCooldowns(cs []Cooldown) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.o.Clock.Now()
+	s.advance(now)
+	for _, cd := range cs {
+		ms := s.members[cd.Member]
+		if ms == nil || !now.Before(cd.Until) {
+			continue
+		}
+		c := ms.cool[cd.Target]
+		if c == nil {
+			c = &coolState{}
+			ms.cool[cd.Target] = c
+		}
+		s.coolUntil(ms, cd.Target, c, cd.Until, now, cd.Reason)
+	}
+}
+
+// reportLocked is Report's effect on ms for target, with s.mu held.
+func (s *Store) reportLocked(ms *memberState, target string, r Report, now time.Time) {
 	switch {
 	case r.Result == rotation.ResultOK:
 		if c := ms.cool[target]; c != nil {
@@ -594,7 +647,6 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 		}
 		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now, r.Result)
 	}
-	return nil
 }
 
 // coolUntil extends c, the cooldown of ms for target, to until if that is
