@@ -102,7 +102,12 @@ var (
 )
 
 // ProxyInfo is one member in GET /v1/proxies. URL is redacted (no password):
-// the list is for discovery, credentials come only with a lease.
+// the list is for discovery, credentials come only with a lease, or with
+// credentials=true (ListFilter.Credentials), which a --pool-api gateway
+// asks for to keep a last-known pool it can lease from itself while the
+// API is away. That reveals nothing a caller could not already get: the
+// same token may lease any member by name (a lease's proxy pin), and a
+// lease answer carries the member's credentials.
 type ProxyInfo struct {
 	// Name is the member's unique name (what a lease's "proxy" pins).
 	Name string `json:"name"`
@@ -136,6 +141,9 @@ type ListFilter struct {
 	Attributes map[string]string
 	// HealthyOnly drops members whose probes fail (healthy=true).
 	HealthyOnly bool
+	// Credentials asks for the members' URLs with their credentials, as a
+	// lease answer carries them (credentials=true).
+	Credentials bool
 }
 
 // LeaseInfo is the wire form of a granted lease (the 201 body of
@@ -377,6 +385,7 @@ func (s *apiServer) healthz(w http.ResponseWriter, _ *http.Request) {
 func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 	attrs := map[string]string{}
 	healthy := "" // "", "true" or "false"
+	withCredentials := false
 	for key, vals := range r.URL.Query() {
 		if len(vals) != 1 {
 			writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("query parameter %q given %d times; give it once", key, len(vals)))
@@ -390,6 +399,13 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			healthy = strconv.FormatBool(b)
+		case key == "credentials":
+			b, err := strconv.ParseBool(vals[0])
+			if err != nil {
+				writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("credentials=%q: want true or false", vals[0]))
+				return
+			}
+			withCredentials = b
 		case strings.HasPrefix(key, "attr."):
 			name := strings.TrimPrefix(key, "attr.")
 			if name == "" {
@@ -399,7 +415,7 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 			attrs[name] = vals[0]
 		default:
 			writeError(w, http.StatusBadRequest, apiErrBadRequest,
-				fmt.Sprintf("unknown query parameter %q: want attr.<name>=<value> or healthy=true|false", key))
+				fmt.Sprintf("unknown query parameter %q: want attr.<name>=<value>, healthy=true|false or credentials=true|false", key))
 			return
 		}
 	}
@@ -416,10 +432,17 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 		if !attrsMatch(m.Attributes, attrs) {
 			continue
 		}
-		out.Proxies = append(out.Proxies, proxyInfo(m))
+		p := proxyInfo(m)
+		if withCredentials {
+			p.URL = memberURL(m.Member)
+		}
+		out.Proxies = append(out.Proxies, p)
 	}
 	sort.Slice(out.Proxies, func(i, j int) bool { return out.Proxies[i].Name < out.Proxies[j].Name })
 	out.Count = len(out.Proxies)
+	if withCredentials {
+		w.Header().Set("Cache-Control", "no-store") // as a lease answer: the body carries upstream credentials
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

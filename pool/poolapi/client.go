@@ -335,6 +335,9 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]ProxyInfo, error) {
 	if f.HealthyOnly {
 		q.Set("healthy", "true")
 	}
+	if f.Credentials {
+		q.Set("credentials", "true")
+	}
 	path := "/v1/proxies"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
@@ -352,6 +355,54 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]ProxyInfo, error) {
 	}
 	sort.Slice(list.Proxies, func(i, j int) bool { return list.Proxies[i].Name < list.Proxies[j].Name })
 	return list.Proxies, nil
+}
+
+// Members lists the members the API offers with their credentials, health
+// and cooldowns (GET /v1/proxies?credentials=true), narrowed to the
+// client's default selector (ClientOptions.Selector): what a gateway keeps
+// as its last-known pool (pool/lastknown). Sorted by name.
+func (c *Client) Members(ctx context.Context) ([]pool.MemberStatus, error) {
+	list, err := c.List(ctx, ListFilter{Attributes: c.selector, Credentials: true})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pool.MemberStatus, 0, len(list))
+	for _, p := range list {
+		u, src, err := parseMemberURL(p.URL)
+		if err != nil {
+			return nil, fmt.Errorf("lease API: member %s: %w", p.Name, err)
+		}
+		if p.Name == "" {
+			return nil, errors.New("lease API: a listed member has no name")
+		}
+		ms := pool.MemberStatus{
+			Member:       pool.Member{Name: p.Name, URL: u, SourceAddr: src, Attributes: p.Attributes},
+			Healthy:      p.Healthy,
+			Latency:      time.Duration(p.LatencyMillis) * time.Millisecond,
+			ActiveLeases: p.ActiveLeases,
+		}
+		for _, cd := range p.Cooldowns {
+			if ms.Cooldowns == nil {
+				ms.Cooldowns = make(map[string]time.Time, len(p.Cooldowns))
+			}
+			ms.Cooldowns[cd.Target] = cd.Until
+		}
+		out = append(out, ms)
+	}
+	return out, nil
+}
+
+// IsOutage reports whether err says the lease API could not serve at all —
+// no answer, or any 5xx (store_unavailable, internal, a proxy's 502/503/504)
+// — as opposed to an answer about the request (409 no_match, 400, 401). A
+// gateway with a last-known pool serves from it on an outage, never on a
+// refusal.
+func IsOutage(err error) bool {
+	if errors.Is(err, pool.ErrUnreachable) {
+		return true
+	}
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr.Status >= 500
 }
 
 // do sends one request and reads the whole answer, so the connection goes
