@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/lastknown"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
@@ -46,6 +47,10 @@ type ServerOptions struct {
 	Remote *poolapi.Client
 	// RemoteURL is Remote's address, for the log (it never holds credentials).
 	RemoteURL string
+	// LastKnown is Remote's last-known pool (the Gateway's Pool then), which
+	// the server runs and the status page shows during an outage; nil when
+	// --pool-outage-grace is 0.
+	LastKnown *lastknown.Pool
 	// RemoteIdle is DefaultRemoteMemberIdle when zero.
 	RemoteIdle time.Duration
 	// Forget drops a removed member's metric series; may be nil.
@@ -119,6 +124,9 @@ func (s *Server) Run(ctx context.Context) {
 	if s.o.Remote != nil {
 		goRun(s.checkPoolAPI)
 		goRun(s.forgetIdle)
+	}
+	if s.o.LastKnown != nil {
+		goRun(s.o.LastKnown.Run)
 	}
 	wg.Wait()
 }

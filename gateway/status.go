@@ -20,6 +20,9 @@ const statusReadTimeout = 5 * time.Second
 func (s *Server) PoolStatus(ctx context.Context) status.PoolSnapshot {
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
+	if snap, ok := s.outageStatus(ctx); ok {
+		return snap
+	}
 	if s.o.Remote != nil {
 		list, err := s.o.Remote.List(ctx, poolapi.ListFilter{})
 		if err != nil {

@@ -88,6 +88,36 @@ func TestGatewayViewInPoolAPIModeSaysWhereMembersComeFrom(t *testing.T) {
 	}
 }
 
+// TestGatewayViewShowsALeaseAPIOutage checks the three states of an
+// outage: serving from the last-known list until the grace ends, refusing
+// beyond it, and refusing with no list ever received; each says so.
+func TestGatewayViewShowsALeaseAPIOutage(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		outage Outage
+		want   string
+	}{
+		{"serving", Outage{Since: now.Add(-time.Minute), LastAnswer: now.Add(-time.Minute), ListAt: now.Add(-90 * time.Second), GraceEnds: now.Add(4 * time.Minute)},
+			"the gateway leases from its last-known members (listed at 2030-01-01T11:58:30Z) until 2030-01-01T12:04:00Z (--pool-outage-grace)"},
+		{"beyond the grace", Outage{Since: now.Add(-6 * time.Minute), LastAnswer: now.Add(-6 * time.Minute), ListAt: now.Add(-7 * time.Minute), Refusing: true},
+			"longer than --pool-outage-grace after its last answer (2030-01-01T11:54:00Z): requests get 503 pool_unreachable"},
+		{"no list", Outage{Since: now.Add(-time.Minute), Refusing: true},
+			"no member list was ever received from it: requests get 503 pool_unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := gatewayFixture(now)
+			in.PoolAPI = "http://proxyfleet.proxyfleet.svc:8090"
+			o := tc.outage
+			in.Pool.Outage = &o
+			v := Gateway(in, now)
+			if v.Outage == nil || len(v.Errors) != 1 || !strings.Contains(v.Errors[0], tc.want) {
+				t.Fatalf("outage %+v errors %q, want one saying %q", v.Outage, v.Errors, tc.want)
+			}
+		})
+	}
+}
+
 func TestMembersFromAPIKeepsTheListingAndDropsNothingButReasons(t *testing.T) {
 	until := time.Unix(1_700_000_100, 0).UTC()
 	ms, cs := MembersFromAPI([]poolapi.ProxyInfo{

@@ -80,6 +80,26 @@ type PoolSnapshot struct {
 	// Err is a fixed phrase saying what could not be read; the details
 	// belong in the log.
 	Err string
+	// Outage is set while a --pool-api gateway's lease API is away; the
+	// members and cooldowns are then its last-known pool's.
+	Outage *Outage
+}
+
+// Outage is a --pool-api gateway's view of a lease API outage.
+type Outage struct {
+	// Since is when the API stopped answering; LastAnswer when it last did
+	// (zero: never).
+	Since      time.Time `json:"since"`
+	LastAnswer time.Time `json:"lastAnswer,omitzero"`
+	// ListAt is when the last-known member list arrived (zero: never).
+	ListAt time.Time `json:"listAt,omitzero"`
+	// GraceEnds is when the gateway stops leasing from that list.
+	GraceEnds time.Time `json:"graceEnds,omitzero"`
+	// Refusing: requests get 503 pool_unreachable, because no list was
+	// ever received (ListAt zero) or the grace ended.
+	Refusing bool `json:"refusing"`
+	// Untold counts bans and failures learnt meanwhile, to tell the API.
+	Untold int `json:"untold"`
 }
 
 // GatewayView is the gateway page's JSON.
@@ -94,6 +114,8 @@ type GatewayView struct {
 	Members      []Member   `json:"members"`
 	ActiveLeases int        `json:"activeLeases"`
 	Cooldowns    []Cooldown `json:"cooldowns"`
+	// Outage is set while the lease API (PoolAPI) is away.
+	Outage *Outage `json:"outage,omitempty"`
 	// Requests are the gateway's requests by outcome.
 	Requests Chart    `json:"requests"`
 	Errors   []string `json:"errors"`
@@ -121,6 +143,23 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 	if in.PoolAPI != "" {
 		v.Pool, v.PoolAPI = "pool-api", SafeURL(in.PoolAPI)
 		v.Notes = append(v.Notes, "Members, leases and cooldowns are the lease API's, shared by every gateway using it; the API does not say why a cooldown runs.")
+	}
+	if o := in.Pool.Outage; o != nil {
+		v.Outage = o
+		switch {
+		case o.Refusing && o.ListAt.IsZero():
+			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+				" and no member list was ever received from it: requests get 503 pool_unreachable.")
+		case o.Refusing:
+			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+				", longer than --pool-outage-grace after its last answer ("+o.LastAnswer.UTC().Format(time.RFC3339)+
+				"): requests get 503 pool_unreachable.")
+		default:
+			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+				"; the gateway leases from its last-known members (listed at "+o.ListAt.UTC().Format(time.RFC3339)+
+				") until "+o.GraceEnds.UTC().Format(time.RFC3339)+" (--pool-outage-grace).")
+			v.Notes = append(v.Notes, "Members and cooldowns below are the gateway's last-known pool, with its own leases and what it learnt during the outage; they are told to the lease API when it answers again.")
+		}
 	}
 	if in.Pool.Err != "" {
 		v.Errors = append(v.Errors, in.Pool.Err)

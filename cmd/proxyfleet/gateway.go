@@ -60,6 +60,8 @@ const (
 	flagPoolTokenFile         = "pool-token-file"
 	flagPoolSATokenFile       = "pool-sa-token-file"
 	flagPoolSelector          = "pool-selector"
+	flagPoolOutageGrace       = "pool-outage-grace"
+	flagPoolRefresh           = "pool-refresh-interval"
 	flagMetricsListen         = "metrics-listen"
 	flagShutdownGrace         = "shutdown-grace"
 	flagDialTimeout           = "dial-timeout"
@@ -168,6 +170,8 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
 		pathFlag(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
 		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
+		dur(flagPoolOutageGrace, "5m", "while --pool-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
+		dur(flagPoolRefresh, "30s", "how often a --pool-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
 		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
 		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
@@ -203,6 +207,8 @@ type gatewayConfig struct {
 	poolAPI             string // remote pool mode when set
 	poolToken           string
 	poolClient          *poolapi.Client // built from the --pool-* flags when poolAPI is set
+	outageGrace         time.Duration   // 0: no last-known pool
+	poolRefresh         time.Duration
 	metricsListen       string
 	shutdownGrace       time.Duration
 	dialTimeout         time.Duration
@@ -329,6 +335,9 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	if cfg.poolAPI != "" {
 		if cfg.poolClient, err = poolClientFrom(c, cfg.poolAPI, cfg.poolToken); err != nil {
+			return nil, err
+		}
+		if cfg.outageGrace, cfg.poolRefresh, err = outageFrom(c); err != nil {
 			return nil, err
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/lastknown"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/status"
 )
@@ -51,10 +52,11 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	// The pool: the controller's lease API in remote mode, else a store of
 	// our own (with its scrape-time gauges).
 	var (
-		leases pool.Pool
-		store  pool.LeaseStore
-		remote *poolapi.Client
-		err    error
+		leases    pool.Pool
+		store     pool.LeaseStore
+		remote    *poolapi.Client
+		lastKnown *lastknown.Pool
+		err       error
 	)
 	if cfg.poolAPI != "" {
 		if remote = cfg.poolClient; remote == nil {
@@ -63,6 +65,12 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 			}
 		}
 		leases = remote
+		if cfg.outageGrace > 0 {
+			if lastKnown, err = newLastKnown(cfg, remote, reg, log); err != nil {
+				return err
+			}
+			leases = lastKnown
+		}
 	} else {
 		var closeStore func()
 		if store, closeStore, err = cfg.leaseStore.open(cfg.store, log); err != nil {
@@ -110,7 +118,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		srv     *gateway.Server
 		members []pool.Member
 	)
-	srvOpts := gateway.ServerOptions{Gateway: gw, Store: store, Remote: remote, RemoteURL: cfg.poolAPI, Forget: rec, Logger: log}
+	srvOpts := gateway.ServerOptions{Gateway: gw, Store: store, Remote: remote, RemoteURL: cfg.poolAPI, LastKnown: lastKnown, Forget: rec, Logger: log}
 	if store != nil {
 		reload := func(next []pool.Member) { srv.Reload(next) }
 		if members, srvOpts.Files, srvOpts.Prober, err = localPool(cfg, store, reload, rec, log); err != nil {
@@ -183,7 +191,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	started = append(started, "rotation", string(cfg.mode), "auth", len(cfg.tokens) > 0)
 	if remote != nil {
-		log.Info("gateway started", append(started, "poolAPI", cfg.poolAPI)...)
+		log.Info("gateway started", append(started, "poolAPI", cfg.poolAPI, "outageGrace", cfg.outageGrace.String())...)
 	} else {
 		log.Info("gateway started", append(started, "members", len(members), "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)...)
 	}
@@ -268,6 +276,28 @@ func localPool(cfg *gatewayConfig, store pool.LeaseStore, reload func([]pool.Mem
 		return nil, nil, nil, fmt.Errorf("--%s: %w", flagProbeURL, err)
 	}
 	return members, fileSource, prober, nil
+}
+
+// newLastKnown wraps the lease API client in the last-known pool that rides
+// out its outages, with its outage metrics.
+func newLastKnown(cfg *gatewayConfig, remote *poolapi.Client, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
+	var lk *lastknown.Pool
+	rec := metrics.NewPoolOutages(reg, func() (bool, bool) {
+		st := lk.Status()
+		return st.Down, st.Refusing
+	})
+	lk, err := lastknown.New(lastknown.Options{
+		Remote:   remote,
+		Grace:    cfg.outageGrace,
+		Refresh:  cfg.poolRefresh,
+		Store:    cfg.store,
+		Recorder: rec,
+		Logger:   log.With("poolAPI", cfg.poolAPI),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagPoolOutageGrace, err)
+	}
+	return lk, nil
 }
 
 // memberList strips the status from a member listing.

@@ -65,6 +65,16 @@ func gatewayMetrics() *prometheus.Registry {
 	return reg
 }
 
+// poolAPIGatewayMetrics are the series only a --pool-api gateway adds:
+// its last-known pool's outage counters.
+func poolAPIGatewayMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	o := metrics.NewPoolOutages(reg, func() (bool, bool) { return true, false })
+	o.PoolOutage()
+	o.LastKnownLease()
+	return reg
+}
+
 func controllerMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	metrics.NewLeaseRequests(reg).LeaseRequest("granted")
@@ -87,7 +97,7 @@ func metricsReference(t *testing.T) string {
 	for _, r := range []struct {
 		by  string
 		reg *prometheus.Registry
-	}{{"gateway", gatewayMetrics()}, {"controller", controllerMetrics()}} {
+	}{{"gateway", gatewayMetrics()}, {"`--pool-api` gateway", poolAPIGatewayMetrics()}, {"controller", controllerMetrics()}} {
 		fams, err := r.reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -79,6 +79,14 @@ func TestPoolAPIFlags(t *testing.T) {
 			want: "--pool-token-file needs --pool-api"},
 		{name: "token file with two tokens", args: []string{"--pool-api", "http://127.0.0.1:8090", "--pool-token-file", two},
 			want: "--pool-token-file", deny: "\na\n"},
+		{name: "outage grace without --pool-api", args: []string{"--pool-outage-grace", "1m"},
+			want: "--pool-outage-grace needs --pool-api"},
+		{name: "refresh interval without --pool-api", args: []string{"--pool-refresh-interval", "5s"},
+			want: "--pool-refresh-interval needs --pool-api"},
+		{name: "a negative outage grace", args: []string{"--pool-api", "http://127.0.0.1:8090", "--pool-outage-grace", "-1s"},
+			want: "--pool-outage-grace -1s: must be 0 (off) or more"},
+		{name: "a zero refresh interval", args: []string{"--pool-api", "http://127.0.0.1:8090", "--pool-refresh-interval", "0s"},
+			want: "--pool-refresh-interval 0s: must be positive"},
 		{name: "not an http URL", args: []string{"--pool-api", "ftp://127.0.0.1:8090"}, want: "--pool-api"},
 		{name: "credentials in the URL are refused and never echoed", args: []string{"--pool-api", "http://bob:hunter2@127.0.0.1:8090"},
 			want: "--pool-api", deny: "hunter2"},
@@ -181,8 +189,9 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		return append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "off", "--allow-private-targets",
 			"--pool-api", api.url, "--pool-token-file", tokenFile, "--shutdown-grace", "2s"}, extra...)
 	}
-	// A pins a member per (session, target) for 3s; B leases per request.
-	gwA := startGateway(t, args("--lease-ttl", "3s")...)
+	// A pins a member per (session, target) for 3s and has no last-known
+	// pool; B leases per request, with one.
+	gwA := startGateway(t, args("--lease-ttl", "3s", "--pool-outage-grace", "0")...)
 	gwB := startGateway(t, args("--rotation", "per-request")...)
 	if out := gwA.stderr.String(); !strings.Contains(out, "leasing from the pool API "+api.url) || strings.Contains(out, apiToken) {
 		t.Fatalf("startup message should name the pool API and never the token:\n%s", out)
@@ -248,7 +257,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		})
 	})
 
-	t.Run("without the lease API a pinned session works until its TTL, then 503", func(t *testing.T) {
+	t.Run("without the lease API and a last-known pool a pinned session works until its TTL, then 503", func(t *testing.T) {
 		code, src, _, body := sessionGet(t, gwA.proxy, "pinned", other.URL())
 		if code != http.StatusOK {
 			t.Fatalf("pinning a session: %d %s", code, body)
@@ -279,6 +288,15 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		}
 		if code503 != http.StatusServiceUnavailable || reason != "pool_unreachable" || !strings.Contains(msg, "pool API unreachable") {
 			t.Fatalf("after the lease ended: %d %s %q, want 503 saying the pool API is unreachable", code503, reason, msg)
+		}
+	})
+
+	t.Run("without the lease API a gateway with a last-known pool serves new sessions from it", func(t *testing.T) {
+		for i := range 4 {
+			if code, src, reason, body := sessionGet(t, gwB.proxy, fmt.Sprintf("after%d", i), other.URL()); code != http.StatusOK ||
+				(src != "127.0.0.2" && src != "127.0.0.3") {
+				t.Fatalf("a new session through B with the API gone: %d from %q %s %q, want 200 from a last-known member", code, src, reason, body)
+			}
 		}
 	})
 

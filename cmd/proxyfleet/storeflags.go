@@ -67,7 +67,7 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	apiURL = strings.TrimSpace(c.String(flagPoolAPI))
 	tokenFile := c.Path(flagPoolTokenFile)
 	if apiURL == "" {
-		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector} {
+		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector, flagPoolOutageGrace, flagPoolRefresh} {
 			if c.IsSet(name) {
 				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagPoolAPI)
 			}
@@ -180,4 +180,16 @@ func poolClientFrom(c *cli.Context, apiURL, token string) (*poolapi.Client, erro
 		return nil, fmt.Errorf("--%s: %w", flagPoolAPI, err)
 	}
 	return cl, nil
+}
+
+// outageFrom reads the last-known pool's flags of a --pool-api gateway:
+// the grace (0 turns it off) and the member list's refresh interval.
+func outageFrom(c *cli.Context) (grace, refresh time.Duration, err error) {
+	if grace = c.Duration(flagPoolOutageGrace); grace < 0 {
+		return 0, 0, fmt.Errorf("--%s %s: must be 0 (off) or more", flagPoolOutageGrace, grace)
+	}
+	if refresh = c.Duration(flagPoolRefresh); refresh <= 0 {
+		return 0, 0, fmt.Errorf("--%s %s: must be positive", flagPoolRefresh, refresh)
+	}
+	return grace, refresh, nil
 }

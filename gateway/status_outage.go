@@ -1,0 +1,30 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/proxyfleet/proxyfleet/status"
+)
+
+// outageStatus is the status page's pool while the lease API is away: the
+// last-known pool's members and cooldowns (its own leases and what it
+// learnt included) and the outage's times. ok is false while the API
+// answers, or without a last-known pool; the page then reads the API.
+func (s *Server) outageStatus(ctx context.Context) (status.PoolSnapshot, bool) {
+	if s.o.LastKnown == nil {
+		return status.PoolSnapshot{}, false
+	}
+	st := s.o.LastKnown.Status()
+	if !st.Down {
+		return status.PoolSnapshot{}, false
+	}
+	snap := status.PoolSnapshot{Outage: &status.Outage{
+		Since: st.Since, LastAnswer: st.LastAnswer, ListAt: st.ListAt, GraceEnds: st.GraceEnds,
+		Refusing: st.Refusing, Untold: st.Untold,
+	}}
+	if !st.ListAt.IsZero() {
+		snap.Members = s.o.LastKnown.Members()
+		snap.Cooldowns, _ = s.o.LastKnown.ListCooldowns(ctx) // the local store never fails
+	}
+	return snap, true
+}
