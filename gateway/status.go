@@ -20,17 +20,18 @@ const statusReadTimeout = 5 * time.Second
 func (s *Server) PoolStatus(ctx context.Context) status.PoolSnapshot {
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
-	if snap, ok := s.outageStatus(ctx); ok {
-		return snap
+	lk, down := s.outageStatus(ctx)
+	if down {
+		return lk
 	}
 	if s.o.Remote != nil {
 		list, err := s.o.Remote.List(ctx, poolapi.ListFilter{})
 		if err != nil {
 			s.o.Logger.Warn("status page: listing the pool API's members failed", "poolAPI", s.o.RemoteURL, "err", err)
-			return status.PoolSnapshot{Err: "the lease API could not be read (see the gateway's log)"}
+			return status.PoolSnapshot{Err: "the lease API could not be read (see the gateway's log)", LastKnown: lk.LastKnown}
 		}
 		ms, cs := status.MembersFromAPI(list)
-		return status.PoolSnapshot{Members: ms, Cooldowns: cs}
+		return status.PoolSnapshot{Members: ms, Cooldowns: cs, LastKnown: lk.LastKnown}
 	}
 	var snap status.PoolSnapshot
 	ms, err := s.o.Store.ListMembers(ctx)

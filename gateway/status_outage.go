@@ -9,16 +9,18 @@ import (
 // outageStatus is the status page's pool while the lease API is away: the
 // last-known pool's members and cooldowns (its own leases and what it
 // learnt included) and the outage's times. ok is false while the API
-// answers, or without a last-known pool; the page then reads the API.
+// answers, or without a last-known pool; the page then reads the API, and
+// the snapshot returned carries only the last-known list's age and size.
 func (s *Server) outageStatus(ctx context.Context) (status.PoolSnapshot, bool) {
 	if s.o.LastKnown == nil {
 		return status.PoolSnapshot{}, false
 	}
 	st := s.o.LastKnown.Status()
+	lk := &status.LastKnown{ListAt: st.ListAt, Members: st.Members}
 	if !st.Down {
-		return status.PoolSnapshot{}, false
+		return status.PoolSnapshot{LastKnown: lk}, false
 	}
-	snap := status.PoolSnapshot{Outage: &status.Outage{
+	snap := status.PoolSnapshot{LastKnown: lk, Outage: &status.Outage{
 		Since: st.Since, LastAnswer: st.LastAnswer, ListAt: st.ListAt, GraceEnds: st.GraceEnds,
 		Refusing: st.Refusing, Untold: st.Untold,
 	}}

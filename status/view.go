@@ -83,6 +83,15 @@ type PoolSnapshot struct {
 	// Outage is set while a --pool-api gateway's lease API is away; the
 	// members and cooldowns are then its last-known pool's.
 	Outage *Outage
+	// LastKnown is a --pool-api gateway's last-known list, when it keeps one.
+	LastKnown *LastKnown
+}
+
+// LastKnown is the member list a --pool-api gateway would fall back on.
+type LastKnown struct {
+	// ListAt is when it arrived (zero: never); Members how many it holds.
+	ListAt  time.Time `json:"listAt,omitzero"`
+	Members int       `json:"members"`
 }
 
 // Outage is a --pool-api gateway's view of a lease API outage.
@@ -116,6 +125,8 @@ type GatewayView struct {
 	Cooldowns    []Cooldown `json:"cooldowns"`
 	// Outage is set while the lease API (PoolAPI) is away.
 	Outage *Outage `json:"outage,omitempty"`
+	// LastKnown is the list the gateway falls back on during an outage.
+	LastKnown *LastKnown `json:"lastKnown,omitempty"`
 	// Requests are the gateway's requests by outcome.
 	Requests Chart    `json:"requests"`
 	Errors   []string `json:"errors"`
@@ -144,6 +155,7 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 		v.Pool, v.PoolAPI = "pool-api", SafeURL(in.PoolAPI)
 		v.Notes = append(v.Notes, "Members, leases and cooldowns are the lease API's, shared by every gateway using it; the API does not say why a cooldown runs.")
 	}
+	v.LastKnown = in.Pool.LastKnown
 	if o := in.Pool.Outage; o != nil {
 		v.Outage = o
 		switch {
