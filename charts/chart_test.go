@@ -318,6 +318,38 @@ func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
 	}
 }
 
+// TestChartControllerUpdateStrategyFollowsTheStore pins the upgrade
+// settings: with the memory store the old controller stops before the new
+// one starts (never two stores of leases), on a shared store a new replica
+// is up before an old one goes.
+func TestChartControllerUpdateStrategyFollowsTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		vals        map[string]any
+		typ         string
+		unavailable any
+	}{
+		{"memory store", nil, "Recreate", nil},
+		{"shared store", map[string]any{
+			"controller": map[string]any{"replicas": 2},
+			"leaseStore": map[string]any{"url": "redis://redis:6379/0"},
+		}, "RollingUpdate", int64(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			manifest, err := render(t, tc.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := find(objects(t, manifest), "Deployment", releaseName)
+			typ, _, _ := unstructured.NestedString(d.Object, "spec", "strategy", "type")
+			u, found, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "strategy", "rollingUpdate", "maxUnavailable")
+			if typ != tc.typ || (tc.unavailable == nil) == found || (found && u != tc.unavailable) {
+				t.Fatalf("strategy %s maxUnavailable %v, want %s %v", typ, u, tc.typ, tc.unavailable)
+			}
+		})
+	}
+}
+
 // checkWebhook pins the selectors that keep failurePolicy Fail to opted-in
 // pods outside the release namespace.
 func checkWebhook(t *testing.T, objs []*unstructured.Unstructured) {
