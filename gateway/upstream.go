@@ -28,7 +28,6 @@ const (
 
 var (
 	errHeadTooLarge   = errors.New("upstream answer head larger than 1 MiB")
-	errSwitched       = errors.New("upstream answered 101 Switching Protocols to a request that asked for no upgrade")
 	errUpstreamClosed = errors.New("upstream closed the keep-alive connection before answering")
 )
 
@@ -79,77 +78,31 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 	if replayable(req) {
 		replay = func() error { return nil } // the lean path carries no body
 	}
+	o := keepalive.ExchangeOptions{Proxy: true, MaxHead: maxResponseHead, HeadTooLarge: errHeadTooLarge,
+		Closed: errUpstreamClosed, AnswerTimeout: answerTimeout}
 	var resp *http.Response
 	err := p.Do(ctx, replay, func(pc *upConn) (stale bool, err error) {
-		resp, stale, err = p.exchange(ctx, pc, req, answerTimeout)
-		return stale, err
+		a, stale, err := p.RoundTrip(ctx, pc, req, o)
+		if err != nil {
+			return stale, err
+		}
+		resp = a.Response
+		resp.Body = &upBody{rc: resp.Body, a: a}
+		return false, nil
 	})
+	if errors.Is(err, keepalive.ErrAnswerTimeout) {
+		err = errAnswerTimeout
+	}
 	return resp, err
-}
-
-// exchange writes req on pc and reads the answer head. stale means the
-// connection ended before a single byte of an answer arrived.
-func (p *upstreamPool) exchange(ctx context.Context, pc *upConn, req *http.Request, answerTimeout time.Duration) (resp *http.Response, stale bool, err error) {
-	stop := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(keepalive.ALongTimeAgo) })
-	defer func() {
-		if err != nil {
-			stop()
-		}
-	}()
-	if err = req.WriteProxy(pc.W); err == nil {
-		err = pc.W.Flush()
-	}
-	if err != nil {
-		return nil, true, err
-	}
-	pc.Limit(maxResponseHead, errHeadTooLarge)
-	_ = pc.SetReadDeadline(time.Now().Add(answerTimeout))
-	if ctx.Err() != nil {
-		_ = pc.SetDeadline(keepalive.ALongTimeAgo) // an abort the line above undid
-	}
-	if _, err = pc.R.Peek(1); err != nil {
-		switch {
-		case errors.Is(err, io.EOF):
-			err = errUpstreamClosed
-		case isTimeout(err) && ctx.Err() == nil:
-			return nil, false, errAnswerTimeout
-		}
-		return nil, true, err
-	}
-	// The first byte is in: the rest streams unbounded. Cleared, then ctx
-	// checked, so an abort that raced the clearing is applied again.
-	_ = pc.SetReadDeadline(time.Time{})
-	if ctx.Err() != nil {
-		_ = pc.SetDeadline(keepalive.ALongTimeAgo)
-	}
-	for {
-		resp, err = http.ReadResponse(pc.R, req)
-		if err != nil {
-			return nil, false, err
-		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
-			return nil, false, errSwitched
-		}
-		if resp.StatusCode >= 200 {
-			break
-		}
-		// 1xx interim answers are not passed on, as with net/http's Transport.
-	}
-	pc.Limit(-1, nil)
-	resp.Body = &upBody{rc: resp.Body, pc: pc, pool: p, stop: stop, reuse: !resp.Close}
-	return resp, false, nil
 }
 
 // upBody is an answer body on the lean path: read to its end, it hands the
 // connection back; closed early or broken, it closes the connection.
 type upBody struct {
-	rc    io.ReadCloser
-	pc    *upConn
-	pool  *upstreamPool
-	stop  func() bool
-	reuse bool
-	done  bool
-	err   error
+	rc   io.ReadCloser
+	a    keepalive.Answer
+	done bool
+	err  error
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
@@ -185,10 +138,5 @@ func (b *upBody) Close() error {
 
 func (b *upBody) finish(complete bool) {
 	b.done = true
-	stopped := b.stop()
-	if complete && stopped && b.reuse && b.pc.R.Buffered() == 0 {
-		b.pool.Put(b.pc)
-		return
-	}
-	_ = b.pc.Close()
+	b.a.Release(complete)
 }

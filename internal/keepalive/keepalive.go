@@ -4,10 +4,12 @@
 // two goroutines per connection and hands every request and answer between
 // them and the caller; on a busy two-core box those hand-offs cost more CPU
 // than the exchange itself (the gateway's lean path to an http:// upstream
-// and the lease API client both measured it). The exchange itself (framing,
-// what makes a connection reusable) stays with the caller; this package
-// dials, keeps, hands out and closes, and Do runs the one get-or-dial loop
-// that replaces a connection the peer dropped while it was idle.
+// and the lease API client both measured it). This package dials, keeps,
+// hands out and closes; Do runs the one get-or-dial loop that replaces a
+// connection the peer dropped while it was idle, and RoundTrip is the one
+// exchange on a connection (write, bounded head, answer timeout, abort by
+// context, when a connection may be reused). What a caller does with the
+// answer's body stays with the caller.
 package keepalive
 
 import (

@@ -68,15 +68,8 @@ func leanDo(ctx context.Context, p *keepalive.Pool, req *http.Request) (status i
 		return err
 	}
 	err = p.Do(ctx, replay, func(pc *keepalive.Conn) (bool, error) {
-		var keep, stale bool
-		status, raw, keep, stale, err = leanOnce(ctx, pc, req)
-		switch {
-		case err != nil:
-		case keep:
-			p.Put(pc)
-		default:
-			_ = pc.Close()
-		}
+		var stale bool
+		status, raw, stale, err = leanOnce(ctx, p, pc, req)
 		return stale, err
 	})
 	if err != nil {
@@ -85,52 +78,31 @@ func leanDo(ctx context.Context, p *keepalive.Pool, req *http.Request) (status i
 	return status, raw, nil
 }
 
-// leanOnce is one exchange on pc. stale means the connection ended before
-// a byte of the answer arrived; keep that it may carry the next call.
-func leanOnce(ctx context.Context, pc *keepalive.Conn, req *http.Request) (status int, raw []byte, keep, stale bool, err error) {
-	// The connection's own deadline is only the overall bound; the
-	// context's end (its deadline included) comes through AfterFunc, after
-	// ctx.Err() is set, so a call cut short always names the context.
-	_ = pc.SetDeadline(time.Now().Add(requestTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(keepalive.ALongTimeAgo) })
-	defer func() {
-		if !stop() {
-			keep = false // the context ended: the deadline is in the past
-		}
-	}()
-	if err = req.Write(pc.W); err == nil {
-		err = pc.W.Flush()
-	}
+// leanOnce is one exchange on pc (keepalive's RoundTrip) with the whole
+// body read. stale means the connection ended before a byte of the answer
+// arrived. The connection's own deadline is only the overall bound; the
+// context's end (its deadline included) comes through RoundTrip's abort,
+// after ctx.Err() is set, so a call cut short always names the context.
+func leanOnce(ctx context.Context, p *keepalive.Pool, pc *keepalive.Conn, req *http.Request) (status int, raw []byte, stale bool, err error) {
+	a, stale, err := p.RoundTrip(ctx, pc, req, keepalive.ExchangeOptions{MaxHead: maxAnswerHead, HeadTooLarge: errAnswerHeadTooLarge,
+		Closed: errClosedBeforeAnswer, Deadline: time.Now().Add(requestTimeout)})
 	if err != nil {
-		return 0, nil, false, true, err
+		return 0, nil, stale, err
 	}
-	pc.Limit(maxAnswerHead, errAnswerHeadTooLarge)
-	if _, err = pc.R.Peek(1); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = errClosedBeforeAnswer
-		}
-		return 0, nil, false, true, err
-	}
-	resp, err := http.ReadResponse(pc.R, req)
+	raw, err = io.ReadAll(io.LimitReader(a.Body, maxClientResponseBytes+1))
 	if err != nil {
-		return 0, nil, false, false, err
-	}
-	pc.Limit(-1, nil)
-	raw, err = io.ReadAll(io.LimitReader(resp.Body, maxClientResponseBytes+1))
-	if err != nil {
-		return 0, nil, false, false, fmt.Errorf("reading the answer: %w", err)
+		a.Release(false)
+		return 0, nil, false, fmt.Errorf("reading the answer: %w", err)
 	}
 	if len(raw) > maxClientResponseBytes {
 		// The rest of the body is still on the connection, which is
 		// closed rather than drained (closing the body would read it all).
-		return resp.StatusCode, raw[:maxClientResponseBytes], false, false, nil
+		a.Release(false)
+		return a.StatusCode, raw[:maxClientResponseBytes], false, nil
 	}
-	_ = resp.Body.Close() // at its end already: reads the trailer, if any
-	keep = !resp.Close && pc.R.Buffered() == 0
-	if keep {
-		_ = pc.SetDeadline(time.Time{})
-	}
-	return resp.StatusCode, raw, keep, false, nil
+	_ = a.Body.Close() // at its end already: reads the trailer, if any
+	a.Release(true)
+	return a.StatusCode, raw, false, nil
 }
 
 // ctxErr names the context's end as the cause when it was one: the
