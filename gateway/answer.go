@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -104,7 +105,7 @@ func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
 		return err
 	}
 	return &attemptError{f: rotation.Site(classCertificate), firsthand: true,
-		err: errors.New("the certificate of " + quote(u.Host) + " does not verify: " + certErrorText(err))}
+		err: errors.New("the certificate of " + echo.Quote(u.Host) + " does not verify: " + certErrorText(err))}
 }
 
 // classCertificate is the failure class of a site certificate that does not verify.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
 // clientFault is an error that came from the client: its body's framing,
@@ -109,7 +111,7 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 	case err == io.EOF:
 		if name, ok := invalidFieldName(b.req.Trailer); !ok {
 			b.err = &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
-				err: errors.New("malformed request trailer name " + quote(name))}
+				err: errors.New("malformed request trailer name " + echo.Quote(name))}
 			return n, b.err
 		}
 		b.eof = true

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/socks5"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -199,7 +201,13 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		_ = c.SetDeadline(keepalive.ALongTimeAgo) // an abort the line above undid
 	}
 	if mc.socks5 {
-		if err = socks5Connect(c, mc.m.URL.User, host, port); err != nil && isTimeout(err) && ctx.Err() == nil {
+		err = socks5.Connect(c, mc.m.URL.User, host, port)
+		var re *socks5.ReplyError
+		switch {
+		case err == nil:
+		case errors.As(err, &re):
+			err = &attemptError{f: rotation.SOCKSReply(re.Code), err: err}
+		case isTimeout(err) && ctx.Err() == nil:
 			err = answerTimedOut(answerTimeout, "SOCKS5 CONNECT")
 		}
 		return c, nil, err
@@ -285,13 +293,13 @@ func readConnectAnswer(br *bufio.Reader) (int, string, rotation.UpstreamError, e
 			first = false
 			s := string(trimEOL(b))
 			if len(s) < 12 || s[:7] != "HTTP/1." || s[8] != ' ' {
-				return 0, "", ue, errors.New("malformed answer to CONNECT: " + quote(s))
+				return 0, "", ue, errors.New("malformed answer to CONNECT: " + echo.Quote(s))
 			}
 			n, err := strconv.Atoi(s[9:12])
 			if err != nil || n < 100 || n > 999 || (len(s) > 12 && s[12] != ' ') {
-				return 0, "", ue, errors.New("malformed answer to CONNECT: " + quote(s))
+				return 0, "", ue, errors.New("malformed answer to CONNECT: " + echo.Quote(s))
 			}
-			status, line = n, quote(s[9:])
+			status, line = n, echo.Quote(s[9:])
 			continue
 		}
 		h := trimEOL(b)

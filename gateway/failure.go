@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -101,7 +102,7 @@ func (s *siteFailures) add(member, leaseID string, f rotation.Failure, err error
 // message says what every member said, for the client's 502.
 func (s siteFailures) message(hostport string) string {
 	var b strings.Builder
-	b.WriteString("cannot reach " + quote(hostport) + ": ")
+	b.WriteString("cannot reach " + echo.Quote(hostport) + ": ")
 	for i, f := range s {
 		if i > 0 {
 			b.WriteString("; ")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -43,7 +44,7 @@ func upstreamAnswer(resp *http.Response) error {
 		return nil // the site's own error answer: delivered as it is
 	}
 	discard(resp)
-	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: quote(resp.Status), ue: ue}}
+	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: echo.Quote(resp.Status), ue: ue}}
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -63,7 +64,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 	case "https":
 		defPort = "443"
 	default:
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + quote(u.Scheme) + ": want http or https"})
+		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http or https"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
@@ -247,7 +248,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
 		}
 		return nil, ans, &annotated{err: errRequestTimeout,
-			msg: "no answer from " + quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
+			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
 	if h.mc.m.Direct() {

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 )
 
@@ -351,7 +352,7 @@ func checkRequest(r *http.Request) string {
 		return "missing required Host header"
 	}
 	if name, ok := invalidFieldName(r.Header); !ok {
-		return "malformed header name " + quote(name) + ": a name is a token, with no space in it or before its colon"
+		return "malformed header name " + echo.Quote(name) + ": a name is a token, with no space in it or before its colon"
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -197,7 +198,7 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 			}
 			ue := upstreamErrorOf(res.Header)
 			return &attemptError{f: rotation.UpstreamAnswer(res.StatusCode, ue),
-				err: &answerError{status: res.StatusCode, line: quote(res.Status), ue: ue, connect: true}}
+				err: &answerError{status: res.StatusCode, line: echo.Quote(res.Status), ue: ue, connect: true}}
 		}
 	}
 	if u.User != nil {
@@ -285,7 +286,7 @@ func (g *Gateway) dialDirect(ctx context.Context, mc *memberConn, host string, p
 		}
 	}
 	if tried == 0 {
-		return nil, errors.New("target " + quote(host) + " has no address of the family of source address " + src.String())
+		return nil, errors.New("target " + echo.Quote(host) + " has no address of the family of source address " + src.String())
 	}
 	return nil, firstErr
 }

@@ -12,13 +12,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // MITMOptions turns on TLS interception of CONNECT tunnels (Options.MITM).
 type MITMOptions struct {
 	// CA signs the per-host leaves; required.
-	CA *CA
+	CA *mitmca.CA
 	// Bypass are the hosts left as plain tunnels (pinned or mutual-TLS sites).
 	Bypass HostPatterns
 }
@@ -31,7 +33,7 @@ var mitmHello = []byte("HTTP/1.1 200 Connection established\r\n" + HeaderMITM + 
 // hands to it once the handshake is done, so requests inside a tunnel get
 // the server's keep-alive, framing and limits exactly as plain ones do.
 type mitm struct {
-	ca     *CA
+	ca     *mitmca.CA
 	bypass HostPatterns
 	srv    *http.Server
 	ln     *connListener
@@ -119,7 +121,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			// The CONNECT authority names the site, whatever the SNI says
 			// (IP literals have none): that is the host that was checked.
-			return ca.leafFor(host)
+			return ca.LeafFor(host)
 		},
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
@@ -165,7 +167,7 @@ func (g *Gateway) serveMITMRequest(w http.ResponseWriter, r *http.Request) {
 		h, _, err := splitTarget(r.URL.Host, "443")
 		if err != nil || !strings.EqualFold(h, t.host) || (r.URL.Scheme != "" && r.URL.Scheme != "https") {
 			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
-				msg: "inside the MITM tunnel to " + quote(t.hostport) + " requests go to that site; got " + quote(r.URL.String())})
+				msg: "inside the MITM tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}
 	}

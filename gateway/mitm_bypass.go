@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
 // HostPatterns are the hosts MITM leaves alone (--mitm-bypass): sites that
@@ -43,7 +45,7 @@ func parseHostPattern(raw string) (key string, wild bool, err error) {
 	}
 	name, wild := strings.CutPrefix(p, "*.")
 	if !validHostName(name) {
-		return "", false, errors.New("host pattern " + quote(raw) + ": want a host name, *.domain or an IP address")
+		return "", false, errors.New("host pattern " + echo.Quote(raw) + ": want a host name, *.domain or an IP address")
 	}
 	if wild {
 		return "." + name, true, nil

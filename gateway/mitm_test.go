@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"io"
 	"net"
 	"net/http"
@@ -21,13 +22,13 @@ import (
 )
 
 // newTestCA makes and loads a fresh MITM CA, and a pool that trusts it.
-func newTestCA(t *testing.T) (*CA, *x509.CertPool) {
+func newTestCA(t *testing.T) (*mitmca.CA, *x509.CertPool) {
 	t.Helper()
-	certPEM, keyPEM, err := GenerateCA("proxyfleet test CA", time.Hour, time.Now())
+	certPEM, keyPEM, err := mitmca.Generate("proxyfleet test CA", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := LoadCA(certPEM, keyPEM, 0)
+	ca, err := mitmca.Load(certPEM, keyPEM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

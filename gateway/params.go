@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"math"
 	"net/http"
 	"strconv"
@@ -122,7 +123,7 @@ func parseUsername(username string) (params, error) {
 		return p, err
 	}
 	if username == "" {
-		return p, paramErr("username ends with ", quote(string(sep)))
+		return p, paramErr("username ends with ", echo.Quote(string(sep)))
 	}
 	if semi {
 		for {
@@ -132,7 +133,7 @@ func parseUsername(username string) (params, error) {
 			}
 			k, v, ok := strings.Cut(seg, "=")
 			if !ok {
-				return p, paramErr("username parameter ", quote(seg), " is not key=value")
+				return p, paramErr("username parameter ", echo.Quote(seg), " is not key=value")
 			}
 			if err := p.set(k, v, true, "username"); err != nil {
 				return p, err
@@ -147,7 +148,7 @@ func parseUsername(username string) (params, error) {
 	for {
 		k, rest, ok := strings.Cut(username, "-")
 		if !ok {
-			return p, paramErr("username parameter ", quote(k), " has no value (odd number of key-value parts)")
+			return p, paramErr("username parameter ", echo.Quote(k), " has no value (odd number of key-value parts)")
 		}
 		v, rest, more := strings.Cut(rest, "-")
 		if err := p.set(k, v, false, "username"); err != nil {
@@ -211,11 +212,11 @@ func parseHeaders(h http.Header) (params, error) {
 			}
 			k, v, ok := strings.Cut(item, "=")
 			if !ok {
-				return p, paramErr(HeaderSelect, " item ", quote(item), " is not key=value")
+				return p, paramErr(HeaderSelect, " item ", echo.Quote(item), " is not key=value")
 			}
 			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 			if isReserved(k) {
-				return p, paramErr(quote(k), " is not an attribute; use the X-Proxyfleet-", headerSuffix(k), " header or the username parameter")
+				return p, paramErr(echo.Quote(k), " is not an attribute; use the X-Proxyfleet-", headerSuffix(k), " header or the username parameter")
 			}
 			if err := p.set(k, v, true, HeaderSelect); err != nil {
 				return p, err
@@ -234,7 +235,7 @@ func mergeParams(u, h params) (params, error) {
 	out := u
 	pick := func(key, a, b string) (string, error) {
 		if a != "" && b != "" && a != b {
-			return "", paramErr(key, ": username says ", quote(a), " but header says ", quote(b))
+			return "", paramErr(key, ": username says ", echo.Quote(a), " but header says ", echo.Quote(b))
 		}
 		if a == "" {
 			return b, nil
@@ -269,7 +270,7 @@ func mergeParams(u, h params) (params, error) {
 			}
 			for k, v := range h.Selector {
 				if old, ok := out.Selector[k]; ok && old != v {
-					return u, paramErr(k, ": username says ", quote(old), " but header says ", quote(v))
+					return u, paramErr(k, ": username says ", echo.Quote(old), " but header says ", echo.Quote(v))
 				}
 				out.Selector[k] = v
 			}
@@ -285,22 +286,22 @@ func (p *params) set(k, v string, wide bool, where string) error {
 		return paramErr("empty key in ", where)
 	}
 	if v == "" {
-		return paramErr("empty value for ", quote(k), " in ", where)
+		return paramErr("empty value for ", echo.Quote(k), " in ", where)
 	}
 	for i := 0; i < len(k); i++ {
 		if !isKeyChar(k[i]) {
-			return paramErr("key ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_./]")
+			return paramErr("key ", echo.Quote(k), " in ", where, " has a character outside [A-Za-z0-9_./]")
 		}
 	}
 	for i := 0; i < len(v); i++ {
 		if !isValueChar(v[i], wide) {
 			if wide {
-				return paramErr("value of ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/-]")
+				return paramErr("value of ", echo.Quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/-]")
 			}
-			return paramErr("value of ", quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')")
+			return paramErr("value of ", echo.Quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')")
 		}
 	}
-	dup := func() error { return paramErr("key ", quote(k), " given twice in ", where) }
+	dup := func() error { return paramErr("key ", echo.Quote(k), " given twice in ", where) }
 	switch k {
 	case keySession:
 		if p.Session != "" {
@@ -318,7 +319,7 @@ func (p *params) set(k, v string, wide bool, where string) error {
 		}
 		m, err := rotation.ParseMode(v)
 		if err != nil {
-			return paramErr("rotate ", quote(v), " in ", where, ": want sticky or request")
+			return paramErr("rotate ", echo.Quote(v), " in ", where, ": want sticky or request")
 		}
 		p.Rotate = m
 	case keySessTTL:
@@ -327,7 +328,7 @@ func (p *params) set(k, v string, wide bool, where string) error {
 		}
 		d, err := parseSessTTL(v)
 		if err != nil {
-			return paramErr("sessttl ", quote(v), " in ", where, ": ", err.Error())
+			return paramErr("sessttl ", echo.Quote(v), " in ", where, ": ", err.Error())
 		}
 		p.SessTTL = d
 	default:
@@ -378,7 +379,7 @@ func checkUser(u string) error {
 	for i := 0; i < len(u); i++ {
 		c := u[i]
 		if !(isAlnum(c) || c == '_' || c == '.' || c == '@') {
-			return paramErr("user name ", quote(u), " has a character outside [A-Za-z0-9_.@]")
+			return paramErr("user name ", echo.Quote(u), " has a character outside [A-Za-z0-9_.@]")
 		}
 	}
 	return nil
@@ -408,28 +409,6 @@ func headerSuffix(k string) string {
 		return "Proxy"
 	}
 	return "Rotate"
-}
-
-// quote makes a client-supplied string safe to echo in a text body: printable
-// ASCII is kept, anything else becomes '?', long strings are cut.
-func quote(s string) string {
-	const max = 64
-	var b strings.Builder
-	b.Grow(min(len(s), max) + 5)
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if i == max {
-			b.WriteString("...")
-			break
-		}
-		c := s[i]
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		b.WriteByte(c)
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // parseProxyAuthorization splits `Basic base64(user:token)`. The token is

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"strings"
 	"time"
 )
@@ -29,18 +30,18 @@ func ParseSiteDurations(entries []string) (SiteDurations, error) {
 	for _, e := range entries {
 		pat, val, ok := strings.Cut(e, "=")
 		if !ok {
-			return SiteDurations{}, errors.New("site entry " + quote(e) + ": want PATTERN=DURATION, e.g. slow.example.com=40s")
+			return SiteDurations{}, errors.New("site entry " + echo.Quote(e) + ": want PATTERN=DURATION, e.g. slow.example.com=40s")
 		}
 		d, err := time.ParseDuration(strings.TrimSpace(val))
 		if err != nil || d <= 0 {
-			return SiteDurations{}, errors.New("site entry " + quote(e) + ": " + quote(val) + " is not a positive duration")
+			return SiteDurations{}, errors.New("site entry " + echo.Quote(e) + ": " + echo.Quote(val) + " is not a positive duration")
 		}
 		key, wild, err := parseHostPattern(pat)
 		if err != nil {
 			return SiteDurations{}, err
 		}
 		if seen[key] {
-			return SiteDurations{}, errors.New("site entry " + quote(e) + ": " + quote(strings.TrimSpace(pat)) + " is given twice")
+			return SiteDurations{}, errors.New("site entry " + echo.Quote(e) + ": " + echo.Quote(strings.TrimSpace(pat)) + " is given twice")
 		}
 		seen[key] = true
 		if wild {

@@ -58,3 +58,35 @@ func TestSiteDurationsRefuseWhatDoesNotRead(t *testing.T) {
 		t.Fatalf("a pattern given twice: %v", err)
 	}
 }
+
+func TestHostPatterns(t *testing.T) {
+	hp, err := ParseHostPatterns([]string{"Pinned.Example.com", "*.bank.example", "10.0.0.1", "[::1]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		host string
+		want bool
+	}{
+		{"pinned.example.com", true},
+		{"PINNED.example.com.", true},
+		{"www.pinned.example.com", false},
+		{"login.bank.example", true},
+		{"a.b.bank.example", true},
+		{"bank.example", false},
+		{"evilbank.example", false},
+		{"10.0.0.1", true},
+		{"::1", true},
+		{"10.0.0.2", false},
+	}
+	for _, tc := range tests {
+		if got := hp.Match(tc.host); got != tc.want {
+			t.Errorf("Match(%q) = %v, want %v", tc.host, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "example.com:443", "https://example.com", "a*.example.com", "ex ample.com", "*"} {
+		if _, err := ParseHostPatterns([]string{bad}); err == nil {
+			t.Errorf("ParseHostPatterns(%q) accepted", bad)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"net"
 	"net/netip"
 	"strconv"
@@ -59,7 +60,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	h, p, serr := net.SplitHostPort(hostport)
 	if serr != nil {
 		if defaultPort == "" {
-			return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + quote(hostport) + " is not host:port"}
+			return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
 		}
 		h, p = hostport, defaultPort
 		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
@@ -68,12 +69,12 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	}
 	n, perr := strconv.ParseUint(p, 10, 16)
 	if h == "" || perr != nil || n == 0 {
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + quote(hostport) + " is not host:port"}
+		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
 	}
 	if _, err := netip.ParseAddr(h); err != nil && !validHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
 		// Refused here, the client's: sent on, a member would refuse it
 		// and the refusal would read as the site's or the member's.
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + quote(h) + " is neither an IP address nor a host name"}
+		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
 	}
 	return h, uint16(n), nil
 }
@@ -86,7 +87,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 func (g *Gateway) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" && !g.allowPrivate {
-			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + quote(host) + " has an IPv6 zone; refused"}
+			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
 		return addrs, g.checkAddrs(host, port, addrs)
@@ -109,10 +110,10 @@ func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	}
 	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + quote(host) + ": no addresses"}
+		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
 	}
 	if err != nil {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + quote(host) + ": " + err.Error()}
+		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
 	}
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
@@ -166,12 +167,12 @@ func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error
 		if !g.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
 				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed)"}
+					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed)"}
 			}
 		}
 		if g.isSelf(a, port) {
 			return &targetError{reason: ReasonLoop,
-				msg: "target " + quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
+				msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -43,7 +44,7 @@ func mitmCACommand() *cli.Command {
 				&cli.PathFlag{Name: flagCACert, Usage: "`FILE` to write the CA certificate (PEM) to", Required: true, TakesFile: true},
 				&cli.PathFlag{Name: flagCAKey, Usage: "`FILE` to write the CA private key (PEM, PKCS #8) to", Required: true, TakesFile: true},
 				&cli.StringFlag{Name: flagCACommonName, Value: defaultCACommonName(), Usage: "the CA's subject common name, as trust stores show it"},
-				&cli.DurationFlag{Name: flagCAValidity, Value: gateway.DefaultCAValidity, DefaultText: "87600h (10 years)", Usage: "how long the CA is valid"},
+				&cli.DurationFlag{Name: flagCAValidity, Value: mitmca.DefaultCAValidity, DefaultText: "87600h (10 years)", Usage: "how long the CA is valid"},
 				&cli.BoolFlag{Name: flagCAForce, Usage: "overwrite existing files"},
 			},
 			Action: func(c *cli.Context) error {
@@ -57,7 +58,7 @@ func mitmCACommand() *cli.Command {
 				if v := c.Duration(flagCAValidity); v <= 0 {
 					return fmt.Errorf("--%s %s: must be positive", flagCAValidity, v)
 				}
-				certPEM, keyPEM, err := gateway.GenerateCA(c.String(flagCACommonName), c.Duration(flagCAValidity), time.Now())
+				certPEM, keyPEM, err := mitmca.Generate(c.String(flagCACommonName), c.Duration(flagCAValidity), time.Now())
 				if err != nil {
 					return err
 				}
@@ -154,7 +155,7 @@ func mitmFrom(c *cli.Context) (*gateway.MITMOptions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagMITMCAKey, err)
 	}
-	ca, err := gateway.LoadCA(certPEM, keyPEM, 0)
+	ca, err := mitmca.Load(certPEM, keyPEM, 0)
 	if err != nil {
 		// LoadCA's messages never quote the key.
 		return nil, fmt.Errorf("--%s %s / --%s %s: %w", flagMITMCACert, certPath, flagMITMCAKey, keyPath, err)

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -20,7 +20,7 @@ import (
 // over its own pooled TLS connection to the site) and a new tunnel per
 // request (a TLS handshake with the client, and the leaf from the cache).
 func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.Target, tunnelURL string, tunnelPID int) ([]row, error) {
-	certPEM, keyPEM, err := gateway.GenerateCA("proxyfleet bench CA", time.Hour, time.Now())
+	certPEM, keyPEM, err := mitmca.Generate("proxyfleet bench CA", time.Hour, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,9 @@
-package gateway
+// Package mitmca is the gateway's MITM certificate authority: it makes a
+// CA (Generate), loads one from PEM and checks it can sign (Load), and
+// mints a short-lived leaf per host on demand, cached and minted once under
+// concurrency (CA.LeafFor). It knows nothing of requests or members, and
+// imports nothing of proxyfleet's but gateway/internal/echo.
+package mitmca
 
 import (
 	"crypto"
@@ -20,6 +25,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
 const (
@@ -40,11 +47,11 @@ const (
 	DefaultLeafCacheBytes = 32 << 20
 )
 
-// GenerateCA makes a new MITM CA: an ECDSA P-256 key and a self-signed
+// Generate makes a new MITM CA: an ECDSA P-256 key and a self-signed
 // certificate for signing leaf certificates only (basic constraints CA with
 // path length 0; key usage certificate and CRL signing). It returns both
 // PEM-encoded; the key as PKCS #8. commonName names it in trust stores.
-func GenerateCA(commonName string, validity time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
+func Generate(commonName string, validity time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
 	if commonName == "" {
 		return nil, nil, errors.New("mitm CA: empty common name")
 	}
@@ -100,11 +107,11 @@ type CA struct {
 	now    func() time.Time
 }
 
-// LoadCA reads a CA certificate and its private key (PEM; PKCS #8, PKCS #1
+// Load reads a CA certificate and its private key (PEM; PKCS #8, PKCS #1
 // or SEC 1 for the key) and checks that they belong together and that the
 // certificate may sign certificates and is valid now. cacheBytes bounds the
 // leaf cache (DefaultLeafCacheBytes when 0). Errors never quote the key.
-func LoadCA(certPEM, keyPEM []byte, cacheBytes int64) (*CA, error) {
+func Load(certPEM, keyPEM []byte, cacheBytes int64) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	if cb == nil || cb.Type != "CERTIFICATE" {
 		return nil, errors.New("mitm CA certificate: no PEM CERTIFICATE block")
@@ -114,14 +121,14 @@ func LoadCA(certPEM, keyPEM []byte, cacheBytes int64) (*CA, error) {
 		return nil, errors.New("mitm CA certificate: " + err.Error())
 	}
 	if !cert.BasicConstraintsValid || !cert.IsCA {
-		return nil, errors.New("mitm CA certificate " + quote(cert.Subject.CommonName) + " is not a CA (basic constraints)")
+		return nil, errors.New("mitm CA certificate " + echo.Quote(cert.Subject.CommonName) + " is not a CA (basic constraints)")
 	}
 	if cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, errors.New("mitm CA certificate " + quote(cert.Subject.CommonName) + " may not sign certificates (key usage)")
+		return nil, errors.New("mitm CA certificate " + echo.Quote(cert.Subject.CommonName) + " may not sign certificates (key usage)")
 	}
 	now := time.Now()
 	if now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
-		return nil, errors.New("mitm CA certificate " + quote(cert.Subject.CommonName) + " is not valid now (" +
+		return nil, errors.New("mitm CA certificate " + echo.Quote(cert.Subject.CommonName) + " is not valid now (" +
 			cert.NotBefore.UTC().Format(time.RFC3339) + " to " + cert.NotAfter.UTC().Format(time.RFC3339) + ")")
 	}
 	key, err := parseSigner(keyPEM)
@@ -129,7 +136,7 @@ func LoadCA(certPEM, keyPEM []byte, cacheBytes int64) (*CA, error) {
 		return nil, err
 	}
 	if !publicKeysEqual(key.Public(), cert.PublicKey) {
-		return nil, errors.New("mitm CA key does not belong to the certificate " + quote(cert.Subject.CommonName))
+		return nil, errors.New("mitm CA key does not belong to the certificate " + echo.Quote(cert.Subject.CommonName))
 	}
 	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -196,10 +203,10 @@ func (ca *CA) Minted() int64 { return ca.minted.Load() }
 // Close stops the leaf cache's goroutines.
 func (ca *CA) Close() { ca.cache.Close() }
 
-// leafFor returns the leaf certificate for host (a name or an IP literal),
+// LeafFor returns the leaf certificate for host (a name or an IP literal),
 // from the cache or minted now. Concurrent first requests for one host wait
 // for a single signature instead of each minting one.
-func (ca *CA) leafFor(host string) (*tls.Certificate, error) {
+func (ca *CA) LeafFor(host string) (*tls.Certificate, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if c, ok := ca.cache.Get(host); ok && ca.now().Before(c.Leaf.NotAfter.Add(-leafMinRemaining)) {
 		return c, nil
@@ -259,7 +266,7 @@ func (ca *CA) mint(host string) (*tls.Certificate, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &ca.leafKey.PublicKey, ca.key)
 	if err != nil {
-		return nil, errors.New("mint a certificate for " + quote(host) + ": " + err.Error())
+		return nil, errors.New("mint a certificate for " + echo.Quote(host) + ": " + err.Error())
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {

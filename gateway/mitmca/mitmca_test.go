@@ -1,4 +1,4 @@
-package gateway
+package mitmca
 
 import (
 	"crypto/ecdsa"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestGeneratedCAIsASigningOnlyCA(t *testing.T) {
-	certPEM, keyPEM, err := GenerateCA("proxyfleet MITM CA (test)", DefaultCAValidity, time.Now())
+	certPEM, keyPEM, err := Generate("proxyfleet MITM CA (test)", DefaultCAValidity, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,21 +32,21 @@ func TestGeneratedCAIsASigningOnlyCA(t *testing.T) {
 	if kb, _ := pem.Decode(keyPEM); kb == nil || kb.Type != "PRIVATE KEY" {
 		t.Errorf("key PEM block %v, want PKCS #8", kb)
 	}
-	if _, err := LoadCA(certPEM, keyPEM, 0); err != nil {
+	if _, err := Load(certPEM, keyPEM, 0); err != nil {
 		t.Fatalf("the generated pair does not load: %v", err)
 	}
 }
 
 func TestLoadCARefusesWhatCannotSignLeaves(t *testing.T) {
-	certPEM, keyPEM, err := GenerateCA("ca", time.Hour, time.Now())
+	certPEM, keyPEM, err := Generate("ca", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, otherKey, err := GenerateCA("other", time.Hour, time.Now())
+	_, otherKey, err := Generate("other", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	expiredCert, expiredKey, err := GenerateCA("old", time.Hour, time.Now().Add(-3*time.Hour))
+	expiredCert, expiredKey, err := Generate("old", time.Hour, time.Now().Add(-3*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestLoadCARefusesWhatCannotSignLeaves(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadCA(tc.cert, tc.key, 0)
+			_, err := Load(tc.cert, tc.key, 0)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("LoadCA = %v, want %q", err, tc.want)
 			}
@@ -103,7 +103,7 @@ func TestLeavesNameTheirHostAndChainToTheCA(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ca.leafFor(tc.host)
+			c, err := ca.LeafFor(tc.host)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func TestLeavesNameTheirHostAndChainToTheCA(t *testing.T) {
 			if _, err := leaf.Verify(x509.VerifyOptions{DNSName: host, Roots: roots}); err != nil {
 				t.Fatalf("the leaf does not verify for %s under the CA: %v", host, err)
 			}
-			again, _ := ca.leafFor(tc.host)
+			again, _ := ca.LeafFor(tc.host)
 			if again != c {
 				t.Fatal("a second request minted again instead of using the cache")
 			}
@@ -129,34 +129,19 @@ func TestLeavesNameTheirHostAndChainToTheCA(t *testing.T) {
 	}
 }
 
-func TestHostPatterns(t *testing.T) {
-	hp, err := ParseHostPatterns([]string{"Pinned.Example.com", "*.bank.example", "10.0.0.1", "[::1]"})
+// newTestCA makes and loads a fresh CA, and a pool that trusts it.
+func newTestCA(t *testing.T) (*CA, *x509.CertPool) {
+	t.Helper()
+	certPEM, keyPEM, err := Generate("proxyfleet test CA", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		host string
-		want bool
-	}{
-		{"pinned.example.com", true},
-		{"PINNED.example.com.", true},
-		{"www.pinned.example.com", false},
-		{"login.bank.example", true},
-		{"a.b.bank.example", true},
-		{"bank.example", false},
-		{"evilbank.example", false},
-		{"10.0.0.1", true},
-		{"::1", true},
-		{"10.0.0.2", false},
+	ca, err := Load(certPEM, keyPEM, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		if got := hp.Match(tc.host); got != tc.want {
-			t.Errorf("Match(%q) = %v, want %v", tc.host, got, tc.want)
-		}
-	}
-	for _, bad := range []string{"", "example.com:443", "https://example.com", "a*.example.com", "ex ample.com", "*"} {
-		if _, err := ParseHostPatterns([]string{bad}); err == nil {
-			t.Errorf("ParseHostPatterns(%q) accepted", bad)
-		}
-	}
+	t.Cleanup(ca.Close)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(certPEM)
+	return ca, roots
 }

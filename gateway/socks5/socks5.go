@@ -1,4 +1,9 @@
-package gateway
+// Package socks5 is the gateway's SOCKS5 client (RFC 1928, with RFC 1929
+// username and password): CONNECT only, written on the caller's connection
+// so a *net.TCPConn stays one and the tunnel can splice(2). It owns the
+// wire format and nothing of the gateway's policy: what a refusal means
+// for a member is the caller's to say. It imports nothing of proxyfleet's.
+package socks5
 
 import (
 	"errors"
@@ -7,15 +12,13 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-
-	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// socks5Connect runs a SOCKS5 (RFC 1928) CONNECT to host:port over c, with
-// username/password authentication (RFC 1929) when user is set. Its own
-// small client keeps c a *net.TCPConn, so the tunnel can splice(2).
-// The caller sets c's deadline.
-func socks5Connect(c net.Conn, user *url.Userinfo, host string, port uint16) error {
+// Connect runs a SOCKS5 CONNECT to host:port over c, with username and
+// password authentication when user is set. The caller sets c's deadline.
+// A server's refusal of the CONNECT is a *ReplyError; anything else failed
+// on the way (the greeting, the authentication, a malformed reply).
+func Connect(c net.Conn, user *url.Userinfo, host string, port uint16) error {
 	var buf [4 + 255 + 2]byte
 	b := buf[:0]
 	if user != nil {
@@ -88,7 +91,7 @@ func socks5Connect(c net.Conn, user *url.Userinfo, host string, port uint16) err
 		return errors.New("SOCKS5 CONNECT: malformed reply")
 	}
 	if rep := buf[1]; rep != 0 {
-		return &attemptError{f: rotation.SOCKSReply(rep), err: errors.New("answered SOCKS5 reply " + strconv.Itoa(int(rep)) + " (" + socksReply(rep) + ")")}
+		return &ReplyError{Code: rep}
 	}
 	var skip int
 	switch buf[3] {
@@ -110,7 +113,19 @@ func socks5Connect(c net.Conn, user *url.Userinfo, host string, port uint16) err
 	return nil
 }
 
-func socksReply(rep byte) string {
+// ReplyError is the server's refusal of a CONNECT. Its code says whose
+// failure it was (network or host unreachable, refused: the site's; a
+// general failure: the server's own), which the caller decides.
+type ReplyError struct {
+	Code byte
+}
+
+func (e *ReplyError) Error() string {
+	return "answered SOCKS5 reply " + strconv.Itoa(int(e.Code)) + " (" + replyText(e.Code) + ")"
+}
+
+// replyText is RFC 1928's name of a reply code.
+func replyText(rep byte) string {
 	switch rep {
 	case 1:
 		return "general failure"
