@@ -216,7 +216,13 @@ func (n *Node) Value() (any, error) {
 // v's type does not have is an error "path: unknown field (line N)"; a value
 // of the wrong kind "path: want a string, got array (line N)". Keys match
 // the tags exactly (no case folding), and null leaves a field as it is.
-func (n *Node) Decode(v any) error {
+func (n *Node) Decode(v any) error { return n.DecodeAt("", v) }
+
+// DecodeAt is Decode for a value found at path in a larger document (a
+// block under its key): every error names the key's path from there
+// ("gcp.defaults.zonee: unknown field (line 9)", "gcp: want a mapping, got
+// string (line 4)").
+func (n *Node) DecodeAt(path string, v any) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("strictyaml: Decode needs a non-nil pointer, got %T", v)
@@ -225,7 +231,7 @@ func (n *Node) Decode(v any) error {
 		return nil
 	}
 	budget := maxNodes
-	if err := check(n.n, rv.Type().Elem(), "", &budget); err != nil {
+	if err := check(n.n, rv.Type().Elem(), path, &budget); err != nil {
 		return err
 	}
 	budget = maxNodes
@@ -244,7 +250,7 @@ func (n *Node) Decode(v any) error {
 		// of range, such as an integer too large for its field.
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%s: want %s, got %s", te.Field, describe(te.Type), te.Value)
+			return fmt.Errorf("%s: want %s, got %s", orValue(join(path, te.Field)), describe(te.Type), te.Value)
 		}
 		return err
 	}

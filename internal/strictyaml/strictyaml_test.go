@@ -59,6 +59,30 @@ func TestDecodeRefusalsNameTheKeyAndItsLine(t *testing.T) {
 	}
 }
 
+func TestDecodeAtNamesKeysFromThePath(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"an unknown key", "name: a\ninner: {zonee: x}\n", "gcp.inner.zonee: unknown field (line 2)"},
+		{"the value itself of the wrong kind", "[a, b]\n", "gcp: want a mapping, got array (line 1)"},
+		{"a value out of range", "inner: {count: 99999999999999999999}\n", "gcp.inner.count: want an integer, got number"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var o outer
+			if err := n.DecodeAt("gcp", &o); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("DecodeAt = %+v, %v; want an error containing %q", o, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestDecodeFillsTheValue(t *testing.T) {
 	yes := true
 	tests := []struct {
