@@ -35,11 +35,11 @@ import (
 func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
 	host := testutil.StartKVMHost(t)
 	lvd := host.Libvirtd
-	cfg, err := providers.ParseConfig([]byte(host.Config))
+	cfg, err := providers.ParseConfig([]byte(host.Config), map[string]providers.Decoder{kvmprovider.Type: providers.DecoderOf(kvmprovider.ReadConfig)})
 	if err != nil {
 		t.Fatalf("providers config: %v\n%s", err, host.Config)
 	}
-	built, err := providers.NewRegistry(map[string]providers.Constructor{providers.TypeKVM: kvmprovider.Constructor(logr.Discard())}).Build(cfg)
+	built, err := providers.NewRegistry(map[string]providers.Constructor{kvmprovider.Type: kvmprovider.Constructor(logr.Discard())}).Build(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

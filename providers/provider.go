@@ -2,7 +2,13 @@
 // backends that run upstream proxies (Squid pods, cloud VMs, KVM guests): the
 // Provider interface, the optional Checker, the error taxonomy every backend
 // maps its failures onto, deterministic instance names, the providers config
-// file, a registry that builds providers from it, and a metrics decorator.
+// file's shape (each entry's name, type and raw block; each type's package
+// reads its own block), a registry that builds providers from it, and the
+// metrics and tracing decorators.
+//
+// It must not import its sub-packages or know any type's settings: the
+// binary's composition root (cmd/proxyfleet) maps each type name to its
+// Decoder and Constructor. It imports nothing of the controller or gateway.
 //
 // The reconciler never watches backend resources: it observes instances only by
 // polling Get, so every backend — including ones without any watch API —
@@ -63,13 +69,14 @@ type TargetStatus struct {
 
 // Placement says where and on what an instance runs. Every field is optional
 // unless a provider documents otherwise; each provider documents its meaning.
+// The json tags are the keys of a provider block's defaults in the config file.
 type Placement struct {
 	// Zone is a cloud zone, a KVM host, or a Kubernetes topology zone.
-	Zone string
+	Zone string `json:"zone,omitempty"`
 	// MachineType is a VM shape or a node instance type.
-	MachineType string
+	MachineType string `json:"machineType,omitempty"`
 	// Image is a VM image or, for the kubernetes provider, a container image.
-	Image string
+	Image string `json:"image,omitempty"`
 }
 
 // CreateRequest is everything a provider needs to start one instance. It

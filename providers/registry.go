@@ -5,9 +5,10 @@ import (
 	"fmt"
 )
 
-// Constructor builds a provider from its validated config entry. Constructors
-// are closures made at the composition root (cmd), where the clients they need
-// (a Kubernetes client, cloud credentials) are at hand.
+// Constructor builds a provider from its config entry, reading the entry's
+// block with the type's own config reader. Constructors are closures made at
+// the composition root (cmd), where the clients they need (a Kubernetes
+// client, cloud credentials) are at hand.
 type Constructor func(e Entry) (Provider, error)
 
 // Registry builds providers from a Config with the constructors it was given.
@@ -27,16 +28,24 @@ func NewRegistry(constructors map[string]Constructor) *Registry {
 	return &Registry{constructors: c}
 }
 
-// Build validates cfg and builds every entry, keyed by entry name. It returns
-// the providers it could build together with an error naming every entry it
-// could not (an invalid config builds nothing). Callers that want all or
-// nothing treat a non-nil error as fatal; the map is never nil.
+// Build builds every entry of cfg, keyed by entry name, each constructor
+// reading its entry's block. It returns the providers it could build together
+// with an error naming every entry it could not; entries without unique
+// DNS-1123 names build nothing at all. The blocks are checked when the file
+// is read (ParseConfig, with the types' Decoders), so a constructor's
+// refusal here is about what only building can find. Callers that want all
+// or nothing treat a non-nil error as fatal; the map is never nil.
 func (r *Registry) Build(cfg Config) (map[string]Provider, error) {
 	out := map[string]Provider{}
-	if err := cfg.Validate(); err != nil {
-		return out, err
-	}
 	var errs []error
+	for i, problems := range checkNames(cfg.Providers) {
+		for _, p := range problems {
+			errs = append(errs, fmt.Errorf("%s: %w", entryLabel(i, cfg.Providers[i].Name), p))
+		}
+	}
+	if len(errs) > 0 {
+		return out, errors.Join(errs...)
+	}
 	for i, e := range cfg.Providers {
 		label := entryLabel(i, e.Name)
 		ctor, ok := r.constructors[e.Type]

@@ -54,15 +54,15 @@ func (p *checkingProvider) Check(context.Context) []TargetStatus {
 }
 
 func TestRegistryBuild(t *testing.T) {
-	cfg, err := ParseConfig([]byte(docsExample))
+	cfg, err := ParseConfig([]byte(docsExample), testTypes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctors := map[string]Constructor{
-		TypeKubernetes: func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil },
+		"kubernetes": func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil },
 	}
 	reg := NewRegistry(ctors)
-	ctors[TypeGCP] = func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil } // must not leak into reg
+	ctors["gcp"] = func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil } // must not leak into reg
 
 	t.Run("builds the types it has and names the one it lacks", func(t *testing.T) {
 		got, err := reg.Build(cfg)
@@ -73,8 +73,8 @@ func TestRegistryBuild(t *testing.T) {
 		if !ok || len(got) != 1 {
 			t.Fatalf("built %v, want only in-cluster", got)
 		}
-		if p.entry.Kubernetes.Namespace != "proxyfleet-egress" {
-			t.Fatalf("constructor got entry %+v", p.entry)
+		if b, err := decodeStub(p.entry); err != nil || b.Namespace != "proxyfleet-egress" {
+			t.Fatalf("constructor got entry %+v, whose block reads as %+v, %v", p.entry, b, err)
 		}
 	})
 
@@ -87,8 +87,8 @@ func TestRegistryBuild(t *testing.T) {
 
 	t.Run("a failing constructor is named with its entry", func(t *testing.T) {
 		boom := map[string]Constructor{
-			TypeKubernetes: func(Entry) (Provider, error) { return nil, errors.New("no client") },
-			TypeGCP:        func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil },
+			"kubernetes": func(Entry) (Provider, error) { return nil, errors.New("no client") },
+			"gcp":        func(e Entry) (Provider, error) { return &recordingProvider{entry: e}, nil },
 		}
 		got, err := NewRegistry(boom).Build(cfg)
 		if err == nil || !strings.Contains(err.Error(), "providers[0] (in-cluster): no client") {
@@ -100,17 +100,18 @@ func TestRegistryBuild(t *testing.T) {
 	})
 
 	t.Run("a constructor returning nil is an error, not a nil provider", func(t *testing.T) {
-		nilCtor := map[string]Constructor{TypeKubernetes: func(Entry) (Provider, error) { return nil, nil }}
+		nilCtor := map[string]Constructor{"kubernetes": func(Entry) (Provider, error) { return nil, nil }}
 		got, err := NewRegistry(nilCtor).Build(Config{Providers: cfg.Providers[:1]})
 		if err == nil || len(got) != 0 {
 			t.Fatalf("Build = %v, %v", got, err)
 		}
 	})
 
-	t.Run("an invalid config builds nothing", func(t *testing.T) {
-		bad := Config{Providers: []Entry{{Name: "x", Type: TypeKubernetes, Kubernetes: &KubernetesConfig{}}, cfg.Providers[0]}}
+	t.Run("a config whose names are not unique labels builds nothing", func(t *testing.T) {
+		bad := Config{Providers: []Entry{{Name: "X_1", Type: "kubernetes"}, cfg.Providers[0], cfg.Providers[0]}}
 		got, err := NewRegistry(ctors).Build(bad)
-		if err == nil || !strings.Contains(err.Error(), "providers[0] (x): kubernetes.namespace is required") {
+		if err == nil || !strings.Contains(err.Error(), `providers[0] (X_1): name "X_1" is not a DNS-1123 label`) ||
+			!strings.Contains(err.Error(), `providers[2] (in-cluster): name "in-cluster" is already used by providers[1]`) {
 			t.Fatalf("error = %v", err)
 		}
 		if got == nil || len(got) != 0 {

@@ -15,18 +15,12 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/logging"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
-	"github.com/proxyfleet/proxyfleet/providers"
-	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
-	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
-	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
 
 // Flags of the controller process itself; each group of parts (runnables,
@@ -194,13 +188,9 @@ func runController(c *cli.Context) error {
 	hs.probeTracing, ls.tracing = probeTracerProvider(c, tr, logger), tr.TracerProvider()
 
 	// A broken providers config fails before anything connects.
-	var pcfg *providers.Config
-	if s.providersConfig != "" {
-		loaded, err := providers.LoadConfig(s.providersConfig)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", flagProvidersConfig, err)
-		}
-		pcfg = &loaded
+	pcfg, err := loadProvidersConfig(s.providersConfig)
+	if err != nil {
+		return err
 	}
 	// Before connecting: a bad injection flag is named even without a cluster.
 	ws, err := parseWebhookFlags(c)
@@ -288,38 +278,4 @@ func restConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no Kubernetes config: not in a cluster, and --kubeconfig / $KUBECONFIG / ~/.kube/config gave none: %w", err)
 	}
 	return cfg, nil
-}
-
-// buildProviders builds every entry of the providers config with the
-// constructors this binary carries, each wrapped so its requests are counted
-// when rec is set (provider_requests_total{provider,op,result}). Without a
-// config it returns nil: the reconciler then fails Managed Proxies with a
-// condition saying no providers config was given.
-func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
-	if pcfg == nil {
-		return nil, nil
-	}
-	// The kubernetes provider talks to the API server directly, not through
-	// the manager's cache (which would start a cluster-wide Pod informer).
-	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
-	if err != nil {
-		return nil, fmt.Errorf("creating the kubernetes provider's client: %w", err)
-	}
-	reg := providers.NewRegistry(map[string]providers.Constructor{
-		providers.TypeKubernetes: kubeprovider.Constructor(direct),
-		providers.TypeGCP:        gcpprovider.Constructor(ctx),
-		providers.TypeKVM:        kvmprovider.Constructor(mgr.GetLogger().WithName("kvm")),
-	})
-	built, err := reg.Build(*pcfg)
-	if err != nil {
-		return nil, err
-	}
-	if rec == nil {
-		return built, nil
-	}
-	out := make(map[string]providers.Provider, len(built))
-	for name, p := range built {
-		out[name] = providers.WithTracing(providers.WithMetrics(p, name, rec), name)
-	}
-	return out, nil
 }

@@ -91,7 +91,7 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 	wrapped := map[string]providers.Provider{"in-cluster": providers.WithMetrics(prov, "in-cluster", rec)}
 	logs := &testutil.LogLines{}
 	m := newMonitor(t, Options{
-		Checkers: CheckersFrom(wrapped), Types: map[string]string{"in-cluster": providers.TypeKubernetes},
+		Checkers: CheckersFrom(wrapped), Types: map[string]string{"in-cluster": "kubernetes"},
 		Client: env.Client, APIReader: env.Client, Interval: 300 * time.Millisecond, Logger: logs.Logger(),
 	})
 	run(t, m)

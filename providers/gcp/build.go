@@ -44,7 +44,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 		return nil, "", perm("placement.machineType and placement.image must not contain whitespace")
 	case !namePattern.MatchString(req.Name):
 		return nil, "", perm("instance name %q is not a Compute Engine name", req.Name)
-	case req.OwnerUID == "" || !providers.GCPLabelValue.MatchString(req.OwnerUID):
+	case req.OwnerUID == "" || !labelValue.MatchString(req.OwnerUID):
 		return nil, "", perm("owner UID %q is not usable as a label value", req.OwnerUID)
 	case req.Port < 1 || req.Port > 65535:
 		return nil, "", perm("port %d is out of range", req.Port)
@@ -57,7 +57,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 	for _, src := range []map[string]string{cfg.Labels, req.Labels} {
 		for _, k := range slices.Sorted(maps.Keys(src)) {
 			v := src[k]
-			if !providers.GCPLabelKey.MatchString(k) || !providers.GCPLabelValue.MatchString(v) {
+			if !labelKey.MatchString(k) || !labelValue.MatchString(v) {
 				return nil, "", perm("label %s=%q is not a valid GCP label (lower-case letters, digits, _ and -)", k, v)
 			}
 			labels[k] = v
@@ -66,7 +66,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 	labels[LabelManagedBy] = ManagedBy
 	labels[LabelOwnerUID] = req.OwnerUID
 	delete(labels, LabelOwnerName)
-	if n := req.OwnerName; n != "" && providers.GCPLabelValue.MatchString(n) {
+	if n := req.OwnerName; n != "" && labelValue.MatchString(n) {
 		labels[LabelOwnerName] = n
 	}
 
@@ -89,7 +89,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 	if cfg.Subnetwork != "" {
 		nic.Subnetwork = proto.String(cfg.Subnetwork)
 	}
-	if cfg.AddressType == providers.GCPAddressExternal {
+	if cfg.AddressType == AddressExternal {
 		nic.AccessConfigs = []*computepb.AccessConfig{{
 			Name: proto.String("external-nat"),
 			Type: proto.String(computepb.AccessConfig_ONE_TO_ONE_NAT.String()),

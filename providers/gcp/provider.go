@@ -8,6 +8,11 @@
 // as it does for every provider. A VM booted with the provider's own
 // cloud-init runs a Squid that demands the per-Proxy credentials the
 // controller generated, so a VM on a public address is never an open proxy.
+//
+// It owns its block of the providers config file (config.go: Type,
+// ReadConfig; the block is Config itself), which the binary's composition
+// root wires to the type name. It imports the providers contract and
+// providers/bootstrap, never another provider, the controller or cmd.
 package gcp
 
 import (
@@ -21,7 +26,6 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
-	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -46,69 +50,15 @@ const (
 // userDataKey is the metadata key cloud-init reads on Compute Engine.
 const userDataKey = "user-data"
 
-// Config configures one gcp provider entry; it mirrors providers.GCPConfig.
-type Config struct {
-	Project     string
-	Defaults    providers.Placement
-	Network     string
-	Subnetwork  string
-	NetworkTags []string
-	// AddressType is providers.GCPAddressExternal or GCPAddressInternal.
-	AddressType    string
-	ServiceAccount string
-	Labels         map[string]string
-}
-
-// configFromEntry converts a validated providers config entry.
-func configFromEntry(e providers.Entry) (Config, error) {
-	if e.Type != providers.TypeGCP || e.GCP == nil {
-		return Config{}, fmt.Errorf("entry %q is not a gcp entry", e.Name)
-	}
-	g := e.GCP
-	at := g.AddressType
-	if at == "" {
-		at = providers.GCPAddressExternal
-	}
-	return Config{
-		Project:        g.Project,
-		Defaults:       providers.Placement{Zone: g.Defaults.Zone, MachineType: g.Defaults.MachineType, Image: g.Defaults.Image},
-		Network:        g.Network,
-		Subnetwork:     g.Subnetwork,
-		NetworkTags:    append([]string(nil), g.NetworkTags...),
-		AddressType:    at,
-		ServiceAccount: g.ServiceAccount,
-		Labels:         g.Labels,
-	}, nil
-}
-
-// clientOptions turns the entry's credential and endpoint keys into client
-// options: a service-account key file, Application Default Credentials when
-// none is named, or no credentials at all (noAuth, for emulators and tests).
-// The options hold a file path, never key material, so logging them is safe.
-func clientOptions(e providers.Entry) []option.ClientOption {
-	g := e.GCP
-	var opts []option.ClientOption
-	switch {
-	case g.NoAuth:
-		opts = append(opts, option.WithoutAuthentication())
-	case g.CredentialsFile != "":
-		opts = append(opts, option.WithAuthCredentialsFile(option.ServiceAccount, g.CredentialsFile))
-	}
-	if g.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(g.Endpoint))
-	}
-	return opts
-}
-
 // Constructor returns the registry constructor for type gcp. ctx bounds the
 // clients' lifetime; it is the controller's root context.
 func Constructor(ctx context.Context) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := configFromEntry(e)
+		cfg, err := ReadConfig(e)
 		if err != nil {
 			return nil, err
 		}
-		c, err := compute.NewInstancesRESTClient(ctx, clientOptions(e)...)
+		c, err := compute.NewInstancesRESTClient(ctx, cfg.clientOptions()...)
 		if err != nil {
 			// No credentials found is the usual cause; the message names
 			// where they were looked for, never their content.
@@ -144,9 +94,9 @@ func New(c *compute.InstancesClient, cfg Config) (*Provider, error) {
 		return nil, errors.New("gcp provider: project is required")
 	}
 	if cfg.AddressType == "" {
-		cfg.AddressType = providers.GCPAddressExternal
+		cfg.AddressType = AddressExternal
 	}
-	if cfg.AddressType != providers.GCPAddressExternal && cfg.AddressType != providers.GCPAddressInternal {
+	if cfg.AddressType != AddressExternal && cfg.AddressType != AddressInternal {
 		return nil, fmt.Errorf("gcp provider: addressType %q is not external or internal", cfg.AddressType)
 	}
 	return &Provider{client: c, cfg: cfg, noRetry: gax.WithRetry(func() gax.Retryer { return nil })}, nil
@@ -318,7 +268,7 @@ func addressOf(ins *computepb.Instance, addressType string) string {
 	if len(nics) == 0 {
 		return ""
 	}
-	if addressType == providers.GCPAddressInternal {
+	if addressType == AddressInternal {
 		return nics[0].GetNetworkIP()
 	}
 	for _, ac := range nics[0].GetAccessConfigs() {

@@ -114,7 +114,7 @@ func TestCreateInsertsTheVMAndReturnsWithoutWaiting(t *testing.T) {
 }
 
 func TestCreateInternalAddressTypeHasNoExternalIP(t *testing.T) {
-	p, srv := newTestProvider(t, func(c *Config) { c.AddressType = providers.GCPAddressInternal })
+	p, srv := newTestProvider(t, func(c *Config) { c.AddressType = AddressInternal })
 	req := testRequest()
 	if _, err := p.Create(ctx(t), req); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestGetMapsEveryStatus(t *testing.T) {
 	}{
 		{"RUNNING", "203.0.113.9", "", providers.StateRunning, "203.0.113.9"},
 		{"RUNNING", "", "", providers.StateProvisioning, ""},
-		{"RUNNING", "", providers.GCPAddressInternal, providers.StateRunning, "10.132.0.9"},
+		{"RUNNING", "", AddressInternal, providers.StateRunning, "10.132.0.9"},
 		{"PROVISIONING", "", "", providers.StateProvisioning, ""},
 		{"STAGING", "203.0.113.9", "", providers.StateProvisioning, ""},
 		{"STOPPING", "203.0.113.9", "", providers.StateStopped, ""},

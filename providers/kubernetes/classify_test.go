@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/proxyfleet/proxyfleet/providers"
-	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
 
 func TestParseProviderID(t *testing.T) {
@@ -91,36 +89,5 @@ func TestClassify(t *testing.T) {
 	}
 	if classify("x", nil) != nil {
 		t.Fatal("classify(nil) is not nil")
-	}
-}
-
-func TestConfigFromEntry(t *testing.T) {
-	cfg, err := providers.ParseConfig([]byte(`
-providers:
-  - name: pods
-    type: kubernetes
-    kubernetes: {namespace: egress, clusterCIDRs: [203.0.113.0/24], clientCIDRs: [10.0.0.0/8]}
-  - name: gcp-eu
-    type: gcp
-    gcp: {project: my-project}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := configFromEntry(cfg.Providers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Namespace != "egress" || got.Image != "" || len(got.ClusterCIDRs) != 1 || got.ClusterCIDRs[0] != netip.MustParsePrefix("203.0.113.0/24") {
-		t.Fatalf("configFromEntry = %+v", got)
-	}
-	if clients := squidconf.JoinPrefixes(got.clientCIDRs()); clients != "10.0.0.0/8 203.0.113.0/24" {
-		t.Fatalf("clients = %s: configured clients plus cluster CIDRs", clients)
-	}
-	if _, err := configFromEntry(cfg.Providers[1]); err == nil {
-		t.Fatal("configFromEntry accepted a gcp entry")
-	}
-	if squidconf.JoinPrefixes((Config{}).clientCIDRs()) != squidconf.JoinPrefixes(DefaultClientCIDRs()) {
-		t.Fatal("empty ClientCIDRs does not default to the private ranges")
 	}
 }

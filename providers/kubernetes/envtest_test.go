@@ -8,7 +8,9 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -28,7 +30,24 @@ import (
 // namespaces of its own.
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Run(m, &env) }
+// TestMain starts the control plane, unless the run only fuzzes
+// (FuzzReadConfig needs none, and every fuzz worker runs TestMain too).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzOnly() {
+		os.Exit(m.Run())
+	}
+	testenv.Run(m, &env)
+}
+
+// fuzzOnly reports a fuzz worker, or a coordinator told to run no test
+// (make fuzz: -run '^$' -fuzz ...).
+func fuzzOnly() bool {
+	if flag.Lookup("test.fuzzworker").Value.String() == "true" {
+		return true
+	}
+	return flag.Lookup("test.fuzz").Value.String() != "" && flag.Lookup("test.run").Value.String() == "^$"
+}
 
 func testCtx(t *testing.T) context.Context {
 	t.Helper()

@@ -3,13 +3,17 @@
 // it the provider for local development, CI and clusters whose node IPs are
 // the egress addresses wanted. Pods share their node's egress IP, so distinct
 // egress addresses per proxy remain the VM providers' job.
+//
+// It owns its block of the providers config file (config.go: Type,
+// ReadConfig), which the binary's composition root wires to the type name.
+// It imports the providers contract and providers/squidconf, never another
+// provider, the controller or cmd.
 package kubernetes
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,50 +37,13 @@ const DefaultImage = "ubuntu/squid:6.6-24.04_beta"
 // listPageSize bounds one List response; ListByTag follows continue tokens.
 const listPageSize = 500
 
-// Config configures one kubernetes provider entry.
-type Config struct {
-	// Namespace the Pods are created in.
-	Namespace string
-	// Image is the Squid image; empty means DefaultImage.
-	Image string
-	// ClusterCIDRs are Pod and Service ranges outside the private ranges that
-	// Squid must also refuse as destinations; clients from them are allowed.
-	ClusterCIDRs []netip.Prefix
-	// ClientCIDRs replaces DefaultClientCIDRs as the allowed client sources.
-	ClientCIDRs []netip.Prefix
-}
-
-func (c Config) clientCIDRs() []netip.Prefix {
-	base := c.ClientCIDRs
-	if len(base) == 0 {
-		base = DefaultClientCIDRs()
-	}
-	return append(append([]netip.Prefix(nil), base...), c.ClusterCIDRs...)
-}
-
-// configFromEntry converts a validated providers config entry.
-func configFromEntry(e providers.Entry) (Config, error) {
-	if e.Type != providers.TypeKubernetes || e.Kubernetes == nil {
-		return Config{}, fmt.Errorf("entry %q is not a kubernetes entry", e.Name)
-	}
-	cluster, err := providers.ParsePrefixes(e.Kubernetes.ClusterCIDRs)
-	if err != nil {
-		return Config{}, fmt.Errorf("kubernetes.clusterCIDRs: %w", err)
-	}
-	clients, err := providers.ParsePrefixes(e.Kubernetes.ClientCIDRs)
-	if err != nil {
-		return Config{}, fmt.Errorf("kubernetes.clientCIDRs: %w", err)
-	}
-	return Config{Namespace: e.Kubernetes.Namespace, Image: e.Kubernetes.Image, ClusterCIDRs: cluster, ClientCIDRs: clients}, nil
-}
-
 // Constructor returns the registry constructor for type kubernetes. c should
 // talk to the API server directly (client.New), not through the manager's
 // cache: a cached client would start a cluster-wide Pod informer, needing
 // watch RBAC and memory for every Pod, and could answer Get from a stale view.
 func Constructor(c client.Client) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := configFromEntry(e)
+		cfg, err := ReadConfig(e)
 		if err != nil {
 			return nil, err
 		}

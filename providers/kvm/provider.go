@@ -10,6 +10,11 @@
 // Proxy's generated login, so the guest is never an open proxy. Every
 // Create step is idempotent, so a Create cut off anywhere is finished by the
 // next one. docs/providers/kvm.md is the user guide.
+//
+// It owns its block of the providers config file (config.go: Type,
+// ReadConfig), which the binary's composition root wires to the type name.
+// It imports the providers contract and the shared providers/bootstrap,
+// nocloud and keyedlock, never another provider, the controller or cmd.
 package kvm
 
 import (
@@ -38,96 +43,11 @@ const seedSlack = 16 << 20
 // is dead by then will not come up by retrying the same start.
 const startWatch = 3 * time.Second
 
-// Host is one configured hypervisor.
-type Host struct {
-	// Name is the host's identifier in providerIDs and placement.zone.
-	Name string
-	// Address is host:port of its sshd.
-	Address string
-	// Pool is the storage pool for base images, overlays and seeds.
-	Pool string
-	// Network (a libvirt network) or Bridge (a host bridge) is what the
-	// guest's NIC joins; exactly one is set after New.
-	Network, Bridge string
-}
-
-// Image is one configured base image.
-type Image struct {
-	// URL is where the controller downloads it from.
-	URL string
-	// SHA256 is the expected digest of the download; empty skips the check.
-	SHA256 string
-	// Format is qcow2 or raw; Firmware is FirmwareUEFI or FirmwareBIOS.
-	Format, Firmware string
-}
-
-// MachineType is one configured guest shape.
-type MachineType struct {
-	// VCPUs and MemoryMiB size the guest; DiskGiB is its overlay's size.
-	VCPUs, MemoryMiB, DiskGiB int
-}
-
-// Config configures one kvm entry; configFromEntry fills it from the
-// providers config file, and New applies the defaults.
-type Config struct {
-	// Entry is the entry's name; it becomes part of base image names.
-	Entry string
-	// User, KeyFile and KnownHosts are the SSH login for every host; the
-	// files are read on every dial.
-	User, KeyFile, KnownHosts string
-	// Socket is libvirt's socket path on the hosts (DefaultSocket if empty).
-	Socket string
-	// Hosts are the hypervisors.
-	Hosts []Host
-	// Images and MachineTypes are what placement.image and
-	// placement.machineType name.
-	Images       map[string]Image
-	MachineTypes map[string]MachineType
-	// Defaults fill placement fields a Proxy leaves empty.
-	Defaults providers.Placement
-	// DomainType is kvm (default) or qemu.
-	DomainType string
-	// GuestAgent ships the qemu-guest-agent installer as vendor-data.
-	GuestAgent bool
-	// VendorData is extra vendor-data for every guest.
-	VendorData []byte
-	// Budgets bound every step; a zero field takes DefaultBudgets' value.
-	Budgets Budgets
-	// Log receives connection events and the no-op Delete of an
-	// unconfigured host; never a key or a login.
-	Log logr.Logger
-}
-
-// configFromEntry converts a validated kvm entry.
-func configFromEntry(e providers.Entry) (Config, error) {
-	if e.Type != providers.TypeKVM || e.KVM == nil {
-		return Config{}, fmt.Errorf("entry %q is not a kvm entry", e.Name)
-	}
-	k := e.KVM
-	cfg := Config{
-		Entry: e.Name, User: k.SSH.User, KeyFile: k.SSH.PrivateKeyFile, KnownHosts: k.SSH.KnownHostsFile, Socket: k.SSH.Socket,
-		Images: map[string]Image{}, MachineTypes: map[string]MachineType{},
-		Defaults:   providers.Placement{Zone: k.Defaults.Zone, MachineType: k.Defaults.MachineType, Image: k.Defaults.Image},
-		DomainType: k.DomainType, GuestAgent: k.InstallGuestAgent == nil || *k.InstallGuestAgent,
-		VendorData: []byte(k.VendorData), Budgets: DefaultBudgets(), Log: logr.Discard(),
-	}
-	for _, h := range k.Hosts {
-		cfg.Hosts = append(cfg.Hosts, Host{Name: h.Name, Address: h.Address, Pool: h.Pool, Network: h.Network, Bridge: h.Bridge})
-	}
-	for key, img := range k.Images {
-		cfg.Images[key] = Image{URL: img.URL, SHA256: img.SHA256, Format: img.Format, Firmware: img.Firmware}
-	}
-	for key, mt := range k.MachineTypes {
-		cfg.MachineTypes[key] = MachineType(mt)
-	}
-	return cfg, nil
-}
-
 // Constructor returns the registry constructor for type kvm. log is the
 // controller's logger.
 func Constructor(log logr.Logger) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
-		cfg, err := configFromEntry(e)
+		cfg, err := ReadConfig(e)
 		if err != nil {
 			return nil, err
 		}
@@ -177,9 +97,9 @@ func New(cfg Config) (*Provider, error) {
 		cfg.Socket = DefaultSocket
 	}
 	if cfg.DomainType == "" {
-		cfg.DomainType = providers.KVMDomainKVM
+		cfg.DomainType = DomainKVM
 	}
-	if cfg.DomainType != providers.KVMDomainKVM && cfg.DomainType != providers.KVMDomainQEMU {
+	if cfg.DomainType != DomainKVM && cfg.DomainType != DomainQEMU {
 		return nil, fmt.Errorf("kvm provider: domainType %q is not kvm or qemu", cfg.DomainType)
 	}
 	def := DefaultBudgets()
