@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
@@ -58,26 +59,20 @@ func clientReadFault(err error, read int64) *clientFault {
 // are clientFaults, so a body the client botches (net/http's Transport
 // hands a body read error back as the round trip's error) is the client's,
 // never the member's. It also says whether the forwarding is waiting on
-// the client (stalled), and it can be cut off (abandon) so that nothing
-// reads the client connection's buffers after the request ended: the
-// Transport may still be copying the body from another goroutine when the
-// request is given up on.
+// the client (stalled). (That nothing reads a connection's buffers after
+// its request ended is the front end's guard, below this one.)
 type clientBody struct {
-	mu     sync.Mutex // held by Read; abandon waits for it
-	rc     io.ReadCloser
-	req    *http.Request // its trailers are checked at the body's end
-	read   atomic.Int64
-	err    error // the first read error, a *clientFault (or errAbandoned)
-	eof    bool
-	closed bool
+	mu   sync.Mutex // held by Read
+	rc   io.ReadCloser
+	req  *http.Request // its trailers are checked at the body's end
+	read atomic.Int64
+	err  error // the first read error, a *clientFault (or errAbandoned)
+	eof  bool
 	// ahead is what readAhead took in and Read has not handed on yet.
 	ahead []byte
 	// reading is set while a Read waits on the client.
 	reading atomic.Bool
 }
-
-// errAbandoned is what a read after the request ended returns.
-var errAbandoned = errors.New("request body read after its request ended")
 
 func newClientBody(req *http.Request, rc io.ReadCloser) *clientBody {
 	return &clientBody{rc: rc, req: req}
@@ -89,8 +84,6 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.closed:
-		return 0, errAbandoned
 	case len(b.ahead) > 0:
 		n := copy(p, b.ahead)
 		b.ahead = b.ahead[n:]
@@ -109,7 +102,7 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 	read := b.read.Add(int64(n))
 	switch {
 	case err == io.EOF:
-		if name, ok := invalidFieldName(b.req.Trailer); !ok {
+		if name, ok := front.InvalidFieldName(b.req.Trailer); !ok {
 			b.err = &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
 				err: errors.New("malformed request trailer name " + echo.Quote(name))}
 			return n, b.err
@@ -161,9 +154,6 @@ func (b *clientBody) whole() (int64, bool) {
 func (b *clientBody) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil
-	}
 	return b.rc.Close()
 }
 
@@ -197,53 +187,4 @@ func (b *clientBody) done() bool {
 	}
 	defer b.mu.Unlock()
 	return b.eof || b.err != nil
-}
-
-// abandon ends the body for good: it waits for a Read under way (which the
-// caller unblocks by closing the connection first) and makes every later
-// Read fail, so the connection's buffers can be reused.
-func (b *clientBody) abandon() {
-	b.mu.Lock()
-	b.closed = true
-	b.mu.Unlock()
-}
-
-// tokenChars are the bytes of an RFC 9110 token (tchar).
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-// validFieldName reports whether s is a field name: a non-empty token.
-// net/http's parser accepts a space inside or before the colon
-// ("Transfer-Encoding : chunked") and keeps such a name as it is, which an
-// upstream may read as a framing header the gateway never saw.
-func validFieldName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenChars[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// invalidFieldName returns the first name in h that is not a token.
-func invalidFieldName(h http.Header) (string, bool) {
-	for k := range h {
-		if !validFieldName(k) {
-			return k, false
-		}
-	}
-	return "", true
 }

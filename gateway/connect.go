@@ -227,8 +227,8 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	if _, err = c.Write(req); err != nil {
 		return c, nil, memberFault("write", err)
 	}
-	br := g.readers.get(c)
-	defer g.readers.put(br)
+	br := g.readers.Get(c)
+	defer g.readers.Put(br)
 	status, line, ue, err := readConnectAnswer(br)
 	if err != nil {
 		if errors.Is(err, errNoAnswerYet) && ctx.Err() == nil {

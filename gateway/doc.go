@@ -5,7 +5,7 @@
 //
 // It is a small http.Handler with explicit hooks (a pool, a resolver, a
 // recorder) and nothing global, served on the proxy port by its own
-// HTTP/1.1 loop (frontend.go: one goroutine per connection, net/http's
+// HTTP/1.1 loop (gateway/front: one goroutine per connection, net/http's
 // request parser, no per-request background read); it never reads
 // HTTP(S)_PROXY from its own environment.
 //

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -82,11 +83,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		// The proxy port's front end made it already; a request inside a
-		// MITM tunnel (net/http's server) gets it here.
-		if rq.body, _ = r.Body.(*clientBody); rq.body == nil {
-			rq.body = newClientBody(r, r.Body)
-		}
+		rq.body = newClientBody(r, r.Body)
 	}
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
@@ -330,21 +327,6 @@ func isHopByHop(k string) bool {
 	return false
 }
 
-// namedByConnection reports whether a Connection header lists k (a header
-// name, or an option such as close).
-func namedByConnection(conn []string, k string) bool {
-	for _, v := range conn {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(tok), k) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // forwardHeader copies the request headers that travel on: no hop-by-hop
 // header, nothing Connection names, no X-Proxyfleet-* header. Value slices
 // are shared, not copied; neither side modifies them.
@@ -352,7 +334,7 @@ func forwardHeader(in http.Header) http.Header {
 	out := make(http.Header, len(in))
 	conn := in["Connection"]
 	for k, vv := range in {
-		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && namedByConnection(conn, k)) {
+		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
 			continue
 		}
 		out[k] = vv
@@ -365,7 +347,7 @@ func forwardHeader(in http.Header) http.Header {
 func copyResponseHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && namedByConnection(conn, k)) {
+		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
 			continue
 		}
 		dst[k] = vv

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -165,13 +167,13 @@ type Gateway struct {
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
-	front    *frontend
+	front    *front.Server
 	flights  flightGroup
 	struck   struckSet
 	alive    aliveSet
 	tunnels  tunnelSet
 	bufs     bufPool
-	readers  readerPool
+	readers  bufpool.Readers // for upstream CONNECT answers
 	dns      dnsCache
 
 	membersMu sync.RWMutex
@@ -272,9 +274,14 @@ func New(o Options) (*Gateway, error) {
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
-	g.front = newFrontend(g.ServeHTTP, func(outcome string, start time.Time) {
-		g.rec.Request("", outcome, time.Since(start))
-	}, o.Logger)
+	g.front = front.New(g.ServeHTTP, front.Options{
+		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
+		RejectHeader: HeaderReason + ": " + ReasonBadRequest,
+		Rejected: func(r front.Rejection, start time.Time) {
+			g.rec.Request("", rejectionOutcome[r], time.Since(start))
+		},
+		Logger: o.Logger,
+	})
 	if o.MITM != nil {
 		if g.mitm, err = g.newMITM(o.MITM); err != nil {
 			return nil, err
@@ -299,7 +306,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 			}
 		}
 	}
-	return g.front.serve(ln)
+	return g.front.Serve(ln)
 }
 
 // Shutdown stops accepting, then waits for in-flight requests and open
@@ -307,7 +314,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	err := g.front.shutdown(ctx)
+	err := g.front.Shutdown(ctx)
 	if g.mitm != nil {
 		// Requests inside intercepted tunnels drain like plain ones.
 		if merr := g.mitm.shutdown(ctx); err == nil {
@@ -318,7 +325,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = g.tunnels.wait(ctx)
 	}
 	if err != nil {
-		g.front.close()
+		g.front.Close()
 		g.tunnels.closeAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -23,6 +24,14 @@ const (
 	OutcomeShuttingDown   = "shutting_down"   // 503: the gateway is draining
 	OutcomeInternal       = "internal"        // 500: the gateway's own failure
 )
+
+// rejectionOutcome is the outcome of a request the front end ended before
+// the gateway saw it.
+var rejectionOutcome = map[front.Rejection]string{
+	front.Malformed: OutcomeBadRequest,
+	front.Gone:      OutcomeClientGone,
+	front.Stalled:   OutcomeClientTimeout,
+}
 
 // Reasons: the X-Proxyfleet-Reason of the answers the gateway makes itself.
 // answerFor maps each to its status and outcome, the one place that does.

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -143,39 +142,6 @@ func (b *bufPool) get() *[]byte {
 }
 
 func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
-
-// writerPool recycles the client connections' 4 KiB writers.
-type writerPool struct{ p sync.Pool }
-
-func (wp *writerPool) get(w io.Writer) *bufio.Writer {
-	if bw, ok := wp.p.Get().(*bufio.Writer); ok {
-		bw.Reset(w)
-		return bw
-	}
-	return bufio.NewWriterSize(w, 4096)
-}
-
-func (wp *writerPool) put(bw *bufio.Writer) {
-	bw.Reset(nil)
-	wp.p.Put(bw)
-}
-
-// readerPool recycles 4 KiB readers: the client connections' and the ones
-// that read upstream CONNECT answers.
-type readerPool struct{ p sync.Pool }
-
-func (rp *readerPool) get(r io.Reader) *bufio.Reader {
-	if br, ok := rp.p.Get().(*bufio.Reader); ok {
-		br.Reset(r)
-		return br
-	}
-	return bufio.NewReaderSize(r, 4096)
-}
-
-func (rp *readerPool) put(br *bufio.Reader) {
-	br.Reset(nil)
-	rp.p.Put(br)
-}
 
 // relay copies src to dst until EOF or error, then half-closes dst.
 func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {

@@ -1,4 +1,4 @@
-package gateway
+package front
 
 import (
 	"bufio"
@@ -214,7 +214,7 @@ func (w *frontWriter) writeHead(code int, final bool) {
 	bw := w.fc.bw
 	_, _ = bw.WriteString(statusLine(code))
 	if final {
-		if w.req.Close || w.fc.f.shutting.Load() || namedByConnection(w.header["Connection"], "close") {
+		if w.req.Close || w.fc.f.shutting.Load() || HasToken(w.header["Connection"], "close") {
 			w.closeAfter = true
 		}
 		delete(w.header, "Connection")

@@ -1,4 +1,11 @@
-package gateway
+// Package front is the gateway's own HTTP/1.1 server for the proxy port
+// (Server, below, says why it is not net/http's). It owns the client
+// connection: reading heads, checking what the gateway would forward
+// (header names are tokens), framing answers, keep-alive, draining, and
+// guarding a request body so nothing reads a connection's buffers once
+// they are reused. It knows nothing of pools, members or the gateway's
+// answer reasons, and imports nothing of proxyfleet's but internal/.
+package front
 
 import (
 	"bufio"
@@ -16,10 +23,11 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 )
 
-// frontend is the gateway's own HTTP/1.1 server for client connections.
+// Server is the gateway's own HTTP/1.1 server for client connections.
 //
 // It replaces net/http's Server on the proxy port because, measured under
 // load on two cores, net/http's server side was the largest single cost of
@@ -38,12 +46,10 @@ import (
 // forward proxy speaks HTTP/1.1), and noticing a client that leaves while
 // its request is with an upstream (the answer's write then fails and the
 // lease ends as usual; RequestTimeout bounds the wait).
-type frontend struct {
+type Server struct {
 	handler func(http.ResponseWriter, *http.Request)
-	// rejected is told of every request the front end ended before the
-	// handler saw it, with its outcome (Outcome*), for the metrics.
-	rejected func(outcome string, start time.Time)
-	log      *slog.Logger
+	o       Options
+	log     *slog.Logger
 
 	// ctx is every request's context; it ends when Close forces the
 	// remaining connections shut.
@@ -55,9 +61,43 @@ type frontend struct {
 	lns      map[net.Listener]struct{}
 	conns    map[*frontConn]struct{}
 
-	readers readerPool
-	writers writerPool
+	readers bufpool.Readers
+	writers bufpool.Writers
 }
+
+// Options shape a Server.
+type Options struct {
+	// MaxHeaderBytes bounds a request head (431 above it).
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds reading a request head, and a drain of a
+	// body the handler left unread.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout time.Duration
+	// RejectHeader is a header line ("Name: value", no CRLF) every answer
+	// the Server makes itself carries, so clients tell them from the
+	// handler's; "" adds none.
+	RejectHeader string
+	// Rejected is told of every request the Server ended before the
+	// handler saw it; nil tells nothing.
+	Rejected func(r Rejection, start time.Time)
+	// Logger gets panics; nil discards.
+	Logger *slog.Logger
+}
+
+// Rejection is why the Server ended a request before its handler saw it.
+type Rejection int
+
+// Rejections.
+const (
+	// Malformed: the head did not read (400, 431) or asked what the
+	// Server does not do (417).
+	Malformed Rejection = iota
+	// Gone: the client closed the connection mid-head.
+	Gone
+	// Stalled: the head did not arrive within ReadHeaderTimeout.
+	Stalled
+)
 
 // Connection states, as net/http keeps them: Shutdown closes idle
 // connections at once and waits for active ones to finish their request.
@@ -75,22 +115,33 @@ const (
 	maxDrain = 256 << 10
 )
 
-func newFrontend(handler func(http.ResponseWriter, *http.Request), rejected func(outcome string, start time.Time), log *slog.Logger) *frontend {
+// New returns a Server that calls handler for every request, on the
+// connection's own goroutine.
+func New(handler func(http.ResponseWriter, *http.Request), o Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &frontend{
-		handler:  handler,
-		rejected: rejected,
-		log:      log,
-		ctx:      ctx,
-		cancel:   cancel,
-		lns:      make(map[net.Listener]struct{}),
-		conns:    make(map[*frontConn]struct{}),
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Rejected == nil {
+		o.Rejected = func(Rejection, time.Time) {}
+	}
+	if o.RejectHeader != "" {
+		o.RejectHeader += "\r\n"
+	}
+	return &Server{
+		handler: handler,
+		o:       o,
+		log:     o.Logger,
+		ctx:     ctx,
+		cancel:  cancel,
+		lns:     make(map[net.Listener]struct{}),
+		conns:   make(map[*frontConn]struct{}),
 	}
 }
 
-// serve accepts on ln until Shutdown or Close; it returns
+// Serve accepts on ln until Shutdown or Close; it returns
 // http.ErrServerClosed then, as net/http's Serve does.
-func (f *frontend) serve(ln net.Listener) error {
+func (f *Server) Serve(ln net.Listener) error {
 	f.mu.Lock()
 	if f.shutting.Load() {
 		f.mu.Unlock()
@@ -137,7 +188,7 @@ func isTemporaryAccept(err error) bool {
 	return !errors.Is(err, net.ErrClosed)
 }
 
-func (f *frontend) newConn(c net.Conn) *frontConn {
+func (f *Server) newConn(c net.Conn) *frontConn {
 	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
 	fc.lr.R = c
 	f.mu.Lock()
@@ -151,15 +202,15 @@ func (f *frontend) newConn(c net.Conn) *frontConn {
 	return fc
 }
 
-func (f *frontend) forget(fc *frontConn) {
+func (f *Server) forget(fc *frontConn) {
 	f.mu.Lock()
 	delete(f.conns, fc)
 	f.mu.Unlock()
 }
 
-// shutdown stops accepting, closes idle connections and waits for active
+// Shutdown stops accepting, closes idle connections and waits for active
 // ones to finish their request, until ctx ends (then ctx's error).
-func (f *frontend) shutdown(ctx context.Context) error {
+func (f *Server) Shutdown(ctx context.Context) error {
 	f.stopAccepting()
 	wait := time.Millisecond
 	for {
@@ -177,9 +228,9 @@ func (f *frontend) shutdown(ctx context.Context) error {
 	}
 }
 
-// close closes every listener and connection at once and ends the
+// Close closes every listener and connection at once and ends the
 // requests' context.
-func (f *frontend) close() {
+func (f *Server) Close() {
 	f.stopAccepting()
 	f.mu.Lock()
 	for fc := range f.conns {
@@ -189,7 +240,7 @@ func (f *frontend) close() {
 	f.cancel()
 }
 
-func (f *frontend) stopAccepting() {
+func (f *Server) stopAccepting() {
 	f.mu.Lock()
 	f.shutting.Store(true)
 	for ln := range f.lns {
@@ -199,7 +250,7 @@ func (f *frontend) stopAccepting() {
 }
 
 // closeIdle closes the idle connections and returns how many remain.
-func (f *frontend) closeIdle() int {
+func (f *Server) closeIdle() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for fc := range f.conns {
@@ -216,7 +267,7 @@ const connClosing int32 = 2
 
 // frontConn is one client connection.
 type frontConn struct {
-	f      *frontend
+	f      *Server
 	c      net.Conn
 	remote string
 	state  atomic.Int32
@@ -227,15 +278,15 @@ type frontConn struct {
 	// body is the current request's body, nil when it has none. A
 	// Transport may still be reading it from another goroutine when the
 	// handler returns; it is abandoned before the buffers are reused.
-	body *clientBody
+	body *guardBody
 	// start is when the current request's head began to arrive.
 	start time.Time
 }
 
 func (fc *frontConn) serve() {
 	f := fc.f
-	fc.br = f.readers.get(&fc.lr)
-	fc.bw = f.writers.get(fc.c)
+	fc.br = f.readers.Get(&fc.lr)
+	fc.bw = f.writers.Get(fc.c)
 	hijacked := false
 	defer func() {
 		if v := recover(); v != nil {
@@ -259,8 +310,8 @@ func (fc *frontConn) serve() {
 				fc.body.abandon()
 			}
 			f.forget(fc)
-			f.readers.put(fc.br)
-			f.writers.put(fc.bw)
+			f.readers.Put(fc.br)
+			f.writers.Put(fc.bw)
 		}
 	}()
 	for {
@@ -270,8 +321,8 @@ func (fc *frontConn) serve() {
 		if f.shutting.Load() {
 			return
 		}
-		_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
-		fc.lr.N = serverMaxHeaderBytes + headSlack
+		_ = fc.c.SetReadDeadline(time.Now().Add(f.o.IdleTimeout))
+		fc.lr.N = int64(f.o.MaxHeaderBytes + headSlack)
 		if _, err := fc.br.Peek(1); err != nil {
 			return
 		}
@@ -279,7 +330,7 @@ func (fc *frontConn) serve() {
 			return
 		}
 		fc.start, fc.body = time.Now(), nil
-		_ = fc.c.SetReadDeadline(fc.start.Add(serverReadHeader))
+		_ = fc.c.SetReadDeadline(fc.start.Add(f.o.ReadHeaderTimeout))
 		req, err := http.ReadRequest(fc.br)
 		if err != nil {
 			fc.badRequest(err)
@@ -303,7 +354,7 @@ func (fc *frontConn) serve() {
 				body = &expectBody{rc: req.Body, fc: fc}
 				req.Body = body
 			}
-			fc.body = newClientBody(req, req.Body)
+			fc.body = &guardBody{rc: req.Body}
 			req.Body = fc.body
 			if len(req.TransferEncoding) > 0 {
 				// A chunked request may also have carried a Content-Length,
@@ -325,8 +376,8 @@ func (fc *frontConn) serve() {
 			// contract, see frontWriter.Hijack): the buffers go back to the
 			// pool instead of staying garbage behind every tunnel.
 			hijacked = true
-			f.readers.put(fc.br)
-			f.writers.put(fc.bw)
+			f.readers.Put(fc.br)
+			f.writers.Put(fc.bw)
 			return
 		}
 		w.finishRequest()
@@ -351,7 +402,7 @@ func checkRequest(r *http.Request) string {
 	if r.ProtoAtLeast(1, 1) && r.Host == "" && r.Method != http.MethodConnect {
 		return "missing required Host header"
 	}
-	if name, ok := invalidFieldName(r.Header); !ok {
+	if name, ok := InvalidFieldName(r.Header); !ok {
 		return "malformed header name " + echo.Quote(name) + ": a name is a token, with no space in it or before its colon"
 	}
 	return ""
@@ -365,7 +416,7 @@ func (fc *frontConn) drained(body io.ReadCloser, eb *expectBody) bool {
 	if eb != nil && !eb.sent {
 		return false
 	}
-	_ = fc.c.SetReadDeadline(time.Now().Add(serverReadHeader))
+	_ = fc.c.SetReadDeadline(time.Now().Add(fc.f.o.ReadHeaderTimeout))
 	n, err := io.CopyN(io.Discard, body, maxDrain+1)
 	return err == io.EOF && n <= maxDrain
 }
@@ -375,19 +426,19 @@ func (fc *frontConn) drained(body io.ReadCloser, eb *expectBody) bool {
 // nothing for a client that went quiet or left.
 func (fc *frontConn) badRequest(err error) {
 	if fc.lr.N == 0 {
-		fc.reject(http.StatusRequestHeaderFieldsTooLarge, "request head larger than "+strconv.Itoa(serverMaxHeaderBytes)+" bytes")
+		fc.reject(http.StatusRequestHeaderFieldsTooLarge, "request head larger than "+strconv.Itoa(fc.f.o.MaxHeaderBytes)+" bytes")
 		return
 	}
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		// A client that went quiet mid-head gets nothing, as from net/http.
-		fc.f.rejected(OutcomeClientTimeout, fc.start)
+		fc.f.o.Rejected(Stalled, fc.start)
 		return
 	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*net.OpError)):
 		// Not any net.Error: a *url.Error is one too, and a malformed
 		// request URI is a 400.
-		fc.f.rejected(OutcomeClientGone, fc.start)
+		fc.f.o.Rejected(Gone, fc.start)
 		return
 	}
 	fc.reject(http.StatusBadRequest, err.Error())
@@ -396,10 +447,10 @@ func (fc *frontConn) badRequest(err error) {
 // reject writes a plain-text error answer and the connection then closes.
 func (fc *frontConn) reject(status int, msg string) {
 	_, _ = fc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
-		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" + HeaderReason + ": " + ReasonBadRequest + "\r\n\r\n" +
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" + fc.f.o.RejectHeader + "\r\n" +
 		strconv.Itoa(status) + " " + http.StatusText(status) + ": " + msg)
 	_ = fc.bw.Flush()
-	fc.f.rejected(OutcomeBadRequest, fc.start)
+	fc.f.o.Rejected(Malformed, fc.start)
 }
 
 // expectBody sends "100 Continue" when the handler first reads a body
