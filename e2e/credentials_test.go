@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,10 +75,16 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := api.List(ctx, poolapi.ListFilter{HealthyOnly: true})
-	if err != nil || len(listed) != 1 {
-		t.Fatalf("healthy members %+v (%v), want the one Proxy", listed, err)
-	}
+	// The lease API reads the Proxies from the controller's cache, which
+	// may see the Ready status a moment after this test's client did.
+	var listed []poolapi.ProxyInfo
+	testutil.Eventually(t, 30*time.Second, func() error {
+		var err error
+		if listed, err = api.List(ctx, poolapi.ListFilter{HealthyOnly: true}); err != nil || len(listed) != 1 {
+			return fmt.Errorf("healthy members %+v (%v), want the one Proxy", listed, err)
+		}
+		return nil
+	})
 	if want := "http://" + user + ":xxxxx@" + squid.Addr(); listed[0].URL != want {
 		t.Fatalf("GET /v1/proxies lists %s, want %s (the password masked)", listed[0].URL, want)
 	}
