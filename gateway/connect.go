@@ -47,6 +47,14 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		g.finish(ctx, rq, err)
 		return
 	}
+	g.runTunnel(ctx, w, rq, up, early)
+}
+
+// runTunnel takes over the client's connection for the tunnel up carries
+// (early: bytes the upstream sent behind its 200), answers 200 with the
+// gateway's headers and starts the relays; the lease rq holds ends with
+// the tunnel.
+func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte) {
 	t := &tunnel{upstream: up}
 	if !g.tunnels.add(t) {
 		_ = up.Close()
@@ -212,6 +220,14 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		}
 		return c, nil, err
 	}
+	early, err = g.connectExchange(ctx, c, mc, hostport, answerTimeout)
+	return c, early, err
+}
+
+// connectExchange sends our CONNECT for hostport on c, a connection to the
+// http(s) member mc, and reads its answer, which must be 2xx; early holds
+// bytes the member sent behind it. c's deadline bounds the answer.
+func (g *Gateway) connectExchange(ctx context.Context, c net.Conn, mc *memberConn, hostport string, answerTimeout time.Duration) (early []byte, err error) {
 	req := make([]byte, 0, 64+2*len(hostport)+len(mc.proxyAuth))
 	req = append(req, "CONNECT "...)
 	req = append(req, hostport...)
@@ -225,7 +241,7 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	}
 	req = append(req, "\r\n"...)
 	if _, err = c.Write(req); err != nil {
-		return c, nil, memberFault("write", err)
+		return nil, memberFault("write", err)
 	}
 	br := g.readers.Get(c)
 	defer g.readers.Put(br)
@@ -234,19 +250,19 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		if errors.Is(err, errNoAnswerYet) && ctx.Err() == nil {
 			// The member took the CONNECT and is still working on it:
 			// Squid answers only once it reached the site (or gave up).
-			return c, nil, answerTimedOut(answerTimeout, "CONNECT")
+			return nil, answerTimedOut(answerTimeout, "CONNECT")
 		}
-		return c, nil, memberFault("protocol", err)
+		return nil, memberFault("protocol", err)
 	}
 	if status < 200 || status > 299 {
 		ae := &answerError{status: status, line: line, ue: ue, connect: true}
-		return c, nil, &attemptError{f: rotation.UpstreamAnswer(status, ue), err: ae}
+		return nil, &attemptError{f: rotation.UpstreamAnswer(status, ue), err: ae}
 	}
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
 		early = append([]byte(nil), b...)
 	}
-	return c, early, nil
+	return early, nil
 }
 
 // errNoAnswerYet: the read deadline passed before the first byte of an

@@ -183,17 +183,17 @@ type Gateway struct {
 	listen atomic.Pointer[[]netip.AddrPort]
 }
 
-// New validates o, fills defaults and returns a Gateway ready to serve.
-func New(o Options) (*Gateway, error) {
+// withDefaults checks o and fills in the defaults of its zero values.
+func (o Options) withDefaults() (Options, error) {
 	if o.Pool == nil {
-		return nil, errors.New("gateway: Options.Pool is required")
+		return Options{}, errors.New("gateway: Options.Pool is required")
 	}
 	switch o.Mode {
 	case "":
 		o.Mode = rotation.ModeSticky
 	case rotation.ModeSticky, rotation.ModeRequest:
 	default:
-		return nil, errors.New("gateway: Options.Mode " + strconv.Quote(string(o.Mode)) + " is not sticky or request")
+		return Options{}, errors.New("gateway: Options.Mode " + strconv.Quote(string(o.Mode)) + " is not sticky or request")
 	}
 	for _, d := range []struct {
 		name string
@@ -206,26 +206,26 @@ func New(o Options) (*Gateway, error) {
 		{"MemberAnswerTimeout", &o.MemberAnswerTimeout, DefaultMemberAnswerTimeout},
 	} {
 		if *d.v < 0 {
-			return nil, errors.New("gateway: Options." + d.name + " is negative")
+			return Options{}, errors.New("gateway: Options." + d.name + " is negative")
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
 	if o.Retries < 0 {
-		return nil, errors.New("gateway: Options.Retries is negative")
+		return Options{}, errors.New("gateway: Options.Retries is negative")
 	}
 	if o.BrokenMemberSites < 0 || o.BrokenMemberWindow < 0 {
-		return nil, errors.New("gateway: Options.BrokenMemberSites and BrokenMemberWindow must not be negative")
+		return Options{}, errors.New("gateway: Options.BrokenMemberSites and BrokenMemberWindow must not be negative")
 	}
 	if o.AffinityEntries < 0 {
-		return nil, errors.New("gateway: Options.AffinityEntries is negative")
+		return Options{}, errors.New("gateway: Options.AffinityEntries is negative")
 	}
 	if o.AffinityEntries == 0 {
 		o.AffinityEntries = DefaultAffinityEntries
 	}
 	if o.BanBodyBytes < 0 {
-		return nil, errors.New("gateway: Options.BanBodyBytes is negative")
+		return Options{}, errors.New("gateway: Options.BanBodyBytes is negative")
 	}
 	if o.BanBodyBytes == 0 {
 		o.BanBodyBytes = rotation.DefaultBanBodyBytes
@@ -235,7 +235,7 @@ func New(o Options) (*Gateway, error) {
 	}
 	for i, t := range o.Tokens {
 		if t == "" {
-			return nil, errors.New("gateway: Options.Tokens[" + strconv.Itoa(i) + "] is empty")
+			return Options{}, errors.New("gateway: Options.Tokens[" + strconv.Itoa(i) + "] is empty")
 		}
 	}
 	if o.Resolver == nil {
@@ -246,6 +246,15 @@ func New(o Options) (*Gateway, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// New validates o, fills defaults and returns a Gateway ready to serve.
+func New(o Options) (*Gateway, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	aff, err := rotation.NewAffinity(o.AffinityEntries)
 	if err != nil {

@@ -329,42 +329,9 @@ func (fc *frontConn) serve() {
 		if !fc.state.CompareAndSwap(connIdle, connActive) {
 			return
 		}
-		fc.start, fc.body = time.Now(), nil
-		_ = fc.c.SetReadDeadline(fc.start.Add(f.o.ReadHeaderTimeout))
-		req, err := http.ReadRequest(fc.br)
-		if err != nil {
-			fc.badRequest(err)
+		req, body, ok := fc.readRequest()
+		if !ok {
 			return
-		}
-		fc.lr.N = -1
-		if msg := checkRequest(req); msg != "" {
-			fc.reject(http.StatusBadRequest, msg)
-			return
-		}
-		var body *expectBody
-		if req.Body != http.NoBody {
-			// A body may stream for as long as it takes (the request
-			// deadline bounds a client that stalls before the answer).
-			_ = fc.c.SetReadDeadline(time.Time{})
-			if e := req.Header["Expect"]; len(e) > 0 {
-				if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
-					fc.reject(http.StatusExpectationFailed, "unsupported Expect header")
-					return
-				}
-				body = &expectBody{rc: req.Body, fc: fc}
-				req.Body = body
-			}
-			fc.body = &guardBody{rc: req.Body}
-			req.Body = fc.body
-			if len(req.TransferEncoding) > 0 {
-				// A chunked request may also have carried a Content-Length,
-				// which net/http's parser drops without a trace: RFC 9112
-				// 6.1 has the connection end after the answer to such a
-				// request, so no request another hop framed by the length
-				// can follow on it. Chunked uploads are rare in crawls, so
-				// every chunked request ends its connection.
-				req.Close = true
-			}
 		}
 		req.RemoteAddr = fc.remote
 		req = req.WithContext(f.ctx)
@@ -388,6 +355,50 @@ func (fc *frontConn) serve() {
 			return
 		}
 	}
+}
+
+// readRequest reads the next request head and checks it, answering a
+// head that does not read or check itself (the connection then ends). A
+// body is guarded, and with Expect: 100-continue asks for itself on first
+// read (body is then its expectBody).
+func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool) {
+	fc.start, fc.body = time.Now(), nil
+	_ = fc.c.SetReadDeadline(fc.start.Add(fc.f.o.ReadHeaderTimeout))
+	req, err := http.ReadRequest(fc.br)
+	if err != nil {
+		fc.badRequest(err)
+		return
+	}
+	fc.lr.N = -1
+	if msg := checkRequest(req); msg != "" {
+		fc.reject(http.StatusBadRequest, msg)
+		return nil, nil, false
+	}
+	if req.Body != http.NoBody {
+		// A body may stream for as long as it takes (the request
+		// deadline bounds a client that stalls before the answer).
+		_ = fc.c.SetReadDeadline(time.Time{})
+		if e := req.Header["Expect"]; len(e) > 0 {
+			if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
+				fc.reject(http.StatusExpectationFailed, "unsupported Expect header")
+				return nil, nil, false
+			}
+			body = &expectBody{rc: req.Body, fc: fc}
+			req.Body = body
+		}
+		fc.body = &guardBody{rc: req.Body}
+		req.Body = fc.body
+		if len(req.TransferEncoding) > 0 {
+			// A chunked request may also have carried a Content-Length,
+			// which net/http's parser drops without a trace: RFC 9112
+			// 6.1 has the connection end after the answer to such a
+			// request, so no request another hop framed by the length
+			// can follow on it. Chunked uploads are rare in crawls, so
+			// every chunked request ends its connection.
+			req.Close = true
+		}
+	}
+	return req, body, true
 }
 
 // checkRequest is what the front end checks beyond net/http's parser,

@@ -35,7 +35,70 @@ func Connect(c net.Conn, user *url.Userinfo, host string, port uint16) error {
 	if buf[0] != 5 {
 		return errors.New("SOCKS5 greeting: not a SOCKS5 server")
 	}
-	switch buf[1] {
+	if err := authenticate(c, user, buf[1]); err != nil {
+		return err
+	}
+
+	b = append(buf[:0], 5, 1, 0) // version, CONNECT, reserved
+	if a, err := netip.ParseAddr(host); err == nil {
+		a = a.Unmap()
+		if a.Is4() {
+			b = append(b, 1)
+		} else {
+			b = append(b, 4)
+		}
+		b = append(b, a.AsSlice()...)
+	} else {
+		if len(host) > 255 {
+			return errors.New("SOCKS5: host name longer than 255 bytes")
+		}
+		b = append(b, 3, byte(len(host)))
+		b = append(b, host...)
+	}
+	b = append(b, byte(port>>8), byte(port))
+	if _, err := c.Write(b); err != nil {
+		return err
+	}
+	return readReply(c, buf[:])
+}
+
+// readReply reads the server's reply to CONNECT and the bound address
+// behind it; buf is scratch space of at least 255+2 bytes.
+func readReply(c net.Conn, buf []byte) error {
+	if _, err := io.ReadFull(c, buf[:4]); err != nil {
+		return errors.New("SOCKS5 CONNECT: " + err.Error())
+	}
+	if buf[0] != 5 {
+		return errors.New("SOCKS5 CONNECT: malformed reply")
+	}
+	if rep := buf[1]; rep != 0 {
+		return &ReplyError{Code: rep}
+	}
+	var skip int
+	switch buf[3] {
+	case 1:
+		skip = 4 + 2
+	case 4:
+		skip = 16 + 2
+	case 3:
+		if _, err := io.ReadFull(c, buf[:1]); err != nil {
+			return errors.New("SOCKS5 CONNECT: " + err.Error())
+		}
+		skip = int(buf[0]) + 2
+	default:
+		return errors.New("SOCKS5 CONNECT: bad address type in reply")
+	}
+	if _, err := io.ReadFull(c, buf[:skip]); err != nil {
+		return errors.New("SOCKS5 CONNECT: " + err.Error())
+	}
+	return nil
+}
+
+// authenticate answers the server's choice of method: none, or username
+// and password (RFC 1929) when user is set.
+func authenticate(c net.Conn, user *url.Userinfo, method byte) error {
+	var buf [2]byte
+	switch method {
 	case 0:
 	case 2:
 		if user == nil {
@@ -62,53 +125,6 @@ func Connect(c net.Conn, user *url.Userinfo, host string, port uint16) error {
 		}
 	default:
 		return errors.New("SOCKS5 server accepts none of our authentication methods")
-	}
-
-	b = append(buf[:0], 5, 1, 0) // version, CONNECT, reserved
-	if a, err := netip.ParseAddr(host); err == nil {
-		a = a.Unmap()
-		if a.Is4() {
-			b = append(b, 1)
-		} else {
-			b = append(b, 4)
-		}
-		b = append(b, a.AsSlice()...)
-	} else {
-		if len(host) > 255 {
-			return errors.New("SOCKS5: host name longer than 255 bytes")
-		}
-		b = append(b, 3, byte(len(host)))
-		b = append(b, host...)
-	}
-	b = append(b, byte(port>>8), byte(port))
-	if _, err := c.Write(b); err != nil {
-		return err
-	}
-	if _, err := io.ReadFull(c, buf[:4]); err != nil {
-		return errors.New("SOCKS5 CONNECT: " + err.Error())
-	}
-	if buf[0] != 5 {
-		return errors.New("SOCKS5 CONNECT: malformed reply")
-	}
-	if rep := buf[1]; rep != 0 {
-		return &ReplyError{Code: rep}
-	}
-	var skip int
-	switch buf[3] {
-	case 1:
-		skip = 4 + 2
-	case 4:
-		skip = 16 + 2
-	case 3:
-		if _, err := io.ReadFull(c, buf[:1]); err != nil {
-			return errors.New("SOCKS5 CONNECT: " + err.Error())
-		}
-		skip = int(buf[0]) + 2
-	default:
-		return errors.New("SOCKS5 CONNECT: bad address type in reply")
-	}
-	if _, err := io.ReadFull(c, buf[:skip]); err != nil {
-		return errors.New("SOCKS5 CONNECT: " + err.Error())
 	}
 	return nil
 }
