@@ -388,6 +388,13 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 		}
 		fc.body = &guardBody{rc: req.Body}
 		req.Body = fc.body
+		if len(req.TransferEncoding) > 0 && req.Trailer == nil {
+			// net/http's body puts trailers that were not announced into
+			// the Trailer field of the request it was read for: a map made
+			// now is shared with the handler's copy of the request, which
+			// checks and forwards them.
+			req.Trailer = http.Header{}
+		}
 		if len(req.TransferEncoding) > 0 {
 			// A chunked request may also have carried a Content-Length,
 			// which net/http's parser drops without a trace: RFC 9112
