@@ -25,6 +25,13 @@ func TestGatewayDeadSites(t *testing.T) {
 		g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), rotation: "per-request"})
 		sendDeadSites(t, g)
 		wantInService(t, g, 3)
+		// The metric tells the truth about whose failure it was: the 502
+		// target_unreachable answers are counted as such, none as a
+		// member's upstream_failed.
+		outcomes := scrapeCounter(t, g.metricsAddr, "proxyfleet_gateway_requests_total", "outcome", "")
+		if outcomes["target_unreachable"] != 8 || outcomes["upstream_failed"] != 0 {
+			t.Fatalf("outcomes after 8 dead-site requests: %v, want 8 target_unreachable and no upstream_failed", outcomes)
+		}
 		live := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.75"})
 		tc := g.tunnelClient(t, "", live.ClientTLSConfig())
 		for range 6 {

@@ -184,7 +184,8 @@ func TestGatewayStatusPageInChromium(t *testing.T) {
 	dom := statusPage(t, pageURL)
 	for _, want := range []string{
 		"<td>" + squids[2].URL() + "</td>", "<td>http://" + closed + "</td>",
-		">banned</td>", ">rate_limited</td>", ">upstream_failed</td>", "<td>every site</td>", "<td>" + host + "</td>",
+		// Cooldowns by site: the site's row counts both Squids and why.
+		">banned 1, rate_limited 1</td>", ">upstream_failed</td>", "<td>every site</td>", "<td>" + host + "</td>",
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page does not show %q", want)

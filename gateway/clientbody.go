@@ -43,7 +43,7 @@ var errClientGone error = &clientFault{outcome: OutcomeClientGone, err: errors.N
 func clientReadFault(err error, read int64) *clientFault {
 	switch {
 	case isTimeout(err):
-		return &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
+		return &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
 			err: errors.New("the client stopped sending its request body after " + strconv.FormatInt(read, 10) + " bytes")}
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return &clientFault{reason: ReasonBadRequest, outcome: OutcomeClientGone,
@@ -51,7 +51,7 @@ func clientReadFault(err error, read int64) *clientFault {
 	case errors.As(err, new(*net.OpError)), errors.Is(err, net.ErrClosed):
 		return &clientFault{outcome: OutcomeClientGone, err: errors.New("the client went away while sending its request body: " + err.Error())}
 	}
-	return &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
+	return &clientFault{reason: ReasonBadRequest, outcome: ReasonBadRequest,
 		err: errors.New("malformed request body: " + err.Error())}
 }
 
@@ -103,7 +103,7 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		if name, ok := front.InvalidFieldName(b.req.Trailer); !ok {
-			b.err = &clientFault{reason: ReasonBadRequest, outcome: OutcomeBadRequest,
+			b.err = &clientFault{reason: ReasonBadRequest, outcome: ReasonBadRequest,
 				err: errors.New("malformed request trailer name " + echo.Quote(name))}
 			return n, b.err
 		}

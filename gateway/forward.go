@@ -241,7 +241,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 		return nil, ans, errClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.stalled() {
-			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: OutcomeClientTimeout,
+			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
 				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
 		}
 		return nil, ans, &annotated{err: errRequestTimeout,

@@ -10,27 +10,24 @@ import (
 )
 
 // Outcomes passed to Recorder.Request, one per client request or tunnel.
+// A relayed answer's outcome says what the site answered; an answer the
+// gateway made itself has its reason as its outcome (answerFor: one name,
+// in the metric, the span and the status page's chart), so a dead site is
+// counted as target_unreachable, never as a member's upstream_failed. A
+// client that left before its answer is client_gone.
 const (
-	OutcomeOK             = "ok"              // the site's answer (or the tunnel) was delivered
-	OutcomeRateLimited    = "rate_limited"    // the delivered answer was a rate-limit status
-	OutcomeBanned         = "banned"          // the delivered answer was a ban status
-	OutcomeUpstreamFailed = "upstream_failed" // 502/504: no member carried the request
-	OutcomeNoMember       = "no_member"       // 503: the pool had no usable member (or was unreachable)
-	OutcomeDenied         = "denied"          // 403/508: a private target or the gateway itself
-	OutcomeAuth           = "auth"            // 407: missing or wrong client token
-	OutcomeBadRequest     = "bad_request"     // 400/407/417/431: malformed request, body or parameters
-	OutcomeClientGone     = "client_gone"     // the client went away before the answer (or mid-body)
-	OutcomeClientTimeout  = "client_timeout"  // 408: the client stopped sending its request body
-	OutcomeShuttingDown   = "shutting_down"   // 503: the gateway is draining
-	OutcomeInternal       = "internal"        // 500: the gateway's own failure
+	OutcomeOK          = "ok"           // the site's answer (or the tunnel) was delivered
+	OutcomeRateLimited = "rate_limited" // the delivered answer was a rate-limit status
+	OutcomeBanned      = "banned"       // the delivered answer was a ban status
+	OutcomeClientGone  = "client_gone"  // the client went away before the answer (or mid-body)
 )
 
 // rejectionOutcome is the outcome of a request the front end ended before
 // the gateway saw it.
 var rejectionOutcome = map[front.Rejection]string{
-	front.Malformed: OutcomeBadRequest,
+	front.Malformed: ReasonBadRequest,
 	front.Gone:      OutcomeClientGone,
-	front.Stalled:   OutcomeClientTimeout,
+	front.Stalled:   ReasonClientTimeout,
 }
 
 // Reasons: the X-Proxyfleet-Reason of the answers the gateway makes itself.
@@ -55,31 +52,34 @@ const (
 	ReasonInternal          = "internal"           // 500: the gateway's own failure
 )
 
-// answerFor is the status and outcome of an answer with reason.
+// answerFor is the status and outcome of an answer with reason: the
+// outcome is the reason itself.
 func answerFor(reason string) (status int, outcome string) {
+	return AnswerStatus(reason), reason
+}
+
+// AnswerStatus is the HTTP status of the gateway's answer with reason (an
+// X-Proxyfleet-Reason); 500 for one it does not know.
+func AnswerStatus(reason string) int {
 	switch reason {
 	case ReasonBadRequest:
-		return http.StatusBadRequest, OutcomeBadRequest
-	case ReasonPrivateTarget:
-		return http.StatusForbidden, OutcomeDenied
+		return http.StatusBadRequest
 	case ReasonClientTimeout:
-		return http.StatusRequestTimeout, OutcomeClientTimeout
-	case ReasonAuth:
-		return http.StatusProxyAuthRequired, OutcomeAuth
-	case ReasonBadParams:
-		return http.StatusProxyAuthRequired, OutcomeBadRequest
+		return http.StatusRequestTimeout
+	case ReasonPrivateTarget:
+		return http.StatusForbidden
+	case ReasonAuth, ReasonBadParams:
+		return http.StatusProxyAuthRequired
 	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
-		return http.StatusBadGateway, OutcomeUpstreamFailed
-	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError:
-		return http.StatusServiceUnavailable, OutcomeNoMember
-	case ReasonShuttingDown:
-		return http.StatusServiceUnavailable, OutcomeShuttingDown
+		return http.StatusBadGateway
+	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown:
+		return http.StatusServiceUnavailable
 	case ReasonTimeout, ReasonMemberTimeout:
-		return http.StatusGatewayTimeout, OutcomeUpstreamFailed
+		return http.StatusGatewayTimeout
 	case ReasonLoop:
-		return 508, OutcomeDenied
+		return 508
 	}
-	return http.StatusInternalServerError, OutcomeInternal
+	return http.StatusInternalServerError
 }
 
 // verdict is what a failure means for its request.

@@ -69,10 +69,14 @@ type FleetView struct {
 	Providers []Provider     `json:"providers"`
 	// LeaseStore is false when the lease API is off; Members, ActiveLeases
 	// and Cooldowns are then empty.
-	LeaseStore   bool       `json:"leaseStore"`
-	Members      []Member   `json:"members"`
-	ActiveLeases int        `json:"activeLeases"`
-	Cooldowns    []Cooldown `json:"cooldowns"`
+	LeaseStore   bool     `json:"leaseStore"`
+	Members      []Member `json:"members"`
+	ActiveLeases int      `json:"activeLeases"`
+	// Cooldowns are the {member, site} rows, the worst sites' first, at
+	// most 500 (CooldownsTotal counts them all); CooldownSites groups them.
+	Cooldowns      []Cooldown      `json:"cooldowns"`
+	CooldownsTotal int             `json:"cooldownsTotal"`
+	CooldownSites  []SiteCooldowns `json:"cooldownSites"`
 	// LeaseRequests are the lease API's requests by outcome.
 	LeaseRequests Chart    `json:"leaseRequests"`
 	Errors        []string `json:"errors"`
@@ -97,9 +101,10 @@ func Fleet(in FleetInput, now time.Time) FleetView {
 		Kind: KindController, GeneratedAt: now.UTC(), RefreshSeconds: RefreshSeconds, Namespace: in.Namespace,
 		Phases: map[string]int{}, Proxies: slices.Clone(in.Proxies), Pools: slices.Clone(in.Pools),
 		Providers: slices.Clone(in.Providers), LeaseStore: in.LeaseStore,
-		Members: Members(in.Pool.Members), Cooldowns: Cooldowns(in.Pool.Cooldowns, now),
+		Members:       Members(in.Pool.Members),
 		LeaseRequests: in.LeaseRequests, Errors: append([]string{}, in.Errors...),
 	}
+	v.Cooldowns, v.CooldownsTotal, v.CooldownSites = cooldownRows(in.Pool.Cooldowns, now)
 	if v.Proxies == nil {
 		v.Proxies = []Proxy{}
 	}

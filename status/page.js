@@ -1,11 +1,16 @@
 "use strict";
 // Draws the page from status.json and polls it. Every value goes in as text
 // (textContent, attributes), never as markup.
+// A gateway answer's outcome is its reason: members' failures in purple,
+// sites' in blue-grey, the pool's in orange, the client's in grey.
 const COLORS = {
   ok: "#2e7d32", granted: "#2e7d32", rate_limited: "#f9a825", banned: "#c62828",
-  upstream_failed: "#6a1b9a", no_member: "#ef6c00", no_match: "#ef6c00", denied: "#455a64",
-  auth: "#8d6e63", unauthorized: "#8d6e63", bad_request: "#90a4ae", invalid: "#90a4ae",
-  client_error: "#b0bec5", error: "#ad1457", other: "#9e9e9e"
+  upstream_failed: "#6a1b9a", member_timeout: "#8e24aa",
+  target_unreachable: "#546e7a", dns: "#78909c", site_certificate: "#37474f", timeout: "#607d8b",
+  no_member: "#ef6c00", no_match: "#ef6c00", pool_unreachable: "#f57c00", pool_error: "#fb8c00",
+  shutting_down: "#ffb74d", private_target: "#455a64", loop: "#455a64",
+  auth: "#8d6e63", unauthorized: "#8d6e63", bad_params: "#a1887f", bad_request: "#90a4ae", invalid: "#90a4ae",
+  client_gone: "#b0bec5", client_timeout: "#cfd8dc", internal: "#ad1457", error: "#ad1457", other: "#9e9e9e"
 };
 const SVGNS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
@@ -98,6 +103,20 @@ function chart(c) {
   if (c.series.length === 0) legend.append(el("span", "no requests", "empty"));
 }
 
+// reasons says why the members rest: the reason alone when there is one,
+// else how many for each, most first.
+function reasons(rs) {
+  const all = Object.entries(rs || {}).sort((a, b) => b[1] - a[1]);
+  if (all.length === 1) return all[0][0] || "not reported";
+  return all.map(([r, n]) => (r || "not reported") + " " + n).join(", ");
+}
+
+// topReason is the reason most members rest for (the row's class).
+function topReason(rs) {
+  const top = Object.entries(rs || {}).sort((a, b) => b[1] - a[1])[0];
+  return top ? top[0] : "";
+}
+
 function members(d, title) {
   show("members-section", true);
   $("members-title").textContent = title;
@@ -111,13 +130,15 @@ function members(d, title) {
     ["attributes", (m) => attrs(m.attributes)]
   ], d.members, "no members");
   show("cooldowns-section", true);
+  // One row per site, worst first (the server groups and bounds them): a
+  // crawl through dead links rests thousands of {member, site} pairs.
   table($("cooldowns"), [
     ["site", (c) => c.site === "*" ? "every site" : c.site],
-    ["member", (c) => c.member],
-    ["why", (c) => c.reason || "not reported", (c) => c.reason],
+    ["members", (c) => c.members, null, true],
+    ["why", (c) => reasons(c.reasons), (c) => topReason(c.reasons)],
     ["until", (c) => new Date(c.until).toLocaleTimeString()],
     ["left", (c) => c.secondsLeft + "s", null, true]
-  ], d.cooldowns, "no member is cooling down");
+  ], d.cooldownSites, "no member is cooling down");
 }
 
 function summary(parts) {
@@ -130,7 +151,7 @@ function summary(parts) {
 function gateway(d) {
   const healthy = d.members.filter((m) => m.state === "ok").length;
   summary([d.members.length + " members, " + healthy + " in service", d.activeLeases + " active leases",
-    d.cooldowns.length + " cooldowns", d.requests.total + " requests in the window",
+    d.cooldownsTotal + " cooldowns", d.requests.total + " requests in the window",
     d.pool === "pool-api" ? "pool: lease API " + d.poolAPI : "pool: own"]);
   $("chart-title").textContent = "Requests by outcome, last 15 minutes";
   show("chart-section", true);
@@ -141,7 +162,7 @@ function gateway(d) {
 function controller(d) {
   const phases = Object.keys(d.phases).sort().map((p) => p + " " + d.phases[p]);
   summary([d.proxies.length + " Proxies" + (phases.length ? " (" + phases.join(", ") + ")" : ""),
-    d.pools.length + " ProxyPools", d.activeLeases + " active leases", d.cooldowns.length + " cooldowns",
+    d.pools.length + " ProxyPools", d.activeLeases + " active leases", d.cooldownsTotal + " cooldowns",
     d.namespace ? "namespace " + d.namespace : "all namespaces"]);
   show("proxies-section", true);
   table($("proxies"), [

@@ -17,8 +17,9 @@ const (
 )
 
 // maxOutcomes bounds the distinct outcomes a Timeline counts; later ones
-// are counted as OutcomeOther. The gateway has twelve, the lease API six.
-const maxOutcomes = 16
+// are counted as OutcomeOther. The gateway has about twenty (its answers'
+// reasons), the lease API six.
+const maxOutcomes = 32
 
 // OutcomeOther collects outcomes past the first maxOutcomes.
 const OutcomeOther = "other"

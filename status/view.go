@@ -118,11 +118,15 @@ type GatewayView struct {
 	RefreshSeconds int       `json:"refreshSeconds"`
 	// Pool says where the members come from: "own" (the gateway's store)
 	// or "pool-api" (a controller's lease API, PoolAPI).
-	Pool         string     `json:"pool"`
-	PoolAPI      string     `json:"poolAPI,omitempty"`
-	Members      []Member   `json:"members"`
-	ActiveLeases int        `json:"activeLeases"`
-	Cooldowns    []Cooldown `json:"cooldowns"`
+	Pool         string   `json:"pool"`
+	PoolAPI      string   `json:"poolAPI,omitempty"`
+	Members      []Member `json:"members"`
+	ActiveLeases int      `json:"activeLeases"`
+	// Cooldowns are the {member, site} rows, the worst sites' first, at
+	// most 500 (CooldownsTotal counts them all); CooldownSites groups them.
+	Cooldowns      []Cooldown      `json:"cooldowns"`
+	CooldownsTotal int             `json:"cooldownsTotal"`
+	CooldownSites  []SiteCooldowns `json:"cooldownSites"`
 	// Outage is set while the lease API (PoolAPI) is away.
 	Outage *Outage `json:"outage,omitempty"`
 	// LastKnown is the list the gateway falls back on during an outage.
@@ -145,9 +149,10 @@ type GatewayInput struct {
 func Gateway(in GatewayInput, now time.Time) GatewayView {
 	v := GatewayView{
 		Kind: KindGateway, GeneratedAt: now.UTC(), RefreshSeconds: RefreshSeconds, Pool: "own",
-		Members: Members(in.Pool.Members), Cooldowns: Cooldowns(in.Pool.Cooldowns, now),
+		Members:  Members(in.Pool.Members),
 		Requests: in.Requests, Errors: []string{}, Notes: []string{},
 	}
+	v.Cooldowns, v.CooldownsTotal, v.CooldownSites = cooldownRows(in.Pool.Cooldowns, now)
 	for _, m := range v.Members {
 		v.ActiveLeases += m.ActiveLeases
 	}

@@ -53,10 +53,9 @@ func (g *GatewayTracer) TraceRequest(ctx context.Context, t gateway.RequestTrace
 	if t.Reason != "" {
 		span.SetAttributes(AttrReason.String(t.Reason))
 	}
-	// Error only where the gateway could not serve: a client's bad
-	// request or token is not the gateway's failure.
-	switch t.Outcome {
-	case gateway.OutcomeUpstreamFailed, gateway.OutcomeNoMember:
+	// Error only where the gateway could not serve (its own 5xx answers):
+	// a client's bad request or token is not the gateway's failure.
+	if t.Reason != "" && gateway.AnswerStatus(t.Reason) >= 500 {
 		span.SetStatus(codes.Error, t.Reason)
 	}
 	span.End()

@@ -127,7 +127,7 @@ func TestGatewayRequestSpansAndNoTraceHeaderUpstream(t *testing.T) {
 		{"squid", target, gateway.OutcomeOK, 1, false},
 		{"recorder", target, gateway.OutcomeOK, 1, false},
 		{"recorder", target, gateway.OutcomeOK, 1, false},
-		{"", target, gateway.OutcomeNoMember, 0, true},
+		{"", target, gateway.ReasonNoMember, 0, true},
 	} {
 		s := spans[i]
 		if s.Name() != SpanGatewayRequest {
