@@ -47,14 +47,15 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		g.finish(ctx, rq, err)
 		return
 	}
-	g.runTunnel(ctx, w, rq, up, early)
+	g.runTunnel(ctx, w, rq, up, early, "200 Connection established", nil)
 }
 
 // runTunnel takes over the client's connection for the tunnel up carries
-// (early: bytes the upstream sent behind its 200), answers 200 with the
-// gateway's headers and starts the relays; the lease rq holds ends with
-// the tunnel.
-func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte) {
+// (early: bytes the upstream sent behind its answer), answers status with
+// header and the gateway's own headers, and starts the relays; the lease
+// rq holds ends with the tunnel. A CONNECT and an upgraded WebSocket end
+// here alike.
+func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte, status string, header http.Header) {
 	t := &tunnel{upstream: up}
 	if !g.tunnels.add(t) {
 		_ = up.Close()
@@ -77,7 +78,14 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 
 	h := rq.h
 	head := make([]byte, 0, 128+len(rq.member)+len(h.id))
-	head = append(head, "HTTP/1.1 200 Connection established\r\n"...)
+	head = append(head, "HTTP/1.1 "...)
+	head = append(head, status...)
+	head = append(head, "\r\n"...)
+	for k, vv := range header {
+		for _, v := range vv {
+			head = appendHeader(head, k, v)
+		}
+	}
 	head = appendHeader(head, HeaderProxy, rq.member)
 	head = appendHeader(head, HeaderLease, h.id)
 	head = appendHeader(head, HeaderAttempts, attemptsValue(rq.attempts)[0])
@@ -174,14 +182,12 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		c, err = g.dialDirect(dctx, mc, host, port, addrs)
 		return c, nil, classifyDirect(err)
 	}
-	var d net.Dialer
-	c, err = d.DialContext(dctx, "tcp", mc.upstreamAddr)
-	if err != nil {
-		return nil, nil, memberFault("dial", err)
+	if c, err = g.dialMember(dctx, mc); err != nil {
+		return nil, nil, err
 	}
 	// The client leaving aborts any step: a deadline in the past ends the
-	// I/O. DialTimeout bounds the TLS handshake, answerTimeout the member's
-	// answer (a SOCKS5 reply comes once the member reached the site too).
+	// I/O. answerTimeout bounds the member's answer (a SOCKS5 reply comes
+	// once the member reached the site too).
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if !stop() || err != nil {
@@ -197,13 +203,6 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 		// The tunnel is up: its bytes flow without a deadline.
 		_ = c.SetDeadline(time.Time{})
 	}()
-	if mc.tlsConfig != nil {
-		tc := tls.Client(c, mc.tlsConfig)
-		if err = tc.HandshakeContext(dctx); err != nil {
-			return c, nil, memberFault("tls", errors.New("TLS to upstream: "+err.Error()))
-		}
-		c = tc
-	}
 	_ = c.SetDeadline(time.Now().Add(answerTimeout))
 	if ctx.Err() != nil {
 		_ = c.SetDeadline(keepalive.ALongTimeAgo) // an abort the line above undid
@@ -222,6 +221,25 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	}
 	early, err = g.connectExchange(ctx, c, mc, hostport, answerTimeout)
 	return c, early, err
+}
+
+// dialMember connects to the proxy member mc itself, TLS included for an
+// https:// member, within ctx; its failures are the member's.
+func (g *Gateway) dialMember(ctx context.Context, mc *memberConn) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", mc.upstreamAddr)
+	if err != nil {
+		return nil, memberFault("dial", err)
+	}
+	if mc.tlsConfig == nil {
+		return c, nil
+	}
+	tc := tls.Client(c, mc.tlsConfig)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, memberFault("tls", errors.New("TLS to upstream: "+err.Error()))
+	}
+	return tc, nil
 }
 
 // connectExchange sends our CONNECT for hostport on c, a connection to the

@@ -30,8 +30,10 @@
 //   - The gateway adds no Via or X-Forwarded-For header; it strips
 //     hop-by-hop headers, Proxy-Authorization and every X-Proxyfleet-*
 //     header before forwarding, and drops a site's own X-Proxyfleet-*
-//     answer headers. Upgrade is hop-by-hop, so ws:// is not proxied
-//     (wss:// works through CONNECT).
+//     answer headers. Upgrade is hop-by-hop and dropped, except a WebSocket
+//     handshake (upgrade.go): carried to the site through the member, after
+//     101 relayed as a tunnel; ws:// and wss:// in the request line read as
+//     http:// and https://.
 //   - A member gets MemberAnswerTimeout (per site SiteAnswerTimeouts) to
 //     answer each attempt. A silence rests the {member, site} pair and the
 //     request goes on to another member (plain HTTP: idempotent requests

@@ -64,8 +64,15 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 	case "http":
 	case "https":
 		defPort = "443"
+	case "ws", "wss":
+		// WebSocket clients (aiohttp, websocat) name the socket's own
+		// scheme in the request line: the same request as http(s).
+		if u.Scheme == "wss" {
+			defPort = "443"
+		}
+		u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
 	default:
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http or https"})
+		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
@@ -127,6 +134,10 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 			// Known whole: sent with its length, whatever framing it came in.
 			out.ContentLength, out.TransferEncoding = n, nil
 		}
+	}
+	if isWebSocket(r) && rq.body == nil {
+		g.serveUpgrade(ctx, rq, r, out, host, port)
+		return
 	}
 	resp, h, res, err := g.forwardWithRetry(ctx, r, rq, out, deadline)
 	if err != nil {

@@ -481,6 +481,9 @@ func (s *Squid) writeConfig() (string, error) {
 	}
 	line("http_access allow loopback_clients")
 	line("http_access deny all")
+	// WebSocket handshakes in absolute form are carried (Squid 5 and up),
+	// as the providers' Squids do.
+	line("http_upgrade_request_protocols websocket allow all")
 	line("via off")
 	line("forwarded_for delete")
 	line("shutdown_lifetime 0 seconds")

@@ -234,6 +234,10 @@ func (tg *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tg.next = (tg.next + 1) % recentRequests
 	tg.mu.Unlock()
 
+	if isWebSocketRequest(r) && status == http.StatusOK {
+		tg.serveWebSocket(w, r)
+		return
+	}
 	h := w.Header()
 	h.Set(SeenSourceHeader, source)
 	h.Set("Content-Type", "application/json")

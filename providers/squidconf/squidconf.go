@@ -171,6 +171,11 @@ func (s Config) Render() string {
 	w("icp_access deny all")
 	w("htcp_access deny all")
 	w("")
+	// WebSocket handshakes (GET with Upgrade: websocket) are carried on the
+	// ports http_access allows above and no others; Squid matches the
+	// protocol name case-sensitively, and clients write it both ways.
+	w("http_upgrade_request_protocols websocket allow all")
+	w("http_upgrade_request_protocols WebSocket allow all")
 	w("via off")
 	w("forwarded_for delete")
 	w("httpd_suppress_version_string on")

@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// isWebSocket reports a WebSocket opening handshake (RFC 6455 4.1):
+// Upgrade names websocket and Connection names upgrade. Other upgrades
+// (h2c, ...) are not carried: their Upgrade is dropped as hop-by-hop.
+func isWebSocket(r *http.Request) bool {
+	return r.Method == http.MethodGet && front.HasToken(r.Header["Upgrade"], "websocket") &&
+		front.HasToken(r.Header["Connection"], "upgrade")
+}
+
+// socket is a WebSocket handshake's connection to the site and the answer
+// read from it.
+type socket struct {
+	c    net.Conn
+	br   *bufio.Reader
+	resp *http.Response
+}
+
+// serveUpgrade carries a WebSocket handshake to the site through a member
+// on the one retry loop: an answer other than 101 is an answer like any
+// other (a ban rests the member for the site and the handshake goes on to
+// another, since nothing was upgraded yet), and after 101 the client's
+// connection and the socket are relayed byte for byte as a tunnel (frames
+// are not read), the lease held until it ends. out is the request to send,
+// its Upgrade and Connection put back.
+func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
+	var addrs []netip.Addr
+	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok {
+		addrs = ca.addrs
+	}
+	out.Header["Connection"] = []string{"Upgrade"}
+	out.Header["Upgrade"] = []string{"websocket"}
+	answerTimeout := g.answerTimeoutFor(rq.lr.target)
+	rule := retryRule{retryable: true, maxRetries: g.retries}
+	at := attempts{hostport: out.URL.Host}
+	var (
+		s    socket
+		used held
+		res  rotation.Result
+	)
+	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
+		var err error
+		if s, err = g.handshake(ctx, h.mc, out, host, port, addrs, answerTimeout); err != nil {
+			return tryAnother, err
+		}
+		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
+		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
+			return servedHere, nil
+		}
+		g.drop(ctx, &rq.lr, h, res, 0)
+		rq.h = held{}
+		if attempt < g.retries {
+			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+				_ = s.c.Close()
+				rq.next = n
+				return tryAnother, nil
+			}
+		}
+		return servedHere, nil
+	})
+	if err != nil {
+		g.finish(ctx, rq, err)
+		return
+	}
+	if s.resp.StatusCode != http.StatusSwitchingProtocols {
+		// Refused: its answer goes to the client as any answer does.
+		defer s.c.Close()
+		if !res.IsBan() {
+			g.succeeded(ctx, &rq.lr, used)
+		}
+		ok := g.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
+		if !res.IsBan() {
+			g.done(ctx, used)
+		}
+		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		if !ok {
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	var early []byte
+	if n := s.br.Buffered(); n > 0 {
+		b, _ := s.br.Peek(n)
+		early = append([]byte(nil), b...)
+	}
+	header := make(http.Header, len(s.resp.Header))
+	for k, vv := range s.resp.Header {
+		if !strings.HasPrefix(k, headerPrefix) {
+			header[k] = vv
+		}
+	}
+	g.runTunnel(ctx, rq.w, rq, s.c, early, "101 Switching Protocols", header)
+}
+
+// handshake opens a connection for out to the site through mc and reads
+// the site's answer head. A ws:// handshake goes to an http(s) member in
+// absolute form, as any plain request (Squid carries it with
+// http_upgrade_request_protocols); a wss:// one (inside a MITM tunnel)
+// goes through a tunnel the member opens to the site, with the gateway's
+// own TLS to the site, verified as a MITM'd request's is. Errors are
+// classified as an attempt's.
+func (g *Gateway) handshake(ctx context.Context, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
+	var (
+		c   net.Conn
+		err error
+	)
+	if proxyForm {
+		dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+		c, err = g.dialMember(dctx, mc)
+		cancel()
+	} else {
+		var early []byte
+		c, early, err = g.dialConnect(ctx, mc, out.URL.Host, host, port, addrs, answerTimeout)
+		if err == nil && len(early) > 0 {
+			c = &prefixConn{Conn: c, prefix: early}
+		}
+	}
+	if err != nil {
+		return socket{}, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
+	s, err := g.handshakeOn(ctx, c, mc, out, host, proxyForm, answerTimeout)
+	if !stop() && err == nil {
+		err = errClientGone
+	}
+	if err != nil {
+		_ = c.Close()
+		return socket{}, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return s, nil
+}
+
+// handshakeOn writes out on c (TLS to the site first for wss://) and reads
+// the answer head within answerTimeout.
+func (g *Gateway) handshakeOn(ctx context.Context, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
+	if out.URL.Scheme == "https" {
+		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: g.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+		_ = tc.SetDeadline(time.Now().Add(g.dialTimeout))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			if isCertError(err) {
+				return socket{}, &attemptError{f: rotation.Site(classCertificate), firsthand: true,
+					err: errors.New("the certificate of " + host + " does not verify: " + certErrorText(err))}
+			}
+			return socket{}, siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
+		}
+		c = tc
+	}
+	_ = c.SetDeadline(time.Now().Add(answerTimeout))
+	var err error
+	if proxyForm {
+		if mc.proxyAuth != "" {
+			out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
+			defer delete(out.Header, "Proxy-Authorization")
+		}
+		err = out.WriteProxy(c)
+	} else {
+		err = out.Write(c)
+	}
+	if err != nil {
+		return socket{}, memberFault("write", err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, out)
+	switch {
+	case err != nil && isTimeout(err) && ctx.Err() == nil:
+		return socket{}, answerTimedOut(answerTimeout, "the WebSocket handshake")
+	case err != nil:
+		return socket{}, memberFault("protocol", err)
+	}
+	if proxyForm {
+		if err := upstreamAnswer(resp); err != nil {
+			return socket{}, err
+		}
+	}
+	return socket{c: c, br: br, resp: resp}, nil
+}
