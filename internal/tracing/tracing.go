@@ -21,8 +21,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -31,7 +29,8 @@ import (
 )
 
 // The environment variables Setup reads itself. The exporters read their
-// own (OTEL_EXPORTER_OTLP_*: endpoint, headers, timeout, TLS), the SDK
+// own (OTEL_EXPORTER_OTLP_*: endpoint, headers, timeout, TLS; see
+// exporter_full.go and exporter_sidecar.go), the SDK
 // reads OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG and the OTEL_BSP_*
 // batch settings, and the resource reads OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES.
@@ -168,11 +167,9 @@ func newExporter(ctx context.Context, name string, console io.Writer, getenv fun
 	}
 	switch proto {
 	case "", ProtocolHTTP:
-		// The exporters read the endpoint, headers, TLS and timeout
-		// variables themselves.
-		return otlptracehttp.New(ctx)
+		return newOTLPHTTP(ctx, getenv)
 	case ProtocolGRPC:
-		return otlptracegrpc.New(ctx)
+		return newOTLPGRPC(ctx, variable)
 	}
 	return nil, fmt.Errorf("%s=%q: unsupported OTLP protocol (want %s or %s)", variable, proto, ProtocolHTTP, ProtocolGRPC)
 }
