@@ -3,7 +3,6 @@ package tracing
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -162,9 +161,5 @@ func TestNilProviderWrapsNothing(t *testing.T) {
 	next := &countingProbes{}
 	if TraceProbes(next, nil) != ProbeRecorder(next) {
 		t.Error("TraceProbes(next, nil) is not next")
-	}
-	var rt http.RoundTripper = countingRT{}
-	if ParentOnlyTransport(nil)(rt) != rt {
-		t.Error("ParentOnlyTransport(nil) wraps the transport")
 	}
 }
