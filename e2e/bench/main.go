@@ -47,6 +47,7 @@ type config struct {
 	concurrency int
 	latencyN    int
 	idleTunnels int
+	only        string
 }
 
 func main() {
@@ -63,6 +64,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "concurrent clients in the throughput measurements")
 	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
 	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
+	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -83,6 +85,17 @@ func run(cfg config) error {
 	}
 	fmt.Printf("proxyfleet bench: %d CPUs, GOMAXPROCS %d, %s, squid %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), squidVersion())
 	fmt.Printf("binary %s\nload average at start: %s\n\n", bin, loadAverage())
+	switch cfg.only {
+	case "":
+	case "sidecar":
+		rows, err := runSidecarOnly(bin)
+		if err != nil {
+			return err
+		}
+		return printRows(rows)
+	default:
+		return fmt.Errorf("-only %q: want sidecar", cfg.only)
+	}
 
 	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})
 	if err != nil {
@@ -217,23 +230,11 @@ func run(cfg config) error {
 	}
 	rows = append(rows, row{"memory per idle tunnel (RSS delta)", kib(gwMem), kib(squidMem) + " (Squid alone)", "", "≤ 8 KiB", gwMem <= 8<<10})
 
-	sidecarBin := sidecarBinary(bin)
-	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(sidecarBin))
-	// GOMAXPROCS=2 is what the injection webhook gives a sidecar with the
-	// default resources; 64 is a sidecar on a 64-core node without it.
-	scIdle, scTunnels, err := sidecarMemory(sidecarBin, addrs[2], apiToken, sink.addr, 1000, "GOMAXPROCS=2")
+	scRows, err := sidecarRows(sidecarBinary(bin), addrs[2], apiToken, sink.addr, plain.URL)
 	if err != nil {
 		return err
 	}
-	scWide, _, err := sidecarMemory(sidecarBin, addrs[2], apiToken, sink.addr, 0, "GOMAXPROCS=64")
-	if err != nil {
-		return err
-	}
-	rows = append(rows,
-		row{"sidecar RSS idle (--pool-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 20 MiB", scIdle <= 20<<20},
-		row{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
-		row{"sidecar RSS holding 1000 idle tunnels", mib(scTunnels), "", "", "≤ 32 MiB", scTunnels <= 32<<20},
-	)
+	rows = append(rows, scRows...)
 
 	fmt.Println("lease store ...")
 	storeRows, err := storeBench()
@@ -252,6 +253,11 @@ func run(cfg config) error {
 	}
 	rows = append(rows, redisRows...)
 
+	return printRows(rows)
+}
+
+// printRows prints the result table after the load average at the end.
+func printRows(rows []row) error {
 	fmt.Printf("\nload average at end: %s (other work on the machine skews every figure)\n\n", loadAverage())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tgateway chain\tdirect Squid\tchain/direct\tgoal\tmet")

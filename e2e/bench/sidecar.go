@@ -2,11 +2,66 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
+
+// The sidecar's goals (docs/performance.md): what one injected gateway
+// costs beside every crawler pod.
+const (
+	sidecarIdleGoal    = 12 << 20
+	sidecarTunnelsGoal = 20 << 20
+	sidecarBinaryGoal  = 15_000_000
+	sidecarStartGoal   = 100 * time.Millisecond
+)
+
+// sidecarRows measures the sidecar binary against the lease API at apiAddr:
+// RSS idle and holding 1000 idle tunnels to the sink with GOMAXPROCS=2
+// (what the injection webhook sets with the default resources, on any
+// node), idle with GOMAXPROCS=64 for reference (a 64-core node without
+// the webhook's setting), the binary's size, and the time from exec to
+// the first request served through it (median of 5 starts).
+func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]row, error) {
+	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(sidecarBin))
+	scIdle, scTunnels, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
+	if err != nil {
+		return nil, err
+	}
+	scWide, _, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 0, "GOMAXPROCS=64")
+	if err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(sidecarBin)
+	if err != nil {
+		return nil, err
+	}
+	var starts []time.Duration
+	for range 5 {
+		d, err := sidecarStart(sidecarBin, apiAddr, apiToken, targetURL)
+		if err != nil {
+			return nil, err
+		}
+		starts = append(starts, d)
+	}
+	slices.Sort(starts)
+	start := starts[len(starts)/2]
+	return []row{
+		{"sidecar RSS idle (--pool-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
+		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
+		{"sidecar RSS holding 1000 idle tunnels", mib(scTunnels), "", "", "≤ 20 MiB", scTunnels <= sidecarTunnelsGoal},
+		{"sidecar binary size", fmt.Sprintf("%.1f MB", float64(st.Size())/1e6), "", "", "≤ 15 MB", st.Size() <= sidecarBinaryGoal},
+		{"sidecar start to first request served (median of 5)", fmt.Sprintf("%.0f ms", float64(start)/float64(time.Millisecond)),
+			"", "", "≤ 100 ms", start <= sidecarStartGoal},
+	}, nil
+}
 
 // sidecarMemory measures what a sidecar costs beside a crawler pod: the
 // gateway binary sidecarBin in --pool-api mode, leasing from the gateway
@@ -15,21 +70,15 @@ import (
 // only). env is added to its environment, as the injection webhook adds
 // GOMAXPROCS.
 func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ...string) (idle, withTunnels int64, err error) {
-	dir, err := os.MkdirTemp("", "proxyfleet-bench-sidecar-")
+	tokenFile, cleanup, err := sidecarToken(apiToken)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer os.RemoveAll(dir)
-	tokenFile := filepath.Join(dir, "pool-token")
-	if err := os.WriteFile(tokenFile, []byte(apiToken+"\n"), 0o600); err != nil {
-		return 0, 0, err
-	}
+	defer cleanup()
 	sc, addrs, err := testutil.LaunchProcessOnFreePorts(sidecarBin, 2, func(addrs []string) testutil.ProcessOptions {
 		return testutil.ProcessOptions{
-			Name: "sidecar",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
-				"--pool-api", "http://" + apiAddr, "--pool-token-file", tokenFile,
-				"--allow-private-targets", "--log-level", "warn"},
+			Name:      "sidecar",
+			Args:      sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile),
 			Env:       env,
 			WaitAddrs: addrs,
 		}
@@ -51,6 +100,101 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ..
 		return 0, 0, fmt.Errorf("idle tunnels through the sidecar: %w", err)
 	}
 	return idle, idle + perTunnel*int64(n), nil
+}
+
+// sidecarStart is the time from starting the sidecar process to the
+// first plain GET of targetURL answered 200 through it, polled every
+// millisecond: what a crawler container started right after it waits.
+func sidecarStart(sidecarBin, apiAddr, apiToken, targetURL string) (time.Duration, error) {
+	tokenFile, cleanup, err := sidecarToken(apiToken)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	proxy := &url.URL{Scheme: "http", Host: addrs[0]}
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}}
+	cmd := exec.Command(sidecarBin, sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for time.Since(t0) < 5*time.Second {
+		resp, err := client.Get(targetURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(t0), nil
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return 0, fmt.Errorf("the sidecar served no request within 5s of its start")
+}
+
+func sidecarArgs(listen, metrics, apiAddr, tokenFile string) []string {
+	return []string{"gateway", "--listen", listen, "--metrics-listen", metrics,
+		"--pool-api", "http://" + apiAddr, "--pool-token-file", tokenFile,
+		"--allow-private-targets", "--log-level", "warn"}
+}
+
+func sidecarToken(apiToken string) (file string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "proxyfleet-bench-sidecar-")
+	if err != nil {
+		return "", nil, err
+	}
+	file = filepath.Join(dir, "pool-token")
+	if err := os.WriteFile(file, []byte(apiToken+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return file, func() { os.RemoveAll(dir) }, nil
+}
+
+// runSidecarOnly is -only sidecar: the sidecar rows alone, leasing from a
+// full gateway's lease API whose one member is direct (no Squid), in a few
+// seconds instead of a full make bench.
+func runSidecarOnly(bin string) ([]row, error) {
+	const apiToken = "bench-api-token"
+	apiTokenFile, err := writeTemp("api-token", apiToken+"\n")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(apiTokenFile)
+	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 3, func(addrs []string) testutil.ProcessOptions {
+		return testutil.ProcessOptions{
+			Name: "gateway",
+			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--api-listen", addrs[2],
+				"--api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"},
+			WaitAddrs: addrs,
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if code, err := gw.Stop(); err != nil || code != 0 {
+			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
+		}
+	}()
+	sink, err := newSink()
+	if err != nil {
+		return nil, err
+	}
+	defer sink.Close()
+	plain := newPlainTarget()
+	defer plain.Close()
+	return sidecarRows(sidecarBinary(bin), addrs[2], apiToken, sink.addr, plain.URL)
 }
 
 // sidecarBinary is $PROXYFLEET_SIDECAR_BIN (set by make bench: the
