@@ -81,11 +81,29 @@ func (g *Gateway) send(mc *memberConn, out *http.Request, timeout time.Duration)
 		}
 		return resp, err
 	}
+	if timeout == g.answerTimeout {
+		// The default: the Transport's own ResponseHeaderTimeout, set to
+		// it (newMemberConn), bounds the answer from the request's write,
+		// with nothing made per attempt.
+		resp, err := mc.transport.RoundTrip(out)
+		if err != nil && isTimeout(err) && out.Context().Err() == nil {
+			return nil, answerTimedOut(timeout, "the request")
+		}
+		return resp, err
+	}
+	// A site's own answer timeout: its attempts go through a copy of the
+	// Transport without ResponseHeaderTimeout, bounded by a timer of their
+	// own.
 	actx, cancel := context.WithCancelCause(out.Context())
-	at := &attemptTimer{}
-	at.t = time.AfterFunc(g.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })
-	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { at.restart(timeout) }}
-	resp, err := mc.transport.RoundTrip(out.WithContext(httptrace.WithClientTrace(actx, trace)))
+	at := attemptTimer{t: time.AfterFunc(g.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })}
+	tctx := actx
+	if out.Body != nil && (out.ContentLength < 0 || out.ContentLength > maxReadAhead) {
+		// A body that streams may take long to write: the answer's time
+		// runs from when it is written. (One read ahead whole is written
+		// at once, and a request without one too.)
+		tctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { at.restart(timeout) }})
+	}
+	resp, err := mc.siteTransport().RoundTrip(out.WithContext(tctx))
 	if !at.stop() {
 		// The timer fired (perhaps just as the head arrived: its body is
 		// cut off with the attempt's context either way).

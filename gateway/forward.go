@@ -172,8 +172,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 // classification (a ban's lease is already reported and released), or the
 // error that ends the request, with rq holding the lease still in use.
 func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
-	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: g.retries,
-		notRetried: "; not tried on another member: a " + r.Method + " request or one with a body may not be sent twice"}
+	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: g.retries, method: r.Method}
 	answerTimeout := g.answerTimeoutFor(rq.lr.target)
 	at := attempts{hostport: out.URL.Host}
 	var (

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,6 +47,21 @@ type memberConn struct {
 	// lastUsed (unix nanoseconds) is when a request last took this member,
 	// for ForgetIdleMembers.
 	lastUsed atomic.Int64
+	// siteTr is transport without its ResponseHeaderTimeout, for sites
+	// with an answer timeout of their own (siteTransport).
+	siteOnce sync.Once
+	siteTr   *http.Transport
+}
+
+// siteTransport is the member's Transport for sites with an answer timeout
+// of their own: the shared one's ResponseHeaderTimeout (the default answer
+// timeout) would cut a longer one short. Made on first use.
+func (mc *memberConn) siteTransport() *http.Transport {
+	mc.siteOnce.Do(func() {
+		mc.siteTr = mc.transport.Clone()
+		mc.siteTr.ResponseHeaderTimeout = 0
+	})
+	return mc.siteTr
 }
 
 // touch records a use of the member.
@@ -56,6 +72,9 @@ func (mc *memberConn) touch() *memberConn {
 
 func (mc *memberConn) close() {
 	mc.transport.CloseIdleConnections()
+	if mc.siteTr != nil {
+		mc.siteTr.CloseIdleConnections()
+	}
 	if mc.lean != nil {
 		mc.lean.CloseIdle(true)
 	}
@@ -147,6 +166,8 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 		IdleConnTimeout:        idleConnTimeout,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
+		// The default answer timeout, from the request's write (send).
+		ResponseHeaderTimeout: g.answerTimeout,
 	}
 	if g.siteRoots != nil {
 		// The gateway's own TLS to sites (MITM'd tunnels, https:// URIs)

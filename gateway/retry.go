@@ -9,9 +9,9 @@ import (
 // failure judge allows retrying.
 type retryRule struct {
 	// retryable: the request may be sent again at all. When it may not,
-	// the first failure ends it, saying why with notRetried.
-	retryable  bool
-	notRetried string
+	// the first failure ends it, saying so of method.
+	retryable bool
+	method    string
 	// maxRetries bounds the further attempts; negative is no bound (CONNECT
 	// tries members while the pool offers new ones: a tunnel that is not
 	// up yet has sent nothing).
@@ -84,7 +84,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		case at.failed(h, ae, g.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
 			return at.giveUp("")
 		case !rule.retryable:
-			return at.giveUp(rule.notRetried)
+			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
 	}
 }
