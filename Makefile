@@ -74,6 +74,7 @@ FUZZTIME ?= 100000x
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePaceHeaders$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConnectAnswer$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzClientRequest$$' -fuzztime $(FUZZTIME) ./gateway

@@ -132,6 +132,8 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
 	at := attempts{hostport: hostport}
 	answerTimeout := g.answerTimeoutFor(rq.lr.target)
+	// A tunnel is one request to the site, in flight while it opens.
+	defer g.leavePace(rq)
 	var (
 		up    net.Conn
 		early []byte

@@ -35,6 +35,10 @@ type request struct {
 	attempts int
 	// body is the request body being forwarded, nil when there is none.
 	body *clientBody
+	// pace is the request's place in its site's pace (pace, leavePace);
+	// sentAt when its last attempt passed pacing, for the learnt pace.
+	pace   paceTicket
+	sentAt time.Time
 }
 
 // RequestTracer receives each proxied request or tunnel once, at its end
@@ -115,6 +119,7 @@ func attemptsValue(n int) []string {
 // client is gone) ends its connection instead of letting the server write
 // a default one.
 func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
+	g.leavePace(rq)
 	v := judge(err)
 	if rq.h.mc != nil {
 		if v.report != "" {
@@ -131,6 +136,11 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
 		case ReasonNoMember:
 			h.Set("Retry-After", "1")
+		case ReasonPaced:
+			var pe *pacedError
+			if errors.As(err, &pe) {
+				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.retryAfter+time.Second-1)/time.Second)), 10))
+			}
 		}
 		if rq.nameHdr != nil {
 			h[HeaderProxy] = rq.nameHdr
@@ -167,8 +177,12 @@ func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 // client can act on.
 func (g *Gateway) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
 	h, err := g.acquire(ctx, &rq.lr)
-	if err == nil {
+	var sl *sessionLostError
+	switch {
+	case err == nil:
 		return h, nil
+	case errors.As(err, &sl):
+		return held{}, err
 	}
 	if client.Err() != nil {
 		return held{}, errClientGone

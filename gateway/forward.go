@@ -121,6 +121,8 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, h
 		}
 	}
 	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
+	// The request holds its place in the site's pace until it ends.
+	defer g.leavePace(rq)
 
 	out := r.WithContext(ctx)
 	out.URL = u
@@ -186,6 +188,8 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 			return tryAnother, err
 		}
 		resp, used, res = got, h, g.classifier.ClassifyAnswer(ans)
+		// Before anything else is sent: a ban cuts the site's pace now.
+		g.paceAnswered(rq, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}
@@ -197,6 +201,10 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		}
 		g.drop(ctx, &rq.lr, h, res, ra)
 		rq.h = held{}
+		if rq.lr.p.Strict {
+			discard(resp)
+			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(resp.StatusCode)+", "+string(res)+")")
+		}
 		if rule.retryable && attempt < g.retries {
 			// Leased before the banned answer is let go: with no other
 			// member, the client gets the site's answer, not an error.

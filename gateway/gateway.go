@@ -140,6 +140,9 @@ type Options struct {
 	MITM *MITMOptions
 	// Tracer receives every request at its end; nil traces nothing.
 	Tracer RequestTracer
+	// Pacing is how fast requests go to each site; the zero value paces
+	// nothing (the CLI turns the automatic slow-down on by default).
+	Pacing PacingOptions
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -164,6 +167,7 @@ type Gateway struct {
 	banBodyBytes   int
 	siteRoots      *x509.CertPool
 	mitm           *mitm // nil: CONNECT is always a plain tunnel
+	pacer          *pacer
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
@@ -291,6 +295,13 @@ func New(o Options) (*Gateway, error) {
 		},
 		Logger: o.Logger,
 	})
+	if o.Pacing.MaxWait < 0 {
+		return nil, errors.New("gateway: Options.Pacing.MaxWait is negative")
+	}
+	if o.Pacing.Default.MinInterval < 0 || o.Pacing.Default.MaxConcurrency < 0 {
+		return nil, errors.New("gateway: Options.Pacing.Default must not be negative")
+	}
+	g.pacer = newPacer(o.Pacing)
 	if o.MITM != nil {
 		if g.mitm, err = g.newMITM(o.MITM); err != nil {
 			return nil, err
@@ -397,7 +408,7 @@ func (g *Gateway) authenticate(r *http.Request) (params, error) {
 	if err != nil {
 		return params{}, badParams(err)
 	}
-	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil {
+	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil && hp.Pace == 0 && !hp.strictSet {
 		return up, nil
 	}
 	p, err := mergeParams(up, hp)

@@ -23,7 +23,8 @@ func (g *Gateway) newLeaseReq(p *params, target string) leaseReq {
 	if p.Rotate != "" {
 		mode = p.Rotate
 	}
-	return leaseReq{p: p, session: p.SessionKey(), target: target, perRequest: mode == rotation.ModeRequest}
+	// A strict session is sticky whatever the rotation: it keeps its member.
+	return leaseReq{p: p, session: p.SessionKey(), target: target, perRequest: mode == rotation.ModeRequest && !p.Strict}
 }
 
 // held is a lease in use by one request.
@@ -44,9 +45,31 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		return g.acquireFresh(ctx, lr, false)
 	}
 	if pin, ok := g.aff.Get(lr.session, lr.target); ok {
-		if mc := g.memberByName(pin.Member); mc != nil && fits(mc, lr.p) {
+		mc := g.memberByName(pin.Member)
+		switch {
+		case pin.Lost && lr.p.Strict:
+			return held{}, &sessionLostError{member: pin.Member, why: "was lost earlier"}
+		case pin.Lost:
+			// The session is no longer strict: it may move on.
+			g.aff.Delete(lr.session, lr.target)
+		case mc == nil && lr.p.Strict:
+			// The gateway forgot the member (it left, or sat idle): lease
+			// it again by name, or the session is lost.
+			g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+			same := *lr.p
+			same.Proxy = pin.Member
+			again := *lr
+			again.p = &same
+			if h, err := g.acquireFresh(ctx, &again, true); err == nil {
+				return h, nil
+			}
+			g.markLost(lr, pin.Member)
+			return held{}, &sessionLostError{member: pin.Member, why: "left the pool"}
+		case mc != nil && fits(mc, lr.p):
 			return held{id: pin.LeaseID, mc: mc, pinned: true}, nil
 		}
+	}
+	if pin, ok := g.aff.Get(lr.session, lr.target); ok && !pin.Lost {
 		// The pin is about to be replaced (its member left, or this request
 		// names another proxy or selector): give its lease back rather than
 		// let it hold a place at its member until the TTL.
@@ -96,6 +119,28 @@ func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (hel
 		}
 	}
 	return held{id: l.ID, mc: mc, pinned: pin}, nil
+}
+
+// sessionLostError ends a request of a strict session whose member was
+// banned, failed or left: 502 session_lost, never another member.
+type sessionLostError struct {
+	member string
+	why    string
+}
+
+func (e *sessionLostError) Error() string {
+	return "session lost: its member " + e.member + " " + e.why + "; a strict session never moves to another member: name a new session to go on"
+}
+
+// markLost remembers that lr's strict session lost member, for as long as
+// its pin would have lasted, so its next request fails too instead of
+// being pinned afresh.
+func (g *Gateway) markLost(lr *leaseReq, member string) {
+	ttl := lr.p.SessTTL
+	if ttl == 0 {
+		ttl = g.leaseTTL
+	}
+	g.aff.Set(lr.session, lr.target, rotation.Pin{Member: member, Lost: true, ExpiresAt: time.Now().Add(ttl)}, ttl)
 }
 
 // fits reports whether a pinned member still satisfies the request's

@@ -28,6 +28,14 @@ const (
 	HeaderRotate = "X-Proxyfleet-Rotate"
 	// HeaderSessTTL is how long the session keeps its member (the `sessttl` parameter).
 	HeaderSessTTL = "X-Proxyfleet-Sessttl"
+	// HeaderPace is the client's own pace for the site (the `pace`
+	// parameter): a duration between two requests through one member,
+	// met with the operator's (the stricter wins).
+	HeaderPace = "X-Proxyfleet-Pace"
+	// HeaderStrict set to 1 keeps the session on its member: when the
+	// member is banned, fails or leaves, the request fails session_lost
+	// instead of moving (the `strict` parameter).
+	HeaderStrict = "X-Proxyfleet-Strict"
 	// HeaderLease is set on every answer (and the CONNECT 200): the lease ID
 	// a crawler can report on through the lease API.
 	HeaderLease = "X-Proxyfleet-Lease"
@@ -52,7 +60,12 @@ const (
 	keySessTTL = "sessttl"
 	keyProxy   = "proxy"
 	keyRotate  = "rotate"
+	keyPace    = "pace"
+	keyStrict  = "strict"
 )
+
+// maxPace bounds a client's pace: a slower one is no crawl.
+const maxPace = time.Hour
 
 // maxUsernameLen bounds the username (and each parameter header) so a
 // hostile client cannot make the parser do unbounded work per request.
@@ -75,6 +88,14 @@ type params struct {
 	Rotate rotation.Mode
 	// Selector is attribute equality every chosen member must match; nil when empty.
 	Selector map[string]string
+	// Pace is the client's own least interval between two requests to a
+	// site through one member; 0 is the operator's pace alone.
+	Pace time.Duration
+	// Strict keeps the session on its member: it is never moved to
+	// another (session_lost instead). strictSet: the client said so
+	// either way (strict-0 or strict-1), for mergeParams.
+	Strict    bool
+	strictSet bool
 }
 
 // SessionKey is the affinity key of the client's session: the user plus the
@@ -168,7 +189,7 @@ func parseUsername(username string) (params, error) {
 // most once, except X-Proxyfleet-Select whose lines join as one list.
 func parseHeaders(h http.Header) (params, error) {
 	var p params
-	for _, name := range [...]string{HeaderSession, HeaderProxy, HeaderRotate, HeaderSessTTL} {
+	for _, name := range [...]string{HeaderSession, HeaderProxy, HeaderRotate, HeaderSessTTL, HeaderPace, HeaderStrict} {
 		vs := h[name]
 		if len(vs) == 0 {
 			continue
@@ -191,6 +212,10 @@ func parseHeaders(h http.Header) (params, error) {
 			k = keyProxy
 		case HeaderRotate:
 			k = keyRotate
+		case HeaderPace:
+			k = keyPace
+		case HeaderStrict:
+			k = keyStrict
 		default:
 			k = keySessTTL
 		}
@@ -259,6 +284,18 @@ func mergeParams(u, h params) (params, error) {
 	}
 	if out.SessTTL == 0 {
 		out.SessTTL = h.SessTTL
+	}
+	if u.Pace != 0 && h.Pace != 0 && u.Pace != h.Pace {
+		return u, paramErr("pace: username says ", u.Pace.String(), " but header says ", h.Pace.String())
+	}
+	if out.Pace == 0 {
+		out.Pace = h.Pace
+	}
+	if u.strictSet && h.strictSet && u.Strict != h.Strict {
+		return u, paramErr("strict: username and header disagree")
+	}
+	if !out.strictSet {
+		out.Strict, out.strictSet = h.Strict, h.strictSet
 	}
 	if len(h.Selector) > 0 {
 		if len(u.Selector) == 0 {
@@ -331,6 +368,30 @@ func (p *params) set(k, v string, wide bool, where string) error {
 			return paramErr("sessttl ", echo.Quote(v), " in ", where, ": ", err.Error())
 		}
 		p.SessTTL = d
+	case keyPace:
+		if p.Pace != 0 {
+			return dup()
+		}
+		d, err := parseSessTTL(v)
+		if err == nil && d > maxPace {
+			err = paramErr("longer than ", maxPace.String())
+		}
+		if err != nil {
+			return paramErr("pace ", echo.Quote(v), " in ", where, ": ", err.Error())
+		}
+		p.Pace = d
+	case keyStrict:
+		if p.strictSet {
+			return dup()
+		}
+		switch v {
+		case "1", "true":
+			p.Strict = true
+		case "0", "false":
+		default:
+			return paramErr("strict ", echo.Quote(v), " in ", where, ": want 1 or 0")
+		}
+		p.strictSet = true
 	default:
 		if _, ok := p.Selector[k]; ok {
 			return dup()
@@ -396,7 +457,7 @@ func isValueChar(c byte, wide bool) bool {
 }
 
 func isReserved(k string) bool {
-	return k == keySession || k == keySessTTL || k == keyProxy || k == keyRotate
+	return k == keySession || k == keySessTTL || k == keyProxy || k == keyRotate || k == keyPace || k == keyStrict
 }
 
 func headerSuffix(k string) string {
@@ -407,6 +468,10 @@ func headerSuffix(k string) string {
 		return "Sessttl"
 	case keyProxy:
 		return "Proxy"
+	case keyPace:
+		return "Pace"
+	case keyStrict:
+		return "Strict"
 	}
 	return "Rotate"
 }

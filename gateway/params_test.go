@@ -262,6 +262,12 @@ func paramPairs(p params) []string {
 	if p.Rotate != "" {
 		parts = append(parts, "rotate="+string(p.Rotate))
 	}
+	if p.Pace != 0 {
+		parts = append(parts, "pace="+strconv.FormatInt(int64(p.Pace), 10)+"ns")
+	}
+	if p.strictSet {
+		parts = append(parts, "strict="+map[bool]string{true: "1", false: "0"}[p.Strict])
+	}
 	parts = append(parts, selectorPairs(p.Selector)...)
 	return parts
 }
@@ -291,6 +297,12 @@ func checkParamsInvariants(t *testing.T, p params) {
 	if p.Selector != nil && len(p.Selector) == 0 {
 		t.Fatal("empty non-nil selector")
 	}
+	if p.Pace < 0 || p.Pace > maxPace {
+		t.Fatalf("pace %v outside (0, %v]", p.Pace, maxPace)
+	}
+	if p.Strict && !p.strictSet {
+		t.Fatal("strict without being set")
+	}
 }
 
 func FuzzParseUsername(f *testing.F) {
@@ -298,6 +310,8 @@ func FuzzParseUsername(f *testing.F) {
 		"", "alice", "alice-session-abc123-region-eu-proxy-px7", "alice;session=abc123;zone=europe-west1-b",
 		"bob-sessttl-90", "bob;sessttl=1m30s;rotate=request", "a-b", "a-b-c", "a;", "a;b", "-x-y", "a--",
 		"a;x=1;x=2", "a;sessttl=-1s", "a;rotate=per-request", "a\x00-b-c", "é-session-1",
+		"c-pace-2s", "c-strict-1", "c-session-cart-strict-1-pace-500ms", "c;pace=1.5s;strict=0", "c-pace-0",
+		"c-pace-2h", "c-pace-90", "c-strict-yes", "c-strict-1-strict-0", "c;pace=-1s",
 	} {
 		f.Add(s)
 	}
@@ -332,6 +346,12 @@ func FuzzParseUsername(f *testing.F) {
 		}
 		if sel := selectorPairs(p.Selector); len(sel) > 0 {
 			hdr.Set(HeaderSelect, strings.Join(sel, ","))
+		}
+		if p.Pace != 0 {
+			hdr.Set(HeaderPace, p.Pace.String())
+		}
+		if p.strictSet {
+			hdr.Set(HeaderStrict, map[bool]string{true: "1", false: "0"}[p.Strict])
 		}
 		hp, err := parseHeaders(hdr)
 		if err != nil {
@@ -391,6 +411,62 @@ func FuzzParseHeaders(f *testing.F) {
 		}
 		if !reflect.DeepEqual(again, p) {
 			t.Fatalf("round trip: got %+v, want %+v", again, p)
+		}
+	})
+}
+
+// FuzzParsePaceHeaders: the pace and strict headers, beside a username
+// that may say the same or otherwise, parse to a paramError or to params
+// whose merge keeps each value of either and never a looser pace.
+func FuzzParsePaceHeaders(f *testing.F) {
+	f.Add("crawler-pace-2s", "2s", "1")
+	f.Add("crawler", "500ms", "0")
+	f.Add("crawler-strict-1", "", "0")
+	f.Add("crawler-pace-1s", "2s", "")
+	f.Add("c", "90", "true")
+	f.Add("c", "-1s", "2")
+	f.Add("c", "1000000h", "")
+	f.Add("c;pace=1m", "1m0s", "1")
+	f.Fuzz(func(t *testing.T, user, pace, strict string) {
+		hdr := http.Header{}
+		if pace != "" {
+			hdr.Set(HeaderPace, pace)
+		}
+		if strict != "" {
+			hdr.Set(HeaderStrict, strict)
+		}
+		up, err := parseUsername(user)
+		if err != nil {
+			return
+		}
+		hp, err := parseHeaders(hdr)
+		if err != nil {
+			var pe *paramError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *paramError", err)
+			}
+			return
+		}
+		checkParamsInvariants(t, hp)
+		p, err := mergeParams(up, hp)
+		if err != nil {
+			var pe *paramError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *paramError", err)
+			}
+			return
+		}
+		checkParamsInvariants(t, p)
+		if (up.Pace != 0 && p.Pace != up.Pace) || (hp.Pace != 0 && p.Pace != hp.Pace) {
+			t.Fatalf("merged pace %v from username %v and header %v", p.Pace, up.Pace, hp.Pace)
+		}
+		if (up.strictSet && p.Strict != up.Strict) || (hp.strictSet && p.Strict != hp.Strict) {
+			t.Fatalf("merged strict %v from username %v and header %v", p.Strict, up.Strict, hp.Strict)
+		}
+		// The client's pace meets the operator's: never looser.
+		pc := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}})
+		if lim, _ := pc.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
+			t.Fatalf("pace %v with the operator's 1s gave %v", p.Pace, lim.MinInterval)
 		}
 	})
 }

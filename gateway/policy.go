@@ -46,6 +46,8 @@ const (
 	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --pool-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
+	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
+	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
 	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
 	ReasonMemberTimeout     = "member_timeout"     // 504: the members tried gave no answer within the answer timeout
 	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
@@ -72,8 +74,10 @@ func AnswerStatus(reason string) int {
 		return http.StatusProxyAuthRequired
 	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
 		return http.StatusBadGateway
-	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown:
+	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced:
 		return http.StatusServiceUnavailable
+	case ReasonSessionLost:
+		return http.StatusBadGateway
 	case ReasonTimeout, ReasonMemberTimeout:
 		return http.StatusGatewayTimeout
 	case ReasonLoop:
@@ -139,6 +143,8 @@ func judge(err error) verdict {
 		pce *poolConfigError
 		nm  *pool.NoMatchError
 		cf  *clientFault
+		pe  *pacedError
+		sl  *sessionLostError
 	)
 	switch {
 	case errors.As(err, &cf):
@@ -147,6 +153,12 @@ func judge(err error) verdict {
 		return verdict{reason: cf.reason, outcome: cf.outcome, closeConn: true}
 	case errors.As(err, &au):
 		return answer(au.reason)
+	case errors.As(err, &sl):
+		// Its lease was reported and let go already.
+		return answer(ReasonSessionLost)
+	case errors.As(err, &pe):
+		// The gateway's own pace held the request: nothing was sent.
+		return answer(ReasonPaced)
 	case errors.As(err, &te):
 		return answer(te.reason)
 	case errors.Is(err, errRequestTimeout):

@@ -28,8 +28,8 @@ const (
 	tryAnother served = false
 )
 
-// tryMembers is the one retry loop of both protocols: lease a member, make
-// one attempt through it (try), and after a failure let judge decide
+// tryMembers is the one retry loop of both protocols: lease a member, wait
+// for its slot in the site's pace (pace), make one attempt through it (try), and after a failure let judge decide
 // whether another member may serve, within rule. It returns nil when try
 // served the request (rq then holds its lease), or the error that ends it:
 // the client's or the pool's, one judge does not retry (finish ends the
@@ -58,6 +58,13 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			g.release(ctx, &rq.lr, h)
 			return at.giveUp("")
 		}
+		// Pacing: wait for the site's slot on this member, or take another
+		// member free sooner, or end the request paced.
+		var err error
+		if h, err = g.pace(ctx, client, rq, at, h); err != nil {
+			g.done(ctx, h)
+			return err
+		}
 		rq.use(h)
 		s, err := try(h, attempt)
 		if err == nil {
@@ -80,6 +87,9 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		}
 		g.drop(ctx, &rq.lr, h, v.report, 0)
 		rq.h = held{}
+		if rq.lr.p.Strict {
+			return g.lostSession(rq, h, "failed ("+err.Error()+")")
+		}
 		switch {
 		case at.failed(h, ae, g.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
 			return at.giveUp("")
@@ -87,4 +97,12 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
 	}
+}
+
+// lostSession ends a strict session's request whose member h was banned
+// or failed: the session is marked lost and the request fails
+// session_lost; it never goes on to another member.
+func (g *Gateway) lostSession(rq *request, h held, why string) error {
+	g.markLost(&rq.lr, h.mc.m.Name)
+	return &sessionLostError{member: h.mc.m.Name, why: why}
 }

@@ -13,6 +13,10 @@ type Pin struct {
 	Member  string
 	// ExpiresAt is the lease's end; a pin is never returned at or past it.
 	ExpiresAt time.Time
+	// Lost marks a strict session whose member was banned, failed or
+	// left: it holds no lease, only the fact, so the session is never
+	// silently pinned to another member (LeaseID is empty).
+	Lost bool
 }
 
 // Affinity maps (session, target) to a pinned lease with a per-entry TTL,

@@ -80,16 +80,18 @@ type LearntPace struct {
 func (p LearntPace) Slowed() bool { return p.Interval > 0 }
 
 // Ban is the pace after the site answered res (a ban signal) to a request
-// sent at sent, now. Multiplicative decrease: the first ban sets
-// PaceFirstCut, a later one doubles the interval, up to PaceMaxInterval.
-// A ban to a request sent before the last cut says nothing new (it was in
-// flight when the site was slowed) and changes nothing; so one burst's
-// bans cut once, not once per request.
-func (p LearntPace) Ban(res Result, sent, now time.Time) LearntPace {
+// sent at sent, now; known says the member it went through was banned by
+// the site since the last cut already. Multiplicative decrease: the first
+// ban sets PaceFirstCut, a later one doubles the interval, up to
+// PaceMaxInterval. A ban that is no news changes nothing: one to a request
+// sent before the last cut (it was in flight when the site was slowed), or
+// through a member the site had banned since (its ban is older than the
+// pace). So one burst's bans cut once, not once per request.
+func (p LearntPace) Ban(res Result, sent, now time.Time, known bool) LearntPace {
 	if !res.IsBan() {
 		return p
 	}
-	if p.Slowed() && sent.Before(p.CutAt) {
+	if p.Slowed() && (sent.Before(p.CutAt) || known) {
 		return p
 	}
 	next := PaceFirstCut

@@ -33,7 +33,7 @@ func TestPaceLimitsStricter(t *testing.T) {
 
 func TestLearntPace(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	cut := LearntPace{}.Ban(ResultRateLimited, t0, t0)
+	cut := LearntPace{}.Ban(ResultRateLimited, t0, t0, false)
 	sec := float64(time.Second)
 	oneStep := time.Duration(sec / 1.02)
 	for _, tc := range []struct {
@@ -42,13 +42,14 @@ func TestLearntPace(t *testing.T) {
 		want time.Duration
 	}{
 		{"a site never banned is never slowed", LearntPace{}.Answered(), 0},
-		{"ok is no ban", LearntPace{}.Ban(ResultOK, t0, t0), 0},
-		{"a site failure is no ban", LearntPace{}.Ban(ResultTargetUnreachable, t0, t0), 0},
+		{"ok is no ban", LearntPace{}.Ban(ResultOK, t0, t0, false), 0},
+		{"a site failure is no ban", LearntPace{}.Ban(ResultTargetUnreachable, t0, t0, false), 0},
 		{"the first ban cuts to PaceFirstCut", cut, PaceFirstCut},
-		{"a 403 cuts too", LearntPace{}.Ban(ResultBanned, t0, t0), PaceFirstCut},
-		{"a ban to a request in flight at the cut changes nothing", cut.Ban(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond)), PaceFirstCut},
-		{"a ban to a request sent after the cut doubles", cut.Ban(ResultBanned, t0.Add(time.Millisecond), t0.Add(2*time.Millisecond)), 2 * PaceFirstCut},
-		{"the interval is capped", LearntPace{Interval: PaceMaxInterval, CutInterval: PaceMaxInterval, CutAt: t0}.Ban(ResultBanned, t0.Add(time.Second), t0.Add(time.Second)), PaceMaxInterval},
+		{"a 403 cuts too", LearntPace{}.Ban(ResultBanned, t0, t0, false), PaceFirstCut},
+		{"a ban to a request in flight at the cut changes nothing", cut.Ban(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false), PaceFirstCut},
+		{"a ban through a member banned since the cut changes nothing", cut.Ban(ResultBanned, t0.Add(time.Millisecond), t0.Add(2*time.Millisecond), true), PaceFirstCut},
+		{"a ban to a request sent after the cut doubles", cut.Ban(ResultBanned, t0.Add(time.Millisecond), t0.Add(2*time.Millisecond), false), 2 * PaceFirstCut},
+		{"the interval is capped", LearntPace{Interval: PaceMaxInterval, CutInterval: PaceMaxInterval, CutAt: t0}.Ban(ResultBanned, t0.Add(time.Second), t0.Add(time.Second), false), PaceMaxInterval},
 		{"a success adds 1/50 of the cut's rate", cut.Answered(), oneStep},
 		{"quiet for PaceQuiet is unlimited again", cut.Decayed(t0.Add(PaceQuiet)), 0},
 		{"quiet for less is not", cut.Decayed(t0.Add(PaceQuiet - time.Second)), PaceFirstCut},
@@ -57,7 +58,7 @@ func TestLearntPace(t *testing.T) {
 			t.Errorf("%s: interval %v, want %v", tc.name, tc.got.Interval, tc.want)
 		}
 	}
-	if p := cut.Ban(ResultBanned, t0.Add(time.Second), t0.Add(time.Second)); p.Cause != ResultBanned || p.Cuts != 2 || !p.CutAt.Equal(t0.Add(time.Second)) {
+	if p := cut.Ban(ResultBanned, t0.Add(time.Second), t0.Add(time.Second), false); p.Cause != ResultBanned || p.Cuts != 2 || !p.CutAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("second cut: %+v, want cause banned, 2 cuts, at t0+1s", p)
 	}
 }
@@ -75,10 +76,10 @@ func TestLearntPaceSequence(t *testing.T) {
 		fmt.Fprintf(&b, "t+%-8v %-44s → %s\n", now.Sub(t0), what, p)
 	}
 	step("200 to a burst", p.Answered())
-	step("429 to a request of the burst", p.Ban(ResultRateLimited, now.Add(-50*time.Millisecond), now))
+	step("429 to a request of the burst", p.Ban(ResultRateLimited, now.Add(-50*time.Millisecond), now, false))
 	for i := range 3 {
 		now = now.Add(10 * time.Millisecond)
-		step(fmt.Sprintf("403 to request %d in flight at the cut", i+2), p.Ban(ResultBanned, now.Add(-100*time.Millisecond), now))
+		step(fmt.Sprintf("403 to request %d in flight at the cut", i+2), p.Ban(ResultBanned, now.Add(-100*time.Millisecond), now, false))
 	}
 	for i := range 100 {
 		now = now.Add(500 * time.Millisecond)
@@ -89,7 +90,8 @@ func TestLearntPaceSequence(t *testing.T) {
 			p = next
 		}
 	}
-	step("429 to a request sent after the cut", p.Ban(ResultRateLimited, now.Add(-100*time.Millisecond), now))
+	step("403 through a member banned since the cut", p.Ban(ResultBanned, now.Add(-10*time.Millisecond), now, true))
+	step("429 to a request sent after the cut", p.Ban(ResultRateLimited, now.Add(-100*time.Millisecond), now, false))
 	now = now.Add(PaceQuiet - time.Second)
 	step("quiet for PaceQuiet less a second", p.Decayed(now))
 	now = now.Add(time.Second)

@@ -68,6 +68,11 @@ const (
 	flagRequestTimeout        = "request-timeout"
 	flagMemberAnswerTimeout   = "member-answer-timeout"
 	flagSiteAnswerTimeout     = "site-answer-timeout"
+	flagSiteMinInterval       = "site-min-interval"
+	flagSiteMaxConcurrency    = "site-max-concurrency"
+	flagSitePace              = "site-pace"
+	flagPacing                = "pacing"
+	flagPacingMaxWait         = "pacing-max-wait"
 	flagConfig                = "config"
 	flagLogLevel              = "log-level"
 	flagLogFormat             = "log-format"
@@ -177,6 +182,11 @@ func gatewayFlags() []cli.Flag {
 		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
 		dur(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),
 		listFlag(flagSiteAnswerTimeout, "`PATTERN=DURATION` (a host, *.domain or IP, then a duration): --member-answer-timeout for the sites a pattern names, e.g. reports.example.com=90s; repeatable"),
+		dur(flagSiteMinInterval, "0s", "least time between two requests to one site through one upstream (0: none); a request waits for its slot, or takes another upstream free sooner"),
+		intFlag(flagSiteMaxConcurrency, 0, "most requests to one site in flight across the pool (0: unlimited); a tunnel counts while it opens"),
+		listFlag(flagSitePace, "`ENTRY`: PATTERN (a host, *.domain or IP) then min-interval=DURATION and/or max-concurrency=N: --site-min-interval and --site-max-concurrency for the sites a pattern names, e.g. \"*.example.com min-interval=2s max-concurrency=4\"; repeatable"),
+		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
+		dur(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
 		dur(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
 		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
@@ -215,6 +225,7 @@ type gatewayConfig struct {
 	requestTimeout      time.Duration
 	answerTimeout       time.Duration
 	siteTimeouts        gateway.SiteDurations
+	pacing              gateway.PacingOptions
 	logLevel            slog.Level
 	logJSON             bool
 }
@@ -256,6 +267,9 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	var err error
 	if cfg.siteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
+	}
+	if cfg.pacing, err = pacingFrom(c); err != nil {
+		return nil, err
 	}
 	if cfg.store, err = storeOptionsFrom(c); err != nil {
 		return nil, err
@@ -406,4 +420,31 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 			flagAPIListen, cfg.apiListen, flagAPITokenFile, flagInsecureAllowOpen)
 	}
 	return nil
+}
+
+// pacingFrom reads the pacing flags: the default pace, the per-site ones,
+// the mode and the longest wait.
+func pacingFrom(c *cli.Context) (gateway.PacingOptions, error) {
+	var o gateway.PacingOptions
+	if o.Default.MinInterval = c.Duration(flagSiteMinInterval); o.Default.MinInterval < 0 {
+		return o, fmt.Errorf("--%s %s: must be 0 or more", flagSiteMinInterval, o.Default.MinInterval)
+	}
+	if o.Default.MaxConcurrency = c.Int(flagSiteMaxConcurrency); o.Default.MaxConcurrency < 0 {
+		return o, fmt.Errorf("--%s %d: must be 0 or more", flagSiteMaxConcurrency, o.Default.MaxConcurrency)
+	}
+	var err error
+	if o.Sites, err = gateway.ParseSitePaces(c.StringSlice(flagSitePace), o.Default); err != nil {
+		return o, fmt.Errorf("--%s: %w", flagSitePace, err)
+	}
+	switch m := c.String(flagPacing); m {
+	case "auto":
+		o.Auto = true
+	case "off":
+	default:
+		return o, fmt.Errorf("--%s %q: want auto or off", flagPacing, m)
+	}
+	if o.MaxWait = c.Duration(flagPacingMaxWait); o.MaxWait <= 0 {
+		return o, fmt.Errorf("--%s %s: must be positive", flagPacingMaxWait, o.MaxWait)
+	}
+	return o, nil
 }

@@ -101,6 +101,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		RequestTimeout:      cfg.requestTimeout,
 		MemberAnswerTimeout: cfg.answerTimeout,
 		SiteAnswerTimeouts:  cfg.siteTimeouts,
+		Pacing:              cfg.pacing,
 		BanBodyBytes:        cfg.banBodyBytes,
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,
