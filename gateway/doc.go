@@ -51,7 +51,14 @@
 //     auth, bad_params, bad_request, client_timeout, private_target, loop, dns,
 //     target_unreachable, site_certificate, no_member, pool_unreachable,
 //     pool_error, upstream_failed, timeout, member_timeout, shutting_down,
-//     internal.
+//     paced, session_lost, internal.
+//   - Pacing (Options.Pacing, pace.go) is a step of tryMembers: before each
+//     attempt the request waits for its site's place in flight and its
+//     member's next slot, or takes another member free sooner, or ends 503
+//     paced after MaxWait; the automatic slow-down (rotation.LearntPace) is
+//     fed where an answer is classified, before a ban's retry is leased. A
+//     strict session (strict-1) never moves: its member's ban, failure or
+//     departure is 502 session_lost, for this and its later requests.
 //   - Relayed answers, the CONNECT 200 and the gateway's own answers after
 //     it tried a member carry X-Proxyfleet-Attempts: the members tried.
 //   - Answers are classified by Options.Classifier: its ban rules first

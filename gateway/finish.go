@@ -177,17 +177,23 @@ func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 // client can act on.
 func (g *Gateway) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
 	h, err := g.acquire(ctx, &rq.lr)
-	var sl *sessionLostError
 	switch {
 	case err == nil:
 		return h, nil
-	case errors.As(err, &sl):
+	case isSessionLost(err):
 		return held{}, err
 	}
 	if client.Err() != nil {
 		return held{}, errClientGone
 	}
 	return held{}, g.poolRefusal(&rq.lr, err)
+}
+
+// isSessionLost reports whether err is a strict session's loss (apart, so
+// the lease path's success allocates nothing for it).
+func isSessionLost(err error) bool {
+	var sl *sessionLostError
+	return errors.As(err, &sl)
 }
 
 // poolRefusal says why the pool gave no lease: which parameter matched

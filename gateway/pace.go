@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/rotation"
+	"github.com/proxyfleet/proxyfleet/status"
 )
 
 // DefaultPacingMaxWait is how long a request waits for its slot when
@@ -448,4 +451,29 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	if !was.Slowed() && sp.learnt.Slowed() {
 		p.learnt.Add(1)
 	}
+}
+
+// PaceStatus lists the sites the pacer keeps (those with a pace of some
+// kind that had requests), most held first (queued, then waited and
+// refused), for the status page and the metrics.
+func (g *Gateway) PaceStatus() []status.SitePace {
+	p := g.pacer
+	now := time.Now()
+	p.mu.Lock()
+	out := make([]status.SitePace, 0, len(p.sites))
+	for site, sp := range p.sites {
+		lim, _ := p.explicitFor(site, 0)
+		l := p.learntFor(sp, now)
+		out = append(out, status.SitePace{
+			Site: site, MinIntervalMillis: lim.MinInterval.Milliseconds(), MaxConcurrency: lim.MaxConcurrency,
+			LearntIntervalMillis: l.Interval.Milliseconds(), SlowedBy: string(l.Cause), SlowedAt: l.CutAt, Cuts: l.Cuts,
+			InFlight: sp.inflight, Queued: sp.queued, Waited: sp.waited, WaitedSeconds: sp.waitedFor.Seconds(), Refused: sp.refused,
+			Limit: sp.lastLimit,
+		})
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b status.SitePace) int {
+		return cmp.Or(cmp.Compare(b.Queued, a.Queued), cmp.Compare(b.Waited+b.Refused, a.Waited+a.Refused), cmp.Compare(a.Site, b.Site))
+	})
+	return out
 }

@@ -118,6 +118,10 @@ func TestPacedAfterMaxWaitIs503WithRetryAfterAndTheLimit(t *testing.T) {
 	if n := tg.Count(sourceOf(directMembers(1)[0])); n != 1 {
 		t.Errorf("the site saw %d requests, want 1", n)
 	}
+	st := e.gw.PaceStatus()
+	if len(st) != 1 || st[0].Site != "127.0.0.173" || st[0].Refused != 1 || st[0].MinIntervalMillis != 3000 || !strings.Contains(st[0].Limit, "--site-pace") {
+		t.Errorf("PaceStatus %+v, want the site with one refusal and its 3s limit", st)
+	}
 }
 
 func TestMaxConcurrencyQueuesAndAClientThatLeavesFreesItsPlace(t *testing.T) {

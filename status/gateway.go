@@ -22,6 +22,8 @@ type GatewayOptions struct {
 	Requests *Timeline
 	// Next serves every other path (the metrics handler).
 	Next http.Handler
+	// Paces lists the paced sites (nil: none shown).
+	Paces func() []SitePace
 	// Clock is the time source (the real clock when nil).
 	Clock clock.PassiveClock
 }
@@ -35,7 +37,11 @@ func GatewayHandler(o GatewayOptions) http.Handler {
 		Title: "proxyfleet gateway",
 		Next:  o.Next,
 		View: func(ctx context.Context) any {
-			return Gateway(GatewayInput{Pool: o.Pool.PoolStatus(ctx), PoolAPI: o.PoolAPI, Requests: o.Requests.Chart()}, o.Clock.Now())
+			var paces []SitePace
+			if o.Paces != nil {
+				paces = o.Paces()
+			}
+			return Gateway(GatewayInput{Pool: o.Pool.PoolStatus(ctx), PoolAPI: o.PoolAPI, Requests: o.Requests.Chart(), Paces: paces}, o.Clock.Now())
 		},
 	})
 }

@@ -139,6 +139,19 @@ function members(d, title) {
     ["until", (c) => new Date(c.until).toLocaleTimeString()],
     ["left", (c) => c.secondsLeft + "s", null, true]
   ], d.cooldownSites, "no member is cooling down");
+  show("paces-section", true);
+  table($("paces"), [
+    ["site", (p) => p.site],
+    ["interval", (p) => p.minIntervalMillis ? ms(p.minIntervalMillis) : "none", null, true],
+    ["concurrency", (p) => p.maxConcurrency || "unlimited", null, true],
+    ["learnt", (p) => p.learntIntervalMillis ? ms(p.learntIntervalMillis) : "unlimited", null, true],
+    ["slowed by", (p) => p.slowedBy ? p.slowedBy + " at " + new Date(p.slowedAt).toLocaleTimeString() + " (" + p.cuts + " cuts)" : ""],
+    ["in flight", (p) => p.inFlight, null, true],
+    ["queued", (p) => p.queued, null, true],
+    ["waited", (p) => p.waited + " (" + p.waitedSeconds.toFixed(1) + "s)", null, true],
+    ["paced 503", (p) => p.refused, null, true],
+    ["limit", (p) => p.limit || ""]
+  ], d.paces || [], "no site is paced");
 }
 
 function summary(parts) {

@@ -131,6 +131,8 @@ type GatewayView struct {
 	Outage *Outage `json:"outage,omitempty"`
 	// LastKnown is the list the gateway falls back on during an outage.
 	LastKnown *LastKnown `json:"lastKnown,omitempty"`
+	// Paces are the sites with a pace (explicit or learnt), most held first.
+	Paces []SitePace `json:"paces"`
 	// Requests are the gateway's requests by outcome.
 	Requests Chart    `json:"requests"`
 	Errors   []string `json:"errors"`
@@ -143,6 +145,7 @@ type GatewayInput struct {
 	// PoolAPI is the --pool-api address ("" for an own pool).
 	PoolAPI  string
 	Requests Chart
+	Paces    []SitePace
 }
 
 // Gateway builds the gateway page's view at now.
@@ -150,7 +153,10 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 	v := GatewayView{
 		Kind: KindGateway, GeneratedAt: now.UTC(), RefreshSeconds: RefreshSeconds, Pool: "own",
 		Members:  Members(in.Pool.Members),
-		Requests: in.Requests, Errors: []string{}, Notes: []string{},
+		Requests: in.Requests, Errors: []string{}, Notes: []string{}, Paces: in.Paces,
+	}
+	if v.Paces == nil {
+		v.Paces = []SitePace{}
 	}
 	v.Cooldowns, v.CooldownsTotal, v.CooldownSites = cooldownRows(in.Pool.Cooldowns, now)
 	for _, m := range v.Members {

@@ -112,6 +112,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(metrics.NewSitePaceCollector(gw, 0))
 
 	// The server runs everything around the gateway; its Reload is the
 	// upstreams file's OnChange (the file source runs only after srv is set).
@@ -170,7 +171,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	var ready metrics.Readiness
 	// The metrics address also serves the status page, read from srv.
-	metricsHandler := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Next: metrics.Handler(reg, ready.Ready)})
+	metricsHandler := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Paces: gw.PaceStatus, Next: metrics.Handler(reg, ready.Ready)})
 	if metricsLn != nil {
 		srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(log)}
 		// Last in the list: /readyz answers 503 while everything else drains.

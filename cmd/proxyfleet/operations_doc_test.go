@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/status"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite the generated metrics reference in docs/operations.md")
@@ -56,13 +57,20 @@ func (onePhase) ProxiesByPhase(context.Context) (map[string]int, error) {
 func gatewayMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	reg.MustRegister(metrics.NewPoolCollector(onePool{}), metrics.NewSiteCooldownCollector(onePool{}, 0))
+	reg.MustRegister(metrics.NewPoolCollector(onePool{}), metrics.NewSiteCooldownCollector(onePool{}, 0), metrics.NewSitePaceCollector(onePace{}, 0))
 	m.Request("a", "ok", time.Millisecond)
 	m.UpstreamFailure("a")
 	m.BytesRelayed("up", 1)
 	m.ObserveProbe("a", time.Millisecond, false)
 	m.LeaseRequest("granted")
 	return reg
+}
+
+// onePace is one paced site, so the pace collector has series to gather.
+type onePace struct{}
+
+func (onePace) PaceStatus() []status.SitePace {
+	return []status.SitePace{{Site: "shop.com", Waited: 1}}
 }
 
 // poolAPIGatewayMetrics are the series only a --pool-api gateway adds:

@@ -149,7 +149,7 @@ func (emptyPool) ListCooldowns(context.Context) ([]pool.Cooldown, error) {
 func TestREADMEMetricsTableMatchesTheRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	reg.MustRegister(metrics.NewPoolCollector(emptyPool{}), metrics.NewSiteCooldownCollector(emptyPool{}, 0))
+	reg.MustRegister(metrics.NewPoolCollector(emptyPool{}), metrics.NewSiteCooldownCollector(emptyPool{}, 0), metrics.NewSitePaceCollector(onePace{}, 0))
 	m.Request("a", "ok", time.Millisecond)
 	m.UpstreamFailure("a")
 	m.BytesRelayed("up", 1)
