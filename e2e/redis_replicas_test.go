@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/status"
 )
 
 // TestControllerReplicasOnRedis runs two real controller processes on one
@@ -176,14 +177,26 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		}
 	})
 
-	t.Run("with Redis stopped held leases keep working, new ones wait for it", func(t *testing.T) {
+	t.Run("with Redis stopped held leases keep working, new sessions ride on the last-known members", func(t *testing.T) {
 		if ctlC == nil {
 			t.Fatal("the previous subtest did not start the restarted replicas this one uses")
 		}
-		sticky := startGateway(t, bin, gwConfig{
-			args: poolAPIArgs(t, "http://"+ctlC.leaseAPIAddr+",http://"+ctlD.leaseAPIAddr, apiToken, "--lease-ttl", "5m")})
+		apis := "http://" + ctlC.leaseAPIAddr + ",http://" + ctlD.leaseAPIAddr
+		sticky := startGateway(t, bin, gwConfig{args: poolAPIArgs(t, apis, apiToken, "--lease-ttl", "5m")})
+		// With its last-known pool off, a gateway passes the replicas'
+		// store_unavailable on.
+		strict := startGateway(t, bin, gwConfig{args: poolAPIArgs(t, apis, apiToken, "--lease-ttl", "5m", "--pool-outage-grace", "0")})
 		c := sticky.client(t, "crawler-session-held", nil)
 		pinned := mustGetOK(t, c, site.URL()+"/pin", nil)
+		testutil.Eventually(t, 30*time.Second, func() error {
+			// The last-known list arrives with the first refresh.
+			var v status.GatewayView
+			getJSON(t, "http://"+sticky.metricsAddr+status.JSONPath, &v)
+			if v.LastKnown == nil || v.LastKnown.Members == 0 {
+				return fmt.Errorf("no last-known list yet: %+v", v.LastKnown)
+			}
+			return nil
+		})
 		if err := redis.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -192,10 +205,11 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 				t.Fatalf("the held session moved from %s to %s while Redis was down", pinned.proxy, r.proxy)
 			}
 		}
-		fresh := sticky.client(t, "crawler-session-new", nil)
+		mustGetOK(t, sticky.client(t, "crawler-session-new", nil), site.URL()+"/new", nil)
+		fresh := strict.client(t, "crawler-session-new", nil)
 		r := mustGet(t, fresh, site.URL()+"/new", nil)
 		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store_unavailable") {
-			t.Fatalf("a new session with Redis down: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
+			t.Fatalf("a new session with Redis down and no last-known pool: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
 		}
 		redis.Start()
 		testutil.Eventually(t, 60*time.Second, func() error {
