@@ -270,19 +270,7 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 	slot := nextSlot(sp, h.mc.m.Name, interval, now)
 	p.mu.Unlock()
 	if slot.After(now) && rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
-		// Another member may be free sooner: take one lease of the pool's
-		// choosing and keep the earlier slot.
-		if alt, err := g.acquireFresh(ctx, &rq.lr, false); err == nil {
-			p.mu.Lock()
-			altSlot := nextSlot(sp, alt.mc.m.Name, interval, now)
-			p.mu.Unlock()
-			if alt.mc.m.Name != h.mc.m.Name && altSlot.Before(slot) && !at.triedBefore(alt.mc.m.Name) {
-				g.done(ctx, h)
-				h, slot = alt, altSlot
-			} else {
-				g.done(ctx, alt)
-			}
-		}
+		h, slot = g.soonerMember(ctx, rq, at, h, sp, interval, slot, now)
 	}
 	limit := "site " + target + ": one request per " + interval.String() + " per member (" + isrc + ")"
 	if slot.After(t.deadline) {
@@ -292,47 +280,8 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		p.mu.Unlock()
 		return h, &pacedError{retryAfter: time.Until(slot), msg: "paced: " + limit + "; the next slot is in " + time.Until(slot).Round(time.Millisecond).String() + ", past --pacing-max-wait " + p.o.MaxWait.String()}
 	}
-	// Reserve the slot; a request that leaves before it gives it back when
-	// no later one reserved behind it.
-	p.mu.Lock()
-	prev, had := sp.members[h.mc.m.Name]
-	slot = nextSlot(sp, h.mc.m.Name, interval, time.Now())
-	sp.members[h.mc.m.Name] = slot
-	wait := time.Until(slot)
-	if wait > 0 {
-		sp.queued++
-		sp.waited++
-		sp.waitedFor += wait
-		sp.lastLimit = limit
-	}
-	p.mu.Unlock()
-	if wait > 0 {
-		timer := time.NewTimer(wait)
-		var err error
-		select {
-		case <-timer.C:
-		case <-client.Done():
-			err = errClientGone
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-			if err == nil || errors.Is(err, context.Canceled) {
-				err = errClientGone
-			}
-		}
-		timer.Stop()
-		p.mu.Lock()
-		sp.queued--
-		if err != nil && sp.members[h.mc.m.Name].Equal(slot) {
-			if had {
-				sp.members[h.mc.m.Name] = prev
-			} else {
-				delete(sp.members, h.mc.m.Name)
-			}
-		}
-		p.mu.Unlock()
-		if err != nil {
-			return h, err
-		}
+	if err := p.reserveAndWait(ctx, client, sp, h.mc.m.Name, interval, limit); err != nil {
+		return h, err
 	}
 	rq.sentAt = time.Now()
 	return h, nil
@@ -476,4 +425,70 @@ func (g *Gateway) PaceStatus() []status.SitePace {
 		return cmp.Or(cmp.Compare(b.Queued, a.Queued), cmp.Compare(b.Waited+b.Refused, a.Waited+a.Refused), cmp.Compare(a.Site, b.Site))
 	})
 	return out
+}
+
+// soonerMember asks the pool for one other member whose slot for the site
+// comes before slot, and keeps whichever of the two is free sooner.
+func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, interval time.Duration, slot, now time.Time) (held, time.Time) {
+	p := g.pacer
+	alt, err := g.acquireFresh(ctx, &rq.lr, false)
+	if err != nil {
+		return h, slot
+	}
+	p.mu.Lock()
+	altSlot := nextSlot(sp, alt.mc.m.Name, interval, now)
+	p.mu.Unlock()
+	if alt.mc.m.Name != h.mc.m.Name && altSlot.Before(slot) && !at.triedBefore(alt.mc.m.Name) {
+		g.done(ctx, h)
+		return alt, altSlot
+	}
+	g.done(ctx, alt)
+	return h, slot
+}
+
+// reserveAndWait reserves member's next slot for the site and waits for
+// it; a request that leaves first gives the slot back when no later one
+// reserved behind it.
+func (p *pacer) reserveAndWait(ctx, client context.Context, sp *sitePace, member string, interval time.Duration, limit string) error {
+	p.mu.Lock()
+	prev, had := sp.members[member]
+	slot := nextSlot(sp, member, interval, time.Now())
+	sp.members[member] = slot
+	wait := time.Until(slot)
+	if wait > 0 {
+		sp.queued++
+		sp.waited++
+		sp.waitedFor += wait
+		sp.lastLimit = limit
+	}
+	p.mu.Unlock()
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		var err error
+		select {
+		case <-timer.C:
+		case <-client.Done():
+			err = errClientGone
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+			if err == nil || errors.Is(err, context.Canceled) {
+				err = errClientGone
+			}
+		}
+		timer.Stop()
+		p.mu.Lock()
+		sp.queued--
+		if err != nil && sp.members[member].Equal(slot) {
+			if had {
+				sp.members[member] = prev
+			} else {
+				delete(sp.members, member)
+			}
+		}
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -318,13 +318,9 @@ func mergeParams(u, h params) (params, error) {
 
 // set records one key/value; where names the source for the error text.
 // wide allows '-' in values (the ;key=value form and headers).
-func (p *params) set(k, v string, wide bool, where string) error {
-	if k == "" {
-		return paramErr("empty key in ", where)
-	}
-	if v == "" {
-		return paramErr("empty value for ", echo.Quote(k), " in ", where)
-	}
+// checkParamChars refuses a key or value with a character parameters do
+// not take (wide: the ;key=value form, whose values may hold '-').
+func checkParamChars(k, v string, wide bool, where string) error {
 	for i := 0; i < len(k); i++ {
 		if !isKeyChar(k[i]) {
 			return paramErr("key ", echo.Quote(k), " in ", where, " has a character outside [A-Za-z0-9_./]")
@@ -337,6 +333,20 @@ func (p *params) set(k, v string, wide bool, where string) error {
 			}
 			return paramErr("value of ", echo.Quote(k), " in ", where, " has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')")
 		}
+	}
+	return nil
+}
+
+// set records one key/value; where names the source for the error text.
+func (p *params) set(k, v string, wide bool, where string) error {
+	if k == "" {
+		return paramErr("empty key in ", where)
+	}
+	if v == "" {
+		return paramErr("empty value for ", echo.Quote(k), " in ", where)
+	}
+	if err := checkParamChars(k, v, wide, where); err != nil {
+		return err
 	}
 	dup := func() error { return paramErr("key ", echo.Quote(k), " given twice in ", where) }
 	switch k {
