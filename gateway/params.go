@@ -316,8 +316,6 @@ func mergeParams(u, h params) (params, error) {
 	return out, nil
 }
 
-// set records one key/value; where names the source for the error text.
-// wide allows '-' in values (the ;key=value form and headers).
 // checkParamChars refuses a key or value with a character parameters do
 // not take (wide: the ;key=value form, whose values may hold '-').
 func checkParamChars(k, v string, wide bool, where string) error {
@@ -338,6 +336,7 @@ func checkParamChars(k, v string, wide bool, where string) error {
 }
 
 // set records one key/value; where names the source for the error text.
+// wide allows '-' in values (the ;key=value form and headers).
 func (p *params) set(k, v string, wide bool, where string) error {
 	if k == "" {
 		return paramErr("empty key in ", where)
