@@ -41,56 +41,84 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		defer cfg.mitm.CA.Close()
 	}
 	stderr = logging.Locked(stderr) // shared by the logger and the console trace exporter
-	log := logging.New(stderr, cfg.logLevel, cfg.logJSON)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r := &gatewayRun{cfg: cfg, stderr: stderr, log: logging.New(stderr, cfg.logLevel, cfg.logJSON), reg: prometheus.NewRegistry()}
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The status page's chart counts what the recorder counts.
-	requests := status.NewTimeline(status.TimelineOptions{})
-	rec := metrics.New(reg, requests)
-
-	// The pool: the controller's lease API in remote mode, else a store of
-	// our own (with its scrape-time gauges).
-	var (
-		leases    pool.Pool
-		store     pool.LeaseStore
-		remote    *poolapi.Client
-		lastKnown *lastknown.Pool
-		err       error
-	)
-	if cfg.poolAPI != "" {
-		if remote = cfg.poolClient; remote == nil {
-			if remote, err = poolapi.NewClient(cfg.poolAPI, cfg.poolToken, nil); err != nil {
-				return fmt.Errorf("--%s: %w", flagPoolAPI, err)
-			}
-		}
-		leases = remote
-		if cfg.outageGrace > 0 {
-			if lastKnown, err = newLastKnown(cfg, remote, reg, log); err != nil {
-				return err
-			}
-			leases = lastKnown
-		}
-	} else {
-		var closeStore func()
-		if store, closeStore, err = cfg.leaseStore.open(cfg.store, log); err != nil {
-			return err
-		}
-		defer closeStore()
-		reg.MustRegister(metrics.NewPoolCollector(store), metrics.NewSiteCooldownCollector(store, 0))
-		leases = store
+	r.requests = status.NewTimeline(status.TimelineOptions{})
+	r.rec = metrics.New(r.reg, r.requests)
+	closePool, err := r.openPool()
+	if err != nil {
+		return err
 	}
-
-	tr, stopTracing, err := setupTracing(ctx, "proxyfleet-gateway", stderr, log)
+	defer closePool()
+	tr, stopTracing, err := setupTracing(ctx, "proxyfleet-gateway", stderr, r.log)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
+	r.tr = tr
+	if err := r.build(); err != nil {
+		return err
+	}
+	return r.serve(ctx, stopSignals)
+}
 
-	// The gateway is created before the members are known so that a reload
-	// can tell it which members left.
+// gatewayRun is one run of the gateway command: what runGateway wires, in
+// the order it is made.
+type gatewayRun struct {
+	cfg      *gatewayConfig
+	stderr   io.Writer
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	requests *status.Timeline
+	rec      *metrics.Metrics
+	tr       *tracing.Tracing
+
+	// The pool: the controller's lease API (remote, with its last-known
+	// pool) in remote mode, else a store of the gateway's own.
+	leases    pool.Pool
+	store     pool.LeaseStore
+	remote    *poolapi.Client
+	lastKnown *lastknown.Pool
+
+	gw      *gateway.Gateway
+	srv     *gateway.Server
+	members []pool.Member
+}
+
+// openPool opens what the gateway leases from (with its scrape-time
+// gauges); the returned func closes it.
+func (r *gatewayRun) openPool() (func(), error) {
+	cfg := r.cfg
+	if cfg.poolAPI != "" {
+		// gatewayConfigFrom built the client from every --pool-* flag.
+		r.remote, r.leases = cfg.poolClient, cfg.poolClient
+		if cfg.outageGrace > 0 {
+			lk, err := newLastKnown(cfg, r.remote, r.reg, r.log)
+			if err != nil {
+				return nil, err
+			}
+			r.lastKnown, r.leases = lk, lk
+		}
+		return func() {}, nil
+	}
+	store, closeStore, err := cfg.leaseStore.open(cfg.store, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.reg.MustRegister(metrics.NewPoolCollector(store), metrics.NewSiteCooldownCollector(store, 0))
+	r.store, r.leases = store, store
+	return closeStore, nil
+}
+
+// build makes the gateway and the server that runs everything around it.
+// The gateway is made before the members are known so that a reload can
+// tell it which members left; the server's Reload is the upstreams file's
+// OnChange (the file source runs only after srv is set).
+func (r *gatewayRun) build() error {
+	cfg := r.cfg
 	gw, err := gateway.New(gateway.Options{
-		Pool:                leases,
+		Pool:                r.leases,
 		Mode:                cfg.mode,
 		LeaseTTL:            cfg.store.DefaultTTL,
 		Retries:             cfg.retries,
@@ -105,32 +133,32 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		BanBodyBytes:        cfg.banBodyBytes,
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,
-		Metrics:             rec,
-		Logger:              log,
-		Tracer:              tracing.NewGatewayTracer(tr.TracerProvider()),
+		Metrics:             r.rec,
+		Logger:              r.log,
+		Tracer:              tracing.NewGatewayTracer(r.tr.TracerProvider()),
 	})
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(metrics.NewSitePaceCollector(gw, 0))
-
-	// The server runs everything around the gateway; its Reload is the
-	// upstreams file's OnChange (the file source runs only after srv is set).
-	var (
-		srv     *gateway.Server
-		members []pool.Member
-	)
-	srvOpts := gateway.ServerOptions{Gateway: gw, Store: store, Remote: remote, RemoteURL: cfg.poolAPI, LastKnown: lastKnown, Forget: rec, Logger: log}
-	if store != nil {
-		reload := func(next []pool.Member) { srv.Reload(next) }
-		if members, srvOpts.Files, srvOpts.Prober, err = localPool(cfg, store, reload, rec, log); err != nil {
+	r.gw = gw
+	r.reg.MustRegister(metrics.NewSitePaceCollector(gw, 0))
+	srvOpts := gateway.ServerOptions{Gateway: gw, Store: r.store, Remote: r.remote, RemoteURL: cfg.poolAPI, LastKnown: r.lastKnown, Forget: r.rec, Logger: r.log}
+	if r.store != nil {
+		reload := func(next []pool.Member) { r.srv.Reload(next) }
+		if r.members, srvOpts.Files, srvOpts.Prober, err = localPool(cfg, r.store, reload, r.rec, r.log); err != nil {
 			return err
 		}
 	}
-	if srv, err = gateway.NewServer(srvOpts); err != nil {
-		return err
-	}
+	r.srv, err = gateway.NewServer(srvOpts)
+	return err
+}
 
+// serve listens, serves until ctx ends or a server fails, then drains for
+// up to the shutdown grace. Background work (probes, reloads) stops only
+// after the gateway has drained, so the pool stays right for in-flight
+// requests.
+func (r *gatewayRun) serve(ctx context.Context, stopSignals func()) error {
+	cfg, log := r.cfg, r.log
 	lns, err := listenAll(map[string]string{
 		flagListen:        cfg.listen,
 		flagAPIListen:     cfg.apiListen,
@@ -140,63 +168,22 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 		return err
 	}
 	proxyLn, apiLn, metricsLn := lns[flagListen], lns[flagAPIListen], lns[flagMetricsListen]
-
-	// Background work stops only after the gateway has drained, so probes
-	// and reloads keep the pool right for in-flight requests.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	bgDone := make(chan struct{})
 	go func() {
 		defer close(bgDone)
-		srv.Run(bgCtx)
+		r.srv.Run(bgCtx)
 	}()
 	defer func() {
 		stopBackground()
 		<-bgDone
 	}()
-
 	serveErr := make(chan error, 3)
-	go func() { serveErr <- serveErrOf(flagListen, gw.Serve(proxyLn)) }()
-	var httpServers []*http.Server
-	if apiLn != nil {
-		if cfg.apiToken == "" {
-			log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
-		}
-		srv := &http.Server{
-			Handler:           tracing.Handler(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: cfg.apiToken, Logger: log, Recorder: rec}), tr.TracerProvider(), "leaseapi"),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          logging.ServerErrorLog(log),
-		}
-		httpServers = append(httpServers, srv)
-		go func() { serveErr <- serveErrOf(flagAPIListen, srv.Serve(apiLn)) }()
-	}
+	go func() { serveErr <- serveErrOf(flagListen, r.gw.Serve(proxyLn)) }()
 	var ready metrics.Readiness
-	// The metrics address also serves the status page, read from srv.
-	metricsHandler := status.GatewayHandler(status.GatewayOptions{Pool: srv, PoolAPI: cfg.poolAPI, Requests: requests, Paces: gw.PaceStatus, Next: metrics.Handler(reg, ready.Ready)})
-	if metricsLn != nil {
-		srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(log)}
-		// Last in the list: /readyz answers 503 while everything else drains.
-		httpServers = append(httpServers, srv)
-		go func() { serveErr <- serveErrOf(flagMetricsListen, srv.Serve(metricsLn)) }()
-	}
+	httpServers := r.serveHTTP(apiLn, metricsLn, &ready, serveErr)
 	ready.Serving()
-	if !cfg.logJSON { // JSON logs are read by machines: every line on stderr is a record
-		printUsage(stderr, cfg, members, proxyLn, apiLn, metricsLn)
-	}
-	// The start record carries every address the usage block prints, since
-	// with JSON logs it is the only place they are written.
-	started := []any{"listen", proxyLn.Addr().String()}
-	if apiLn != nil {
-		started = append(started, "apiListen", apiLn.Addr().String())
-	}
-	if metricsLn != nil {
-		started = append(started, "metricsListen", metricsLn.Addr().String())
-	}
-	started = append(started, "rotation", string(cfg.mode), "auth", len(cfg.tokens) > 0)
-	if remote != nil {
-		log.Info("gateway started", append(started, "poolAPI", cfg.poolAPI, "outageGrace", cfg.outageGrace.String())...)
-	} else {
-		log.Info("gateway started", append(started, "members", len(members), "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)...)
-	}
+	r.started(proxyLn, apiLn, metricsLn)
 
 	var runErr error
 	select {
@@ -207,19 +194,69 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	stopSignals() // a second signal kills the process at once
 	ready.Stopping()
-
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownGrace)
 	defer cancel()
-	if err := gw.Shutdown(drainCtx); err != nil {
+	if err := r.gw.Shutdown(drainCtx); err != nil {
 		log.Warn("shutdown grace ran out; open connections were closed", "grace", cfg.shutdownGrace.String(), "err", err)
 	}
-	for _, srv := range httpServers {
-		if err := srv.Shutdown(drainCtx); err != nil {
-			_ = srv.Close()
+	for _, hs := range httpServers {
+		if err := hs.Shutdown(drainCtx); err != nil {
+			_ = hs.Close()
 		}
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// serveHTTP serves the lease API (when listened for) and the metrics and
+// status page, and returns their servers in the order they drain: the
+// metrics server last, so /readyz answers 503 while everything else drains.
+func (r *gatewayRun) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness, serveErr chan<- error) []*http.Server {
+	var servers []*http.Server
+	if apiLn != nil {
+		if r.cfg.apiToken == "" {
+			r.log.Warn("lease API has no token (--api-token-file): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
+		}
+		api := &http.Server{
+			Handler:           tracing.Handler(poolapi.NewAPIServer(r.store, poolapi.APIOptions{Token: r.cfg.apiToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(r.log),
+		}
+		servers = append(servers, api)
+		go func() { serveErr <- serveErrOf(flagAPIListen, api.Serve(apiLn)) }()
+	}
+	if metricsLn != nil {
+		// The metrics address also serves the status page, read from srv.
+		handler := status.GatewayHandler(status.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.poolAPI, Requests: r.requests,
+			Paces: r.gw.PaceStatus, Next: metrics.Handler(r.reg, ready.Ready)})
+		ms := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(r.log)}
+		servers = append(servers, ms)
+		go func() { serveErr <- serveErrOf(flagMetricsListen, ms.Serve(metricsLn)) }()
+	}
+	return servers
+}
+
+// started prints the usage block (text logs) and logs the start record,
+// which carries every address the block prints: with JSON logs it is the
+// only place they are written.
+func (r *gatewayRun) started(proxyLn, apiLn, metricsLn net.Listener) {
+	cfg := r.cfg
+	if !cfg.logJSON { // JSON logs are read by machines: every line on stderr is a record
+		printUsage(r.stderr, cfg, r.members, proxyLn, apiLn, metricsLn)
+	}
+	started := []any{"listen", proxyLn.Addr().String()}
+	if apiLn != nil {
+		started = append(started, "apiListen", apiLn.Addr().String())
+	}
+	if metricsLn != nil {
+		started = append(started, "metricsListen", metricsLn.Addr().String())
+	}
+	started = append(started, "rotation", string(cfg.mode), "auth", len(cfg.tokens) > 0)
+	if r.remote != nil {
+		r.log.Info("gateway started", append(started, "poolAPI", cfg.poolAPI, "outageGrace", cfg.outageGrace.String())...)
+		return
+	}
+	r.log.Info("gateway started", append(started, "members", len(r.members), "probes", cfg.probe != nil, "mitm", cfg.mitm != nil)...)
 }
 
 // localPool loads the members of a gateway that holds its own pool (the
