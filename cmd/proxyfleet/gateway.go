@@ -246,7 +246,21 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		upstreamsFile:       c.Path(flagUpstreamsFile),
 		allowPrivateTargets: c.Bool(flagAllowPrivateTargets),
 	}
+	for _, read := range []func(*cli.Context) error{cfg.readTimings, cfg.readAnswers, cfg.readMembers, cfg.readPool, cfg.readOutput} {
+		if err := read(c); err != nil {
+			return nil, err
+		}
+	}
+	// Last: the CA is loaded only once everything else is known good.
+	var err error
+	if cfg.mitm, err = mitmFrom(c); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
 
+// readTimings reads the timeouts, the per-site answer timeouts and the pacing.
+func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 	durations := []struct {
 		name string
 		dst  *time.Duration
@@ -260,55 +274,63 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	for _, d := range durations {
 		v := c.Duration(d.name)
 		if v < 0 || (v == 0 && d.name != flagShutdownGrace) {
-			return nil, fmt.Errorf("--%s %s: must be positive", d.name, v)
+			return fmt.Errorf("--%s %s: must be positive", d.name, v)
 		}
 		*d.dst = v
 	}
-	var err error
 	if cfg.siteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
+		return fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
 	}
 	if cfg.pacing, err = pacingFrom(c); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// readAnswers reads the store's windows and how answers are read: rotation, ban statuses and rules, retries, the sites' roots.
+func (cfg *gatewayConfig) readAnswers(c *cli.Context) (err error) {
 	if cfg.store, err = storeOptionsFrom(c); err != nil {
-		return nil, err
+		return err
 	}
 
 	if cfg.mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagRotation, err)
+		return fmt.Errorf("--%s: %w", flagRotation, err)
 	}
 	if cfg.classifier.RateLimit, err = rotation.ParseStatusList(c.String(flagRateLimitStatus)); err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagRateLimitStatus, err)
+		return fmt.Errorf("--%s: %w", flagRateLimitStatus, err)
 	}
 	if cfg.classifier.Ban, err = rotation.ParseStatusList(c.String(flagBanStatus)); err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagBanStatus, err)
+		return fmt.Errorf("--%s: %w", flagBanStatus, err)
 	}
 	if cfg.classifier.Rules, err = banRulesFrom(c); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.banBodyBytes = c.Int(flagBanBodyBytes); cfg.banBodyBytes < 1 || cfg.banBodyBytes > 16<<20 {
-		return nil, fmt.Errorf("--%s %d: want 1 to %d", flagBanBodyBytes, cfg.banBodyBytes, 16<<20)
+		return fmt.Errorf("--%s %d: want 1 to %d", flagBanBodyBytes, cfg.banBodyBytes, 16<<20)
 	}
 	if cfg.siteRoots, err = siteRootsFrom(c); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.retries = c.Int(flagRetries); cfg.retries < 0 {
-		return nil, fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
+		return fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
 	}
+	return nil
+}
 
+// readMembers reads the static members and the probe settings (checked even when probing is off, so a typo surfaces before it matters).
+func (cfg *gatewayConfig) readMembers(c *cli.Context) (err error) {
 	for i, raw := range c.StringSlice(flagUpstream) {
 		m, err := pool.ParseUpstream(raw)
 		if err != nil {
 			// ParseUpstream's message shows the URL with its password masked.
-			return nil, fmt.Errorf("--%s (value %d): %w", flagUpstream, i+1, err)
+			return fmt.Errorf("--%s (value %d): %w", flagUpstream, i+1, err)
 		}
 		cfg.static = append(cfg.static, m)
 	}
 	for _, raw := range c.StringSlice(flagEgressAddr) {
 		m, err := pool.EgressMember(raw)
 		if err != nil {
-			return nil, fmt.Errorf("--%s %q: %w", flagEgressAddr, raw, err)
+			return fmt.Errorf("--%s %q: %w", flagEgressAddr, raw, err)
 		}
 		cfg.static = append(cfg.static, m)
 	}
@@ -316,7 +338,7 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	if u := c.String(flagProbeURL); u != "" {
 		pu, err := url.Parse(u)
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return nil, fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redact.URL(u))
+			return fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redact.URL(u))
 		}
 		cfg.probe = &probeConfig{
 			url:              u,
@@ -329,57 +351,61 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	// Checked even when probing is off, so a typo surfaces before it matters.
 	for _, name := range []string{flagProbeInterval, flagProbeTimeout} {
 		if d := c.Duration(name); d <= 0 {
-			return nil, fmt.Errorf("--%s %s: must be positive", name, d)
+			return fmt.Errorf("--%s %s: must be positive", name, d)
 		}
 	}
 	for _, name := range []string{flagProbeSuccessThreshold, flagProbeFailureThreshold} {
 		if n := c.Int(name); n < 1 {
-			return nil, fmt.Errorf("--%s %d: must be 1 or more", name, n)
+			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
 		}
 	}
+	return nil
+}
 
+// readPool reads the client tokens and where leases come from: the lease store, or the --pool-api and its outage handling.
+func (cfg *gatewayConfig) readPool(c *cli.Context) (err error) {
 	if err := cfg.readAuth(c); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.poolAPI, cfg.poolToken, err = poolAPIFrom(c); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.leaseStore, err = leaseStoreFrom(c); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.poolAPI != "" {
 		if cfg.poolClient, err = poolClientFrom(c, cfg.poolAPI, cfg.poolToken); err != nil {
-			return nil, err
+			return err
 		}
 		if cfg.outageGrace, cfg.poolRefresh, err = outageFrom(c); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
+// readOutput reads the metrics address and the log settings.
+func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 	switch m := strings.TrimSpace(c.String(flagMetricsListen)); m {
 	case "", "off":
 	default:
 		if _, err := checkListenAddr(flagMetricsListen, m); err != nil {
-			return nil, err
+			return err
 		}
 		cfg.metricsListen = m
 	}
 
 	if err := cfg.logLevel.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
-		return nil, fmt.Errorf("--%s %q: want debug, info, warn or error", flagLogLevel, c.String(flagLogLevel))
+		return fmt.Errorf("--%s %q: want debug, info, warn or error", flagLogLevel, c.String(flagLogLevel))
 	}
 	switch f := c.String(flagLogFormat); f {
 	case "text":
 	case "json":
 		cfg.logJSON = true
 	default:
-		return nil, fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
+		return fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
 	}
-	// Last: the CA is loaded only once everything else is known good.
-	if cfg.mitm, err = mitmFrom(c); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return nil
 }
 
 // readAuth reads the token files and applies the never-open-by-accident
