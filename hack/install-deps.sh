@@ -24,6 +24,9 @@ need+=("${kvm_pkgs[@]}")
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
 # The Redis lease store's tests start their own redis-server on free ports.
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
+# redis-cli --cluster create builds the Cluster tests' topology (Sentinel
+# is redis-server --sentinel, TLS is in Debian's redis-server build).
+command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || need+=(redis-tools)
 # promtool (in Debian's prometheus package) checks the chart's alert rules
 # and dashboard queries with Prometheus' own parser.
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)

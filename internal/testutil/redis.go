@@ -2,8 +2,10 @@ package testutil
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +31,45 @@ type RedisOptions struct {
 	AppendFsync string
 	// StartTimeout bounds how long a start waits for PONG (default 30s).
 	StartTimeout time.Duration
+	// TLS serves TLS only (the plaintext port is off) with a certificate
+	// of a test CA.
+	TLS *RedisTLS
+	// ReplicaOf makes the server a replica of this host:port (masterauth is
+	// Password: every node of a test topology shares one).
+	ReplicaOf string
+	// Cluster turns on cluster mode (its nodes.conf in the data dir) with
+	// ClusterNodeTimeout (default 1s) as the time before a silent primary
+	// is failed over.
+	Cluster            bool
+	ClusterNodeTimeout time.Duration
+	// Sentinel runs redis-server --sentinel (no data, no AOF) monitoring a
+	// primary instead of a data server.
+	Sentinel *SentinelOf
+}
+
+// RedisTLS is the TLS of a test redis-server.
+type RedisTLS struct {
+	CA *CA
+	// Server is the server's certificate (CA.Issue).
+	Server CertFiles
+	// Client is presented by the launcher's own readiness checks; with
+	// AuthClients every client must present one signed by CA.
+	Client      CertFiles
+	AuthClients bool
+}
+
+// SentinelOf is what one Sentinel monitors.
+type SentinelOf struct {
+	MasterName string
+	// Master is the primary's host:port.
+	Master string
+	// Quorum is how many Sentinels must agree the primary is down (default 2).
+	Quorum int
+	// DownAfter is how long a silent primary takes to be judged down
+	// (default 1s); FailoverTimeout bounds one failover attempt (default 5s).
+	DownAfter, FailoverTimeout time.Duration
+	// AuthPass is the data nodes' password.
+	AuthPass string
 }
 
 // Redis is one Debian redis-server run in the foreground as a child
@@ -83,6 +124,20 @@ func LaunchRedis(opts RedisOptions) (*Redis, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 30 * time.Second
 	}
+	if opts.ClusterNodeTimeout <= 0 {
+		opts.ClusterNodeTimeout = time.Second
+	}
+	if sn := opts.Sentinel; sn != nil {
+		if sn.Quorum <= 0 {
+			sn.Quorum = 2
+		}
+		if sn.DownAfter <= 0 {
+			sn.DownAfter = time.Second
+		}
+		if sn.FailoverTimeout <= 0 {
+			sn.FailoverTimeout = 5 * time.Second
+		}
+	}
 	dir, err := os.MkdirTemp("", "pfredis-")
 	if err != nil {
 		return nil, err
@@ -102,12 +157,17 @@ func (r *Redis) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
 }
 
-// URL is the redis:// URL of database 0, with the password when one is set.
+// URL is the redis:// URL of database 0 (rediss:// with TLS), with the
+// password when one is set.
 func (r *Redis) URL() string {
-	if r.opts.Password != "" {
-		return "redis://:" + r.opts.Password + "@" + r.Addr() + "/0"
+	scheme := "redis://"
+	if r.opts.TLS != nil {
+		scheme = "rediss://"
 	}
-	return "redis://" + r.Addr() + "/0"
+	if r.opts.Password != "" {
+		return scheme + ":" + r.opts.Password + "@" + r.Addr() + "/0"
+	}
+	return scheme + r.Addr() + "/0"
 }
 
 // Dir is the server's data directory (AOF, log).
@@ -220,19 +280,9 @@ func (r *Redis) startOnce(deadline time.Time) error {
 	if st != nil {
 		logStart = st.Size()
 	}
-	args := []string{
-		"--bind", "127.0.0.1",
-		"--port", strconv.Itoa(r.port),
-		"--dir", r.dir,
-		"--logfile", logPath,
-		"--daemonize", "no",
-		"--appendonly", "yes",
-		"--appendfsync", r.opts.AppendFsync,
-		"--save", "",
-		"--protected-mode", "yes",
-	}
-	if r.opts.Password != "" {
-		args = append(args, "--requirepass", r.opts.Password)
+	args, err := r.args(logPath)
+	if err != nil {
+		return err
 	}
 	cmd := exec.Command(r.bin, args...)
 	cmd.Dir = r.dir
@@ -269,11 +319,84 @@ func (r *Redis) startOnce(deadline time.Time) error {
 	return fmt.Errorf("redis-server on %s did not answer PING in time; log: %s", addr, readFrom(logPath, logStart))
 }
 
+// args are the server's command line.
+func (r *Redis) args(logPath string) ([]string, error) {
+	o := r.opts
+	common := []string{"--bind", "127.0.0.1", "--dir", r.dir, "--logfile", logPath, "--daemonize", "no", "--protected-mode", "yes"}
+	if sn := o.Sentinel; sn != nil {
+		// A Sentinel needs a config file of its own, which it rewrites; a
+		// restart keeps what it learnt (the current primary, its peers).
+		conf := filepath.Join(r.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			host, port, err := net.SplitHostPort(sn.Master)
+			if err != nil {
+				return nil, err
+			}
+			text := fmt.Sprintf("sentinel monitor %s %s %s %d\n", sn.MasterName, host, port, sn.Quorum) +
+				fmt.Sprintf("sentinel down-after-milliseconds %s %d\n", sn.MasterName, sn.DownAfter.Milliseconds()) +
+				fmt.Sprintf("sentinel failover-timeout %s %d\n", sn.MasterName, sn.FailoverTimeout.Milliseconds()) +
+				fmt.Sprintf("sentinel parallel-syncs %s 1\n", sn.MasterName)
+			if sn.AuthPass != "" {
+				text += fmt.Sprintf("sentinel auth-pass %s %s\n", sn.MasterName, sn.AuthPass)
+			}
+			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+				return nil, err
+			}
+		}
+		return append([]string{conf, "--sentinel", "--port", strconv.Itoa(r.port)}, common...), nil
+	}
+	args := append(common,
+		"--appendonly", "yes",
+		"--appendfsync", o.AppendFsync,
+		"--save", "",
+		// A replica syncs at once, not after the default 5s wait for more.
+		"--repl-diskless-sync-delay", "0",
+	)
+	if tl := o.TLS; tl != nil {
+		auth := "no"
+		if tl.AuthClients {
+			auth = "yes"
+		}
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(r.port),
+			"--tls-cert-file", tl.Server.CertFile, "--tls-key-file", tl.Server.KeyFile,
+			"--tls-ca-cert-file", tl.CA.CertFile, "--tls-auth-clients", auth, "--tls-replication", "yes")
+	} else {
+		args = append(args, "--port", strconv.Itoa(r.port))
+	}
+	if o.Password != "" {
+		args = append(args, "--requirepass", o.Password, "--masterauth", o.Password)
+	}
+	if o.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(o.ReplicaOf)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--replicaof", host, port)
+	}
+	if o.Cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", strconv.FormatInt(o.ClusterNodeTimeout.Milliseconds(), 10))
+	}
+	return args, nil
+}
+
+// dial connects to addr as a client of this server (TLS when it serves it).
+func (r *Redis) dial(addr string) (net.Conn, error) {
+	if tl := r.opts.TLS; tl != nil {
+		conf, err := tl.CA.clientTLS(tl.Client)
+		if err != nil {
+			return nil, err
+		}
+		return tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, conf)
+	}
+	return net.DialTimeout("tcp", addr, time.Second)
+}
+
 // ping sends PING (with AUTH first when a password is set) and wants PONG
 // from a server whose dir is ours; a server still loading its AOF answers
 // -LOADING, which is not ready.
 func (r *Redis) ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := r.dial(addr)
 	if err != nil {
 		return err
 	}
@@ -299,7 +422,28 @@ func (r *Redis) ping(addr string) error {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	// A stranger that took the port between FreeAddr and our bind would
-	// answer PING too; only our server has our directory.
+	// answer PING too; only our server has our directory (a Sentinel: our
+	// config file).
+	if r.opts.Sentinel != nil {
+		if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+			return err
+		}
+		if line, err = br.ReadString('\n'); err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil {
+			return fmt.Errorf("INFO answered %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return err
+		}
+		if want := "config_file:" + filepath.Join(r.dir, "sentinel.conf"); !strings.Contains(string(buf), want) {
+			return fmt.Errorf("a Sentinel answers on %s, not ours", addr)
+		}
+		return nil
+	}
 	if _, err := c.Write([]byte("CONFIG GET dir\r\n")); err != nil {
 		return err
 	}

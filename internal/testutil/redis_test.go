@@ -69,3 +69,61 @@ func TestRedisWithPasswordRefusesUnauthenticatedClients(t *testing.T) {
 		t.Fatalf("URL %q carries no password", r.URL())
 	}
 }
+
+func TestRedisTLSRefusesPlaintextAndAnswersItsCA(t *testing.T) {
+	t.Parallel()
+	ca := NewCA(t, "redis-test-ca")
+	r := StartRedis(t, RedisOptions{TLS: &RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: ca.Issue(t, "client"), AuthClients: true}})
+	if got, err := r.Do("PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING over TLS: %v %v", got, err)
+	}
+	if !strings.HasPrefix(r.URL(), "rediss://") {
+		t.Fatalf("URL %q is not rediss://", r.URL())
+	}
+	c, err := net.DialTimeout("tcp", r.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = c.Write([]byte("PING\r\n"))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err == nil && strings.Contains(line, "PONG") {
+		t.Fatalf("the TLS port answered plaintext PING: %q", line)
+	}
+}
+
+func TestRedisSentinelFailsOverToTheReplica(t *testing.T) {
+	t.Parallel()
+	rs := StartRedisSentinel(t, SentinelTopology{Password: "s3cret"})
+	old := rs.Primary(t)
+	if old != rs.Nodes[0] {
+		t.Fatalf("primary %s, want the first node %s", old.Addr(), rs.Nodes[0].Addr())
+	}
+	if !strings.HasPrefix(rs.URL(), "redis+sentinel://:s3cret@") || !strings.HasSuffix(rs.URL(), "/leases") {
+		t.Fatalf("URL %q", rs.URL())
+	}
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	now := rs.WaitFailover(t, old, 60*time.Second)
+	t.Logf("failover to %s in %s", now.Addr(), time.Since(start).Round(time.Millisecond))
+}
+
+func TestRedisClusterServesEverySlotAndFailsOver(t *testing.T) {
+	t.Parallel()
+	rc := StartRedisCluster(t, ClusterTopology{})
+	if len(rc.Nodes) != 6 {
+		t.Fatalf("%d nodes, want 6", len(rc.Nodes))
+	}
+	p := rc.PrimaryForKey(t, "{fleet}:x")
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	now := rc.WaitFailover(t, "{fleet}:x", p, 60*time.Second)
+	if now == p {
+		t.Fatal("no new primary")
+	}
+	t.Logf("cluster failover in %s", time.Since(start).Round(time.Millisecond))
+}
