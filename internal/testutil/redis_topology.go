@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,10 +116,9 @@ func readRESP(br *bufio.Reader) (any, error) {
 	return nil, fmt.Errorf("unexpected RESP line %q", line)
 }
 
-// startRedisNodes starts n servers at once (a topology's nodes), each with
-// the options opt(i) gives.
-func startRedisNodes(t testing.TB, n int, opt func(i int) RedisOptions) []*Redis {
-	t.Helper()
+// launchRedisNodes starts n servers at once (a topology's nodes), each
+// with the options opt(i) gives; on failure it closes those that started.
+func launchRedisNodes(n int, opt func(i int) RedisOptions) ([]*Redis, error) {
 	nodes := make([]*Redis, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -128,23 +128,36 @@ func startRedisNodes(t testing.TB, n int, opt func(i int) RedisOptions) []*Redis
 		})
 	}
 	wg.Wait()
-	for i, r := range nodes {
-		if r == nil {
-			continue
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("redis node %d (%s) log tail:\n%s", i, r.Addr(), r.LogTail(4096))
-			}
-			if err := r.Close(); err != nil {
-				t.Errorf("redis node %d: %v", i, err)
-			}
-		})
-	}
 	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		closeNodes(nodes)
+		return nil, err
 	}
-	return nodes
+	return nodes, nil
+}
+
+func closeNodes(nodes []*Redis) error {
+	var errs []error
+	for _, r := range nodes {
+		if r != nil {
+			errs = append(errs, r.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupTopology closes nodes at t's cleanup, logging their log tails
+// when t failed.
+func cleanupTopology(t testing.TB, what string, nodes []*Redis) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, r := range nodes {
+				t.Logf("%s node %d (%s) log tail:\n%s", what, i, r.Addr(), r.LogTail(4096))
+			}
+		}
+		if err := closeNodes(nodes); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	})
 }
 
 // SentinelTopology configures StartRedisSentinel.
@@ -170,11 +183,23 @@ type RedisSentinel struct {
 	password  string
 }
 
-// StartRedisSentinel starts the topology and waits until every Sentinel
-// knows the primary, its replicas and the other Sentinels (so a failover
-// can be agreed), and the replicas are in sync.
+// StartRedisSentinel starts the topology for the test (closed at cleanup)
+// and waits until every Sentinel knows the primary, its replicas and the
+// other Sentinels (so a failover can be agreed), and the replicas are in
+// sync.
 func StartRedisSentinel(t testing.TB, o SentinelTopology) *RedisSentinel {
 	t.Helper()
+	rs, err := LaunchRedisSentinel(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupTopology(t, "sentinel topology", append(slices.Clone(rs.Nodes), rs.Sentinels...))
+	return rs
+}
+
+// LaunchRedisSentinel is StartRedisSentinel outside a test; the caller
+// must Close it.
+func LaunchRedisSentinel(o SentinelTopology) (*RedisSentinel, error) {
 	if o.MasterName == "" {
 		o.MasterName = "leases"
 	}
@@ -184,24 +209,46 @@ func StartRedisSentinel(t testing.TB, o SentinelTopology) *RedisSentinel {
 	if o.Sentinels <= 0 {
 		o.Sentinels = 3
 	}
-	primary := startRedisNodes(t, 1, func(int) RedisOptions { return RedisOptions{Password: o.Password, AppendFsync: "everysec"} })[0]
-	replicas := startRedisNodes(t, o.Replicas, func(int) RedisOptions {
+	nodes, err := launchRedisNodes(1, func(int) RedisOptions { return RedisOptions{Password: o.Password, AppendFsync: "everysec"} })
+	if err != nil {
+		return nil, err
+	}
+	primary := nodes[0]
+	rs := &RedisSentinel{MasterName: o.MasterName, Nodes: nodes, password: o.Password}
+	replicas, err := launchRedisNodes(o.Replicas, func(int) RedisOptions {
 		return RedisOptions{Password: o.Password, AppendFsync: "everysec", ReplicaOf: primary.Addr()}
 	})
-	rs := &RedisSentinel{MasterName: o.MasterName, Nodes: append([]*Redis{primary}, replicas...), password: o.Password}
-	waitReplicasSynced(t, replicas)
-	rs.Sentinels = startRedisNodes(t, o.Sentinels, func(int) RedisOptions {
+	if err != nil {
+		rs.Close()
+		return nil, err
+	}
+	rs.Nodes = append(rs.Nodes, replicas...)
+	if err := waitReplicasSynced(replicas); err != nil {
+		rs.Close()
+		return nil, err
+	}
+	if rs.Sentinels, err = launchRedisNodes(o.Sentinels, func(int) RedisOptions {
 		return RedisOptions{Sentinel: &SentinelOf{MasterName: o.MasterName, Master: primary.Addr(), DownAfter: o.DownAfter, AuthPass: o.Password}}
-	})
-	rs.waitAgreed(t, primary.Addr(), 60*time.Second)
-	return rs
+	}); err != nil {
+		rs.Close()
+		return nil, err
+	}
+	if err := rs.waitAgreed(primary.Addr(), 60*time.Second); err != nil {
+		rs.Close()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// Close stops every node and Sentinel and removes their directories.
+func (rs *RedisSentinel) Close() error {
+	return closeNodes(append(slices.Clone(rs.Nodes), rs.Sentinels...))
 }
 
 // waitReplicasSynced waits until every replica among nodes has its link to
 // its primary up (a replica that never synced cannot be promoted).
-func waitReplicasSynced(t testing.TB, nodes []*Redis) {
-	t.Helper()
-	Eventually(t, 30*time.Second, func() error {
+func waitReplicasSynced(nodes []*Redis) error {
+	return Poll(30*time.Second, func() error {
 		for _, r := range nodes {
 			info, err := r.Info("replication")
 			if err != nil {
@@ -217,9 +264,8 @@ func waitReplicasSynced(t testing.TB, nodes []*Redis) {
 
 // waitAgreed waits until every Sentinel names master as the primary and
 // sees every other data node as a replica and every other Sentinel.
-func (rs *RedisSentinel) waitAgreed(t testing.TB, master string, timeout time.Duration) {
-	t.Helper()
-	Eventually(t, timeout, func() error {
+func (rs *RedisSentinel) waitAgreed(master string, timeout time.Duration) error {
+	return Poll(timeout, func() error {
 		for _, s := range rs.Sentinels {
 			if got, err := rs.masterOf(s); err != nil || got != master {
 				return fmt.Errorf("sentinel %s names %q as primary (%v), want %s", s.Addr(), got, err, master)
@@ -335,38 +381,63 @@ type RedisCluster struct {
 
 // StartRedisCluster starts the nodes, joins them with redis-cli --cluster
 // create (every slot covered, each primary with its replicas) and waits
-// until every node says cluster_state:ok. A missing redis-cli fails the
-// test (Debian's redis-tools has it).
+// until every node says cluster_state:ok and the replicas are in sync; the
+// nodes are closed at cleanup. A missing redis-cli fails the test (Debian's
+// redis-tools has it).
 func StartRedisCluster(t testing.TB, o ClusterTopology) *RedisCluster {
 	t.Helper()
+	rc, err := LaunchRedisCluster(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupTopology(t, "cluster", rc.Nodes)
+	return rc
+}
+
+// LaunchRedisCluster is StartRedisCluster outside a test; the caller must
+// Close it.
+func LaunchRedisCluster(o ClusterTopology) (*RedisCluster, error) {
 	if o.Primaries <= 0 {
 		o.Primaries = 3
 	}
-	if o.ReplicasPerPrimary < 0 {
-		o.ReplicasPerPrimary = 0
-	} else if o.ReplicasPerPrimary == 0 {
+	if o.ReplicasPerPrimary == 0 {
 		o.ReplicasPerPrimary = 1
 	}
+	o.ReplicasPerPrimary = max(o.ReplicasPerPrimary, 0)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		t.Fatal("redis-cli not installed: run make test as root (hack/install-deps.sh apt-installs redis-tools) or apt-get install redis-tools")
+		return nil, errors.New("redis-cli not installed: run make test as root (hack/install-deps.sh apt-installs redis-tools) or apt-get install redis-tools")
 	}
 	n := o.Primaries * (1 + o.ReplicasPerPrimary)
-	rc := &RedisCluster{Nodes: startRedisNodes(t, n, func(int) RedisOptions {
+	nodes, err := launchRedisNodes(n, func(int) RedisOptions {
 		return RedisOptions{Cluster: true, ClusterNodeTimeout: o.NodeTimeout, AppendFsync: "everysec"}
-	})}
+	})
+	if err != nil {
+		return nil, err
+	}
+	rc := &RedisCluster{Nodes: nodes}
 	args := []string{"--cluster", "create"}
 	for _, r := range rc.Nodes {
 		args = append(args, r.Addr())
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(o.ReplicasPerPrimary), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		rc.Close()
+		return nil, fmt.Errorf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	rc.WaitOK(t, 60*time.Second)
-	waitReplicasSynced(t, rc.Nodes)
-	return rc
+	if err := rc.waitOK(60 * time.Second); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	if err := waitReplicasSynced(rc.Nodes); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return rc, nil
 }
+
+// Close stops every node and removes their directories.
+func (rc *RedisCluster) Close() error { return closeNodes(rc.Nodes) }
 
 // URL is the redis+cluster:// URL naming every node.
 func (rc *RedisCluster) URL() string {
@@ -381,7 +452,13 @@ func (rc *RedisCluster) URL() string {
 // every slot served by a primary that is not failed.
 func (rc *RedisCluster) WaitOK(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	Eventually(t, timeout, func() error {
+	if err := rc.waitOK(timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (rc *RedisCluster) waitOK(timeout time.Duration) error {
+	return Poll(timeout, func() error {
 		for _, r := range rc.Nodes {
 			if r.PID() == 0 {
 				continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,18 +30,66 @@ type contractBackend struct {
 
 var contractPrefixes atomic.Int64
 
+// sharedTopologies are one Sentinel topology and one Cluster for the whole
+// package (started by the first contract test, closed by TestMain): every
+// store on them has a prefix of its own, and starting them per test would
+// cost seconds each.
+var sharedTopologies struct {
+	once     sync.Once
+	sentinel *testutil.RedisSentinel
+	cluster  *testutil.RedisCluster
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rs := sharedTopologies.sentinel; rs != nil {
+		_ = rs.Close()
+	}
+	if rc := sharedTopologies.cluster; rc != nil {
+		_ = rc.Close()
+	}
+	os.Exit(code)
+}
+
+// topologies are the shared Sentinel and Cluster, started on first use.
+func topologies(t *testing.T) (*testutil.RedisSentinel, *testutil.RedisCluster) {
+	t.Helper()
+	st := &sharedTopologies
+	st.once.Do(func() {
+		var wg sync.WaitGroup
+		var errS, errC error
+		wg.Go(func() {
+			st.sentinel, errS = testutil.LaunchRedisSentinel(testutil.SentinelTopology{Password: "contract-pw"})
+		})
+		wg.Go(func() { st.cluster, errC = testutil.LaunchRedisCluster(testutil.ClusterTopology{}) })
+		wg.Wait()
+		st.err = errors.Join(errS, errC)
+	})
+	if st.err != nil {
+		t.Fatal(st.err)
+	}
+	return st.sentinel, st.cluster
+}
+
 func contractBackends(t *testing.T) []contractBackend {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
-	return []contractBackend{
-		{"memory", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return pool.NewStore(o) }},
-		{"redis", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
-			s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o})
+	rs, rc := topologies(t)
+	on := func(url string) func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
+		return func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
+			s, err := NewRedisStore(RedisOptions{URL: url, Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = s.Close() })
 			return s
-		}},
+		}
+	}
+	return []contractBackend{
+		{"memory", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return pool.NewStore(o) }},
+		{"redis", on(r.URL())},
+		{"sentinel", on(rs.URL())},
+		{"cluster", on(rc.URL())},
 	}
 }
 

@@ -53,6 +53,18 @@ type RedisOptions struct {
 	Store pool.StoreOptions
 	// Logger receives store failures; nil discards.
 	Logger *slog.Logger
+	// CAFile is a PEM file of the CAs that sign the server's certificate
+	// (rediss:// only; default: the system roots). CertFile and KeyFile
+	// are a client certificate for servers that ask for one.
+	CAFile, CertFile, KeyFile string
+	// FailoverWait is how long a call retries while the store is
+	// unavailable, riding out a Sentinel or Cluster failover; default
+	// DefaultFailoverWait on redis+sentinel:// and redis+cluster://, none
+	// on a single server (nothing takes its place). Negative turns it off.
+	FailoverWait time.Duration
+	// Observe, when set, is told every store operation's time and outcome
+	// (retries included): the store round-trip metric.
+	Observe func(op string, d time.Duration, err error)
 }
 
 // RedisStore is the lease store on a Redis-protocol server: the same
@@ -68,6 +80,7 @@ type RedisStore struct {
 	keys []string // {KEYS[1]}: "{prefix}:"
 	life time.Duration
 	log  *slog.Logger
+	topo *topology
 
 	defs sync.Map // member def JSON -> pool.Member, so leases share parsed URLs
 
@@ -101,6 +114,9 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	if o.Password != "" {
 		uo.Password = o.Password
 	}
+	if err := applyTLSFiles(uo, o.CAFile, o.CertFile, o.KeyFile); err != nil {
+		return nil, err
+	}
 	prefix := o.Prefix
 	if prefix == "" {
 		prefix = pool.DefaultRedisPrefix
@@ -111,6 +127,10 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	// A script whose reply was lost may be retried by the client: acquire
 	// finds its own lease by id, release and report are idempotent.
 	uo.MaxRetries = 2
+	// One dial per attempt: the store's own retry (the failover wait) is
+	// the one that waits, so an unreachable topology is an error in about
+	// a second, not after go-redis' five dials per address per retry.
+	uo.DialerRetries = 1
 	so := o.Store.WithDefaults()
 	s := &RedisStore{
 		o:    so,
@@ -118,6 +138,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 		keys: []string{"{" + prefix + "}:"},
 		life: max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
 		log:  o.Logger,
+		topo: newTopology(uo, o),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -233,9 +254,16 @@ func (s *RedisStore) Close() error { return s.rdb.Close() }
 // MaxTTL is the longest lease Acquire grants.
 func (s *RedisStore) MaxTTL() time.Duration { return s.o.MaxTTL }
 
-// Ping checks that the server answers (a start-up log line, /readyz).
+// Ping checks that the store answers for this fleet (a start-up log line,
+// /readyz): a read of one of its keys, so on a Cluster the node serving its
+// slot answers (a PING would be answered by any node, even with that slot
+// uncovered) and on Sentinel the primary does. Errors say what failed: no
+// Sentinel answered, the slot is not served, the TLS handshake (ErrTLS).
 func (s *RedisStore) Ping(ctx context.Context) error {
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	err := s.do(ctx, "ping", func(ctx context.Context) error {
+		return s.rdb.Exists(ctx, s.keys[0]+"members").Err()
+	})
+	if err != nil {
 		return s.wrap("ping", err)
 	}
 	return nil
@@ -249,6 +277,9 @@ func (s *RedisStore) args(extra ...any) []any {
 // (internal), anything else — connection refused, timeouts, LOADING,
 // failover replies — is ErrStoreUnavailable.
 func (s *RedisStore) wrap(op string, err error) error {
+	if e := tlsError(err); e != nil {
+		return fmt.Errorf("lease store: %s: %w", op, e)
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
@@ -282,7 +313,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 			argv = append(argv, k, req.Selector[k])
 		}
 	}
-	res, err := redisScripts.acquire.Run(ctx, s.rdb, s.keys, argv...).Slice()
+	res, err := s.run(ctx, "acquire", redisScripts.acquire, argv...).Slice()
 	if err != nil {
 		return pool.Lease{}, s.wrap("acquire", err)
 	}
@@ -319,7 +350,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 // Release is Store.Release: idempotent, and a lease counts down exactly
 // once (the expiry index holds it until it ends by time or by release).
 func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
-	if err := redisScripts.release.Run(ctx, s.rdb, s.keys, s.args(leaseID)...).Err(); err != nil {
+	if err := s.run(ctx, "release", redisScripts.release, s.args(leaseID)...).Err(); err != nil {
 		return s.wrap("release", err)
 	}
 	return nil
@@ -336,7 +367,10 @@ func (s *RedisStore) Report(ctx context.Context, leaseID string, r pool.Report) 
 	}
 	argv := s.args(leaseID, string(r.Result), r.Target, s.o.FailureWindow.Milliseconds(), s.o.SiteFailureRest.Milliseconds())
 	argv = append(argv, s.banWindows(max(r.RetryAfter, 0))...)
-	res, err := redisScripts.report.Run(ctx, s.rdb, s.keys, argv...).Text()
+	// A ban or a cooldown waits for a replica's acknowledgement (WAIT) on
+	// Sentinel and Cluster, so a failover right after cannot lose it; an ok
+	// report only resets backoff and does not wait.
+	res, err := s.runAcked(ctx, "report", r.Result != rotation.ResultOK, redisScripts.report, argv...).Text()
 	if err != nil {
 		return s.wrap("report", err)
 	}
@@ -488,7 +522,7 @@ func (s *RedisStore) writeMembers(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := redisScripts.setMembers.Run(ctx, s.rdb, s.keys, s.args(hflag, string(buf))...).Err(); err != nil {
+	if err := s.run(ctx, "set_members", redisScripts.setMembers, s.args(hflag, string(buf))...).Err(); err != nil {
 		if !s.dirty {
 			s.log.Error("lease store: writing the members failed; retrying at every sweep", "error", s.wrap("set members", err))
 		}
@@ -518,7 +552,7 @@ func (s *RedisStore) SetHealth(name string, healthy bool, latency time.Duration)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := redisScripts.setHealth.Run(ctx, s.rdb, s.keys, s.args(name, h, max(latency.Nanoseconds(), 0))...).Err(); err != nil {
+	if err := s.run(ctx, "set_health", redisScripts.setHealth, s.args(name, h, max(latency.Nanoseconds(), 0))...).Err(); err != nil {
 		s.log.Error("lease store: recording a probe verdict failed", "member", name, "error", s.wrap("set health", err))
 		s.mu.Lock()
 		s.dirty = s.haveWant
@@ -549,7 +583,7 @@ func (s *RedisStore) ListCooldowns(ctx context.Context) ([]pool.Cooldown, error)
 // membersCooldowns reads the members, the live lease count and the running
 // cooldowns with their reasons.
 func (s *RedisStore) membersCooldowns(ctx context.Context) ([]pool.MemberStatus, int, []pool.Cooldown, error) {
-	res, err := redisScripts.members.Run(ctx, s.rdb, s.keys, s.args()...).Slice()
+	res, err := s.run(ctx, "members", redisScripts.members, s.args()...).Slice()
 	if err != nil {
 		return nil, 0, nil, s.wrap("members", err)
 	}
