@@ -51,6 +51,9 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
 		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
 		stringFlag(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
+		pathFlag(flagLeaseStoreCAFile, leaseStoreCAUsage),
+		pathFlag(flagLeaseStoreCertFile, leaseStoreCertUsage),
+		pathFlag(flagLeaseStoreKeyFile, leaseStoreKeyUsage),
 	}
 }
 
@@ -107,7 +110,7 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		logger.Info("lease API off (--" + flagLeaseAPIListen + " 0)")
 		return nil, nil
 	}
-	backend, _, err := s.leaseStore.open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))))
+	backend, _, err := s.leaseStore.open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))), reg)
 	if err != nil {
 		return nil, err
 	}

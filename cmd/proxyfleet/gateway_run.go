@@ -102,7 +102,7 @@ func (r *gatewayRun) openPool() (func(), error) {
 		}
 		return func() {}, nil
 	}
-	store, closeStore, err := cfg.leaseStore.open(cfg.store, r.log)
+	store, closeStore, err := cfg.leaseStore.open(cfg.store, r.log, r.reg)
 	if err != nil {
 		return nil, err
 	}

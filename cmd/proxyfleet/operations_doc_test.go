@@ -63,6 +63,7 @@ func gatewayMetrics() *prometheus.Registry {
 	m.BytesRelayed("up", 1)
 	m.ObserveProbe("a", time.Millisecond, false)
 	m.LeaseRequest("granted")
+	metrics.NewLeaseStoreCalls(reg).Observe("acquire", time.Millisecond, nil)
 	return reg
 }
 
@@ -86,6 +87,7 @@ func poolAPIGatewayMetrics() *prometheus.Registry {
 func controllerMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	metrics.NewLeaseRequests(reg).LeaseRequest("granted")
+	metrics.NewLeaseStoreCalls(reg).Observe("acquire", time.Millisecond, nil)
 	metrics.NewHealthChecks(reg).ObserveProbe("ns/px", time.Millisecond, false)
 	metrics.NewProviderRequests(reg).ProviderRequest("in-cluster", "create", "ok")
 	reg.MustRegister(metrics.NewPoolCollector(onePool{}), metrics.NewSiteCooldownCollector(onePool{}, 0),

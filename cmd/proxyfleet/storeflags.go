@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/proxyfleet/proxyfleet/internal/redact"
+	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
@@ -57,7 +60,7 @@ var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr,
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
 var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember,
-	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix}
+	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile}
 
 // poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags
@@ -106,11 +109,17 @@ const (
 	flagLeaseStore             = "lease-store"
 	flagLeaseStorePasswordFile = "lease-store-password-file"
 	flagLeaseStorePrefix       = "lease-store-prefix"
+	flagLeaseStoreCAFile       = "lease-store-ca-file"
+	flagLeaseStoreCertFile     = "lease-store-cert-file"
+	flagLeaseStoreKeyFile      = "lease-store-key-file"
 
 	leaseStoreUsage = "`URL` of the lease store: memory (this process only), redis://[user:password@]host:port[/db], rediss://... (TLS), " +
 		"redis+sentinel://host:port[,host:port...]/master[/db] or redis+cluster://host:port[,host:port...]; a shared Redis keeps leases and cooldowns across restarts and replicas"
 	leaseStorePasswordUsage = "`FILE` holding the Redis password for --lease-store (instead of one in the URL)"
 	leaseStorePrefixUsage   = "`PREFIX` of the lease store's Redis keys (several fleets, one Redis); also the Redis Cluster hash tag"
+	leaseStoreCAUsage       = "PEM `FILE` of the CAs that sign the Redis server's certificate (rediss:// URLs; default: the system roots)"
+	leaseStoreCertUsage     = "PEM `FILE` of a client certificate presented to Redis (rediss://, with --lease-store-key-file)"
+	leaseStoreKeyUsage      = "PEM `FILE` of the key of --lease-store-cert-file"
 )
 
 // leaseStoreConfig is the parsed --lease-store: url "" is the in-memory store.
@@ -118,18 +127,21 @@ type leaseStoreConfig struct {
 	url      string
 	password string
 	prefix   string
+	// caFile, certFile, keyFile are the TLS files (rediss:// only).
+	caFile, certFile, keyFile string
 }
 
-// leaseStoreFrom reads --lease-store, --lease-store-password-file and
-// --lease-store-prefix. A malformed URL is an error naming the flag, with
-// the password masked.
+// leaseStoreFrom reads --lease-store, --lease-store-password-file,
+// --lease-store-prefix and the TLS files. A malformed URL is an error naming
+// the flag, with the password masked; a TLS file with a plaintext URL is an
+// error, never a silent plaintext connection.
 func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 	var l leaseStoreConfig
 	raw := strings.TrimSpace(c.String(flagLeaseStore))
 	l.prefix = strings.TrimSpace(c.String(flagLeaseStorePrefix))
 	pwFile := c.Path(flagLeaseStorePasswordFile)
 	if raw == "" || raw == "memory" {
-		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix} {
+		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile} {
 			if c.IsSet(name) {
 				return l, fmt.Errorf("--%s needs a Redis --%s (the in-memory store has no password or prefix)", name, flagLeaseStore)
 			}
@@ -151,16 +163,32 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 			return l, fmt.Errorf("--%s %s: want exactly one line holding the password", flagLeaseStorePasswordFile, pwFile)
 		}
 	}
+	l.caFile, l.certFile, l.keyFile = c.Path(flagLeaseStoreCAFile), c.Path(flagLeaseStoreCertFile), c.Path(flagLeaseStoreKeyFile)
+	if l.caFile != "" || l.certFile != "" || l.keyFile != "" {
+		if !strings.HasPrefix(raw, "rediss") {
+			name := flagLeaseStoreCAFile
+			if l.caFile == "" {
+				name = flagLeaseStoreCertFile
+			}
+			return l, fmt.Errorf("--%s needs a TLS --%s (rediss://, rediss+sentinel:// or rediss+cluster://), not %s: the connection would be plaintext",
+				name, flagLeaseStore, redact.URL(raw))
+		}
+		if (l.certFile == "") != (l.keyFile == "") {
+			return l, fmt.Errorf("--%s and --%s go together (a client certificate and its key)", flagLeaseStoreCertFile, flagLeaseStoreKeyFile)
+		}
+	}
 	l.url = raw
 	return l, nil
 }
 
-// open makes the configured store; close releases its connections.
-func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger) (pool.LeaseStore, func(), error) {
+// open makes the configured store; close releases its connections. A
+// Redis store's round trips are timed in reg
+// (proxyfleet_lease_store_call_duration_seconds).
+func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger, reg prometheus.Registerer) (pool.LeaseStore, func(), error) {
 	if l.url == "" {
 		return pool.NewStore(o), func() {}, nil
 	}
-	return openRedisStore(l, o, log)
+	return openRedisStore(l, o, log, metrics.NewLeaseStoreCalls(reg).Observe)
 }
 
 // poolClientFrom builds the lease API client of a --pool-api gateway from

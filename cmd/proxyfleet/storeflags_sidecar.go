@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -20,6 +21,6 @@ var errNoRedisInSidecar = errors.New("this build (proxyfleet-sidecar) has no Red
 func checkRedisURL(string) error { return errNoRedisInSidecar }
 
 // openRedisStore is never reached (checkRedisURL refused the flag first).
-func openRedisStore(leaseStoreConfig, pool.StoreOptions, *slog.Logger) (pool.LeaseStore, func(), error) {
+func openRedisStore(leaseStoreConfig, pool.StoreOptions, *slog.Logger, func(string, time.Duration, error)) (pool.LeaseStore, func(), error) {
 	return nil, nil, errNoRedisInSidecar
 }

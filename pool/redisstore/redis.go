@@ -143,6 +143,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	setClientLog.Do(func() { redis.SetLogger(clientLog{s.log}) })
 	return s, nil
 }
 

@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -179,7 +181,11 @@ func (s *RedisStore) do(ctx context.Context, op string, fn func(context.Context)
 		backoff = min(2*backoff, 400*time.Millisecond)
 	}
 	if s.topo.observe != nil {
-		s.topo.observe(op, time.Since(start), err)
+		var werr error
+		if err != nil && !errors.Is(err, redis.Nil) {
+			werr = s.wrap(op, err)
+		}
+		s.topo.observe(op, time.Since(start), werr)
 	}
 	return err
 }
@@ -256,3 +262,16 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 	})
 	return cmd
 }
+
+// clientLog routes go-redis' own log lines (a failed dial, a Sentinel that
+// did not answer: many a second during a failover) to the store's logger
+// at debug, instead of raw lines on stderr beside the process's records.
+type clientLog struct{ log *slog.Logger }
+
+func (l clientLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug("lease store: redis client: " + fmt.Sprintf(format, v...))
+}
+
+// setClientLog installs the first store's logger as go-redis' (a process
+// has one store; the setting is global to go-redis).
+var setClientLog sync.Once

@@ -1,0 +1,74 @@
+//go:build !sidecar
+
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// A TLS lease store that the given files cannot reach stops the start with
+// an error naming the flag to fix; one that is merely down is logged,
+// naming --lease-store, and served as 503 until it answers. The password
+// shows in neither.
+func TestOpenRedisStoreNamesTheFlagOfATopologyItCannotUse(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t, "flags-ca")
+	client := ca.Issue(t, "client")
+	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "hunter2",
+		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
+	wrong := testutil.NewCA(t, "wrong-ca")
+	base := leaseStoreConfig{url: r.URL(), prefix: "flags"}
+	observe := func(string, time.Duration, error) {}
+	for _, c := range []struct {
+		name string
+		l    leaseStoreConfig
+		want string
+	}{
+		{"a wrong CA", leaseStoreConfig{caFile: wrong.CertFile, certFile: client.CertFile, keyFile: client.KeyFile}, "--lease-store-ca-file " + wrong.CertFile},
+		{"no CA (system roots)", leaseStoreConfig{certFile: client.CertFile, keyFile: client.KeyFile}, "--lease-store-ca-file (none: the system roots)"},
+		{"no client certificate", leaseStoreConfig{caFile: ca.CertFile}, "--lease-store-cert-file (none)"},
+		{"a CA file that is a key", leaseStoreConfig{caFile: client.KeyFile}, "--lease-store-ca-file " + client.KeyFile},
+	} {
+		l := base
+		l.caFile, l.certFile, l.keyFile = c.l.caFile, c.l.certFile, c.l.keyFile
+		_, _, err := openRedisStore(l, pool.StoreOptions{}, slog.New(slog.DiscardHandler), observe)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want an error naming %q without the password", c.name, err, c.want)
+		}
+	}
+	good := base
+	good.caFile, good.certFile, good.keyFile = ca.CertFile, client.CertFile, client.KeyFile
+	var logs bytes.Buffer
+	s, closeStore, err := openRedisStore(good, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
+	if err != nil {
+		t.Fatalf("the right CA and certificate: %v", err)
+	}
+	defer closeStore()
+	s.SetMembers(nil)
+	if !strings.Contains(logs.String(), "lease store on Redis") || strings.Contains(logs.String(), "hunter2") {
+		t.Errorf("start log %q", logs.String())
+	}
+
+	// Down, not misconfigured: no Sentinel answers.
+	addr, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	down := leaseStoreConfig{url: "redis+sentinel://:hunter2@" + addr + "/leases", prefix: "flags"}
+	_, closeDown, err := openRedisStore(down, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
+	if err != nil {
+		t.Fatalf("an unreachable Sentinel stopped the start: %v", err)
+	}
+	defer closeDown()
+	if out := logs.String(); !strings.Contains(out, "--lease-store") || !strings.Contains(out, "sentinels") || strings.Contains(out, "hunter2") {
+		t.Errorf("unreachable Sentinel logged %q: want the flag and the Sentinels named, no password", out)
+	}
+}
