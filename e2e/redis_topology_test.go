@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+)
+
+// The shared lease store as operators run it: standalone gateways (the
+// real binary, --lease-store pointing at a real topology) sharing one
+// Redis Sentinel or Redis Cluster, a crawl through both while the primary
+// holding the fleet's keys is SIGKILLed. No client request fails; a ban
+// learnt before the kill holds after it, seen by a gateway started after
+// the failover (it has no memory of its own).
+
+// failoverCrawl starts two per-request gateways on store (every request
+// acquires and releases a lease in Redis), bans squids[0] on one site,
+// crawls through both gateways from six clients while kill takes the
+// primary away and waitNew waits for its successor, and then checks what
+// the crawlers saw and that the ban survived.
+func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, prefix string, siteAddr, bannedSiteAddr string, kill func(), waitNew func()) {
+	t.Helper()
+	args := []string{"--lease-store", store, "--lease-store-prefix", prefix}
+	gw := func() *gatewayProc {
+		return startGateway(t, bin, gwConfig{rotation: "per-request", upstreams: squidURLs(squids), args: args})
+	}
+	gws := []*gatewayProc{gw(), gw()}
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: siteAddr})
+	limited := testutil.StartTarget(t, testutil.TargetOptions{Host: bannedSiteAddr})
+	banned := squids[0].OutgoingAddr()
+	limited.SetRule(banned, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
+	c0 := gws[0].client(t, "", nil)
+	testutil.Eventually(t, 60*time.Second, func() error {
+		mustGet(t, c0, limited.URL()+"/ban", nil)
+		if limited.Count(banned) == 0 {
+			return fmt.Errorf("no request through %s yet", banned)
+		}
+		return nil
+	})
+
+	var (
+		sent, failed atomic.Int64
+		firstFail    atomic.Value
+		slowest      atomic.Int64
+		stop         = make(chan struct{})
+		wg           sync.WaitGroup
+	)
+	for i := range 6 {
+		c := gws[i%2].client(t, "", nil)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				r, err := doGet(c, site.URL()+"/crawl", nil)
+				if d := time.Since(start).Milliseconds(); d > slowest.Load() {
+					slowest.Store(d)
+				}
+				sent.Add(1)
+				if err != nil || r.status != http.StatusOK {
+					failed.Add(1)
+					firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
+				}
+			}
+		})
+	}
+	waitSent := func(n int64) {
+		deadline := time.Now().Add(60 * time.Second)
+		for sent.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitSent(100)
+	before := sent.Load()
+	killed := time.Now()
+	kill()
+	waitNew()
+	failover := time.Since(killed)
+	after := sent.Load()
+	waitSent(after + 300)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d requests (%d before the kill, %d during the %s failover), %d failed; slowest %dms",
+		sent.Load(), before, after-before, failover.Round(time.Millisecond), failed.Load(), slowest.Load())
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d requests failed across the failover; first: %v", n, sent.Load(), firstFail.Load())
+	}
+	if sent.Load() < after+300 {
+		t.Fatalf("only %d requests after the failover", sent.Load()-after)
+	}
+
+	fresh := gw()
+	fc := fresh.client(t, "", nil)
+	n := limited.Count(banned)
+	for range 9 {
+		mustGetOK(t, fc, limited.URL()+"/after-failover", nil)
+	}
+	if got := limited.Count(banned); got != n {
+		t.Fatalf("after the failover the banned member carried %d more requests to the site that banned it", got-n)
+	}
+}
+
+func TestGatewaysOnRedisSentinelRideOutAPrimaryKill(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t)
+	squids := startSquids(t, "sentinel", "127.0.0.171", "127.0.0.172", "127.0.0.173")
+	rs := testutil.StartRedisSentinel(t, testutil.SentinelTopology{Password: "e2e-sentinel-pw"})
+	old := rs.Primary(t)
+	failoverCrawl(t, bin, squids, rs.URL(), "e2e-sentinel", "127.0.0.174", "127.0.0.175", func() {
+		if err := old.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}, func() { rs.WaitFailover(t, old, 60*time.Second) })
+}
+
+func TestGatewaysOnRedisClusterRideOutAPrimaryKill(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t)
+	squids := startSquids(t, "cluster", "127.0.0.181", "127.0.0.182", "127.0.0.183")
+	rc := testutil.StartRedisCluster(t, testutil.ClusterTopology{})
+	const prefix = "e2e-cluster"
+	old := rc.PrimaryForKey(t, "{"+prefix+"}:")
+	failoverCrawl(t, bin, squids, rc.URL(), prefix, "127.0.0.184", "127.0.0.185", func() {
+		if err := old.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}, func() { rc.WaitFailover(t, "{"+prefix+"}:", old, 60*time.Second) })
+}
+
+// A gateway on a rediss:// store with a CA and a client certificate serves;
+// one given another CA does not start, and says which flag is wrong, with
+// the password masked.
+func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t)
+	squids := startSquids(t, "tls", "127.0.0.191")
+	ca := testutil.NewCA(t, "e2e-redis-ca")
+	client := ca.Issue(t, "client")
+	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "e2e-tls-pw",
+		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
+	gw := startGateway(t, bin, gwConfig{upstreams: squidURLs(squids), args: []string{"--lease-store", r.URL(),
+		"--lease-store-ca-file", ca.CertFile, "--lease-store-cert-file", client.CertFile, "--lease-store-key-file", client.KeyFile}})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.192"})
+	mustGetOK(t, gw.client(t, "", nil), site.URL()+"/tls", nil)
+	if keys, err := r.Do("KEYS", "{proxyfleet}:members"); err != nil || len(keys.([]any)) != 1 {
+		t.Fatalf("the gateway's members are not in the TLS Redis: %v %v", keys, err)
+	}
+
+	wrong := testutil.NewCA(t, "e2e-wrong-ca")
+	out, err := exec.Command(bin, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--upstream", squids[0].URL(),
+		"--lease-store", r.URL(), "--lease-store-ca-file", wrong.CertFile,
+		"--lease-store-cert-file", client.CertFile, "--lease-store-key-file", client.KeyFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--lease-store-ca-file "+wrong.CertFile) || !strings.Contains(string(out), "not trusted") {
+		t.Fatalf("a gateway given the wrong CA: %v\n%s\nwant a refusal to start naming --lease-store-ca-file", err, out)
+	}
+	if strings.Contains(string(out), "e2e-tls-pw") {
+		t.Fatalf("the refusal shows the password:\n%s", out)
+	}
+}
