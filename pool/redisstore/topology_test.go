@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,4 +210,46 @@ func TestRedisStoreSaysWhatIsWrongWithATopology(t *testing.T) {
 	if !errors.Is(err, pool.ErrStoreUnavailable) || !strings.Contains(err.Error(), "CLUSTERDOWN") {
 		t.Errorf("a slot uncovered: %v, want an unavailable store saying CLUSTERDOWN", err)
 	}
+}
+
+// TestMovingAPrefixToAnotherDeploymentKeepsItsBans runs the copy that
+// docs/operations.md gives for moving a fleet to another Redis (here from a
+// single server to a Cluster): redis-cli --scan for the prefix's keys, then
+// MIGRATE ... COPY REPLACE KEYS into the node serving the prefix's slot. A
+// store on the new deployment sees the ban, its end and the live lease.
+func TestMovingAPrefixToAnotherDeploymentKeepsItsBans(t *testing.T) {
+	t.Parallel()
+	oldRedis := testutil.StartRedis(t, testutil.RedisOptions{Password: "old-pw"})
+	_, rc := topologies(t)
+	const prefix = "moving"
+	old := topoStore(t, oldRedis.URL(), prefix, RedisOptions{})
+	old.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")})
+	l := cAcquire(t, old, pool.AcquireRequest{Proxy: "b", Target: "site.com", TTL: time.Hour})
+	cReport(t, old, l.ID, pool.Report{Result: rotation.ResultBanned, Target: "site.com"})
+	until := memberStatus(t, old, "b").Cooldowns["site.com"]
+
+	target := rc.PrimaryForKey(t, "{"+prefix+"}:")
+	host, port, _ := strings.Cut(target.Addr(), ":")
+	oldHost, oldPort, _ := strings.Cut(oldRedis.Addr(), ":")
+	script := `set -eu
+redis-cli -h "$OLD_HOST" -p "$OLD_PORT" -a "$OLD_PASSWORD" --no-auth-warning --scan --pattern "{$PREFIX}:*" > keys.txt
+xargs -a keys.txt -n 200 redis-cli -h "$OLD_HOST" -p "$OLD_PORT" -a "$OLD_PASSWORD" --no-auth-warning MIGRATE "$NEW_HOST" "$NEW_PORT" "" 0 10000 COPY REPLACE KEYS
+`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cmd.Environ(), "OLD_HOST="+oldHost, "OLD_PORT="+oldPort, "OLD_PASSWORD=old-pw", "PREFIX="+prefix, "NEW_HOST="+host, "NEW_PORT="+port)
+	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "ERR") {
+		t.Fatalf("the copy: %v\n%s", err, out)
+	}
+	moved := topoStore(t, rc.URL(), prefix, RedisOptions{})
+	b := memberStatus(t, moved, "b")
+	if !b.Cooldowns["site.com"].Equal(until) || b.ActiveLeases != 1 {
+		t.Fatalf("on the new deployment b = %+v, want the ban until %v and its lease", b, until)
+	}
+	for range 4 {
+		if got := cAcquire(t, moved, pool.AcquireRequest{Target: "site.com"}); got.Member.Name == "b" {
+			t.Fatal("the new deployment leased b for site.com, which banned it")
+		}
+	}
+	cRelease(t, moved, l.ID)
 }
