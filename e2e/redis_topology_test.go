@@ -1,16 +1,24 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // The shared lease store as operators run it: standalone gateways (the
@@ -165,5 +173,109 @@ func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
 	}
 	if strings.Contains(string(out), "e2e-tls-pw") {
 		t.Fatalf("the refusal shows the password:\n%s", out)
+	}
+}
+
+// TestControllerReplicasOnRedisSentinel runs two real controller replicas
+// on a real Sentinel topology behind one --pool-api gateway whose
+// last-known pool is off (--pool-outage-grace 0), so any lease API answer
+// of 503 store_unavailable would reach a crawler. The primary is SIGKILLed
+// mid-crawl: the replicas' store waits out the failover and no request
+// fails.
+func TestControllerReplicasOnRedisSentinel(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	rs := testutil.StartRedisSentinel(t, testutil.SentinelTopology{})
+	squids := startSquids(t, "ctl-sentinel", "127.0.0.176", "127.0.0.177", "127.0.0.178")
+	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
+	const apiToken = "e2e-sentinel-token"
+	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
+	writeFile(t, tokenFile, apiToken+"\n")
+	var ctls []*controllerProc
+	for range 2 {
+		ctls = append(ctls, startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--health-tick", "100ms",
+			"--lease-store", rs.URL(), "--lease-store-prefix", "e2e-ctl", "--leader-elect", "--leader-election-namespace", ns))
+	}
+	var names []string
+	for i, sq := range squids {
+		px := &v1alpha1.Proxy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("squid-%d", i)},
+			Spec: v1alpha1.ProxySpec{
+				Mode:        v1alpha1.ModeExternal,
+				Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(sq.Port())},
+				HealthCheck: v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1},
+			},
+		}
+		if err := env.Client.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, ns+"/"+px.Name)
+	}
+	var urls []string
+	for _, ctl := range ctls {
+		api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() (bool, string) {
+			got, err := fleetHealthy(ctx, api)
+			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+		})
+		urls = append(urls, "http://"+ctl.leaseAPIAddr)
+	}
+	gw := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, strings.Join(urls, ","), apiToken, "--pool-outage-grace", "0")})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.179"})
+
+	var (
+		sent, failed atomic.Int64
+		firstFail    atomic.Value
+		stop         = make(chan struct{})
+		wg           sync.WaitGroup
+	)
+	for range 4 {
+		c := gw.client(t, "", nil)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := doGet(c, site.URL()+"/crawl", nil)
+				sent.Add(1)
+				if err != nil || r.status != http.StatusOK {
+					failed.Add(1)
+					firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
+				}
+			}
+		})
+	}
+	waitSent := func(n int64) {
+		deadline := time.Now().Add(60 * time.Second)
+		for sent.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitSent(100)
+	old := rs.Primary(t)
+	before, killed := sent.Load(), time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	rs.WaitFailover(t, old, 60*time.Second)
+	failover := time.Since(killed)
+	after := sent.Load()
+	waitSent(after + 300)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d requests (%d before the kill, %d during the %s failover), %d failed",
+		sent.Load(), before, after-before, failover.Round(time.Millisecond), failed.Load())
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d requests failed across the failover; first: %v", n, sent.Load(), firstFail.Load())
+	}
+	if sent.Load() < after+300 {
+		t.Fatalf("only %d requests after the failover", sent.Load()-after)
 	}
 }
