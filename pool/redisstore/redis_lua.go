@@ -35,9 +35,11 @@ package redisstore
 //	B.."i:"..key   STRING idempotency key of an acquire -> lease id
 //	B.."seq", B.."gen"   counters
 //
-// Every key carries a TTL: the pool-wide keys and member hashes are
-// refreshed by each write (members are re-asserted periodically by every
-// store that owns a member list), the others end with what they describe.
+// Every key carries a TTL: a pool-wide key gets one when it is created
+// (born, the first INCR), and they are refreshed by every member write
+// (each store that owns a member list re-asserts it every minute) and by
+// acquires at most once a minute; member hashes by the member write; the
+// others end with what they describe.
 const redisLuaPrelude = `
 local B = KEYS[1]
 local t = redis.call('TIME')
@@ -77,6 +79,13 @@ local function cooling(name, target)
   return false
 end
 
+-- born gives a pool-wide sorted set an add may just have created (it was
+-- empty, so Redis had deleted it) its TTL at once, so no key ever lives
+-- without one until the next refresh.
+local function born(k)
+  if redis.call('ZCARD', k) == 1 then redis.call('PEXPIRE', k, LIFE) end
+end
+
 -- place puts a member where its state says: in sel when it can be chosen
 -- for some target, in rest while it cools down for every target, nowhere
 -- when unhealthy or not a member. An indexed member is left alone.
@@ -88,9 +97,11 @@ local function place(name)
   local u = cool(name, '')
   if u and now < u then
     redis.call('ZADD', REST, u, name)
+    born(REST)
     return
   end
   redis.call('ZADD', SEL, tonumber(m[3]), m[2])
+  born(SEL)
 end
 
 -- countdown takes one lease off its member's active count, unless the
@@ -119,7 +130,12 @@ local function advance()
   end
 end
 
-local function touch()
+-- touch refreshes the pool-wide keys' TTLs: always when force (the member
+-- write every owner repeats each minute), else at most once a minute, as
+-- the members set's TTL tells. A refresh is six writes that every replica
+-- and the AOF receive; once a minute is plenty for keys that live a day.
+local function touch(force)
+  if not force and redis.call('PTTL', MEMBERS) > LIFE - 60000 then return end
   for _, k in ipairs({MEMBERS, SEL, REST, EXP, B .. 'seq', B .. 'gen'}) do
     redis.call('PEXPIRE', k, LIFE)
   end
@@ -141,7 +157,10 @@ local function sethealth(name, h, lat)
   local ent = m[4]
   if lat ~= tonumber(m[2]) then
     local ne = entry(tonumber(m[3]), lat, name)
-    if redis.call('ZREM', SEL, ent) == 1 then redis.call('ZADD', SEL, tonumber(m[5]), ne) end
+    if redis.call('ZREM', SEL, ent) == 1 then
+      redis.call('ZADD', SEL, tonumber(m[5]), ne)
+      born(SEL)
+    end
     redis.call('HSET', k, 'lat', lat, 'ent', ne)
     ent = ne
   end
@@ -249,18 +268,25 @@ end
 local k = mkey(chosen)
 local m = redis.call('HMGET', k, 'ent', 'lat', 'act', 'def', 'gen')
 local seq = redis.call('INCR', B .. 'seq')
+if seq == 1 then redis.call('PEXPIRE', B .. 'seq', LIFE) end
 local act = tonumber(m[3]) + 1
 local ent = entry(seq, tonumber(m[2]), chosen)
 local indexed = redis.call('ZREM', SEL, m[1]) == 1
 redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
-if indexed then redis.call('ZADD', SEL, act, ent) else place(chosen) end
+if indexed then
+  redis.call('ZADD', SEL, act, ent)
+  born(SEL)
+else
+  place(chosen)
+end
 local exp = now + ttl
 local lk = lkey(id)
 redis.call('HSET', lk, 'm', chosen, 'g', m[5], 'def', m[4], 't', target, 'ttl', ttl, 'exp', exp, 'end', exp, 'rel', 0)
 redis.call('PEXPIREAT', lk, exp + COOLMAX)
 redis.call('ZADD', EXP, exp, id)
+born(EXP)
 if idem ~= '' then redis.call('SET', B .. 'i:' .. idem, id, 'PX', ttl) end
-touch()
+touch(false)
 return {'ok', id, chosen, m[4], target, ttl, exp}
 `
 
@@ -371,7 +397,7 @@ for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
     redis.call('SREM', MEMBERS, n)
   end
 end
-touch()
+touch(true)
 return #list
 `
 

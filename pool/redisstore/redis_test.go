@@ -137,3 +137,41 @@ func TestParseRedisURL(t *testing.T) {
 		t.Error("a prefix with braces was accepted")
 	}
 }
+
+// TestRedisStoreEveryKeyHasATTL: acquires refresh the pool-wide keys' TTLs
+// at most once a minute, so a key created in between (a sorted set that
+// emptied and came back, the first sequence number) must get its TTL when
+// it is born.
+func TestRedisStoreEveryKeyHasATTL(t *testing.T) {
+	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
+	s := newRedisTestStore(t, r, o, "a")
+	check := func(when string) {
+		t.Helper()
+		v, err := r.Do("KEYS", "*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range v.([]any) {
+			ttl, err := r.Do("PTTL", k.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl.(int64) <= 0 {
+				t.Errorf("%s: key %s has PTTL %d", when, k, ttl)
+			}
+		}
+	}
+	l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+	check("after the first acquire")
+	cRelease(t, s, l.ID) // exp empties: Redis deletes it
+	l = cAcquire(t, s, pool.AcquireRequest{Target: "site.com"})
+	check("after exp came back")
+	// The only member rests for every target: sel empties, rest is born.
+	cReport(t, s, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
+	check("after rest was born")
+	cRelease(t, s, l.ID)
+	s.SetHealth("a", false, 0)
+	s.SetHealth("a", true, time.Millisecond)
+	check("after sel came back")
+}
