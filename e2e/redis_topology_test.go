@@ -183,6 +183,7 @@ func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
 // mid-crawl: the replicas' store waits out the failover and no request
 // fails.
 func TestControllerReplicasOnRedisSentinel(t *testing.T) {
+	t.Parallel()
 	bin := testutil.BuildBinary(t)
 	env := testenv.Start(t)
 	ns := env.Namespace(t)

@@ -25,7 +25,7 @@ type LeaseStoreCalls struct {
 func NewLeaseStoreCalls(reg prometheus.Registerer) *LeaseStoreCalls {
 	l := &LeaseStoreCalls{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Subsystem: "lease_store", Name: "call_duration_seconds",
-		Help: "Round trips to the shared lease store (Redis) by operation (acquire, release, report, members, set_members, set_health, ping) and result (ok; unavailable: no answer, a failover, LOADING; error: a refusal or a bug), retries while it fails over included; the _count by result is the error rate.",
+		Help:    "Round trips to the shared lease store (Redis) by operation (acquire, release, report, members, set_members, set_health, ping) and result (ok; unavailable: no answer, a failover, LOADING; error: a refusal or a bug), retries while it fails over included; the _count by result is the error rate.",
 		Buckets: storeBuckets,
 	}, []string{"op", "result"})}
 	reg.MustRegister(l.vec)
