@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -284,7 +285,8 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured, bin string
 func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
 	manifest, err := render(t, map[string]any{
 		"controller": map[string]any{"replicas": 3},
-		"leaseStore": map[string]any{"url": "redis+sentinel://s1:26379,s2:26379/leases", "passwordSecret": "redis-password", "prefix": "eu"},
+		"leaseStore": map[string]any{"url": "rediss+sentinel://s1:26379,s2:26379/leases", "passwordSecret": "redis-password", "prefix": "eu",
+			"tlsSecret": "redis-tls", "tlsClientCert": true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -296,11 +298,17 @@ func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
 	}
 	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-	for _, want := range []string{"--lease-store=redis+sentinel://s1:26379,s2:26379/leases", "--lease-store-prefix=eu",
-		"--lease-store-password-file=/etc/proxyfleet/lease-store/password"} {
+	for _, want := range []string{"--lease-store=rediss+sentinel://s1:26379,s2:26379/leases", "--lease-store-prefix=eu",
+		"--lease-store-password-file=/etc/proxyfleet/lease-store/password",
+		"--lease-store-ca-file=/etc/proxyfleet/lease-store-tls/ca.crt", "--lease-store-cert-file=/etc/proxyfleet/lease-store-tls/tls.crt",
+		"--lease-store-key-file=/etc/proxyfleet/lease-store-tls/tls.key"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("controller args %q lack %s", args, want)
 		}
+	}
+	vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+	if !strings.Contains(strings.ReplaceAll(fmt.Sprint(vols), " ", ""), "secretName:redis-tls") {
+		t.Errorf("no volume of the Secret redis-tls in %v", vols)
 	}
 	pdb := find(objs, "PodDisruptionBudget", releaseName)
 	if pdb == nil {
