@@ -314,7 +314,10 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 			argv = append(argv, k, req.Selector[k])
 		}
 	}
-	res, err := s.run(ctx, "acquire", redisScripts.acquire, argv...).Slice()
+	// On Sentinel and Cluster the lease waits for a replica (WAIT) too: a
+	// lease the new primary did not know after a failover would refuse the
+	// ban its holder reports on it.
+	res, err := s.runAcked(ctx, "acquire", true, redisScripts.acquire, argv...).Slice()
 	if err != nil {
 		return pool.Lease{}, s.wrap("acquire", err)
 	}

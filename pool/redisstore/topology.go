@@ -26,12 +26,17 @@ import (
 // the shorter wins.
 const DefaultFailoverWait = 10 * time.Second
 
-// replicaAckTimeout bounds the WAIT after a ban or a cooldown; noAckPause is
+// replicaAckTimeout bounds the WAIT after an acquire or a cooldown; noAckPause is
 // how long the store stops waiting after no replica acknowledged one in
 // time (a replica down must not add the timeout to every ban).
 const (
 	replicaAckTimeout = 100 * time.Millisecond
 	noAckPause        = 10 * time.Second
+	// ackSlack is how much longer than its timeout a WAIT may take before
+	// the client stops waiting for its answer: on a loaded machine Redis
+	// answered WAIT 1 100 after up to 660ms, and a primary promoted a moment
+	// ago has been seen to hold a WAIT for over a second.
+	ackSlack = 400 * time.Millisecond
 )
 
 // ErrTLS is a TLS handshake with the lease store that failed: the server's
@@ -227,16 +232,18 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 			return cmd.Err()
 		}
 		var wait *redis.Cmd
+		wctx, cancel := context.WithTimeout(ctx, replicaAckTimeout+ackSlack)
+		defer cancel()
 		for range 2 {
-			_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-				cmd = sc.EvalSha(ctx, p, s.keys, argv...)
-				wait = p.Do(ctx, "wait", 1, replicaAckTimeout.Milliseconds())
+			_, _ = node.Pipelined(wctx, func(p redis.Pipeliner) error {
+				cmd = sc.EvalSha(wctx, p, s.keys, argv...)
+				wait = p.Do(wctx, "wait", 1, replicaAckTimeout.Milliseconds())
 				return nil
 			})
 			if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 				break
 			}
-			if err := sc.Load(ctx, node).Err(); err != nil {
+			if err := sc.Load(wctx, node).Err(); err != nil {
 				return err
 			}
 		}
@@ -250,12 +257,12 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 			return err
 		}
 		n, err := wait.Int64()
-		if err != nil && s.retryable(op, err) {
+		if err != nil && wctx.Err() == nil && s.retryable(op, err) {
 			return err // the primary went before a replica had it: again
 		}
 		if err != nil || n < 1 {
 			s.topo.noAckUntil.Store(time.Now().Add(noAckPause).UnixMilli())
-			s.log.Warn("lease store: no replica acknowledged a ban or cooldown in time; it holds on the primary, and a failover now could lose it; not waiting for replicas for a while",
+			s.log.Warn("lease store: no replica acknowledged a lease or a cooldown in time; it holds on the primary, and a failover now could lose it; not waiting for replicas for a while",
 				"timeout", replicaAckTimeout, "pause", noAckPause, "error", err)
 		}
 		return nil

@@ -78,10 +78,12 @@ func failoverUnderLoad(t *testing.T, s *RedisStore, kill func(), waitNew func())
 	kill()
 	waitNew()
 	took := time.Since(start)
+	during := cycles.Load() - before
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
-	t.Logf("%d cycles (%d before the kill), %d failed; the new primary answered %s after the kill", cycles.Load(), before, failed.Load(), took.Round(time.Millisecond))
+	t.Logf("%d cycles (%d before the kill, %d during the failover, %d in the second after it), %d failed; the new primary answered %s after the kill",
+		cycles.Load(), before, during, cycles.Load()-before-during, failed.Load(), took.Round(time.Millisecond))
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d cycles failed across the failover; first: %v", n, cycles.Load(), first.Load())
 	}
