@@ -27,8 +27,11 @@ type Provider interface {
 	// Create starts the instance named req.Name. It MUST be idempotent by name:
 	// when an instance of that name already exists and belongs to req.OwnerUID,
 	// Create returns it with a nil error instead of failing (a retried Create
-	// after a crash or timeout is normal). It returns as soon as the backend has
-	// accepted the request; readiness is discovered by polling Get.
+	// after a crash or timeout is normal), and it reuses or removes whatever
+	// else an earlier, cut-off attempt left under that name. It returns as
+	// soon as the backend has accepted the request; readiness is discovered
+	// by polling Get. It either finishes or undoes what it made before it
+	// returns an error: the reconciler records nothing of a failed Create.
 	Create(ctx context.Context, req CreateRequest) (Instance, error)
 	// Get observes the instance. It returns an error wrapping ErrNotFound when
 	// the instance is gone, which the reconciler answers by creating it again.
@@ -42,6 +45,38 @@ type Provider interface {
 	// ones whose Proxy no longer exists. It MUST fail as a whole rather than
 	// return a partial list that hides instances it could not see.
 	ListByTag(ctx context.Context) ([]Instance, error)
+}
+
+// IDDeriver is implemented by providers that can tell, without a backend
+// call, which providerID Create would give the instance of a request. The
+// reconciler uses it to delete what a Create may have left when its Proxy
+// never recorded a providerID (the process died after the backend accepted
+// the request, or its answer was lost), instead of releasing the Proxy and
+// leaving the rest to the orphan GC's grace period.
+type IDDeriver interface {
+	// ProviderIDFor returns the providerID Create(req) would return. It
+	// reads only req.Name and req.Placement and makes no call. An error
+	// wrapping ErrPermanent means no Create of req can have made anything
+	// (a placement that names no configured zone or host).
+	ProviderIDFor(req CreateRequest) (string, error)
+}
+
+// ProviderIDFor asks p, or the provider a decorator wraps, for the
+// providerID Create(req) would return; ok is false when no layer is an
+// IDDeriver.
+func ProviderIDFor(p Provider, req CreateRequest) (id string, ok bool, err error) {
+	for p != nil {
+		if d, isDeriver := p.(IDDeriver); isDeriver {
+			id, err = d.ProviderIDFor(req)
+			return id, true, err
+		}
+		u, isWrapper := p.(Unwrapper)
+		if !isWrapper {
+			return "", false, nil
+		}
+		p = u.Unwrap()
+	}
+	return "", false, nil
 }
 
 // Checker is implemented by providers that can tell whether their backend is
@@ -184,4 +219,20 @@ type Instance struct {
 	// CreatedAt is when the backend created the instance; the GC leaves young
 	// instances alone because their Proxy may not have recorded them yet.
 	CreatedAt time.Time
+	// Parts names the kinds of backend object ListByTag found for the
+	// instance (kvm: PartDomain, PartOverlay, PartSeed, PartMark; gcp:
+	// PartVM; kubernetes: PartPod), so the orphan GC counts what it removes
+	// per kind. An instance half made by a cut-off Create may lack its main
+	// part (volumes without a domain). Create and Get leave it empty.
+	Parts []string
 }
+
+// Part kinds of Instance.Parts, the orphan GC's metric label.
+const (
+	PartPod     = "pod"
+	PartVM      = "vm"
+	PartDomain  = "domain"
+	PartOverlay = "overlay"
+	PartSeed    = "seed"
+	PartMark    = "mark"
+)

@@ -30,6 +30,7 @@ type ComputeServer struct {
 	instances map[string]map[string]any // "zone/name" → instance JSON
 	failures  map[string][]ComputeError // op → queued failures
 	failPages map[string]ComputeError   // list page token → failure
+	opFails   []OperationFailure        // insert operations to end in error
 	calls     []string                  // "METHOD path?query", in order
 	pageSize  int
 	// warnings are extra scopes in every aggregated list: "zones/x" → code.
@@ -67,6 +68,27 @@ func (s *ComputeServer) Fail(op string, errs ...ComputeError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures[op] = append(s.failures[op], errs...)
+}
+
+// OperationFailure is an insert Compute Engine accepts (200) and answers
+// with an operation that has already ended in error, as it answers a request
+// it could not carry out (a zone out of capacity, a quota, a missing image).
+type OperationFailure struct {
+	// HTTPStatus is the operation's httpErrorStatusCode (503, 403, 400).
+	HTTPStatus int
+	// Code and Message are the operation's error item.
+	Code, Message string
+	// Leave keeps the instance the failed insert began, TERMINATED, as a
+	// failure after its disk exists may; otherwise nothing is stored.
+	Leave bool
+}
+
+// FailInsertOperations queues failures the next inserts answer with, one
+// insert each.
+func (s *ComputeServer) FailInsertOperations(fs ...OperationFailure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opFails = append(s.opFails, fs...)
 }
 
 // FailPage makes the aggregated-list page with pageToken token fail with e,
@@ -285,7 +307,20 @@ func (s *ComputeServer) insert(w http.ResponseWriter, r *http.Request, zone stri
 	inst["selfLink"] = s.zoneURL(zone) + "/instances/" + name
 	inst["creationTimestamp"] = time.Now().UTC().Format("2006-01-02T15:04:05.000-07:00")
 	s.instances[key] = inst
-	writeJSON(w, http.StatusOK, s.operation("insert", zone, name))
+	op := s.operation("insert", zone, name)
+	if len(s.opFails) > 0 {
+		f := s.opFails[0]
+		s.opFails = s.opFails[1:]
+		if f.Leave {
+			inst["status"] = "TERMINATED"
+		} else {
+			delete(s.instances, key)
+		}
+		op["status"], op["progress"] = "DONE", 100
+		op["httpErrorStatusCode"], op["httpErrorMessage"] = f.HTTPStatus, http.StatusText(f.HTTPStatus)
+		op["error"] = map[string]any{"errors": []any{map[string]any{"code": f.Code, "message": f.Message}}}
+	}
+	writeJSON(w, http.StatusOK, op)
 }
 
 // operation is a zonal Operation resource as insert and delete return it.

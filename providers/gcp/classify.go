@@ -15,7 +15,7 @@ import (
 // quotaReasons are the googleapi error reasons (and, for the zone capacity
 // case, the code Compute Engine puts in the message) that mean "full for
 // now": the reconciler waits and retries instead of failing the Proxy.
-var quotaReasons = []string{"quotaExceeded", "rateLimitExceeded", "userRateLimitExceeded", "ZONE_RESOURCE_POOL_EXHAUSTED"}
+var quotaReasons = []string{"quotaExceeded", "rateLimitExceeded", "userRateLimitExceeded", "ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED"}
 
 // classify wraps a Compute API error with its taxonomy class:
 //

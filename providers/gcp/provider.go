@@ -25,6 +25,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 
@@ -110,17 +111,25 @@ func (p *Provider) BootstrapRequiresAuth() bool { return true }
 // operation. An insert answered 409 alreadyExists is an earlier attempt of
 // this very Create (names derive from the Proxy UID): the VM is read back and
 // returned when it carries req.OwnerUID, and refused as ErrPermanent when it
-// belongs to someone else.
+// belongs to someone else. An insert whose operation comes back already
+// ended in error (a stockout, a quota, an image that does not exist) is
+// undone before the error is returned: whatever the failed insert left
+// under the name is deleted, so a failed Create leaves no VM. A failure the
+// operation reports later is seen by Get (the VM is missing or stopped) and
+// answered by the reconciler as any lost instance.
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	ins, zone, err := buildInstance(p.cfg, req)
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	_, err = p.client.Insert(ctx, &computepb.InsertInstanceRequest{
+	op, err := p.client.Insert(ctx, &computepb.InsertInstanceRequest{
 		Project: p.cfg.Project, Zone: zone, InstanceResource: ins,
 	}, p.noRetry)
 	id := formatProviderID(zone, req.Name)
 	if err == nil {
+		if opErr := operationError(op.Proto()); opErr != nil {
+			return providers.Instance{}, p.undo(ctx, id, classify("inserting instance "+id, opErr))
+		}
 		return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID}, nil
 	}
 	if !isAlreadyExists(err) {
@@ -141,6 +150,50 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		return providers.Instance{}, fmt.Errorf("%w: instance %s belongs to proxy UID %q, not %q", providers.ErrPermanent, id, labels[LabelOwnerUID], req.OwnerUID)
 	}
 	return p.instanceOf(existing, zone), nil
+}
+
+// undo deletes what a failed insert may have left under id and returns
+// cause, with the delete's own failure added to the message when there is
+// one (cause's class stays the verdict; deleting the Proxy or the orphan
+// GC finishes it). It runs on a context of its own so a Create its caller
+// gave up on still cleans up.
+func (p *Provider) undo(ctx context.Context, id string, cause error) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoBudget)
+	defer cancel()
+	if err := p.Delete(uctx, id); err != nil {
+		return fmt.Errorf("%w (deleting what the failed insert left failed too: %v)", cause, err)
+	}
+	return cause
+}
+
+// undoBudget bounds the delete a failed Create makes behind itself.
+const undoBudget = 30 * time.Second
+
+// operationError is the error an operation ended in, as the googleapi
+// error classify reads (the operation's HTTP status and its error codes as
+// reasons), or nil while it runs or when it succeeded.
+func operationError(op *computepb.Operation) error {
+	if op.GetStatus() != computepb.Operation_DONE || op.GetError() == nil || len(op.GetError().GetErrors()) == 0 {
+		return nil
+	}
+	ge := &googleapi.Error{Code: int(op.GetHttpErrorStatusCode())}
+	var msgs []string
+	for _, e := range op.GetError().GetErrors() {
+		ge.Errors = append(ge.Errors, googleapi.ErrorItem{Reason: e.GetCode(), Message: e.GetMessage()})
+		msgs = append(msgs, e.GetCode()+": "+e.GetMessage())
+	}
+	ge.Message = "the insert operation ended in error: " + strings.Join(msgs, "; ")
+	return ge
+}
+
+// ProviderIDFor is the providerID Create(req) would return: the zone its
+// placement resolves to and the name.
+func (p *Provider) ProviderIDFor(req providers.CreateRequest) (string, error) {
+	zone := firstNonEmpty(req.Placement.Zone, p.cfg.Defaults.Zone)
+	if !zonePattern.MatchString(zone) || !namePattern.MatchString(req.Name) {
+		return "", fmt.Errorf("%w: zone %q and instance name %q name no instance", providers.ErrPermanent, zone, req.Name)
+	}
+	return formatProviderID(zone, req.Name), nil
 }
 
 // Get observes the VM providerID names. A missing VM, or one not managed by
@@ -218,7 +271,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) 
 			if zu := ins.GetZone(); zu != "" {
 				z = lastSegment(zu)
 			}
-			out = append(out, p.instanceOf(ins, z))
+			inst := p.instanceOf(ins, z)
+			inst.Parts = []string{providers.PartVM}
+			out = append(out, inst)
 		}
 	}
 }

@@ -488,3 +488,41 @@ func TestParseProviderIDRoundTrips(t *testing.T) {
 		t.Fatalf("parseProviderID(%q) = %q, %q, %v", id, zone, name, err)
 	}
 }
+
+func TestCreateUndoesAnInsertWhoseOperationEndedInError(t *testing.T) {
+	tests := []struct {
+		name    string
+		failure testutil.OperationFailure
+		class   error
+	}{
+		{"a zone out of capacity waits as quota, and what the insert began is deleted",
+			testutil.OperationFailure{HTTPStatus: 503, Code: "ZONE_RESOURCE_POOL_EXHAUSTED", Message: "The zone does not have enough resources", Leave: true},
+			providers.ErrQuotaExceeded},
+		{"a missing image is permanent and leaves nothing",
+			testutil.OperationFailure{HTTPStatus: 400, Code: "RESOURCE_NOT_FOUND", Message: "The resource 'projects/x/global/images/y' was not found"},
+			providers.ErrPermanent},
+		{"an internal error is transient",
+			testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+			providers.ErrTransient},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, srv := newTestProvider(t, nil)
+			srv.FailInsertOperations(tt.failure)
+			_, err := p.Create(ctx(t), testRequest())
+			if got := providers.Class(err); got != tt.class {
+				t.Fatalf("Class(%v) = %v, want %v", err, got, tt.class)
+			}
+			if !strings.Contains(err.Error(), tt.failure.Code) {
+				t.Fatalf("err = %v, want the operation's code", err)
+			}
+			if left := srv.Instances(); len(left) != 0 {
+				t.Fatalf("instances after the failed Create = %v, want none", left)
+			}
+			id, err := p.ProviderIDFor(testRequest())
+			if err != nil || id != "zones/"+testZone+"/instances/"+testRequest().Name {
+				t.Fatalf("ProviderIDFor = %q, %v", id, err)
+			}
+		})
+	}
+}

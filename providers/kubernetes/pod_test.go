@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +173,7 @@ func TestInstanceOf(t *testing.T) {
 	}
 	want := providers.Instance{ProviderID: "kubernetes://egress/proxy-abc", Name: "proxy-abc", State: providers.StateRunning,
 		IP: "10.1.2.3", OwnerUID: "uid-1", CreatedAt: created.Time}
-	if got := instanceOf(pod); got != want {
+	if got := instanceOf(pod); !reflect.DeepEqual(got, want) {
 		t.Fatalf("instanceOf = %+v, want %+v", got, want)
 	}
 }

@@ -84,6 +84,10 @@ func New(c client.Client, cfg Config) (*Provider, error) {
 // ErrTransient (the replacement must wait for it); one owned by another UID
 // or not managed by proxyfleet is ErrPermanent, never adopted.
 // req.CloudInit is ignored: the Pod's configuration is the generated squid.conf.
+// The Pod is the only thing it makes, in one call, so a failed Create has
+// made nothing to undo, except when the answer was lost after the API
+// server stored the Pod: the retried Create adopts it, and deleting the
+// Proxy deletes it by the name ProviderIDFor derives.
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	pod, err := buildPod(p.cfg, req)
 	if err != nil {
@@ -120,6 +124,15 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		return providers.Instance{}, fmt.Errorf("%w: pod %s/%s is still terminating", providers.ErrTransient, existing.Namespace, existing.Name)
 	}
 	return instanceOf(&existing), nil
+}
+
+// ProviderIDFor is the providerID Create(req) would return: the Pod of
+// req.Name in the configured namespace.
+func (p *Provider) ProviderIDFor(req providers.CreateRequest) (string, error) {
+	if msgs := validation.IsDNS1123Subdomain(req.Name); len(msgs) > 0 {
+		return "", fmt.Errorf("%w: instance name %q: %s", providers.ErrPermanent, req.Name, strings.Join(msgs, "; "))
+	}
+	return formatProviderID(p.cfg.Namespace, req.Name), nil
 }
 
 // Get observes the Pod providerID names. A missing Pod, or one not managed by
@@ -178,7 +191,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) 
 			return nil, classify("listing managed pods", err)
 		}
 		for i := range pods.Items {
-			out = append(out, instanceOf(&pods.Items[i]))
+			inst := instanceOf(&pods.Items[i])
+			inst.Parts = []string{providers.PartPod}
+			out = append(out, inst)
 		}
 		cont = pods.Continue
 		if cont == "" {

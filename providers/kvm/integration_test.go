@@ -107,7 +107,10 @@ func (f *fixture) config() Config {
 			"missing":  {URL: f.images.URL + "/nope.qcow2"},
 			"poweroff": {URL: f.images.URL + "/poweroff.img", Format: "raw", Firmware: FirmwareBIOS},
 		},
-		MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1}, "huge": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1 << 20}},
+		// "toomany" asks for more vCPUs than QEMU's q35 takes: libvirt
+		// refuses it at define, after the guest's volumes exist.
+		MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1}, "huge": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1 << 20},
+			"toomany": {VCPUs: 9999, MemoryMiB: 256, DiskGiB: 1}},
 		Defaults:     providers.Placement{Zone: "local", Image: "tiny", MachineType: "small"},
 		DomainType:   f.lv.DomainType, GuestAgent: true,
 		Budgets: Budgets{Dial: 10 * time.Second, RPC: 30 * time.Second, DomainCreate: 90 * time.Second, SeedUpload: 60 * time.Second, ImageTransfer: 2 * time.Minute},
@@ -394,7 +397,7 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		wantClass(t, err, providers.ErrPermanent)
 	})
 
-	t.Run("a domain that dies right after its start is transient", func(t *testing.T) {
+	t.Run("a domain that dies right after its start is transient and undone", func(t *testing.T) {
 		// A real guest runs here: SeaBIOS boots the raw image's boot sector,
 		// which powers the machine off.
 		req := request("proxy-poweroff0000a", "uid-poweroff")
@@ -404,21 +407,146 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		if !strings.Contains(err.Error(), "stopped right after starting") {
 			t.Fatalf("err = %v, want the start watch to report the dead domain\n%s", err, f.lv.GuestLog(req.Name))
 		}
-		lv := f.lv.Connect(t)
-		defer func() { _ = lv.Disconnect() }()
-		dom, err := lv.DomainLookupByName(req.Name)
+		wantNothingOf(t, f, req.Name)
+	})
+
+	t.Run("a define the host refuses is permanent and leaves no volume", func(t *testing.T) {
+		req := request("proxy-toomany00000a", "uid-toomany")
+		req.Placement.MachineType = "toomany"
+		_, err := p.Create(ctx(t), req)
+		wantClass(t, err, providers.ErrPermanent)
+		if !strings.Contains(err.Error(), "defining domain") {
+			t.Fatalf("err = %v, want libvirt's refusal at define", err)
+		}
+		wantNothingOf(t, f, req.Name)
+	})
+
+	t.Run("a start the host refuses removes the defined domain and its volumes", func(t *testing.T) {
+		cfg := f.config()
+		// The bridge does not exist on the host: libvirt defines the
+		// domain and refuses to start it.
+		cfg.Hosts = append(cfg.Hosts, Host{Name: "nobridge", Address: f.sshd.Addr, Pool: f.lv.PoolName, Bridge: "pfnosuchbr0"})
+		p := newProvider(t, cfg)
+		req := request("proxy-nobridge0000a", "uid-nobridge")
+		req.Placement.Zone = "nobridge"
+		_, err := p.Create(ctx(t), req)
+		if err == nil || !strings.Contains(err.Error(), "starting domain") {
+			t.Fatalf("err = %v, want libvirt's refusal at start", err)
+		}
+		wantNothingOf(t, f, req.Name)
+		id, err := p.ProviderIDFor(req)
+		if err != nil || id != FormatProviderID("nobridge", req.Name) {
+			t.Fatalf("ProviderIDFor = %q, %v", id, err)
+		}
+		if err := p.Delete(ctx(t), id); err != nil {
+			t.Fatalf("Delete of the derived ID after a failed Create = %v, want nil", err)
+		}
+	})
+
+	t.Run("what a cut-off Create left is reused by the next Create and removed by a Delete of the derived ID", func(t *testing.T) {
+		req := request("proxy-cutoff00000a", "uid-cutoff")
+		leaveVolumes(t, p, req)
+		overlay := filepath.Join(f.lv.PoolDir, overlayVolumeName(req.Name))
+		before, err := os.Stat(overlay)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, why, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainShutoff || libvirt.DomainShutoffReason(why) != libvirt.DomainShutoffShutdown {
-			t.Fatalf("state %d reason %d (err %v), want shut off by the guest itself", st, why, err)
+		if _, err := p.Create(ctx(t), req); err != nil {
+			t.Fatalf("Create over the leftovers: %v", err)
 		}
-		inst, err := p.Get(ctx(t), FormatProviderID("local", req.Name))
-		if err != nil || inst.State != providers.StateStopped {
-			t.Fatalf("Get = %+v, %v; want Stopped", inst, err)
+		after, err := os.Stat(overlay)
+		if err != nil || !os.SameFile(before, after) {
+			t.Fatalf("the overlay was not reused (err %v)", err)
+		}
+		lv := f.lv.Connect(t)
+		defer func() { _ = lv.Disconnect() }()
+		f.lv.RequireRunning(t, lv, req.Name)
+		id, err := p.ProviderIDFor(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Delete(ctx(t), id); err != nil {
+			t.Fatal(err)
+		}
+		wantNothingOf(t, f, req.Name)
+
+		leaveVolumes(t, p, req)
+		if err := p.Delete(ctx(t), id); err != nil {
+			t.Fatal(err)
+		}
+		wantNothingOf(t, f, req.Name)
+	})
+
+	t.Run("a mark volume of another UID is permanent and left alone", func(t *testing.T) {
+		req := request("proxy-othermark000a", "uid-mine")
+		other := req
+		other.OwnerUID = "uid-theirs"
+		leaveVolumes(t, p, other)
+		_, err := p.Create(ctx(t), req)
+		wantClass(t, err, providers.ErrPermanent)
+		theirs := func(s string) bool { return strings.HasPrefix(s, req.Name+".uid-theirs.") && strings.HasSuffix(s, markSuffix) }
+		if files := f.lv.PoolFiles(t); !slices.ContainsFunc(files, theirs) || !slices.Contains(files, overlayVolumeName(req.Name)) {
+			t.Fatalf("another UID's volumes were touched: %v", files)
 		}
 		if err := p.Delete(ctx(t), FormatProviderID("local", req.Name)); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("list by tag finds a cut-off guest's volumes and a stopped domain by their mark, never an unmarked volume", func(t *testing.T) {
+		stray := request("proxy-stray000000a", "uid-stray")
+		leaveVolumes(t, p, stray)
+		stopped := request("proxy-stopped00000a", "uid-stopped")
+		if _, err := p.Create(ctx(t), stopped); err != nil {
+			t.Fatal(err)
+		}
+		lv := f.lv.Connect(t)
+		defer func() { _ = lv.Disconnect() }()
+		dom, err := lv.DomainLookupByName(stopped.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lv.DomainDestroy(dom); err != nil {
+			t.Fatal(err)
+		}
+		pool, err := lv.StoragePoolLookupByName(f.lv.PoolName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Named like a guest's volumes, but without a mark: not provably ours.
+		unmarked := []string{"proxy-unmarked0000a.qcow2", "proxy-unmarked0000a-seed.iso", "data.qcow2"}
+		for _, n := range unmarked {
+			if _, err := lv.StorageVolCreateXML(pool, rawVolumeXML(n, 4096), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		list, err := p.ListByTag(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, inst := range list {
+			got = append(got, inst.ProviderID+" "+inst.OwnerUID+" "+strings.Join(inst.Parts, ","))
+		}
+		want := []string{
+			FormatProviderID("local", stopped.Name) + " uid-stopped domain,overlay,seed,mark",
+			FormatProviderID("local", stray.Name) + " uid-stray overlay,seed,mark",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("ListByTag = %q, want %q", got, want)
+		}
+		for _, r := range []providers.CreateRequest{stray, stopped} {
+			if err := p.Delete(ctx(t), FormatProviderID("local", r.Name)); err != nil {
+				t.Fatal(err)
+			}
+			wantNothingOf(t, f, r.Name)
+		}
+		files := f.lv.PoolFiles(t)
+		for _, n := range unmarked {
+			if !slices.Contains(files, n) {
+				t.Fatalf("unmarked volume %s is gone: %v", n, files)
+			}
+			_ = lv.StorageVolDelete(mustVol(t, lv, f.lv.PoolName, n), 0)
 		}
 	})
 
@@ -572,4 +700,49 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		_, err = p.Get(ctx(t), FormatProviderID("local", "proxy-nothing"))
 		wantClass(t, err, providers.ErrNotFound)
 	})
+}
+
+// wantNothingOf fails unless the host has no domain and no volume of the
+// guest name.
+func wantNothingOf(t *testing.T, f *fixture, name string) {
+	t.Helper()
+	lv := f.lv.Connect(t)
+	defer func() { _ = lv.Disconnect() }()
+	if _, err := lv.DomainLookupByName(name); err == nil {
+		t.Fatalf("domain %s is still defined", name)
+	}
+	if files := f.lv.PoolFiles(t); slices.ContainsFunc(files, func(s string) bool { return strings.HasPrefix(s, name) }) {
+		t.Fatalf("volumes of %s were left in the pool: %v", name, files)
+	}
+}
+
+// leaveVolumes leaves what a Create killed after its seed upload leaves:
+// the guest's mark, overlay and seed, no domain.
+func leaveVolumes(t *testing.T, p *Provider, req providers.CreateRequest) {
+	t.Helper()
+	pl, err := p.resolve(req.Placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := p.lookupPool(ctx(t), pl.host.Name, pl.host.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := p.ensureImage(ctx(t), pl, pool, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.markGuest(ctx(t), pl.host.Name, pool, req.Name, Mark{Managed: true, UID: req.OwnerUID, CreatedAt: p.now().UTC().Truncate(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ensureOverlay(ctx(t), pl.host.Name, pool, req.Name, uint64(pl.machine.DiskGiB)<<30, base); err != nil {
+		t.Fatal(err)
+	}
+	seed, err := p.seedFor(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.writeSeed(ctx(t), pl.host.Name, pool, req.Name, seed); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -321,14 +321,20 @@ func (p *Provider) domainState(ctx context.Context, host string, dom libvirt.Dom
 	return libvirt.DomainState(st), nil
 }
 
-// Create makes the guest for req, every step safe to repeat after a cut-off:
-// an existing domain with our mark and req's UID is started if needed and
-// returned; one without our mark or with another UID is refused as
-// Permanent. Otherwise: pool space is checked (QuotaExceeded when short),
-// the base image ensured, the overlay reused or created, the seed rebuilt
-// (always: an upload cut off earlier may have left a truncated one), the
-// domain defined and started, and watched briefly (a domain that dies at
-// once is Transient).
+// Create makes the guest for req and either finishes it or undoes what it
+// made before it returns an error. Every step is safe to repeat after a
+// cut-off (a controller killed mid-Create): an existing domain with our
+// mark and req's UID is started if needed and returned; one without our
+// mark or with another UID is refused as Permanent. Otherwise: pool space
+// is checked (QuotaExceeded when short), the base image ensured, the
+// guest's mark volume written first (one with another UID is refused), the
+// overlay reused or created, the seed rebuilt (always: an upload cut off
+// earlier may have left a truncated one), the domain defined and started,
+// and watched briefly (a domain that dies at once is Transient). A step
+// that fails after the mark exists tears the guest down again (domain,
+// overlay, seed, then the mark), so a refused define or start leaves
+// nothing on the host; when the teardown fails too, the error says so and
+// the next Create or Delete of the name finishes it.
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	if !domainName.MatchString(req.Name) {
 		return providers.Instance{}, fmt.Errorf("%w: instance name %q is not a domain name", providers.ErrPermanent, req.Name)
@@ -350,7 +356,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		return providers.Instance{}, err
 	}
 	if exists {
-		return p.adopt(ctx, host, dom, req)
+		return p.adopt(ctx, pl.host, dom, req)
 	}
 	seed, err := p.seedFor(req)
 	if err != nil {
@@ -365,35 +371,64 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	diskPath, err := p.ensureOverlay(ctx, host, pool, req.Name, diskBytes, base)
-	if err != nil {
-		return providers.Instance{}, err
-	}
-	seedPath, err := p.writeSeed(ctx, host, pool, req.Name, seed)
-	if err != nil {
-		return providers.Instance{}, err
-	}
 	mark := Mark{Managed: true, UID: req.OwnerUID, CreatedAt: p.now().UTC().Truncate(time.Second)}
 	if req.OwnerName != "" {
 		mark.Proxy = req.OwnerNamespace + "/" + req.OwnerName
 	}
-	xmlDoc, err := domainXML(domainSpec{Name: req.Name, DomainType: p.cfg.DomainType, VCPUs: pl.machine.VCPUs, MemoryMiB: pl.machine.MemoryMiB,
-		DiskPath: diskPath, SeedPath: seedPath, Firmware: pl.image.Firmware, Network: pl.host.Network, Bridge: pl.host.Bridge, Mark: mark})
-	if err != nil {
+	if mark, err = p.markGuest(ctx, host, pool, req.Name, mark); err != nil {
 		return providers.Instance{}, err
 	}
-	dom, err = rpcV(ctx, p, host, "DomainDefineXMLFlags", func(a api) (libvirt.Domain, error) { return a.DomainDefineXMLFlags(xmlDoc, 0) })
-	if err != nil {
-		return providers.Instance{}, classify("defining domain "+req.Name, err)
-	}
-	if err := p.start(ctx, host, dom); err != nil {
-		return providers.Instance{}, err
+	if err := p.build(ctx, pl, pool, base, req.Name, seed, mark); err != nil {
+		return providers.Instance{}, p.undo(ctx, pl.host, req.Name, err)
 	}
 	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID, CreatedAt: mark.CreatedAt}, nil
 }
 
-// adopt finishes a Create whose domain already exists.
-func (p *Provider) adopt(ctx context.Context, host string, dom libvirt.Domain, req providers.CreateRequest) (providers.Instance, error) {
+// build makes the guest's overlay and seed and defines and starts its
+// domain; Create undoes all of it when build fails.
+func (p *Provider) build(ctx context.Context, pl placement, pool libvirt.StoragePool, base cachedBase, name string, seed []byte, mark Mark) error {
+	host := pl.host.Name
+	diskPath, err := p.ensureOverlay(ctx, host, pool, name, uint64(pl.machine.DiskGiB)<<30, base)
+	if err != nil {
+		return err
+	}
+	seedPath, err := p.writeSeed(ctx, host, pool, name, seed)
+	if err != nil {
+		return err
+	}
+	xmlDoc, err := domainXML(domainSpec{Name: name, DomainType: p.cfg.DomainType, VCPUs: pl.machine.VCPUs, MemoryMiB: pl.machine.MemoryMiB,
+		DiskPath: diskPath, SeedPath: seedPath, Firmware: pl.image.Firmware, Network: pl.host.Network, Bridge: pl.host.Bridge, Mark: mark})
+	if err != nil {
+		return err
+	}
+	dom, err := rpcV(ctx, p, host, "DomainDefineXMLFlags", func(a api) (libvirt.Domain, error) { return a.DomainDefineXMLFlags(xmlDoc, 0) })
+	if err != nil {
+		return classify("defining domain "+name, err)
+	}
+	return p.start(ctx, host, dom)
+}
+
+// undo tears down what a failed Create made for name and returns cause,
+// with the teardown's own failure added to the message when there is one
+// (cause's class stays the verdict). It runs on a context of its own,
+// bounded by the RPC budget, so a Create its caller gave up on still
+// cleans up behind itself.
+func (p *Provider) undo(ctx context.Context, h *Host, name string, cause error) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*p.cfg.Budgets.RPC)
+	defer cancel()
+	if err := p.teardown(uctx, h, name); err != nil {
+		p.cfg.Log.Info("WARNING: a failed Create could not clean up; the next Create or Delete of the guest, or the orphan GC, finishes it",
+			"host", h.Name, "domain", name, "error", err.Error())
+		return fmt.Errorf("%w (cleaning up after it failed too: %v)", cause, err)
+	}
+	return cause
+}
+
+// adopt finishes a Create whose domain already exists (an earlier attempt
+// was cut off): it is started when stopped, and torn down when that start
+// fails, as a domain of this Create would be.
+func (p *Provider) adopt(ctx context.Context, h *Host, dom libvirt.Domain, req providers.CreateRequest) (providers.Instance, error) {
+	host := h.Name
 	id := FormatProviderID(host, req.Name)
 	mark, ours, err := p.readMark(ctx, host, dom)
 	if err != nil {
@@ -412,12 +447,32 @@ func (p *Provider) adopt(ctx context.Context, host string, dom libvirt.Domain, r
 	switch st {
 	case libvirt.DomainShutoff, libvirt.DomainCrashed:
 		if err := p.start(ctx, host, dom); err != nil {
-			return providers.Instance{}, err
+			return providers.Instance{}, p.undo(ctx, h, req.Name, err)
 		}
 	case libvirt.DomainPaused, libvirt.DomainPmsuspended:
 		return providers.Instance{}, fmt.Errorf("%w: domain %s is paused; proxyfleet does not resume a domain someone paused", providers.ErrPermanent, id)
 	}
 	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}, nil
+}
+
+// ProviderIDFor is the providerID Create(req) would return: the host its
+// placement resolves to (the image and machine type need not resolve any
+// more) and the name.
+func (p *Provider) ProviderIDFor(req providers.CreateRequest) (string, error) {
+	if !domainName.MatchString(req.Name) {
+		return "", fmt.Errorf("%w: instance name %q is not a domain name", providers.ErrPermanent, req.Name)
+	}
+	zone := req.Placement.Zone
+	if zone == "" {
+		zone = p.cfg.Defaults.Zone
+	}
+	if zone == "" && len(p.cfg.Hosts) == 1 {
+		zone = p.cfg.Hosts[0].Name
+	}
+	if _, ok := p.hosts[zone]; !ok {
+		return "", fmt.Errorf("%w: placement.zone %q is not a configured host", providers.ErrPermanent, zone)
+	}
+	return FormatProviderID(zone, req.Name), nil
 }
 
 // start starts dom and watches it for startWatch: a domain that is off or
@@ -593,9 +648,11 @@ func firstRoutableIPv4(ifaces []libvirt.DomainInterface) string {
 
 // Delete destroys the guest (one that is not running is fine), undefines it
 // with its NVRAM, managed save and snapshot metadata, and deletes its
-// overlay and seed by name; everything already gone is success. A host that
-// is not configured any more is a logged no-op, so its Proxies can still be
-// deleted. A domain without proxyfleet's mark is never touched.
+// overlay, seed and mark volumes by name, the mark last; everything already
+// gone is success, so it also removes what a cut-off Create left without a
+// domain. A host that is not configured any more is a logged no-op, so its
+// Proxies can still be deleted. A domain without proxyfleet's mark is never
+// touched.
 func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	host, name, err := parseProviderID(providerID)
 	if err != nil {
@@ -611,6 +668,12 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		return fmt.Errorf("%w: waiting for another operation on %s: %v", providers.ErrTransient, providerID, err)
 	}
 	defer unlock()
+	return p.teardown(ctx, h, name)
+}
+
+// teardown is Delete under the name lock the caller holds.
+func (p *Provider) teardown(ctx context.Context, h *Host, name string) error {
+	host := h.Name
 	dom, exists, err := p.lookupDomain(ctx, host, name)
 	if err != nil {
 		return err
@@ -619,7 +682,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		if _, ours, err := p.readMark(ctx, host, dom); err != nil {
 			return err
 		} else if !ours {
-			return fmt.Errorf("%w: domain %s is not managed by proxyfleet; refusing to delete it", providers.ErrPermanent, providerID)
+			return fmt.Errorf("%w: domain %s is not managed by proxyfleet; refusing to delete it", providers.ErrPermanent, FormatProviderID(host, name))
 		}
 		err := p.rpc(ctx, host, "DomainDestroyFlags", func(a api) error { return a.DomainDestroyFlags(dom, 0) })
 		if err != nil && !isCode(err, libvirt.ErrOperationInvalid, libvirt.ErrNoDomain) {
@@ -632,37 +695,85 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 			return classify("undefining domain "+name, err)
 		}
 	}
-	return p.removeVolumes(ctx, host, h.Pool, overlayVolumeName(name), seedVolumeName(name))
+	if err := p.removeVolumes(ctx, host, h.Pool, overlayVolumeName(name), seedVolumeName(name)); err != nil {
+		return err
+	}
+	return p.removeMarks(ctx, host, h.Pool, name)
 }
 
-// ListByTag lists the guests with proxyfleet's mark on every host. A domain
-// whose metadata cannot be read is skipped (GC never deletes what it cannot
-// see, and one broken domain must not block every other); a host that
-// cannot be reached fails the whole list.
+// ListByTag lists the guests proxyfleet made on every host, running or
+// not: each domain with proxyfleet's mark, and each guest mark volume
+// without a domain (a Create cut off before its define, or a Delete cut
+// off after its undefine), with the overlay and seed found beside them as
+// Parts. An overlay or seed without a mark, and any other volume, is not
+// proxyfleet's to judge and is never listed. A domain whose metadata cannot
+// be read as a mark is skipped (GC never deletes what it cannot see, and
+// one broken domain must not block every other); a host that cannot be
+// reached fails the whole list.
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
 	var out []providers.Instance
-	for _, h := range p.cfg.Hosts {
-		doms, err := rpcV(ctx, p, h.Name, "ConnectListAllDomains", func(a api) ([]libvirt.Domain, error) {
-			doms, _, err := a.ConnectListAllDomains(1, 0)
-			return doms, err
-		})
+	for i := range p.cfg.Hosts {
+		insts, err := p.listHost(ctx, p.hosts[p.cfg.Hosts[i].Name])
 		if err != nil {
-			return nil, classify("listing the domains of host "+h.Name, err)
+			return nil, err
 		}
-		for _, d := range doms {
-			mark, ours, err := p.readMark(ctx, h.Name, d)
-			if err != nil {
-				if !isLibvirtAnswer(err) && !errors.Is(err, providers.ErrPermanent) {
-					return nil, err // the connection, not the domain
-				}
-				p.cfg.Log.Info("skipping a domain whose metadata cannot be read", "host", h.Name, "domain", d.Name, "error", err.Error())
-				continue
+		out = append(out, insts...)
+	}
+	return out, nil
+}
+
+// listHost is ListByTag on one host.
+func (p *Provider) listHost(ctx context.Context, h *Host) ([]providers.Instance, error) {
+	doms, err := rpcV(ctx, p, h.Name, "ConnectListAllDomains", func(a api) ([]libvirt.Domain, error) {
+		doms, _, err := a.ConnectListAllDomains(1, 0)
+		return doms, err
+	})
+	if err != nil {
+		return nil, classify("listing the domains of host "+h.Name, err)
+	}
+	guests := map[string]*providers.Instance{}
+	for _, d := range doms {
+		mark, ours, err := p.readMark(ctx, h.Name, d)
+		if err != nil {
+			if !isLibvirtAnswer(err) && !errors.Is(err, providers.ErrPermanent) {
+				return nil, err // the connection, not the domain
 			}
-			if !ours {
-				continue
-			}
-			out = append(out, providers.Instance{ProviderID: FormatProviderID(h.Name, d.Name), Name: d.Name, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt})
+			p.cfg.Log.Info("skipping a domain whose metadata cannot be read", "host", h.Name, "domain", d.Name, "error", err.Error())
+			continue
 		}
+		if !ours {
+			continue
+		}
+		guests[d.Name] = &providers.Instance{ProviderID: FormatProviderID(h.Name, d.Name), Name: d.Name, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt,
+			Parts: []string{providers.PartDomain}}
+	}
+	vols, err := p.listVolumes(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	marked := map[string]bool{}
+	for vname := range vols {
+		guest, mark, ok := parseMarkVolume(vname)
+		if !ok {
+			continue
+		}
+		marked[guest] = true
+		if guests[guest] == nil {
+			guests[guest] = &providers.Instance{ProviderID: FormatProviderID(h.Name, guest), Name: guest, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}
+		}
+	}
+	out := make([]providers.Instance, 0, len(guests))
+	for _, name := range slices.Sorted(maps.Keys(guests)) {
+		g := guests[name]
+		for _, part := range []struct{ kind, vol string }{{providers.PartOverlay, overlayVolumeName(name)}, {providers.PartSeed, seedVolumeName(name)}} {
+			if _, ok := vols[part.vol]; ok {
+				g.Parts = append(g.Parts, part.kind)
+			}
+		}
+		if marked[name] {
+			g.Parts = append(g.Parts, providers.PartMark)
+		}
+		out = append(out, *g)
 	}
 	return out, nil
 }

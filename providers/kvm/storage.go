@@ -375,3 +375,93 @@ func (p *Provider) writeSeed(ctx context.Context, host string, pool libvirt.Stor
 	}
 	return p.volumePath(ctx, host, vol)
 }
+
+// markGuest makes the guest's mark volume before anything else of the
+// guest exists, and returns the mark in force: an earlier attempt's, when
+// one with mark's UID is there (its time is when the guest was first
+// begun). A mark with another UID is Permanent and nothing is touched.
+func (p *Provider) markGuest(ctx context.Context, host string, pool libvirt.StoragePool, name string, mark Mark) (Mark, error) {
+	if !markUID.MatchString(mark.UID) {
+		return Mark{}, fmt.Errorf("%w: owner UID %q cannot be written into a volume name", providers.ErrPermanent, mark.UID)
+	}
+	vols, err := p.poolVolumes(ctx, host, pool)
+	if err != nil {
+		return Mark{}, err
+	}
+	for vname := range vols {
+		guest, old, ok := parseMarkVolume(vname)
+		switch {
+		case !ok || guest != name:
+		case old.UID == mark.UID:
+			old.Proxy = mark.Proxy
+			return old, nil
+		default:
+			return Mark{}, fmt.Errorf("%w: mark volume %s on host %s belongs to proxy UID %q, not %q", providers.ErrPermanent, vname, host, old.UID, mark.UID)
+		}
+	}
+	vname := markVolumeName(name, mark.UID, mark.CreatedAt)
+	_, err = rpcV(ctx, p, host, "StorageVolCreateXML", func(a api) (libvirt.StorageVol, error) {
+		return a.StorageVolCreateXML(pool, rawVolumeXML(vname, 0), 0)
+	})
+	if err != nil && !isCode(err, libvirt.ErrStorageVolExist) {
+		return Mark{}, classify("creating mark volume "+vname, err)
+	}
+	return mark, nil
+}
+
+// removeMarks deletes the guest's mark volumes, whoever's UID they carry
+// (Delete is by name); a missing pool is success.
+func (p *Provider) removeMarks(ctx context.Context, host, poolName, name string) error {
+	pool, err := p.lookupPool(ctx, host, poolName)
+	if isCode(err, libvirt.ErrNoStoragePool) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	vols, err := p.poolVolumes(ctx, host, pool)
+	if err != nil {
+		return err
+	}
+	for vname, vol := range vols {
+		if guest, _, ok := parseMarkVolume(vname); ok && guest == name {
+			if err := p.deleteVolume(ctx, host, vol); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// poolVolumes returns the pool's volumes by name, as libvirt knows them.
+func (p *Provider) poolVolumes(ctx context.Context, host string, pool libvirt.StoragePool) (map[string]libvirt.StorageVol, error) {
+	vols, err := rpcV(ctx, p, host, "StoragePoolListAllVolumes", func(a api) ([]libvirt.StorageVol, error) {
+		vols, _, err := a.StoragePoolListAllVolumes(pool, 1, 0)
+		return vols, err
+	})
+	if err != nil {
+		return nil, classify("listing the volumes of pool "+pool.Name+" on host "+host, err)
+	}
+	out := make(map[string]libvirt.StorageVol, len(vols))
+	for _, v := range vols {
+		out[v.Name] = v
+	}
+	return out, nil
+}
+
+// listVolumes is poolVolumes on the host's pool after a refresh (files
+// may have changed behind libvirt's back). A pool that does not exist
+// holds nothing.
+func (p *Provider) listVolumes(ctx context.Context, h *Host) (map[string]libvirt.StorageVol, error) {
+	pool, err := p.lookupPool(ctx, h.Name, h.Pool)
+	if isCode(err, libvirt.ErrNoStoragePool) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := p.rpc(ctx, h.Name, "StoragePoolRefresh", func(a api) error { return a.StoragePoolRefresh(pool, 0) }); err != nil {
+		return nil, classify("refreshing pool "+pool.Name, err)
+	}
+	return p.poolVolumes(ctx, h.Name, pool)
+}

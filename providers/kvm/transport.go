@@ -74,6 +74,7 @@ type api interface {
 	StoragePoolLookupByName(Name string) (libvirt.StoragePool, error)
 	StoragePoolRefresh(Pool libvirt.StoragePool, Flags uint32) error
 	StoragePoolGetInfo(Pool libvirt.StoragePool) (uint8, uint64, uint64, uint64, error)
+	StoragePoolListAllVolumes(Pool libvirt.StoragePool, NeedResults int32, Flags uint32) ([]libvirt.StorageVol, uint32, error)
 	StorageVolLookupByName(Pool libvirt.StoragePool, Name string) (libvirt.StorageVol, error)
 	StorageVolCreateXML(Pool libvirt.StoragePool, XML string, Flags libvirt.StorageVolCreateFlags) (libvirt.StorageVol, error)
 	StorageVolDelete(Vol libvirt.StorageVol, Flags libvirt.StorageVolDeleteFlags) error

@@ -3,6 +3,8 @@ package kvm
 import (
 	"encoding/xml"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -173,6 +175,43 @@ func baseVolumeName(entry, key, format string) string {
 func markerVolumeName(base string) string  { return base + ".sha256" }
 func overlayVolumeName(name string) string { return name + ".qcow2" }
 func seedVolumeName(name string) string    { return name + "-seed.iso" }
+
+// markSuffix ends the name of a guest's mark volume,
+// "<guest>.<owner UID>.<unix seconds>.mark": an empty volume whose name is
+// the mark (who owns the guest, since when), made before anything else of
+// the guest and removed after everything else, so the orphan GC can prove
+// that an overlay and a seed without a domain are proxyfleet's and whose.
+// The name, not content, carries it: listing the pool reads every mark in
+// one call, with no download stream per guest.
+const markSuffix = ".mark"
+
+func markVolumeName(name, uid string, created time.Time) string {
+	return name + "." + uid + "." + strconv.FormatInt(created.Unix(), 10) + markSuffix
+}
+
+// markUID is what an owner UID may hold to be written into a mark
+// volume's name (Kubernetes UIDs are UUIDs).
+var markUID = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
+
+// parseMarkVolume reads a mark volume's name; ok is false for any other
+// volume.
+func parseMarkVolume(vol string) (guest string, m Mark, ok bool) {
+	rest, ok := strings.CutSuffix(vol, markSuffix)
+	if !ok {
+		return "", Mark{}, false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", Mark{}, false
+	}
+	secs, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	rest = rest[:i]
+	j := strings.LastIndexByte(rest, '.')
+	if err != nil || j < 0 || !markUID.MatchString(rest[j+1:]) || !domainName.MatchString(rest[:j]) {
+		return "", Mark{}, false
+	}
+	return rest[:j], Mark{Managed: true, UID: rest[j+1:], CreatedAt: time.Unix(secs, 0).UTC()}, true
+}
 
 // FormatProviderID returns "hosts/<host>/domains/<name>". The host is part
 // of the ID, so the hosts list can change without stranding domains. It is
