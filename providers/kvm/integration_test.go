@@ -111,8 +111,8 @@ func (f *fixture) config() Config {
 		// refuses it at define, after the guest's volumes exist.
 		MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1}, "huge": {VCPUs: 1, MemoryMiB: 256, DiskGiB: 1 << 20},
 			"toomany": {VCPUs: 9999, MemoryMiB: 256, DiskGiB: 1}},
-		Defaults:     providers.Placement{Zone: "local", Image: "tiny", MachineType: "small"},
-		DomainType:   f.lv.DomainType, GuestAgent: true,
+		Defaults:   providers.Placement{Zone: "local", Image: "tiny", MachineType: "small"},
+		DomainType: f.lv.DomainType, GuestAgent: true,
 		Budgets: Budgets{Dial: 10 * time.Second, RPC: 30 * time.Second, DomainCreate: 90 * time.Second, SeedUpload: 60 * time.Second, ImageTransfer: 2 * time.Minute},
 	}
 }
@@ -484,7 +484,9 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		leaveVolumes(t, p, other)
 		_, err := p.Create(ctx(t), req)
 		wantClass(t, err, providers.ErrPermanent)
-		theirs := func(s string) bool { return strings.HasPrefix(s, req.Name+".uid-theirs.") && strings.HasSuffix(s, markSuffix) }
+		theirs := func(s string) bool {
+			return strings.HasPrefix(s, req.Name+".uid-theirs.") && strings.HasSuffix(s, markSuffix)
+		}
 		if files := f.lv.PoolFiles(t); !slices.ContainsFunc(files, theirs) || !slices.Contains(files, overlayVolumeName(req.Name)) {
 			t.Fatalf("another UID's volumes were touched: %v", files)
 		}
