@@ -174,6 +174,11 @@ func (f *fakeProvider) allocIP() string {
 
 func fakeProviderID(name string) string { return "fake/" + name }
 
+// ProviderIDFor derives the ID Create would give, as the real providers do.
+func (f *fakeProvider) ProviderIDFor(req providers.CreateRequest) (string, error) {
+	return fakeProviderID(req.Name), nil
+}
+
 func (f *fakeProvider) Create(_ context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	f.mu.Lock()
 	hook := f.onCreate

@@ -28,7 +28,7 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *v1alpha1.Proxy
 		return r.releaseFinalizer(ctx, p)
 	}
 	if p.Status.ProviderID == "" {
-		return r.releaseFinalizer(ctx, p)
+		return r.deleteUnrecorded(ctx, p)
 	}
 	if r.Providers == nil || r.Providers[p.Spec.Provider] == nil {
 		msg := fmt.Sprintf("cannot delete instance %s: provider %q is not configured; set the annotation %s: \"true\" to release the Proxy without cleanup",
@@ -60,6 +60,33 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *v1alpha1.Proxy
 	}
 	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "deleting the instance")
 	return ctrl.Result{RequeueAfter: r.Intervals.DeletionPoll}, nil
+}
+
+// deleteUnrecorded handles a Proxy that never recorded a providerID. A
+// Create may still have made something: the process died after the
+// backend accepted it, its answer was lost, or it failed half way and could
+// not undo. The provider is asked to delete by the providerID Create would
+// have used, and that ID is recorded, so the next pass polls it to
+// NotFound as any deletion. A provider that cannot derive IDs, or a
+// placement that never named an instance, releases the Proxy at once (the
+// orphan GC remains the net), as does a provider no longer configured.
+func (r *ProxyReconciler) deleteUnrecorded(ctx context.Context, p *v1alpha1.Proxy) (ctrl.Result, error) {
+	prov, ok := r.Providers[p.Spec.Provider]
+	if !ok || prov == nil {
+		return r.releaseFinalizer(ctx, p)
+	}
+	id, derivable, err := providers.ProviderIDFor(prov, createRequest(p, nil, nil))
+	if !derivable || err != nil {
+		return r.releaseFinalizer(ctx, p)
+	}
+	if err := prov.Delete(ctx, id); err != nil {
+		p.Status.ProviderID = id
+		return r.deleteFailure(ctx, p, err)
+	}
+	loggerFor(ctx, p).V(1).Info("deleting by the derived providerID whatever a Create may have left", "derivedProviderID", id)
+	p.Status.ProviderID = id
+	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "deleting whatever a Create left under "+id)
+	return ctrl.Result{RequeueAfter: r.Intervals.RequeueNow}, nil
 }
 
 // releaseFinalizer deletes the Proxy's generated login, if it has one, and

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,16 +155,25 @@ func TestDeletionWithTheProviderGoneWaitsForSkipCleanup(t *testing.T) {
 	}
 }
 
-func TestDeletionWithoutAnInstanceReleasesAtOnce(t *testing.T) {
+func TestDeletionWithoutARecordedInstanceDeletesByTheDerivedIDOnceAndReleases(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
 	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrQuotaExceeded, "no capacity"))
 	h.create(h.managed("px"))
-	h.waitProxy("px", "waiting for quota", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
+	p := h.waitProxy("px", "waiting for quota", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if n := h.fake.count(providers.OpDelete) + h.fake.count(providers.OpGet); n != 0 {
-		t.Errorf("%d Get/Delete calls for a Proxy that never had an instance", n)
+	want := []string{providers.OpDelete + "(" + fakeProviderID(providers.NameFromUID(string(p.UID))) + ")", providers.OpGet + "(" + fakeProviderID(providers.NameFromUID(string(p.UID))) + ")"}
+	var got []string
+	h.fake.mu.Lock()
+	for _, c := range h.fake.calls {
+		if c.Op != providers.OpCreate {
+			got = append(got, c.Op+"("+c.Arg+")")
+		}
+	}
+	h.fake.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("calls during the deletion = %v, want %v: one Delete by the name a Create would have used, one Get to NotFound", got, want)
 	}
 }
 

@@ -98,6 +98,20 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 	if p.GetAnnotations()[v1alpha1.AnnotationSpecHash] != hash {
 		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) { setSpecHash(p, hash) })
 	}
+	inst, err := prov.Create(ctx, createRequest(p, cloudInit, login))
+	if err != nil {
+		return r.providerFailure(ctx, p, "create", err)
+	}
+	loggerFor(ctx, p).Info("instance created", "instance", inst.Name, "newProviderID", inst.ProviderID)
+	p.Status.ProviderID = inst.ProviderID
+	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonProvisioning, "instance "+inst.Name+" created, waiting for it to run")
+	return ctrl.Result{RequeueAfter: r.Intervals.ProvisioningPoll}, nil
+}
+
+// createRequest maps a Proxy onto the provider's request; the name derives
+// from the UID alone, so every Create of the Proxy, and the delete of what
+// one may have left, name the same instance.
+func createRequest(p *v1alpha1.Proxy, cloudInit []byte, login *providers.BasicAuth) providers.CreateRequest {
 	req := providers.CreateRequest{
 		Name:           providers.NameFromUID(string(p.UID)),
 		OwnerUID:       string(p.UID),
@@ -110,14 +124,7 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 	if pl := p.Spec.Placement; pl != nil {
 		req.Placement = providers.Placement{Zone: pl.Zone, MachineType: pl.MachineType, Image: pl.Image}
 	}
-	inst, err := prov.Create(ctx, req)
-	if err != nil {
-		return r.providerFailure(ctx, p, "create", err)
-	}
-	loggerFor(ctx, p).Info("instance created", "instance", inst.Name, "newProviderID", inst.ProviderID)
-	p.Status.ProviderID = inst.ProviderID
-	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonProvisioning, "instance "+inst.Name+" created, waiting for it to run")
-	return ctrl.Result{RequeueAfter: r.Intervals.ProvisioningPoll}, nil
+	return req
 }
 
 // replaceInstance retires an instance built from an older spec or cloud-init.

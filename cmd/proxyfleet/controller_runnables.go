@@ -102,6 +102,7 @@ func addRunnables(mgr ctrl.Manager, s runnableSettings, proxyNamespace string, p
 			Namespace:       proxyNamespace,
 			AllowNamespaced: s.gcAllowNamespaced,
 			Logger:          logger.WithName("gc"),
+			Recorder:        metrics.NewOrphanDeletions(reg),
 		})
 		if err != nil {
 			return nil, err

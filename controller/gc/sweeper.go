@@ -66,7 +66,21 @@ type Options struct {
 	Clock clock.WithTicker
 	// Logger receives sweep failures and one WARNING line per deletion.
 	Logger logr.Logger
+	// Recorder, when set, counts every orphan the sweep removed, once per
+	// part of it (a kvm guest's domain, overlay, seed and mark; a VM; a
+	// Pod).
+	Recorder Recorder
 }
+
+// Recorder counts removed orphans; the metrics package implements it as
+// proxyfleet_gc_orphans_deleted_total{provider,kind}.
+type Recorder interface {
+	OrphanDeleted(provider, kind string)
+}
+
+// KindInstance is the kind counted for an instance whose provider names
+// no parts.
+const KindInstance = "instance"
 
 // Sweeper deletes provider instances whose Proxy no longer exists. It is a
 // leader-elected manager.Runnable: deleting is destructive, so exactly one
@@ -182,7 +196,7 @@ func (s *Sweeper) sweep(ctx context.Context) sweepResult {
 				continue
 			}
 			s.o.Logger.Info("WARNING: orphan GC deleting an instance whose Proxy no longer exists",
-				"provider", name, "providerID", inst.ProviderID, "uid", inst.OwnerUID,
+				"provider", name, "providerID", inst.ProviderID, "uid", inst.OwnerUID, "parts", partsOf(inst),
 				"instance", inst.Name, "age", now.Sub(inst.CreatedAt).Round(time.Second).String())
 			if err := s.o.Providers[name].Delete(ctx, inst.ProviderID); err != nil {
 				res.errors++
@@ -191,6 +205,7 @@ func (s *Sweeper) sweep(ctx context.Context) sweepResult {
 				continue
 			}
 			res.deleted[name] = append(res.deleted[name], inst)
+			s.record(name, inst)
 		}
 	}
 	s.o.Logger.V(1).Info("orphan GC sweep finished", "deleted", countAll(res.deleted), "kept", res.kept, "errors", res.errors)
@@ -221,4 +236,22 @@ func countAll(m map[string][]providers.Instance) int {
 		n += len(v)
 	}
 	return n
+}
+
+// partsOf is what the instance consists of, for the log and the metric.
+func partsOf(inst providers.Instance) []string {
+	if len(inst.Parts) == 0 {
+		return []string{KindInstance}
+	}
+	return inst.Parts
+}
+
+// record counts one removed orphan per part.
+func (s *Sweeper) record(provider string, inst providers.Instance) {
+	if s.o.Recorder == nil {
+		return
+	}
+	for _, kind := range partsOf(inst) {
+		s.o.Recorder.OrphanDeleted(provider, kind)
+	}
 }
