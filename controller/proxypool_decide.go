@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 )
 
@@ -233,6 +235,137 @@ func decideAutoscale(in autoscaleInput) autoscaleDecision {
 		}
 		d.Replicas, d.Reason = want, v1alpha1.ReasonSucceededRescale
 		d.Message = fmt.Sprintf("set replicas from %d to %d after %s below it: %s", in.Current, want, in.ScaleDownDelay, why)
+	}
+	return d
+}
+
+// healMember is one pool member as the healing rule sees it.
+type healMember struct {
+	// Name is the Proxy's name.
+	Name string
+	// Created is the Proxy's creation time.
+	Created time.Time
+	// Ready: Healthy, in service.
+	Ready bool
+	// UnhealthySince is when it turned Unhealthy or Failed; zero when it is
+	// neither.
+	UnhealthySince time.Time
+	// Why is its condition's message, for the pool's condition.
+	Why string
+}
+
+// healInput is what the healing rule decides from.
+type healInput struct {
+	// After is spec.replaceUnhealthyAfter; 0 turns healing off.
+	After time.Duration
+	// Members are the pool's Proxies in service or coming up.
+	Members []healMember
+	// FailedRounds and LastReplacement are the status the previous rounds left.
+	FailedRounds    int
+	LastReplacement time.Time
+	// Now is the decision time.
+	Now time.Time
+}
+
+// healDecision is the healing rule's verdict.
+type healDecision struct {
+	// Replace names the members to replace now.
+	Replace []string
+	// FailedRounds and LastReplacement are the status to record.
+	FailedRounds    int
+	LastReplacement time.Time
+	// Wake is when a waiting member falls due; zero when none waits.
+	Wake time.Time
+	// Status, Reason and Message are the Healing condition's; Reason is
+	// empty when healing is off.
+	Status          metav1.ConditionStatus
+	Reason, Message string
+}
+
+// healBackoff is how long a round waits after the last one when failed
+// rounds went before it: After doubled per failed round, capped at
+// MaxHealBackoff (or After, when that is longer).
+func healBackoff(after time.Duration, failed int) time.Duration {
+	limit := max(after, v1alpha1.MaxHealBackoff)
+	d := after
+	for range failed {
+		if d >= limit/2 {
+			return limit
+		}
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// decideHeal picks the members to replace: each Unhealthy or Failed for
+// After. A round that finds no Proxy created since the last round Ready
+// counts as failed (the replacements went bad too: the provider keeps
+// failing), and a failed round waits healBackoff after the last one, so a
+// provider that always fails costs a round per doubling interval instead of
+// a storm of Creates. A Ready Proxy made since the last round resets the
+// count.
+func decideHeal(in healInput) healDecision {
+	d := healDecision{FailedRounds: in.FailedRounds, LastReplacement: in.LastReplacement}
+	if in.After <= 0 {
+		return d
+	}
+	recovered := in.LastReplacement.IsZero()
+	for _, m := range in.Members {
+		if m.Ready && !m.Created.Before(in.LastReplacement) {
+			recovered = true
+		}
+	}
+	if recovered {
+		d.FailedRounds = 0
+	}
+	failed := in.FailedRounds + 1
+	if recovered {
+		failed = 0
+	}
+	gate := time.Time{}
+	if failed > 0 {
+		gate = in.LastReplacement.Add(healBackoff(in.After, failed))
+	}
+	var waiting []healMember
+	var firstWhy string
+	for _, m := range in.Members {
+		if m.UnhealthySince.IsZero() {
+			continue
+		}
+		due := m.UnhealthySince.Add(in.After)
+		if due.Before(gate) {
+			due = gate
+		}
+		if in.Now.Before(due) {
+			waiting = append(waiting, m)
+			if d.Wake.IsZero() || due.Before(d.Wake) {
+				d.Wake = due
+			}
+			continue
+		}
+		d.Replace = append(d.Replace, m.Name)
+		if firstWhy == "" {
+			firstWhy = m.Name + ": " + m.Why
+		}
+	}
+	switch {
+	case len(d.Replace) > 0:
+		d.FailedRounds, d.LastReplacement = failed, in.Now
+		d.Status, d.Reason = metav1.ConditionTrue, v1alpha1.ReasonReplacingUnhealthy
+		d.Message = fmt.Sprintf("replacing %d Proxies Unhealthy or Failed for %s or more (%s)", len(d.Replace), in.After, firstWhy)
+		if failed > 0 {
+			d.Message += fmt.Sprintf("; %d rounds before this one brought no Ready Proxy, so the next waits %s", failed, healBackoff(in.After, failed+1))
+		}
+	case len(waiting) > 0 && failed > 0 && d.Wake.Equal(gate):
+		d.Status, d.Reason = metav1.ConditionTrue, v1alpha1.ReasonReplacementBackoff
+		d.Message = fmt.Sprintf("%d Proxies are Unhealthy or Failed (%s: %s), and the last %d rounds of replacements went Unhealthy or Failed too: the provider keeps failing, so the next round waits until %s",
+			len(waiting), waiting[0].Name, waiting[0].Why, failed, gate.UTC().Format(time.RFC3339))
+	case len(waiting) > 0:
+		d.Status, d.Reason = metav1.ConditionTrue, v1alpha1.ReasonWaitingToReplace
+		d.Message = fmt.Sprintf("%d Proxies are Unhealthy or Failed (%s: %s); replaced at %s unless they recover",
+			len(waiting), waiting[0].Name, waiting[0].Why, d.Wake.UTC().Format(time.RFC3339))
+	default:
+		d.Status, d.Reason, d.Message = metav1.ConditionFalse, v1alpha1.ReasonNoneUnhealthy, "no Proxy is Unhealthy or Failed"
 	}
 	return d
 }

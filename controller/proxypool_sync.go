@@ -106,7 +106,7 @@ func (ps *poolPass) members() []poolMember {
 // never keeps an old Proxy in service longer than planned), then creates.
 func (r *ProxyPoolReconciler) applyPlan(ctx context.Context, ps *poolPass) error {
 	p := ps.pool
-	plan := planPool(int(p.Replicas()), int(p.MaxSurge()), int(p.MaxUnavailable()), ps.members())
+	plan := planPool(int(p.Replicas()), int(p.MaxSurge()), int(p.MaxUnavailable()), ps.heal(ps.members()))
 	for _, name := range plan.Drain {
 		if err := r.startDrain(ctx, ps, name); err != nil {
 			return err

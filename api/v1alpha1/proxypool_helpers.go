@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -29,6 +31,15 @@ func (p *ProxyPool) MaxAge() time.Duration {
 		return 0
 	}
 	return p.Spec.MaxAge.Duration
+}
+
+// ReplaceUnhealthyAfter is spec.replaceUnhealthyAfter, defaulted; 0 means
+// unhealthy Proxies are never replaced.
+func (p *ProxyPool) ReplaceUnhealthyAfter() time.Duration {
+	if p.Spec.ReplaceUnhealthyAfter == nil {
+		return DefaultReplaceUnhealthyAfter
+	}
+	return max(p.Spec.ReplaceUnhealthyAfter.Duration, 0)
 }
 
 // SelectorLabels are the labels every Proxy of the pool carries and the
@@ -85,4 +96,9 @@ func deref(v *int32, def int32) int32 {
 		return def
 	}
 	return *v
+}
+
+// Condition returns the pool's condition of type t, nil when it has none.
+func (p *ProxyPool) Condition(t string) *metav1.Condition {
+	return meta.FindStatusCondition(p.Status.Conditions, t)
 }

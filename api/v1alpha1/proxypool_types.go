@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -20,6 +22,12 @@ const (
 	DefaultAutoscalingMinReplicas int32 = 1
 	// DefaultTargetLeasesPerProxy is spec.autoscaling.targetLeasesPerProxy when unset.
 	DefaultTargetLeasesPerProxy int32 = 10
+	// DefaultReplaceUnhealthyAfter is spec.replaceUnhealthyAfter when unset.
+	DefaultReplaceUnhealthyAfter = 5 * time.Minute
+	// MaxHealBackoff caps the wait between rounds of replacing unhealthy
+	// Proxies when the previous rounds' replacements went unhealthy too
+	// (it is never below replaceUnhealthyAfter itself).
+	MaxHealBackoff = time.Hour
 	// DefaultScaleDownDelaySeconds is spec.autoscaling.scaleDownDelaySeconds
 	// when unset: the HPA's default downscale stabilization window.
 	DefaultScaleDownDelaySeconds int32 = 300
@@ -49,6 +57,10 @@ const (
 	// ConditionScalingLimited (autoscaling only) is True when the computed
 	// size was clamped to minReplicas or maxReplicas.
 	ConditionScalingLimited = "ScalingLimited"
+	// ConditionHealing (with spec.replaceUnhealthyAfter) is True while the
+	// pool has Proxies Unhealthy or Failed that it is replacing, waiting to
+	// replace, or backing off from replacing; False when it has none.
+	ConditionHealing = "Healing"
 )
 
 // Condition reasons of a ProxyPool.
@@ -82,6 +94,19 @@ const (
 	ReasonTooManyReplicas = "TooManyReplicas"
 	// ReasonDesiredWithinRange: the computed size needed no clamping.
 	ReasonDesiredWithinRange = "DesiredWithinRange"
+
+	// ReasonReplacingUnhealthy: Proxies Unhealthy or Failed for
+	// replaceUnhealthyAfter are being replaced.
+	ReasonReplacingUnhealthy = "ReplacingUnhealthy"
+	// ReasonWaitingToReplace: Proxies are Unhealthy or Failed, not yet for
+	// replaceUnhealthyAfter.
+	ReasonWaitingToReplace = "WaitingToReplace"
+	// ReasonReplacementBackoff: the last rounds' replacements went Unhealthy
+	// or Failed too (the provider keeps failing): the next round waits,
+	// twice as long each time.
+	ReasonReplacementBackoff = "ReplacementBackoff"
+	// ReasonNoneUnhealthy: no Proxy of the pool is Unhealthy or Failed.
+	ReasonNoneUnhealthy = "NoneUnhealthy"
 )
 
 // ProxyPoolSpec is the desired set of Proxies.
@@ -123,6 +148,18 @@ type ProxyPoolSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxSurge *int32 `json:"maxSurge,omitempty"`
+
+	// ReplaceUnhealthyAfter replaces a Proxy that has been Unhealthy or
+	// Failed this long (a Go duration such as 5m; "0" never replaces),
+	// within maxSurge and maxUnavailable: its replacement is created and it
+	// is drained as a scale-down drains. When a round's replacements go
+	// Unhealthy or Failed too, the next round waits twice as long (up to an
+	// hour) and the Healing condition says why.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self == '0' || (self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s'))",message="replaceUnhealthyAfter must be a Go duration such as 5m, or 0 to never replace"
+	// +optional
+	ReplaceUnhealthyAfter *metav1.Duration `json:"replaceUnhealthyAfter,omitempty"`
 
 	// DrainSeconds is how long a Proxy picked for removal keeps its leases
 	// (it gets no new ones) before it is deleted; it goes earlier when its
@@ -237,7 +274,18 @@ type ProxyPoolStatus struct {
 	// +optional
 	ScaleDownSince *metav1.Time `json:"scaleDownSince,omitempty"`
 
-	// Conditions are Ready, and with autoscaling AbleToScale and ScalingLimited.
+	// FailedReplacementRounds counts the rounds of replacing unhealthy
+	// Proxies in a row after which no new Proxy became Ready: each doubles
+	// the wait before the next round.
+	// +optional
+	FailedReplacementRounds int32 `json:"failedReplacementRounds,omitempty"`
+
+	// LastReplacementTime is when the pool last replaced an unhealthy Proxy.
+	// +optional
+	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
+
+	// Conditions are Ready and Healing, and with autoscaling AbleToScale and
+	// ScalingLimited.
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
@@ -261,6 +309,8 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedReplicas`,priority=1
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.drainingReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Healing",type=string,JSONPath=`.status.conditions[?(@.type=="Healing")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Replace-Unhealthy-After",type=string,JSONPath=`.spec.replaceUnhealthyAfter`,priority=1
 type ProxyPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

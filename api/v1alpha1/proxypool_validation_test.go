@@ -75,6 +75,16 @@ func TestProxyPoolValidationRejectsInvalidSpecs(t *testing.T) {
 			want: []string{"spec.maxAge", "maxAge must be a positive Go duration such as 30m or 24h"},
 		},
 		{
+			name: "replaceUnhealthyAfter that is not a duration",
+			spec: `{"replaceUnhealthyAfter":"five minutes",` + minimalTemplate + `}`,
+			want: []string{"spec.replaceUnhealthyAfter", "replaceUnhealthyAfter must be a Go duration such as 5m, or 0 to never replace"},
+		},
+		{
+			name: "negative replaceUnhealthyAfter",
+			spec: `{"replaceUnhealthyAfter":"-5m",` + minimalTemplate + `}`,
+			want: []string{"spec.replaceUnhealthyAfter", "replaceUnhealthyAfter must be a Go duration"},
+		},
+		{
 			name: "maxAge of zero",
 			spec: `{"maxAge":"0s",` + minimalTemplate + `}`,
 			want: []string{"spec.maxAge", "maxAge must be a positive Go duration"},
@@ -150,6 +160,8 @@ func TestProxyPoolValidationAcceptsValidSpecs(t *testing.T) {
 		{"maxUnavailable 0 with a surge", `{"maxUnavailable":0,"maxSurge":2,` + minimalTemplate + `}`},
 		{"maxSurge 0 with maxUnavailable", `{"maxSurge":0,"maxUnavailable":1,` + minimalTemplate + `}`},
 		{"maxAge in minutes and fractions", `{"maxAge":"1.5h",` + minimalTemplate + `}`},
+		{"replaceUnhealthyAfter off", `{"replaceUnhealthyAfter":"0",` + minimalTemplate + `}`},
+		{"replaceUnhealthyAfter in seconds", `{"replaceUnhealthyAfter":"90s",` + minimalTemplate + `}`},
 		{"autoscaling down to zero", `{"autoscaling":{"minReplicas":0,"maxReplicas":1},` + minimalTemplate + `}`},
 		{"everything", `{"replicas":3,"maxAge":"24h","maxSurge":1,"maxUnavailable":0,"drainSeconds":120,
 			"autoscaling":{"minReplicas":2,"maxReplicas":20,"targetLeasesPerProxy":5,"scaleDownDelaySeconds":60},
@@ -182,6 +194,9 @@ func TestProxyPoolDefaultsAreApplied(t *testing.T) {
 	if s.MaxSurge == nil || *s.MaxSurge != v1alpha1.DefaultPoolMaxSurge ||
 		s.MaxUnavailable == nil || *s.MaxUnavailable != v1alpha1.DefaultPoolMaxUnavailable {
 		t.Errorf("maxSurge/maxUnavailable = %v/%v, want 1/1", s.MaxSurge, s.MaxUnavailable)
+	}
+	if s.ReplaceUnhealthyAfter == nil || s.ReplaceUnhealthyAfter.Duration != v1alpha1.DefaultReplaceUnhealthyAfter {
+		t.Errorf("replaceUnhealthyAfter = %v, want %s", s.ReplaceUnhealthyAfter, v1alpha1.DefaultReplaceUnhealthyAfter)
 	}
 	if s.DrainSeconds == nil || *s.DrainSeconds != v1alpha1.DefaultPoolDrainSeconds {
 		t.Errorf("drainSeconds = %v, want %d", s.DrainSeconds, v1alpha1.DefaultPoolDrainSeconds)

@@ -360,6 +360,11 @@ func (in *ProxyPoolSpec) DeepCopyInto(out *ProxyPoolSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ReplaceUnhealthyAfter != nil {
+		in, out := &in.ReplaceUnhealthyAfter, &out.ReplaceUnhealthyAfter
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.DrainSeconds != nil {
 		in, out := &in.DrainSeconds, &out.DrainSeconds
 		*out = new(int32)
@@ -391,6 +396,10 @@ func (in *ProxyPoolStatus) DeepCopyInto(out *ProxyPoolStatus) {
 	}
 	if in.ScaleDownSince != nil {
 		in, out := &in.ScaleDownSince, &out.ScaleDownSince
+		*out = (*in).DeepCopy()
+	}
+	if in.LastReplacementTime != nil {
+		in, out := &in.LastReplacementTime, &out.LastReplacementTime
 		*out = (*in).DeepCopy()
 	}
 	if in.Conditions != nil {
