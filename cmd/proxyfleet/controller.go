@@ -15,12 +15,14 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/logging"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
+	"github.com/proxyfleet/proxyfleet/providers"
 )
 
 // Flags of the controller process itself; each group of parts (runnables,
@@ -155,6 +157,45 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 
 // runController wires the manager, the providers and the Proxy reconciler,
 // and runs until SIGINT or SIGTERM.
+// setupLeasesAndPools sets up the lease API (not leader-elected: every
+// replica serves it), the status page, and the ProxyPool reconciler, which
+// reads the API's leases.
+func setupLeasesAndPools(mgr ctrl.Manager, s controllerSettings, ls leaseAPISettings, ss statusSettings, logger logr.Logger) error {
+	api, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger)
+	if err != nil {
+		return err
+	}
+	if err := setupStatus(mgr, ss, api, s.manager.ProxyNamespace, logger); err != nil {
+		return err
+	}
+	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals}
+	if api != nil { // a nil *API in the interface would not read as "no lease store"
+		pr.Leases = api
+	}
+	if err := pr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)
+	}
+	return nil
+}
+
+// setupProxyReconciler sets up the Proxy reconciler with its health
+// engine, whose events are one of its watches (so the engine comes first).
+func setupProxyReconciler(ctx context.Context, mgr ctrl.Manager, s controllerSettings, hs healthSettings, provs map[string]providers.Provider, logger logr.Logger) error {
+	r := &controller.ProxyReconciler{
+		Client:                  mgr.GetClient(),
+		Providers:               provs,
+		Intervals:               s.intervals,
+		MaxConcurrentReconciles: s.maxConcurrent,
+	}
+	if _, err := setupHealth(mgr, r, hs, ctrlmetrics.Registry, logger); err != nil {
+		return err
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
+	}
+	return nil
+}
+
 func runController(c *cli.Context) error {
 	s, err := parseControllerFlags(c)
 	if err != nil {
@@ -186,7 +227,6 @@ func runController(c *cli.Context) error {
 	}
 	defer stopTracing()
 	hs.probeTracing, ls.tracing = probeTracerProvider(c, tr, logger), tr.TracerProvider()
-
 	// A broken providers config fails before anything connects.
 	pcfg, err := loadProvidersConfig(s.providersConfig)
 	if err != nil {
@@ -217,20 +257,10 @@ func runController(c *cli.Context) error {
 	if provs == nil {
 		logger.Info("WARNING: no --" + flagProvidersConfig + " given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
 	}
-	r := &controller.ProxyReconciler{
-		Client:                  mgr.GetClient(),
-		Providers:               provs,
-		Intervals:               s.intervals,
-		MaxConcurrentReconciles: s.maxConcurrent,
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Before SetupWithManager: the engine's events are one of its watches.
-	if _, err := setupHealth(mgr, r, hs, ctrlmetrics.Registry, logger); err != nil {
+	if err := setupProxyReconciler(ctx, mgr, s, hs, provs, logger); err != nil {
 		return err
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
 	}
 	// The manager's metrics server serves controller-runtime's registry.
 	if err := registerProxyCollector(mgr, ctrlmetrics.Registry); err != nil {
@@ -239,20 +269,8 @@ func runController(c *cli.Context) error {
 	if _, err := addRunnables(mgr, rs, s.manager.ProxyNamespace, pcfg, provs, ctrlmetrics.Registry, logger); err != nil {
 		return err
 	}
-	// Not leader-elected: every replica serves the lease API.
-	api, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger)
-	if err != nil {
+	if err := setupLeasesAndPools(mgr, s, ls, ss, logger); err != nil {
 		return err
-	}
-	if err := setupStatus(mgr, ss, api, s.manager.ProxyNamespace, logger); err != nil {
-		return err
-	}
-	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals}
-	if api != nil { // a nil *API in the interface would not read as "no lease store"
-		pr.Leases = api
-	}
-	if err := pr.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)
 	}
 	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
 		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)
