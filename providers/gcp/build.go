@@ -82,20 +82,6 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 		userData = ud
 	}
 
-	nic := &computepb.NetworkInterface{}
-	if cfg.Network != "" {
-		nic.Network = proto.String(cfg.Network)
-	}
-	if cfg.Subnetwork != "" {
-		nic.Subnetwork = proto.String(cfg.Subnetwork)
-	}
-	if cfg.AddressType == AddressExternal {
-		nic.AccessConfigs = []*computepb.AccessConfig{{
-			Name: proto.String("external-nat"),
-			Type: proto.String(computepb.AccessConfig_ONE_TO_ONE_NAT.String()),
-		}}
-	}
-
 	ins := &computepb.Instance{
 		Name:        proto.String(req.Name),
 		Description: proto.String(fmt.Sprintf("proxyfleet upstream proxy for Proxy %s/%s", req.OwnerNamespace, req.OwnerName)),
@@ -109,7 +95,7 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 				SourceImage: proto.String(image),
 			},
 		}},
-		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+		NetworkInterfaces: []*computepb.NetworkInterface{networkInterface(cfg)},
 		Metadata: &computepb.Metadata{Items: []*computepb.Items{{
 			Key: proto.String(userDataKey), Value: proto.String(string(userData)),
 		}}},
@@ -124,6 +110,25 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 		}}
 	}
 	return ins, zone, nil
+}
+
+// networkInterface is the VM's one interface: the entry's network and
+// subnetwork, and a one-to-one NAT for an external address.
+func networkInterface(cfg Config) *computepb.NetworkInterface {
+	nic := &computepb.NetworkInterface{}
+	if cfg.Network != "" {
+		nic.Network = proto.String(cfg.Network)
+	}
+	if cfg.Subnetwork != "" {
+		nic.Subnetwork = proto.String(cfg.Subnetwork)
+	}
+	if cfg.AddressType == AddressExternal {
+		nic.AccessConfigs = []*computepb.AccessConfig{{
+			Name: proto.String("external-nat"),
+			Type: proto.String(computepb.AccessConfig_ONE_TO_ONE_NAT.String()),
+		}}
+	}
+	return nic
 }
 
 func firstNonEmpty(vs ...string) string {

@@ -60,17 +60,7 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 	}
 	port := int32(req.Port)
 
-	labels := map[string]string{}
-	for k, v := range req.Labels {
-		labels[k] = v
-	}
-	labels[LabelManagedBy] = ManagedBy
-	labels[LabelAppName] = "squid"
-	labels[LabelOwnerUID] = req.OwnerUID
-	delete(labels, LabelOwnerName)
-	if req.OwnerName != "" && len(validation.IsValidLabelValue(req.OwnerName)) == 0 {
-		labels[LabelOwnerName] = req.OwnerName
-	}
+	labels := podLabels(req)
 
 	conf := squidconf.Config{
 		Name:    req.Name,
@@ -79,29 +69,6 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 		Clients: cfg.clientCIDRs(),
 	}
 
-	var nodeSelector map[string]string
-	if req.Placement.Zone != "" || req.Placement.MachineType != "" {
-		nodeSelector = map[string]string{}
-		if req.Placement.Zone != "" {
-			nodeSelector[corev1.LabelTopologyZone] = req.Placement.Zone
-		}
-		if req.Placement.MachineType != "" {
-			nodeSelector[corev1.LabelInstanceTypeStable] = req.Placement.MachineType
-		}
-	}
-
-	podSecurity := &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To(squidUID),
-		RunAsGroup:     ptr.To(squidUID),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if port < 1024 {
-		// A non-root Squid may bind a low port only where the Pod's network
-		// namespace allows it; this sysctl is namespaced and "safe" (allowed
-		// by every kubelet since 1.22).
-		podSecurity.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
-	}
 	probe := func(initial, period, timeout, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:        corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
@@ -129,8 +96,8 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To(int64(10)),
-			NodeSelector:                  nodeSelector,
-			SecurityContext:               podSecurity,
+			NodeSelector:                  nodeSelectorFor(req.Placement),
+			SecurityContext:               podSecurityFor(port),
 			Containers: []corev1.Container{{
 				Name:            containerName,
 				Image:           image,
@@ -175,6 +142,57 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 		},
 	}
 	return pod, nil
+}
+
+// podLabels are the request's labels with the provider's own set over
+// them; the owner's name only when it is a valid label value.
+func podLabels(req providers.CreateRequest) map[string]string {
+	labels := map[string]string{}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	labels[LabelManagedBy] = ManagedBy
+	labels[LabelAppName] = "squid"
+	labels[LabelOwnerUID] = req.OwnerUID
+	delete(labels, LabelOwnerName)
+	if req.OwnerName != "" && len(validation.IsValidLabelValue(req.OwnerName)) == 0 {
+		labels[LabelOwnerName] = req.OwnerName
+	}
+	return labels
+}
+
+// nodeSelectorFor places the Pod by the placement's zone and machine type
+// (node labels); nil when it names neither.
+func nodeSelectorFor(pl providers.Placement) map[string]string {
+	if pl.Zone == "" && pl.MachineType == "" {
+		return nil
+	}
+	sel := map[string]string{}
+	if pl.Zone != "" {
+		sel[corev1.LabelTopologyZone] = pl.Zone
+	}
+	if pl.MachineType != "" {
+		sel[corev1.LabelInstanceTypeStable] = pl.MachineType
+	}
+	return sel
+}
+
+// podSecurityFor runs Squid as its own non-root user under the runtime's
+// seccomp profile.
+func podSecurityFor(port int32) *corev1.PodSecurityContext {
+	sc := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To(squidUID),
+		RunAsGroup:     ptr.To(squidUID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if port < 1024 {
+		// A non-root Squid may bind a low port only where the Pod's network
+		// namespace allows it; this sysctl is namespaced and "safe" (allowed
+		// by every kubelet since 1.22).
+		sc.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
+	}
+	return sc
 }
 
 // validateRequest rejects what the API server would reject later, with a
