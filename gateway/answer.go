@@ -104,8 +104,15 @@ func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
 		cve.UnverifiedCertificates[0].VerifyHostname(mc.tlsConfig.ServerName) == nil {
 		return err
 	}
+	return siteCertificateFault(u.Host, err)
+}
+
+// siteCertificateFault is a site certificate that did not verify on the
+// gateway's own TLS to the site: the site's, certain, answered 502
+// site_certificate and never retried (every member carries the same one).
+func siteCertificateFault(host string, err error) error {
 	return &attemptError{f: rotation.Site(classCertificate), firsthand: true,
-		err: errors.New("the certificate of " + echo.Quote(u.Host) + " does not verify: " + certErrorText(err))}
+		err: errors.New("the certificate of " + echo.Quote(host) + " does not verify: " + certErrorText(err))}
 }
 
 // classCertificate is the failure class of a site certificate that does not verify.

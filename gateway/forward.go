@@ -68,9 +68,10 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 		// WebSocket clients (aiohttp, websocat) name the socket's own
 		// scheme in the request line: the same request as http(s).
 		if u.Scheme == "wss" {
-			defPort = "443"
+			u.Scheme, defPort = "https", "443"
+		} else {
+			u.Scheme = "http"
 		}
-		u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
 	default:
 		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return

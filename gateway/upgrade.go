@@ -156,8 +156,7 @@ func (g *Gateway) handshakeOn(ctx context.Context, c net.Conn, mc *memberConn, o
 		_ = tc.SetDeadline(time.Now().Add(g.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			if isCertError(err) {
-				return socket{}, &attemptError{f: rotation.Site(classCertificate), firsthand: true,
-					err: errors.New("the certificate of " + host + " does not verify: " + certErrorText(err))}
+				return socket{}, siteCertificateFault(host, err)
 			}
 			return socket{}, siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 		}
