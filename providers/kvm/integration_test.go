@@ -178,8 +178,8 @@ func TestLifecycleAgainstRealLibvirtOverSSH(t *testing.T) {
 		if got, err := os.ReadFile(base); err != nil || !bytes.Equal(got, f.images.image) {
 			t.Fatalf("base image in the pool differs from the served one (err %v)", err)
 		}
-		if m, err := os.ReadFile(base + ".sha256"); err != nil || string(m) != f.images.digest {
-			t.Fatalf("marker = %q (err %v), want the image's sha256", m, err)
+		if m, err := os.Stat(base + ".sha256-" + f.images.digest); err != nil || m.Size() != 0 {
+			t.Fatalf("no empty marker named by the image's sha256 (err %v); pool: %v", err, f.lv.PoolFiles(t))
 		}
 		dom, err := lv.DomainLookupByName(name)
 		if err != nil {
@@ -315,7 +315,7 @@ func TestLifecycleAgainstRealLibvirtOverSSH(t *testing.T) {
 		_, err := p.Get(ctx(t), id)
 		wantClass(t, err, providers.ErrNotFound)
 		files := f.lv.PoolFiles(t)
-		if !slices.Equal(files, []string{"base-kvm-test-tiny.qcow2", "base-kvm-test-tiny.qcow2.sha256"}) {
+		if !slices.Equal(files, []string{"base-kvm-test-tiny.qcow2", "base-kvm-test-tiny.qcow2.sha256-" + f.images.digest}) {
 			t.Fatalf("pool after Delete = %v, want only the cached base and its marker", files)
 		}
 	})
@@ -576,8 +576,36 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		edited := newProvider(t, cfg)
 		_, err := edited.Create(ctx(t), request("proxy-edited00000a", "uid-edited"))
 		wantClass(t, err, providers.ErrPermanent)
-		if files := f.lv.PoolFiles(t); !slices.Contains(files, "base-kvm-test-tiny.qcow2") || !slices.Contains(files, "base-kvm-test-tiny.qcow2.sha256") {
+		if files := f.lv.PoolFiles(t); !slices.Contains(files, "base-kvm-test-tiny.qcow2") || !slices.Contains(files, "base-kvm-test-tiny.qcow2.sha256-"+f.images.digest) {
 			t.Fatalf("the live base or its marker was deleted: %v", files)
+		}
+	})
+
+	t.Run("a base with markers that disagree is debris: both go and the image is fetched again", func(t *testing.T) {
+		lv := f.lv.Connect(t)
+		defer func() { _ = lv.Disconnect() }()
+		pool, err := lv.StoragePoolLookupByName(f.lv.PoolName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale := "base-kvm-test-tiny.qcow2.sha256-" + strings.Repeat("b", 64)
+		if _, err := lv.StorageVolCreateXML(pool, rawVolumeXML(stale, 0), 0); err != nil {
+			t.Fatal(err)
+		}
+		before := f.images.count("/tiny.qcow2")
+		req := request("proxy-debris00000a", "uid-debris")
+		if _, err := p.Create(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.images.count("/tiny.qcow2"); n != before+1 {
+			t.Fatalf("image downloaded %d more times, want 1", n-before)
+		}
+		files := f.lv.PoolFiles(t)
+		if slices.Contains(files, stale) || !slices.Contains(files, "base-kvm-test-tiny.qcow2.sha256-"+f.images.digest) {
+			t.Fatalf("pool = %v, want the stale marker gone and one marker with the image's digest", files)
+		}
+		if err := p.Delete(ctx(t), FormatProviderID("local", req.Name)); err != nil {
+			t.Fatal(err)
 		}
 	})
 

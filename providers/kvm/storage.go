@@ -22,9 +22,6 @@ import (
 
 func statFile(path string) (os.FileInfo, error) { return os.Stat(path) }
 
-// markerMax bounds how much of a marker volume is read back.
-const markerMax = 128
-
 // lookupPool finds the host's pool; a missing pool needs an admin.
 func (p *Provider) lookupPool(ctx context.Context, host, name string) (libvirt.StoragePool, error) {
 	pool, err := rpcV(ctx, p, host, "StoragePoolLookupByName", func(a api) (libvirt.StoragePool, error) { return a.StoragePoolLookupByName(name) })
@@ -114,12 +111,16 @@ type cachedBase struct {
 
 // ensureImage makes sure the base image is in the pool and verified, and
 // checks that the pool has room for it (when it must be fetched) plus
-// extra. The base is complete only when its marker volume exists: the
-// marker holds the sha256 of what was uploaded and is written last. A base
-// without a marker is debris of a cut-off upload and is replaced. A marker
-// whose digest differs from the configured one is Permanent and nothing is
-// deleted: guests may run on that base, and the rule is a new images key
-// for a new image.
+// extra. The base is complete only when its marker volume exists: an
+// empty volume whose name carries the sha256 of what was uploaded
+// ("<base>.sha256-<digest>"), made last. A base without a marker is debris
+// of a cut-off upload and is replaced. A marker whose digest differs from
+// the configured one is Permanent and nothing is deleted: guests may run
+// on that base, and the rule is a new images key for a new image.
+//
+// The digest is in the name, not the content, so one pool listing reads
+// it: a download stream per Create would be the one call here that can
+// hang on a busy libvirtd, and it would hang every Create behind it.
 func (p *Provider) ensureImage(ctx context.Context, pl placement, pool libvirt.StoragePool, extra uint64) (cachedBase, error) {
 	host := pl.host.Name
 	name := baseVolumeName(p.cfg.Entry, pl.imageKey, pl.image.Format)
@@ -129,36 +130,35 @@ func (p *Provider) ensureImage(ctx context.Context, pl placement, pool libvirt.S
 	}
 	defer unlock()
 
-	marker, hasMarker, err := p.lookupVolume(ctx, host, pool, markerVolumeName(name))
+	vols, err := p.poolVolumes(ctx, host, pool)
 	if err != nil {
 		return cachedBase{}, err
 	}
-	base, hasBase, err := p.lookupVolume(ctx, host, pool, name)
-	if err != nil {
-		return cachedBase{}, err
+	base, hasBase := vols[name]
+	var markers []libvirt.StorageVol
+	digest := ""
+	for vname, vol := range vols {
+		if d, ok := parseMarkerVolume(name, vname); ok {
+			markers = append(markers, vol)
+			digest = d
+		}
 	}
-	if hasMarker && hasBase {
-		digest, err := p.readMarker(ctx, host, marker)
-		if err != nil {
+	if hasBase && len(markers) == 1 && hex64(digest) {
+		if want := pl.image.SHA256; want != "" && want != digest {
+			return cachedBase{}, fmt.Errorf("%w: base image %s on host %s has sha256 %s, the config now says %s; guests may be running on it, so it is not replaced: add a new images key for the new image (and delete the old base and its marker by hand once unused)",
+				providers.ErrPermanent, name, host, digest, want)
+		}
+		if err := p.checkSpace(ctx, host, pool, extra); err != nil {
 			return cachedBase{}, err
 		}
-		if hex64(digest) {
-			if want := pl.image.SHA256; want != "" && want != digest {
-				return cachedBase{}, fmt.Errorf("%w: base image %s on host %s has sha256 %s, the config now says %s; guests may be running on it, so it is not replaced: add a new images key for the new image (and delete the old base and its marker by hand once unused)",
-					providers.ErrPermanent, name, host, digest, want)
-			}
-			if err := p.checkSpace(ctx, host, pool, extra); err != nil {
-				return cachedBase{}, err
-			}
-			path, err := p.volumePath(ctx, host, base)
-			return cachedBase{path: path, format: pl.image.Format}, err
-		}
+		path, err := p.volumePath(ctx, host, base)
+		return cachedBase{path: path, format: pl.image.Format}, err
 	}
-	// Debris: a marker without a base, a base without a marker, a marker
-	// that is not a digest. The marker goes first, so nothing ever looks
+	// Debris: a marker without a base, a base without a marker, markers
+	// that are not one digest. The markers go first, so nothing ever looks
 	// complete while it is half gone.
-	if hasMarker {
-		if err := p.deleteVolume(ctx, host, marker); err != nil {
+	for _, m := range markers {
+		if err := p.deleteVolume(ctx, host, m); err != nil {
 			return cachedBase{}, err
 		}
 	}
@@ -167,12 +167,16 @@ func (p *Provider) ensureImage(ctx context.Context, pl placement, pool libvirt.S
 			return cachedBase{}, err
 		}
 	}
-	digest, err := p.fetchImage(ctx, pl, pool, name, extra)
+	digest, err = p.fetchImage(ctx, pl, pool, name, extra)
 	if err != nil {
 		return cachedBase{}, err
 	}
-	if err := p.writeRaw(ctx, host, pool, markerVolumeName(name), []byte(digest), p.cfg.Budgets.RPC); err != nil {
-		return cachedBase{}, err
+	mname := markerVolumeName(name, digest)
+	_, err = rpcV(ctx, p, host, "StorageVolCreateXML", func(a api) (libvirt.StorageVol, error) {
+		return a.StorageVolCreateXML(pool, rawVolumeXML(mname, 0), 0)
+	})
+	if err != nil && !isCode(err, libvirt.ErrStorageVolExist) {
+		return cachedBase{}, classify("creating marker volume "+mname, err)
 	}
 	base, _, err = p.lookupVolume(ctx, host, pool, name)
 	if err != nil {
@@ -188,32 +192,6 @@ func hex64(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil && strings.ToLower(s) == s
-}
-
-func (p *Provider) readMarker(ctx context.Context, host string, vol libvirt.StorageVol) (string, error) {
-	content, err := rpcV(ctx, p, host, "StorageVolDownload", func(a api) (string, error) {
-		var buf bytes.Buffer
-		err := a.StorageVolDownload(vol, &limitedWriter{w: &buf, n: markerMax}, 0, markerMax, 0)
-		return buf.String(), err
-	})
-	if err != nil {
-		return "", classify("reading marker "+vol.Name, err)
-	}
-	return strings.TrimSpace(content), nil
-}
-
-type limitedWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	if len(p) > l.n {
-		p = p[:l.n]
-	}
-	l.n -= len(p)
-	_, err := l.w.Write(p)
-	return len(p), err
 }
 
 // httpStatusError is a non-2xx answer from the image server.

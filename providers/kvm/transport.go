@@ -80,7 +80,6 @@ type api interface {
 	StorageVolDelete(Vol libvirt.StorageVol, Flags libvirt.StorageVolDeleteFlags) error
 	StorageVolGetPath(Vol libvirt.StorageVol) (string, error)
 	StorageVolUpload(Vol libvirt.StorageVol, outStream io.Reader, Offset uint64, Length uint64, Flags libvirt.StorageVolUploadFlags) error
-	StorageVolDownload(Vol libvirt.StorageVol, inStream io.Writer, Offset uint64, Length uint64, Flags libvirt.StorageVolDownloadFlags) error
 }
 
 var _ api = (*libvirt.Libvirt)(nil)

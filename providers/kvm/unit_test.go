@@ -244,8 +244,8 @@ func TestVolumeNamesCarryTheEntry(t *testing.T) {
 	if a, b := baseVolumeName("kvm-a", "debian-13", "qcow2"), baseVolumeName("kvm-b", "debian-13", "qcow2"); a == b {
 		t.Fatalf("two entries share base volume %s", a)
 	}
-	if got := baseVolumeName("kvm-a", "debian-13", "qcow2"); got != "base-kvm-a-debian-13.qcow2" || markerVolumeName(got) != got+".sha256" {
-		t.Fatalf("base %s / marker %s", got, markerVolumeName(got))
+	if got := baseVolumeName("kvm-a", "debian-13", "qcow2"); got != "base-kvm-a-debian-13.qcow2" || markerVolumeName(got, "ab") != got+".sha256-ab" {
+		t.Fatalf("base %s / marker %s", got, markerVolumeName(got, "ab"))
 	}
 }
 

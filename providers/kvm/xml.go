@@ -172,7 +172,19 @@ func rawVolumeXML(name string, sizeBytes uint64) string {
 func baseVolumeName(entry, key, format string) string {
 	return "base-" + entry + "-" + key + "." + format
 }
-func markerVolumeName(base string) string  { return base + ".sha256" }
+
+// markerVolumeName is the name of a base's marker: the base's name, then
+// ".sha256-" and the digest of what was uploaded.
+func markerVolumeName(base, digest string) string { return base + markerInfix + digest }
+
+const markerInfix = ".sha256-"
+
+// parseMarkerVolume reads the digest from the name of base's marker; ok
+// is false for any other volume.
+func parseMarkerVolume(base, vol string) (digest string, ok bool) {
+	return strings.CutPrefix(vol, base+markerInfix)
+}
+
 func overlayVolumeName(name string) string { return name + ".qcow2" }
 func seedVolumeName(name string) string    { return name + "-seed.iso" }
 
