@@ -127,7 +127,7 @@ func TestMITMRealClients(t *testing.T) {
 	})
 
 	t.Run("Python requests with REQUESTS_CA_BUNDLE", func(t *testing.T) {
-		py := pythonWithRequests(t)
+		py := pythonWith(t, "requests")
 		script := `import os, requests
 p = os.environ["GW"]
 r = requests.get(os.environ["URL"], proxies={"http": p, "https": p}, timeout=30)
@@ -255,9 +255,9 @@ func suiteNames(ids []uint16) string {
 	return strings.Join(names, " ")
 }
 
-// pythonWithRequests finds a python3 that can import requests: the one on
-// PATH, else Debian's (make test installs python3-requests for it).
-func pythonWithRequests(t *testing.T) string {
+// pythonWith finds a python3 that can import module: the one on PATH,
+// else Debian's (make test installs python3-<module> for it).
+func pythonWith(t *testing.T, module string) string {
 	t.Helper()
 	var tried []string
 	for _, name := range []string{"python3", "/usr/bin/python3"} {
@@ -266,11 +266,11 @@ func pythonWithRequests(t *testing.T) string {
 			continue
 		}
 		tried = append(tried, p)
-		if exec.Command(p, "-c", "import requests").Run() == nil {
+		if exec.Command(p, "-c", "import "+module).Run() == nil {
 			return p
 		}
 	}
-	t.Fatalf("no python3 with requests among %v (make test installs Debian's python3-requests with hack/install-deps.sh)", tried)
+	t.Fatalf("no python3 with %s among %v (make test installs Debian's python3-%s with hack/install-deps.sh)", module, tried, module)
 	return ""
 }
 

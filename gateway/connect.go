@@ -37,6 +37,10 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		g.finish(ctx, rq, err)
 		return
 	}
+	if g.carriesHTTP(r, port) {
+		g.serveHTTPTunnel(w, r, p, hostport, host, port, start)
+		return
+	}
 	if g.mitm != nil && g.mitm.wanted(r, host) {
 		g.serveMITM(w, r, p, hostport, host, port, start)
 		return

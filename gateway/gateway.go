@@ -138,6 +138,10 @@ type Options struct {
 	SiteRoots *x509.CertPool
 	// MITM, when set, intercepts CONNECT tunnels: see MITMOptions.
 	MITM *MITMOptions
+	// ConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
+	// answers itself and reads as plain HTTP (browsers send ws:// so);
+	// nil is DefaultConnectHTTPPorts, an empty slice none.
+	ConnectHTTPPorts []uint16
 	// Tracer receives every request at its end; nil traces nothing.
 	Tracer RequestTracer
 	// Pacing is how fast requests go to each site; the zero value paces
@@ -166,8 +170,11 @@ type Gateway struct {
 	log            *slog.Logger
 	banBodyBytes   int
 	siteRoots      *x509.CertPool
-	mitm           *mitm // nil: CONNECT is always a plain tunnel
-	pacer          *pacer
+	mitm           *mitm // nil: a CONNECT to a TLS port is a plain tunnel
+	inner          *inner
+	// connectHTTPPorts: see Options.ConnectHTTPPorts.
+	connectHTTPPorts []uint16
+	pacer            *pacer
 
 	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
@@ -303,10 +310,15 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.pacer = newPacer(o.Pacing)
 	if o.MITM != nil {
-		if g.mitm, err = g.newMITM(o.MITM); err != nil {
+		if g.mitm, err = newMITM(o.MITM); err != nil {
 			return nil, err
 		}
 	}
+	g.connectHTTPPorts = o.ConnectHTTPPorts
+	if g.connectHTTPPorts == nil {
+		g.connectHTTPPorts = DefaultConnectHTTPPorts
+	}
+	g.inner = g.newInner()
 	return g, nil
 }
 
@@ -335,11 +347,9 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	err := g.front.Shutdown(ctx)
-	if g.mitm != nil {
-		// Requests inside intercepted tunnels drain like plain ones.
-		if merr := g.mitm.shutdown(ctx); err == nil {
-			err = merr
-		}
+	// Requests inside tunnels the gateway answered drain like plain ones.
+	if ierr := g.inner.shutdown(ctx); err == nil {
+		err = ierr
 	}
 	if err == nil {
 		err = g.tunnels.wait(ctx)

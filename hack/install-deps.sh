@@ -21,6 +21,8 @@ kvm_pkgs=()
 [ -e /usr/share/OVMF/OVMF_CODE_4M.fd ] || [ -e /usr/share/OVMF/OVMF_CODE.fd ] || kvm_pkgs+=(ovmf)
 command -v ip >/dev/null 2>&1 || kvm_pkgs+=(iproute2)
 need+=("${kvm_pkgs[@]}")
+# Python clients (requests; aiohttp for WebSockets) go through the gateway in the e2e tests.
+if ! { python3 -c 'import aiohttp' || /usr/bin/python3 -c 'import aiohttp'; } >/dev/null 2>&1; then need+=(python3-aiohttp); fi
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
 # The Redis lease store's tests start their own redis-server on free ports.
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)

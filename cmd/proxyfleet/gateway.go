@@ -43,6 +43,7 @@ const (
 	flagMITMCACert            = "mitm-ca-cert"
 	flagMITMCAKey             = "mitm-ca-key"
 	flagMITMBypass            = "mitm-bypass"
+	flagConnectHTTPPorts      = "connect-http-ports"
 	flagUpstreamCAFile        = "upstream-ca-file"
 	flagRetries               = "retries"
 	flagMaxLeasesPerMember    = "max-leases-per-member"
@@ -155,6 +156,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagMITMCACert, "CA certificate `FILE` (PEM): with --mitm-ca-key, intercept HTTPS so bans, rules and retries work inside CONNECT (proxyfleet mitm-ca init writes one)"),
 		pathFlag(flagMITMCAKey, "CA private key `FILE` (PEM) for --mitm-ca-cert"),
 		listFlag(flagMITMBypass, "`HOST` (name, *.domain or IP) kept as a plain tunnel under MITM (pinned or mutual-TLS sites); repeatable"),
+		stringFlag(flagConnectHTTPPorts, "80", "comma-separated `PORTS` whose CONNECT tunnels the gateway answers itself and reads as plain HTTP, sending each request (a WebSocket handshake too) through a member as a plain one: browsers open ws:// with CONNECT to port 80, which Squids refuse; empty turns it off"),
 		pathFlag(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		intFlag(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
@@ -228,6 +230,7 @@ type gatewayConfig struct {
 	requestTimeout      time.Duration
 	answerTimeout       time.Duration
 	siteTimeouts        gateway.SiteDurations
+	connectHTTPPorts    []uint16
 	pacing              gateway.PacingOptions
 	logLevel            slog.Level
 	logJSON             bool
@@ -296,6 +299,9 @@ func (cfg *gatewayConfig) readAnswers(c *cli.Context) (err error) {
 		return err
 	}
 
+	if cfg.connectHTTPPorts, err = gateway.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
+		return fmt.Errorf("--%s: %w", flagConnectHTTPPorts, err)
+	}
 	if cfg.mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
 		return fmt.Errorf("--%s: %w", flagRotation, err)
 	}

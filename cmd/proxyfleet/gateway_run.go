@@ -133,6 +133,7 @@ func (r *gatewayRun) build() error {
 		BanBodyBytes:        cfg.banBodyBytes,
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,
+		ConnectHTTPPorts:    cfg.connectHTTPPorts,
 		Metrics:             r.rec,
 		Logger:              r.log,
 		Tracer:              tracing.NewGatewayTracer(r.tr.TracerProvider()),

@@ -262,6 +262,8 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "unparsable duration", args: []string{"--lease-ttl", "soon"}, want: []string{"lease-ttl"}},
 		{name: "negative duration", args: []string{"--cooldown", "-5s"}, want: []string{"--cooldown -5s: must be positive"}},
 		{name: "zero duration", args: []string{"--dial-timeout", "0s"}, want: []string{"--dial-timeout 0s: must be positive"}},
+		{name: "connect HTTP port that is not a number", args: []string{"--connect-http-ports", "80,http"}, want: []string{"--connect-http-ports", `"http" is not a port`}},
+		{name: "connect HTTP port out of range", args: []string{"--connect-http-ports", "70000"}, want: []string{"--connect-http-ports", "not a port (1-65535)"}},
 		{name: "site answer timeout without a duration", args: []string{"--site-answer-timeout", "slow.example"}, want: []string{"--site-answer-timeout", "want PATTERN=DURATION"}},
 		{name: "site answer timeout with a bad pattern", args: []string{"--site-answer-timeout", "a/b=3s"}, want: []string{"--site-answer-timeout", "host pattern"}},
 		{name: "site answer timeout given twice", args: []string{"--site-answer-timeout", "a.example=3s", "--site-answer-timeout", "A.example.=4s"}, want: []string{"given twice"}},

@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// DefaultConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
+// reads as plain HTTP itself: 80, where browsers send ws:// (a browser
+// opens every WebSocket through a proxy with CONNECT) and where a
+// tunnelling client sends http://. Squids refuse CONNECT to any port but
+// 443, so carried as a tunnel these would fail at every generated member.
+var DefaultConnectHTTPPorts = []uint16{80}
+
+// ParsePorts reads a comma-separated list of TCP ports ("80,8080"); the
+// empty string is none (an empty, non-nil slice).
+func ParsePorts(s string) ([]uint16, error) {
+	out := []uint16{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(f, 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%s is not a port (1-65535)", echo.Quote(f))
+		}
+		if !slices.Contains(out, uint16(n)) {
+			out = append(out, uint16(n))
+		}
+	}
+	return out, nil
+}
+
+// inner is the gateway's second net/http server: it serves the requests
+// that arrive inside a tunnel the gateway answered itself, a TLS
+// connection it terminated (MITM) or plain HTTP carried in a CONNECT to
+// an HTTP port. The CONNECT handler hands it the connection, so those
+// requests get the server's keep-alive, framing and limits exactly as
+// plain ones do.
+type inner struct {
+	srv    *http.Server
+	ln     *connListener
+	served chan struct{}
+}
+
+// innerTunnel is what a request inside a tunnel inherits from its
+// CONNECT: the target, the scheme it is spoken in and the client's
+// parameters.
+type innerTunnel struct {
+	p        params
+	scheme   string // "https" (MITM) or "http"
+	hostport string
+	host     string
+	port     uint16
+}
+
+type innerTunnelKey struct{}
+
+// innerConn is a client's connection with its tunnel. It wraps a
+// *tls.Conn under MITM, so net/http does not handshake again.
+type innerConn struct {
+	net.Conn
+	t *innerTunnel
+}
+
+func (g *Gateway) newInner() *inner {
+	in := &inner{ln: newConnListener(), served: make(chan struct{})}
+	in.srv = &http.Server{
+		Handler:           http.HandlerFunc(g.serveInnerRequest),
+		ReadHeaderTimeout: serverReadHeader,
+		IdleTimeout:       serverIdleTimeout,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if ic, ok := c.(*innerConn); ok {
+				return context.WithValue(ctx, innerTunnelKey{}, ic.t)
+			}
+			return ctx
+		},
+	}
+	go func() {
+		defer close(in.served)
+		_ = in.srv.Serve(in.ln)
+	}()
+	return in
+}
+
+// serve hands c, the client's side of t, to the inner server; c is
+// closed when the gateway is shutting down.
+func (in *inner) serve(c net.Conn, t *innerTunnel) {
+	if !in.ln.push(&innerConn{Conn: c, t: t}) {
+		_ = c.Close()
+	}
+}
+
+// shutdown stops the inner server as Shutdown does the front end.
+func (in *inner) shutdown(ctx context.Context) error {
+	err := in.srv.Shutdown(ctx)
+	if err != nil {
+		_ = in.srv.Close()
+	}
+	<-in.served
+	return err
+}
+
+// carriesHTTP reports a CONNECT the gateway answers itself and reads as
+// plain HTTP: to one of the HTTP ports, and not left alone by its client.
+func (g *Gateway) carriesHTTP(r *http.Request, port uint16) bool {
+	return slices.Contains(g.connectHTTPPorts, port) && !leftAlone(r)
+}
+
+// httpTunnelHello is the gateway's own answer to a CONNECT it reads as
+// plain HTTP.
+var httpTunnelHello = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
+
+// serveHTTPTunnel answers a checked CONNECT to an HTTP port itself and
+// hands the connection to the inner server: each request in it (a
+// WebSocket handshake, a GET) is leased, sent through a member in
+// absolute form and judged as a plain request is. Bytes that are not
+// HTTP get the server's 400 and the connection closed.
+func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
+	rq := &request{w: w, start: start}
+	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
+	c, ok := g.takeTunnel(w, r, rq, httpTunnelHello)
+	if !ok {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	g.inner.serve(c, &innerTunnel{p: *p, scheme: "http", hostport: hostport, host: host, port: port})
+}
+
+// takeTunnel takes over the client's connection of a CONNECT the gateway
+// answers itself, writes hello, and returns the connection with any bytes
+// the client sent behind its CONNECT put back (a ClientHello, a request).
+// Its deadline is the dial timeout, for what the caller does next; false
+// when the client is gone (the outcome is recorded).
+func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte) (net.Conn, bool) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
+		return nil, false
+	}
+	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
+	if _, err := conn.Write(hello); err != nil {
+		_ = conn.Close()
+		g.ended(r.Context(), rq, OutcomeClientGone, "")
+		return nil, false
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		return &prefixConn{Conn: conn, prefix: append([]byte(nil), b...)}, true
+	}
+	return conn, true
+}
+
+// innerSchemes are the schemes a request line inside a tunnel may name,
+// by the tunnel's scheme (a WebSocket client may write ws:// or wss://).
+var innerSchemes = map[string][]string{"https": {"https", "wss"}, "http": {"http", "ws"}}
+
+// serveInnerRequest serves one request from inside a tunnel the gateway
+// answered: the site is the tunnel's, the parameters are the CONNECT's,
+// and the rest is the plain-HTTP path (lease, retries, classification,
+// delivery).
+func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rq := &request{w: w, start: start}
+	t, ok := r.Context().Value(innerTunnelKey{}).(*innerTunnel)
+	if !ok {
+		g.finish(r.Context(), rq, errors.New("request without its tunnel"))
+		return
+	}
+	if r.Method == http.MethodConnect {
+		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		return
+	}
+	if r.URL.Host != "" {
+		defPort := "443"
+		if t.scheme == "http" {
+			defPort = "80"
+		}
+		h, _, err := splitTarget(r.URL.Host, defPort)
+		if err != nil || !strings.EqualFold(h, t.host) || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
+			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
+			return
+		}
+	}
+	u := &url.URL{Scheme: t.scheme, Host: t.hostport, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	g.forward(rq, r, &t.p, u, t.host, t.port)
+}
+
+// prefixConn is a connection with bytes already read from it put back.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// connListener is a net.Listener whose connections are pushed to it.
+type connListener struct {
+	ch        chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newConnListener() *connListener {
+	return &connListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// push hands c to Accept; false when the listener is closed.
+func (l *connListener) push(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return innerAddr{} }
+
+type innerAddr struct{}
+
+func (innerAddr) Network() string { return "tunnel" }
+func (innerAddr) String() string  { return "tunnel" }
