@@ -12,7 +12,7 @@
 // Behaviour worth knowing:
 //
 //   - CONNECT is allowed to any port; the upstream Squids' own rules decide
-//     which ports they tunnel to. Direct members tunnel to any port of a
+//     which ports they tunnel to (but see ConnectHTTPPorts below). Direct members tunnel to any port of a
 //     target that passed the private-range check.
 //   - A CONNECT whose upstream cannot be dialled (refused, timeout, TLS or
 //     SOCKS handshake failure, 407 to our credentials) is retried on another
@@ -70,6 +70,11 @@
 //     under concurrency), and each HTTP/1.1 request inside is served by a
 //     second net/http server through forward, the plain-HTTP path; the
 //     site's certificate is verified against Options.SiteRoots.
+//   - A CONNECT to a port in Options.ConnectHTTPPorts (80 by default; no
+//     X-Proxyfleet-Mitm: off) is answered by the gateway too, MITM or not,
+//     and the plain HTTP/1.1 inside served by that second server the same
+//     way (inner.go): browsers open ws:// through a proxy with CONNECT,
+//     which Squids refuse for any port but 443.
 //   - Recorder.Request is called once per plain request when its answer
 //     head is written, and once per CONNECT when the tunnel is up (its
 //     duration is the setup time); tunnel bytes are recorded when it ends.
