@@ -247,48 +247,64 @@ func TestWebSocketsAsBrowsersAndClientsOpenThem(t *testing.T) {
 		}
 	})
 
-	t.Run("Chromium and aiohttp open ws:// and wss:// (inside MITM)", func(t *testing.T) {
+	t.Run("Chromium and aiohttp open ws:// and wss://, with MITM and without", func(t *testing.T) {
 		t.Parallel()
 		chromium, err := exec.LookPath(chromiumBinary)
 		if err != nil {
 			t.Fatalf("%s not found (make test installs it with hack/install-deps.sh): %v", chromiumBinary, err)
 		}
+		python := pythonWith(t, "aiohttp")
 		one := startSquids(t, "ws-clients", "127.0.0.208")
 		plain := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.209", Pages: map[string]string{"/": socketPage}})
 		secure := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.210", Pages: map[string]string{"/": socketPage}})
 		caCert, caKey, _ := makeMITMCA(t, bin)
 		siteCA := filepath.Join(t.TempDir(), "site-ca.pem")
 		writeFile(t, siteCA, string(secure.CertPEM()))
-		g := startGateway(t, bin, gwConfig{upstreams: squidURLs(one), args: []string{
-			"--mitm-ca-cert", caCert, "--mitm-ca-key", caKey, "--upstream-ca-file", siteCA,
-			"--connect-http-ports", strconv.Itoa(plain.Port())}})
-
-		python := pythonWith(t, "aiohttp")
-		for _, site := range []*testutil.Target{plain, secure} {
-			var done string
-			chromiumUntil(t, chromium, g.addr, site.URL()+"/", func() bool {
-				for _, r := range site.Requests() {
-					if strings.HasPrefix(r.URI, "/done") {
-						done = r.URI
-						return true
+		httpPort := []string{"--connect-http-ports", strconv.Itoa(plain.Port())}
+		gateways := []struct {
+			name string
+			g    *gatewayProc
+			// trust is the CA aiohttp trusts for wss://: the site's own
+			// through a plain tunnel, only the gateway's under MITM (so a
+			// socket that was not intercepted fails there).
+			trust string
+		}{
+			{"plain", startGateway(t, bin, gwConfig{upstreams: squidURLs(one), args: httpPort}), siteCA},
+			{"MITM", startGateway(t, bin, gwConfig{upstreams: squidURLs(one), args: append([]string{
+				"--mitm-ca-cert", caCert, "--mitm-ca-key", caKey, "--upstream-ca-file", siteCA}, httpPort...)}), caCert},
+		}
+		for _, gw := range gateways {
+			for _, site := range []*testutil.Target{plain, secure} {
+				seen := len(site.Requests())
+				var done string
+				chromiumUntil(t, chromium, gw.g.addr, site.URL()+"/", func() bool {
+					for _, r := range site.Requests()[seen:] {
+						if strings.HasPrefix(r.URI, "/done") {
+							done = r.URI
+							return true
+						}
 					}
+					return false
+				})
+				if done != "/done?echo=from%20chromium" {
+					t.Fatalf("%s gateway, Chromium's socket on %s: the page went to %s, want the echo (the site saw %v)\ngateway log:\n%s",
+						gw.name, site.URL(), done, site.Requests()[seen:], tail(gw.g.Output(), 30))
 				}
-				return false
-			})
-			if done != "/done?echo=from%20chromium" {
-				t.Fatalf("Chromium's socket on %s: the page went to %s, want the echo (the site saw %v)\ngateway log:\n%s", site.URL(), done, site.Requests(), tail(g.Output(), 30))
-			}
-			out, err := exec.Command(python, "-c", aiohttpSocket, "http://"+g.addr, strings.Replace(site.URL(), "http", "ws", 1)+"/aiohttp", caCert).CombinedOutput()
-			if err != nil || strings.TrimSpace(string(out)) != "echo:from aiohttp" {
-				t.Fatalf("aiohttp's socket on %s: %v\n%s\ngateway log:\n%s", site.URL(), err, out, tail(g.Output(), 30))
-			}
-			// Page and socket, Chromium's and aiohttp's: all from the Squid.
-			if n := site.Count(one[0].OutgoingAddr()); n < 4 || n != len(site.Requests()) {
-				t.Fatalf("%s saw %d requests from the Squid (%v), want the page, two handshakes and /done", site.URL(), n, site.Counts())
+				out, err := exec.Command(python, "-c", aiohttpSocket, "http://"+gw.g.addr, strings.Replace(site.URL(), "http", "ws", 1)+"/aiohttp", gw.trust).CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != "echo:from aiohttp" {
+					t.Fatalf("%s gateway, aiohttp's socket on %s: %v\n%s\ngateway log:\n%s", gw.name, site.URL(), err, out, tail(gw.g.Output(), 30))
+				}
+				// The page, both handshakes and /done, all from the Squid.
+				var from []string
+				for _, r := range site.Requests()[seen:] {
+					from = append(from, r.Source+" "+r.URI)
+				}
+				if len(from) < 4 || site.Count(one[0].OutgoingAddr()) != len(site.Requests()) {
+					t.Fatalf("%s gateway: %s saw %v, want the page, two handshakes and /done, all from the Squid %s", gw.name, site.URL(), from, one[0].OutgoingAddr())
+				}
 			}
 		}
 	})
-
 }
 
 // socketPage opens a WebSocket to its own origin (ws:// or wss://), sends
