@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -338,4 +339,30 @@ func checkListenAddr(flagName, addr string) (loopback bool, err error) {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback(), nil
+}
+
+// logFlags are --log-level and --log-format, the same on every command
+// but for the format's default: text for the gateway (read by a person at
+// a terminal, often), json for the controller (read by a cluster's log
+// pipeline).
+func logFlags(defaultFormat string) []cli.Flag {
+	return []cli.Flag{
+		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
+		stringFlag(flagLogFormat, defaultFormat, "`FORMAT`: text or json"),
+	}
+}
+
+// readLogFlags reads logFlags: the level, and whether records are JSON.
+func readLogFlags(c *cli.Context) (level slog.Level, json bool, err error) {
+	if err := level.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
+		return level, false, fmt.Errorf("--%s %q: want debug, info, warn or error", flagLogLevel, c.String(flagLogLevel))
+	}
+	switch f := c.String(flagLogFormat); f {
+	case "text":
+		return level, false, nil
+	case "json":
+		return level, true, nil
+	default:
+		return level, false, fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
+	}
 }

@@ -92,9 +92,7 @@ func controllerFlags() []cli.Flag {
 		durationFlag(flagQuotaRetry, d.QuotaRetry, "wait after a provider reported its quota exhausted"),
 		durationFlag(flagPoolDrainPoll, pd.DrainPoll, "how often a ProxyPool with draining Proxies checks whether their leases ended"),
 		durationFlag(flagAutoscaleInterval, pd.Autoscale, "how often a ProxyPool with spec.autoscaling recomputes its size"),
-		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
-		stringFlag(flagLogFormat, "json", "`FORMAT`: json or text"),
-	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags(), statusFlags())...)
+	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags(), statusFlags(), logFlags("json"))...)
 }
 
 // controllerSettings are the parsed flags, validated before anything starts.
@@ -142,17 +140,9 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 	if s.maxConcurrent < 1 {
 		return s, fmt.Errorf("--%s must be at least 1, got %d", flagMaxConcurrentReconciles, s.maxConcurrent)
 	}
-	if err := s.logLevel.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
-		return s, fmt.Errorf("--%s: %w", flagLogLevel, err)
-	}
-	switch c.String(flagLogFormat) {
-	case "json":
-		s.logJSON = true
-	case "text":
-	default:
-		return s, fmt.Errorf("--%s must be json or text, got %q", flagLogFormat, c.String(flagLogFormat))
-	}
-	return s, nil
+	var err error
+	s.logLevel, s.logJSON, err = readLogFlags(c)
+	return s, err
 }
 
 // runController wires the manager, the providers and the Proxy reconciler,

@@ -136,7 +136,7 @@ func gatewayFlags() []cli.Flag {
 		}
 		return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: d, DefaultText: value, Usage: usage, EnvVars: []string{envVar(name)}})
 	}
-	return []cli.Flag{
+	return append([]cli.Flag{
 		stringFlag(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
 		listFlag(flagUpstream, "upstream proxy `URL` (http://, https://, socks5:// or socks5h://, optional user:password@, explicit port); repeatable"),
 		pathFlag(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
@@ -193,10 +193,8 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
 		dur(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
 		dur(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
-		&cli.PathFlag{Name: flagConfig, Usage: "YAML `FILE` of flag values (keys are flag names without dashes)", EnvVars: []string{envVar(flagConfig)}, TakesFile: true},
-		stringFlag(flagLogLevel, "info", "`LEVEL`: debug, info, warn or error"),
-		stringFlag(flagLogFormat, "text", "`FORMAT`: text or json"),
-	}
+		configFileFlag(),
+	}, logFlags("text")...)
 }
 
 // gatewayConfig is the gateway's validated configuration: everything the
@@ -404,17 +402,8 @@ func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 		cfg.metricsListen = m
 	}
 
-	if err := cfg.logLevel.UnmarshalText([]byte(c.String(flagLogLevel))); err != nil {
-		return fmt.Errorf("--%s %q: want debug, info, warn or error", flagLogLevel, c.String(flagLogLevel))
-	}
-	switch f := c.String(flagLogFormat); f {
-	case "text":
-	case "json":
-		cfg.logJSON = true
-	default:
-		return fmt.Errorf("--%s %q: want text or json", flagLogFormat, f)
-	}
-	return nil
+	cfg.logLevel, cfg.logJSON, err = readLogFlags(c)
+	return err
 }
 
 // readAuth reads the token files and applies the never-open-by-accident
