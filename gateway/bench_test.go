@@ -3,11 +3,13 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,4 +258,52 @@ func BenchmarkPlainHTTPThroughUpstream(b *testing.B) {
 	c := benchClient(ln.Addr().String())
 	defer c.CloseIdleConnections()
 	benchGet(b, c, target)
+}
+
+// BenchmarkSessionMemory sends one plain GET for each of n distinct
+// sticky sessions over one keep-alive connection (a crawler that names a
+// session per account or page) and reports the heap that stays in use per
+// live session: the pin, the lease and whatever else a session costs the
+// gateway and its in-process store until the lease TTL ends.
+func BenchmarkSessionMemory(b *testing.B) {
+	const n = 30_000
+	target := strings.TrimPrefix(strings.TrimSuffix(benchTarget(b), "/"), "http://")
+	gw := benchGateway(b, rotation.ModeSticky)
+	c, err := net.Dial("tcp", gw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	send := func(i int) {
+		fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n%s: s%d\r\n\r\n", target, target, HeaderSession, i)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("session %d: status %d", i, resp.StatusCode)
+		}
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	}
+	for i := range 100 { // warm: connections, buffers, code paths
+		send(-1 - i)
+	}
+	b.ResetTimer()
+	for it := 0; it < b.N; it++ {
+		before := heap()
+		for i := range n {
+			send(it*n + i)
+		}
+		after := heap()
+		b.ReportMetric(float64(after-before)/n, "B/session")
+	}
 }
