@@ -195,7 +195,7 @@ func TestParseSelector(t *testing.T) {
 		{"region=eu, tier=dc", "map[region:eu tier:dc]", ""},
 		{"region", "", "not key=value"},
 		{"region=", "", "empty key or value"},
-		{"a=b=c", "", "no spaces or '='"},
+		{"a=b=c", "", "no blanks, control characters or '='"},
 		{"a=1,a=2", "", "given twice"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
