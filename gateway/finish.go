@@ -225,6 +225,10 @@ func (g *Gateway) poolRefusal(lr *leaseReq, err error) error {
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
 	}
+	var sm *sessionLimitError
+	if errors.As(err, &sm) {
+		return err
+	}
 	g.log.Warn("lease acquire failed", "err", err)
 	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
 }

@@ -122,7 +122,9 @@ type Options struct {
 	Metrics Recorder
 	// Logger gets failures (Warn) and per-request detail (Debug); nil discards.
 	Logger *slog.Logger
-	// AffinityEntries bounds the (session, target) → lease cache (default 100k).
+	// AffinityEntries is the most live sticky sessions, (session, target)
+	// pins, the gateway holds (default 100k): a new one beyond it is
+	// answered 503 session_limit, and a live one is never evicted.
 	AffinityEntries int64
 	// BrokenMemberSites and BrokenMemberWindow size rotation.MemberEvidence:
 	// a member that fails this many distinct sites within the window, each
@@ -176,16 +178,18 @@ type Gateway struct {
 	connectHTTPPorts []uint16
 	pacer            *pacer
 
-	aff      *rotation.Affinity
-	evidence *rotation.MemberEvidence
-	front    *front.Server
-	flights  flightGroup
-	struck   struckSet
-	alive    aliveSet
-	tunnels  tunnelSet
-	bufs     bufPool
-	readers  bufpool.Readers // for upstream CONNECT answers
-	dns      dnsCache
+	aff *rotation.Affinity
+	// maxSessions is Options.AffinityEntries, for session_limit's message.
+	maxSessions int64
+	evidence    *rotation.MemberEvidence
+	front       *front.Server
+	flights     flightGroup
+	struck      struckSet
+	alive       aliveSet
+	tunnels     tunnelSet
+	bufs        bufPool
+	readers     bufpool.Readers // for upstream CONNECT answers
+	dns         dnsCache
 
 	membersMu sync.RWMutex
 	members   map[string]*memberConn
@@ -291,6 +295,7 @@ func New(o Options) (*Gateway, error) {
 		banBodyBytes:   o.BanBodyBytes,
 		siteRoots:      o.SiteRoots,
 		aff:            aff,
+		maxSessions:    o.AffinityEntries,
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}

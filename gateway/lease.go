@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,10 +116,24 @@ func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (hel
 	}
 	if pin {
 		if d := time.Until(l.ExpiresAt); d > 0 {
-			g.aff.Set(lr.session, lr.target, rotation.Pin{LeaseID: l.ID, Member: l.Member.Name, ExpiresAt: l.ExpiresAt}, d)
+			if err := g.aff.Set(lr.session, lr.target, rotation.Pin{LeaseID: l.ID, Member: l.Member.Name, ExpiresAt: l.ExpiresAt}, d); err != nil {
+				// Every place holds a live session: this new one gets no
+				// member rather than one it would not keep.
+				_ = g.pool.Release(ctx, l.ID)
+				return held{}, &sessionLimitError{max: g.maxSessions}
+			}
 		}
 	}
 	return held{id: l.ID, mc: mc, pinned: pin}, nil
+}
+
+// sessionLimitError refuses a new sticky session while the gateway holds
+// its maximum of live ones: 503 session_limit, no member leased.
+type sessionLimitError struct{ max int64 }
+
+func (e *sessionLimitError) Error() string {
+	return "the gateway holds its limit of " + strconv.FormatInt(e.max, 10) +
+		" live sticky sessions (--max-sessions); a new session gets a member once one ends (its lease TTL): retry later, reuse a session name, or use per-request rotation"
 }
 
 // sessionLostError ends a request of a strict session whose member was
@@ -140,7 +155,7 @@ func (g *Gateway) markLost(lr *leaseReq, member string) {
 	if ttl == 0 {
 		ttl = g.leaseTTL
 	}
-	g.aff.Set(lr.session, lr.target, rotation.Pin{Member: member, Lost: true, ExpiresAt: time.Now().Add(ttl)}, ttl)
+	_ = g.aff.Set(lr.session, lr.target, rotation.Pin{Member: member, Lost: true, ExpiresAt: time.Now().Add(ttl)}, ttl) // a Lost mark is always kept
 }
 
 // fits reports whether a pinned member still satisfies the request's

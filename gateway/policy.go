@@ -48,6 +48,7 @@ const (
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
 	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
+	ReasonSessionLimit      = "session_limit"      // 503: the gateway holds its maximum of live sticky sessions
 	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
 	ReasonMemberTimeout     = "member_timeout"     // 504: the members tried gave no answer within the answer timeout
 	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
@@ -74,7 +75,7 @@ func AnswerStatus(reason string) int {
 		return http.StatusProxyAuthRequired
 	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
 		return http.StatusBadGateway
-	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced:
+	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced, ReasonSessionLimit:
 		return http.StatusServiceUnavailable
 	case ReasonSessionLost:
 		return http.StatusBadGateway
@@ -145,6 +146,7 @@ func judge(err error) verdict {
 		cf  *clientFault
 		pe  *pacedError
 		sl  *sessionLostError
+		sm  *sessionLimitError
 	)
 	switch {
 	case errors.As(err, &cf):
@@ -159,6 +161,9 @@ func judge(err error) verdict {
 	case errors.As(err, &pe):
 		// The gateway's own pace held the request: nothing was sent.
 		return answer(ReasonPaced)
+	case errors.As(err, &sm):
+		// Nothing was leased or sent.
+		return answer(ReasonSessionLimit)
 	case errors.As(err, &te):
 		return answer(te.reason)
 	case errors.Is(err, errRequestTimeout):

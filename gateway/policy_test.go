@@ -41,6 +41,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"our own lookup failing is 502 dns", &targetError{reason: ReasonDNS}, 502, ReasonDNS, ReasonDNS, "", false},
 		{"the request deadline is 504 and no member's fault", &annotated{err: errRequestTimeout, msg: "slow"}, 504, ReasonTimeout, ReasonTimeout, "", false},
 		{"draining is 503", errShuttingDown, 503, ReasonShuttingDown, ReasonShuttingDown, "", false},
+		{"a new session beyond the limit is 503 session_limit, nothing leased", &sessionLimitError{max: 3}, 503, ReasonSessionLimit, ReasonSessionLimit, "", false},
 		{"a member's answer about the site is reported as such and retried", site, 502, ReasonTargetUnreachable, ReasonTargetUnreachable, rotation.ResultTargetUnreachable, true},
 		{"a member's own failure is member-wide and retried", member, 502, ReasonUpstreamFailed, ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, ReasonUpstreamFailed, ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
@@ -78,7 +79,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout, ReasonPaced, ReasonSessionLost, ReasonSessionLimit}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -62,4 +64,50 @@ func TestStrictSessionWhoseMemberLeftIsLost(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(b, "left the pool") {
 		t.Fatalf("%d %s, want 502 session_lost: left the pool", resp.StatusCode, b)
 	}
+}
+
+// TestSessionsBeyondTheLimitAreRefusedAndNoLiveOneMoves: with room for two
+// sticky sessions, a third is answered 503 session_limit without a member
+// being leased, and the two live ones keep their members; a session that
+// ends makes room again.
+func TestSessionsBeyondTheLimitAreRefusedAndNoLiveOneMoves(t *testing.T) {
+	e := newEnv(t, Options{AllowPrivateTargets: true, AffinityEntries: 2}, pool.StoreOptions{}, directMembers(2)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.177"})
+	first := map[string]string{}
+	for _, s := range []string{"a", "b"} {
+		resp, ans := get(t, e.client("crawler-session-"+s+"-sessttl-2s", ""), tg.URL(), nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("session %s: %d", s, resp.StatusCode)
+		}
+		first[s] = ans.Source
+	}
+	seen := tg.Total()
+	resp, body := getText(t, e.client("crawler-session-c", ""), tg.URL(), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonSessionLimit ||
+		!strings.Contains(body, "limit of 2 live sticky sessions (--max-sessions)") {
+		t.Fatalf("a third session: %d %q %s, want 503 session_limit naming the limit", resp.StatusCode, resp.Header.Get(HeaderReason), body)
+	}
+	if tg.Total() != seen {
+		t.Fatal("the refused session's request reached the site")
+	}
+	leases := 0
+	for _, m := range e.store.Members() {
+		leases += m.ActiveLeases
+	}
+	if leases != 2 {
+		t.Fatalf("the members hold %d leases, want the two live sessions' (the refused one's given back)", leases)
+	}
+	for s, src := range first {
+		if _, ans := get(t, e.client("crawler-session-"+s+"-sessttl-2s", ""), tg.URL(), nil); ans.Source != src {
+			t.Fatalf("session %s moved from %s to %s while the table was full", s, src, ans.Source)
+		}
+	}
+	// Once the first two end (sessttl 2s), the third gets a member.
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, _ := getText(t, e.client("crawler-session-c", ""), tg.URL(), nil)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("the third session still gets %d %s", resp.StatusCode, resp.Header.Get(HeaderReason))
+		}
+		return nil
+	})
 }

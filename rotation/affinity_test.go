@@ -1,7 +1,9 @@
 package rotation
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -28,8 +30,7 @@ func TestNewAffinityRejectsNonPositiveSize(t *testing.T) {
 func TestAffinitySetIsVisibleToTheNextGet(t *testing.T) {
 	a := newTestAffinity(t, 1000)
 	exp := time.Now().Add(time.Minute)
-	// Many sets back to back: each must be readable immediately, which is
-	// what the Wait after Set guarantees despite ristretto's async writes.
+	// Many sets back to back: each must be readable immediately.
 	for i := range 500 {
 		s := fmt.Sprintf("s%d", i)
 		a.Set(s, "example.com", Pin{LeaseID: "L" + s, Member: "m1", ExpiresAt: exp}, time.Minute)
@@ -130,4 +131,91 @@ func TestAffinityConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestAffinityRefusesANewPinWhenFullAndNeverEvictsALiveOne(t *testing.T) {
+	a := newTestAffinity(t, 3)
+	exp := time.Now().Add(time.Hour)
+	for _, s := range []string{"a", "b", "c"} {
+		if err := a.Set(s, "t", Pin{LeaseID: s, ExpiresAt: exp}, time.Hour); err != nil {
+			t.Fatalf("Set(%s): %v", s, err)
+		}
+	}
+	if err := a.Set("d", "t", Pin{LeaseID: "d", ExpiresAt: exp}, time.Hour); !errors.Is(err, ErrAffinityFull) {
+		t.Fatalf("a fourth pin: %v, want ErrAffinityFull", err)
+	}
+	// Replacing a pin takes no new place; a Lost mark is always kept.
+	if err := a.Set("a", "t", Pin{LeaseID: "a2", ExpiresAt: exp}, time.Hour); err != nil {
+		t.Fatalf("replacing a pin of a full table: %v", err)
+	}
+	if err := a.Set("e", "t", Pin{Member: "m", Lost: true}, time.Hour); err != nil {
+		t.Fatalf("a Lost mark in a full table: %v", err)
+	}
+	for s, want := range map[string]string{"a": "a2", "b": "b", "c": "c"} {
+		if p, ok := a.Get(s, "t"); !ok || p.LeaseID != want {
+			t.Fatalf("Get(%s) = %+v, %v; want lease %s (a live pin is never evicted)", s, p, ok, want)
+		}
+	}
+	if p, ok := a.Get("e", "t"); !ok || !p.Lost {
+		t.Fatalf("the Lost mark: %+v, %v", p, ok)
+	}
+	if _, ok := a.Get("d", "t"); ok {
+		t.Fatal("the refused pin is there")
+	}
+}
+
+func TestAffinityFullSweepsExpiredPinsBeforeRefusing(t *testing.T) {
+	a := newTestAffinity(t, 2)
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	a.Set("a", "t", Pin{LeaseID: "a"}, time.Second)
+	a.Set("b", "t", Pin{LeaseID: "b"}, time.Hour)
+	now = now.Add(2 * time.Second) // a's pin is over; the table still holds it
+	if err := a.Set("c", "t", Pin{LeaseID: "c"}, time.Hour); err != nil {
+		t.Fatalf("a new pin when one held pin is expired: %v", err)
+	}
+	if a.Len() != 2 {
+		t.Fatalf("Len = %d, want 2 (b and c)", a.Len())
+	}
+	// A second full Set within the second does not sweep again.
+	if err := a.Set("d", "t", Pin{LeaseID: "d"}, time.Hour); !errors.Is(err, ErrAffinityFull) {
+		t.Fatalf("a pin beyond the maximum: %v", err)
+	}
+}
+
+// TestAffinityGivesMemoryBackAfterABurst: 30,000 pins end, the sweep drops
+// them and rebuilds the shards' maps, and the heap falls back to where it
+// was before the burst (Go maps keep their size when emptied).
+func TestAffinityGivesMemoryBackAfterABurst(t *testing.T) {
+	a, err := newAffinity(100_000, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	for i := range 30_000 {
+		if err := a.Set(fmt.Sprintf("session-%d", i), "example.com", Pin{LeaseID: fmt.Sprintf("lease-%d", i), Member: "m1"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	during := heap()
+	now = now.Add(2 * time.Minute)
+	a.sweep(now)
+	after := heap()
+	if a.Len() != 0 {
+		t.Fatalf("Len after the sweep = %d", a.Len())
+	}
+	perPin := float64(during-before) / 30_000
+	t.Logf("heap: before %d, with 30,000 pins %d (%.0f B each, keys and lease IDs included), after the sweep %d", before, during, perPin, after)
+	if after-before > (during-before)/10 {
+		t.Fatalf("after the sweep the heap is %d bytes above where it started, of the burst's %d: the maps kept their size", after-before, during-before)
+	}
 }

@@ -44,6 +44,7 @@ const (
 	flagMITMCAKey             = "mitm-ca-key"
 	flagMITMBypass            = "mitm-bypass"
 	flagConnectHTTPPorts      = "connect-http-ports"
+	flagMaxSessions           = "max-sessions"
 	flagUpstreamCAFile        = "upstream-ca-file"
 	flagRetries               = "retries"
 	flagMaxLeasesPerMember    = "max-leases-per-member"
@@ -160,6 +161,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		intFlag(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
+		intFlag(flagMaxSessions, int(gateway.DefaultAffinityEntries), "most live sticky sessions ((session, site) pins) the gateway holds: a new one beyond it is answered 503 session_limit, a live one is never evicted"),
 		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
 		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
 		stringFlag(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),
@@ -229,6 +231,7 @@ type gatewayConfig struct {
 	answerTimeout       time.Duration
 	siteTimeouts        gateway.SiteDurations
 	connectHTTPPorts    []uint16
+	maxSessions         int64
 	pacing              gateway.PacingOptions
 	logLevel            slog.Level
 	logJSON             bool
@@ -297,6 +300,9 @@ func (cfg *gatewayConfig) readAnswers(c *cli.Context) (err error) {
 		return err
 	}
 
+	if cfg.maxSessions = int64(c.Int(flagMaxSessions)); cfg.maxSessions < 1 {
+		return fmt.Errorf("--%s %d: must be at least 1", flagMaxSessions, cfg.maxSessions)
+	}
 	if cfg.connectHTTPPorts, err = gateway.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
 		return fmt.Errorf("--%s: %w", flagConnectHTTPPorts, err)
 	}

@@ -134,6 +134,7 @@ func (r *gatewayRun) build() error {
 		SiteRoots:           cfg.siteRoots,
 		MITM:                cfg.mitm,
 		ConnectHTTPPorts:    cfg.connectHTTPPorts,
+		AffinityEntries:     cfg.maxSessions,
 		Metrics:             r.rec,
 		Logger:              r.log,
 		Tracer:              tracing.NewGatewayTracer(r.tr.TracerProvider()),
