@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -95,8 +95,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSelector$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRedisURL$$' -fuzztime $(FUZZTIME) ./pool/redisstore
 
-e2e: deps build sidecar envtest-bins
-	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar $(GO) test -count=1 -timeout 20m ./e2e/...
+## guest-image: the Debian guest the kvm end-to-end test boots (hack/guest-image.sh: mmdebstrap, the cloud
+## kernel, systemd-boot, cloud-init, Squid) at bin/guest-image.qcow2; cached under the sha256 of its recipe.
+GUEST_IMAGE := $(BIN)/guest-image.qcow2
+guest-image: deps
+	@hack/guest-image.sh $(GUEST_IMAGE)
+
+e2e: deps build sidecar envtest-bins guest-image
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_GUEST_IMAGE=$(GUEST_IMAGE) $(GO) test -count=1 -timeout 20m ./e2e/...
 
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:

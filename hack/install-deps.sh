@@ -20,6 +20,14 @@ kvm_pkgs=()
 [ -x /usr/sbin/sshd ] || kvm_pkgs+=(openssh-server)
 [ -e /usr/share/OVMF/OVMF_CODE_4M.fd ] || [ -e /usr/share/OVMF/OVMF_CODE.fd ] || kvm_pkgs+=(ovmf)
 command -v ip >/dev/null 2>&1 || kvm_pkgs+=(iproute2)
+# make guest-image builds the Debian guest the kvm end-to-end test boots:
+# mmdebstrap, then the disk's partition table and file systems without a
+# loop device (sfdisk, mkfs.ext4 -d, mkfs.vfat and mtools).
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v sfdisk >/dev/null 2>&1 || [ -x /usr/sbin/sfdisk ] || need+=(fdisk)
+command -v mkfs.ext4 >/dev/null 2>&1 || [ -x /usr/sbin/mkfs.ext4 ] || need+=(e2fsprogs)
+command -v mkfs.vfat >/dev/null 2>&1 || [ -x /usr/sbin/mkfs.vfat ] || need+=(dosfstools)
+command -v mcopy >/dev/null 2>&1 || need+=(mtools)
 need+=("${kvm_pkgs[@]}")
 # Python clients (requests; aiohttp for WebSockets) go through the gateway in the e2e tests.
 if ! { python3 -c 'import aiohttp' || /usr/bin/python3 -c 'import aiohttp'; } >/dev/null 2>&1; then need+=(python3-aiohttp); fi
