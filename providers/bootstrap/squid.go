@@ -25,6 +25,15 @@ const (
 	PasswordFilePath = "/etc/squid/proxyfleet.htpasswd"
 )
 
+// RestartSquid is the bootstrap's last command: Squid restarted on the new
+// configuration and, when it does not come up, its status and its journal
+// (where Squid reports a line of squid.conf it cannot parse) printed before
+// the command fails. cloud-init copies a command's output to the serial
+// console and to /var/log/cloud-init-output.log, so an operator reading the
+// console (virsh console, a cloud's serial port output) sees why the VM
+// never answers.
+const RestartSquid = "systemctl restart squid || { systemctl --no-pager --full status squid; journalctl --no-pager -b -u squid -n 60; exit 1; }"
+
 // bcryptCost keeps hashing cheap for Squid's helper; the password is random
 // and long, so the hash's work factor is not what protects it.
 const bcryptCost = 10
@@ -85,7 +94,7 @@ func Squid(name string, port int, auth providers.BasicAuth) ([]byte, error) {
 			{"chgrp", "proxy", PasswordFilePath},
 			{"chmod", "0640", PasswordFilePath},
 			{"systemctl", "enable", "squid"},
-			{"systemctl", "restart", "squid"},
+			{"sh", "-c", RestartSquid},
 		},
 	}
 	body, err := yaml.Marshal(cc)

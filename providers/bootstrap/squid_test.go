@@ -88,8 +88,8 @@ func TestBootstrapIsCloudConfigWithSquidAndItsLogin(t *testing.T) {
 		t.Fatal("the user-data carries the plain password; only its hash belongs there")
 	}
 	last := cc.RunCmd[len(cc.RunCmd)-1]
-	if strings.Join(last, " ") != "systemctl restart squid" {
-		t.Fatalf("runcmd ends with %v, want Squid restarted on the new config", last)
+	if len(last) != 3 || last[0] != "sh" || last[2] != RestartSquid || !strings.HasPrefix(RestartSquid, "systemctl restart squid || ") {
+		t.Fatalf("runcmd ends with %v, want Squid restarted on the new config (and its journal shown when it fails)", last)
 	}
 }
 
