@@ -3,8 +3,11 @@ package testutil
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -36,18 +39,97 @@ func StartKVMHost(t testing.TB) *KVMHost {
 		_, _ = w.Write(image)
 	}))
 	t.Cleanup(images.Close)
-	cfg := `providers:
+	cfg := kvmEntry(lvd, sshd, "tiny", images.URL+"/tiny.qcow2", hex.EncodeToString(sum[:]), "{vcpus: 1, memoryMiB: 256, diskGiB: 1}", "")
+	return &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg}
+}
+
+// kvmEntry is the providers config with one kvm entry, kvm-local, for lvd
+// over sshd: one image (key, url, digest), one machine type "small", both
+// the defaults, and extra lines of the block appended.
+func kvmEntry(lvd *Libvirtd, sshd *SSHD, key, url, digest, machine, extra string) string {
+	return `providers:
   - name: kvm-local
     type: kvm
     kvm:
       ssh: {user: ` + sshd.User + `, privateKeyFile: ` + sshd.KeyFile + `, knownHostsFile: ` + sshd.KnownHostsFile + `, socket: ` + lvd.Socket + `}
       hosts: [{name: local, address: "` + sshd.Addr + `", pool: ` + lvd.PoolName + `, network: ` + lvd.Network + `}]
-      images: {tiny: {url: "` + images.URL + `/tiny.qcow2", sha256: ` + hex.EncodeToString(sum[:]) + `}}
-      machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}}
-      defaults: {zone: local, image: tiny, machineType: small}
+      images: {` + key + `: {url: "` + url + `", sha256: ` + digest + `}}
+      machineTypes: {small: ` + machine + `}
+      defaults: {zone: local, image: ` + key + `, machineType: small}
       domainType: ` + lvd.DomainType + `
-`
-	return &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg}
+` + extra
+}
+
+// GuestSubnet is the range a GuestHost's guests get their addresses from
+// by DHCP: TEST-NET-2, which no generated Squid refuses as a destination,
+// so a target on the bridge (GuestHost.BridgeIP) is reachable through a
+// guest while private ranges stay refused. It exists only in the test's
+// own network namespace.
+var GuestSubnet = netip.MustParsePrefix("198.51.100.0/24")
+
+// GuestHost is a KVMHost whose image really boots: the Debian guest of
+// make guest-image, on a network with DHCP, with libvirtd in the calling
+// test's own network namespace (InNetNS), so the controller, the gateway
+// and the targets the test starts there reach the guests and the guests
+// reach them.
+type GuestHost struct {
+	*KVMHost
+	// BridgeIP is the host's address on the guests' network, where a
+	// target the guests can reach listens.
+	BridgeIP string
+	// Consoles records every guest's serial console.
+	Consoles *Consoles
+}
+
+// GuestImagePath is the bootable guest image: $PROXYFLEET_GUEST_IMAGE
+// (make e2e sets it), else bin/guest-image.qcow2 in the module. It fails
+// the test, saying how to build it, when the file is missing.
+func GuestImagePath(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("PROXYFLEET_GUEST_IMAGE")
+	if path == "" {
+		root, err := ModuleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(root, "bin", "guest-image.qcow2")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the bootable guest image is missing (run make guest-image, which builds bin/guest-image.qcow2): %v", err)
+	}
+	return path
+}
+
+// StartGuestHost starts a GuestHost: libvirtd (sharing the test's network
+// namespace, DHCP on GuestSubnet), the sshd, and an HTTP server for the
+// image at imagePath with its sha256. Its kvm-local entry's machine type
+// is one vCPU, 512 MiB and a 3 GiB overlay; the guest agent installer is
+// off (the guest has no route to a package mirror here), so the address
+// comes from the DHCP leases. extra is appended to the kvm block.
+func StartGuestHost(t testing.TB, imagePath, extra string) *GuestHost {
+	t.Helper()
+	lvd := StartLibvirtdWith(t, LibvirtdOptions{SharedNetNS: true, GuestSubnet: GuestSubnet})
+	consoles := lvd.RecordConsoles(t)
+	sshd := StartSSHD(t)
+	f, err := os.Open(imagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	_ = f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, imagePath)
+	}))
+	t.Cleanup(images.Close)
+	cfg := kvmEntry(lvd, sshd, "debian", images.URL+"/debian.qcow2", hex.EncodeToString(h.Sum(nil)),
+		"{vcpus: 1, memoryMiB: 512, diskGiB: 3}", "      installGuestAgent: false\n"+extra)
+	b := GuestSubnet.Addr().As4()
+	b[3] = 1
+	return &GuestHost{KVMHost: &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg}, BridgeIP: netip.AddrFrom4(b).String(), Consoles: consoles}
 }
 
 // CachedBaseFiles are the pool's files once every guest is gone: the

@@ -3,10 +3,12 @@ package testutil
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +31,8 @@ type Libvirtd struct {
 	Socket string
 	// PoolName, PoolDir: a running dir pool in Dir.
 	PoolName, PoolDir string
-	// Network is an isolated libvirt network (a bridge with no uplink and
-	// no DHCP) guests can attach to.
+	// Network is an isolated libvirt network (a bridge with no uplink;
+	// DHCP only with LibvirtdOptions.GuestSubnet) guests can attach to.
 	Network string
 	// DomainType is "kvm" when a UEFI guest runs under KVM here, else
 	// "qemu" (TCG), with KVMReason saying why.
@@ -59,11 +61,33 @@ trap 'kill -TERM $daemon' TERM INT
 while kill -0 "$daemon" 2>/dev/null; do wait; done
 `
 
+// LibvirtdOptions changes what StartLibvirtdWith sets up.
+type LibvirtdOptions struct {
+	// SharedNetNS keeps libvirtd, and so the guests' bridge, in the
+	// caller's network namespace instead of one of its own: for a test
+	// that runs in a namespace it made (InNetNS) and whose processes must
+	// reach the guests.
+	SharedNetNS bool
+	// GuestSubnet, when set, gives the network an address on its bridge
+	// (the subnet's first) and a DHCP server (libvirt's dnsmasq, without
+	// DNS) leasing from the subnet's .10 to .99 (an IPv4 /24).
+	GuestSubnet netip.Prefix
+}
+
 // StartLibvirtd starts the daemon and waits until it answers. It fails the
 // test, loudly and with the reason, when libvirtd, QEMU or the namespaces
 // are not available: hack/install-deps.sh installs the packages.
 func StartLibvirtd(t testing.TB) *Libvirtd {
 	t.Helper()
+	return StartLibvirtdWith(t, LibvirtdOptions{})
+}
+
+// StartLibvirtdWith is StartLibvirtd with opts.
+func StartLibvirtdWith(t testing.TB, opts LibvirtdOptions) *Libvirtd {
+	t.Helper()
+	if opts.GuestSubnet.IsValid() && (!opts.GuestSubnet.Addr().Is4() || opts.GuestSubnet.Bits() != 24) {
+		t.Fatalf("libvirt test harness: GuestSubnet %s is not an IPv4 /24", opts.GuestSubnet)
+	}
 	for _, bin := range []string{"/usr/sbin/libvirtd", "/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/bin/unshare"} {
 		if _, err := os.Stat(bin); err != nil {
 			t.Fatalf("libvirt test harness: %s is missing (run hack/install-deps.sh as root: libvirt-daemon-system qemu-system-x86 qemu-utils ovmf): %v", bin, err)
@@ -91,10 +115,14 @@ func StartLibvirtd(t testing.TB) *Libvirtd {
 	write("libvirtd.conf", fmt.Sprintf("unix_sock_dir = %q\nunix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n", filepath.Join(dir, "sock")))
 	write("qemu.conf", "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = 0\nsecurity_driver = \"none\"\nstdio_handler = \"file\"\n")
 	write("run.sh", libvirtdRun)
+	namespaces := []string{"--mount", "--net", "--pid"}
+	if opts.SharedNetNS {
+		namespaces = []string{"--mount", "--pid"}
+	}
 	proc, err := LaunchProcess("/usr/bin/unshare", ProcessOptions{
 		Name: "libvirtd",
-		Args: []string{"--mount", "--net", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--kill-child=SIGKILL",
-			"/bin/bash", filepath.Join(dir, "run.sh")},
+		Args: append(namespaces, "--fork", "--mount-proc", "--propagation", "private", "--kill-child=SIGKILL",
+			"/bin/bash", filepath.Join(dir, "run.sh")),
 		Env: []string{"PF_DIR=" + dir},
 	})
 	if err != nil {
@@ -122,7 +150,7 @@ func StartLibvirtd(t testing.TB) *Libvirtd {
 	}
 	lv := d.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
-	if _, err := lv.NetworkCreateXML(`<network><name>` + d.Network + `</name><bridge name="pfbr0"/></network>`); err != nil {
+	if _, err := lv.NetworkCreateXML(networkXML(d.Network, opts.GuestSubnet)); err != nil {
 		t.Fatalf("libvirt test harness: creating the isolated network: %v", err)
 	}
 	if _, err := lv.StoragePoolCreateXML(`<pool type="dir"><name>`+d.PoolName+`</name><target><path>`+d.PoolDir+`</path></target></pool>`, 0); err != nil {
@@ -133,16 +161,25 @@ func StartLibvirtd(t testing.TB) *Libvirtd {
 	return d
 }
 
+// networkXML is an isolated network (no forwarding out of it) on bridge
+// pfbr0; with a subnet, the bridge has its first address and dnsmasq leases
+// .10-.99 of it, with DNS off.
+func networkXML(name string, subnet netip.Prefix) string {
+	x := `<network><name>` + name + `</name><bridge name="pfbr0"/>`
+	if subnet.IsValid() {
+		b := subnet.Masked().Addr().As4()
+		at := func(last byte) string { return netip.AddrFrom4([4]byte{b[0], b[1], b[2], last}).String() }
+		x += `<dns enable="no"/><ip address="` + at(1) + `" netmask="255.255.255.0"><dhcp><range start="` + at(10) + `" end="` + at(99) + `"/></dhcp></ip>`
+	}
+	return x + `</network>`
+}
+
 // Connect opens a direct libvirt connection (no SSH) for the test's own
 // checks; the caller disconnects it.
 func (d *Libvirtd) Connect(t testing.TB) *libvirt.Libvirt {
 	t.Helper()
-	c, err := net.DialTimeout("unix", d.Socket, 5*time.Second)
+	lv, err := d.dial()
 	if err != nil {
-		t.Fatalf("dialing libvirtd: %v", err)
-	}
-	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
-	if err := lv.ConnectToURI(libvirt.QEMUSystem); err != nil {
 		t.Fatalf("connecting to libvirtd: %v", err)
 	}
 	return lv
@@ -237,4 +274,117 @@ func QemuImgCreate(t testing.TB, path, size string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// consoleTail bounds how much of each guest's serial console RecordConsoles keeps.
+const consoleTail = 256 << 10
+
+// Consoles records the serial console of every domain a libvirtd runs.
+type Consoles struct {
+	mu   sync.Mutex
+	logs map[string]*tailBuffer // by domain name; a replaced domain's log goes on in the same buffer
+}
+
+// RecordConsoles attaches to the serial console of every domain that runs
+// on d from now until the test ends, each over a connection of its own, and
+// keeps the tail of what each printed: how a test shows what a guest did
+// (the kernel, systemd, cloud-init's output). A domain is attached within
+// about a second of starting; what it printed before that is in the pty's
+// buffer, which libvirt hands over on attach.
+func (d *Libvirtd) RecordConsoles(t testing.TB) *Consoles {
+	t.Helper()
+	c := &Consoles{logs: map[string]*tailBuffer{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		attached := map[libvirt.UUID]bool{}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			lv, err := d.dial()
+			if err != nil {
+				continue
+			}
+			doms, _, err := lv.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive)
+			_ = lv.Disconnect()
+			if err != nil {
+				continue
+			}
+			for _, dom := range doms {
+				if attached[dom.UUID] {
+					continue
+				}
+				attached[dom.UUID] = true
+				wg.Add(1)
+				go func() { defer wg.Done(); d.recordConsole(dom, c.buffer(dom.Name), stop) }()
+			}
+		}
+	}()
+	return c
+}
+
+// recordConsole streams dom's console into buf until the domain stops or
+// stop closes.
+func (d *Libvirtd) recordConsole(dom libvirt.Domain, buf *tailBuffer, stop <-chan struct{}) {
+	lv, err := d.dial()
+	if err != nil {
+		fmt.Fprintf(buf, "\n[console: dialing libvirtd: %v]\n", err)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := lv.DomainOpenConsole(dom, libvirt.OptString{}, buf, uint32(libvirt.DomainConsoleForce)); err != nil {
+			fmt.Fprintf(buf, "\n[console closed: %v]\n", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-stop:
+	}
+	_ = lv.Disconnect()
+	<-done
+}
+
+func (c *Consoles) buffer(name string) *tailBuffer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.logs[name]
+	if !ok {
+		b = &tailBuffer{max: consoleTail}
+		c.logs[name] = b
+	}
+	return b
+}
+
+// Log is what domain name's console printed so far (the tail), "" when it
+// was never attached.
+func (c *Consoles) Log(name string) string {
+	c.mu.Lock()
+	b, ok := c.logs[name]
+	c.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return b.String()
+}
+
+// dial opens a direct libvirt connection; the caller disconnects it.
+func (d *Libvirtd) dial() (*libvirt.Libvirt, error) {
+	c, err := net.DialTimeout("unix", d.Socket, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
+	if err := lv.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return lv, nil
 }

@@ -1,0 +1,94 @@
+package testutil
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// netnsEnv marks the child process InNetNS starts: its value is the name
+// of the test the child runs.
+const netnsEnv = "PROXYFLEET_TEST_NETNS"
+
+// NetNSDefaultAddr is the address of the interface that carries an InNetNS
+// namespace's default route (TEST-NET-1): a bridge with no ports, which
+// swallows whatever is sent along it, so nothing leaves the namespace.
+// kube-apiserver needs a default route to choose the address it advertises.
+const NetNSDefaultAddr = "192.0.2.1"
+
+// netnsSetup are the ip commands that make a new namespace usable: its
+// loopback up, and a default route into a bridge without ports.
+var netnsSetup = [][]string{
+	{"link", "set", "lo", "up"},
+	{"link", "add", "pfdefault0", "type", "bridge"},
+	{"addr", "add", NetNSDefaultAddr + "/24", "dev", "pfdefault0"},
+	{"link", "set", "pfdefault0", "up"},
+	{"route", "add", "default", "dev", "pfdefault0"},
+}
+
+// InNetNS runs the calling top-level test in a network namespace of its
+// own, made for it: the test binary starts itself again with only this test
+// selected, in a new network namespace whose loopback is up and which has
+// nothing else (no route out of it). It returns true in that child, where
+// the test goes on; in the parent it waits for the child, passes its output
+// on as the test's log and its result as the test's, and returns false, so
+// the parent's copy of the test returns at once:
+//
+//	if !testutil.InNetNS(t) {
+//		return
+//	}
+//
+// Every process the child starts (envtest, sshd, libvirtd and its guests'
+// bridge, the binaries under test) lives in that namespace; addresses there
+// never reach the machine's network, so a test may give them any range.
+func InNetNS(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(netnsEnv) == t.Name() {
+		for _, args := range netnsSetup {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Fatalf("netns: ip %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		return true
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("netns: a network namespace of the test's own needs root; run the tests as root")
+	}
+	if strings.Contains(t.Name(), "/") {
+		t.Fatal("netns: InNetNS runs whole top-level tests, not subtests")
+	}
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.v=true", "-test.count=1"}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+time.Until(d).Round(time.Second).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), netnsEnv+"="+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("netns: starting the test in a new network namespace: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			t.Log("netns| " + sc.Text())
+		}
+	}()
+	err := cmd.Wait()
+	_ = pw.Close()
+	<-done
+	if err != nil {
+		t.Fatal(fmt.Errorf("netns: the test failed in its network namespace: %w", err))
+	}
+	return false
+}
