@@ -29,6 +29,22 @@ const (
 	DomainQEMU = "qemu"
 )
 
+// CPU modes: what a kvm guest's CPU is. Any other cpuMode value names one
+// of libvirt's CPU models (virsh cpu-models x86_64: Haswell-noTSX,
+// EPYC-Rome, qemu64, ...).
+const (
+	// CPUHostPassthrough gives the guest the host's CPU as it is, the
+	// default: the fastest, and what Squid's TLS code profits from.
+	CPUHostPassthrough = "host-passthrough"
+	// CPUHostModel gives the guest the named model closest to the host's
+	// CPU, for hosts (nested virtualisation among them) that refuse to
+	// pass some of the host's features or MSRs through.
+	CPUHostModel = "host-model"
+)
+
+// cpuModel is a libvirt CPU model name.
+var cpuModel = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
 // Host is one configured hypervisor: an item of the block's hosts.
 type Host struct {
 	// Name is the host's identifier in providerIDs and placement.zone.
@@ -86,6 +102,9 @@ type Config struct {
 	Defaults providers.Placement
 	// DomainType is DomainKVM (default) or DomainQEMU.
 	DomainType string
+	// CPUMode is CPUHostPassthrough (default), CPUHostModel or a libvirt
+	// CPU model name; with DomainQEMU only a model name applies.
+	CPUMode string
 	// GuestAgent ships the qemu-guest-agent installer as vendor-data.
 	GuestAgent bool
 	// VendorData is extra vendor-data for every guest.
@@ -113,6 +132,10 @@ type block struct {
 	Defaults providers.Placement `json:"defaults,omitempty"`
 	// DomainType is libvirt's domain type, DomainKVM or DomainQEMU.
 	DomainType string `json:"domainType,omitempty"`
+	// CPUMode is the guests' CPU: CPUHostPassthrough (the default with
+	// kvm), CPUHostModel, or a libvirt CPU model name (the only form that
+	// applies to qemu, whose default is QEMU's own model).
+	CPUMode string `json:"cpuMode,omitempty"`
 	// InstallGuestAgent ships a vendor-data script that installs and starts
 	// qemu-guest-agent, the provider's best source of the guest's address.
 	// Default true.
@@ -150,7 +173,7 @@ func ReadConfig(e providers.Entry) (Config, error) {
 	cfg := Config{
 		Entry: e.Name, User: b.SSH.User, KeyFile: b.SSH.PrivateKeyFile, KnownHosts: b.SSH.KnownHostsFile, Socket: b.SSH.Socket,
 		Hosts: b.Hosts, Images: map[string]Image{}, MachineTypes: map[string]MachineType{}, Defaults: b.Defaults,
-		DomainType: b.DomainType, GuestAgent: b.InstallGuestAgent == nil || *b.InstallGuestAgent,
+		DomainType: b.DomainType, CPUMode: b.CPUMode, GuestAgent: b.InstallGuestAgent == nil || *b.InstallGuestAgent,
 		VendorData: []byte(b.VendorData), Budgets: DefaultBudgets(), Log: logr.Discard(),
 	}
 	maps.Copy(cfg.Images, b.Images)
@@ -174,7 +197,27 @@ func (b *block) validate() error {
 	default:
 		out = append(out, fmt.Sprintf("kvm.domainType %q is not kvm or qemu", b.DomainType))
 	}
+	if err := checkCPUMode(b.DomainType, b.CPUMode); err != nil {
+		out = append(out, err.Error())
+	}
 	return providers.Problems(out)
+}
+
+// checkCPUMode refuses a cpuMode libvirt cannot use with domainType (""
+// is kvm): software emulation has no host CPU to pass through or model.
+func checkCPUMode(domainType, mode string) error {
+	switch {
+	case mode == "":
+		return nil
+	case mode == CPUHostPassthrough || mode == CPUHostModel:
+		if domainType == DomainQEMU {
+			return fmt.Errorf("kvm.cpuMode %q needs domainType kvm (software emulation has no host CPU to pass through; name a CPU model such as qemu64, or leave cpuMode out)", mode)
+		}
+		return nil
+	case !cpuModel.MatchString(mode) || len(mode) > 64:
+		return fmt.Errorf("kvm.cpuMode %q is not host-passthrough, host-model or a libvirt CPU model name (letters, digits, '.', '_', '-')", mode)
+	}
+	return nil
 }
 
 func (b *block) validateSSH() []string {

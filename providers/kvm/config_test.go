@@ -34,6 +34,7 @@ providers:
       ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k, socket: /run/libvirt/sock}
       hosts: [{name: h, address: 'h:22'}]
       domainType: qemu
+      cpuMode: qemu64
       installGuestAgent: false
 `)
 	if err != nil {
@@ -56,8 +57,8 @@ providers:
 		t.Fatalf("ReadConfig =\n%+v\nwant\n%+v", got, want)
 	}
 	quiet, err := ReadConfig(cfg.Providers[1])
-	if err != nil || quiet.GuestAgent || quiet.DomainType != DomainQEMU || quiet.Socket != "/run/libvirt/sock" || len(quiet.Images) != 0 || quiet.Images == nil {
-		t.Fatalf("ReadConfig = %+v, %v; want no guest agent, qemu, the socket, an empty image map", quiet, err)
+	if err != nil || quiet.GuestAgent || quiet.DomainType != DomainQEMU || quiet.CPUMode != "qemu64" || quiet.Socket != "/run/libvirt/sock" || len(quiet.Images) != 0 || quiet.Images == nil {
+		t.Fatalf("ReadConfig = %+v, %v; want no guest agent, qemu with the qemu64 CPU, the socket, an empty image map", quiet, err)
 	}
 	if _, err := ReadConfig(providers.Entry{Name: "gcp-eu", Type: "gcp"}); err == nil {
 		t.Fatal("ReadConfig accepted a gcp entry")
@@ -111,6 +112,10 @@ func TestReadConfigRejects(t *testing.T) {
 				`providers[0] (k): kvm.defaults.image "other" is not a kvm.images key`,
 				`providers[0] (k): kvm.defaults.machineType "huge" is not a kvm.machineTypes key`,
 				`providers[0] (k): kvm.ssh.socket "run/sock" must be an absolute path`}},
+		{"a CPU mode software emulation cannot use", "providers: [{name: k, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k}, hosts: [{name: h, address: 'h:22'}], domainType: qemu, cpuMode: host-model}}]",
+			[]string{`providers[0] (k): kvm.cpuMode "host-model" needs domainType kvm (software emulation has no host CPU to pass through; name a CPU model such as qemu64, or leave cpuMode out)`}},
+		{"a CPU mode that is no model name", "providers: [{name: k, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k}, hosts: [{name: h, address: 'h:22'}], cpuMode: 'Haswell <x>'}}]",
+			[]string{`providers[0] (k): kvm.cpuMode "Haswell <x>" is not host-passthrough, host-model or a libvirt CPU model name (letters, digits, '.', '_', '-')`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -421,6 +421,19 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		wantNothingOf(t, f, req.Name)
 	})
 
+	t.Run("a guest CPU the host refuses names kvm.cpuMode and what to set instead", func(t *testing.T) {
+		cfg := f.config()
+		cfg.CPUMode = "pf-no-such-cpu"
+		p := newProvider(t, cfg)
+		req := request("proxy-nocpu0000000a", "uid-nocpu")
+		_, err := p.Create(ctx(t), req)
+		if err == nil || !strings.Contains(err.Error(), "pf-no-such-cpu") ||
+			!strings.Contains(err.Error(), "kvm.cpuMode is pf-no-such-cpu; set kvm.cpuMode to host-model or a CPU model this host runs") {
+			t.Fatalf("err = %v, want libvirt's refusal of the CPU model with the kvm.cpuMode advice", err)
+		}
+		wantNothingOf(t, f, req.Name)
+	})
+
 	t.Run("a start the host refuses removes the defined domain and its volumes", func(t *testing.T) {
 		cfg := f.config()
 		// The bridge does not exist on the host: libvirt defines the

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -101,6 +102,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.DomainType != DomainKVM && cfg.DomainType != DomainQEMU {
 		return nil, fmt.Errorf("kvm provider: domainType %q is not kvm or qemu", cfg.DomainType)
+	}
+	if err := checkCPUMode(cfg.DomainType, cfg.CPUMode); err != nil {
+		return nil, fmt.Errorf("kvm provider: %w", err)
 	}
 	def := DefaultBudgets()
 	for _, b := range []struct{ v, d *time.Duration }{
@@ -396,7 +400,7 @@ func (p *Provider) build(ctx context.Context, pl placement, pool libvirt.Storage
 	if err != nil {
 		return err
 	}
-	xmlDoc, err := domainXML(domainSpec{Name: name, DomainType: p.cfg.DomainType, VCPUs: pl.machine.VCPUs, MemoryMiB: pl.machine.MemoryMiB,
+	xmlDoc, err := domainXML(domainSpec{Name: name, DomainType: p.cfg.DomainType, CPUMode: p.cfg.CPUMode, VCPUs: pl.machine.VCPUs, MemoryMiB: pl.machine.MemoryMiB,
 		DiskPath: diskPath, SeedPath: seedPath, Firmware: pl.image.Firmware, Network: pl.host.Network, Bridge: pl.host.Bridge, Mark: mark})
 	if err != nil {
 		return err
@@ -480,7 +484,11 @@ func (p *Provider) ProviderIDFor(req providers.CreateRequest) (string, error) {
 func (p *Provider) start(ctx context.Context, host string, dom libvirt.Domain) error {
 	err := p.call(ctx, host, "DomainCreate", p.cfg.Budgets.DomainCreate, func(a api) error { return a.DomainCreate(dom) })
 	if err != nil && !isCode(err, libvirt.ErrOperationInvalid) { // already running
-		return classify("starting domain "+dom.Name, err)
+		err = classify("starting domain "+dom.Name, err)
+		if cpuRefusal.MatchString(err.Error()) {
+			return fmt.Errorf("%w; the host refused the guest CPU: %s", err, p.cpuAdvice())
+		}
+		return err
 	}
 	deadline := time.Now().Add(startWatch)
 	for {
@@ -490,7 +498,8 @@ func (p *Provider) start(ctx context.Context, host string, dom libvirt.Domain) e
 		}
 		switch st {
 		case libvirt.DomainShutoff, libvirt.DomainCrashed:
-			return fmt.Errorf("%w: domain %s stopped right after starting (state %d); see the host's /var/log/libvirt/qemu/%s.log", providers.ErrTransient, dom.Name, st, dom.Name)
+			return fmt.Errorf("%w: domain %s stopped right after starting (state %d); see the host's /var/log/libvirt/qemu/%s.log (if it names the CPU or an MSR: %s)",
+				providers.ErrTransient, dom.Name, st, dom.Name, p.cpuAdvice())
 		}
 		if time.Now().After(deadline) {
 			return nil
@@ -501,6 +510,24 @@ func (p *Provider) start(ctx context.Context, host string, dom libvirt.Domain) e
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// cpuRefusal matches what libvirt and QEMU say when a host will not run the
+// guest CPU asked for: an unknown or unsupported model, missing features,
+// or (under nested virtualisation) "failed to set MSR 0x10a".
+var cpuRefusal = regexp.MustCompile(`\bCPU\b|\bcpu\b|\bMSR\b|model`)
+
+// cpuAdvice names the settings that choose another guest CPU, with the
+// one in force.
+func (p *Provider) cpuAdvice() string {
+	mode := p.cfg.CPUMode
+	if mode == "" && p.cfg.DomainType == DomainKVM {
+		mode = CPUHostPassthrough
+	}
+	if mode == "" {
+		mode = "QEMU's default"
+	}
+	return fmt.Sprintf("kvm.cpuMode is %s; set kvm.cpuMode to host-model or a CPU model this host runs (virsh cpu-models x86_64, e.g. qemu64), or kvm.domainType to qemu", mode)
 }
 
 // Get observes the guest. A domain that does not exist is ErrNotFound; a

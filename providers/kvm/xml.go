@@ -77,8 +77,11 @@ func parseMark(s string) (Mark, error) {
 type domainSpec struct {
 	Name       string
 	DomainType string // kvm or qemu
-	VCPUs      int
-	MemoryMiB  int
+	// CPUMode is host-passthrough (kvm's default when empty), host-model
+	// or a CPU model name.
+	CPUMode   string
+	VCPUs     int
+	MemoryMiB int
 	// DiskPath and SeedPath are the file paths libvirt reported for the
 	// overlay and the seed. Disks are type="file" with these paths, never
 	// type="volume": AppArmor's virt-aa-helper grants QEMU only disk
@@ -128,9 +131,7 @@ func domainXML(s domainSpec) (string, error) {
 			"    <firmware><feature enabled=\"no\" name=\"secure-boot\"/></firmware>\n    <boot dev=\"hd\"/>\n  </os>\n")
 	}
 	b.WriteString("  <features><acpi/><apic/></features>\n")
-	if s.DomainType == "kvm" {
-		b.WriteString("  <cpu mode=\"host-passthrough\"/>\n")
-	}
+	b.WriteString(cpuXML(s.DomainType, s.CPUMode))
 	b.WriteString("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n")
 	b.WriteString("  <devices>\n")
 	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"disk\">\n      <driver name=\"qemu\" type=\"qcow2\"/>\n      <source file=\"%s\"/>\n      <target dev=\"vda\" bus=\"virtio\"/>\n    </disk>\n", esc(s.DiskPath))
@@ -145,6 +146,27 @@ func domainXML(s domainSpec) (string, error) {
 	b.WriteString("    <rng model=\"virtio\"><backend model=\"random\">/dev/urandom</backend></rng>\n")
 	b.WriteString("  </devices>\n</domain>\n")
 	return b.String(), nil
+}
+
+// cpuXML is the domain's <cpu>: kvm passes the host CPU through unless
+// mode says host-model or names a model; a named model is exact and never
+// silently replaced by another (fallback forbid), under kvm or qemu; qemu
+// without a model gets QEMU's default (no element).
+func cpuXML(domainType, mode string) string {
+	switch {
+	case mode == "" || mode == CPUHostPassthrough:
+		if domainType == DomainKVM {
+			return "  <cpu mode=\"host-passthrough\"/>\n"
+		}
+		return ""
+	case mode == CPUHostModel:
+		return "  <cpu mode=\"host-model\"/>\n"
+	}
+	var b strings.Builder
+	b.WriteString("  <cpu mode=\"custom\" match=\"exact\"><model fallback=\"forbid\">")
+	_ = xml.EscapeText(&b, []byte(mode))
+	b.WriteString("</model></cpu>\n")
+	return b.String()
 }
 
 // overlayXML is a qcow2 volume backed by the cached base image.
