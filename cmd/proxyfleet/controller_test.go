@@ -3,14 +3,21 @@
 package main
 
 import (
+	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 )
@@ -140,5 +147,92 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 				t.Fatalf("controller %v: %v, want an error naming %s", tc.args, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestControllerKubeAPIRateLimitFlags(t *testing.T) {
+	parse := func(t *testing.T, args ...string) controllerSettings {
+		t.Helper()
+		cmd := controllerCommand()
+		var got controllerSettings
+		cmd.Action = func(c *cli.Context) error {
+			var err error
+			got, err = parseControllerFlags(c)
+			return err
+		}
+		app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+		if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
+			t.Fatalf("controller %v: %v", args, err)
+		}
+		return got
+	}
+	cfg := &rest.Config{}
+	parse(t).limitAPIRequests(cfg)
+	if cfg.QPS != 50 || cfg.Burst != 100 {
+		t.Errorf("default limit %v/s, burst %d; want 50/s and 100 (client-go's own 5/s made 1,000 Proxies take five minutes)", cfg.QPS, cfg.Burst)
+	}
+	parse(t, "--kube-api-qps", "7", "--kube-api-burst", "9").limitAPIRequests(cfg)
+	if cfg.QPS != 7 || cfg.Burst != 9 {
+		t.Errorf("--kube-api-qps 7 --kube-api-burst 9 gave %v/s, burst %d", cfg.QPS, cfg.Burst)
+	}
+	for _, flag := range []string{"--kube-api-qps", "--kube-api-burst"} {
+		if err := runControllerArgs(t, flag, "0"); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s 0: error = %v, want one naming %s", flag, err, flag)
+		}
+	}
+}
+
+// TestControllerAPIClientHonoursRetryAfter checks, on the client the
+// controller builds (its kubeconfig, its rate limit), that a 429 from the
+// API server's priority and fairness is retried after the Retry-After it
+// carries and not before: two refusals cost two more requests, a second
+// apart, never a storm. client-go does this by itself; the test pins it.
+func TestControllerAPIClientHonoursRetryAfter(t *testing.T) {
+	var mu sync.Mutex
+	var seen []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, time.Now())
+		n := len(seen)
+		mu.Unlock()
+		if n <= 2 {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"too many requests, please try again later"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"fleet"}}`)
+	}))
+	defer srv.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "+srv.URL+"}\n"+
+		"contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllerSettings{kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst}.limitAPIRequests(cfg)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "fleet", metav1.GetOptions{}); err != nil {
+		t.Fatalf("GET after two 429s: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 {
+		t.Fatalf("%d requests for one GET answered 429 twice; want 3", len(seen))
+	}
+	for i := 1; i < len(seen); i++ {
+		if gap := seen[i].Sub(seen[i-1]); gap < 900*time.Millisecond {
+			t.Errorf("attempt %d came %s after a 429 with Retry-After: 1", i+1, gap)
+		}
 	}
 }
