@@ -52,6 +52,11 @@ const (
 	// EventBuffer is the capacity of the Events channel; a full channel drops
 	// the event and the next probe retries it.
 	EventBuffer = 64
+	// DispatchQueue is how many due probes may wait for a free worker. A
+	// tick hands every due probe over up to this many, so a fleet coming up
+	// at once (a thousand new Proxies) is probed as fast as the workers go,
+	// not Workers per tick; a probe still waiting is not due again.
+	DispatchQueue = 4096
 )
 
 // ProbeMetrics records every probe, status-affecting or not (status writes
@@ -78,7 +83,7 @@ type Options struct {
 	// (default 1s). A probe is never more punctual than one tick.
 	Tick time.Duration
 	// Workers bounds concurrent probes (default 8). When all are busy, due
-	// probes wait for the next tick.
+	// probes queue (up to DispatchQueue) for the next free one.
 	Workers int
 	// DefaultProbeURL is probed for a Proxy whose spec.healthCheck.url is
 	// empty. With neither, the Proxy is not probed and has no verdict.
@@ -239,7 +244,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	log := e.o.Logger
 	log.Info("health engine starting", "tick", e.o.Tick, "workers", e.o.Workers,
 		"defaultProbeURL", redact.Parsed(e.target), "minReportInterval", e.o.MinReportInterval)
-	jobs := make(chan job, e.o.Workers)
+	jobs := make(chan job, max(e.o.Workers, DispatchQueue))
 	var wg sync.WaitGroup
 	for range e.o.Workers {
 		wg.Add(1)
@@ -343,7 +348,7 @@ func (e *Engine) tick(ctx context.Context, now time.Time, jobs chan<- job) {
 			st.inFlight = true
 			st.next = now.Add(st.hc.Interval())
 		default:
-			// Every worker is busy: the probe stays due for the next tick.
+			// The queue is full: the probe stays due for the next tick.
 		}
 	}
 	for key := range e.states {
