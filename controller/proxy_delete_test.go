@@ -128,9 +128,11 @@ func TestDeletionWithTheProviderGoneWaitsForSkipCleanup(t *testing.T) {
 	h := start(t, setup{})
 	px := h.managed("px")
 	px.Spec.Provider = "removed"
-	h.create(px)
 	// An instance made before its provider left the config: the finalizer
-	// is on (it goes on first) and the status records the instance.
+	// is on (it goes on before any Create) and the status records the
+	// instance.
+	px.Finalizers = []string{v1alpha1.Finalizer}
+	h.create(px)
 	h.waitProxy("px", "Failed", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseFailed && controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer)
 	})

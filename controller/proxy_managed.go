@@ -19,8 +19,10 @@ import (
 func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Proxy) (ctrl.Result, error) {
 	// The finalizer goes on before anything exists outside the cluster, so an
 	// instance is never created for an object that could vanish without
-	// cleanup. The patch's watch event brings the next pass.
-	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+	// cleanup. A new Proxy gets it in createInstance's one metadata write,
+	// with the spec hash; one whose instance exists but lost the finalizer
+	// gets it back here first. The patch's watch event brings the next pass.
+	if !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) && p.Status.ProviderID != "" {
 		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) {
 			controllerutil.AddFinalizer(p, v1alpha1.Finalizer)
 		})
@@ -88,15 +90,18 @@ func (r *ProxyReconciler) lookupProvider(p *v1alpha1.Proxy) (providers.Provider,
 
 // createInstance asks the provider for a new instance under the name derived
 // from the Proxy UID, so a retried or replacing Create always names the same
-// instance. The spec-hash annotation is written first, in a pass of its own:
-// the instance is then created by a pass that has seen the hash it is built
-// from, and the only write after Create is the status carrying the
-// providerID. (Writing the annotation after Create would trigger a pass that
-// reads the annotation but not yet the providerID from the cache, and creates
-// again.)
+// instance. The finalizer and the spec-hash annotation are written first, in
+// one metadata patch in a pass of its own: the instance is then created by a
+// pass that has seen both, and the only write after Create is the status
+// carrying the providerID. (Writing the annotation after Create would
+// trigger a pass that reads the annotation but not yet the providerID from
+// the cache, and creates again.)
 func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy, prov providers.Provider, cloudInit []byte, login *providers.BasicAuth, hash string) (ctrl.Result, error) {
-	if p.GetAnnotations()[v1alpha1.AnnotationSpecHash] != hash {
-		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) { setSpecHash(p, hash) })
+	if p.GetAnnotations()[v1alpha1.AnnotationSpecHash] != hash || !controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer) {
+		return ctrl.Result{}, r.patchMeta(ctx, p, func(p *v1alpha1.Proxy) {
+			controllerutil.AddFinalizer(p, v1alpha1.Finalizer)
+			setSpecHash(p, hash)
+		})
 	}
 	inst, err := prov.Create(ctx, createRequest(p, cloudInit, login))
 	if err != nil {

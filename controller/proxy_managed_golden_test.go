@@ -178,7 +178,7 @@ func TestReconcileManagedTranscript(t *testing.T) {
 			tr.note("a new Managed Proxy whose instance starts provisioning")
 			tr.fake.startState = providers.StateProvisioning
 			tr.createProxy()
-			tr.passes(3)
+			tr.passes(2)
 			tr.note("the instance runs")
 			tr.fake.setState(fakeProviderID(providers.NameFromUID(string(tr.get().UID))), providers.StateRunning)
 			tr.passes(2)
@@ -212,7 +212,7 @@ func TestReconcileManagedTranscript(t *testing.T) {
 			tr.note("the provider is out of quota for two creates")
 			tr.fake.failNext(providers.OpCreate, 2, quota)
 			tr.createProxy()
-			tr.passes(4)
+			tr.passes(3)
 			tr.note("quota is back")
 			tr.passes(2)
 		}},
@@ -220,7 +220,7 @@ func TestReconcileManagedTranscript(t *testing.T) {
 			tr.note("the provider refuses the create for good")
 			tr.fake.failAlways(providers.OpCreate, permanent)
 			tr.createProxy()
-			tr.passes(3)
+			tr.passes(2)
 			tr.note("latched: further passes call nothing until the spec changes")
 			tr.fake.clearFailures()
 			tr.passes(2)
@@ -252,7 +252,7 @@ func (tr *transcript) createProxy() { tr.create(tr.proxy()) }
 func (tr *transcript) createRunning() {
 	tr.note("a new Managed Proxy; its instance runs at once")
 	tr.createProxy()
-	tr.passes(4)
+	tr.passes(3)
 }
 
 func (tr *transcript) passes(n int) {
