@@ -122,7 +122,8 @@ func (o StoreOptions) WithDefaults() StoreOptions {
 // docs/architecture.md); only a refusal (NoMatchError, whose counts are
 // exact) scans the members.
 type Store struct {
-	o StoreOptions
+	o    StoreOptions
+	pace *Paces // the sites' pace (SitePacer), on the store's clock
 
 	mu      sync.Mutex
 	members map[string]*memberState
@@ -178,6 +179,7 @@ func NewStore(o StoreOptions) *Store {
 	o = o.WithDefaults()
 	return &Store{
 		o:        o,
+		pace:     NewPaces(o.Clock),
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
 		leases:   map[string]*leaseEntry{},

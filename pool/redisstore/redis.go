@@ -75,12 +75,13 @@ type RedisOptions struct {
 // gateways may share one RedisStore's keys; see redis_lua.go for the
 // layout and docs/architecture.md for the why.
 type RedisStore struct {
-	o    pool.StoreOptions
-	rdb  redis.UniversalClient
-	keys []string // {KEYS[1]}: "{prefix}:"
-	life time.Duration
-	log  *slog.Logger
-	topo *topology
+	o      pool.StoreOptions
+	rdb    redis.UniversalClient
+	keys   []string // {KEYS[1]}: "{prefix}:"
+	prefix string
+	life   time.Duration
+	log    *slog.Logger
+	topo   *topology
 
 	defs sync.Map // member def JSON -> pool.Member, so leases share parsed URLs
 
@@ -133,12 +134,13 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	uo.DialerRetries = 1
 	so := o.Store.WithDefaults()
 	s := &RedisStore{
-		o:    so,
-		rdb:  redis.NewUniversalClient(uo),
-		keys: []string{"{" + prefix + "}:"},
-		life: max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
-		log:  o.Logger,
-		topo: newTopology(uo, o),
+		o:      so,
+		rdb:    redis.NewUniversalClient(uo),
+		keys:   []string{"{" + prefix + "}:"},
+		prefix: prefix,
+		life:   max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
+		log:    o.Logger,
+		topo:   newTopology(uo, o),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

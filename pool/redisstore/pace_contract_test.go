@@ -1,0 +1,181 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// The contract of pool.SitePacer, on the memory store and every Redis
+// topology: the pace a fleet shares through its lease store.
+
+// runPaceContract runs fn per backend with a fresh store's pacer.
+func runPaceContract(t *testing.T, fn func(t *testing.T, p pool.SitePacer)) {
+	for _, b := range contractBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, ok := b.make(t, pool.StoreOptions{}).(pool.SitePacer)
+			if !ok {
+				t.Fatalf("the %s store keeps no pace (no pool.SitePacer)", b.name)
+			}
+			fn(t, p)
+		})
+	}
+}
+
+func reserve(t *testing.T, p pool.SitePacer, req pool.SlotRequest) pool.Slot {
+	t.Helper()
+	s, err := p.ReserveSlot(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func answered(t *testing.T, p pool.SitePacer, a pool.SiteAnswer) rotation.LearntPace {
+	t.Helper()
+	l, err := p.SiteAnswered(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// near reports whether got is want, less at most the time the test took
+// since (a loaded machine), and never more.
+func near(got, want time.Duration) bool {
+	return got <= want && got >= want-400*time.Millisecond
+}
+
+func TestPaceContractMinIntervalPerMemberAndSite(t *testing.T) {
+	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
+		ctx := context.Background()
+		const iv = 2 * time.Second
+		req := pool.SlotRequest{Site: "a.example", Member: "m1", MinInterval: iv, MaxWait: 10 * time.Second}
+		if s := reserve(t, p, req); !s.Reserved || s.Wait != 0 || s.Interval != iv {
+			t.Fatalf("first slot %+v, want one now at interval %v", s, iv)
+		}
+		second := reserve(t, p, req)
+		if !second.Reserved || !near(second.Wait, iv) {
+			t.Fatalf("second slot %+v, want one %v later", second, iv)
+		}
+		// Another member, another site: not held by m1's slots.
+		for _, o := range []pool.SlotRequest{{Site: "a.example", Member: "m2", MinInterval: iv}, {Site: "b.example", Member: "m1", MinInterval: iv}} {
+			if s := reserve(t, p, o); !s.Reserved || s.Wait != 0 {
+				t.Fatalf("%+v: slot %+v, want one now", o, s)
+			}
+		}
+		// Past MaxWait nothing is taken: the slot is still the third.
+		short := req
+		short.MaxWait = time.Second
+		if s := reserve(t, p, short); s.Reserved || !near(s.Wait, 2*iv) {
+			t.Fatalf("slot past max wait %+v, want refused, %v away", s, 2*iv)
+		}
+		// The second request leaves: its slot comes back.
+		if err := p.ReturnSlot(ctx, req.Site, req.Member, second.Token); err != nil {
+			t.Fatal(err)
+		}
+		if s := reserve(t, p, req); !s.Reserved || !near(s.Wait, iv) {
+			t.Fatalf("slot after a return %+v, want the returned one, %v after the first", s, iv)
+		}
+		// A stale token gives nothing back.
+		if err := p.ReturnSlot(ctx, req.Site, req.Member, second.Token+1); err != nil {
+			t.Fatal(err)
+		}
+		if s := reserve(t, p, req); !s.Reserved || !near(s.Wait, 2*iv) {
+			t.Fatalf("slot after a stale return %+v, want %v away", s, 2*iv)
+		}
+		// No interval: no pace at all.
+		if s := reserve(t, p, pool.SlotRequest{Site: "c.example", Member: "m1", Auto: true}); s.Interval != 0 || s.Reserved || s.Wait != 0 {
+			t.Fatalf("unpaced site: %+v", s)
+		}
+	})
+}
+
+func TestPaceContractPlacesInFlight(t *testing.T) {
+	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
+		ctx := context.Background()
+		enter := func(holder string, want bool) {
+			t.Helper()
+			in, err := p.EnterSite(ctx, "s.example", holder, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in != want {
+				t.Fatalf("enter %s: %v, want %v", holder, in, want)
+			}
+		}
+		enter("a", true)
+		enter("b", true)
+		enter("c", false)
+		enter("b", true) // already in: still in, no second place
+		if in, _ := p.EnterSite(ctx, "other.example", "c", 2); !in {
+			t.Fatal("a full site held another")
+		}
+		if err := p.LeaveSite(ctx, "s.example", "a"); err != nil {
+			t.Fatal(err)
+		}
+		enter("c", true)
+		enter("a", false)
+		if err := p.LeaveSite(ctx, "s.example", "nobody"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestPaceContractLearntPaceIsAIMDSharedByAll(t *testing.T) {
+	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
+		ctx := context.Background()
+		const site = "bans.example"
+		if l := answered(t, p, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK}); l.Slowed() {
+			t.Fatalf("an ok slowed a site: %+v", l)
+		}
+		if got, _ := p.SlowedSites(ctx); len(got) != 0 {
+			t.Fatalf("slowed sites %v before any ban", got)
+		}
+		first := answered(t, p, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultRateLimited})
+		if first.Interval != rotation.PaceFirstCut || first.Cuts != 1 || first.Cause != rotation.ResultRateLimited {
+			t.Fatalf("first cut %+v, want %v by rate_limited", first, rotation.PaceFirstCut)
+		}
+		if got, _ := p.SlowedSites(ctx); !slices.Equal(got, []string{site}) {
+			t.Fatalf("slowed sites %v, want [%s]", got, site)
+		}
+		// No news: the same member again, a request paced before the cut.
+		for _, a := range []pool.SiteAnswer{{Member: "m1", SeenCuts: 1}, {Member: "m2", SeenCuts: 0}} {
+			a.Site, a.Result = site, rotation.ResultBanned
+			if l := answered(t, p, a); l.Interval != first.Interval || l.Cuts != 1 {
+				t.Fatalf("%+v cut again: %+v", a, l)
+			}
+		}
+		second := answered(t, p, pool.SiteAnswer{Site: site, Member: "m4", Result: rotation.ResultBanned, SeenCuts: 1})
+		if second.Interval != 2*rotation.PaceFirstCut || second.Cuts != 2 || second.Cause != rotation.ResultBanned {
+			t.Fatalf("second cut %+v, want %v by banned", second, 2*rotation.PaceFirstCut)
+		}
+		// Additive increase, step for step as rotation defines it.
+		want := second
+		for range 5 {
+			want = want.Answered()
+			got := answered(t, p, pool.SiteAnswer{Site: site, Member: "m3", Result: rotation.ResultOK})
+			if d := got.Interval - want.Interval; d < -time.Microsecond || d > time.Microsecond {
+				t.Fatalf("after an ok: %v, want %v", got.Interval, want.Interval)
+			}
+		}
+		// The learnt pace holds every member's slots, but only with Auto.
+		s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m9", Auto: true, MaxWait: time.Minute})
+		if !s.Reserved || s.Wait != 0 || s.Learnt.Cuts != 2 || s.Interval != s.Learnt.Interval {
+			t.Fatalf("auto slot %+v, want one now at the learnt interval", s)
+		}
+		if s = reserve(t, p, pool.SlotRequest{Site: site, Member: "m9", Auto: true, MaxWait: time.Minute}); !near(s.Wait, s.Learnt.Interval) {
+			t.Fatalf("second auto slot %+v, want one learnt interval later", s)
+		}
+		if s = reserve(t, p, pool.SlotRequest{Site: site, Member: "m9"}); s.Interval != 0 || s.Wait != 0 {
+			t.Fatalf("slot without auto %+v, want no pace", s)
+		}
+		if _, err := p.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m1", Result: "nonsense"}); err == nil {
+			t.Fatal("an unknown result was taken")
+		}
+	})
+}
