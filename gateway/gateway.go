@@ -149,6 +149,11 @@ type Options struct {
 	// Pacing is how fast requests go to each site; the zero value paces
 	// nothing (the CLI turns the automatic slow-down on by default).
 	Pacing PacingOptions
+	// Pacer is where the pace of sites is decided and kept: a lease
+	// store's (the Redis store, the lease API client), so that every
+	// gateway on it paces a site together. Nil is Pool's when it is a
+	// pool.SitePacer, else a pace of this gateway's own.
+	Pacer pool.SitePacer
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -313,7 +318,11 @@ func New(o Options) (*Gateway, error) {
 	if o.Pacing.Default.MinInterval < 0 || o.Pacing.Default.MaxConcurrency < 0 {
 		return nil, errors.New("gateway: Options.Pacing.Default must not be negative")
 	}
-	g.pacer = newPacer(o.Pacing)
+	sp := o.Pacer
+	if sp == nil {
+		sp, _ = o.Pool.(pool.SitePacer)
+	}
+	g.pacer = newPacer(o.Pacing, sp, o.Logger)
 	if o.MITM != nil {
 		if g.mitm, err = newMITM(o.MITM); err != nil {
 			return nil, err
@@ -374,6 +383,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.membersMu.Unlock()
 	g.aff.Close()
+	g.pacer.close()
 	return err
 }
 

@@ -3,7 +3,9 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 	"github.com/proxyfleet/proxyfleet/status"
 )
@@ -20,9 +23,22 @@ import (
 // PacingOptions.MaxWait is zero.
 const DefaultPacingMaxWait = 30 * time.Second
 
-// maxPaceSites bounds the sites the pacer keeps state for; past it, sites
+// maxPaceSites bounds the sites the pacer keeps a view of; past it, sites
 // with nothing in flight, nothing queued and nothing learnt are forgotten.
 const maxPaceSites = 10_000
+
+// slowedRefresh is how often a gateway on a shared pace asks which sites
+// the fleet slowed (pool.SitePacer.SlowedSites): the sites it has no limit
+// for and would otherwise send to without asking.
+const slowedRefresh = time.Second
+
+// Polls for a place in flight freed by another gateway: the first after
+// placePollMin, doubling to placePollMax. A place freed here wakes the
+// waiters at once.
+const (
+	placePollMin = 20 * time.Millisecond
+	placePollMax = 250 * time.Millisecond
+)
 
 // PacingOptions configure pacing (Options.Pacing): how fast the gateway
 // sends requests to a site, so that the site has no reason to ban. The
@@ -95,46 +111,73 @@ func ParseSitePaces(entries []string, def rotation.PaceLimits) (SitePaces, error
 // For returns the pace set for host, and whether one is.
 func (sp SitePaces) For(host string) (rotation.PaceLimits, bool) { return sp.t.For(host) }
 
-// pacer keeps each paced site's state: the learnt pace, the requests in
-// flight and waiting, the next free slot of each member. A site with no
-// limit of any kind never enters it; when no limit is configured and no
-// site was ever slowed, a request costs two loads.
+// pacer is a gateway's side of pacing. The decisions (a member's next
+// slot, a place in flight, the learnt pace) are the store's
+// (pool.SitePacer): the pool's own when it keeps a pace, so every gateway
+// and controller replica on one lease store paces a site together, else
+// one in this process. The pacer keeps what only this gateway needs: a
+// view of each paced site (its learnt pace as the store last told it, the
+// requests waiting here, counters for the status page). A site with no
+// limit and no learnt pace never reaches the store: with no limit
+// configured and no site slowed, a request costs two loads.
 type pacer struct {
 	o        PacingOptions
 	explicit bool         // a limit is configured for some site
-	learnt   atomic.Int64 // sites with a learnt pace now
+	learnt   atomic.Int64 // sites slowed in the view now
+	store    pool.SitePacer
+	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
+	log      *slog.Logger
+	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
 
 	mu    sync.Mutex
 	sites map[string]*sitePace
 }
 
-func newPacer(o PacingOptions) *pacer {
+// newPacer makes the pacer on store (nil: a pace of its own). A store not
+// in this process is asked every slowedRefresh which sites the fleet
+// slowed, until close.
+func newPacer(o PacingOptions, store pool.SitePacer, log *slog.Logger) *pacer {
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultPacingMaxWait
 	}
-	return &pacer{o: o, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), sites: map[string]*sitePace{}}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &pacer{o: o, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
+	p.store = store
+	switch store.(type) {
+	case nil:
+		p.store = p.own
+	case *pool.Store, *pool.Paces:
+	default:
+		if o.Auto {
+			ctx, cancel := context.WithCancel(context.Background())
+			p.stop = cancel
+			go p.refreshSlowed(ctx)
+		}
+	}
+	return p
 }
 
-// sitePace is one site's state, guarded by pacer.mu.
+// close ends the refresh of slowed sites.
+func (p *pacer) close() {
+	if p.stop != nil {
+		p.stop()
+	}
+}
+
+// sitePace is this gateway's view of one paced site, guarded by pacer.mu.
 type sitePace struct {
+	// learnt is the site's learnt pace as the store last told it.
 	learnt   rotation.LearntPace
-	inflight int
-	waiters  []*concWaiter // FIFO, for a place in flight
-	members  map[string]time.Time
+	inflight int           // places in flight held by requests here
+	wake     chan struct{} // closed (and replaced) when a place here is given back
 	queued   int
 	// counters for the status page and metrics
 	waited    uint64
 	waitedFor time.Duration
 	refused   uint64
 	lastLimit string // the limit that held the last waiting request
-	// struck are the members the site banned since its last cut: a
-	// further ban through one of them is no news (LearntPace.Ban).
-	struck map[string]bool
-}
-
-type concWaiter struct {
-	ready chan struct{}
-	given bool
 }
 
 // explicitFor is the operator's pace for target, met with the client's own.
@@ -155,14 +198,14 @@ func (p *pacer) paced(client time.Duration) bool {
 	return p != nil && (p.explicit || client > 0 || p.learnt.Load() > 0)
 }
 
-// site returns target's state, making it; p.mu is held.
+// site returns target's view, making it; p.mu is held.
 func (p *pacer) site(target string) *sitePace {
 	sp := p.sites[target]
 	if sp == nil {
 		if len(p.sites) >= maxPaceSites {
 			p.sweep()
 		}
-		sp = &sitePace{members: map[string]time.Time{}}
+		sp = &sitePace{wake: make(chan struct{})}
 		p.sites[target] = sp
 	}
 	return sp
@@ -178,18 +221,72 @@ func (p *pacer) sweep() {
 	}
 }
 
-// learntFor is target's learnt pace now (p.mu held), decayed when quiet.
+// learntFor is target's learnt pace in the view now (p.mu held).
 func (p *pacer) learntFor(sp *sitePace, now time.Time) rotation.LearntPace {
 	if sp == nil {
 		return rotation.LearntPace{}
 	}
-	if sp.learnt.Slowed() {
-		if l := sp.learnt.Decayed(now); !l.Slowed() {
-			sp.learnt = l
-			p.learnt.Add(-1)
-		}
+	if sp.learnt.Slowed() && !sp.learnt.Decayed(now).Slowed() {
+		p.setLearnt(sp, rotation.LearntPace{})
 	}
 	return sp.learnt
+}
+
+// setLearnt puts what the store said of a site's learnt pace into the
+// view (p.mu held), keeping the count of slowed sites.
+func (p *pacer) setLearnt(sp *sitePace, l rotation.LearntPace) {
+	if was := sp.learnt.Slowed(); was != l.Slowed() {
+		if was {
+			p.learnt.Add(-1)
+		} else {
+			p.learnt.Add(1)
+		}
+	}
+	sp.learnt = l
+}
+
+// refreshSlowed asks the store every slowedRefresh which sites the fleet
+// slowed, so this gateway asks the store before sending to them too, and
+// forgets the slow-downs the fleet ended.
+func (p *pacer) refreshSlowed(ctx context.Context) {
+	t := time.NewTicker(slowedRefresh)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, slowedRefresh)
+		sites, err := p.store.SlowedSites(rctx)
+		cancel()
+		if err == nil {
+			p.applySlowed(sites, time.Now())
+		} else if ctx.Err() == nil {
+			p.log.Debug("pacing: reading the fleet's slowed sites failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// applySlowed makes the view's slowed sites the fleet's: a site slowed
+// elsewhere enters it (its pace as the store will tell at its next
+// request; until then at the first cut), one the fleet no longer slows
+// leaves it.
+func (p *pacer) applySlowed(sites []string, now time.Time) {
+	in := make(map[string]bool, len(sites))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, site := range sites {
+		in[site] = true
+		if sp := p.site(site); !sp.learnt.Slowed() {
+			p.setLearnt(sp, rotation.LearntPace{Interval: rotation.PaceFirstCut, CutInterval: rotation.PaceFirstCut, CutAt: now})
+		}
+	}
+	for site, sp := range p.sites {
+		if !in[site] && sp.learnt.Slowed() {
+			p.setLearnt(sp, rotation.LearntPace{})
+		}
+	}
 }
 
 // pacedError is a request that could not get its slot within MaxWait.
@@ -203,9 +300,12 @@ func (e *pacedError) Error() string { return e.msg }
 // paceTicket is a request's place in its site's pace: held in flight from
 // its first attempt until it ends (leave).
 type paceTicket struct {
-	sp       *sitePace
-	deadline time.Time // when waiting must end: MaxWait after the first wait
-	started  bool      // the deadline is set
+	sp       *sitePace      // the site's view, while the request holds a place in flight
+	placeBy  pool.SitePacer // where the place is held
+	holder   string         // the place's id
+	deadline time.Time      // when waiting must end: MaxWait after the first wait
+	started  bool           // the deadline is set
+	cuts     int            // the learnt pace's cuts the last attempt was paced under
 }
 
 // pace is the pacing step of tryMembers: before an attempt through h, wait
@@ -231,70 +331,68 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		return h, nil
 	}
 	sp := p.site(target)
+	p.mu.Unlock()
 	t := &rq.pace
 	if !t.started {
 		t.deadline, t.started = now.Add(p.o.MaxWait), true
 	}
-	// A place in flight, once per request.
+	t.cuts = learnt.Cuts
 	if lim.MaxConcurrency > 0 && t.sp == nil {
-		if sp.inflight < lim.MaxConcurrency && len(sp.waiters) == 0 {
-			sp.inflight++
-			t.sp = sp
-		} else {
-			w := &concWaiter{ready: make(chan struct{})}
-			sp.waiters = append(sp.waiters, w)
-			sp.queued++
-			limit := "site " + target + " allows " + strconv.Itoa(lim.MaxConcurrency) + " requests in flight across the pool (" + concSource(src) + ")"
-			sp.lastLimit = limit
-			p.mu.Unlock()
-			err := g.waitConc(ctx, client, sp, w, t.deadline, limit)
-			p.mu.Lock()
-			sp.queued--
-			if err != nil {
-				p.mu.Unlock()
-				return h, err
-			}
-			t.sp = sp
+		limit := "site " + target + " allows " + strconv.Itoa(lim.MaxConcurrency) + " requests in flight across the pool (" + concSource(src) + ")"
+		if err := g.waitPlace(ctx, client, rq, sp, lim.MaxConcurrency, limit); err != nil {
+			return h, err
 		}
 	}
-	interval, isrc := lim.MinInterval, src
-	if learnt.Interval > interval {
-		interval, isrc = learnt.Interval, "learnt after a "+string(learnt.Cause)+" answer at "+learnt.CutAt.UTC().Format(time.TimeOnly)+" (--pacing auto)"
-	}
-	if interval <= 0 {
-		p.mu.Unlock()
+	if lim.MinInterval <= 0 && !learnt.Slowed() {
 		rq.sentAt = time.Now()
 		return h, nil
 	}
-	now = time.Now()
-	slot := nextSlot(sp, h.mc.m.Name, interval, now)
-	p.mu.Unlock()
-	if slot.After(now) && rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
-		h, slot = g.soonerMember(ctx, rq, at, h, sp, interval, slot, now)
+	req := pool.SlotRequest{Site: target, Member: h.mc.m.Name, MinInterval: lim.MinInterval, Auto: p.o.Auto, MaxWait: time.Until(t.deadline)}
+	slot, by := p.reserve(ctx, req, sp)
+	if slot.Interval <= 0 {
+		rq.sentAt = time.Now()
+		return h, nil
 	}
-	limit := "site " + target + ": one request per " + interval.String() + " per member (" + isrc + ")"
-	if slot.After(t.deadline) {
+	if slot.Wait > time.Millisecond && rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
+		h, slot, by = g.soonerMember(ctx, rq, at, h, sp, req, slot, by)
+	}
+	isrc := src
+	if slot.Learnt.Interval > lim.MinInterval {
+		isrc = "learnt after a " + string(slot.Learnt.Cause) + " answer at " + slot.Learnt.CutAt.UTC().Format(time.TimeOnly) + " (--pacing auto)"
+	}
+	limit := "site " + target + ": one request per " + slot.Interval.String() + " per member (" + isrc + ")"
+	if !slot.Reserved {
 		p.mu.Lock()
 		sp.refused++
 		sp.lastLimit = limit
 		p.mu.Unlock()
-		return h, &pacedError{retryAfter: time.Until(slot), msg: "paced: " + limit + "; the next slot is in " + time.Until(slot).Round(time.Millisecond).String() + ", past --pacing-max-wait " + p.o.MaxWait.String()}
+		return h, &pacedError{retryAfter: slot.Wait, msg: "paced: " + limit + "; the next slot is in " + slot.Wait.Round(time.Millisecond).String() + ", past --pacing-max-wait " + p.o.MaxWait.String()}
 	}
-	if err := p.reserveAndWait(ctx, client, sp, h.mc.m.Name, interval, limit); err != nil {
+	if err := p.waitSlot(ctx, client, sp, target, h.mc.m.Name, slot, by, limit); err != nil {
 		return h, err
 	}
 	rq.sentAt = time.Now()
 	return h, nil
 }
 
-// nextSlot is member's next free slot at target from now (p.mu held).
-func nextSlot(sp *sitePace, member string, interval time.Duration, now time.Time) time.Time {
-	if last, ok := sp.members[member]; ok {
-		if next := last.Add(interval); next.After(now) {
-			return next
-		}
+// reserve asks the store for req's slot, falling back to the gateway's own
+// pace while the store fails (pacing goes on, per gateway, through an
+// outage). It puts the learnt pace the store told into the view, and
+// returns who holds the slot.
+func (p *pacer) reserve(ctx context.Context, req pool.SlotRequest, sp *sitePace) (pool.Slot, pool.SitePacer) {
+	by := p.store
+	slot, err := by.ReserveSlot(ctx, req)
+	if err != nil {
+		p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", req.Site, "err", err)
+		by = p.own
+		slot, _ = by.ReserveSlot(ctx, req)
 	}
-	return now
+	if req.Auto {
+		p.mu.Lock()
+		p.setLearnt(sp, slot.Learnt)
+		p.mu.Unlock()
+	}
+	return slot, by
 }
 
 func concSource(src string) string {
@@ -304,107 +402,142 @@ func concSource(src string) string {
 	return "--site-max-concurrency"
 }
 
-// waitConc waits for w to be given a place in flight, until deadline.
-func (g *Gateway) waitConc(ctx, client context.Context, sp *sitePace, w *concWaiter, deadline time.Time, limit string) error {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	var err error
-	select {
-	case <-w.ready:
-		return nil
-	case <-timer.C:
-		err = &pacedError{retryAfter: time.Second, msg: "paced: " + limit + "; no place came free within --pacing-max-wait " + g.pacer.o.MaxWait.String()}
-	case <-client.Done():
-		err = errClientGone
-	case <-ctx.Done():
-		if err = context.Cause(ctx); err == nil || errors.Is(err, context.Canceled) {
-			err = errClientGone
-		}
-	}
+// newHolder is a fresh id for a place in flight.
+func newHolder() string { return rand.Text() }
+
+// waitPlace takes a place among the site's requests in flight, waiting
+// for one until the request's deadline: woken when a request here leaves,
+// and asking the store again now and then for a place another gateway
+// gave back.
+func (g *Gateway) waitPlace(ctx, client context.Context, rq *request, sp *sitePace, limit int, why string) error {
 	p := g.pacer
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if w.given {
-		// Given a place just as the wait ended: it is ours, so use it.
-		return nil
-	}
-	for i, x := range sp.waiters {
-		if x == w {
-			sp.waiters = append(sp.waiters[:i], sp.waiters[i+1:]...)
-			break
+	t := &rq.pace
+	holder := newHolder()
+	target := rq.lr.target
+	timer := time.NewTimer(time.Until(t.deadline))
+	defer timer.Stop()
+	poll := placePollMin
+	queued := false
+	defer func() {
+		if queued {
+			p.mu.Lock()
+			sp.queued--
+			p.mu.Unlock()
 		}
+	}()
+	for {
+		p.mu.Lock()
+		wake := sp.wake
+		p.mu.Unlock()
+		by := p.store
+		in, err := by.EnterSite(ctx, target, holder, limit)
+		if err != nil {
+			p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)
+			by = p.own
+			in, _ = by.EnterSite(ctx, target, holder, limit)
+		}
+		if in {
+			p.mu.Lock()
+			sp.inflight++
+			p.mu.Unlock()
+			t.sp, t.placeBy, t.holder = sp, by, holder
+			return nil
+		}
+		if !queued {
+			queued = true
+			p.mu.Lock()
+			sp.queued++
+			sp.lastLimit = why
+			p.mu.Unlock()
+		}
+		pollT := time.NewTimer(poll)
+		poll = min(2*poll, placePollMax)
+		select {
+		case <-wake:
+		case <-pollT.C:
+		case <-timer.C:
+			pollT.Stop()
+			p.mu.Lock()
+			sp.refused++
+			p.mu.Unlock()
+			return &pacedError{retryAfter: time.Second, msg: "paced: " + why + "; no place came free within --pacing-max-wait " + p.o.MaxWait.String()}
+		case <-client.Done():
+			pollT.Stop()
+			return errClientGone
+		case <-ctx.Done():
+			pollT.Stop()
+			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return errClientGone
+		}
+		pollT.Stop()
 	}
-	var pe *pacedError
-	if errors.As(err, &pe) {
-		sp.refused++
-	}
-	return err
 }
 
-// leavePace ends rq's place in flight, handing it to the first waiter.
+// leavePace ends rq's place in flight and wakes the requests waiting
+// here for one.
 func (g *Gateway) leavePace(rq *request) {
-	sp := rq.pace.sp
+	t := &rq.pace
+	sp := t.sp
 	if sp == nil {
 		return
 	}
-	rq.pace.sp = nil
+	t.sp = nil
+	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
+	defer cancel()
+	if err := t.placeBy.LeaveSite(ctx, rq.lr.target, t.holder); err != nil {
+		g.log.Warn("pacing: giving a place in flight back failed; it counts until it expires", "site", rq.lr.target, "err", err)
+	}
 	p := g.pacer
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(sp.waiters) > 0 {
-		w := sp.waiters[0]
-		sp.waiters = sp.waiters[1:]
-		w.given = true
-		close(w.ready)
-		return
-	}
 	sp.inflight--
+	close(sp.wake)
+	sp.wake = make(chan struct{})
 }
 
-// paceAnswered feeds a site's answer to a request sent at rq.sentAt into
-// its learnt pace: a ban signal cuts it at once, before the next request
-// to the site is paced; any other answer raises it a step.
+// paceAnswered feeds a site's answer into its learnt pace: a ban signal
+// cuts it at once, before the next request to the site is paced; any
+// other answer raises it a step. Answers of a site the view does not
+// know as slowed cost nothing.
 func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	p := g.pacer
 	if p == nil || !p.o.Auto || (!res.IsBan() && p.learnt.Load() == 0) {
 		return
 	}
+	target := rq.lr.target
 	now := time.Now()
-	sent := rq.sentAt
-	if sent.IsZero() {
-		sent = now
-	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !res.IsBan() {
-		sp := p.sites[rq.lr.target]
-		if sp == nil || !p.learntFor(sp, now).Slowed() {
-			return
-		}
-		if sp.learnt = sp.learnt.Answered(); !sp.learnt.Slowed() {
-			p.learnt.Add(-1)
-		}
+	sp := p.sites[target]
+	was := p.learntFor(sp, now)
+	p.mu.Unlock()
+	if !res.IsBan() && !was.Slowed() {
 		return
 	}
-	sp := p.site(rq.lr.target)
-	was := p.learntFor(sp, now)
-	sp.learnt = sp.learnt.Ban(res, sent, now, sp.struck[rq.member])
-	if sp.learnt.Cuts != was.Cuts {
-		sp.struck = map[string]bool{}
-		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", rq.lr.target, "answer", string(res), "member", rq.member, "pace", sp.learnt.String())
+	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
+	defer cancel()
+	a := pool.SiteAnswer{Site: target, Member: rq.member, Result: res, SeenCuts: rq.pace.cuts}
+	l, err := p.store.SiteAnswered(ctx, a)
+	if err != nil {
+		p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)
+		l, _ = p.own.SiteAnswered(ctx, a)
 	}
-	if sp.struck == nil {
-		sp.struck = map[string]bool{}
+	p.mu.Lock()
+	if sp == nil {
+		sp = p.site(target)
 	}
-	sp.struck[rq.member] = true
-	if !was.Slowed() && sp.learnt.Slowed() {
-		p.learnt.Add(1)
+	p.setLearnt(sp, l)
+	p.mu.Unlock()
+	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
+		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
 	}
 }
 
 // PaceStatus lists the sites the pacer keeps (those with a pace of some
 // kind that had requests), most held first (queued, then waited and
-// refused), for the status page and the metrics.
+// refused), for the status page and the metrics. The learnt pace is as
+// the store last told this gateway; the counts are this gateway's.
 func (g *Gateway) PaceStatus() []status.SitePace {
 	p := g.pacer
 	now := time.Now()
@@ -427,68 +560,67 @@ func (g *Gateway) PaceStatus() []status.SitePace {
 	return out
 }
 
-// soonerMember asks the pool for one other member whose slot for the site
-// comes before slot, and keeps whichever of the two is free sooner.
-func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, interval time.Duration, slot, now time.Time) (held, time.Time) {
+// soonerMember asks the pool for one other member and reserves its slot
+// for the site when it comes before slot (and within the wait allowed),
+// keeping whichever of the two is free sooner; the other's slot and lease
+// are given back.
+func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, req pool.SlotRequest, slot pool.Slot, by pool.SitePacer) (held, pool.Slot, pool.SitePacer) {
 	p := g.pacer
 	alt, err := g.acquireFresh(ctx, &rq.lr, false)
 	if err != nil {
-		return h, slot
+		return h, slot, by
 	}
-	p.mu.Lock()
-	altSlot := nextSlot(sp, alt.mc.m.Name, interval, now)
-	p.mu.Unlock()
-	if alt.mc.m.Name != h.mc.m.Name && altSlot.Before(slot) && !at.triedBefore(alt.mc.m.Name) {
-		g.done(ctx, h)
-		return alt, altSlot
+	if alt.mc.m.Name == h.mc.m.Name || at.triedBefore(alt.mc.m.Name) {
+		g.done(ctx, alt)
+		return h, slot, by
 	}
-	g.done(ctx, alt)
-	return h, slot
+	areq := req
+	areq.Member = alt.mc.m.Name
+	areq.MaxWait = min(req.MaxWait, slot.Wait-time.Millisecond)
+	aslot, aby := p.reserve(ctx, areq, sp)
+	if !aslot.Reserved || aslot.Wait >= slot.Wait {
+		g.done(ctx, alt)
+		return h, slot, by
+	}
+	if slot.Reserved {
+		_ = by.ReturnSlot(ctx, req.Site, req.Member, slot.Token)
+	}
+	g.done(ctx, h)
+	return alt, aslot, aby
 }
 
-// reserveAndWait reserves member's next slot for the site and waits for
-// it; a request that leaves first gives the slot back when no later one
-// reserved behind it.
-func (p *pacer) reserveAndWait(ctx, client context.Context, sp *sitePace, member string, interval time.Duration, limit string) error {
+// waitSlot waits for a reserved slot; a request that leaves first gives
+// the slot back (unless a later one reserved behind it).
+func (p *pacer) waitSlot(ctx, client context.Context, sp *sitePace, site, member string, slot pool.Slot, by pool.SitePacer, limit string) error {
+	if slot.Wait <= 0 {
+		return nil
+	}
 	p.mu.Lock()
-	prev, had := sp.members[member]
-	slot := nextSlot(sp, member, interval, time.Now())
-	sp.members[member] = slot
-	wait := time.Until(slot)
-	if wait > 0 {
-		sp.queued++
-		sp.waited++
-		sp.waitedFor += wait
-		sp.lastLimit = limit
-	}
+	sp.queued++
+	sp.waited++
+	sp.waitedFor += slot.Wait
+	sp.lastLimit = limit
 	p.mu.Unlock()
-	if wait > 0 {
-		timer := time.NewTimer(wait)
-		var err error
-		select {
-		case <-timer.C:
-		case <-client.Done():
+	timer := time.NewTimer(slot.Wait)
+	var err error
+	select {
+	case <-timer.C:
+	case <-client.Done():
+		err = errClientGone
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+		if err == nil || errors.Is(err, context.Canceled) {
 			err = errClientGone
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-			if err == nil || errors.Is(err, context.Canceled) {
-				err = errClientGone
-			}
-		}
-		timer.Stop()
-		p.mu.Lock()
-		sp.queued--
-		if err != nil && sp.members[member].Equal(slot) {
-			if had {
-				sp.members[member] = prev
-			} else {
-				delete(sp.members, member)
-			}
-		}
-		p.mu.Unlock()
-		if err != nil {
-			return err
 		}
 	}
-	return nil
+	timer.Stop()
+	p.mu.Lock()
+	sp.queued--
+	p.mu.Unlock()
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
+		_ = by.ReturnSlot(rctx, site, member, slot.Token)
+		cancel()
+	}
+	return err
 }

@@ -222,7 +222,7 @@ func TestClientPaceIsNeverLooserThanTheOperators(t *testing.T) {
 	if lim, _ := e.gw.pacer.explicitFor("x", time.Millisecond); lim.MinInterval != time.Millisecond {
 		t.Fatalf("client pace %v", lim.MinInterval)
 	}
-	g2 := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}})
+	g2 := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
 	if lim, src := g2.explicitFor("x", time.Millisecond); lim.MinInterval != time.Second || src != "--site-min-interval" {
 		t.Fatalf("a looser client pace won: %v %s", lim.MinInterval, src)
 	}

@@ -464,7 +464,7 @@ func FuzzParsePaceHeaders(f *testing.F) {
 			t.Fatalf("merged strict %v from username %v and header %v", p.Strict, up.Strict, hp.Strict)
 		}
 		// The client's pace meets the operator's: never looser.
-		pc := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}})
+		pc := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
 		if lim, _ := pc.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
 			t.Fatalf("pace %v with the operator's 1s gave %v", p.Pace, lim.MinInterval)
 		}

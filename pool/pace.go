@@ -35,7 +35,9 @@ type SitePacer interface {
 	// (Reserved false, Wait says when it would be).
 	ReserveSlot(ctx context.Context, req SlotRequest) (Slot, error)
 	// ReturnSlot gives back a reserved slot whose request left before
-	// using it, unless a later request reserved behind it.
+	// using it, unless a later request reserved behind it: the member's
+	// slot before it is its last again. A slot whose predecessor is not
+	// known (the member's first, or one returned to already) stays taken.
 	ReturnSlot(ctx context.Context, site, member string, token int64) error
 	// EnterSite takes a place among site's requests in flight for holder
 	// (a unique id per request) when fewer than limit are: true when it
@@ -121,7 +123,7 @@ type paceSite struct {
 
 type slotState struct {
 	at, prev time.Time
-	had      bool // prev is a slot; false: the member had none before
+	had      bool // prev is known: the slot reserved before at
 }
 
 // NewPaces makes an empty Paces on c (nil: the real clock).
@@ -225,9 +227,10 @@ func (p *Paces) ReturnSlot(_ context.Context, site, member string, token int64) 
 		return nil
 	}
 	if s.had {
-		ps.slots[member] = slotState{at: s.prev, had: false}
-	} else {
-		delete(ps.slots, member)
+		// The slot before it is the last again; the one before that is
+		// not known, so a second return keeps it (a slot wasted, never
+		// two requests closer than the interval).
+		ps.slots[member] = slotState{at: s.prev}
 	}
 	return nil
 }

@@ -117,8 +117,16 @@ func (r *gatewayRun) openPool() (func(), error) {
 // OnChange (the file source runs only after srv is set).
 func (r *gatewayRun) build() error {
 	cfg := r.cfg
+	// The pace of sites is the lease store's (the in-process or Redis
+	// store), or with --pool-api the controller's, so that every gateway
+	// on one store paces a site together.
+	var pacer pool.SitePacer
+	if r.remote != nil {
+		pacer = r.remote
+	}
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
+		Pacer:               pacer,
 		Mode:                cfg.mode,
 		LeaseTTL:            cfg.store.DefaultTTL,
 		Retries:             cfg.retries,

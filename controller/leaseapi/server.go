@@ -135,6 +135,7 @@ func New(o Options) (*API, error) {
 				Logger:   slog.New(logr.ToSlogHandler(log)),
 				Recorder: o.Recorder,
 				Reviewer: o.Reviewer,
+				Pacer:    pacerOf(store),
 			}), o.Tracing, "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
@@ -222,4 +223,12 @@ func (a *API) Start(ctx context.Context) error {
 		return fmt.Errorf("lease API on %s: %w", a.ln.Addr(), err)
 	}
 	return nil
+}
+
+// pacerOf is the store's pace of sites (every lease store keeps one), so
+// gateways on the lease API pace a site with the fleet; nil when a store
+// keeps none.
+func pacerOf(store pool.LeaseStore) pool.SitePacer {
+	p, _ := store.(pool.SitePacer)
+	return p
 }

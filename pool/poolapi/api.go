@@ -83,6 +83,10 @@ type APIOptions struct {
 	// service-account token), so crawler namespaces need no shared secret.
 	// Setting it turns authentication on even without a Token.
 	Reviewer TokenReviewer
+	// Pacer serves POST /v1/pace and GET /v1/pace/slowed: the pace of
+	// sites its callers share. Nil is the backend's when it is a
+	// pool.SitePacer; without one those routes answer 404.
+	Pacer pool.SitePacer
 }
 
 // TokenReviewer decides on a bearer token the static Token did not match.
@@ -231,13 +235,17 @@ type apiServer struct {
 	reviewer  TokenReviewer
 	log       *slog.Logger
 	recorder  LeaseRecorder
+	pacer     pool.SitePacer
 }
 
 // NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
 // recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
 // → routes. The handler holds no state of its own; leases live in b.
 func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
-	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil}
+	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil, pacer: o.Pacer}
+	if s.pacer == nil {
+		s.pacer, _ = b.(pool.SitePacer)
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -251,6 +259,8 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.HandleFunc("POST /v1/leases", s.acquire)
 	mux.HandleFunc("DELETE /v1/leases/{id}", s.release)
 	mux.HandleFunc("POST /v1/leases/{id}/report", s.report)
+	mux.HandleFunc("POST /v1/pace", s.pace)
+	mux.HandleFunc("GET /v1/pace/slowed", s.slowedSites)
 	// Method-less patterns are less specific than the ones above, so they
 	// only catch the wrong methods: a JSON 405 instead of the mux's text one.
 	mux.Handle("/healthz", methodNotAllowed("GET, HEAD"))
@@ -258,6 +268,8 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.Handle("/v1/leases", methodNotAllowed("POST"))
 	mux.Handle("/v1/leases/{id}", methodNotAllowed("DELETE"))
 	mux.Handle("/v1/leases/{id}/report", methodNotAllowed("POST"))
+	mux.Handle("/v1/pace", methodNotAllowed("POST"))
+	mux.Handle("/v1/pace/slowed", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -78,15 +78,28 @@ func TestPaceContractMinIntervalPerMemberAndSite(t *testing.T) {
 		if err := p.ReturnSlot(ctx, req.Site, req.Member, second.Token); err != nil {
 			t.Fatal(err)
 		}
-		if s := reserve(t, p, req); !s.Reserved || !near(s.Wait, iv) {
-			t.Fatalf("slot after a return %+v, want the returned one, %v after the first", s, iv)
+		again := reserve(t, p, req)
+		if !again.Reserved || !near(again.Wait, iv) {
+			t.Fatalf("slot after a return %+v, want the returned one, %v after the first", again, iv)
 		}
 		// A stale token gives nothing back.
 		if err := p.ReturnSlot(ctx, req.Site, req.Member, second.Token+1); err != nil {
 			t.Fatal(err)
 		}
+		third := reserve(t, p, req)
+		if !third.Reserved || !near(third.Wait, 2*iv) {
+			t.Fatalf("slot after a stale return %+v, want %v away", third, 2*iv)
+		}
+		// Two returns in a row: the last slot goes back to the one before
+		// it, which then stays taken (what came before it is not known):
+		// no two requests ever closer than the interval.
+		for _, tok := range []int64{third.Token, again.Token} {
+			if err := p.ReturnSlot(ctx, req.Site, req.Member, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if s := reserve(t, p, req); !s.Reserved || !near(s.Wait, 2*iv) {
-			t.Fatalf("slot after a stale return %+v, want %v away", s, 2*iv)
+			t.Fatalf("slot after two returns %+v, want %v away (the second's slot kept)", s, 2*iv)
 		}
 		// No interval: no pace at all.
 		if s := reserve(t, p, pool.SlotRequest{Site: "c.example", Member: "m1", Auto: true}); s.Interval != 0 || s.Reserved || s.Wait != 0 {

@@ -9,7 +9,7 @@ package redisstore
 //	              <cause>:<cut at µs>:<cuts>" (absent: never slowed, or
 //	              decayed); s:<member> = "<slot µs>:<previous slot µs>"
 //	              (the member's last reserved slot, and the one before it
-//	              for a slot given back)
+//	              for a slot given back; empty once given back to)
 //	S.."k"  SET   members the site banned since its last cut
 //	S.."f"  ZSET  places in flight: holder -> when it stops counting (µs)
 //
@@ -76,12 +76,10 @@ elseif op == 'return' then
   local cur = redis.call('HGET', H, 's:' .. ARGV[3])
   if not cur then return 0 end
   local at, prev = string.match(cur, '^(%d+):(%d*)$')
-  if at ~= ARGV[4] then return 0 end
-  if prev ~= '' then
-    redis.call('HSET', H, 's:' .. ARGV[3], prev .. ':')
-  else
-    redis.call('HDEL', H, 's:' .. ARGV[3])
-  end
+  -- Only the last slot goes back, and only to a known predecessor: the
+  -- one before that is not kept, so a second return keeps its slot.
+  if at ~= ARGV[4] or prev == '' then return 0 end
+  redis.call('HSET', H, 's:' .. ARGV[3], prev .. ':')
   return 1
 elseif op == 'enter' then
   -- [3] holder, [4] limit (0 none), [5] hold µs. Returns 1 when in.

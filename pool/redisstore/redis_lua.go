@@ -34,6 +34,9 @@ package redisstore
 //	                     window ends plus Cooldown.Max (the strike memory)
 //	B.."i:"..key   STRING idempotency key of an acquire -> lease id
 //	B.."seq", B.."gen"   counters
+//	B.."paced"     ZSET  sites with a learnt pace, by their last cut (µs);
+//	                     the pace itself is under each site's own hash tag
+//	                     (pace_lua.go)
 //
 // Every key carries a TTL: a pool-wide key gets one when it is created
 // (born, the first INCR), and they are refreshed by every member write
