@@ -262,3 +262,21 @@ func TestAutoPacingCutsTheSiteAtItsFirstBan(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPaceSiteWithoutLimits is what pacing adds to a request to a site
+// without limits, with --pacing auto and no site slowed (the CLI's
+// default): the pacing step before the attempt and the answer fed to the
+// learnt pace after it.
+//
+//	go test -run x -bench BenchmarkPaceSiteWithoutLimits ./gateway/
+func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
+	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true}, nil, nil)}
+	ctx := context.Background()
+	rq := &request{lr: leaseReq{p: &params{}, target: "example.com"}}
+	for b.Loop() {
+		if _, err := g.pace(ctx, ctx, rq, nil, held{}); err != nil {
+			b.Fatal(err)
+		}
+		g.paceAnswered(rq, rotation.ResultOK)
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // redisCPU is the server's own CPU time so far (user + system), in seconds.
@@ -90,4 +92,65 @@ func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
 			b.ReportMetric(scriptUsec(b, r)/float64(b.N), "script-µs/cycle")
 		})
 	}
+}
+
+// BenchmarkRedisStorePace is one pace decision with limits on the Redis
+// store, as BenchmarkPacesDecision in pool does on the memory one: a slot
+// at a 1µs interval over 100 members of one site, a place in flight taken
+// and given back (two decisions), an answer fed to a slowed site. Besides
+// ns/op (as the client sees it) it reports script-µs/op, the time inside
+// the pace script by INFO commandstats.
+//
+//	go test -run x -bench BenchmarkRedisStorePace -benchtime 2s ./pool/redisstore/
+func BenchmarkRedisStorePace(b *testing.B) {
+	r := testutil.StartRedis(b, testutil.RedisOptions{AppendFsync: "everysec"})
+	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "benchpace"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	members := make([]string, 100)
+	for i := range members {
+		members[i] = "m" + strconv.Itoa(i)
+	}
+	measure := func(b *testing.B, op func(i int) error) {
+		if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
+			b.Fatal(err)
+		}
+		i := 0
+		for b.Loop() {
+			if err := op(i); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(scriptUsec(b, r)/float64(b.N), "script-µs/op")
+	}
+	b.Run("reserve", func(b *testing.B) {
+		measure(b, func(i int) error {
+			_, err := s.ReserveSlot(ctx, pool.SlotRequest{Site: "example.com", Member: members[i%len(members)], MinInterval: time.Microsecond, Auto: true, MaxWait: time.Hour})
+			return err
+		})
+	})
+	b.Run("enter+leave", func(b *testing.B) {
+		measure(b, func(int) error {
+			if in, err := s.EnterSite(ctx, "example.com", "h", 4); err != nil || !in {
+				return fmt.Errorf("enter: %v %v", in, err)
+			}
+			return s.LeaveSite(ctx, "example.com", "h")
+		})
+	})
+	b.Run("answer", func(b *testing.B) {
+		if _, err := s.SiteAnswered(ctx, pool.SiteAnswer{Site: "example.com", Member: "m0", Result: rotation.ResultBanned}); err != nil {
+			b.Fatal(err)
+		}
+		measure(b, func(int) error {
+			l, err := s.SiteAnswered(ctx, pool.SiteAnswer{Site: "example.com", Member: "m1", Result: rotation.ResultOK, SeenCuts: 1})
+			if err == nil && !l.Slowed() { // back to unlimited (every ~5000 answers): cut it again
+				_, err = s.SiteAnswered(ctx, pool.SiteAnswer{Site: "example.com", Member: "m0", Result: rotation.ResultBanned})
+			}
+			return err
+		})
+	})
 }
