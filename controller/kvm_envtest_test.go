@@ -105,7 +105,7 @@ func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
 	if _, err := lv.DomainLookupByName(name); err == nil {
 		t.Fatal("the domain is still defined after the Proxy is gone")
 	}
-	if files := lvd.PoolFiles(t); !slices.Equal(files, testutil.CachedBaseFiles) {
+	if files := lvd.PoolFiles(t); !slices.Equal(files, host.CachedBaseFiles) {
 		t.Fatalf("pool after delete = %v, want only the cached base and its marker", files)
 	}
 	if err := env.Client.Get(h.ctx(), key, &s); !apierrors.IsNotFound(err) {

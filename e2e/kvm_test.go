@@ -68,7 +68,7 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	var files []string
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if files = lvd.PoolFiles(t); slices.Equal(files, testutil.CachedBaseFiles) {
+		if files = lvd.PoolFiles(t); slices.Equal(files, host.CachedBaseFiles) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

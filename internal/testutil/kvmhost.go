@@ -24,6 +24,16 @@ type KVMHost struct {
 	// (image "tiny", machine type "small") make a Managed Proxy need no
 	// placement.
 	Config string
+	// CachedBaseFiles are the pool's files once every guest is gone: the
+	// cached base image and its digest marker.
+	CachedBaseFiles []string
+}
+
+// cachedBaseFiles are the base image's volume and its marker, which
+// carries the digest in its name, as the kvm provider names them.
+func cachedBaseFiles(key, digest string) []string {
+	base := "base-kvm-local-" + key + ".qcow2"
+	return []string{base, base + ".sha256-" + digest}
 }
 
 // StartKVMHost starts the libvirtd, the sshd and the image server for the
@@ -39,8 +49,9 @@ func StartKVMHost(t testing.TB) *KVMHost {
 		_, _ = w.Write(image)
 	}))
 	t.Cleanup(images.Close)
-	cfg := kvmEntry(lvd, sshd, "tiny", images.URL+"/tiny.qcow2", hex.EncodeToString(sum[:]), "{vcpus: 1, memoryMiB: 256, diskGiB: 1}", "")
-	return &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg}
+	digest := hex.EncodeToString(sum[:])
+	cfg := kvmEntry(lvd, sshd, "tiny", images.URL+"/tiny.qcow2", digest, "{vcpus: 1, memoryMiB: 256, diskGiB: 1}", "")
+	return &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg, CachedBaseFiles: cachedBaseFiles("tiny", digest)}
 }
 
 // kvmEntry is the providers config with one kvm entry, kvm-local, for lvd
@@ -125,13 +136,10 @@ func StartGuestHost(t testing.TB, imagePath, extra string) *GuestHost {
 		http.ServeFile(w, r, imagePath)
 	}))
 	t.Cleanup(images.Close)
-	cfg := kvmEntry(lvd, sshd, "debian", images.URL+"/debian.qcow2", hex.EncodeToString(h.Sum(nil)),
+	digest := hex.EncodeToString(h.Sum(nil))
+	cfg := kvmEntry(lvd, sshd, "debian", images.URL+"/debian.qcow2", digest,
 		"{vcpus: 1, memoryMiB: 512, diskGiB: 3}", "      installGuestAgent: false\n"+extra)
 	b := GuestSubnet.Addr().As4()
 	b[3] = 1
-	return &GuestHost{KVMHost: &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg}, BridgeIP: netip.AddrFrom4(b).String(), Consoles: consoles}
+	return &GuestHost{KVMHost: &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg, CachedBaseFiles: cachedBaseFiles("debian", digest)}, BridgeIP: netip.AddrFrom4(b).String(), Consoles: consoles}
 }
-
-// CachedBaseFiles are the pool's files once every guest is gone: the
-// cached base image of kvm-local's "tiny" and its digest marker.
-var CachedBaseFiles = []string{"base-kvm-local-tiny.qcow2", "base-kvm-local-tiny.qcow2.sha256"}
