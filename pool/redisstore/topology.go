@@ -166,9 +166,16 @@ func (s *RedisStore) do(ctx context.Context, op string, fn func(context.Context)
 	start := time.Now()
 	deadline := start.Add(s.topo.failoverWait)
 	backoff := 25 * time.Millisecond
-	var err error
+	// telling is the last error that was not the caller's deadline: when
+	// the deadline ends the retries mid-dial, the error says what the
+	// tries before it met (no Sentinel answered, the slot is not served).
+	var err, telling error
 	for {
-		if err = fn(ctx); err == nil || !s.retryable(op, err) || time.Now().Add(backoff).After(deadline) {
+		err = fn(ctx)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			telling = err
+		}
+		if err == nil || !s.retryable(op, err) || time.Now().Add(backoff).After(deadline) {
 			break
 		}
 		if c, ok := s.rdb.(*redis.ClusterClient); ok {
@@ -184,6 +191,9 @@ func (s *RedisStore) do(ctx context.Context, op string, fn func(context.Context)
 			break
 		}
 		backoff = min(2*backoff, 400*time.Millisecond)
+	}
+	if err != nil && telling != nil && err != telling {
+		err = fmt.Errorf("%w; the tries before met: %w", err, telling)
 	}
 	if s.topo.observe != nil {
 		var werr error
