@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
@@ -34,6 +38,35 @@ func TestSidecarBuild(t *testing.T) {
 	}
 	if got, want := target.Sources(), outgoingAddrs(trio); !slices.Equal(got, want) {
 		t.Fatalf("through the sidecar: sources %v, want all three %v", got, want)
+	}
+	// Its /metrics (the sidecar's own Prometheus client) reads with
+	// Prometheus' own parser and counts what it served.
+	resp, err := http.Get("http://" + sc.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the sidecar's /metrics does not parse: %v", err)
+	}
+	served := 0.0
+	for _, m := range fams["proxyfleet_gateway_requests_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" && l.GetValue() == "ok" {
+				served += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if served != 6 {
+		t.Fatalf("the sidecar counted %v tunnels served, want 6", served)
+	}
+	if rss := fams["process_resident_memory_bytes"].GetMetric(); len(rss) != 1 || rss[0].GetGauge().GetValue() < 1<<20 {
+		t.Fatalf("process_resident_memory_bytes: %v", rss)
+	}
+	if fams["proxyfleet_gateway_request_duration_seconds"].GetType().String() != "HISTOGRAM" {
+		t.Fatalf("the request duration is not a histogram: %v", fams["proxyfleet_gateway_request_duration_seconds"])
 	}
 }
 

@@ -1,6 +1,6 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // OrphanDeletions counts what the orphan GC removed. It satisfies
 // gc.Recorder.

@@ -5,8 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 )
 
 // Readiness is the process's serving state for /readyz: not ready until the
@@ -45,7 +44,7 @@ func (r *Readiness) Ready() error {
 // path is a 404.
 func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", prometheus.HandlerFor(g, prometheus.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

@@ -3,7 +3,7 @@ package metrics
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 )
 
 // HealthChecks holds the controller's health-engine vectors, labelled by

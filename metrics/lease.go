@@ -1,6 +1,6 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // LeaseRequests counts lease API requests by outcome in a process that
 // serves the API without being a gateway (the controller). It satisfies

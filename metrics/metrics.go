@@ -8,7 +8,7 @@ package metrics
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 )
 
 // Namespace prefixes every proxyfleet series.

@@ -1,6 +1,6 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // PoolOutages counts a --pool-api gateway's lease API outages and the
 // leases it granted itself from its last-known pool meanwhile; it

@@ -1,7 +1,7 @@
 package metrics
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 	"github.com/proxyfleet/proxyfleet/status"
 )

@@ -1,6 +1,6 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // ProviderRequests counts provider calls made through providers.WithMetrics.
 // It satisfies providers.RequestRecorder.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 )
 
 // ProxyPhases is what the Proxy collector reads at every scrape: how many

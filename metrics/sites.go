@@ -5,7 +5,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 	"github.com/proxyfleet/proxyfleet/pool"
 )

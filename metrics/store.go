@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 	"github.com/proxyfleet/proxyfleet/pool"
 )

@@ -14,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/internal/logging"
@@ -42,7 +41,7 @@ func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error
 	}
 	stderr = logging.Locked(stderr) // shared by the logger and the console trace exporter
 	r := &gatewayRun{cfg: cfg, stderr: stderr, log: logging.New(stderr, cfg.logLevel, cfg.logJSON), reg: prometheus.NewRegistry()}
-	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	// The status page's chart counts what the recorder counts.
 	r.requests = status.NewTimeline(status.TimelineOptions{})
 	r.rec = metrics.New(r.reg, r.requests)

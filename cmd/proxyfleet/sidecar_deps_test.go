@@ -23,13 +23,16 @@ var sidecarDenied = map[string]string{
 	"go.opentelemetry.io/proto/otlp":                                "the generated OTLP packages (the sidecar writes OTLP with protowire)",
 	"go.opentelemetry.io/otel/exporters/otlp":                       "go.opentelemetry.io's OTLP exporters, which link gRPC",
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp": "otelhttp and httpsnoop (the sidecar's span middleware is its own)",
+	"github.com/prometheus/client_golang":                           "Prometheus' client and its protobuf data model (the sidecar serves /metrics with internal/promlite)",
+	"github.com/prometheus/client_model":                            "Prometheus' protobuf data model",
+	"google.golang.org/protobuf/proto":                              "the protobuf runtime (the sidecar writes OTLP with protowire alone)",
 }
 
-// sidecarMaxPackages bounds the sidecar build's dependency graph (328
-// packages when it was set, from 452): a new dependency that pushes it
+// sidecarMaxPackages bounds the sidecar build's dependency graph (291
+// packages when it was last lowered, from 452): a new dependency that pushes it
 // over is a decision to make in review, with its cost measured
 // (docs/performance.md), not something that creeps in.
-const sidecarMaxPackages = 340
+const sidecarMaxPackages = 300
 
 // TestSidecarLinksNoDeniedPackage: `go list -deps -tags sidecar
 // ./cmd/proxyfleet` holds nothing on the deny-list and stays under the

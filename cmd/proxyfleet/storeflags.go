@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/internal/redact"
