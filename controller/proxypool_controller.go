@@ -41,11 +41,20 @@ type PoolIntervals struct {
 	// Autoscale is how often a pool with spec.autoscaling recomputes its
 	// size (the HPA's sync period is 15s).
 	Autoscale time.Duration
+	// Recycle is how often a pool with spec.recycle reads the bans from the
+	// lease store (bans make no Kubernetes events); SetupWithManager takes
+	// DefaultRecycleInterval for zero.
+	Recycle time.Duration
 }
+
+// DefaultRecycleInterval is how often a pool with spec.recycle reads the
+// bans: a ban lasts minutes (the default cooldown is 10m), so a burnt Proxy
+// waits at most this long to be picked, at one store read per pool.
+const DefaultRecycleInterval = 30 * time.Second
 
 // DefaultPoolIntervals returns the production periods.
 func DefaultPoolIntervals() PoolIntervals {
-	return PoolIntervals{DrainPoll: 5 * time.Second, Autoscale: 15 * time.Second}
+	return PoolIntervals{DrainPoll: 5 * time.Second, Autoscale: 15 * time.Second, Recycle: DefaultRecycleInterval}
 }
 
 // Validate names the first period that is not positive by its flag.
@@ -55,6 +64,9 @@ func (iv PoolIntervals) Validate() error {
 	}
 	if iv.Autoscale <= 0 {
 		return fmt.Errorf("--autoscale-interval must be a positive duration, got %s", iv.Autoscale)
+	}
+	if iv.Recycle <= 0 {
+		return fmt.Errorf("--recycle-interval must be a positive duration, got %s", iv.Recycle)
 	}
 	return nil
 }
@@ -74,6 +86,12 @@ type ProxyPoolReconciler struct {
 	Reader client.Reader
 	// Leases is the lease store; nil when the controller serves no lease API.
 	Leases LeaseStats
+	// Bans is the lease store's record of bans, for spec.recycle; nil when
+	// the controller serves no lease API (pools then recycle nothing and
+	// say so).
+	Bans BanSource
+	// Recycles, when set, counts the Proxies recycled.
+	Recycles RecycleRecorder
 	// Intervals are the reconciler's periods.
 	Intervals PoolIntervals
 	// Clock is the time source of rollouts, drains and autoscaling; nil
@@ -97,6 +115,9 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Intervals == (PoolIntervals{}) {
 		r.Intervals = DefaultPoolIntervals()
+	}
+	if r.Intervals.Recycle == 0 {
+		r.Intervals.Recycle = DefaultRecycleInterval
 	}
 	if err := r.Intervals.Validate(); err != nil {
 		return err
@@ -128,6 +149,9 @@ type poolPass struct {
 	// created and drained are this pass's actions, counted into status.
 	created int
 	drained map[string]bool
+	// recycling maps the members this pass recycles to the sites that
+	// banned them.
+	recycling map[string][]string
 	// requeue is the earliest time the pass wants to run again; zero: none.
 	requeue time.Time
 }

@@ -70,8 +70,10 @@ type poolHarness struct {
 // poolSetup tunes a pool harness.
 type poolSetup struct {
 	store    pool.StoreOptions
-	noLeases bool          // no lease API: the pool sees no leases
-	comingUp time.Duration // how long a new Proxy has no health verdict
+	backend  pool.LeaseStore // the lease API's store (a shared Redis one); nil: in memory from store
+	noLeases bool            // no lease API: the pool sees no leases
+	recycles RecycleRecorder // counts recycles, when set
+	comingUp time.Duration   // how long a new Proxy has no health verdict
 }
 
 func startPool(t *testing.T, o poolSetup) *poolHarness {
@@ -85,16 +87,17 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 		health: ph.health,
 		onManager: func(h *harness, mgr manager.Manager) {
 			pr := &ProxyPoolReconciler{
-				Intervals:          PoolIntervals{DrainPoll: 50 * time.Millisecond, Autoscale: 100 * time.Millisecond},
+				Intervals:          PoolIntervals{DrainPoll: 50 * time.Millisecond, Autoscale: 100 * time.Millisecond, Recycle: 100 * time.Millisecond},
+				Recycles:           o.recycles,
 				SkipNameValidation: true,
 			}
 			if !o.noLeases {
-				api, err := leaseapi.Setup(mgr, leaseapi.Options{Listen: "127.0.0.1:0", Store: o.store, Logger: mgr.GetLogger()})
+				api, err := leaseapi.Setup(mgr, leaseapi.Options{Listen: "127.0.0.1:0", Store: o.store, Backend: o.backend, Logger: mgr.GetLogger()})
 				if err != nil {
 					t.Fatalf("lease API: %v", err)
 				}
 				ph.api = api
-				pr.Leases = api
+				pr.Leases, pr.Bans = api, api
 				if ph.leases, err = poolapi.NewClient("http://"+api.Addr().String(), "", nil); err != nil {
 					t.Fatal(err)
 				}

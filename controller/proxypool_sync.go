@@ -106,7 +106,8 @@ func (ps *poolPass) members() []poolMember {
 // never keeps an old Proxy in service longer than planned), then creates.
 func (r *ProxyPoolReconciler) applyPlan(ctx context.Context, ps *poolPass) error {
 	p := ps.pool
-	plan := planPool(int(p.Replicas()), int(p.MaxSurge()), int(p.MaxUnavailable()), ps.heal(ps.members()))
+	members := r.recycle(ctx, ps, ps.heal(ps.members()))
+	plan := planPool(int(p.Replicas()), int(p.MaxSurge()), int(p.MaxUnavailable()), members)
 	for _, name := range plan.Drain {
 		if err := r.startDrain(ctx, ps, name); err != nil {
 			return err
@@ -133,11 +134,18 @@ func (r *ProxyPoolReconciler) startDrain(ctx context.Context, ps *poolPass, name
 			px.Annotations = map[string]string{}
 		}
 		px.Annotations[v1alpha1.AnnotationDraining] = ps.now.UTC().Format(time.RFC3339Nano)
+		note, recycling := ps.recycleNote(name)
+		if recycling {
+			px.Annotations[v1alpha1.AnnotationRecycled] = note
+		}
 		if err := r.Client.Patch(ctx, px, client.MergeFrom(before)); err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		if recycling {
+			r.countRecycle(ps)
+		}
 		log.FromContext(ctx).Info("draining Proxy", "proxy", name, "activeLeases", ps.leases[leaseMemberName(px)].ActiveLeases,
-			"drainTimeout", ps.pool.DrainTimeout())
+			"drainTimeout", ps.pool.DrainTimeout(), "recycled", note)
 		ps.drained[name] = true
 		ps.wake(ps.now.Add(min(r.Intervals.DrainPoll, ps.pool.DrainTimeout())))
 		return nil

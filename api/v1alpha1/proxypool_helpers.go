@@ -42,6 +42,19 @@ func (p *ProxyPool) ReplaceUnhealthyAfter() time.Duration {
 	return max(p.Spec.ReplaceUnhealthyAfter.Duration, 0)
 }
 
+// RecycleWindow is spec.recycle.window, defaulted; 0 when spec.recycle is
+// unset.
+func (p *ProxyPool) RecycleWindow() time.Duration {
+	switch r := p.Spec.Recycle; {
+	case r == nil:
+		return 0
+	case r.Window == nil:
+		return DefaultRecycleWindow
+	default:
+		return max(r.Window.Duration, 0)
+	}
+}
+
 // SelectorLabels are the labels every Proxy of the pool carries and the
 // pool selects them by.
 func (p *ProxyPool) SelectorLabels() labels.Set {

@@ -28,6 +28,10 @@ const (
 	// Proxies when the previous rounds' replacements went unhealthy too
 	// (it is never below replaceUnhealthyAfter itself).
 	MaxHealBackoff = time.Hour
+	// DefaultRecycleWindow is spec.recycle.window when unset: as long as a
+	// lease store remembers a ban after it ended, with the default
+	// --max-cooldown.
+	DefaultRecycleWindow = time.Hour
 	// DefaultScaleDownDelaySeconds is spec.autoscaling.scaleDownDelaySeconds
 	// when unset: the HPA's default downscale stabilization window.
 	DefaultScaleDownDelaySeconds int32 = 300
@@ -47,6 +51,10 @@ const (
 	// ProxyPool sets it on a Proxy it is about to delete; a human may set it
 	// on any Proxy to stop it being leased.
 	AnnotationDraining = "proxyfleet.io/draining"
+	// AnnotationRecycled on a Proxy a ProxyPool drains to recycle it says
+	// why: the sites that had it in ban or rate-limit cooldown within
+	// spec.recycle.window. Written with the draining annotation, in one patch.
+	AnnotationRecycled = "proxyfleet.io/recycled"
 	// PoolFinalizer holds a ProxyPool being deleted until its Proxies (and
 	// through their own finalizer, their instances) are gone.
 	PoolFinalizer = "proxyfleet.io/pool-cleanup"
@@ -61,6 +69,10 @@ const (
 	// pool has Proxies Unhealthy or Failed that it is replacing, waiting to
 	// replace, or backing off from replacing; False when it has none.
 	ConditionHealing = "Healing"
+	// ConditionRecycling (with spec.recycle) is True while the pool replaces
+	// Proxies that too many sites banned, False when none is; its message
+	// names the Proxies and the sites.
+	ConditionRecycling = "Recycling"
 )
 
 // Condition reasons of a ProxyPool.
@@ -107,6 +119,18 @@ const (
 	ReasonReplacementBackoff = "ReplacementBackoff"
 	// ReasonNoneUnhealthy: no Proxy of the pool is Unhealthy or Failed.
 	ReasonNoneUnhealthy = "NoneUnhealthy"
+
+	// ReasonRecyclingBanned: Proxies in ban or rate-limit cooldown for
+	// spec.recycle.bannedSites sites or more are being replaced.
+	ReasonRecyclingBanned = "RecyclingBanned"
+	// ReasonNoneBanned: no Proxy of the pool is banned by that many sites.
+	ReasonNoneBanned = "NoneBanned"
+	// ReasonNoBanSource: the controller has no lease store to read bans
+	// from (--lease-api-listen 0), so nothing is recycled.
+	ReasonNoBanSource = "NoBanSource"
+	// ReasonBanSourceUnavailable: the lease store could not be read this
+	// pass (a shared store that is down); nothing is recycled until it is.
+	ReasonBanSourceUnavailable = "BanSourceUnavailable"
 )
 
 // ProxyPoolSpec is the desired set of Proxies.
@@ -174,6 +198,34 @@ type ProxyPoolSpec struct {
 	// Without it, replicas is the user's (or an HPA's).
 	// +optional
 	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
+
+	// Recycle replaces a Proxy that too many sites have banned: its
+	// address is burnt, and a new instance (on gcp and kvm, a new egress
+	// address) is worth more. Unset never recycles.
+	// +optional
+	Recycle *PoolRecycle `json:"recycle,omitempty"`
+}
+
+// PoolRecycle replaces a Proxy that was in ban or rate-limit cooldown for
+// at least bannedSites distinct sites within window, as the lease store the
+// gateways report to recorded it: its replacement first, within maxSurge
+// and maxUnavailable, and drained as a scale-down drains.
+type PoolRecycle struct {
+	// BannedSites is how many distinct sites must have banned (403) or
+	// rate-limited (429) a Proxy within window for it to be recycled.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	BannedSites int32 `json:"bannedSites"`
+
+	// Window is how far back a ban counts (a Go duration such as 1h): a
+	// cooldown running now, or one that ended less than window ago. The
+	// lease store remembers an ended cooldown for --max-cooldown (1h by
+	// default), so a longer window sees no further back than that.
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="recycle.window must be a positive Go duration such as 30m or 1h"
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
 }
 
 // ProxyTemplate is the Proxy a pool stamps out.
@@ -284,8 +336,17 @@ type ProxyPoolStatus struct {
 	// +optional
 	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
 
-	// Conditions are Ready and Healing, and with autoscaling AbleToScale and
-	// ScalingLimited.
+	// RecycledReplicas counts the Proxies the pool has recycled because
+	// too many sites banned them (spec.recycle), since it was created.
+	// +optional
+	RecycledReplicas int64 `json:"recycledReplicas,omitempty"`
+
+	// LastRecycleTime is when the pool last started recycling a Proxy.
+	// +optional
+	LastRecycleTime *metav1.Time `json:"lastRecycleTime,omitempty"`
+
+	// Conditions are Ready and Healing, with spec.recycle Recycling, and
+	// with autoscaling AbleToScale and ScalingLimited.
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
@@ -311,6 +372,8 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.drainingReplicas`,priority=1
 // +kubebuilder:printcolumn:name="Healing",type=string,JSONPath=`.status.conditions[?(@.type=="Healing")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Replace-Unhealthy-After",type=string,JSONPath=`.spec.replaceUnhealthyAfter`,priority=1
+// +kubebuilder:printcolumn:name="Recycled",type=integer,JSONPath=`.status.recycledReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Recycling",type=string,JSONPath=`.status.conditions[?(@.type=="Recycling")].reason`,priority=1
 type ProxyPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -85,6 +85,26 @@ func TestProxyPoolValidationRejectsInvalidSpecs(t *testing.T) {
 			want: []string{"spec.replaceUnhealthyAfter", "replaceUnhealthyAfter must be a Go duration"},
 		},
 		{
+			name: "recycle without bannedSites",
+			spec: `{"recycle":{"window":"1h"},` + minimalTemplate + `}`,
+			want: []string{"spec.recycle.bannedSites: Required value"},
+		},
+		{
+			name: "recycle at zero sites",
+			spec: `{"recycle":{"bannedSites":0},` + minimalTemplate + `}`,
+			want: []string{"spec.recycle.bannedSites", "greater than or equal to 1"},
+		},
+		{
+			name: "recycle window that is not a duration",
+			spec: `{"recycle":{"bannedSites":3,"window":"an hour"},` + minimalTemplate + `}`,
+			want: []string{"spec.recycle.window", "recycle.window must be a positive Go duration such as 30m or 1h"},
+		},
+		{
+			name: "recycle window of zero",
+			spec: `{"recycle":{"bannedSites":3,"window":"0s"},` + minimalTemplate + `}`,
+			want: []string{"spec.recycle.window", "recycle.window must be a positive Go duration"},
+		},
+		{
 			name: "maxAge of zero",
 			spec: `{"maxAge":"0s",` + minimalTemplate + `}`,
 			want: []string{"spec.maxAge", "maxAge must be a positive Go duration"},
@@ -162,6 +182,7 @@ func TestProxyPoolValidationAcceptsValidSpecs(t *testing.T) {
 		{"maxAge in minutes and fractions", `{"maxAge":"1.5h",` + minimalTemplate + `}`},
 		{"replaceUnhealthyAfter off", `{"replaceUnhealthyAfter":"0",` + minimalTemplate + `}`},
 		{"replaceUnhealthyAfter in seconds", `{"replaceUnhealthyAfter":"90s",` + minimalTemplate + `}`},
+		{"recycle after three sites in half an hour", `{"recycle":{"bannedSites":3,"window":"30m"},` + minimalTemplate + `}`},
 		{"autoscaling down to zero", `{"autoscaling":{"minReplicas":0,"maxReplicas":1},` + minimalTemplate + `}`},
 		{"everything", `{"replicas":3,"maxAge":"24h","maxSurge":1,"maxUnavailable":0,"drainSeconds":120,
 			"autoscaling":{"minReplicas":2,"maxReplicas":20,"targetLeasesPerProxy":5,"scaleDownDelaySeconds":60},
@@ -198,6 +219,9 @@ func TestProxyPoolDefaultsAreApplied(t *testing.T) {
 	if s.ReplaceUnhealthyAfter == nil || s.ReplaceUnhealthyAfter.Duration != v1alpha1.DefaultReplaceUnhealthyAfter {
 		t.Errorf("replaceUnhealthyAfter = %v, want %s", s.ReplaceUnhealthyAfter, v1alpha1.DefaultReplaceUnhealthyAfter)
 	}
+	if s.Recycle != nil {
+		t.Errorf("recycle = %+v, want unset (off) unless asked for", s.Recycle)
+	}
 	if s.DrainSeconds == nil || *s.DrainSeconds != v1alpha1.DefaultPoolDrainSeconds {
 		t.Errorf("drainSeconds = %v, want %d", s.DrainSeconds, v1alpha1.DefaultPoolDrainSeconds)
 	}
@@ -218,6 +242,27 @@ func TestProxyPoolDefaultsAreApplied(t *testing.T) {
 	if bare.Replicas() != *s.Replicas || bare.MaxSurge() != *s.MaxSurge || bare.MaxUnavailable() != *s.MaxUnavailable ||
 		bare.DrainTimeout().Seconds() != float64(*s.DrainSeconds) {
 		t.Errorf("Go defaults disagree with the API server's")
+	}
+}
+
+func TestProxyPoolRecycleWindowDefaultsToAnHour(t *testing.T) {
+	ns := env.Namespace(t)
+	c := ctx(t)
+	if err := env.Client.Create(c, rawPool(t, ns, "recycling", `{"recycle":{"bannedSites":5},`+minimalTemplate+`}`)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var got v1alpha1.ProxyPool
+	if err := env.Client.Get(c, client.ObjectKey{Namespace: ns, Name: "recycling"}, &got); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if r := got.Spec.Recycle; r == nil || r.BannedSites != 5 || r.Window == nil || r.Window.Duration != v1alpha1.DefaultRecycleWindow {
+		t.Fatalf("recycle = %+v, want 5 sites within the default %s", r, v1alpha1.DefaultRecycleWindow)
+	}
+	if w := (&v1alpha1.ProxyPool{Spec: v1alpha1.ProxyPoolSpec{Recycle: &v1alpha1.PoolRecycle{BannedSites: 5}}}).RecycleWindow(); w != v1alpha1.DefaultRecycleWindow {
+		t.Errorf("Go default of the window %s, the API server's %s", w, v1alpha1.DefaultRecycleWindow)
+	}
+	if w := (&v1alpha1.ProxyPool{}).RecycleWindow(); w != 0 {
+		t.Errorf("RecycleWindow without spec.recycle = %s, want 0 (off)", w)
 	}
 }
 

@@ -44,6 +44,7 @@ const (
 	flagQuotaRetry              = "quota-retry"
 	flagPoolDrainPoll           = "pool-drain-poll"
 	flagAutoscaleInterval       = "autoscale-interval"
+	flagRecycleInterval         = "recycle-interval"
 	flagKubeAPIQPS              = "kube-api-qps"
 	flagKubeAPIBurst            = "kube-api-burst"
 )
@@ -111,6 +112,7 @@ func controllerFlags() []cli.Flag {
 		durationFlag(flagQuotaRetry, d.QuotaRetry, "wait after a provider reported its quota exhausted"),
 		durationFlag(flagPoolDrainPoll, pd.DrainPoll, "how often a ProxyPool with draining Proxies checks whether their leases ended"),
 		durationFlag(flagAutoscaleInterval, pd.Autoscale, "how often a ProxyPool with spec.autoscaling recomputes its size"),
+		durationFlag(flagRecycleInterval, pd.Recycle, "how often a ProxyPool with spec.recycle reads the bans from the lease store"),
 	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags(), statusFlags(), logFlags("json"))...)
 }
 
@@ -148,6 +150,7 @@ func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
 		poolIntervals: controller.PoolIntervals{
 			DrainPoll: c.Duration(flagPoolDrainPoll),
 			Autoscale: c.Duration(flagAutoscaleInterval),
+			Recycle:   c.Duration(flagRecycleInterval),
 		},
 		maxConcurrent: c.Int(flagMaxConcurrentReconciles),
 		kubeAPIQPS:    c.Int(flagKubeAPIQPS),
@@ -186,9 +189,9 @@ func setupLeasesAndPools(mgr ctrl.Manager, s controllerSettings, ls leaseAPISett
 	if err := setupStatus(mgr, ss, api, s.manager.ProxyNamespace, logger); err != nil {
 		return err
 	}
-	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals}
+	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals, Recycles: metrics.NewPoolRecycles(ctrlmetrics.Registry)}
 	if api != nil { // a nil *API in the interface would not read as "no lease store"
-		pr.Leases = api
+		pr.Leases, pr.Bans = api, api
 	}
 	if err := pr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)

@@ -47,6 +47,7 @@ func TestControllerRejectsBadFlagsNamingTheFlag(t *testing.T) {
 		{name: "zero requeue-now", args: []string{"--requeue-now", "0s"}, want: "--requeue-now"},
 		{name: "zero pool drain poll", args: []string{"--pool-drain-poll", "0s"}, want: "--pool-drain-poll"},
 		{name: "negative autoscale interval", args: []string{"--autoscale-interval", "-1s"}, want: "--autoscale-interval"},
+		{name: "zero recycle interval", args: []string{"--recycle-interval", "0s"}, want: "--recycle-interval"},
 		{name: "no workers", args: []string{"--max-concurrent-reconciles", "0"}, want: "--max-concurrent-reconciles"},
 		{name: "unknown log format", args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{name: "unknown log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
@@ -108,8 +109,8 @@ func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
 		if s := parse(t); s.poolIntervals != controller.DefaultPoolIntervals() {
 			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, controller.DefaultPoolIntervals())
 		}
-		s := parse(t, "--pool-drain-poll", "21ms", "--autoscale-interval", "22ms")
-		if want := (controller.PoolIntervals{DrainPoll: 21 * time.Millisecond, Autoscale: 22 * time.Millisecond}); s.poolIntervals != want {
+		s := parse(t, "--pool-drain-poll", "21ms", "--autoscale-interval", "22ms", "--recycle-interval", "23ms")
+		if want := (controller.PoolIntervals{DrainPoll: 21 * time.Millisecond, Autoscale: 22 * time.Millisecond, Recycle: 23 * time.Millisecond}); s.poolIntervals != want {
 			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, want)
 		}
 	})

@@ -93,6 +93,7 @@ func controllerMetrics() *prometheus.Registry {
 	metrics.NewHealthChecks(reg).ObserveProbe("ns/px", time.Millisecond, false)
 	metrics.NewProviderRequests(reg).ProviderRequest("in-cluster", "create", "ok")
 	metrics.NewOrphanDeletions(reg).OrphanDeleted("in-cluster", "pod")
+	metrics.NewPoolRecycles(reg).Recycled("crawl", "eu")
 	reg.MustRegister(metrics.NewPoolCollector(onePool{}), metrics.NewSiteCooldownCollector(onePool{}, 0),
 		metrics.NewProviderHealthCollector(oneProvider{}), metrics.NewProxyCollector(onePhase{}, 0))
 	return reg
