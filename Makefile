@@ -141,9 +141,11 @@ generate: $(CONTROLLER_GEN)
 verify-generated:
 	@hack/verify-generated.sh $(MAKE) --no-print-directory generate
 
-## bench: the gateway against Squid side by side, and the lease store.
-bench: deps build sidecar
+## bench: the gateway against Squid side by side, the lease store, and a thousand External
+## Proxies from creation to Ready on envtest (make test runs the same test with 200).
+bench: deps build sidecar envtest-bins
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar $(GO) run ./e2e/bench
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_FLEET_STARTUP_PROXIES=1000 $(GO) test -count=1 -v -run '^TestManyProxiesReady$$' ./e2e/
 
 clean:
 	rm -rf $(BIN)
