@@ -315,14 +315,22 @@ func (p *Provider) readMark(ctx context.Context, host string, dom libvirt.Domain
 }
 
 func (p *Provider) domainState(ctx context.Context, host string, dom libvirt.Domain) (libvirt.DomainState, error) {
-	st, err := rpcV(ctx, p, host, "DomainGetState", func(a api) (int32, error) {
-		st, _, err := a.DomainGetState(dom, 0)
-		return st, err
+	st, _, err := p.domainStateReason(ctx, host, dom)
+	return st, err
+}
+
+// domainStateReason is the domain's state and libvirt's reason for it (a
+// DomainPausedReason when paused, and so on).
+func (p *Provider) domainStateReason(ctx context.Context, host string, dom libvirt.Domain) (libvirt.DomainState, int32, error) {
+	type stateReason struct{ st, reason int32 }
+	sr, err := rpcV(ctx, p, host, "DomainGetState", func(a api) (stateReason, error) {
+		st, reason, err := a.DomainGetState(dom, 0)
+		return stateReason{st, reason}, err
 	})
 	if err != nil {
-		return 0, classify("reading the state of domain "+dom.Name, err)
+		return 0, 0, classify("reading the state of domain "+dom.Name, err)
 	}
-	return libvirt.DomainState(st), nil
+	return libvirt.DomainState(sr.st), sr.reason, nil
 }
 
 // Create makes the guest for req and either finishes it or undoes what it
@@ -444,16 +452,21 @@ func (p *Provider) adopt(ctx context.Context, h *Host, dom libvirt.Domain, req p
 	case mark.UID != req.OwnerUID:
 		return providers.Instance{}, fmt.Errorf("%w: domain %s belongs to proxy UID %q, not %q", providers.ErrPermanent, id, mark.UID, req.OwnerUID)
 	}
-	st, err := p.domainState(ctx, host, dom)
+	st, reason, err := p.domainStateReason(ctx, host, dom)
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	switch st {
-	case libvirt.DomainShutoff, libvirt.DomainCrashed:
+	switch {
+	case st == libvirt.DomainShutoff || st == libvirt.DomainCrashed:
 		if err := p.start(ctx, host, dom); err != nil {
 			return providers.Instance{}, p.undo(ctx, h, req.Name, err)
 		}
-	case libvirt.DomainPaused, libvirt.DomainPmsuspended:
+	case st == libvirt.DomainPaused && libvirt.DomainPausedReason(reason) == libvirt.DomainPausedStartingUp:
+		// libvirtd is still starting it (QEMU runs paused until the start
+		// is done), for the earlier attempt whose caller went away: it
+		// either runs or falls back to shut off; the retry sees which.
+		return providers.Instance{}, fmt.Errorf("%w: domain %s is still being started (paused while starting up); an earlier Create was cut off mid-start", providers.ErrTransient, id)
+	case st == libvirt.DomainPaused || st == libvirt.DomainPmsuspended:
 		return providers.Instance{}, fmt.Errorf("%w: domain %s is paused; proxyfleet does not resume a domain someone paused", providers.ErrPermanent, id)
 	}
 	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}, nil
