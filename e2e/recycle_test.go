@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+)
+
+// TestPoolRecyclesAProxyThatSitesBanned is spec.recycle end to end: the
+// real controller on a shared Redis lease store (a real redis-server), a
+// ProxyPool of two External Proxies at a real Squid, and a real --pool-api
+// gateway through which a crawler reaches three sites that answer 403. The
+// gateway reports each ban to the controller's lease API; the Proxy three
+// sites banned is recycled (a replacement comes up, it is drained and
+// deleted), the one two sites banned stays, and the pool's status and the
+// controller's metric count the one recycle.
+func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
+	bin := testutil.BuildBinary(t)
+	env := testenv.Start(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	redis := testutil.StartRedis(t, testutil.RedisOptions{})
+	squid := startSquids(t, "recycle", "127.0.0.233")[0]
+	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
+	var sites []*testutil.Target
+	for _, host := range []string{"127.0.0.230", "127.0.0.231", "127.0.0.232"} {
+		s := testutil.StartTarget(t, testutil.TargetOptions{Host: host})
+		s.SetRule(squid.OutgoingAddr(), http.StatusForbidden, nil)
+		sites = append(sites, s)
+	}
+	const token = "e2e-recycle-lease-token"
+	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
+	writeFile(t, tokenFile, token+"\n")
+	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--lease-store", redis.URL(),
+		"--health-tick", "100ms", "--recycle-interval", "200ms", "--pool-drain-poll", "200ms")
+
+	replicas, drain := int32(2), int32(3)
+	pool := &v1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "burnt", Namespace: ns},
+		Spec: v1alpha1.ProxyPoolSpec{
+			Replicas:     &replicas,
+			DrainSeconds: &drain,
+			Recycle:      &v1alpha1.PoolRecycle{BannedSites: 3, Window: &metav1.Duration{Duration: time.Hour}},
+			Template: v1alpha1.ProxyTemplate{Spec: testutil.Proxy("unused",
+				testutil.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+				testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1})).Spec},
+		},
+	}
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	proxies := func() []v1alpha1.Proxy {
+		var list v1alpha1.ProxyList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelPool: "burnt"}); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	getPool := func() *v1alpha1.ProxyPool {
+		var p v1alpha1.ProxyPool
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "burnt"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	var before []v1alpha1.Proxy
+	poll(t, "two Ready Proxies", func() (bool, string) {
+		before = proxies()
+		p := getPool()
+		return len(before) == 2 && p.Status.ReadyReplicas == 2, fmt.Sprintf("%d Proxies, status %+v", len(before), p.Status)
+	})
+	burnt, warm := before[0].Name, before[1].Name
+
+	gw := startGateway(t, bin, gwConfig{args: poolAPIArgs(t, "http://"+ctl.leaseAPIAddr, token)})
+	c := gw.client(t, "", nil)
+	crawl := func(member string, s *testutil.Target) {
+		t.Helper()
+		poll(t, member+" leased for "+s.Host(), func() (bool, string) {
+			r, err := doGet(c, s.URL()+"/page", http.Header{"X-Proxyfleet-Proxy": {ns + "/" + member}})
+			if err != nil {
+				return false, err.Error()
+			}
+			return r.status == http.StatusForbidden && r.source == squid.OutgoingAddr(), fmt.Sprintf("%d from %q (%s)", r.status, r.source, r.reason)
+		})
+	}
+	for _, s := range sites {
+		crawl(burnt, s)
+	}
+	for _, s := range sites[:2] {
+		crawl(warm, s)
+	}
+
+	poll(t, burnt+" recycled and replaced", func() (bool, string) {
+		ps, p := proxies(), getPool()
+		names := make([]string, 0, len(ps))
+		for _, px := range ps {
+			names = append(names, px.Name)
+		}
+		return !slices.Contains(names, burnt) && slices.Contains(names, warm) && len(ps) == 2 &&
+			p.Status.ReadyReplicas == 2 && p.Status.RecycledReplicas == 1, fmt.Sprintf("%v, status %+v", names, p.Status)
+	})
+	p := getPool()
+	cond := p.Condition(v1alpha1.ConditionRecycling)
+	if cond == nil || cond.Reason != v1alpha1.ReasonNoneBanned || !strings.Contains(cond.Message, warm+" by 2 sites") {
+		t.Errorf("Recycling condition %+v, want NoneBanned naming %s, banned by two sites", cond, warm)
+	}
+	_, body, err := httpGet("http://" + ctl.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `proxyfleet_pool_recycled_proxies_total{namespace="` + ns + `",pool="burnt"} 1`; !strings.Contains(body, want) {
+		t.Errorf("controller /metrics lacks %s", want)
+	}
+}
