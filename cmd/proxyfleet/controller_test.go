@@ -73,23 +73,7 @@ func TestControllerFlagsReadTheEnvironment(t *testing.T) {
 }
 
 func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
-	// parse runs only the flag parsing of `proxyfleet controller`, so what the
-	// reconciler is built from can be checked without an API server.
-	parse := func(t *testing.T, args ...string) controllerSettings {
-		t.Helper()
-		cmd := controllerCommand()
-		var got controllerSettings
-		cmd.Action = func(c *cli.Context) error {
-			var err error
-			got, err = parseControllerFlags(c)
-			return err
-		}
-		app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
-		if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
-			t.Fatalf("controller %v: %v", args, err)
-		}
-		return got
-	}
+	parse := parseControllerSettings
 	t.Run("defaults are the production intervals and three workers", func(t *testing.T) {
 		s := parse(t)
 		if s.intervals != controller.DefaultIntervals() || s.maxConcurrent != 3 {
@@ -151,22 +135,27 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 	}
 }
 
-func TestControllerKubeAPIRateLimitFlags(t *testing.T) {
-	parse := func(t *testing.T, args ...string) controllerSettings {
-		t.Helper()
-		cmd := controllerCommand()
-		var got controllerSettings
-		cmd.Action = func(c *cli.Context) error {
-			var err error
-			got, err = parseControllerFlags(c)
-			return err
-		}
-		app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
-		if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
-			t.Fatalf("controller %v: %v", args, err)
-		}
-		return got
+// parseControllerSettings runs only the flag parsing of `proxyfleet
+// controller`, so what the reconcilers are built from can be checked
+// without an API server.
+func parseControllerSettings(t *testing.T, args ...string) controllerSettings {
+	t.Helper()
+	cmd := controllerCommand()
+	var got controllerSettings
+	cmd.Action = func(c *cli.Context) error {
+		var err error
+		got, err = parseControllerFlags(c)
+		return err
 	}
+	app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+	if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
+		t.Fatalf("controller %v: %v", args, err)
+	}
+	return got
+}
+
+func TestControllerKubeAPIRateLimitFlags(t *testing.T) {
+	parse := parseControllerSettings
 	cfg := &rest.Config{}
 	parse(t).limitAPIRequests(cfg)
 	if cfg.QPS != 50 || cfg.Burst != 100 {
