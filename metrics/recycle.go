@@ -1,6 +1,6 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // PoolRecycles counts the Proxies ProxyPools recycled because too many
 // sites banned them. It satisfies controller.RecycleRecorder.
