@@ -129,6 +129,10 @@ var ErrStoreUnavailable = errors.New("lease store unavailable")
 // link the Redis client into a build that leaves the Redis store out.
 const DefaultRedisPrefix = "proxyfleet"
 
+// MaxRedisShards bounds the member groups of the Redis store
+// (--lease-store-shards); here for the same reason as DefaultRedisPrefix.
+const MaxRedisShards = 64
+
 // APIBackend is what the lease API serves: a Pool plus the member view for
 // GET /v1/proxies. *Store implements it; the controller feeds the same Store
 // from its Proxy cache, so the server does not care where members come from.

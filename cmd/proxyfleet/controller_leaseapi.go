@@ -54,6 +54,7 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		pathFlag(flagLeaseStoreCAFile, leaseStoreCAUsage),
 		pathFlag(flagLeaseStoreCertFile, leaseStoreCertUsage),
 		pathFlag(flagLeaseStoreKeyFile, leaseStoreKeyUsage),
+		intFlag(flagLeaseStoreShards, 1, leaseStoreShardsUsage),
 	}
 }
 

@@ -168,6 +168,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagLeaseStoreCAFile, leaseStoreCAUsage),
 		pathFlag(flagLeaseStoreCertFile, leaseStoreCertUsage),
 		pathFlag(flagLeaseStoreKeyFile, leaseStoreKeyUsage),
+		intFlag(flagLeaseStoreShards, 1, leaseStoreShardsUsage),
 		pathFlag(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
 		boolFlag(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
 		boolFlag(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),

@@ -299,6 +299,8 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "lease store without a port never echoes its password", args: []string{"--lease-store", "redis://:hunter2@h/0"}, want: []string{"--lease-store", "host:port"}, deny: []string{"hunter2"}},
 		{name: "lease store prefix with a brace", args: []string{"--lease-store", "redis://127.0.0.1:1", "--lease-store-prefix", "a{b"}, want: []string{"--lease-store-prefix"}},
 		{name: "lease store prefix for the memory store", args: []string{"--lease-store-prefix", "x"}, want: []string{"--lease-store-prefix needs a Redis --lease-store"}},
+		{name: "lease store shards out of range", args: []string{"--lease-store", "redis://127.0.0.1:1", "--lease-store-shards", "0"}, want: []string{"--lease-store-shards 0", "1 to 64"}},
+		{name: "lease store shards for the memory store", args: []string{"--lease-store-shards", "3"}, want: []string{"--lease-store-shards needs a Redis --lease-store"}},
 		{name: "lease store CA file with a plaintext URL never echoes its password", args: []string{"--lease-store", "redis://:hunter2@127.0.0.1:1", "--lease-store-ca-file", empty}, want: []string{"--lease-store-ca-file needs a TLS --lease-store", "plaintext"}, deny: []string{"hunter2"}},
 		{name: "lease store client certificate without its key", args: []string{"--lease-store", "rediss://127.0.0.1:1", "--lease-store-cert-file", empty}, want: []string{"--lease-store-cert-file and --lease-store-key-file go together"}},
 		{name: "lease store CA file for the memory store", args: []string{"--lease-store-ca-file", empty}, want: []string{"--lease-store-ca-file needs a Redis --lease-store"}},

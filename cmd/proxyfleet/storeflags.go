@@ -60,7 +60,7 @@ var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr,
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
 var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember,
-	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile}
+	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile, flagLeaseStoreShards}
 
 // poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags
@@ -112,6 +112,7 @@ const (
 	flagLeaseStoreCAFile       = "lease-store-ca-file"
 	flagLeaseStoreCertFile     = "lease-store-cert-file"
 	flagLeaseStoreKeyFile      = "lease-store-key-file"
+	flagLeaseStoreShards       = "lease-store-shards"
 
 	leaseStoreUsage = "`URL` of the lease store: memory (this process only), redis://[user:password@]host:port[/db], rediss://... (TLS), " +
 		"redis+sentinel://host:port[,host:port...]/master[/db] or redis+cluster://host:port[,host:port...]; a shared Redis keeps leases and cooldowns across restarts and replicas"
@@ -120,6 +121,7 @@ const (
 	leaseStoreCAUsage       = "PEM `FILE` of the CAs that sign the Redis server's certificate (rediss:// URLs; default: the system roots)"
 	leaseStoreCertUsage     = "PEM `FILE` of a client certificate presented to Redis (rediss://, with --lease-store-key-file)"
 	leaseStoreKeyUsage      = "PEM `FILE` of the key of --lease-store-cert-file"
+	leaseStoreShardsUsage   = "`N` groups the Redis store splits the members into, each under a hash tag of its own, so a Redis Cluster's primaries share the fleet's work (1: every key in one slot); every gateway and controller of a prefix must use the same N"
 )
 
 // leaseStoreConfig is the parsed --lease-store: url "" is the in-memory store.
@@ -129,6 +131,8 @@ type leaseStoreConfig struct {
 	prefix   string
 	// caFile, certFile, keyFile are the TLS files (rediss:// only).
 	caFile, certFile, keyFile string
+	// shards is --lease-store-shards.
+	shards int
 }
 
 // leaseStoreFrom reads --lease-store, --lease-store-password-file,
@@ -141,9 +145,9 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 	l.prefix = strings.TrimSpace(c.String(flagLeaseStorePrefix))
 	pwFile := c.Path(flagLeaseStorePasswordFile)
 	if raw == "" || raw == "memory" {
-		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile} {
+		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile, flagLeaseStoreShards} {
 			if c.IsSet(name) {
-				return l, fmt.Errorf("--%s needs a Redis --%s (the in-memory store has no password or prefix)", name, flagLeaseStore)
+				return l, fmt.Errorf("--%s needs a Redis --%s (the in-memory store has no password, prefix or shards)", name, flagLeaseStore)
 			}
 		}
 		return l, nil
@@ -153,6 +157,9 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 	}
 	if l.prefix == "" || strings.ContainsAny(l.prefix, "{} ") {
 		return l, fmt.Errorf("--%s %q: want a non-empty prefix without braces or spaces", flagLeaseStorePrefix, l.prefix)
+	}
+	if l.shards = c.Int(flagLeaseStoreShards); l.shards < 1 || l.shards > pool.MaxRedisShards {
+		return l, fmt.Errorf("--%s %d: want 1 to %d", flagLeaseStoreShards, l.shards, pool.MaxRedisShards)
 	}
 	if pwFile != "" {
 		b, err := os.ReadFile(pwFile)

@@ -28,7 +28,7 @@ func checkRedisURL(raw string) error {
 // certificate never heals by itself, and it names the flag to fix.
 func openRedisStore(l leaseStoreConfig, o pool.StoreOptions, log *slog.Logger, observe func(string, time.Duration, error)) (pool.LeaseStore, func(), error) {
 	s, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: l.url, Password: l.password, Prefix: l.prefix, Store: o, Logger: log,
-		CAFile: l.caFile, CertFile: l.certFile, KeyFile: l.keyFile, Observe: observe})
+		CAFile: l.caFile, CertFile: l.certFile, KeyFile: l.keyFile, Observe: observe, Shards: l.shards})
 	if err != nil {
 		var fe *redisstore.TLSFileError
 		if errors.As(err, &fe) {

@@ -51,6 +51,13 @@ func scriptUsec(b *testing.B, r *testutil.Redis) float64 {
 	return total
 }
 
+// benchRequests is the mixed workload's acquires: half with a selector.
+func benchRequests() []pool.AcquireRequest {
+	reqs := []pool.AcquireRequest{storebench.Request(false), storebench.Request(true), storebench.Request(false), storebench.Request(false)}
+	reqs[3].Selector = map[string]string{"tier": "dc"}
+	return reqs
+}
+
 // BenchmarkRedisStoreAcquireRelease is one caller's acquire+release cycles
 // through the RedisStore's public API against a redis-server of its own
 // (loopback, AOF with appendfsync everysec), at storebench.Sizes members,
@@ -71,8 +78,7 @@ func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
 			defer s.Close()
 			s.SetMembersHealth(storebench.Members(n))
 			ctx := context.Background()
-			reqs := []pool.AcquireRequest{storebench.Request(false), storebench.Request(true), storebench.Request(false), storebench.Request(false)}
-			reqs[3].Selector = map[string]string{"tier": "dc"}
+			reqs := benchRequests()
 			if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
 				b.Fatal(err)
 			}

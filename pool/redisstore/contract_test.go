@@ -26,6 +26,9 @@ import (
 type contractBackend struct {
 	name string
 	make func(t *testing.T, o pool.StoreOptions) pool.LeaseStore
+	// sharded: members are split into groups (RedisOptions.Shards), so
+	// rotation.Less orders the choice within a group, not fleet-wide.
+	sharded bool
 }
 
 var contractPrefixes atomic.Int64
@@ -75,9 +78,9 @@ func topologies(t *testing.T) (*testutil.RedisSentinel, *testutil.RedisCluster) 
 func contractBackends(t *testing.T) []contractBackend {
 	r := testutil.StartRedis(t, testutil.RedisOptions{})
 	rs, rc := topologies(t)
-	on := func(url string) func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
+	onShards := func(url string, shards int) func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
 		return func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
-			s, err := NewRedisStore(RedisOptions{URL: url, Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o})
+			s, err := NewRedisStore(RedisOptions{URL: url, Prefix: fmt.Sprintf("contract%d", contractPrefixes.Add(1)), Store: o, Shards: shards})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,11 +88,13 @@ func contractBackends(t *testing.T) []contractBackend {
 			return s
 		}
 	}
+	on := func(url string) func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return onShards(url, 1) }
 	return []contractBackend{
-		{"memory", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return pool.NewStore(o) }},
-		{"redis", on(r.URL())},
-		{"sentinel", on(rs.URL())},
-		{"cluster", on(rc.URL())},
+		{"memory", func(t *testing.T, o pool.StoreOptions) pool.LeaseStore { return pool.NewStore(o) }, false},
+		{"redis", on(r.URL()), false},
+		{"sentinel", on(rs.URL()), false},
+		{"cluster", on(rc.URL()), false},
+		{"cluster-3-shards", onShards(rc.URL(), 3), true},
 	}
 }
 
@@ -117,7 +122,15 @@ func noMatch(t testing.TB, err error) pool.NoMatchError {
 
 // runContract runs fn as a subtest per backend.
 func runContract(t *testing.T, fn func(t *testing.T, mk func(o pool.StoreOptions, names ...string) pool.LeaseStore)) {
+	runContractOn(t, func(contractBackend) bool { return true }, fn)
+}
+
+// runContractOn runs fn as a subtest per backend that use accepts.
+func runContractOn(t *testing.T, use func(contractBackend) bool, fn func(t *testing.T, mk func(o pool.StoreOptions, names ...string) pool.LeaseStore)) {
 	for _, b := range contractBackends(t) {
+		if !use(b) {
+			continue
+		}
 		t.Run(b.name, func(t *testing.T) {
 			fn(t, func(o pool.StoreOptions, names ...string) pool.LeaseStore {
 				s := b.make(t, o)
@@ -196,7 +209,9 @@ func waitNoCooldown(t testing.TB, s pool.LeaseStore, name, target string) {
 }
 
 func TestStoreContractSelectionOrder(t *testing.T) {
-	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+	// The fleet-wide order; a sharded store orders within each group
+	// (TestStoreShardsTakeGroupsInTurn).
+	runContractOn(t, func(b contractBackend) bool { return !b.sharded }, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		t.Run("fewest active leases first", func(t *testing.T) {
 			s := mk(pool.StoreOptions{}, "a", "b", "c")
 			held := map[string]int{}

@@ -36,17 +36,21 @@ return out
 var recentBansScript = redis.NewScript(redisRecentBansLua)
 
 // RecentBans is pool.Store.RecentBans on the shared store, read in one
-// script on the server's clock: the window's start is the server's now
-// minus window, as every cooldown's end is the server's. An ended window is
-// remembered as long as its cooldown hash lives (Cooldown.Max after the
-// member's last window ends).
+// script per member group on the server's clock: the window's start is the
+// server's now minus window, as every cooldown's end is the server's. An
+// ended window is remembered as long as its cooldown hash lives
+// (Cooldown.Max after the member's last window ends).
 func (s *RedisStore) RecentBans(ctx context.Context, window time.Duration) ([]pool.Cooldown, error) {
-	res, err := s.run(ctx, "recent_bans", recentBansScript, s.args(max(window, 0).Milliseconds())...).Slice()
-	if err != nil {
-		return nil, s.wrap("recent bans", err)
-	}
-	if len(res)%4 != 0 {
-		return nil, fmt.Errorf("lease store: recent bans: malformed reply")
+	var res []any
+	for _, keys := range s.shards {
+		part, err := s.runIn(ctx, "recent_bans", keys, recentBansScript, s.args(max(window, 0).Milliseconds())...).Slice()
+		if err != nil {
+			return nil, s.wrap("recent bans", err)
+		}
+		if len(part)%4 != 0 {
+			return nil, fmt.Errorf("lease store: recent bans: malformed reply")
+		}
+		res = append(res, part...)
 	}
 	out := make([]pool.Cooldown, 0, len(res)/4)
 	for i := 0; i < len(res); i += 4 {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,27 @@ type RedisOptions struct {
 	// Observe, when set, is told every store operation's time and outcome
 	// (retries included): the store round-trip metric.
 	Observe func(op string, d time.Duration, err error)
+	// Shards splits the members into this many groups, each a complete
+	// store of its own under a hash tag of its own, so that on a Redis
+	// Cluster the fleet's leases, cooldowns and choices divide across its
+	// primaries. Group i's tag is {prefix:s<i>:<k>}, k the least number
+	// that puts it in the middle of the i-th of Shards equal slot ranges:
+	// on a Cluster whose primaries hold equal ranges (what redis-cli
+	// --cluster create makes) every primary then holds as many groups as
+	// the others. A member's group is a hash of its name; a lease names its
+	// group. 0 or 1 is one group (every key under {prefix}, as before
+	// groups). Every store of a prefix must use the same count; changing
+	// it moves members between groups, which forgets their cooldowns, like
+	// a new prefix.
+	//
+	// Each acquire is still one script on one group, so it costs what it
+	// does unsharded: the first group tried is taken in turn (or by the
+	// idempotency key, so that a retry finds its lease), the next ones
+	// only when it has no eligible member. Within a group the choice is
+	// rotation.Less; across groups the least-loaded member is chosen per
+	// group, not fleet-wide. A refusal's counts are the sum of every
+	// group's.
+	Shards int
 }
 
 // RedisStore is the lease store on a Redis-protocol server: the same
@@ -77,7 +99,9 @@ type RedisOptions struct {
 type RedisStore struct {
 	o      pool.StoreOptions
 	rdb    redis.UniversalClient
-	keys   []string // {KEYS[1]}: "{prefix}:"
+	keys   []string   // {KEYS[1]}: "{prefix}:", the first group's
+	shards [][]string // every group's KEYS; shards[0] is keys
+	next   atomic.Uint64
 	prefix string
 	life   time.Duration
 	log    *slog.Logger
@@ -132,6 +156,9 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 	// the one that waits, so an unreachable topology is an error in about
 	// a second, not after go-redis' five dials per address per retry.
 	uo.DialerRetries = 1
+	if o.Shards < 0 || o.Shards > pool.MaxRedisShards {
+		return nil, fmt.Errorf("lease store shards %d: want 1 to %d", o.Shards, pool.MaxRedisShards)
+	}
 	so := o.Store.WithDefaults()
 	s := &RedisStore{
 		o:      so,
@@ -141,6 +168,14 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 		life:   max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
 		log:    o.Logger,
 		topo:   newTopology(uo, o),
+	}
+	s.shards = [][]string{s.keys}
+	if o.Shards > 1 {
+		s.shards = s.shards[:0]
+		for i := range o.Shards {
+			s.shards = append(s.shards, []string{"{" + shardTag(prefix, i, o.Shards) + "}:"})
+		}
+		s.keys = s.shards[0]
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -264,7 +299,12 @@ func (s *RedisStore) MaxTTL() time.Duration { return s.o.MaxTTL }
 // Sentinel answered, the slot is not served, the TLS handshake (ErrTLS).
 func (s *RedisStore) Ping(ctx context.Context) error {
 	err := s.do(ctx, "ping", func(ctx context.Context) error {
-		return s.rdb.Exists(ctx, s.keys[0]+"members").Err()
+		for _, keys := range s.shards {
+			if err := s.rdb.Exists(ctx, keys[0]+"members").Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return s.wrap("ping", err)
@@ -310,7 +350,42 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 	case ttl > s.o.MaxTTL:
 		return pool.Lease{}, fmt.Errorf("%w: %s > %s", pool.ErrTTLTooLong, ttl, s.o.MaxTTL)
 	}
-	argv := s.args(rand.Text(), max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember)
+	// The groups to try, in order: a pinned member's own; else one in turn
+	// (by the idempotency key when there is one, so that a retry on another
+	// replica tries the groups in the same order and finds its lease), the
+	// others after it only when it has nobody eligible.
+	n, start := len(s.shards), 0
+	switch {
+	case req.Proxy != "":
+		n, start = 1, s.shardOf(req.Proxy)
+	case n > 1 && req.IdempotencyKey != "":
+		start = int(fnv32(req.IdempotencyKey) % uint32(n))
+	case n > 1:
+		start = int(s.next.Add(1) % uint64(n))
+	}
+	var refused pool.NoMatchError
+	for i := range n {
+		g := (start + i) % len(s.shards)
+		l, err := s.acquireIn(ctx, g, req, ttl)
+		var nm *pool.NoMatchError
+		if !errors.As(err, &nm) {
+			return l, err
+		}
+		refused.Considered += nm.Considered
+		refused.AtCapacity += nm.AtCapacity
+		refused.InCooldown += nm.InCooldown
+		refused.Unhealthy += nm.Unhealthy
+	}
+	return pool.Lease{}, &refused
+}
+
+// acquireIn is one acquire script on group g.
+func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireRequest, ttl time.Duration) (pool.Lease, error) {
+	id := rand.Text()
+	if g > 0 {
+		id = "s" + strconv.Itoa(g) + "-" + id
+	}
+	argv := s.args(id, max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember)
 	if len(req.Selector) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(req.Selector)) {
 			argv = append(argv, k, req.Selector[k])
@@ -319,7 +394,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 	// On Sentinel and Cluster the lease waits for a replica (WAIT) too: a
 	// lease the new primary did not know after a failover would refuse the
 	// ban its holder reports on it.
-	res, err := s.runAcked(ctx, "acquire", true, redisScripts.acquire, argv...).Slice()
+	res, err := s.runAckedIn(ctx, "acquire", s.shards[g], true, redisScripts.acquire, argv...).Slice()
 	if err != nil {
 		return pool.Lease{}, s.wrap("acquire", err)
 	}
@@ -356,7 +431,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 // Release is Store.Release: idempotent, and a lease counts down exactly
 // once (the expiry index holds it until it ends by time or by release).
 func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
-	if err := s.run(ctx, "release", redisScripts.release, s.args(leaseID)...).Err(); err != nil {
+	if err := s.runIn(ctx, "release", s.shards[s.leaseShard(leaseID)], redisScripts.release, s.args(leaseID)...).Err(); err != nil {
 		return s.wrap("release", err)
 	}
 	return nil
@@ -376,7 +451,7 @@ func (s *RedisStore) Report(ctx context.Context, leaseID string, r pool.Report) 
 	// A ban or a cooldown waits for a replica's acknowledgement (WAIT) on
 	// Sentinel and Cluster, so a failover right after cannot lose it; an ok
 	// report only resets backoff and does not wait.
-	res, err := s.runAcked(ctx, "report", r.Result != rotation.ResultOK, redisScripts.report, argv...).Text()
+	res, err := s.runAckedIn(ctx, "report", s.shards[s.leaseShard(leaseID)], r.Result != rotation.ResultOK, redisScripts.report, argv...).Text()
 	if err != nil {
 		return s.wrap("report", err)
 	}
@@ -517,18 +592,28 @@ func (s *RedisStore) writeMembers(ctx context.Context) {
 	if !s.haveWant {
 		return
 	}
-	wire := make([]memberWire, len(s.want))
-	for i, m := range s.want {
-		wire[i] = encodeMember(m)
+	wire := make([][]memberWire, len(s.shards))
+	for g := range wire {
+		wire[g] = []memberWire{} // a group with no member is written too: it drops its old ones
 	}
-	buf, _ := json.Marshal(wire)
+	for _, m := range s.want {
+		g := s.shardOf(m.Name)
+		wire[g] = append(wire[g], encodeMember(m))
+	}
 	hflag := "0"
 	if s.wantHealth {
 		hflag = "1"
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := s.run(ctx, "set_members", redisScripts.setMembers, s.args(hflag, string(buf))...).Err(); err != nil {
+	var err error
+	for g, ws := range wire {
+		buf, _ := json.Marshal(ws)
+		if err = s.runIn(ctx, "set_members", s.shards[g], redisScripts.setMembers, s.args(hflag, string(buf))...).Err(); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		if !s.dirty {
 			s.log.Error("lease store: writing the members failed; retrying at every sweep", "error", s.wrap("set members", err))
 		}
@@ -536,7 +621,7 @@ func (s *RedisStore) writeMembers(ctx context.Context) {
 		return
 	}
 	if s.dirty {
-		s.log.Info("lease store: members written again", "members", len(wire))
+		s.log.Info("lease store: members written again", "members", len(s.want))
 	}
 	s.dirty, s.lastWrite = false, time.Now()
 }
@@ -558,7 +643,7 @@ func (s *RedisStore) SetHealth(name string, healthy bool, latency time.Duration)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.run(ctx, "set_health", redisScripts.setHealth, s.args(name, h, max(latency.Nanoseconds(), 0))...).Err(); err != nil {
+	if err := s.runIn(ctx, "set_health", s.shards[s.shardOf(name)], redisScripts.setHealth, s.args(name, h, max(latency.Nanoseconds(), 0))...).Err(); err != nil {
 		s.log.Error("lease store: recording a probe verdict failed", "member", name, "error", s.wrap("set health", err))
 		s.mu.Lock()
 		s.dirty = s.haveWant
@@ -589,17 +674,22 @@ func (s *RedisStore) ListCooldowns(ctx context.Context) ([]pool.Cooldown, error)
 // membersCooldowns reads the members, the live lease count and the running
 // cooldowns with their reasons.
 func (s *RedisStore) membersCooldowns(ctx context.Context) ([]pool.MemberStatus, int, []pool.Cooldown, error) {
-	res, err := s.run(ctx, "members", redisScripts.members, s.args()...).Slice()
-	if err != nil {
-		return nil, 0, nil, s.wrap("members", err)
+	var rows []any
+	live := 0
+	for _, keys := range s.shards {
+		res, err := s.runIn(ctx, "members", keys, redisScripts.members, s.args()...).Slice()
+		if err != nil {
+			return nil, 0, nil, s.wrap("members", err)
+		}
+		if len(res) < 2 {
+			return nil, 0, nil, fmt.Errorf("lease store: members: malformed reply")
+		}
+		live += toInt(res[1])
+		rows = append(rows, res[2:]...)
 	}
-	if len(res) < 2 {
-		return nil, 0, nil, fmt.Errorf("lease store: members: malformed reply")
-	}
-	live := toInt(res[1])
-	out := make([]pool.MemberStatus, 0, len(res)-2)
+	out := make([]pool.MemberStatus, 0, len(rows))
 	var cools []pool.Cooldown
-	for _, r := range res[2:] {
+	for _, r := range rows {
 		row, ok := r.([]any)
 		if !ok || len(row) != 6 {
 			return nil, 0, nil, fmt.Errorf("lease store: members: malformed row")
@@ -705,4 +795,70 @@ func toString(v any) string {
 		return strconv.FormatInt(x, 10)
 	}
 	return ""
+}
+
+// shardOf is the group a member belongs to: a hash of its name.
+func (s *RedisStore) shardOf(name string) int {
+	if len(s.shards) == 1 {
+		return 0
+	}
+	return int(fnv32(name) % uint32(len(s.shards)))
+}
+
+// leaseShard is the group a lease ID names ("s<N>-..."; none: the first).
+// An ID naming no group of this store is looked up in the first, which
+// does not know it.
+func (s *RedisStore) leaseShard(id string) int {
+	rest, ok := strings.CutPrefix(id, "s")
+	if !ok {
+		return 0
+	}
+	num, _, ok := strings.Cut(rest, "-")
+	g, err := strconv.Atoi(num)
+	if !ok || err != nil || g < 1 || g >= len(s.shards) {
+		return 0
+	}
+	return g
+}
+
+// fnv32 is FNV-1a, 32 bits: the member and idempotency key hash.
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// shardTag is group i's hash tag of n: the first "prefix:s<i>:<k>" whose
+// Cluster slot lies in the middle half of the i-th of n equal ranges of
+// the 16384 slots, so that the tags are fixed by prefix and n alone (every
+// store of a fleet agrees) and spread over evenly split primaries.
+func shardTag(prefix string, i, n int) string {
+	const slots = 16384
+	lo, hi := i*slots/n, (i+1)*slots/n
+	w := hi - lo
+	for k := 0; ; k++ {
+		tag := prefix + ":s" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+		if slot := int(crc16(tag) % slots); slot >= lo+w/4 && slot < hi-w/4 {
+			return tag
+		}
+	}
+}
+
+// crc16 is CRC-16/XMODEM, Redis Cluster's key hash.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }

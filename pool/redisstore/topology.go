@@ -205,32 +205,40 @@ func (s *RedisStore) do(ctx context.Context, op string, fn func(context.Context)
 	return err
 }
 
-// run is one script call through do.
+// run is one script call through do on the first member group's keys:
+// the whole store when it is not sharded. A script that reads or writes
+// members, leases or cooldowns runs on every group (runIn), or on the one
+// its member or lease names.
 func (s *RedisStore) run(ctx context.Context, op string, sc *redis.Script, argv ...any) *redis.Cmd {
+	return s.runIn(ctx, op, s.keys, sc, argv...)
+}
+
+// runIn is one script call through do on keys (one shard's).
+func (s *RedisStore) runIn(ctx context.Context, op string, keys []string, sc *redis.Script, argv ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	_ = s.do(ctx, op, func(ctx context.Context) error {
-		cmd = sc.Run(ctx, s.rdb, s.keys, argv...)
+		cmd = sc.Run(ctx, s.rdb, keys, argv...)
 		return cmd.Err()
 	})
 	return cmd
 }
 
-// runAcked is run followed, when ack is set on Sentinel or Cluster, by
+// runAckedIn is runIn followed, when ack is set on Sentinel or Cluster, by
 // WAIT 1 on the same connection: the call returns once a replica holds the
 // script's writes (or after replicaAckTimeout), so a failover promoting
 // that replica keeps them. A connection lost before the WAIT answered
 // runs the script again (on the new primary). With no replica answering in
 // time, the store stops waiting for noAckPause and logs it.
-func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redis.Script, argv ...any) *redis.Cmd {
+func (s *RedisStore) runAckedIn(ctx context.Context, op string, keys []string, ack bool, sc *redis.Script, argv ...any) *redis.Cmd {
 	if !ack || s.topo.kind == "single" || time.Now().UnixMilli() < s.topo.noAckUntil.Load() {
-		return s.run(ctx, op, sc, argv...)
+		return s.runIn(ctx, op, keys, sc, argv...)
 	}
 	var cmd *redis.Cmd
 	_ = s.do(ctx, op, func(ctx context.Context) error {
 		var node *redis.Client
 		switch c := s.rdb.(type) {
 		case *redis.ClusterClient:
-			n, err := c.MasterForKey(ctx, s.keys[0])
+			n, err := c.MasterForKey(ctx, keys[0])
 			if err != nil {
 				return err
 			}
@@ -238,7 +246,7 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 		case *redis.Client:
 			node = c
 		default:
-			cmd = sc.Run(ctx, s.rdb, s.keys, argv...)
+			cmd = sc.Run(ctx, s.rdb, keys, argv...)
 			return cmd.Err()
 		}
 		var wait *redis.Cmd
@@ -246,7 +254,7 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 		defer cancel()
 		for range 2 {
 			_, _ = node.Pipelined(wctx, func(p redis.Pipeliner) error {
-				cmd = sc.EvalSha(wctx, p, s.keys, argv...)
+				cmd = sc.EvalSha(wctx, p, keys, argv...)
 				wait = p.Do(wctx, "wait", 1, replicaAckTimeout.Milliseconds())
 				return nil
 			})
@@ -261,7 +269,7 @@ func (s *RedisStore) runAcked(ctx context.Context, op string, ack bool, sc *redi
 			if msg := err.Error(); strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") {
 				// The slot moved since MasterForKey: the cluster client
 				// follows it; the next call waits again.
-				cmd = sc.Run(ctx, s.rdb, s.keys, argv...)
+				cmd = sc.Run(ctx, s.rdb, keys, argv...)
 				return cmd.Err()
 			}
 			return err
