@@ -64,7 +64,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "concurrent clients in the throughput measurements")
 	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
 	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
-	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid")
+	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; redis: only the Redis store rows")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -93,8 +93,14 @@ func run(cfg config) error {
 			return err
 		}
 		return printRows(rows)
+	case "redis":
+		rows, err := redisBench()
+		if err != nil {
+			return err
+		}
+		return printRows(rows)
 	default:
-		return fmt.Errorf("-only %q: want sidecar", cfg.only)
+		return fmt.Errorf("-only %q: want sidecar or redis", cfg.only)
 	}
 
 	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
+	"testing"
 
+	"github.com/proxyfleet/proxyfleet/internal/storebench"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/pool/redisstore"
@@ -44,10 +47,103 @@ func redisBench() ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis bench over HTTP: %w", err)
 	}
-	return []row{
+	rows := []row{
 		{metric: "lease acquire+release in process, Redis store (loopback)", chain: f0(inProc) + "/s", ok: true},
 		// Counted in cycles like the memory store's row (a cycle is two
 		// lease operations), against the same target.
 		{metric: "lease acquire+release over HTTP, Redis store", chain: f0(overHTTP) + "/s", target: "≥ 10k/s", ok: overHTTP >= 10e3},
+	}
+	cycle, err := redisCycleRows(r)
+	if err != nil {
+		return nil, err
+	}
+	share, err := redisShareRow()
+	if err != nil {
+		return nil, err
+	}
+	return append(append(rows, cycle...), share), nil
+}
+
+// redisCycleRows is one caller's acquire+release cycle on the Redis store
+// at 10,000 members (storebench's mixed workload, the redis-server above):
+// as the client sees it, and the server's own CPU per cycle.
+func redisCycleRows(r *testutil.Redis) ([]row, error) {
+	const n = 10000
+	store, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "bench-cycle"})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	store.SetMembersHealth(storebench.Members(n))
+	res := testing.Benchmark(func(b *testing.B) { storebench.RedisCycles(b, store, r) })
+	if res.N == 0 {
+		return nil, fmt.Errorf("redis cycle benchmark failed")
+	}
+	client := float64(res.NsPerOp()) / 1e3
+	cpu := res.Extra["redis-µs/cycle"]
+	return []row{
+		{metric: "Redis acquire+release at 10,000 members, client-seen", chain: fmt.Sprintf("%.0f µs", client), target: "≤ 120 µs", ok: client <= 120},
+		{metric: "  redis-server CPU per cycle", chain: fmt.Sprintf("%.0f µs (scripts %.0f µs)", cpu, res.Extra["script-µs/cycle"]), target: "≤ 40 µs", ok: cpu <= 40},
 	}, nil
+}
+
+// redisShareRow is one fleet's acquire+release cycles (1,000 members) on a
+// Redis Cluster of three primaries and three replicas with three member
+// groups (--lease-store-shards 3): the largest share of the fleet's
+// commands any primary ran.
+func redisShareRow() (row, error) {
+	rc, err := testutil.LaunchRedisCluster(testutil.ClusterTopology{})
+	if err != nil {
+		return row{}, err
+	}
+	defer rc.Close()
+	store, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: rc.URL(), Prefix: "bench-share", Shards: 3})
+	if err != nil {
+		return row{}, err
+	}
+	defer store.Close()
+	store.SetMembersHealth(storebench.Members(1000))
+	var primaries []*testutil.Redis
+	for _, node := range rc.Nodes {
+		if info, err := node.Info("replication"); err == nil && info["role"] == "master" {
+			primaries = append(primaries, node)
+		}
+	}
+	calls := func() ([]float64, error) {
+		out := make([]float64, len(primaries))
+		for i, p := range primaries {
+			n, err := storebench.FleetCalls(p)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	before, err := calls()
+	if err != nil {
+		return row{}, err
+	}
+	ctx := context.Background()
+	reqs := storebench.MixedRequests()
+	for i := range 3000 {
+		l, err := store.Acquire(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			return row{}, err
+		}
+		if err := store.Release(ctx, l.ID); err != nil {
+			return row{}, err
+		}
+	}
+	after, err := calls()
+	if err != nil {
+		return row{}, err
+	}
+	total, most := 0.0, 0.0
+	for i := range after {
+		total += after[i] - before[i]
+		most = max(most, after[i]-before[i])
+	}
+	share := 100 * most / max(total, 1)
+	return row{metric: fmt.Sprintf("one fleet's largest shard share, Cluster of %d primaries, 3 groups", len(primaries)), chain: fmt.Sprintf("%.0f %%", share), target: "≤ 45 %", ok: len(primaries) == 3 && share <= 45}, nil
 }

@@ -86,8 +86,7 @@ func AcquireRelease(b *testing.B, s *pool.Store, req pool.AcquireRequest) {
 // as the heap of all members.
 func AcquireReleaseMixed(b *testing.B, s *pool.Store) {
 	ctx := context.Background()
-	reqs := []pool.AcquireRequest{Request(false), Request(true), Request(false), Request(false)}
-	reqs[3].Selector = map[string]string{"tier": "dc"}
+	reqs := MixedRequests()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

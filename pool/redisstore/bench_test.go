@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,48 +13,14 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// redisCPU is the server's own CPU time so far (user + system), in seconds.
-func redisCPU(b *testing.B, r *testutil.Redis) float64 {
-	b.Helper()
-	info, err := r.Info("cpu")
-	if err != nil {
-		b.Fatal(err)
-	}
-	u, err1 := strconv.ParseFloat(info["used_cpu_user"], 64)
-	s, err2 := strconv.ParseFloat(info["used_cpu_sys"], 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("INFO cpu: %v", info)
-	}
-	return u + s
-}
-
-// scriptUsec is the time redis-server spent inside scripts (EVALSHA and
-// EVAL, by INFO commandstats) since the last CONFIG RESETSTAT, in µs: the
-// scripts' own cost, without the event loop, the AOF and other work a
-// loaded machine adds to INFO cpu.
+// scriptUsec is storebench.ScriptMicros, failing b on an error.
 func scriptUsec(b *testing.B, r *testutil.Redis) float64 {
 	b.Helper()
-	info, err := r.Info("commandstats")
+	us, err := storebench.ScriptMicros(r)
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0.0
-	for _, k := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
-		for f := range strings.SplitSeq(info[k], ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
-
-// benchRequests is the mixed workload's acquires: half with a selector.
-func benchRequests() []pool.AcquireRequest {
-	reqs := []pool.AcquireRequest{storebench.Request(false), storebench.Request(true), storebench.Request(false), storebench.Request(false)}
-	reqs[3].Selector = map[string]string{"tier": "dc"}
-	return reqs
+	return us
 }
 
 // BenchmarkRedisStoreAcquireRelease is one caller's acquire+release cycles
@@ -77,25 +42,7 @@ func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
 			}
 			defer s.Close()
 			s.SetMembersHealth(storebench.Members(n))
-			ctx := context.Background()
-			reqs := benchRequests()
-			if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
-				b.Fatal(err)
-			}
-			cpu0 := redisCPU(b, r)
-			i := 0
-			for b.Loop() {
-				l, err := s.Acquire(ctx, reqs[i%len(reqs)])
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Release(ctx, l.ID); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			b.ReportMetric((redisCPU(b, r)-cpu0)/float64(b.N)*1e6, "redis-µs/cycle")
-			b.ReportMetric(scriptUsec(b, r)/float64(b.N), "script-µs/cycle")
+			storebench.RedisCycles(b, s, r)
 		})
 	}
 }

@@ -128,22 +128,11 @@ func BenchmarkRedisStoreClusterShare(b *testing.B) {
 	calls := func() []float64 {
 		out := make([]float64, len(primaries))
 		for i, p := range primaries {
-			info, err := p.Info("commandstats")
+			n, err := storebench.FleetCalls(p)
 			if err != nil {
 				b.Fatal(err)
 			}
-			for k, v := range info {
-				switch k {
-				case "cmdstat_info", "cmdstat_config", "cmdstat_cluster", "cmdstat_ping", "cmdstat_command", "cmdstat_hello", "cmdstat_client", "cmdstat_readonly":
-					continue
-				}
-				for f := range strings.SplitSeq(v, ",") {
-					if n, ok := strings.CutPrefix(f, "calls="); ok {
-						x, _ := strconv.ParseFloat(n, 64)
-						out[i] += x
-					}
-				}
-			}
+			out[i] = n
 		}
 		return out
 	}
@@ -156,7 +145,7 @@ func BenchmarkRedisStoreClusterShare(b *testing.B) {
 			defer s.Close()
 			s.SetMembersHealth(storebench.Members(1000))
 			ctx := context.Background()
-			reqs := benchRequests()
+			reqs := storebench.MixedRequests()
 			before := calls()
 			i := 0
 			for b.Loop() {

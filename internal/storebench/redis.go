@@ -1,0 +1,117 @@
+package storebench
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// RedisInfo is a redis-server the Redis figures read (testutil.Redis).
+type RedisInfo interface {
+	Info(section string) (map[string]string, error)
+	Do(args ...string) (any, error)
+}
+
+// MixedRequests are the mixed workload's acquires: half with a selector,
+// alternating between Selector and tier=dc.
+func MixedRequests() []pool.AcquireRequest {
+	reqs := []pool.AcquireRequest{Request(false), Request(true), Request(false), Request(false)}
+	reqs[3].Selector = map[string]string{"tier": "dc"}
+	return reqs
+}
+
+// RedisCPU is the server's own CPU time so far (user + system, INFO cpu),
+// in seconds.
+func RedisCPU(r RedisInfo) (float64, error) {
+	info, err := r.Info("cpu")
+	if err != nil {
+		return 0, err
+	}
+	u, err := strconv.ParseFloat(info["used_cpu_user"], 64)
+	if err != nil {
+		return 0, err
+	}
+	s, err := strconv.ParseFloat(info["used_cpu_sys"], 64)
+	return u + s, err
+}
+
+// statSum sums one field of INFO commandstats over the commands keep accepts.
+func statSum(r RedisInfo, field string, keep func(cmd string) bool) (float64, error) {
+	info, err := r.Info("commandstats")
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for k, v := range info {
+		if !keep(strings.TrimPrefix(k, "cmdstat_")) {
+			continue
+		}
+		for f := range strings.SplitSeq(v, ",") {
+			if n, ok := strings.CutPrefix(f, field+"="); ok {
+				x, _ := strconv.ParseFloat(n, 64)
+				total += x
+			}
+		}
+	}
+	return total, nil
+}
+
+// ScriptMicros is the time the server spent inside scripts (EVALSHA and
+// EVAL) since the last CONFIG RESETSTAT, in µs.
+func ScriptMicros(r RedisInfo) (float64, error) {
+	return statSum(r, "usec", func(c string) bool { return c == "evalsha" || c == "eval" })
+}
+
+// FleetCalls counts the commands the server ran for the store since the
+// last CONFIG RESETSTAT: every command but the ones a client or a test
+// sends to look around (INFO, CONFIG, CLUSTER, PING, ...).
+func FleetCalls(r RedisInfo) (float64, error) {
+	return statSum(r, "calls", func(c string) bool {
+		switch c {
+		case "info", "config", "cluster", "ping", "command", "hello", "client", "readonly", "select", "auth":
+			return false
+		}
+		return true
+	})
+}
+
+// RedisCycles runs the mixed workload's acquire+release cycles on s for b
+// and reports, besides ns/op (the cycle as the client sees it),
+// redis-µs/cycle (the server's whole CPU by INFO cpu) and script-µs/cycle
+// (the time inside the scripts).
+func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo) {
+	ctx := context.Background()
+	reqs := MixedRequests()
+	if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+	cpu0, err := RedisCPU(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		l, err := s.Acquire(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx, l.ID); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	cpu1, err := RedisCPU(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	us, err := ScriptMicros(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric((cpu1-cpu0)/float64(b.N)*1e6, "redis-µs/cycle")
+	b.ReportMetric(us/float64(b.N), "script-µs/cycle")
+}
