@@ -14,12 +14,19 @@ package redisstore
 //	                     JSON), a:<k> (one field per attribute, what selectors
 //	                     read), gen (generation: a new one per endpoint),
 //	                     h (1 healthy / 0), lat (ns, 0 unknown), seq (last
-//	                     choice), act (active leases), ent (its entry in sel)
+//	                     choice), act (active leases), ent (its entry in sel),
+//	                     ap (its attribute pairs, see sp:)
 //	B.."sel"       ZSET  the members that can be chosen for some target
 //	                     (healthy, not resting for every target): score =
 //	                     active leases, member = %020d(seq)|%020d(latency,
 //	                     unknown = 20 nines)|name, so Redis' order (score,
 //	                     then bytes) is exactly rotation.Less
+//	B.."sp:"..k.."\2"..v  ZSET  the members of sel with the attribute k=v,
+//	                     with the same scores and entries: a selector walks
+//	                     its pair's set instead of sel, passing only members
+//	                     it matches (the member hash's ap lists its pairs,
+//	                     "k\2v" joined by "\1"); B.."pairs" SET names them
+//	                     all, for the TTL refresh
 //	B.."rest"      ZSET  members cooling down for every target, by its end
 //	B.."exp"       ZSET  live leases (unexpired, unreleased) by end: the
 //	                     expiry index that counts active leases down exactly
@@ -89,11 +96,34 @@ local function born(k)
   if redis.call('ZCARD', k) == 1 then redis.call('PEXPIRE', k, LIFE) end
 end
 
+-- pairkeys are the selection sets of a member's attribute pairs (its ap).
+local function pairkeys(ap)
+  local out = {}
+  if not ap or ap == '' then return out end
+  for p in string.gmatch(ap, '[^\1]+') do out[#out + 1] = B .. 'sp:' .. p end
+  return out
+end
+-- idxadd puts an entry into sel and its member's pair sets; idxrem takes
+-- it out of them, returning whether it was in sel.
+local function idxadd(ps, score, ent)
+  redis.call('ZADD', SEL, score, ent)
+  born(SEL)
+  for _, k in ipairs(ps) do
+    redis.call('ZADD', k, score, ent)
+    born(k)
+  end
+end
+local function idxrem(ps, ent)
+  local r = redis.call('ZREM', SEL, ent)
+  for _, k in ipairs(ps) do redis.call('ZREM', k, ent) end
+  return r == 1
+end
+
 -- place puts a member where its state says: in sel when it can be chosen
 -- for some target, in rest while it cools down for every target, nowhere
 -- when unhealthy or not a member. An indexed member is left alone.
 local function place(name)
-  local m = redis.call('HMGET', mkey(name), 'h', 'ent', 'act')
+  local m = redis.call('HMGET', mkey(name), 'h', 'ent', 'act', 'ap')
   if not m[2] then return end
   if redis.call('ZSCORE', SEL, m[2]) then return end
   if m[1] ~= '1' then return end
@@ -103,18 +133,20 @@ local function place(name)
     born(REST)
     return
   end
-  redis.call('ZADD', SEL, tonumber(m[3]), m[2])
-  born(SEL)
+  idxadd(pairkeys(m[4]), tonumber(m[3]), m[2])
 end
 
 -- countdown takes one lease off its member's active count, unless the
 -- member is gone or is a new upstream under the same name (fencing).
 local function countdown(name, gen)
   local k = mkey(name)
-  local m = redis.call('HMGET', k, 'gen', 'ent')
+  local m = redis.call('HMGET', k, 'gen', 'ent', 'ap')
   if m[1] ~= gen then return end
   local a = redis.call('HINCRBY', k, 'act', -1)
-  if redis.call('ZSCORE', SEL, m[2]) then redis.call('ZADD', SEL, a, m[2]) end
+  if redis.call('ZSCORE', SEL, m[2]) then
+    redis.call('ZADD', SEL, a, m[2])
+    for _, pk in ipairs(pairkeys(m[3])) do redis.call('ZADD', pk, a, m[2]) end
+  end
 end
 
 -- advance applies what the clock ended, as the memory store does: expired
@@ -139,8 +171,11 @@ end
 -- and the AOF receive; once a minute is plenty for keys that live a day.
 local function touch(force)
   if not force and redis.call('PTTL', MEMBERS) > LIFE - 60000 then return end
-  for _, k in ipairs({MEMBERS, SEL, REST, EXP, B .. 'seq', B .. 'gen'}) do
+  for _, k in ipairs({MEMBERS, SEL, REST, EXP, B .. 'seq', B .. 'gen', B .. 'pairs'}) do
     redis.call('PEXPIRE', k, LIFE)
+  end
+  for _, k in ipairs(redis.call('SMEMBERS', B .. 'pairs')) do
+    if redis.call('PEXPIRE', k, LIFE) == 0 and force then redis.call('SREM', B .. 'pairs', k) end
   end
 end
 
@@ -155,21 +190,18 @@ end
 
 local function sethealth(name, h, lat)
   local k = mkey(name)
-  local m = redis.call('HMGET', k, 'h', 'lat', 'seq', 'ent', 'act')
+  local m = redis.call('HMGET', k, 'h', 'lat', 'seq', 'ent', 'act', 'ap')
   if not m[4] then return end
-  local ent = m[4]
+  local ent, ps = m[4], pairkeys(m[6])
   if lat ~= tonumber(m[2]) then
     local ne = entry(tonumber(m[3]), lat, name)
-    if redis.call('ZREM', SEL, ent) == 1 then
-      redis.call('ZADD', SEL, tonumber(m[5]), ne)
-      born(SEL)
-    end
+    if idxrem(ps, ent) then idxadd(ps, tonumber(m[5]), ne) end
     redis.call('HSET', k, 'lat', lat, 'ent', ne)
     ent = ne
   end
   if h ~= m[1] then
     redis.call('HSET', k, 'h', h)
-    redis.call('ZREM', SEL, ent)
+    idxrem(ps, ent)
     place(name)
   end
 end
@@ -240,10 +272,13 @@ if proxy ~= '' then
 else
   -- Walk sel in rotation.Less order; every member there is healthy and not
   -- resting for every target. Scores only grow along the walk, so the first
-  -- member at capacity ends it.
-  local start, step, stop = 0, 16, false
+  -- member at capacity ends it. A selector walks its first pair's set
+  -- instead: only members with that pair, the others checked as it goes.
+  local walk = SEL
+  if #fields > 0 then walk = B .. 'sp:' .. ARGV[9] .. '\2' .. ARGV[10] end
+  local start, step, stop = 0, 4, false
   while not chosen and not stop do
-    local batch = redis.call('ZRANGE', SEL, start, start + step - 1, 'WITHSCORES')
+    local batch = redis.call('ZRANGE', walk, start, start + step - 1, 'WITHSCORES')
     if #batch == 0 then break end
     for i = 1, #batch, 2 do
       if cap > 0 and tonumber(batch[i + 1]) >= cap then
@@ -251,7 +286,7 @@ else
         break
       end
       local name = string.sub(batch[i], 43)
-      if selected(name) and not cooling(name, target) then
+      if (#fields < 2 or selected(name)) and not cooling(name, target) then
         chosen = name
         break
       end
@@ -269,16 +304,16 @@ if not chosen then
 end
 
 local k = mkey(chosen)
-local m = redis.call('HMGET', k, 'ent', 'lat', 'act', 'def', 'gen')
+local m = redis.call('HMGET', k, 'ent', 'lat', 'act', 'def', 'gen', 'ap')
 local seq = redis.call('INCR', B .. 'seq')
 if seq == 1 then redis.call('PEXPIRE', B .. 'seq', LIFE) end
 local act = tonumber(m[3]) + 1
 local ent = entry(seq, tonumber(m[2]), chosen)
-local indexed = redis.call('ZREM', SEL, m[1]) == 1
+local ps = pairkeys(m[6])
+local indexed = idxrem(ps, m[1])
 redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
 if indexed then
-  redis.call('ZADD', SEL, act, ent)
-  born(SEL)
+  idxadd(ps, act, ent)
 else
   place(chosen)
 end
@@ -298,12 +333,13 @@ const redisReleaseLua = redisLuaPrelude + `
 local lk = lkey(ARGV[3])
 local l = redis.call('HMGET', lk, 'm', 'g', 'rel', 'end')
 if not l[1] or l[3] == '1' then return 0 end
-redis.call('HSET', lk, 'rel', 1)
-if redis.call('ZREM', EXP, ARGV[3]) == 1 then countdown(l[1], l[2]) end
 if now < tonumber(l[4]) then
-  redis.call('HSET', lk, 'end', now)
+  redis.call('HSET', lk, 'rel', 1, 'end', now)
   redis.call('PEXPIREAT', lk, now + COOLMAX)
+else
+  redis.call('HSET', lk, 'rel', 1)
 end
+if redis.call('ZREM', EXP, ARGV[3]) == 1 then countdown(l[1], l[2]) end
 return 1
 `
 
@@ -320,7 +356,8 @@ if target == '' then target = l[3] end
 local name, res = l[1], ARGV[4]
 if redis.call('HGET', mkey(name), 'gen') ~= l[2] then return 'stale' end
 local function global(u)
-  redis.call('ZREM', SEL, redis.call('HGET', mkey(name), 'ent'))
+  local m = redis.call('HMGET', mkey(name), 'ent', 'ap')
+  if m[1] then idxrem(pairkeys(m[2]), m[1]) end
   place(name)
 end
 if res == 'ok' then
@@ -370,13 +407,17 @@ for _, x in ipairs(list) do
   if not keep[n] then
     keep[n] = true
     local k = mkey(n)
-    local cur = redis.call('HMGET', k, 'f', 'aj', 'ent')
+    local cur = redis.call('HMGET', k, 'f', 'aj', 'ent', 'ap', 'act')
+    local ap = {}
+    for i = 1, #x.a, 2 do ap[#ap + 1] = x.a[i] .. '\2' .. x.a[i + 1] end
+    ap = table.concat(ap, '\1')
+    for _, pk in ipairs(pairkeys(ap)) do redis.call('SADD', B .. 'pairs', pk) end
     if cur[1] ~= x.f then
-      if cur[3] then redis.call('ZREM', SEL, cur[3]) end
+      if cur[3] then idxrem(pairkeys(cur[4]), cur[3]) end
       redis.call('ZREM', REST, n)
       redis.call('DEL', k, ckey(n))
       local gen = redis.call('INCR', B .. 'gen')
-      redis.call('HSET', k, 'def', x.d, 'f', x.f, 'aj', x.aj, 'gen', gen, 'h', '1', 'lat', 0, 'seq', 0, 'act', 0, 'ent', entry(0, 0, n))
+      redis.call('HSET', k, 'def', x.d, 'f', x.f, 'aj', x.aj, 'gen', gen, 'h', '1', 'lat', 0, 'seq', 0, 'act', 0, 'ent', entry(0, 0, n), 'ap', ap)
       for i = 1, #x.a, 2 do redis.call('HSET', k, 'a:' .. x.a[i], x.a[i + 1]) end
       redis.call('SADD', MEMBERS, n)
     else
@@ -384,7 +425,19 @@ for _, x in ipairs(list) do
         for key, _ in pairs(cjson.decode(cur[2])) do redis.call('HDEL', k, 'a:' .. key) end
         for i = 1, #x.a, 2 do redis.call('HSET', k, 'a:' .. x.a[i], x.a[i + 1]) end
       end
-      redis.call('HSET', k, 'def', x.d, 'aj', x.aj)
+      if cur[4] ~= ap then
+        -- Other pairs (or a member written before the pair sets): move
+        -- its entry to the sets of its pairs now.
+        local old = pairkeys(cur[4])
+        for _, pk in ipairs(old) do redis.call('ZREM', pk, cur[3]) end
+        if redis.call('ZSCORE', SEL, cur[3]) then
+          for _, pk in ipairs(pairkeys(ap)) do
+            redis.call('ZADD', pk, tonumber(cur[5]), cur[3])
+            born(pk)
+          end
+        end
+      end
+      redis.call('HSET', k, 'def', x.d, 'aj', x.aj, 'ap', ap)
     end
     redis.call('PEXPIRE', k, LIFE)
     if withHealth then sethealth(n, x.h, x.l) end
@@ -393,8 +446,8 @@ for _, x in ipairs(list) do
 end
 for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
   if not keep[n] then
-    local ent = redis.call('HGET', mkey(n), 'ent')
-    if ent then redis.call('ZREM', SEL, ent) end
+    local m = redis.call('HMGET', mkey(n), 'ent', 'ap')
+    if m[1] then idxrem(pairkeys(m[2]), m[1]) end
     redis.call('ZREM', REST, n)
     redis.call('DEL', mkey(n), ckey(n))
     redis.call('SREM', MEMBERS, n)
