@@ -103,47 +103,16 @@ func redisShareRow() (row, error) {
 	}
 	defer store.Close()
 	store.SetMembersHealth(storebench.Members(1000))
-	var primaries []*testutil.Redis
-	for _, node := range rc.Nodes {
-		if info, err := node.Info("replication"); err == nil && info["role"] == "master" {
-			primaries = append(primaries, node)
-		}
-	}
-	calls := func() ([]float64, error) {
-		out := make([]float64, len(primaries))
-		for i, p := range primaries {
-			n, err := storebench.FleetCalls(p)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = n
-		}
-		return out, nil
-	}
-	before, err := calls()
+	primaries := storebench.Primaries(rc.Nodes)
+	shares, err := storebench.CommandShares(primaries, func() error {
+		return storebench.MixedCycles(context.Background(), store, 3000)
+	})
 	if err != nil {
 		return row{}, err
 	}
-	ctx := context.Background()
-	reqs := storebench.MixedRequests()
-	for i := range 3000 {
-		l, err := store.Acquire(ctx, reqs[i%len(reqs)])
-		if err != nil {
-			return row{}, err
-		}
-		if err := store.Release(ctx, l.ID); err != nil {
-			return row{}, err
-		}
+	share := 0.0
+	for _, sh := range shares {
+		share = max(share, sh)
 	}
-	after, err := calls()
-	if err != nil {
-		return row{}, err
-	}
-	total, most := 0.0, 0.0
-	for i := range after {
-		total += after[i] - before[i]
-		most = max(most, after[i]-before[i])
-	}
-	share := 100 * most / max(total, 1)
 	return row{metric: fmt.Sprintf("one fleet's largest shard share, Cluster of %d primaries, 3 groups", len(primaries)), chain: fmt.Sprintf("%.0f %%", share), target: "≤ 45 %", ok: len(primaries) == 3 && share <= 45}, nil
 }

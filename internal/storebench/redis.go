@@ -94,11 +94,7 @@ func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo) {
 	}
 	i := 0
 	for b.Loop() {
-		l, err := s.Acquire(ctx, reqs[i%len(reqs)])
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, l.ID); err != nil {
+		if err := Cycle(ctx, s, reqs[i%len(reqs)]); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -114,4 +110,62 @@ func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo) {
 	}
 	b.ReportMetric((cpu1-cpu0)/float64(b.N)*1e6, "redis-µs/cycle")
 	b.ReportMetric(us/float64(b.N), "script-µs/cycle")
+}
+
+// Primaries are the nodes whose INFO replication says role:master.
+func Primaries[T RedisInfo](nodes []T) []T {
+	var out []T
+	for _, n := range nodes {
+		if info, err := n.Info("replication"); err == nil && info["role"] == "master" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CommandShares runs run and returns each server's share, in percent, of
+// the store's commands (FleetCalls) all of them ran meanwhile.
+func CommandShares[T RedisInfo](servers []T, run func() error) ([]float64, error) {
+	calls := func() ([]float64, error) {
+		out := make([]float64, len(servers))
+		for i, sv := range servers {
+			n, err := FleetCalls(sv)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	before, err := calls()
+	if err != nil {
+		return nil, err
+	}
+	if err := run(); err != nil {
+		return nil, err
+	}
+	after, err := calls()
+	if err != nil {
+		return nil, err
+	}
+	total := 0.0
+	for i := range after {
+		after[i] -= before[i]
+		total += after[i]
+	}
+	for i := range after {
+		after[i] = 100 * after[i] / max(total, 1)
+	}
+	return after, nil
+}
+
+// MixedCycles runs n of the mixed workload's acquire+release cycles on s.
+func MixedCycles(ctx context.Context, s pool.Pool, n int) error {
+	reqs := MixedRequests()
+	for i := range n {
+		if err := Cycle(ctx, s, reqs[i%len(reqs)]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

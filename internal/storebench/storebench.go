@@ -61,7 +61,7 @@ func Request(withSelector bool) pool.AcquireRequest {
 }
 
 // Cycle is one acquire+release.
-func Cycle(ctx context.Context, s *pool.Store, req pool.AcquireRequest) error {
+func Cycle(ctx context.Context, s pool.Pool, req pool.AcquireRequest) error {
 	l, err := s.Acquire(ctx, req)
 	if err != nil {
 		return err

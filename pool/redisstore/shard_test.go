@@ -116,25 +116,9 @@ func TestStoreShardsTakeGroupsInTurn(t *testing.T) {
 //	go test -run x -bench BenchmarkRedisStoreClusterShare -benchtime 3000x ./pool/redisstore/
 func BenchmarkRedisStoreClusterShare(b *testing.B) {
 	rc := testutil.StartRedisCluster(b, testutil.ClusterTopology{})
-	var primaries []*testutil.Redis
-	for _, n := range rc.Nodes {
-		if info, err := n.Info("replication"); err == nil && info["role"] == "master" {
-			primaries = append(primaries, n)
-		}
-	}
+	primaries := storebench.Primaries(rc.Nodes)
 	if len(primaries) != 3 {
 		b.Fatalf("%d primaries, want 3", len(primaries))
-	}
-	calls := func() []float64 {
-		out := make([]float64, len(primaries))
-		for i, p := range primaries {
-			n, err := storebench.FleetCalls(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			out[i] = n
-		}
-		return out
 	}
 	for _, shards := range []int{1, 3} {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
@@ -146,29 +130,23 @@ func BenchmarkRedisStoreClusterShare(b *testing.B) {
 			s.SetMembersHealth(storebench.Members(1000))
 			ctx := context.Background()
 			reqs := storebench.MixedRequests()
-			before := calls()
-			i := 0
-			for b.Loop() {
-				l, err := s.Acquire(ctx, reqs[i%len(reqs)])
-				if err != nil {
-					b.Fatal(err)
+			shares, err := storebench.CommandShares(primaries, func() error {
+				for i := 0; b.Loop(); i++ {
+					if err := storebench.Cycle(ctx, s, reqs[i%len(reqs)]); err != nil {
+						return err
+					}
 				}
-				if err := s.Release(ctx, l.ID); err != nil {
-					b.Fatal(err)
-				}
-				i++
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
-			after := calls()
-			total, most := 0.0, 0.0
-			for j := range after {
-				d := after[j] - before[j]
-				total += d
-				most = max(most, d)
+			most := 0.0
+			for j, sh := range shares {
+				b.ReportMetric(sh, fmt.Sprintf("shard%d-%%", j))
+				most = max(most, sh)
 			}
-			for j := range after {
-				b.ReportMetric(100*(after[j]-before[j])/total, fmt.Sprintf("shard%d-%%", j))
-			}
-			b.ReportMetric(100*most/total, "shard-max-%")
+			b.ReportMetric(most, "shard-max-%")
 		})
 	}
 }
