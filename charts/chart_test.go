@@ -286,7 +286,7 @@ func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
 	manifest, err := render(t, map[string]any{
 		"controller": map[string]any{"replicas": 3},
 		"leaseStore": map[string]any{"url": "rediss+sentinel://s1:26379,s2:26379/leases", "passwordSecret": "redis-password", "prefix": "eu",
-			"tlsSecret": "redis-tls", "tlsClientCert": true},
+			"tlsSecret": "redis-tls", "tlsClientCert": true, "shards": 3},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestChartReplicasShareARedisStoreAndKeepADisruptionBudget(t *testing.T) {
 	}
 	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-	for _, want := range []string{"--lease-store=rediss+sentinel://s1:26379,s2:26379/leases", "--lease-store-prefix=eu",
+	for _, want := range []string{"--lease-store=rediss+sentinel://s1:26379,s2:26379/leases", "--lease-store-prefix=eu", "--lease-store-shards=3",
 		"--lease-store-password-file=/etc/proxyfleet/lease-store/password",
 		"--lease-store-ca-file=/etc/proxyfleet/lease-store-tls/ca.crt", "--lease-store-cert-file=/etc/proxyfleet/lease-store-tls/tls.crt",
 		"--lease-store-key-file=/etc/proxyfleet/lease-store-tls/tls.key"} {

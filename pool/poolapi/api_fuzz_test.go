@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzLeaseAPIBodies feeds lease and report request bodies and list
@@ -47,5 +48,40 @@ func FuzzLeaseAPIBodies(f *testing.F) {
 			t.Fatalf("a refused report (%d) changed the cooldowns", code)
 		}
 		do(http.MethodGet, "/v1/proxies", query, "")
+	})
+}
+
+// FuzzPaceAPIBodies feeds POST /v1/pace bodies: never a 5xx, and a refused
+// body changes no pace (no site slowed, no place taken, no slot reserved).
+func FuzzPaceAPIBodies(f *testing.F) {
+	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":2000,"auto":true,"maxWaitMillis":30000}`)
+	f.Add(`{"op":"enter","site":"example.com","holder":"h","limit":1}`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"banned","seenCuts":-3}`)
+	f.Add(`{"op":"return","site":"example.com","member":"a","token":-1}`)
+	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":-5}`)
+	f.Add(`{"op":"leave"}`)
+	f.Add(`[{"op":"reserve"}]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		store := pool.NewStore(pool.StoreOptions{})
+		h := NewAPIServer(store, APIOptions{})
+		req := httptest.NewRequest(http.MethodPost, "http://api.test/v1/pace", strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body.String())
+		}
+		if rec.Code < 400 {
+			return
+		}
+		ctx := t.Context()
+		if sites, _ := store.SlowedSites(ctx); len(sites) != 0 {
+			t.Fatalf("a refused body (%d) slowed %v", rec.Code, sites)
+		}
+		if in, _ := store.EnterSite(ctx, "example.com", "probe", 1); !in {
+			t.Fatalf("a refused body (%d) took a place", rec.Code)
+		}
+		if sl, _ := store.ReserveSlot(ctx, pool.SlotRequest{Site: "example.com", Member: "a", MinInterval: time.Hour}); sl.Wait != 0 {
+			t.Fatalf("a refused body (%d) reserved a slot", rec.Code)
+		}
 	})
 }
