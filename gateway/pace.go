@@ -289,6 +289,10 @@ func (p *pacer) applySlowed(sites []string, now time.Time) {
 	}
 }
 
+// slowedElsewhere is the status page's "slowed by" of a site this gateway
+// knows as slowed only from the store's list (SlowedSites).
+const slowedElsewhere = "another gateway (the store's pace)"
+
 // pacedError is a request that could not get its slot within MaxWait.
 type pacedError struct {
 	retryAfter time.Duration
@@ -546,9 +550,15 @@ func (g *Gateway) PaceStatus() []status.SitePace {
 	for site, sp := range p.sites {
 		lim, _ := p.explicitFor(site, 0)
 		l := p.learntFor(sp, now)
+		by := string(l.Cause)
+		if by == "" && l.Slowed() {
+			// Known from the store's list of slowed sites only: the cut
+			// was another gateway's, its pace told at this one's next request.
+			by = slowedElsewhere
+		}
 		out = append(out, status.SitePace{
 			Site: site, MinIntervalMillis: lim.MinInterval.Milliseconds(), MaxConcurrency: lim.MaxConcurrency,
-			LearntIntervalMillis: l.Interval.Milliseconds(), SlowedBy: string(l.Cause), SlowedAt: l.CutAt, Cuts: l.Cuts,
+			LearntIntervalMillis: l.Interval.Milliseconds(), SlowedBy: by, SlowedAt: l.CutAt, Cuts: l.Cuts,
 			InFlight: sp.inflight, Queued: sp.queued, Waited: sp.waited, WaitedSeconds: sp.waitedFor.Seconds(), Refused: sp.refused,
 			Limit: sp.lastLimit,
 		})

@@ -280,3 +280,24 @@ func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
 		g.paceAnswered(rq, rotation.ResultOK)
 	}
 }
+
+func TestASiteSlowedElsewhereIsPacedAndSaysSo(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	p := newPacer(PacingOptions{Auto: true}, store, nil)
+	if p.paced(0) {
+		t.Fatal("paced before any site was slowed")
+	}
+	p.applySlowed([]string{"slow.example"}, time.Now())
+	if !p.paced(0) {
+		t.Fatal("a site the fleet slowed does not take this gateway off its fast path")
+	}
+	g := &Gateway{pacer: p}
+	st := g.PaceStatus()
+	if len(st) != 1 || st[0].Site != "slow.example" || st[0].SlowedBy != slowedElsewhere {
+		t.Fatalf("status %+v, want the site slowed by another gateway", st)
+	}
+	p.applySlowed(nil, time.Now())
+	if p.paced(0) {
+		t.Fatal("a slow-down the fleet ended still paces")
+	}
+}

@@ -13,7 +13,9 @@ type SitePace struct {
 	MaxConcurrency       int   `json:"maxConcurrency"`
 	LearntIntervalMillis int64 `json:"learntIntervalMillis"`
 	// SlowedBy is the answer that made the last cut (rate_limited,
-	// banned), SlowedAt when, Cuts how many since the site was unlimited.
+	// banned; "another gateway (the store's pace)" while this gateway
+	// knows the cut only from the shared store's list), SlowedAt when,
+	// Cuts how many since the site was unlimited.
 	SlowedBy string    `json:"slowedBy,omitempty"`
 	SlowedAt time.Time `json:"slowedAt,omitzero"`
 	Cuts     int       `json:"cuts,omitempty"`
