@@ -32,10 +32,10 @@ import (
 // acquires and releases a lease in Redis), bans squids[0] on one site,
 // crawls through both gateways from six clients while kill takes the
 // primary away and waitNew waits for its successor, and then checks what
-// the crawlers saw and that the ban survived.
-func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, prefix string, siteAddr, bannedSiteAddr string, kill func(), waitNew func()) {
+// the crawlers saw and that the ban survived. extra are more gateway flags.
+func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, prefix string, siteAddr, bannedSiteAddr string, kill func(), waitNew func(), extra ...string) {
 	t.Helper()
-	args := []string{"--lease-store", store, "--lease-store-prefix", prefix}
+	args := append([]string{"--lease-store", store, "--lease-store-prefix", prefix}, extra...)
 	gw := func() *gatewayProc {
 		return startGateway(t, bin, gwConfig{rotation: "per-request", upstreams: squidURLs(squids), args: args})
 	}
@@ -143,6 +143,38 @@ func TestGatewaysOnRedisClusterRideOutAPrimaryKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, func() { rc.WaitFailover(t, "{"+prefix+"}:", old, 60*time.Second) })
+}
+
+// TestGatewaysOnAShardedRedisClusterRideOutAPrimaryKill is the Cluster
+// failover with the fleet's members in three groups (--lease-store-shards
+// 3), each under a hash tag of its own on its own primary: the primary
+// holding a group with members is killed mid-crawl, and no client request
+// fails while its replica takes over.
+func TestGatewaysOnAShardedRedisClusterRideOutAPrimaryKill(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t)
+	squids := startSquids(t, "shardcluster", "127.0.0.236", "127.0.0.237", "127.0.0.238")
+	rc := testutil.StartRedisCluster(t, testutil.ClusterTopology{})
+	const prefix = "e2e-shards"
+	var key string
+	var old *testutil.Redis
+	failoverCrawl(t, bin, squids, rc.URL(), prefix, "127.0.0.242", "127.0.0.243", func() {
+		// A group's members key (three members in three groups by a hash
+		// of their names: some group may have none), wherever its tag put it.
+		for _, n := range rc.Nodes {
+			v, err := n.Do("KEYS", "{"+prefix+":s*}:members")
+			if ks, _ := v.([]any); err == nil && len(ks) > 0 && key == "" {
+				key = fmt.Sprint(ks[0])
+			}
+		}
+		if key == "" {
+			t.Fatal("no member group on the Cluster")
+		}
+		old = rc.PrimaryForKey(t, key)
+		if err := old.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}, func() { rc.WaitFailover(t, key, old, 60*time.Second) }, "--lease-store-shards", "3")
 }
 
 // A gateway on a rediss:// store with a CA and a client certificate serves;
