@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -32,9 +31,24 @@ type mitmSetup struct {
 	caSPKI  string // base64 SHA-256 of the CA's SubjectPublicKeyInfo
 	squids  []*testutil.Squid
 	sources map[string]bool
+	// bin and baseArgs start more gateways like g (startGateway).
+	bin      string
+	baseArgs []string
 }
 
 func startMITMSetup(t *testing.T, sites ...*testutil.Target) *mitmSetup {
+	t.Helper()
+	var pems [][]byte
+	for _, s := range sites {
+		pems = append(pems, s.CertPEM())
+	}
+	return startMITMSetupWith(t, "mitm", []string{"127.0.0.111", "127.0.0.112"}, nil, pems...)
+}
+
+// startMITMSetupWith is startMITMSetup with Squids of its own name,
+// outgoing addresses and access rules (testutil.SquidOptions.AccessFirst),
+// and the sites' certificates.
+func startMITMSetupWith(t *testing.T, name string, squidAddrs, squidAccess []string, sitePEMs ...[]byte) *mitmSetup {
 	t.Helper()
 	bin := testutil.BuildBinary(t)
 	dir := t.TempDir()
@@ -57,19 +71,31 @@ func startMITMSetup(t *testing.T, sites ...*testutil.Target) *mitmSetup {
 	if !strings.Contains(string(out), spki) {
 		t.Fatalf("mitm-ca init did not print the CA's SPKI hash %s:\n%s", spki, out)
 	}
-	var sitesPEM []byte
-	for _, s := range sites {
-		sitesPEM = append(sitesPEM, s.CertPEM()...)
-	}
 	upstreamCA := filepath.Join(dir, "sites.pem")
-	writeFile(t, upstreamCA, string(sitesPEM))
-	squids := startSquids(t, "mitm", "127.0.0.111", "127.0.0.112")
-	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(squids), args: []string{
-		"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", upstreamCA, "--log-level", "debug"}})
+	writeFile(t, upstreamCA, string(bytes.Join(sitePEMs, nil)))
+	opts := make([]testutil.SquidOptions, len(squidAddrs))
+	for i, a := range squidAddrs {
+		opts[i] = testutil.SquidOptions{Name: fmt.Sprintf("%s-%d", name, i), OutgoingAddr: a, AccessFirst: squidAccess}
+	}
+	squids := testutil.StartSquids(t, opts...)
+	m := &mitmSetup{caFile: caFile, caSPKI: spki, squids: squids, sources: map[string]bool{},
+		bin: bin, baseArgs: []string{"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", upstreamCA, "--log-level", "debug"}}
+	for _, a := range squidAddrs {
+		m.sources[a] = true
+	}
+	m.g = m.startGateway(t)
+	return m
+}
+
+// startGateway starts another gateway over the setup's Squids with its
+// CA, with extra flags.
+func (m *mitmSetup) startGateway(t *testing.T, args ...string) *gatewayProc {
+	t.Helper()
+	g := startGateway(t, m.bin, gwConfig{upstreams: squidURLs(m.squids), args: append(slices.Clone(m.baseArgs), args...)})
 	if strings.Contains(g.Output(), "PRIVATE KEY") {
 		t.Fatal("the gateway logged its CA key")
 	}
-	return &mitmSetup{g: g, caFile: caFile, caSPKI: spki, squids: squids, sources: map[string]bool{"127.0.0.111": true, "127.0.0.112": true}}
+	return g
 }
 
 // wantRetried checks that site saw path first refused (429) through one
@@ -202,58 +228,6 @@ fetch("/data").then(r => r.json().then(a => {
   document.getElementById("out").textContent = "attempts:" + r.headers.get("X-Proxyfleet-Attempts") + " path:" + a.path;
 })).catch(e => { document.getElementById("out").textContent = "failed:" + e; });
 </script></body></html>`
-
-// TestMITMTLSFingerprint records the ClientHello the site receives from
-// curl directly (through a Squid tunnel) and through the MITM gateway: the
-// site sees the gateway's handshake, not the crawler's. docs/mitm.md shows
-// what this logs.
-func TestMITMTLSFingerprint(t *testing.T) {
-	site := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.125"})
-	m := startMITMSetup(t, site)
-	env := []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
-	sitePEM := filepath.Join(t.TempDir(), "site.pem")
-	writeFile(t, sitePEM, string(site.CertPEM()))
-
-	run(t, env, "curl", "-sS", "-o", "/dev/null", "--max-time", "30", "--cacert", sitePEM, "-x", m.squids[0].URL(), site.URL()+"/direct")
-	run(t, env, "curl", "-sS", "-o", "/dev/null", "--max-time", "30", "--cacert", m.caFile, "-x", "http://"+m.g.addr, site.URL()+"/mitm")
-	hellos := site.ClientHellos()
-	if len(hellos) != 2 {
-		t.Fatalf("the site saw %d handshakes, want 2", len(hellos))
-	}
-	direct, mitm := hellos[0], hellos[1]
-	for _, h := range []struct {
-		name string
-		h    testutil.ClientHello
-	}{{"curl through Squid", direct}, {"curl through the MITM gateway", mitm}} {
-		t.Logf("%s: ALPN %v, %d cipher suites %s, extensions %v, groups %v", h.name, h.h.ALPN, len(h.h.CipherSuites),
-			suiteNames(h.h.CipherSuites), h.h.Extensions, h.h.SupportedCurves)
-	}
-	if slices.Equal(direct.CipherSuites, mitm.CipherSuites) && slices.Equal(direct.Extensions, mitm.Extensions) {
-		t.Fatal("the MITM handshake looks like curl's; docs/mitm.md says it does not")
-	}
-	// What the site sees through MITM is Go's crypto/tls client, whatever
-	// the crawler is.
-	goSuites := map[uint16]bool{}
-	for _, s := range tls.CipherSuites() {
-		goSuites[s.ID] = true
-	}
-	for _, s := range mitm.CipherSuites {
-		if !goSuites[s] {
-			t.Fatalf("the MITM handshake offers %#04x, which Go's crypto/tls does not: is it the gateway's?", s)
-		}
-	}
-	if slices.Contains(mitm.ALPN, "h2") {
-		t.Fatalf("the gateway offered ALPN %v to the site; its transport speaks HTTP/1.1 only", mitm.ALPN)
-	}
-}
-
-func suiteNames(ids []uint16) string {
-	names := make([]string, len(ids))
-	for i, id := range ids {
-		names[i] = tls.CipherSuiteName(id)
-	}
-	return strings.Join(names, " ")
-}
 
 // pythonWith finds a python3 that can import module: the one on PATH,
 // else Debian's (make test installs python3-<module> for it).

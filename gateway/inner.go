@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -66,6 +67,17 @@ type innerTunnel struct {
 	hostport string
 	host     string
 	port     uint16
+	// Under MITM: fp is the tunnel's site-facing handshake; record the
+	// client's ClientHello, parsed once a request mirrors it (helloFor).
+	fp        Fingerprint
+	record    []byte
+	helloOnce sync.Once
+	hello     *mirror.Hello // nil: the fallback preset
+	// h2 is what the client's first HTTP/2 frames said, when it spoke
+	// HTTP/2 to the gateway (set before its first request).
+	h2 *h2Print
+	// sites are the tunnel's own site connections when it mirrors.
+	sites siteLinks
 }
 
 type innerTunnelKey struct{}
@@ -77,13 +89,26 @@ type innerConn struct {
 	t *innerTunnel
 }
 
+// Close closes the client's connection and the tunnel's site connections.
+func (c *innerConn) Close() error {
+	c.t.sites.closeAll()
+	return c.Conn.Close()
+}
+
 func (g *Gateway) newInner() *inner {
 	in := &inner{ln: newConnListener(), served: make(chan struct{})}
+	// HTTP/1.1, and HTTP/2 on a connection that starts with its preface:
+	// under MITM the TLS is the gateway's, done before the connection is
+	// handed over, so to the server HTTP/2 arrives as over plain TCP.
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
 	in.srv = &http.Server{
 		Handler:           http.HandlerFunc(g.serveInnerRequest),
 		ReadHeaderTimeout: serverReadHeader,
 		IdleTimeout:       serverIdleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
+		Protocols:         protos,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if ic, ok := c.(*innerConn); ok {
@@ -197,6 +222,16 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
+		}
+	}
+	if t.scheme == "https" {
+		fp, err := fingerprintOf(r.Header, t.fp)
+		if err != nil {
+			g.finish(r.Context(), rq, err)
+			return
+		}
+		if fp == FingerprintMirror {
+			r = r.WithContext(context.WithValue(r.Context(), mirrorKey{}, t))
 		}
 	}
 	u := &url.URL{Scheme: t.scheme, Host: t.hostport, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -18,24 +19,49 @@ type MITMOptions struct {
 	CA *mitmca.CA
 	// Bypass are the hosts left as plain tunnels (pinned or mutual-TLS sites).
 	Bypass HostPatterns
+	// Fingerprint is the site-facing TLS handshake: FingerprintMirror
+	// (the default, when empty) or FingerprintGo; X-Proxyfleet-Fingerprint
+	// overrides it per tunnel or request.
+	Fingerprint Fingerprint
+	// FallbackPreset names the mirror.Presets entry sent for a client
+	// whose ClientHello cannot be mirrored ("": mirror.DefaultPreset).
+	FallbackPreset string
 }
 
 // mitmHello is the gateway's own answer to a CONNECT it intercepts.
 var mitmHello = []byte("HTTP/1.1 200 Connection established\r\n" + HeaderMITM + ": on\r\n\r\n")
 
-// mitm is the gateway's MITM side: the CA that signs the leaves and the
-// hosts left alone. The connections it terminates are served by the
-// gateway's inner server (inner.go), as plain HTTP carried in a CONNECT is.
+// mitm is the gateway's MITM side: the CA that signs the leaves, the
+// hosts left alone and the site-facing handshake. The connections it
+// terminates are served by the gateway's inner server (inner.go), as plain
+// HTTP carried in a CONNECT is.
 type mitm struct {
 	ca     *mitmca.CA
 	bypass HostPatterns
+	fp     Fingerprint
+	preset mirror.Preset
 }
 
 func newMITM(o *MITMOptions) (*mitm, error) {
 	if o.CA == nil {
 		return nil, errors.New("gateway: Options.MITM.CA is required")
 	}
-	return &mitm{ca: o.CA, bypass: o.Bypass}, nil
+	fp := o.Fingerprint
+	if fp == "" {
+		fp = FingerprintMirror
+	}
+	if _, err := ParseFingerprint(string(fp)); err != nil {
+		return nil, errors.New("gateway: Options.MITM.Fingerprint: " + err.Error())
+	}
+	name := o.FallbackPreset
+	if name == "" {
+		name = mirror.DefaultPreset
+	}
+	preset, err := mirror.PresetByName(name)
+	if err != nil {
+		return nil, errors.New("gateway: Options.MITM.FallbackPreset: " + err.Error())
+	}
+	return &mitm{ca: o.CA, bypass: o.Bypass, fp: fp, preset: preset}, nil
 }
 
 // wanted reports whether a CONNECT to host is intercepted: not a bypassed
@@ -51,16 +77,42 @@ func leftAlone(r *http.Request) bool {
 	return len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), "off")
 }
 
-// serveMITM answers a checked CONNECT itself, terminates the client's TLS
-// with a leaf for host, and hands the connection to the inner server. No
-// member is leased here: each request inside the tunnel leases (and may
-// rotate) on its own, through the same path as plain HTTP.
+// fingerprintOf is the site-facing handshake a CONNECT or a request inside
+// a tunnel asks for with X-Proxyfleet-Fingerprint, else def.
+func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
+	v := h[HeaderFingerprint]
+	if len(v) == 0 {
+		return def, nil
+	}
+	fp, err := ParseFingerprint(strings.ToLower(strings.TrimSpace(v[0])))
+	if err != nil {
+		return "", &targetError{reason: ReasonBadRequest, msg: HeaderFingerprint + ": " + err.Error()}
+	}
+	return fp, nil
+}
+
+// serveMITM answers a checked CONNECT itself, keeps the client's
+// ClientHello, terminates the client's TLS with a leaf for host, and hands
+// the connection to the inner server. No member is leased here: each
+// request inside the tunnel leases (and may rotate) on its own, through
+// the same path as plain HTTP.
 func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
+	fp, err := fingerprintOf(r.Header, g.mitm.fp)
+	if err != nil {
+		g.finish(r.Context(), rq, err)
+		return
+	}
 	c, ok := g.takeTunnel(w, r, rq, mitmHello)
 	if !ok {
 		return
+	}
+	// The ClientHello is read here, kept, and handed on to the TLS server.
+	read, record, err := mirror.ReadHello(c)
+	c = &prefixConn{Conn: c, prefix: read}
+	if err != nil {
+		record = nil // the handshake fails on it and says why
 	}
 	ca := g.mitm.ca
 	tc := tls.Server(c, &tls.Config{
@@ -69,11 +121,15 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 			// (IP literals have none): that is the host that was checked.
 			return ca.LeafFor(host)
 		},
-		NextProtos: []string{"http/1.1"},
+		NextProtos: nextProtos(fp),
 		MinVersion: tls.VersionTLS12,
+		// A client resuming a session with the gateway would send a
+		// pre-shared key the site cannot know: mirroring wants the
+		// handshake a client makes on its first visit.
+		SessionTicketsDisabled: fp == FingerprintMirror,
 	})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.dialTimeout)
-	err := tc.HandshakeContext(ctx)
+	err = tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		_ = tc.Close()
@@ -88,5 +144,36 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, h
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
-	g.inner.serve(tc, &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port})
+	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		g.serveMITMH2(tc, t)
+		return
+	}
+	g.inner.serve(tc, t)
+}
+
+// nextProtos is the ALPN the gateway offers a client: under mirror h2
+// too, so a client that would speak HTTP/2 to the site does to the
+// gateway, which then speaks it to the site the client's way.
+func nextProtos(fp Fingerprint) []string {
+	if fp == FingerprintMirror {
+		return []string{"h2", "http/1.1"}
+	}
+	return []string{"http/1.1"}
+}
+
+// helloFor is the client's ClientHello to mirror, nil when it cannot be
+// mirrored: the site then sees the fallback preset, which the log says once
+// per tunnel.
+func (t *innerTunnel) helloFor(g *Gateway) *mirror.Hello {
+	t.helloOnce.Do(func() {
+		h, err := mirror.Parse(t.record)
+		if err != nil {
+			g.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
+				"target", t.host, "preset", g.mitm.preset.Name, "err", err)
+			return
+		}
+		t.hello = h
+	})
+	return t.hello
 }

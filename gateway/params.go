@@ -47,6 +47,12 @@ const (
 	// when MITM is on (a pinned or mutual-TLS site); the gateway's own 200
 	// to a MITM'd CONNECT carries "on".
 	HeaderMITM = "X-Proxyfleet-Mitm"
+	// HeaderFingerprint on a CONNECT (for its tunnel) or on a request
+	// inside a MITM tunnel (for that request) chooses the site-facing TLS
+	// handshake: "mirror" (the client's ClientHello) or "go" (Go's
+	// crypto/tls, with connections pooled across clients), overriding
+	// MITMOptions.Fingerprint.
+	HeaderFingerprint = "X-Proxyfleet-Fingerprint"
 	// HeaderReason is set on answers the gateway itself produced (407, 403,
 	// 503, 502...): a short machine-readable cause.
 	HeaderReason = "X-Proxyfleet-Reason"

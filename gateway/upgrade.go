@@ -151,7 +151,15 @@ func (g *Gateway) handshake(ctx context.Context, mc *memberConn, out *http.Reque
 // handshakeOn writes out on c (TLS to the site first for wss://) and reads
 // the answer head within answerTimeout.
 func (g *Gateway) handshakeOn(ctx context.Context, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
-	if out.URL.Scheme == "https" {
+	if t, ok := ctx.Value(mirrorKey{}).(*innerTunnel); ok && out.URL.Scheme == "https" {
+		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
+		// bytes are relayed, which HTTP/2 has no place for.
+		tc, _, err := g.siteTLS(ctx, c, t, speaksUpgrade)
+		if err != nil {
+			return socket{}, err
+		}
+		c = tc
+	} else if out.URL.Scheme == "https" {
 		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: g.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 		_ = tc.SetDeadline(time.Now().Add(g.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {

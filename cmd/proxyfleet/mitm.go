@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -133,8 +134,8 @@ func caSPKIHash(certPEM []byte) (string, error) {
 	return base64.StdEncoding.EncodeToString(sum[:]), nil
 }
 
-// mitmFrom reads --mitm-ca-cert, --mitm-ca-key and --mitm-bypass; nil
-// options when MITM is off.
+// mitmFrom reads --mitm-ca-cert, --mitm-ca-key, --mitm-bypass,
+// --mitm-fingerprint and --mitm-fallback-preset; nil options when MITM is off.
 func mitmFrom(c *cli.Context) (*gateway.MITMOptions, error) {
 	certPath, keyPath := c.Path(flagMITMCACert), c.Path(flagMITMCAKey)
 	bypass := c.StringSlice(flagMITMBypass)
@@ -165,7 +166,17 @@ func mitmFrom(c *cli.Context) (*gateway.MITMOptions, error) {
 		ca.Close()
 		return nil, fmt.Errorf("--%s: %w", flagMITMBypass, err)
 	}
-	return &gateway.MITMOptions{CA: ca, Bypass: hp}, nil
+	fp, err := gateway.ParseFingerprint(c.String(flagMITMFingerprint))
+	if err != nil {
+		ca.Close()
+		return nil, fmt.Errorf("--%s: %w", flagMITMFingerprint, err)
+	}
+	preset := c.String(flagMITMFallbackPreset)
+	if _, err := mirror.PresetByName(preset); err != nil {
+		ca.Close()
+		return nil, fmt.Errorf("--%s: %w", flagMITMFallbackPreset, err)
+	}
+	return &gateway.MITMOptions{CA: ca, Bypass: hp, Fingerprint: fp, FallbackPreset: preset}, nil
 }
 
 // siteRootsFrom is the system roots plus --upstream-ca-file, nil (the

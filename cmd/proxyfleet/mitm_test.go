@@ -79,6 +79,8 @@ func TestMITMAndBanRuleFlagsRefuseBadInput(t *testing.T) {
 		{"the cert as key", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", cert}, "no PEM PRIVATE KEY block"},
 		{"bypass without MITM", []string{"--mitm-bypass", "example.com"}, "--mitm-bypass without --mitm-ca-cert"},
 		{"a bypass with a port", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-bypass", "example.com:443"}, "--mitm-bypass: host pattern"},
+		{"an unknown fingerprint mode", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-fingerprint", "chrome"}, `--mitm-fingerprint: fingerprint "chrome": want mirror or go`},
+		{"an unknown fallback preset", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-fallback-preset", "netscape"}, `--mitm-fallback-preset: unknown ClientHello preset "netscape"`},
 		{"a malformed rule names it", []string{"--ban-rule", "status=200 body~( action=banned"}, `--ban-rule: ban rule "status=200 body~( action=banned"`},
 		{"an unknown preset", []string{"--ban-rule", "preset=akamai"}, "unknown preset"},
 		{"ban-body-bytes zero", []string{"--ban-body-bytes", "0"}, "--ban-body-bytes 0"},

@@ -64,7 +64,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "concurrent clients in the throughput measurements")
 	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
 	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
-	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; redis: only the Redis store rows")
+	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; redis: only the Redis store rows; mitm: only the MITM rows")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -86,7 +86,7 @@ func run(cfg config) error {
 	fmt.Printf("proxyfleet bench: %d CPUs, GOMAXPROCS %d, %s, squid %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), squidVersion())
 	fmt.Printf("binary %s\nload average at start: %s\n\n", bin, loadAverage())
 	switch cfg.only {
-	case "":
+	case "", "mitm":
 	case "sidecar":
 		rows, err := runSidecarOnly(bin)
 		if err != nil {
@@ -100,7 +100,7 @@ func run(cfg config) error {
 		}
 		return printRows(rows)
 	default:
-		return fmt.Errorf("-only %q: want sidecar or redis", cfg.only)
+		return fmt.Errorf("-only %q: want sidecar, redis or mitm", cfg.only)
 	}
 
 	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})
@@ -147,6 +147,13 @@ func run(cfg config) error {
 	}
 	pids := pidSet{gateway: gw.PID(), squid: squid.PID()}
 
+	if cfg.only == "mitm" {
+		rows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
+		if err != nil {
+			return err
+		}
+		return printRows(rows)
+	}
 	var rows []row
 	fmt.Println("plain HTTP keep-alive throughput ...")
 	r, err := throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)

@@ -12,13 +12,16 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
-// mitmBench measures what MITM costs against a plain tunnel, both through
-// the same Squid to the same HTTPS target: a second gateway with
-// --mitm-ca-cert beside the plain one (tunnelURL, pid tunnelPID). Two
-// loads: keep-alive (a crawler's usual shape: one tunnel, many requests;
-// under MITM each is a request the gateway reads, classifies and forwards
-// over its own pooled TLS connection to the site) and a new tunnel per
-// request (a TLS handshake with the client, and the leaf from the cache).
+// mitmBench measures what MITM costs against a plain tunnel, all through
+// the same Squid to the same HTTPS target: two more gateways with
+// --mitm-ca-cert, one mirroring the client's ClientHello (the default) and
+// one with --mitm-fingerprint go, beside the plain one (tunnelURL, pid
+// tunnelPID). Two loads: keep-alive (a crawler's usual shape: one tunnel,
+// many requests; under MITM each is a request the gateway reads,
+// classifies and forwards, over the tunnel's own site connection under
+// mirror, over a pooled one under go) and a new tunnel per request (a TLS
+// handshake with the client, the leaf from the cache, and under mirror a
+// new site connection with its own handshake).
 func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.Target, tunnelURL string, tunnelPID int) ([]row, error) {
 	certPEM, keyPEM, err := mitmca.Generate("proxyfleet bench CA", time.Hour, time.Now())
 	if err != nil {
@@ -39,23 +42,31 @@ func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.T
 		return nil, err
 	}
 	defer os.Remove(siteCA)
-	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 2, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name: "gateway-mitm",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
-				"--upstream", squid.URL(), "--allow-private-targets", "--log-level", "warn",
-				"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", siteCA},
-			WaitAddrs: addrs,
+	// One MITM gateway per site-facing handshake: the client's mirrored
+	// (the default) and Go's.
+	var mitmAddrs []string
+	var mitmPIDs []int
+	for _, fp := range []string{"mirror", "go"} {
+		gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 2, func(addrs []string) testutil.ProcessOptions {
+			return testutil.ProcessOptions{
+				Name: "gateway-mitm-" + fp,
+				Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
+					"--upstream", squid.URL(), "--allow-private-targets", "--log-level", "warn",
+					"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", siteCA, "--mitm-fingerprint", fp},
+				WaitAddrs: addrs,
+			}
+		})
+		if err != nil {
+			return nil, err
 		}
-	})
-	if err != nil {
-		return nil, err
+		defer func() {
+			if code, err := gw.Stop(); err != nil || code != 0 {
+				fmt.Fprintf(os.Stderr, "MITM gateway (%s) exit %d %v\n%s", fp, code, err, gw.Output())
+			}
+		}()
+		mitmAddrs = append(mitmAddrs, addrs[0])
+		mitmPIDs = append(mitmPIDs, gw.PID())
 	}
-	defer func() {
-		if code, err := gw.Stop(); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "MITM gateway exit %d %v\n%s", code, err, gw.Output())
-		}
-	}()
 	mitmRoots := x509.NewCertPool()
 	mitmRoots.AppendCertsFromPEM(certPEM)
 	type side struct {
@@ -63,9 +74,11 @@ func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.T
 		pid         int
 		tls         *tls.Config
 	}
+	mitmTLS := &tls.Config{RootCAs: mitmRoots, ServerName: target.Host(), MinVersion: tls.VersionTLS12}
 	sides := []side{
 		{"tunnel", tunnelURL, tunnelPID, target.ClientTLSConfig()},
-		{"mitm", "http://" + addrs[0], gw.PID(), &tls.Config{RootCAs: mitmRoots, ServerName: target.Host(), MinVersion: tls.VersionTLS12}},
+		{"mirror", "http://" + mitmAddrs[0], mitmPIDs[0], mitmTLS},
+		{"go", "http://" + mitmAddrs[1], mitmPIDs[1], mitmTLS},
 	}
 	u := target.URL() + "/"
 	var rows []row
@@ -88,8 +101,8 @@ func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.T
 				return nil, fmt.Errorf("%s %s warm-up: %w", shape.label, s.name, err)
 			}
 		}
-		var n [2]int64
-		var elapsed [2]time.Duration
+		var n [3]int64
+		var elapsed [3]time.Duration
 		for round := 0; round < cfg.rounds; round++ {
 			for i, s := range sides {
 				c0 := cpuTime(s.pid)
@@ -108,8 +121,10 @@ func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.T
 			fmt.Printf("  %-6s %8.0f req/s  gateway %9s/req\n", s.name, rps[i], us(cpu[i]))
 		}
 		rows = append(rows,
-			row{shape.label + ", MITM ÷ plain tunnel, req/s", f0(rps[1]) + " (MITM)", f0(rps[0]) + " (tunnel)", fmt.Sprintf("%.2f×", rps[1]/rps[0]), "", true},
-			row{"  gateway CPU per request, MITM vs tunnel", us(cpu[1]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[1])/float64(cpu[0])), "", true},
+			row{shape.label + ", MITM mirror ÷ plain tunnel, req/s", f0(rps[1]) + " (mirror)", f0(rps[0]) + " (tunnel)", fmt.Sprintf("%.2f×", rps[1]/rps[0]), "", true},
+			row{"  MITM go ÷ plain tunnel, req/s", f0(rps[2]) + " (go)", f0(rps[0]) + " (tunnel)", fmt.Sprintf("%.2f×", rps[2]/rps[0]), "", true},
+			row{"  gateway CPU per request, mirror vs tunnel", us(cpu[1]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[1])/float64(cpu[0])), "", true},
+			row{"  gateway CPU per request, go vs tunnel", us(cpu[2]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[2])/float64(cpu[0])), "", true},
 		)
 	}
 	return rows, nil

@@ -60,7 +60,7 @@ func StartSquidConf(t testing.TB, name string, render func(port int, dir string)
 		if err := os.WriteFile(conf, []byte(files.Conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var out lockedBuffer
+		var out LockedBuffer
 		service := SquidServiceName()
 		cmd := exec.Command(SquidBinary, "-N", "-n", service, "-d", "1", "-f", conf)
 		cmd.Dir = dir
@@ -126,19 +126,22 @@ func waitListening(addr string, exited <-chan struct{}, within time.Duration) er
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process's output and a reader.
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer safe for one writer (a process's output,
+// a test's logger) and a reader at once.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String is everything written so far.
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

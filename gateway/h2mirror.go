@@ -1,0 +1,191 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	fhttp "github.com/bogdanfinn/fhttp"
+	fhttp2 "github.com/bogdanfinn/fhttp/http2"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// HTTP/2 on both sides of a mirroring tunnel: a client that offers h2 gets
+// HTTP/2 from the gateway (x/net/http2's server, every stream a request on
+// the plain-HTTP path), and the gateway reads the client's first frames
+// before serving: its SETTINGS (values and order), connection
+// WINDOW_UPDATE, PRIORITY frames, and the first HEADERS' priority and
+// pseudo-header order. A site that picks h2 then gets those, through
+// bogdanfinn/fhttp's HTTP/2 client, which writes them as told.
+
+// h2Print is what a client's first HTTP/2 frames said.
+type h2Print struct {
+	settings       []fhttp2.Setting
+	connFlow       uint32 // connection WINDOW_UPDATE increment (0: none)
+	priorities     []fhttp2.Priority
+	headerPriority fhttp2.PriorityParam
+	pseudo         []string
+}
+
+// minMirroredConnFlow is the smallest connection window increment mirrored:
+// fhttp's client counts its own receive window from 15663105 and tops it up
+// at half of that, so a client that announced less than about 8 MiB would
+// leave the site waiting for a WINDOW_UPDATE that never comes. Such a
+// client's increment is sent as 15663105 (Chromium's) instead.
+const minMirroredConnFlow = 8 << 20
+
+// maxMirroredTable bounds the HPACK table the gateway offers a site: a
+// client's larger SETTINGS_HEADER_TABLE_SIZE would let the site make the
+// gateway hold that much per connection.
+const maxMirroredTable = 1 << 20
+
+// readH2Print reads the client preface and the frames up to the first
+// complete HEADERS from r.
+func readH2Print(r io.Reader) (*h2Print, error) {
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(r, preface); err != nil || string(preface) != http2.ClientPreface {
+		return nil, errors.New("no HTTP/2 client preface")
+	}
+	fr := http2.NewFramer(io.Discard, r)
+	fr.ReadMetaHeaders = hpack.NewDecoder(65536, nil)
+	fr.MaxHeaderListSize = serverMaxHeaderBytes
+	p := &h2Print{}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			_ = f.ForeachSetting(func(s http2.Setting) error {
+				p.settings = append(p.settings, fhttp2.Setting{ID: fhttp2.SettingID(s.ID), Val: s.Val})
+				return nil
+			})
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				p.connFlow = f.Increment
+			}
+		case *http2.PriorityFrame:
+			p.priorities = append(p.priorities, fhttp2.Priority{StreamID: f.StreamID,
+				PriorityParam: fhttp2.PriorityParam{StreamDep: f.StreamDep, Exclusive: f.Exclusive, Weight: f.Weight}})
+		case *http2.MetaHeadersFrame:
+			if f.HasPriority() {
+				p.headerPriority = fhttp2.PriorityParam{StreamDep: f.Priority.StreamDep, Exclusive: f.Priority.Exclusive, Weight: f.Priority.Weight}
+			}
+			for _, hf := range f.Fields {
+				if strings.HasPrefix(hf.Name, ":") {
+					p.pseudo = append(p.pseudo, hf.Name)
+				}
+			}
+			return p, nil
+		}
+	}
+}
+
+// alps is the ALPS data for h2 a client with these SETTINGS sends: the
+// SETTINGS payload, as Chromium does.
+func (p *h2Print) alps() []byte {
+	b := make([]byte, 0, 6*len(p.settings))
+	for _, s := range p.settings {
+		b = append(b, byte(s.ID>>8), byte(s.ID), byte(s.Val>>24), byte(s.Val>>16), byte(s.Val>>8), byte(s.Val))
+	}
+	return b
+}
+
+// transport is an fhttp HTTP/2 client that opens connections the way the
+// client did.
+func (p *h2Print) transport() *fhttp2.Transport {
+	t := &fhttp2.Transport{DisableCompression: true, ReadIdleTimeout: idleConnTimeout,
+		Settings: map[fhttp2.SettingID]uint32{}, ConnectionFlow: p.connFlow,
+		Priorities: p.priorities, PseudoHeaderOrder: p.pseudo}
+	if t.ConnectionFlow < minMirroredConnFlow {
+		t.ConnectionFlow = 15663105
+	}
+	hp := p.headerPriority
+	t.HeaderPriority = &hp
+	for _, s := range p.settings {
+		switch {
+		case s.ID == fhttp2.SettingEnablePush:
+			s.Val = 0 // the gateway takes no pushes, whatever the client would
+		case s.ID == fhttp2.SettingHeaderTableSize && s.Val > maxMirroredTable:
+			s.Val = maxMirroredTable
+		case s.ID == fhttp2.SettingInitialWindowSize && s.Val > 1<<31-1,
+			s.ID == fhttp2.SettingMaxFrameSize && (s.Val < 1<<14 || s.Val > 1<<24-1):
+			continue // invalid: the site would end the connection
+		}
+		if _, dup := t.Settings[s.ID]; !dup {
+			t.SettingsOrder = append(t.SettingsOrder, s.ID)
+		}
+		t.Settings[s.ID] = s.Val
+		if s.ID == fhttp2.SettingHeaderTableSize {
+			t.HeaderTableSize = s.Val
+		}
+		if s.ID == fhttp2.SettingInitialWindowSize {
+			t.InitialWindowSize = s.Val
+		}
+	}
+	if len(t.PseudoHeaderOrder) != 4 {
+		t.PseudoHeaderOrder = []string{":method", ":authority", ":scheme", ":path"}
+	}
+	return t
+}
+
+// serveMITMH2 hands a client that chose h2 to the MITM server once its
+// first frames are read and kept for the tunnel's site connections; every
+// stream is then a request served as serveInnerRequest serves one over
+// HTTP/1.1.
+func (g *Gateway) serveMITMH2(tc net.Conn, t *innerTunnel) {
+	var rec bytes.Buffer
+	_ = tc.SetReadDeadline(time.Now().Add(serverReadHeader))
+	p, err := readH2Print(io.TeeReader(tc, &rec))
+	if err != nil {
+		g.log.Debug("the client's HTTP/2 start could not be read", "target", t.host, "err", err)
+		_ = tc.Close()
+		return
+	}
+	_ = tc.SetReadDeadline(time.Time{})
+	t.h2 = p
+	g.inner.serve(&prefixConn{Conn: tc, prefix: rec.Bytes()}, t)
+}
+
+// goH2Print opens a site's HTTP/2 connection for a client that spoke
+// HTTP/1.1 to the gateway (there are no frames of its own to mirror) as
+// Go's x/net/http2 client does.
+var goH2Print = &h2Print{
+	settings: []fhttp2.Setting{{ID: fhttp2.SettingEnablePush, Val: 0}, {ID: fhttp2.SettingInitialWindowSize, Val: 4 << 20},
+		{ID: fhttp2.SettingMaxFrameSize, Val: 16 << 10}, {ID: fhttp2.SettingMaxHeaderListSize, Val: maxResponseHead}},
+	connFlow: 1 << 30,
+	pseudo:   []string{":authority", ":method", ":path", ":scheme"},
+}
+
+// h2RoundTrip sends out over an fhttp HTTP/2 connection and answers in
+// net/http's types.
+func h2RoundTrip(cc *fhttp2.ClientConn, out *http.Request) (*http.Response, error) {
+	h := make(fhttp.Header, len(out.Header)+1)
+	for k, vv := range out.Header {
+		h[k] = vv
+	}
+	fr := &fhttp.Request{Method: out.Method, URL: out.URL, Proto: "HTTP/2.0", ProtoMajor: 2,
+		Header: h, Body: out.Body, GetBody: out.GetBody, ContentLength: out.ContentLength,
+		Host: out.Host, Trailer: fhttp.Header(out.Trailer)}
+	if _, ok := fr.Header["User-Agent"]; !ok {
+		// fhttp would send its own; the client sent none.
+		fr.Header["User-Agent"] = []string{""}
+	}
+	fr = fr.WithContext(out.Context())
+	resp, err := cc.RoundTrip(fr)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Response{Status: resp.Status, StatusCode: resp.StatusCode, Proto: resp.Proto, ProtoMajor: resp.ProtoMajor,
+		ProtoMinor: resp.ProtoMinor, Header: http.Header(resp.Header), Body: resp.Body, ContentLength: resp.ContentLength,
+		Trailer: http.Header(resp.Trailer), Uncompressed: resp.Uncompressed, Request: out}, nil
+}

@@ -1,0 +1,184 @@
+package mirror
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+)
+
+// captured are ClientHellos real clients sent to a testutil.FingerprintSite
+// on 127.0.0.1: to its IP address (no server name), or to shop.example
+// mapped to it (the "-sni" ones).
+func captured(t testing.TB) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.hello")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("captured ClientHellos: %v %v", files, err)
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(f), ".hello")] = b
+	}
+	return out
+}
+
+// asRecord wraps a handshake message in one TLS record.
+func asRecord(msg []byte) []byte {
+	return append([]byte{22, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...)
+}
+
+func print(t *testing.T, msg []byte) *testutil.HelloPrint {
+	t.Helper()
+	p, err := testutil.ParseClientHello(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestMirroredHelloMatchesTheClients builds the site-facing ClientHello from
+// each captured one and reads both with the tests' own parser: JA3 (in the
+// order sent), JA4 and every field a site compares are the client's.
+func TestMirroredHelloMatchesTheClients(t *testing.T) {
+	for name, msg := range captured(t) {
+		t.Run(name, func(t *testing.T) {
+			_, record, err := ReadHello(bytes.NewReader(asRecord(msg)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := Parse(record)
+			if err != nil {
+				t.Fatalf("cannot mirror %s: %v", name, err)
+			}
+			host := "127.0.0.1"
+			if strings.HasSuffix(name, "-sni") {
+				host = "shop.example"
+			}
+			built, err := Built(Config{Host: host, Hello: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, got := print(t, msg), print(t, built)
+			if want.JA3String() != got.JA3String() || want.JA4() != got.JA4() || want.Shape() != got.Shape() || want.Length != got.Length {
+				t.Fatalf("mirrored hello differs from %s's:\nJA3  %s\nwant %s\nJA4  %s\nwant %s\n     %s\nwant %s\nlength %d, want %d",
+					name, got.JA3String(), want.JA3String(), got.JA4(), want.JA4(), got.Shape(), want.Shape(), got.Length, want.Length)
+			}
+			if bytes.Equal(built[6:38], msg[6:38]) {
+				t.Fatal("the mirrored hello reuses the client's random")
+			}
+		})
+	}
+}
+
+// TestMirroredHelloNamesTheSite: the server name is the site's (the
+// CONNECT's host, which was checked), whatever the client sent; ALPN keeps
+// only what the gateway speaks.
+func TestMirroredHelloNamesTheSite(t *testing.T) {
+	msg := captured(t)["chromium-156-sni"]
+	h, err := Parse(asRecord(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := Built(Config{Host: "other.example", Hello: h, Speaks: func(p string) bool { return p == "http/1.1" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := print(t, built)
+	if got.ServerName != "other.example" || strings.Join(got.ALPN, ",") != "http/1.1" {
+		t.Fatalf("server name %q, ALPN %v; want other.example and http/1.1 only", got.ServerName, got.ALPN)
+	}
+	if want := print(t, msg); strings.Join(h.ALPN, ",") != strings.Join(want.ALPN, ",") {
+		t.Fatalf("Hello.ALPN %v, want the client's %v", h.ALPN, want.ALPN)
+	}
+}
+
+func TestPresetsBuild(t *testing.T) {
+	for _, name := range Presets() {
+		p, err := PresetByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err := Built(Config{Host: "shop.example", Preset: p})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := print(t, built); got.ServerName != "shop.example" || len(got.CipherSuites) == 0 {
+			t.Fatalf("%s: server name %q, %d suites", name, got.ServerName, len(got.CipherSuites))
+		}
+	}
+	if _, err := PresetByName("netscape-4"); err == nil || !strings.Contains(err.Error(), "chrome-133") {
+		t.Fatalf("unknown preset: %v, want an error listing the presets", err)
+	}
+}
+
+// TestUnmirrorableHellos: what Parse refuses, with a reason.
+func TestUnmirrorableHellos(t *testing.T) {
+	msg := captured(t)["curl-7.88-openssl-3.0"]
+	// An extension uTLS cannot send (0x7777, with a body) in place of padding.
+	odd := bytes.Clone(msg)
+	i := bytes.Index(odd, []byte{0x00, 0x15})
+	if i < 0 {
+		t.Fatal("no padding extension in curl's hello")
+	}
+	odd[i], odd[i+1] = 0x77, 0x77
+	for name, rec := range map[string][]byte{
+		"cut short":         asRecord(msg)[:60],
+		"unknown extension": asRecord(odd),
+		"not a hello":       {22, 3, 1, 0, 4, 2, 0, 0, 0},
+	} {
+		if _, err := Parse(rec); err == nil {
+			t.Errorf("%s: Parse accepted it", name)
+		}
+	}
+	if _, _, err := ReadHello(strings.NewReader("GET / HTTP/1.1\r\n\r\n")); err == nil || !strings.Contains(err.Error(), "not a TLS handshake") {
+		t.Fatalf("plain HTTP: %v", err)
+	}
+}
+
+// BenchmarkMirror is what mirroring adds per site connection before any
+// byte is sent: parsing the client's hello into a fresh spec and building
+// the hello from it (Chromium's, the largest), against a preset's.
+func BenchmarkMirror(b *testing.B) {
+	msg := captured(b)["chromium-156-sni"]
+	b.Run("parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Parse(asRecord(msg)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	h, err := Parse(asRecord(msg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("spec", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := h.Spec("shop.example", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("build mirrored", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Built(Config{Host: "shop.example", Hello: h}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	p, _ := PresetByName(DefaultPreset)
+	b.Run("build preset", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Built(Config{Host: "shop.example", Preset: p}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

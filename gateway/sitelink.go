@@ -1,0 +1,378 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	fhttp2 "github.com/bogdanfinn/fhttp/http2"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// Under --mitm-fingerprint mirror a site connection belongs to one client
+// connection: a MITM tunnel keeps its own connections to its site, one
+// per member its requests went through, opened by the first request that
+// needs one (with the client's ClientHello mirrored) and closed with the
+// client's connection. A site never sees two clients' requests on one TLS
+// session. --mitm-fingerprint go keeps the member's Transport, which pools
+// its connections across clients.
+
+// Fingerprint is the site-facing TLS handshake under MITM.
+type Fingerprint string
+
+const (
+	// FingerprintMirror sends the site a ClientHello built from the
+	// client's (gateway/mirror), over a site connection of the client's own.
+	FingerprintMirror Fingerprint = "mirror"
+	// FingerprintGo sends Go's crypto/tls ClientHello, over connections
+	// pooled across clients.
+	FingerprintGo Fingerprint = "go"
+)
+
+// ParseFingerprint reads a --mitm-fingerprint or X-Proxyfleet-Fingerprint value.
+func ParseFingerprint(s string) (Fingerprint, error) {
+	switch Fingerprint(s) {
+	case FingerprintMirror, FingerprintGo:
+		return Fingerprint(s), nil
+	}
+	return "", errors.New("fingerprint " + echo.Quote(s) + ": want mirror or go")
+}
+
+// mirrorKey carries, on a request inside a MITM tunnel that mirrors, the
+// tunnel whose site connections it uses.
+type mirrorKey struct{}
+
+// speaksForward are the ALPN protocols the gateway speaks to a site for a
+// forwarded request: a site that picks h2 gets HTTP/2 (fhttp).
+func speaksForward(p string) bool { return p == "h2" || p == "http/1.1" || p == "http/1.0" }
+
+// speaksUpgrade are the ALPN protocols a WebSocket handshake can use: the
+// gateway relays its bytes after 101, which HTTP/2 has not.
+func speaksUpgrade(p string) bool { return p == "http/1.1" }
+
+// siteLinks are a tunnel's own site connections, by member name.
+type siteLinks struct {
+	mu      sync.Mutex
+	links   map[string]*siteLink
+	opening map[string]chan struct{} // a member's first link being opened
+	closed  bool
+}
+
+// siteLink is one TLS connection to the site through one member, speaking
+// HTTP/1.1 (one exchange at a time) or HTTP/2.
+type siteLink struct {
+	member string
+	c      net.Conn
+	br     *bufio.Reader      // HTTP/1.1
+	fh     *fhttp2.ClientConn // HTTP/2, opened with the client's frames (h2Print)
+	busy   bool               // HTTP/1.1: an answer is being read
+}
+
+func (l *siteLink) close() {
+	if l.fh != nil {
+		_ = l.fh.Close()
+	}
+	_ = l.c.Close()
+}
+
+// take returns the member's link when it can carry a request now (an
+// HTTP/1.1 one marked busy). Without one it returns wait, when another
+// request is opening the member's first link (HTTP/2 carries both: one
+// site connection, as a browser has), or opener: the caller opens it and
+// calls opened.
+func (s *siteLinks) take(member string) (l *siteLink, wait <-chan struct{}, opener bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l = s.links[member]
+	switch {
+	case l == nil:
+		if ch, ok := s.opening[member]; ok {
+			return nil, ch, false
+		}
+		if s.opening == nil {
+			s.opening = map[string]chan struct{}{}
+		}
+		s.opening[member] = make(chan struct{})
+		return nil, nil, true
+	case l.fh != nil:
+		if l.fh.CanTakeNewRequest() {
+			return l, nil, false
+		}
+	case !l.busy:
+		l.busy = true
+		return l, nil, false
+	}
+	return nil, nil, false
+}
+
+// opened ends the opening of the member's first link, which add has
+// kept or which failed: the requests waiting for it look again.
+func (s *siteLinks) opened(member string) {
+	s.mu.Lock()
+	if ch, ok := s.opening[member]; ok {
+		close(ch)
+		delete(s.opening, member)
+	}
+	s.mu.Unlock()
+}
+
+// add keeps l as the member's link (replacing one that cannot take
+// requests, which closes when its exchange ends); false once the client's
+// connection closed.
+func (s *siteLinks) add(l *siteLink) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.links == nil {
+		s.links = map[string]*siteLink{}
+	}
+	s.links[l.member] = l
+	return true
+}
+
+// release makes an HTTP/1.1 link free for the tunnel's next request.
+func (s *siteLinks) release(l *siteLink) {
+	s.mu.Lock()
+	if s.links[l.member] == l && !s.closed {
+		l.busy = false
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	l.close()
+}
+
+// drop closes l and forgets it.
+func (s *siteLinks) drop(l *siteLink) {
+	s.mu.Lock()
+	if s.links[l.member] == l {
+		delete(s.links, l.member)
+	}
+	s.mu.Unlock()
+	l.close()
+}
+
+// closeAll closes every link: the client's connection closed.
+func (s *siteLinks) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	links := s.links
+	s.links = nil
+	s.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
+}
+
+// sendMirrored is send for a request of a mirroring tunnel: through the
+// tunnel's link for mc's member, opened now when there is none. A request
+// that may be sent again goes out once more on a new link when a reused
+// one turns out closed before answering.
+func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+	for try := 0; ; try++ {
+		l, wait, opener := t.sites.take(mc.m.Name)
+		if wait != nil {
+			select {
+			case <-wait:
+				try--
+				continue
+			case <-out.Context().Done():
+				return nil, errClientGone
+			}
+		}
+		reused := l != nil
+		if l == nil {
+			var err error
+			l, err = g.openSiteLink(out.Context(), t, mc, timeout)
+			if err == nil && !t.sites.add(l) {
+				l.close()
+				err = errClientGone
+			}
+			if opener {
+				t.sites.opened(mc.m.Name)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		resp, err := g.linkRoundTrip(t, l, out, timeout)
+		if err == nil {
+			return resp, nil
+		}
+		t.sites.drop(l)
+		if reused && try == 0 && staleLink(err) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// staleLink reports the error of a kept-alive connection the site had
+// closed before the request reached it.
+func staleLink(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || errors.Is(err, fhttp2.ErrNoCachedConn)
+}
+
+// openSiteLink connects to the tunnel's site through mc and completes the
+// mirrored handshake.
+func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberConn, timeout time.Duration) (*siteLink, error) {
+	var addrs []netip.Addr
+	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok && ca.host == t.host {
+		addrs = ca.addrs
+	}
+	c, early, err := g.dialConnect(ctx, mc, t.hostport, t.host, t.port, addrs, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if len(early) > 0 {
+		c = &prefixConn{Conn: c, prefix: early}
+	}
+	tc, proto, err := g.siteTLS(ctx, c, t, speaksForward)
+	if err != nil {
+		return nil, err
+	}
+	l := &siteLink{member: mc.m.Name, c: tc, busy: true}
+	if proto == "h2" {
+		p := t.h2
+		if p == nil {
+			p = goH2Print
+		}
+		if l.fh, err = p.transport().NewClientConn(tc); err != nil {
+			_ = tc.Close()
+			return nil, siteFault(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))
+		}
+		return l, nil
+	}
+	l.br = bufio.NewReaderSize(tc, 4096)
+	return l, nil
+}
+
+// siteTLS completes the site-facing handshake over c with the tunnel's
+// ClientHello (or the fallback preset), offering the ALPN protocols of the
+// client's list that speaks allows, and returns the connection and the
+// protocol the site chose. c is closed on an error.
+func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, speaks func(string) bool) (net.Conn, string, error) {
+	hctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	_ = c.SetDeadline(time.Now().Add(g.dialTimeout))
+	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: t.helloFor(g), Preset: g.mitm.preset, Speaks: speaks}
+	if t.h2 != nil {
+		cfg.ApplicationSettings = map[string][]byte{"h2": t.h2.alps()}
+	}
+	u, err := mirror.Client(hctx, c, cfg)
+	if err != nil {
+		_ = c.Close()
+		if isCertError(err) {
+			return nil, "", siteCertificateFault(t.host, err)
+		}
+		return nil, "", siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
+	}
+	_ = c.SetDeadline(time.Time{})
+	return u, u.ConnectionState().NegotiatedProtocol, nil
+}
+
+// linkRoundTrip sends out on l and returns the answer; its body gives
+// the link back to the tunnel when read to its end.
+func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, timeout time.Duration) (*http.Response, error) {
+	if l.fh != nil {
+		actx, cancel := context.WithCancelCause(out.Context())
+		timer := time.AfterFunc(timeout, func() { cancel(errAnswerTimeout) })
+		resp, err := h2RoundTrip(l.fh, out.WithContext(actx))
+		if !timer.Stop() {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			cancel(nil)
+			return nil, answerTimedOut(timeout, "the request")
+		}
+		if err != nil {
+			cancel(nil)
+			return nil, err
+		}
+		resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+		return resp, nil
+	}
+	ctx := out.Context()
+	stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(keepalive.ALongTimeAgo) })
+	if err := out.Write(l.c); err != nil {
+		stop()
+		return nil, err
+	}
+	_ = l.c.SetReadDeadline(time.Now().Add(timeout))
+	var resp *http.Response
+	for {
+		var err error
+		if resp, err = http.ReadResponse(l.br, out); err != nil {
+			stop()
+			if isTimeout(err) && ctx.Err() == nil {
+				return nil, answerTimedOut(timeout, "the request")
+			}
+			return nil, err
+		}
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	_ = l.c.SetReadDeadline(time.Time{})
+	resp.Body = &linkBody{rc: resp.Body, done: func(complete bool) {
+		stop()
+		if complete && !resp.Close {
+			t.sites.release(l)
+		} else {
+			t.sites.drop(l)
+		}
+	}}
+	return resp, nil
+}
+
+// linkBody is an HTTP/1.1 answer's body on a tunnel's link: read to its
+// end it frees the link, closed early or broken it closes it.
+type linkBody struct {
+	rc   io.ReadCloser
+	done func(complete bool)
+	over bool
+}
+
+func (b *linkBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && !b.over {
+		b.over = true
+		b.done(err == io.EOF)
+	}
+	return n, err
+}
+
+// Close ends the body; unread, the link is closed rather than drained.
+func (b *linkBody) Close() error {
+	if !b.over {
+		b.over = true
+		b.done(false)
+	}
+	return nil
+}
+
+// cancelBody ends an HTTP/2 answer's context with its body.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
