@@ -155,10 +155,10 @@ func TestDomainXML(t *testing.T) {
 	}{
 		{"uefi by default with secure boot off, file disks at the reported paths, our mark", func(*domainSpec) {},
 			[]string{`<domain type="qemu">`, `<os firmware="efi">`, `<feature enabled="no" name="secure-boot"/>`, "<acpi/>",
-				`<source file="/pool/proxy-abc.qcow2"/>`, `<source file="/pool/proxy-abc-seed.iso"/>`, `<source network="default"/>`,
+				`<source file="/pool/proxy-abc.qcow2"/>`, `<source file="/pool/proxy-abc-seed.iso"/>`, `<controller type="scsi" index="0" model="virtio-scsi"/>`, `<target dev="sda" bus="scsi"/>`, `<source network="default"/>`,
 				`xmlns:proxyfleet="` + MetadataNS + `"`, `uid="u-1"`, `createdAt="2026-01-02T03:04:05Z"`, `org.qemu.guest_agent.0`,
 				`<memory unit="MiB">512</memory>`, `<vcpu>2</vcpu>`},
-			[]string{`type="volume"`, "<pool", "host-passthrough"}, false},
+			[]string{`type="volume"`, "<pool", "host-passthrough", `bus="sata"`}, false},
 		{"bios images get no firmware selection", func(s *domainSpec) { s.Firmware = FirmwareBIOS }, []string{"<os>"}, []string{"firmware="}, false},
 		{"a bridge instead of a network", func(s *domainSpec) { s.Network, s.Bridge = "", "br0" }, []string{`<interface type="bridge">`, `<source bridge="br0"/>`}, nil, false},
 		{"kvm passes the host CPU through", func(s *domainSpec) { s.DomainType = "kvm" }, []string{`<domain type="kvm">`, "host-passthrough"}, nil, false},

@@ -106,7 +106,11 @@ const (
 // firmware autoselection (<os firmware="efi">) with secure boot off, so the
 // OVMF path never sits in our config and unsigned images boot; ACPI is on
 // because UEFI on x86 requires it. A serial console (current cloud images
-// log there) and the guest-agent channel the address lookup uses.
+// log there) and the guest-agent channel the address lookup uses. The seed
+// is a CD-ROM on virtio-scsi, not SATA: distributions' cloud kernels
+// (Debian's linux-image-cloud-amd64) leave out the AHCI driver q35's SATA
+// needs, and a guest that cannot see its seed boots without its
+// cloud-init; every image that runs on Compute Engine has virtio-scsi.
 func domainXML(s domainSpec) (string, error) {
 	if s.DiskPath == "" || s.SeedPath == "" {
 		return "", fmt.Errorf("%w: domain %s: the disk and seed paths are required", providers.ErrPermanent, s.Name)
@@ -135,7 +139,8 @@ func domainXML(s domainSpec) (string, error) {
 	b.WriteString("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n")
 	b.WriteString("  <devices>\n")
 	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"disk\">\n      <driver name=\"qemu\" type=\"qcow2\"/>\n      <source file=\"%s\"/>\n      <target dev=\"vda\" bus=\"virtio\"/>\n    </disk>\n", esc(s.DiskPath))
-	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"cdrom\">\n      <driver name=\"qemu\" type=\"raw\"/>\n      <source file=\"%s\"/>\n      <target dev=\"sda\" bus=\"sata\"/>\n      <readonly/>\n    </disk>\n", esc(s.SeedPath))
+	b.WriteString("    <controller type=\"scsi\" index=\"0\" model=\"virtio-scsi\"/>\n")
+	fmt.Fprintf(&b, "    <disk type=\"file\" device=\"cdrom\">\n      <driver name=\"qemu\" type=\"raw\"/>\n      <source file=\"%s\"/>\n      <target dev=\"sda\" bus=\"scsi\"/>\n      <readonly/>\n    </disk>\n", esc(s.SeedPath))
 	if s.Network != "" {
 		fmt.Fprintf(&b, "    <interface type=\"network\">\n      <source network=\"%s\"/>\n      <model type=\"virtio\"/>\n    </interface>\n", esc(s.Network))
 	} else {
