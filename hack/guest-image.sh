@@ -41,16 +41,19 @@ start=$SECONDS
 # recommends (mmdebstrap's default), so a guest boots quickly even under
 # software emulation: systemd, the cloud kernel and systemd-boot's EFI
 # binary, cloud-init (and growpart, which grows the root partition to the
-# overlay's size), iproute2 for systemd-networkd's renderer, squid.
-packages=systemd-sysv,udev,netbase,iproute2,e2fsprogs,linux-image-cloud-amd64,systemd-boot-efi,cloud-init,cloud-guest-utils,squid
+# overlay's size), iproute2 for systemd-networkd's renderer,
+# systemd-resolved for the name servers DHCP hands out (Squid reads
+# /etc/resolv.conf, which points at its stub), squid.
+packages=systemd-sysv,udev,netbase,iproute2,systemd-resolved,e2fsprogs,linux-image-cloud-amd64,systemd-boot-efi,cloud-init,cloud-guest-utils,squid
 mmdebstrap --variant=apt --include="$packages" \
 	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
 	--dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
 	--dpkgopt='path-exclude=/usr/share/info/*' \
 	--customize-hook='echo "LABEL=root / ext4 defaults,errors=remount-ro 0 1" > "$1/etc/fstab"' \
 	--customize-hook='rm -f "$1/etc/hostname"; : > "$1/etc/machine-id"' \
+	--customize-hook='ln -sfn ../run/systemd/resolve/stub-resolv.conf "$1/etc/resolv.conf"' \
 	--customize-hook='printf "datasource_list: [NoCloud, None]\n" > "$1/etc/cloud/cloud.cfg.d/90-datasource.cfg"' \
-	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service' \
+	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service' \
 	--customize-hook='printf "deb http://deb.debian.org/debian bookworm main\ndeb http://deb.debian.org/debian-security bookworm-security main\n" > "$1/etc/apt/sources.list"' \
 	--customize-hook='rm -rf "$1/var/cache/apt/"*.bin "$1/var/log/"*.log' \
 	bookworm "$root" "$mirror"
