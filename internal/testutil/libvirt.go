@@ -44,11 +44,12 @@ type Libvirtd struct {
 // libvirtdRun is the namespace's init script: private state directories,
 // libvirt's QEMU settings for a test (QEMU as root without a security
 // driver, since the disks live in a temp dir; console output to a file), a
-// loopback, then libvirtd under a bash that, as the namespace's PID 1,
+// loopback, /run/lock (where libvirt locks a console's pty; /var/lock
+// points there), then libvirtd under a bash that, as the namespace's PID 1,
 // reaps the QEMU processes libvirt daemonises.
 const libvirtdRun = `set -e
 for d in /var/lib/libvirt /var/cache/libvirt /etc/libvirt /run; do mount -t tmpfs tmpfs "$d"; done
-mkdir -p /var/log/libvirt /run/libvirt
+mkdir -p /var/log/libvirt /run/libvirt /run/lock
 mount --bind "$PF_DIR/log" /var/log/libvirt
 cp "$PF_DIR/qemu.conf" /etc/libvirt/qemu.conf
 ip link set lo up
@@ -330,26 +331,40 @@ func (d *Libvirtd) RecordConsoles(t testing.TB) *Consoles {
 }
 
 // recordConsole streams dom's console into buf until the domain stops or
-// stop closes.
+// stop closes. A console opened before QEMU has its pty (right after the
+// start) fails at once; it is opened again until the domain is gone.
 func (d *Libvirtd) recordConsole(dom libvirt.Domain, buf *tailBuffer, stop <-chan struct{}) {
-	lv, err := d.dial()
-	if err != nil {
-		fmt.Fprintf(buf, "\n[console: dialing libvirtd: %v]\n", err)
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := lv.DomainOpenConsole(dom, libvirt.OptString{}, buf, uint32(libvirt.DomainConsoleForce)); err != nil {
-			fmt.Fprintf(buf, "\n[console closed: %v]\n", err)
+	for {
+		lv, err := d.dial()
+		if err != nil {
+			fmt.Fprintf(buf, "\n[console: dialing libvirtd: %v]\n", err)
+			return
 		}
-	}()
-	select {
-	case <-done:
-	case <-stop:
+		done := make(chan error, 1)
+		go func() {
+			done <- lv.DomainOpenConsole(dom, libvirt.OptString{}, buf, uint32(libvirt.DomainConsoleForce))
+		}()
+		select {
+		case err = <-done:
+		case <-stop:
+			_ = lv.Disconnect()
+			<-done
+			return
+		}
+		active, aerr := lv.DomainIsActive(dom)
+		_ = lv.Disconnect()
+		if aerr != nil || active == 0 {
+			if err != nil {
+				fmt.Fprintf(buf, "\n[console closed: %v]\n", err)
+			}
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	_ = lv.Disconnect()
-	<-done
 }
 
 func (c *Consoles) buffer(name string) *tailBuffer {
