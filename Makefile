@@ -105,7 +105,7 @@ guest-image: deps
 	@hack/guest-image.sh $(GUEST_IMAGE)
 
 e2e: deps build sidecar envtest-bins guest-image
-	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_GUEST_IMAGE=$(GUEST_IMAGE) $(GO) test -count=1 -timeout 20m ./e2e/...
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_GUEST_IMAGE=$(GUEST_IMAGE) $(GO) test -count=1 -timeout 35m ./e2e/...
 
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:

@@ -1,0 +1,378 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/credentials"
+	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
+)
+
+// guestBootTimeout is how long a guest may take from its Proxy's creation
+// to Ready: the image download and upload, then a boot under software
+// emulation (about 90 s to cloud-init's end on an idle core) on a CI
+// machine whose two cores the other e2e tests share.
+const guestBootTimeout = 8 * time.Minute
+
+// TestControllerBinaryBootsARealSquidGuest is the VM fleet end to end: a
+// real Debian guest (make guest-image) booted by a real libvirtd, reached
+// over a real sshd, by the real controller binary with a kvm provider
+// entry, in a network namespace the test makes (every guest address lives
+// only there). The guest boots its overlay with the generated NoCloud seed;
+// cloud-init writes Squid's configuration and login and restarts Squid; the
+// provider reads the address from the DHCP lease; the health engine probes
+// through the guest's Squid with the Proxy's login until the Proxy is
+// Ready. A --pool-api gateway then carries a request to a target on the
+// guests' network, which sees the guest's address as the source, and the
+// guest's Squid refuses a request without the login (407), a CONNECT to a
+// port other than 443, and the metadata address and a private range (403).
+// Editing the spec replaces the guest: here with a deliberately broken
+// bootstrap (Squid's configuration invalid), whose failure report carries
+// the guest's cloud-init output and Squid's own complaint from the serial
+// console. Deleting the Proxy removes the domain, its overlay and its seed.
+func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
+	if !testutil.InNetNS(t) {
+		return
+	}
+	started := time.Now()
+	bin := testutil.BuildBinary(t)
+	image := testutil.GuestImagePath(t)
+	host := testutil.StartGuestHost(t, image, "")
+	lvd := host.Libvirtd
+	t.Logf("guests run with domain type %q: %s", lvd.DomainType, lvd.KVMReason)
+	env := testenv.Start(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	target := testutil.StartTarget(t, testutil.TargetOptions{Host: host.BridgeIP})
+
+	compute := testutil.StartComputeServer(t, "proxy-project")
+	config := filepath.Join(t.TempDir(), "providers.yaml")
+	writeFile(t, config, host.Config+`  - name: gcp-test
+    type: gcp
+    gcp:
+      project: proxy-project
+      endpoint: `+compute.URL+`
+      noAuth: true
+      addressType: internal
+      defaults: {zone: `+gceZone+`, machineType: e2-micro, image: projects/debian-cloud/global/images/family/debian-12}
+`)
+	const apiToken = "e2e-guest-token"
+	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
+	writeFile(t, tokenFile, apiToken+"\n")
+	ctl := startController(t, bin, env, ns, "--providers-config", config, "--lease-api-token-file", tokenFile, "--health-tick", "500ms")
+
+	px := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: ns},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "kvm-local", Port: 3128,
+			HealthCheck: v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 5, TimeoutSeconds: 5}},
+	}
+	gx := px.DeepCopy()
+	gx.Name, gx.Spec.Provider = "gce-1", "gcp-test"
+	for _, p := range []*v1alpha1.Proxy{px, gx} {
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The gcp Proxy's VM: the instance the provider inserted, booted here
+	// from the same image with the user-data of its metadata as the seed,
+	// its DHCP address reported as Compute Engine reports a VPC address.
+	gceName := bootGCEInstance(t, env.Client, compute, lvd, image, ns, "gce-1")
+
+	p := waitGuestReady(t, env.Client, host, ctl, ns, "vm-1")
+	name := providers.NameFromUID(string(p.UID))
+	t.Logf("the guest %s is Ready at %s, %s after the test began", name, p.Status.IP, time.Since(started).Round(time.Second))
+	if target.Count(p.Status.IP) == 0 {
+		t.Fatalf("Ready, but the target saw no probe from the guest's address %s (sources %v)", p.Status.IP, target.Sources())
+	}
+
+	login := guestLogin(t, env.Client, p)
+	requireGuestSquid(t, net.JoinHostPort(p.Status.IP, "3128"), login, target, host.BridgeIP)
+
+	g := waitGuestReady(t, env.Client, host, ctl, ns, "gce-1")
+	t.Logf("the gcp bootstrap's guest %s is Ready at %s, %s after the test began", gceName, g.Status.IP, time.Since(started).Round(time.Second))
+	if target.Count(g.Status.IP) == 0 {
+		t.Fatalf("gce-1 is Ready, but the target saw no probe from its guest's address %s (sources %v)", g.Status.IP, target.Sources())
+	}
+	requireGuestSquid(t, net.JoinHostPort(g.Status.IP, "3128"), guestLogin(t, env.Client, g), target, host.BridgeIP)
+	poolToken := filepath.Join(t.TempDir(), "pool-token")
+	writeFile(t, poolToken, apiToken+"\n")
+	gw := startGateway(t, bin, gwConfig{args: []string{"--pool-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
+	guests := map[string]string{ns + "/vm-1": p.Status.IP, ns + "/gce-1": g.Status.IP}
+	for i := range 4 {
+		var r getResult
+		testutil.Eventually(t, 60*time.Second, func() error {
+			var err error
+			if r, err = doGet(gw.client(t, "", nil), target.URL()+fmt.Sprintf("/through-a-guest/%d", i), nil); err != nil || r.status != http.StatusOK {
+				return fmt.Errorf("through the gateway: %d %v (%s)", r.status, err, r.reason)
+			}
+			return nil
+		})
+		if want, ok := guests[r.proxy]; !ok || r.source != want {
+			t.Fatalf("the request reached the target from %s via %q, want a guest's address as the source (%v)", r.source, r.proxy, guests)
+		}
+	}
+	if err := env.Client.Delete(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	lv := lvd.Connect(t)
+	defer func() { _ = lv.Disconnect() }()
+	if dom, err := lv.DomainLookupByName(gceName); err == nil {
+		_ = lv.DomainDestroy(dom)
+	}
+
+	// The spec edit: a bootstrap of the Proxy's own, the generated one with
+	// an option Squid does not know on its http_port.
+	broken, err := bootstrap.Squid(name, 3128, *login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenConf := strings.Replace(string(broken), "http_port 3128", "http_port 3128 no-such-option", 1)
+	if brokenConf == string(broken) {
+		t.Fatalf("the bootstrap has no http_port 3128 line to break:\n%s", broken)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	oldID := p.Status.ProviderID
+	p.Spec.CloudInit = &v1alpha1.CloudInit{Inline: brokenConf}
+	if err := env.Client.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var report string
+	waitFor := func(what string, d time.Duration, cond func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			ok, why := cond()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %s waiting for %s; last: %s\n%s", d, what, why, guestReport(host, ctl, name))
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	waitFor("the broken bootstrap's Squid to report its configuration error on the console", guestBootTimeout, func() (bool, string) {
+		report = guestReport(host, ctl, name)
+		got := p.DeepCopy()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return false, err.Error()
+		}
+		if got.Status.Phase == v1alpha1.PhaseReady && got.Status.ProviderID != oldID {
+			t.Fatalf("the guest with an invalid squid.conf became Ready:\n%s", report)
+		}
+		return strings.Contains(report, "no-such-option") && strings.Contains(report, "squid.service"),
+			fmt.Sprintf("phase %s, providerID %s (was %s)", got.Status.Phase, got.Status.ProviderID, oldID)
+	})
+	for _, want := range []string{"Cloud-init v.", "no-such-option", "squid.service"} {
+		if !strings.Contains(report, want) {
+			t.Fatalf("the failure report lacks %q:\n%s", want, report)
+		}
+	}
+	if got := (&v1alpha1.Proxy{}); env.Client.Get(ctx, client.ObjectKeyFromObject(p), got) != nil || got.Status.Phase == v1alpha1.PhaseReady {
+		t.Fatalf("the Proxy with the broken bootstrap is %s, want not Ready", got.Status.Phase)
+	}
+	t.Logf("the broken bootstrap's guest reported on its console (a failing test attaches the whole console, the QEMU log and the controller's output):\n%s",
+		lastLines(strings.Join(grepLines(host.Consoles.Log(name), "cloud-init["), "\n"), 30))
+
+	if err := env.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the Proxy gone", 2*time.Minute, func() (bool, string) {
+		var got v1alpha1.Proxy
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "vm-1"}, &got)
+		return apierrors.IsNotFound(err), "still there: " + string(got.Status.Phase)
+	})
+	waitFor("the domain, its overlay and its seed removed", time.Minute, func() (bool, string) {
+		if _, err := lv.DomainLookupByName(name); err == nil {
+			return false, "the domain " + name + " is still defined"
+		}
+		var left []string
+		for _, f := range lvd.PoolFiles(t) {
+			if strings.HasPrefix(f, name) {
+				left = append(left, f)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("the pool still holds %v", left)
+	})
+	t.Logf("the whole test took %s", time.Since(started).Round(time.Second))
+}
+
+// requireGuestSquid checks a guest's Squid at addr (host:port) as a
+// stranger and as a client with login would: a request without the login
+// or with a wrong password is 407, the logged-in control reaches target, a
+// CONNECT to port 22 and requests for the metadata address and a private
+// range are 403.
+func requireGuestSquid(t *testing.T, addr string, login *providers.BasicAuth, target *testutil.Target, bridgeIP string) {
+	t.Helper()
+	for _, tc := range []struct {
+		what   string
+		user   *url.Userinfo
+		method string
+		to     string
+		want   int
+	}{
+		{"a request without the login", nil, http.MethodGet, target.URL() + "/no-login", http.StatusProxyAuthRequired},
+		{"a request with a wrong password", url.UserPassword(login.Username, login.Password+"x"), http.MethodGet, target.URL() + "/wrong", http.StatusProxyAuthRequired},
+		{"the logged-in control", url.UserPassword(login.Username, login.Password), http.MethodGet, target.URL() + "/logged-in", http.StatusOK},
+		{"a CONNECT to port 22", url.UserPassword(login.Username, login.Password), http.MethodConnect, net.JoinHostPort(bridgeIP, "22"), http.StatusForbidden},
+		{"the metadata address", url.UserPassword(login.Username, login.Password), http.MethodGet, "http://169.254.169.254/computeMetadata/v1/", http.StatusForbidden},
+		{"a private range", url.UserPassword(login.Username, login.Password), http.MethodGet, "http://10.20.30.40:8080/", http.StatusForbidden},
+	} {
+		if got := askSquid(t, addr, tc.user, tc.method, tc.to); got != tc.want {
+			t.Errorf("%s through the guest's Squid: %d, want %d", tc.what, got, tc.want)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+}
+
+// gceZone is the zone of the gcp entry's instances.
+const gceZone = "europe-west1-b"
+
+// bootGCEInstance waits for the instance the gcp provider inserts for
+// Proxy ns/name, boots it here: the guest image with the user-data key of
+// the instance's metadata as its NoCloud seed, and reports the guest's
+// DHCP address as the instance's VPC address with status RUNNING, as
+// Compute Engine would. It returns the instance's name.
+func bootGCEInstance(t *testing.T, c client.Client, compute *testutil.ComputeServer, lvd *testutil.Libvirtd, image, ns, name string) string {
+	t.Helper()
+	var vm, userData string
+	poll(t, name+": its instance inserted", func() (bool, string) {
+		var p v1alpha1.Proxy
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return false, err.Error()
+		}
+		vm = providers.NameFromUID(string(p.UID))
+		inst := compute.Instance(gceZone, vm)
+		if inst == nil {
+			return false, fmt.Sprintf("instances: %v", compute.Instances())
+		}
+		md, _ := inst["metadata"].(map[string]any)
+		items, _ := md["items"].([]any)
+		for _, it := range items {
+			if kv, _ := it.(map[string]any); kv["key"] == "user-data" {
+				userData, _ = kv["value"].(string)
+			}
+		}
+		return userData != "", fmt.Sprintf("the instance's metadata has no user-data: %v", md)
+	})
+	lvd.BootSeeded(t, vm, image, []byte(userData))
+	ip := lvd.LeasedAddr(t, vm, guestBootTimeout)
+	compute.SetAddresses(gceZone, vm, ip, "")
+	compute.SetStatus(gceZone, vm, "RUNNING")
+	return vm
+}
+
+// waitGuestReady waits up to guestBootTimeout for the Proxy to be Ready
+// with an address, failing with the guest's console, the QEMU log and the
+// controller's output when it is not.
+func waitGuestReady(t *testing.T, c client.Client, host *testutil.GuestHost, ctl *controllerProc, ns, name string) *v1alpha1.Proxy {
+	t.Helper()
+	var p v1alpha1.Proxy
+	deadline, logged := time.Now().Add(guestBootTimeout), time.Now()
+	for {
+		err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p)
+		if err == nil && p.Status.Phase == v1alpha1.PhaseReady && p.Status.IP != "" && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionHealthy) {
+			return &p
+		}
+		if time.Since(logged) > time.Minute {
+			logged = time.Now()
+			t.Logf("%s/%s: phase %s, ip %q; the console's last line: %s", ns, name, p.Status.Phase, p.Status.IP,
+				lastLines(host.Consoles.Log(providers.NameFromUID(string(p.UID))), 1))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s is not Ready after %s: phase %s, ip %q, providerID %q, conditions %+v (err %v)\n%s", ns, name, guestBootTimeout,
+				p.Status.Phase, p.Status.IP, p.Status.ProviderID, p.Status.Conditions, err, guestReport(host, ctl, providers.NameFromUID(string(p.UID))))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// guestReport is what a failing guest test attaches: the guest's serial
+// console (the kernel, systemd, cloud-init's output, and the bootstrap's
+// Squid status and journal when Squid does not start), the tail of its QEMU
+// log, and the controller's last lines.
+func guestReport(host *testutil.GuestHost, ctl *controllerProc, domain string) string {
+	return "--- serial console of " + domain + " (cloud-init and Squid) ---\n" + lastLines(host.Consoles.Log(domain), 200) +
+		"\n--- QEMU log ---\n" + host.Libvirtd.GuestLog(domain) +
+		"\n--- controller ---\n" + lastLines(ctl.Output(), 60)
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(s, "\r", ""), "\n "), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// guestLogin reads the Proxy's generated login from its Secret.
+func guestLogin(t *testing.T, c client.Client, p *v1alpha1.Proxy) *providers.BasicAuth {
+	t.Helper()
+	var s corev1.Secret
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: p.Namespace, Name: credentials.GeneratedSecretName(p)}, &s); err != nil {
+		t.Fatalf("the Proxy's generated login: %v", err)
+	}
+	login, err := credentials.FromSecret(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return login
+}
+
+// askSquid sends one request straight to a guest's Squid with user info u
+// (nil: none), a GET of an absolute URL or a CONNECT to host:port, and
+// returns the status.
+func askSquid(t *testing.T, squid string, u *url.Userinfo, method, to string) int {
+	t.Helper()
+	const timeout = 30 * time.Second
+	var resp *http.Response
+	var err error
+	if method == http.MethodConnect {
+		header := http.Header{}
+		if u != nil {
+			pw, _ := u.Password()
+			header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
+		}
+		var conn net.Conn
+		conn, resp, err = testutil.ConnectTunnel(squid, to, header, timeout)
+		if conn != nil {
+			_ = conn.Close()
+		}
+	} else {
+		proxy := &url.URL{Scheme: "http", Host: squid, User: u}
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: timeout}
+		resp, err = c.Get(to)
+	}
+	if err != nil {
+		t.Fatalf("%s %s through the guest's Squid: %v", method, to, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
