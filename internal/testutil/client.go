@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,3 +119,36 @@ type bufferedConn struct {
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// AskProxy sends one request straight to the proxy at proxyAddr with user
+// info u (nil: none, else Basic Proxy-Authorization): a GET of the
+// absolute URL target, or, when method is CONNECT, a tunnel to the
+// host:port target, closed at once. It returns the proxy's (or the
+// target's) answer with its body read and closed: the status and headers
+// (Squid names its error page in X-Squid-Error).
+func AskProxy(proxyAddr string, u *url.Userinfo, method, target string, timeout time.Duration) (*http.Response, error) {
+	var resp *http.Response
+	var err error
+	if method == http.MethodConnect {
+		header := http.Header{}
+		if u != nil {
+			pw, _ := u.Password()
+			header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
+		}
+		var conn net.Conn
+		conn, resp, err = ConnectTunnel(proxyAddr, target, header, timeout)
+		if conn != nil {
+			_ = conn.Close()
+		}
+	} else {
+		proxy := &url.URL{Scheme: "http", Host: proxyAddr, User: u}
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: timeout}
+		resp, err = c.Get(target)
+	}
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp, nil
+}

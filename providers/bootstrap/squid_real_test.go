@@ -2,10 +2,7 @@ package bootstrap
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -87,29 +84,10 @@ func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
 	// returns the status and Squid's error page name (X-Squid-Error).
 	ask := func(t *testing.T, u *url.Userinfo, method, target string) (int, string) {
 		t.Helper()
-		var resp *http.Response
-		var err error
-		if method == http.MethodConnect {
-			header := http.Header{}
-			if u != nil {
-				pw, _ := u.Password()
-				header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
-			}
-			var conn net.Conn
-			conn, resp, err = testutil.ConnectTunnel(addr, target, header, deadline)
-			if conn != nil {
-				_ = conn.Close()
-			}
-		} else {
-			proxy := &url.URL{Scheme: "http", Host: addr, User: u}
-			c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: deadline}
-			resp, err = c.Get(target)
-		}
+		resp, err := testutil.AskProxy(addr, u, method, target, deadline)
 		if err != nil {
 			t.Fatalf("%s %s through the bootstrap Squid: %v (no answer within %s means Squid waited on a lookup: its name server never answers)", method, target, err, deadline)
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("X-Squid-Error")
 	}
 	right := url.UserPassword(login.Username, login.Password)
