@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -153,12 +151,14 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 		t.Fatal(err)
 	}
-	oldID := p.Status.ProviderID
+	before, err := lv.DomainLookupByName(name)
+	if err != nil {
+		t.Fatalf("the running guest's domain: %v", err)
+	}
 	p.Spec.CloudInit = &v1alpha1.CloudInit{Inline: brokenConf}
 	if err := env.Client.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	var report string
 	waitFor := func(what string, d time.Duration, cond func() (bool, string)) {
 		t.Helper()
 		deadline := time.Now().Add(d)
@@ -173,18 +173,24 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}
-	waitFor("the broken bootstrap's Squid to report its configuration error on the console", guestBootTimeout, func() (bool, string) {
-		report = guestReport(host, ctl, name)
-		got := p.DeepCopy()
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+	left := false // the Proxy has left Ready since the edit
+	waitFor("a new guest whose Squid reports its configuration error on the console", guestBootTimeout, func() (bool, string) {
+		var got v1alpha1.Proxy
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 			return false, err.Error()
 		}
-		if got.Status.Phase == v1alpha1.PhaseReady && got.Status.ProviderID != oldID {
-			t.Fatalf("the guest with an invalid squid.conf became Ready:\n%s", report)
+		if got.Status.Phase != v1alpha1.PhaseReady {
+			left = true
+		} else if left {
+			t.Fatalf("the guest with an invalid squid.conf became Ready:\n%s", guestReport(host, ctl, name))
 		}
-		return strings.Contains(report, "no-such-option") && strings.Contains(report, "squid.service"),
-			fmt.Sprintf("phase %s, providerID %s (was %s)", got.Status.Phase, got.Status.ProviderID, oldID)
+		dom, err := lv.DomainLookupByName(name)
+		if err != nil || dom.UUID == before.UUID {
+			return false, fmt.Sprintf("phase %s; the guest not replaced yet (%v)", got.Status.Phase, err)
+		}
+		return strings.Contains(host.Consoles.Log(name), "no-such-option"), "phase " + string(got.Status.Phase) + "; no complaint on the console yet"
 	})
+	report := guestReport(host, ctl, name)
 	for _, want := range []string{"Cloud-init v.", "no-such-option", "squid.service"} {
 		if !strings.Contains(report, want) {
 			t.Fatalf("the failure report lacks %q:\n%s", want, report)
@@ -350,29 +356,9 @@ func guestLogin(t *testing.T, c client.Client, p *v1alpha1.Proxy) *providers.Bas
 // returns the status.
 func askSquid(t *testing.T, squid string, u *url.Userinfo, method, to string) int {
 	t.Helper()
-	const timeout = 30 * time.Second
-	var resp *http.Response
-	var err error
-	if method == http.MethodConnect {
-		header := http.Header{}
-		if u != nil {
-			pw, _ := u.Password()
-			header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
-		}
-		var conn net.Conn
-		conn, resp, err = testutil.ConnectTunnel(squid, to, header, timeout)
-		if conn != nil {
-			_ = conn.Close()
-		}
-	} else {
-		proxy := &url.URL{Scheme: "http", Host: squid, User: u}
-		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: timeout}
-		resp, err = c.Get(to)
-	}
+	resp, err := testutil.AskProxy(squid, u, method, to, 30*time.Second)
 	if err != nil {
 		t.Fatalf("%s %s through the guest's Squid: %v", method, to, err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
 	return resp.StatusCode
 }
