@@ -224,7 +224,8 @@ func (d *Libvirtd) GuestLog(name string) string {
 }
 
 // probeKVM decides the domain type tests use: it boots a diskless UEFI
-// guest under KVM and keeps "kvm" only if the guest is still running a
+// guest under KVM with the host CPU passed through (the kvm provider's
+// default cpuMode) and keeps "kvm" only if the guest is still running a
 // moment later. /dev/kvm opening is not enough: under nested virtualisation
 // KVM may open and still fail to run OVMF (the guest pauses on an emulation
 // failure).
@@ -237,7 +238,7 @@ func probeKVM(lv *libvirt.Libvirt, dir string) (domainType, reason string) {
 	const name = "pf-kvm-probe"
 	dom, err := lv.DomainDefineXMLFlags(`<domain type="kvm"><name>`+name+`</name><memory unit="MiB">128</memory><vcpu>1</vcpu>
 <os firmware="efi"><type arch="x86_64" machine="q35">hvm</type><firmware><feature enabled="no" name="secure-boot"/></firmware></os>
-<features><acpi/><apic/></features><devices><serial type="pty"/></devices></domain>`, 0)
+<features><acpi/><apic/></features><cpu mode="host-passthrough"/><devices><serial type="pty"/></devices></domain>`, 0)
 	if err != nil {
 		return "qemu", "defining a KVM guest failed: " + err.Error()
 	}
@@ -246,6 +247,9 @@ func probeKVM(lv *libvirt.Libvirt, dir string) (domainType, reason string) {
 		_ = lv.DomainUndefineFlags(dom, libvirt.DomainUndefineNvram)
 	}()
 	if err := lv.DomainCreate(dom); err != nil {
+		if strings.Contains(err.Error(), "failed to set MSR") {
+			return "qemu", "KVM refuses the host CPU (failed to set MSR: nested virtualisation; kvm.cpuMode host-model is an operator's way out): " + err.Error()
+		}
 		return "qemu", "starting a KVM guest failed: " + err.Error()
 	}
 	time.Sleep(3 * time.Second)
@@ -256,8 +260,11 @@ func probeKVM(lv *libvirt.Libvirt, dir string) (domainType, reason string) {
 	if libvirt.DomainState(st) != libvirt.DomainRunning {
 		log, _ := os.ReadFile(filepath.Join(dir, "log", "qemu", name+".log"))
 		why := "state " + fmt.Sprint(st)
-		if strings.Contains(string(log), "emulation failure") {
+		switch {
+		case strings.Contains(string(log), "emulation failure"):
 			why = "KVM emulation failure under OVMF (nested virtualisation)"
+		case strings.Contains(string(log), "failed to set MSR"):
+			why = "KVM refuses the host CPU (failed to set MSR: nested virtualisation)"
 		}
 		return "qemu", "/dev/kvm opens but a UEFI guest does not run under KVM: " + why
 	}
