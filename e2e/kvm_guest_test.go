@@ -40,10 +40,14 @@ const guestBootTimeout = 8 * time.Minute
 // cloud-init writes Squid's configuration and login and restarts Squid; the
 // provider reads the address from the DHCP lease; the health engine probes
 // through the guest's Squid with the Proxy's login until the Proxy is
-// Ready. A --pool-api gateway then carries a request to a target on the
-// guests' network, which sees the guest's address as the source, and the
-// guest's Squid refuses a request without the login (407), a CONNECT to a
-// port other than 443, and the metadata address and a private range (403).
+// Ready. Beside it the same image boots the gcp provider's bootstrap: a
+// gcp entry on the in-test Compute Engine inserts an instance, whose
+// user-data metadata becomes a second guest's NoCloud seed, and that Proxy
+// turns Ready the same way. A --pool-api gateway then carries requests to
+// a target on the guests' network, which sees a guest's address as the
+// source, and each guest's Squid refuses a request without the login (407),
+// a CONNECT to a port other than 443, and the metadata address and a
+// private range (403).
 // Editing the spec replaces the guest: here with a deliberately broken
 // bootstrap (Squid's configuration invalid), whose failure report carries
 // the guest's cloud-init output and Squid's own complaint from the serial
@@ -55,7 +59,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	started := time.Now()
 	bin := testutil.BuildBinary(t)
 	image := testutil.GuestImagePath(t)
-	host := testutil.StartGuestHost(t, image, "")
+	host := testutil.StartGuestHost(t, image)
 	lvd := host.Libvirtd
 	t.Logf("guests run with domain type %q: %s", lvd.DomainType, lvd.KVMReason)
 	env := testenv.Start(t)

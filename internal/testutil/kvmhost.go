@@ -116,8 +116,8 @@ func GuestImagePath(t testing.TB) string {
 // image at imagePath with its sha256. Its kvm-local entry's machine type
 // is one vCPU, 512 MiB and a 3 GiB overlay; the guest agent installer is
 // off (the guest has no route to a package mirror here), so the address
-// comes from the DHCP leases. extra is appended to the kvm block.
-func StartGuestHost(t testing.TB, imagePath, extra string) *GuestHost {
+// comes from the DHCP leases.
+func StartGuestHost(t testing.TB, imagePath string) *GuestHost {
 	t.Helper()
 	lvd := StartLibvirtdWith(t, LibvirtdOptions{SharedNetNS: true, GuestSubnet: GuestSubnet})
 	consoles := lvd.RecordConsoles(t)
@@ -138,7 +138,7 @@ func StartGuestHost(t testing.TB, imagePath, extra string) *GuestHost {
 	t.Cleanup(images.Close)
 	digest := hex.EncodeToString(h.Sum(nil))
 	cfg := kvmEntry(lvd, sshd, "debian", images.URL+"/debian.qcow2", digest,
-		"{vcpus: 1, memoryMiB: 512, diskGiB: 3}", "      installGuestAgent: false\n"+extra)
+		"{vcpus: 1, memoryMiB: 512, diskGiB: 3}", "      installGuestAgent: false\n")
 	b := GuestSubnet.Addr().As4()
 	b[3] = 1
 	return &GuestHost{KVMHost: &KVMHost{Libvirtd: lvd, SSHD: sshd, Config: cfg, CachedBaseFiles: cachedBaseFiles("debian", digest)}, BridgeIP: netip.AddrFrom4(b).String(), Consoles: consoles}
