@@ -205,15 +205,9 @@ func (s *RedisStore) do(ctx context.Context, op string, fn func(context.Context)
 	return err
 }
 
-// run is one script call through do on the first member group's keys:
-// the whole store when it is not sharded. A script that reads or writes
-// members, leases or cooldowns runs on every group (runIn), or on the one
-// its member or lease names.
-func (s *RedisStore) run(ctx context.Context, op string, sc *redis.Script, argv ...any) *redis.Cmd {
-	return s.runIn(ctx, op, s.keys, sc, argv...)
-}
-
-// runIn is one script call through do on keys (one shard's).
+// runIn is one script call through do on keys (one member group's): a
+// script that reads or writes members, leases or cooldowns runs on every
+// group, or on the one its member or lease names.
 func (s *RedisStore) runIn(ctx context.Context, op string, keys []string, sc *redis.Script, argv ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	_ = s.do(ctx, op, func(ctx context.Context) error {
