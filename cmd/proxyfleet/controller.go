@@ -218,27 +218,10 @@ func setupProxyReconciler(ctx context.Context, mgr ctrl.Manager, s controllerSet
 }
 
 func runController(c *cli.Context) error {
-	s, err := parseControllerFlags(c)
+	s, rs, hs, ls, ss, err := parseControllerParts(c)
 	if err != nil {
 		return err
 	}
-	rs, err := parseRunnableFlags(c)
-	if err != nil {
-		return err
-	}
-	hs, err := parseHealthFlags(c)
-	if err != nil {
-		return err
-	}
-	ls, err := parseLeaseAPIFlags(c)
-	if err != nil {
-		return err
-	}
-	ss, err := parseStatusFlags(c)
-	if err != nil {
-		return err
-	}
-	ls.requests = ss.leaseRequests
 	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
 	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
 	s.manager.Logger = logger
@@ -297,6 +280,28 @@ func runController(c *cli.Context) error {
 	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
 		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)
 	return mgr.Start(ctx)
+}
+
+// parseControllerParts reads the controller's own flags and each part's
+// group, before anything starts.
+func parseControllerParts(c *cli.Context) (s controllerSettings, rs runnableSettings, hs healthSettings, ls leaseAPISettings, ss statusSettings, err error) {
+	if s, err = parseControllerFlags(c); err != nil {
+		return
+	}
+	if rs, err = parseRunnableFlags(c); err != nil {
+		return
+	}
+	if hs, err = parseHealthFlags(c); err != nil {
+		return
+	}
+	if ls, err = parseLeaseAPIFlags(c); err != nil {
+		return
+	}
+	if ss, err = parseStatusFlags(c); err != nil {
+		return
+	}
+	ls.requests = ss.leaseRequests
+	return
 }
 
 // limitAPIRequests sets the client-side rate limit of every client built
