@@ -183,18 +183,16 @@ type Gateway struct {
 	connectHTTPPorts []uint16
 	pacer            *pacer
 
-	aff *rotation.Affinity
-	// maxSessions is Options.AffinityEntries, for session_limit's message.
-	maxSessions int64
-	evidence    *rotation.MemberEvidence
-	front       *front.Server
-	flights     flightGroup
-	struck      struckSet
-	alive       aliveSet
-	tunnels     tunnelSet
-	bufs        bufPool
-	readers     bufpool.Readers // for upstream CONNECT answers
-	dns         dnsCache
+	aff      *rotation.Affinity
+	evidence *rotation.MemberEvidence
+	front    *front.Server
+	flights  flightGroup
+	struck   struckSet
+	alive    aliveSet
+	tunnels  tunnelSet
+	bufs     bufPool
+	readers  bufpool.Readers // for upstream CONNECT answers
+	dns      dnsCache
 
 	membersMu sync.RWMutex
 	members   map[string]*memberConn
@@ -300,7 +298,6 @@ func New(o Options) (*Gateway, error) {
 		banBodyBytes:   o.BanBodyBytes,
 		siteRoots:      o.SiteRoots,
 		aff:            aff,
-		maxSessions:    o.AffinityEntries,
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}

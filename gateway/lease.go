@@ -69,12 +69,12 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		case mc != nil && fits(mc, lr.p):
 			return held{id: pin.LeaseID, mc: mc, pinned: true}, nil
 		}
-	}
-	if pin, ok := g.aff.Get(lr.session, lr.target); ok && !pin.Lost {
-		// The pin is about to be replaced (its member left, or this request
-		// names another proxy or selector): give its lease back rather than
-		// let it hold a place at its member until the TTL.
-		g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+		if !pin.Lost {
+			// The pin is about to be replaced (its member left, or this
+			// request names another proxy or selector): give its lease back
+			// rather than let it hold a place at its member until the TTL.
+			g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+		}
 	}
 	key := rotation.PinKey(lr.session, lr.target)
 	f, leader := g.flights.begin(key)
@@ -120,7 +120,7 @@ func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (hel
 				// Every place holds a live session: this new one gets no
 				// member rather than one it would not keep.
 				_ = g.pool.Release(ctx, l.ID)
-				return held{}, &sessionLimitError{max: g.maxSessions}
+				return held{}, &sessionLimitError{max: g.aff.Max()}
 			}
 		}
 	}

@@ -165,6 +165,9 @@ func (a *Affinity) Delete(session, target string) {
 	s.mu.Unlock()
 }
 
+// Max is the most live pins the table holds.
+func (a *Affinity) Max() int64 { return a.max }
+
 // Len is the number of pins held, live or not yet swept.
 func (a *Affinity) Len() int64 { return a.n.Load() }
 

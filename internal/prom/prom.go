@@ -40,7 +40,6 @@ type (
 const (
 	CounterValue = prometheus.CounterValue
 	GaugeValue   = prometheus.GaugeValue
-	UntypedValue = prometheus.UntypedValue
 )
 
 // The constructors and helpers of client_golang the metrics use.

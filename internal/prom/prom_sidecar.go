@@ -33,7 +33,6 @@ type (
 const (
 	CounterValue = promlite.CounterValue
 	GaugeValue   = promlite.GaugeValue
-	UntypedValue = promlite.UntypedValue
 )
 
 // The constructors and helpers of promlite.

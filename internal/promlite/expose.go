@@ -22,9 +22,6 @@ func HandlerFor(g Gatherer, _ HandlerOpts) http.Handler {
 	})
 }
 
-// WriteText writes g's metrics in the text exposition format.
-func WriteText(w *bufio.Writer, g Gatherer) { writeText(w, g.gather()) }
-
 func writeText(w *bufio.Writer, fams []family) {
 	for _, f := range fams {
 		if len(f.samples) == 0 {
