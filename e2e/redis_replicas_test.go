@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -84,51 +82,15 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 
 	t.Run("a replica killed mid-crawl fails no request", func(t *testing.T) {
 		c := gw.client(t, "", nil)
-		var (
-			sent, failed atomic.Int64
-			firstFail    atomic.Value
-			stop         = make(chan struct{})
-			wg           sync.WaitGroup
-		)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					r, err := doGet(c, site.URL()+"/crawl", nil)
-					sent.Add(1)
-					if err != nil || r.status != http.StatusOK {
-						failed.Add(1)
-						firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
-					}
-				}
-			}()
-		}
-		waitSent := func(n int64) {
-			deadline := time.Now().Add(60 * time.Second)
-			for sent.Load() < n && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-		waitSent(50)
+		load := startCrawl([]*http.Client{c, c, c, c}, site.URL()+"/crawl")
+		load.waitSent(50)
 		if err := ctlA.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		before := sent.Load()
-		waitSent(before + 200)
-		close(stop)
-		wg.Wait()
-		if sent.Load() < before+200 {
-			t.Fatalf("only %d requests after the kill", sent.Load()-before)
-		}
-		if n := failed.Load(); n > 0 {
-			t.Fatalf("%d of %d requests failed across the replica's death; first: %v", n, sent.Load(), firstFail.Load())
-		}
+		before := load.sent.Load()
+		load.waitSent(before + 200)
+		load.end()
+		load.wantNoFailure(t, "the replica's death", before, 200)
 	})
 
 	var ctlC, ctlD *controllerProc

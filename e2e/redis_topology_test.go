@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,59 +51,23 @@ func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, pr
 		return nil
 	})
 
-	var (
-		sent, failed atomic.Int64
-		firstFail    atomic.Value
-		slowest      atomic.Int64
-		stop         = make(chan struct{})
-		wg           sync.WaitGroup
-	)
+	var clients []*http.Client
 	for i := range 6 {
-		c := gws[i%2].client(t, "", nil)
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				r, err := doGet(c, site.URL()+"/crawl", nil)
-				if d := time.Since(start).Milliseconds(); d > slowest.Load() {
-					slowest.Store(d)
-				}
-				sent.Add(1)
-				if err != nil || r.status != http.StatusOK {
-					failed.Add(1)
-					firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
-				}
-			}
-		})
+		clients = append(clients, gws[i%2].client(t, "", nil))
 	}
-	waitSent := func(n int64) {
-		deadline := time.Now().Add(60 * time.Second)
-		for sent.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitSent(100)
-	before := sent.Load()
+	load := startCrawl(clients, site.URL()+"/crawl")
+	load.waitSent(100)
+	before := load.sent.Load()
 	killed := time.Now()
 	kill()
 	waitNew()
 	failover := time.Since(killed)
-	after := sent.Load()
-	waitSent(after + 300)
-	close(stop)
-	wg.Wait()
+	after := load.sent.Load()
+	load.waitSent(after + 300)
+	load.end()
 	t.Logf("%d requests (%d before the kill, %d during the %s failover), %d failed; slowest %dms",
-		sent.Load(), before, after-before, failover.Round(time.Millisecond), failed.Load(), slowest.Load())
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d requests failed across the failover; first: %v", n, sent.Load(), firstFail.Load())
-	}
-	if sent.Load() < after+300 {
-		t.Fatalf("only %d requests after the failover", sent.Load()-after)
-	}
+		load.sent.Load(), before, after-before, failover.Round(time.Millisecond), load.failed.Load(), load.slowest.Load())
+	load.wantNoFailure(t, "the failover", after, 300)
 
 	fresh := gw()
 	fc := fresh.client(t, "", nil)
@@ -261,54 +223,19 @@ func TestControllerReplicasOnRedisSentinel(t *testing.T) {
 	gw := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, strings.Join(urls, ","), apiToken, "--pool-outage-grace", "0")})
 	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.179"})
 
-	var (
-		sent, failed atomic.Int64
-		firstFail    atomic.Value
-		stop         = make(chan struct{})
-		wg           sync.WaitGroup
-	)
-	for range 4 {
-		c := gw.client(t, "", nil)
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := doGet(c, site.URL()+"/crawl", nil)
-				sent.Add(1)
-				if err != nil || r.status != http.StatusOK {
-					failed.Add(1)
-					firstFail.CompareAndSwap(nil, fmt.Sprintf("%d %s %v %s", r.status, r.reason, err, strings.TrimSpace(r.body)))
-				}
-			}
-		})
-	}
-	waitSent := func(n int64) {
-		deadline := time.Now().Add(60 * time.Second)
-		for sent.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitSent(100)
+	load := startCrawl([]*http.Client{gw.client(t, "", nil), gw.client(t, "", nil), gw.client(t, "", nil), gw.client(t, "", nil)}, site.URL()+"/crawl")
+	load.waitSent(100)
 	old := rs.Primary(t)
-	before, killed := sent.Load(), time.Now()
+	before, killed := load.sent.Load(), time.Now()
 	if err := old.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	rs.WaitFailover(t, old, 60*time.Second)
 	failover := time.Since(killed)
-	after := sent.Load()
-	waitSent(after + 300)
-	close(stop)
-	wg.Wait()
+	after := load.sent.Load()
+	load.waitSent(after + 300)
+	load.end()
 	t.Logf("%d requests (%d before the kill, %d during the %s failover), %d failed",
-		sent.Load(), before, after-before, failover.Round(time.Millisecond), failed.Load())
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d requests failed across the failover; first: %v", n, sent.Load(), firstFail.Load())
-	}
-	if sent.Load() < after+300 {
-		t.Fatalf("only %d requests after the failover", sent.Load()-after)
-	}
+		load.sent.Load(), before, after-before, failover.Round(time.Millisecond), load.failed.Load())
+	load.wantNoFailure(t, "the failover", after, 300)
 }
