@@ -37,7 +37,7 @@ const guestBootTimeout = 8 * time.Minute
 // over a real sshd, by the real controller binary with a kvm provider
 // entry, in a network namespace the test makes (every guest address lives
 // only there). The guest boots its overlay with the generated NoCloud seed;
-// cloud-init writes Squid's configuration and login and restarts Squid; the
+// cloud-init writes Squid's configuration and login before Squid starts; the
 // provider reads the address from the DHCP lease; the health engine probes
 // through the guest's Squid with the Proxy's login until the Proxy is
 // Ready. Beside it the same image boots the gcp provider's bootstrap: a

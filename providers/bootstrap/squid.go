@@ -25,14 +25,22 @@ const (
 	PasswordFilePath = "/etc/squid/proxyfleet.htpasswd"
 )
 
-// RestartSquid is the bootstrap's last command: Squid restarted on the new
-// configuration and, when it does not come up, its status and its journal
-// (where Squid reports a line of squid.conf it cannot parse) printed before
-// the command fails. cloud-init copies a command's output to the serial
-// console and to /var/log/cloud-init-output.log, so an operator reading the
-// console (virsh console, a cloud's serial port output) sees why the VM
-// never answers.
-const RestartSquid = "systemctl restart squid || { systemctl --no-pager --full status squid; journalctl --no-pager -b -u squid -n 60; exit 1; }"
+// StartSquid is the bootstrap's last command: Squid started when it is not
+// running and, when it does not come up, its status and its journal (where
+// Squid reports a line of squid.conf it cannot parse) printed before the
+// command fails. cloud-init copies a command's output to the serial console
+// and to /var/log/cloud-init-output.log, so an operator reading the console
+// (virsh console, a cloud's serial port output) sees why the VM never
+// answers.
+//
+// It never restarts a Squid that runs: the configuration and the login are
+// on disk before Squid first starts (cloud-init writes files in its first
+// stage, which Debian's squid unit, ordered after network-online, follows;
+// a package the bootstrap installs starts after that), so a running Squid
+// already serves them, and a restart would close its port for seconds
+// (shutdown_lifetime, then a start) after the health probe may have found
+// the Proxy Ready — requests the gateway sends then are refused.
+const StartSquid = "systemctl start squid || { systemctl --no-pager --full status squid; journalctl --no-pager -b -u squid -n 60; exit 1; }"
 
 // bcryptCost keeps hashing cheap for Squid's helper; the password is random
 // and long, so the hash's work factor is not what protects it.
@@ -66,9 +74,10 @@ type writeFile struct {
 //
 // The files are written before the package is installed, and the package
 // manager keeps an existing squid.conf, so Squid never runs with the
-// distribution's defaults. The password file belongs to root until the
-// proxy group exists; until then the helper cannot read it and every request
-// is refused, never allowed.
+// distribution's defaults. The password file is readable by the proxy group
+// only: Debian's base-passwd defines that group (gid 13) on every system,
+// before any squid package exists, so the helper can read the login the
+// first time Squid starts.
 func Squid(name string, port int, auth providers.BasicAuth) ([]byte, error) {
 	if err := checkLogin(auth); err != nil {
 		return nil, err
@@ -88,13 +97,11 @@ func Squid(name string, port int, auth providers.BasicAuth) ([]byte, error) {
 		Packages:      []string{"squid"},
 		WriteFiles: []writeFile{
 			{Path: SquidConfPath, Permissions: "0644", Owner: "root:root", Content: conf.Render()},
-			{Path: PasswordFilePath, Permissions: "0600", Owner: "root:root", Content: auth.Username + ":" + string(hash) + "\n"},
+			{Path: PasswordFilePath, Permissions: "0640", Owner: "root:proxy", Content: auth.Username + ":" + string(hash) + "\n"},
 		},
 		RunCmd: [][]string{
-			{"chgrp", "proxy", PasswordFilePath},
-			{"chmod", "0640", PasswordFilePath},
 			{"systemctl", "enable", "squid"},
-			{"sh", "-c", RestartSquid},
+			{"sh", "-c", StartSquid},
 		},
 	}
 	body, err := yaml.Marshal(cc)

@@ -74,8 +74,8 @@ func TestBootstrapIsCloudConfigWithSquidAndItsLogin(t *testing.T) {
 		t.Fatal("squid.conf carries the plain password")
 	}
 	pw, ok := files[PasswordFilePath]
-	if !ok || pw.Permissions != "0600" {
-		t.Fatalf("password file %+v: want it written 0600", pw)
+	if !ok || pw.Permissions != "0640" || pw.Owner != "root:proxy" {
+		t.Fatalf("password file %+v: want it written 0640 root:proxy (readable by Squid's helper from its first start, by nobody else)", pw)
 	}
 	user, hash, ok := strings.Cut(strings.TrimSpace(pw.Content), ":")
 	if !ok || user != auth.Username {
@@ -88,8 +88,13 @@ func TestBootstrapIsCloudConfigWithSquidAndItsLogin(t *testing.T) {
 		t.Fatal("the user-data carries the plain password; only its hash belongs there")
 	}
 	last := cc.RunCmd[len(cc.RunCmd)-1]
-	if len(last) != 3 || last[0] != "sh" || last[2] != RestartSquid || !strings.HasPrefix(RestartSquid, "systemctl restart squid || ") {
-		t.Fatalf("runcmd ends with %v, want Squid restarted on the new config (and its journal shown when it fails)", last)
+	if len(last) != 3 || last[0] != "sh" || last[2] != StartSquid || !strings.HasPrefix(StartSquid, "systemctl start squid || ") {
+		t.Fatalf("runcmd ends with %v, want Squid started unless it runs, never restarted (and its journal shown when it fails)", last)
+	}
+	for _, c := range cc.RunCmd {
+		if strings.Contains(strings.Join(c, " "), "restart") {
+			t.Fatalf("runcmd %v restarts Squid: its port closes after a probe may have found the Proxy Ready", c)
+		}
 	}
 }
 
