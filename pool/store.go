@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"k8s.io/utils/clock"
@@ -129,13 +130,17 @@ type Store struct {
 	members map[string]*memberState
 	order   []*memberState // current members sorted by name
 	idx     *selectionIndex
-	live    leaseHeap // every unexpired, unreleased lease by end, removed members' too
-	resting restHeap  // members out of idx until their cooldown for every target ends
-	leases  map[string]*leaseEntry
-	idem    map[string]*leaseEntry // by AcquireRequest.IdempotencyKey
-	seq     uint64                 // choice sequence; rotation.Candidate.LastChosen
+	resting restHeap // members out of idx until their cooldown for every target ends
+	// The leases, live and still reportable (see store_leases.go).
+	base     time.Time // the time base of leaseEntry.end
+	slab     leaseSlab
+	live     leaseHeap // every unexpired, unreleased lease by end, removed members' too
+	targets  targetTable
+	idem     map[string]idemLease // by AcquireRequest.IdempotencyKey
+	idemKeys map[uint32]string    // the key of each slot in idem
+	seq      uint64               // choice sequence; rotation.Candidate.LastChosen
 
-	released     []string // ring of released lease IDs still reportable
+	released     []releasedRef // ring of released leases still reportable
 	releasedNext int
 }
 
@@ -165,27 +170,22 @@ type coolState struct {
 	reason  rotation.Result // the report that set until
 }
 
-type leaseEntry struct {
-	lease    Lease
-	ms       *memberState
-	end      time.Time // ExpiresAt, or the release time if released earlier
-	released bool
-	idx      int    // position in Store.live; -1 when not in it
-	idem     string // the acquire's idempotency key, "" for none
-}
-
 // NewStore makes an empty store; add members with SetMembers.
 func NewStore(o StoreOptions) *Store {
 	o = o.WithDefaults()
-	return &Store{
+	s := &Store{
 		o:        o,
 		pace:     NewPaces(o.Clock),
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
-		leases:   map[string]*leaseEntry{},
-		idem:     map[string]*leaseEntry{},
-		released: make([]string, 0, min(o.ReleasedRetained, 1024)),
+		base:     o.Clock.Now(),
+		targets:  targetTable{index: map[string]uint32{}},
+		idem:     map[string]idemLease{},
+		idemKeys: map[uint32]string{},
+		released: make([]releasedRef, 0, min(o.ReleasedRetained, 1024)),
 	}
+	s.live.slab = &s.slab
+	return s
 }
 
 // MaxTTL is the longest lease Acquire grants.
@@ -336,8 +336,12 @@ func (s *Store) place(ms *memberState, now time.Time) {
 // return to the index. Every operation that reads selection state calls it
 // first; its cost is O(log n) per event, paid once.
 func (s *Store) advance(now time.Time) {
-	for len(s.live) > 0 && !now.Before(s.live[0].end) {
-		e := heap.Pop(&s.live).(*leaseEntry)
+	for t := s.rel(now); len(s.live.slots) > 0; {
+		e := s.slab.at(s.live.slots[0])
+		if t < e.end {
+			break
+		}
+		s.live.remove(0)
 		e.ms.key.Active--
 		s.idx.rekeyed(e.ms)
 	}
@@ -366,12 +370,14 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	case ttl > s.o.MaxTTL:
 		return Lease{}, fmt.Errorf("%w: %s > %s", ErrTTLTooLong, ttl, s.o.MaxTTL)
 	}
-	id := rand.Text()
+	var raw [16]byte
+	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
+	nonce := [2]uint64{binary.BigEndian.Uint64(raw[:8]), binary.BigEndian.Uint64(raw[8:])}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.idem[req.IdempotencyKey]; req.IdempotencyKey != "" && e != nil {
-		return e.lease, nil
+	if il, ok := s.idem[req.IdempotencyKey]; req.IdempotencyKey != "" && ok {
+		return il.lease, nil
 	}
 	now := s.o.Clock.Now()
 	s.advance(now)
@@ -399,25 +405,28 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 		refused := nm
 		return Lease{}, &refused
 	}
-	for s.leases[id] != nil { // 128 random bits: never in practice
-		id = rand.Text()
-	}
 	s.seq++
 	ms.key.LastChosen = s.seq
 	ms.key.Active++
 	s.idx.rekeyed(ms)
-	e := &leaseEntry{
-		lease: Lease{ID: id, Member: ms.m, Target: req.Target, TTL: ttl, ExpiresAt: now.Add(ttl)},
-		ms:    ms,
-		end:   now.Add(ttl),
-	}
-	s.leases[id] = e
+	return s.grant(ms, nonce, req, ttl, now), nil
+}
+
+// grant records a lease of ms for req: a slot in the slab (whose number
+// the ID carries, so the slot is the ID's and no map is needed), a place
+// in the expiry heap, the target interned.
+func (s *Store) grant(ms *memberState, nonce [2]uint64, req AcquireRequest, ttl time.Duration, now time.Time) Lease {
+	slot := s.slab.alloc()
+	e := s.slab.at(slot)
+	*e = leaseEntry{nonce: nonce, ms: ms, end: addSat(s.rel(now), ttl), bits: s.targets.ref(req.Target)}
+	s.live.push(slot)
+	l := Lease{ID: leaseID(nonce, slot), Member: ms.m, Target: req.Target, TTL: ttl, ExpiresAt: now.Add(ttl)}
 	if req.IdempotencyKey != "" {
-		e.idem = req.IdempotencyKey
-		s.idem[e.idem] = e
+		e.bits |= leaseIdem
+		s.idem[req.IdempotencyKey] = idemLease{slot: slot, lease: l}
+		s.idemKeys[slot] = req.IdempotencyKey
 	}
-	heap.Push(&s.live, e)
-	return e.lease, nil
+	return l
 }
 
 // verdict is why a member can or cannot take a lease request.
@@ -505,33 +514,31 @@ func (ms *memberState) cooling(target string, now time.Time) bool {
 func (s *Store) Release(_ context.Context, leaseID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.leases[leaseID]
-	if e == nil || e.released {
+	slot, e := s.lookup(leaseID)
+	if e == nil || e.released() {
 		return nil
 	}
-	e.released = true
-	now := s.o.Clock.Now()
-	if e.idx >= 0 {
-		heap.Remove(&s.live, e.idx)
+	e.bits |= leaseReleased
+	if e.pos >= 0 {
+		s.live.remove(int(e.pos))
 		e.ms.key.Active--
 		s.idx.rekeyed(e.ms)
 	}
-	if now.Before(e.end) {
-		e.end = now
-	}
+	e.end = min(e.end, s.rel(s.o.Clock.Now()))
 	if s.o.ReleasedRetained == 0 {
-		s.forget(e)
+		s.forget(slot)
 		return nil
 	}
+	ref := releasedRef{nonce: e.nonce, slot: slot}
 	if len(s.released) < s.o.ReleasedRetained {
-		s.released = append(s.released, leaseID)
+		s.released = append(s.released, ref)
 		return nil
 	}
 	old := s.released[s.releasedNext]
-	if oe := s.leases[old]; oe != nil && oe.released {
-		s.forget(oe)
+	if oe := s.slab.lookup(old.slot, old.nonce); oe != nil && oe.released() {
+		s.forget(old.slot)
 	}
-	s.released[s.releasedNext] = leaseID
+	s.released[s.releasedNext] = ref
 	s.releasedNext = (s.releasedNext + 1) % len(s.released)
 	return nil
 }
@@ -558,13 +565,13 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.o.Clock.Now()
-	e := s.leases[leaseID]
-	if e == nil || !now.Before(e.end.Add(s.o.Cooldown.Max)) {
+	_, e := s.lookup(leaseID)
+	if e == nil || s.rel(now) >= addSat(e.end, s.o.Cooldown.Max) {
 		return fmt.Errorf("%w %q", ErrUnknownLease, leaseID)
 	}
 	target := r.Target
 	if target == "" {
-		target = e.lease.Target
+		target = s.targets.names[e.target()]
 	}
 	s.reportLocked(e.ms, target, r, now)
 	return nil
@@ -701,7 +708,7 @@ func (s *Store) ActiveLeases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance(s.o.Clock.Now())
-	return len(s.live)
+	return len(s.live.slots)
 }
 
 // ActiveCooldowns counts running {member, target} cooldowns of current
@@ -762,11 +769,15 @@ func (s *Store) sweep() {
 	now := s.o.Clock.Now()
 	s.advance(now)
 	keep := s.o.Cooldown.Max
-	for _, e := range s.leases {
-		if !now.Before(e.end.Add(keep)) { // ended, so no longer in s.live
-			s.forget(e)
+	t := s.rel(now)
+	for slot := range s.slab.hw {
+		if e := s.slab.at(slot); e.ms != nil && t >= addSat(e.end, keep) { // ended, so no longer in s.live
+			s.forget(slot)
 		}
 	}
+	s.slab.shrink()
+	s.live.shrink()
+	s.targets.shrink()
 	for _, ms := range s.order {
 		for target, c := range ms.cool {
 			if !now.Before(c.until.Add(keep)) {
@@ -776,41 +787,23 @@ func (s *Store) sweep() {
 	}
 }
 
-// forget drops an ended lease and its idempotency key.
-func (s *Store) forget(e *leaseEntry) {
-	delete(s.leases, e.lease.ID)
-	if e.idem != "" && s.idem[e.idem] == e {
-		delete(s.idem, e.idem)
+// forget drops the ended lease in slot and its idempotency key.
+func (s *Store) forget(slot uint32) {
+	e := s.slab.at(slot)
+	if e.bits&leaseIdem != 0 {
+		key := s.idemKeys[slot]
+		delete(s.idemKeys, slot)
+		if il, ok := s.idem[key]; ok && il.slot == slot {
+			delete(s.idem, key)
+		}
 	}
+	s.targets.unref(e.target())
+	*e = leaseEntry{}
+	s.slab.put(slot)
 }
 
 // ListMembers is Members for the lease API; the in-memory store never fails.
 func (s *Store) ListMembers(context.Context) ([]MemberStatus, error) { return s.Members(), nil }
-
-// leaseHeap is a min-heap of leases by end, tracking each entry's index so a
-// release can remove it in O(log n); Store.advance pops what expired.
-type leaseHeap []*leaseEntry
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].end.Before(h[j].end) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
-}
-func (h *leaseHeap) Push(x any) {
-	e := x.(*leaseEntry)
-	e.idx = len(*h)
-	*h = append(*h, e)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.idx = -1
-	*h = old[:len(old)-1]
-	return e
-}
 
 // restEntry is a member cooling down for every target until until (the
 // cooldown's end when it entered Store.resting; place re-checks it).

@@ -556,7 +556,7 @@ func TestStoreLateReportWindow(t *testing.T) {
 		for _, id := range ids[1:] {
 			mustReport(t, s, id, Report{Result: rotation.ResultOK})
 		}
-		if n := len(s.leases); n != 2 {
+		if n := s.leaseCount(); n != 2 {
 			t.Errorf("store holds %d leases, want 2", n)
 		}
 	})
@@ -656,15 +656,15 @@ func TestStoreSweepFreesMemoryOnly(t *testing.T) {
 
 	clk.Step(5 * time.Minute)
 	s.sweep()
-	if len(s.leases) != 2 {
-		t.Fatalf("sweep dropped a lease still inside its report window (%d left)", len(s.leases))
+	if n := s.leaseCount(); n != 2 {
+		t.Fatalf("sweep dropped a lease still inside its report window (%d left)", n)
 	}
 	clk.Step(6 * time.Minute) // l1 ended 11m ago, its cooldown 10m ago
 	s.sweep()
-	if _, ok := s.leases[l1.ID]; ok {
+	if _, e := s.lookup(l1.ID); e != nil {
 		t.Error("sweep kept a lease past its report window")
 	}
-	if _, ok := s.leases[l2.ID]; !ok {
+	if _, e := s.lookup(l2.ID); e == nil {
 		t.Error("sweep dropped a live lease")
 	}
 	if n := len(s.members["a"].cool); n != 0 {
