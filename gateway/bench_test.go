@@ -3,10 +3,13 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"runtime"
 	"strings"
@@ -18,20 +21,28 @@ import (
 )
 
 // benchGateway serves a gateway with one direct member on 127.0.0.1.
-func benchGateway(b *testing.B, mode rotation.Mode) string {
-	b.Helper()
+func benchGateway(tb testing.TB, mode rotation.Mode) string {
+	tb.Helper()
+	return benchGatewayWith(tb, Options{Mode: mode})
+}
+
+// benchGatewayWith serves a gateway with o (its Pool one direct member,
+// private targets allowed) on 127.0.0.1.
+func benchGatewayWith(tb testing.TB, o Options) string {
+	tb.Helper()
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers(directMembers(1))
-	g, err := New(Options{Pool: store, Mode: mode, AllowPrivateTargets: true})
+	o.Pool, o.AllowPrivateTargets = store, true
+	g, err := New(o)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go g.Serve(ln)
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = g.Shutdown(ctx)
@@ -39,20 +50,23 @@ func benchGateway(b *testing.B, mode rotation.Mode) string {
 	return ln.Addr().String()
 }
 
+var benchBody = []byte("hello from the target\n")
+
+func benchHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write(benchBody)
+}
+
 // benchTarget is a minimal keep-alive HTTP target.
-func benchTarget(b *testing.B) string {
-	b.Helper()
+func benchTarget(tb testing.TB) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	body := []byte("hello from the target\n")
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write(body)
-	})}
+	srv := &http.Server{Handler: http.HandlerFunc(benchHandler)}
 	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Close() })
+	tb.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String() + "/"
 }
 
@@ -61,15 +75,21 @@ func benchGet(b *testing.B, c *http.Client, u string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		resp, err := c.Get(u)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
+		getOnce(b, c, u)
+	}
+}
+
+// getOnce is one GET of u, its body read to the end: one op of the
+// request benchmarks and of TestAllocationBudgets.
+func getOnce(tb testing.TB, c *http.Client, u string) {
+	resp, err := c.Get(u)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		tb.Fatalf("status %d", resp.StatusCode)
 	}
 }
 
@@ -186,13 +206,13 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 }
 
 // echoServer echoes every connection until it closes.
-func echoServer(b *testing.B) string {
-	b.Helper()
+func echoServer(tb testing.TB) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() })
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -210,27 +230,69 @@ func echoServer(b *testing.B) string {
 func BenchmarkConnectTunnel(b *testing.B) {
 	echo := echoServer(b)
 	gw := benchGateway(b, rotation.ModeSticky)
-	req := []byte("CONNECT " + echo + " HTTP/1.1\r\nHost: " + echo + "\r\n\r\n")
-	buf := make([]byte, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		c, err := net.Dial("tcp", gw)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = c.Write(req)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("CONNECT: %v %v", resp, err)
-		}
-		_, _ = c.Write([]byte{'x'})
-		if _, err := io.ReadFull(br, buf); err != nil {
-			b.Fatal(err)
-		}
-		c.Close()
+		tunnelOnce(b, gw, echo)
 	}
+}
+
+// tunnelOnce is one CONNECT through gw to the echo server at echo, one
+// byte echoed, closed: one op of BenchmarkConnectTunnel and of
+// TestAllocationBudgets.
+func tunnelOnce(tb testing.TB, gw, echo string) {
+	c, err := net.Dial("tcp", gw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "CONNECT "+echo+" HTTP/1.1\r\nHost: "+echo+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	_, _ = c.Write([]byte{'x'})
+	if b, err := br.ReadByte(); err != nil || b != 'x' {
+		tb.Fatalf("echo through the tunnel: %q %v", b, err)
+	}
+}
+
+// mitmBench is a gateway intercepting CONNECT (the default mirrored
+// handshake toward the site, a direct member) in front of a minimal
+// keep-alive HTTPS target, and a client that trusts the gateway's CA:
+// each GET of the URL is one MITM'd request on a kept tunnel. The first
+// is sent here, and checked to carry the gateway's certificate.
+func mitmBench(tb testing.TB) (*http.Client, string) {
+	tb.Helper()
+	ca, caRoots := newTestCA(tb)
+	site := httptest.NewUnstartedServer(http.HandlerFunc(benchHandler))
+	site.StartTLS()
+	tb.Cleanup(site.Close)
+	siteRoots := x509.NewCertPool()
+	siteRoots.AddCert(site.Certificate())
+	gw := benchGatewayWith(tb, Options{Mode: rotation.ModeSticky, SiteRoots: siteRoots, MITM: &MITMOptions{CA: ca}})
+	c := benchClient(gw)
+	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: caRoots, MinVersion: tls.VersionTLS12}
+	tb.Cleanup(c.CloseIdleConnections)
+	resp, err := c.Get(site.URL + "/")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || resp.TLS.PeerCertificates[0].Issuer.CommonName != "proxyfleet test CA" {
+		tb.Fatalf("the client's TLS was not the gateway's (MITM off?): %+v", resp.TLS)
+	}
+	return c, site.URL + "/"
+}
+
+// BenchmarkMITMRequest is one keep-alive GET client → gateway (MITM) →
+// HTTPS target per op, on one tunnel: the gateway ends the client's TLS,
+// reads the request and sends it over its own TLS to the site.
+func BenchmarkMITMRequest(b *testing.B) {
+	c, u := mitmBench(b)
+	benchGet(b, c, u)
 }
 
 // BenchmarkPlainHTTPThroughUpstream is one keep-alive GET client → gateway

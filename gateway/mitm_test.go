@@ -22,7 +22,7 @@ import (
 )
 
 // newTestCA makes and loads a fresh MITM CA, and a pool that trusts it.
-func newTestCA(t *testing.T) (*mitmca.CA, *x509.CertPool) {
+func newTestCA(t testing.TB) (*mitmca.CA, *x509.CertPool) {
 	t.Helper()
 	certPEM, keyPEM, err := mitmca.Generate("proxyfleet test CA", time.Hour, time.Now())
 	if err != nil {

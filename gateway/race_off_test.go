@@ -1,0 +1,6 @@
+//go:build !race
+
+package gateway
+
+// raceBuild: the test binary runs under the race detector.
+const raceBuild = false
