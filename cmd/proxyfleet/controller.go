@@ -225,7 +225,7 @@ func runController(c *cli.Context) error {
 	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
 	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
 	s.manager.Logger = logger
-	tr, stopTracing, err := setupTracing(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
+	tr, stopTracing, err := tracing.Start(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leasestore"
 )
 
 // Flags of the controller's lease API. The store flags (--lease-ttl,
@@ -65,7 +66,7 @@ type leaseAPISettings struct {
 	review     bool
 	audience   string
 	store      pool.StoreOptions
-	leaseStore leaseStoreConfig
+	leaseStore leasestore.Config
 	tracing    trace.TracerProvider // nil: requests make no spans
 	// requests also gets every lease request's outcome (the status page's chart); may be nil.
 	requests metrics.OutcomeTap
@@ -111,7 +112,7 @@ func setupLeaseAPI(mgr ctrl.Manager, s leaseAPISettings, reg prometheus.Register
 		logger.Info("lease API off (--" + flagLeaseAPIListen + " 0)")
 		return nil, nil
 	}
-	backend, _, err := s.leaseStore.open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))), reg)
+	backend, _, err := s.leaseStore.Open(s.store, slog.New(logr.ToSlogHandler(logger.WithName("leasestore"))), reg)
 	if err != nil {
 		return nil, err
 	}

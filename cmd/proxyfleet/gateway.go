@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"regexp"
 	"strings"
@@ -15,10 +13,10 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/daemon"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -85,6 +83,14 @@ const (
 
 // gatewayCommand is `proxyfleet gateway`: the standalone rotating gateway.
 func gatewayCommand() *cli.Command { return gatewayCommandWith(runGateway) }
+
+// runGateway runs the gateway of cfg until ctx ends (daemon.Run), its logs
+// and usage block going to stderr.
+func runGateway(ctx context.Context, cfg *gatewayConfig, stderr io.Writer) error {
+	c := cfg.Config
+	c.Stderr = stderr
+	return daemon.Run(ctx, c)
+}
 
 // gatewayRunner runs the gateway from a validated configuration until ctx
 // ends; tests substitute one to inspect the configuration.
@@ -205,60 +211,35 @@ func gatewayFlags() []cli.Flag {
 	}, logFlags("text")...)
 }
 
-// gatewayConfig is the gateway's validated configuration: everything the
-// wiring needs, parsed once, so that an error never leaves anything running.
+// gatewayConfig is the gateway's validated configuration, the Config its
+// run takes, parsed once so that an error never leaves anything running.
 type gatewayConfig struct {
-	listen              string
-	static              []pool.Member
-	upstreamsFile       string
-	reloadInterval      time.Duration
-	mode                rotation.Mode
-	store               pool.StoreOptions
-	leaseStore          leaseStoreConfig
-	classifier          rotation.Classifier
-	banBodyBytes        int
-	mitm                *gateway.MITMOptions // nil: MITM off
-	siteRoots           *x509.CertPool       // nil: the system roots
-	retries             int
-	tokens              []string
-	allowPrivateTargets bool
-	probe               *probeConfig
-	apiListen           string
-	apiToken            string
-	poolAPI             string // remote pool mode when set
-	poolToken           string
-	poolClient          *poolapi.Client // built from the --pool-* flags when poolAPI is set
-	outageGrace         time.Duration   // 0: no last-known pool
-	poolRefresh         time.Duration
-	metricsListen       string
-	shutdownGrace       time.Duration
-	dialTimeout         time.Duration
-	requestTimeout      time.Duration
-	answerTimeout       time.Duration
-	siteTimeouts        gateway.SiteDurations
-	connectHTTPPorts    []uint16
-	maxSessions         int64
-	pacing              gateway.PacingOptions
-	logLevel            slog.Level
-	logJSON             bool
+	daemon.Config
+	poolToken string // read from --pool-token-file; PoolClient carries it
 }
 
-// probeConfig is set only when --probe-url is.
-type probeConfig struct {
-	url              string
-	interval         time.Duration
-	timeout          time.Duration
-	successThreshold int
-	failureThreshold int
+// gatewayNames are the flags the gateway's run names in its errors, logs
+// and usage block.
+var gatewayNames = daemon.Names{
+	Listen:        "--" + flagListen,
+	APIListen:     "--" + flagAPIListen,
+	MetricsListen: "--" + flagMetricsListen,
+	Static:        "--" + flagUpstream + "/--" + flagEgressAddr,
+	UpstreamsFile: "--" + flagUpstreamsFile,
+	Probe:         "--" + flagProbeURL,
+	OutageGrace:   "--" + flagPoolOutageGrace,
+	Tokens:        "--" + flagAuthTokenFile,
+	APIToken:      "--" + flagAPITokenFile,
 }
 
 // gatewayConfigFrom reads and checks every gateway flag. Errors name the flag
 // and never echo a credential.
 func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
-	cfg := &gatewayConfig{
-		upstreamsFile:       c.Path(flagUpstreamsFile),
-		allowPrivateTargets: c.Bool(flagAllowPrivateTargets),
-	}
+	cfg := &gatewayConfig{Config: daemon.Config{
+		UpstreamsFile:       c.Path(flagUpstreamsFile),
+		AllowPrivateTargets: c.Bool(flagAllowPrivateTargets),
+		Names:               gatewayNames,
+	}}
 	for _, read := range []func(*cli.Context) error{cfg.readTimings, cfg.readAnswers, cfg.readMembers, cfg.readPool, cfg.readOutput} {
 		if err := read(c); err != nil {
 			return nil, err
@@ -266,7 +247,7 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 	}
 	// Last: the CA is loaded only once everything else is known good.
 	var err error
-	if cfg.mitm, err = mitmFrom(c); err != nil {
+	if cfg.MITM, err = mitmFrom(c); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -278,11 +259,11 @@ func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 		name string
 		dst  *time.Duration
 	}{
-		{flagUpstreamsReload, &cfg.reloadInterval},
-		{flagShutdownGrace, &cfg.shutdownGrace},
-		{flagDialTimeout, &cfg.dialTimeout},
-		{flagRequestTimeout, &cfg.requestTimeout},
-		{flagMemberAnswerTimeout, &cfg.answerTimeout},
+		{flagUpstreamsReload, &cfg.ReloadInterval},
+		{flagShutdownGrace, &cfg.ShutdownGrace},
+		{flagDialTimeout, &cfg.DialTimeout},
+		{flagRequestTimeout, &cfg.RequestTimeout},
+		{flagMemberAnswerTimeout, &cfg.AnswerTimeout},
 	}
 	for _, d := range durations {
 		v := c.Duration(d.name)
@@ -291,10 +272,10 @@ func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 		}
 		*d.dst = v
 	}
-	if cfg.siteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
+	if cfg.SiteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
 		return fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
 	}
-	if cfg.pacing, err = pacingFrom(c); err != nil {
+	if cfg.Pacing, err = pacingFrom(c); err != nil {
 		return err
 	}
 	return nil
@@ -302,36 +283,36 @@ func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 
 // readAnswers reads the store's windows and how answers are read: rotation, ban statuses and rules, retries, the sites' roots.
 func (cfg *gatewayConfig) readAnswers(c *cli.Context) (err error) {
-	if cfg.store, err = storeOptionsFrom(c); err != nil {
+	if cfg.Store, err = storeOptionsFrom(c); err != nil {
 		return err
 	}
 
-	if cfg.maxSessions = int64(c.Int(flagMaxSessions)); cfg.maxSessions < 1 {
-		return fmt.Errorf("--%s %d: must be at least 1", flagMaxSessions, cfg.maxSessions)
+	if cfg.MaxSessions = int64(c.Int(flagMaxSessions)); cfg.MaxSessions < 1 {
+		return fmt.Errorf("--%s %d: must be at least 1", flagMaxSessions, cfg.MaxSessions)
 	}
-	if cfg.connectHTTPPorts, err = gateway.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
+	if cfg.ConnectHTTPPorts, err = gateway.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
 		return fmt.Errorf("--%s: %w", flagConnectHTTPPorts, err)
 	}
-	if cfg.mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
+	if cfg.Mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {
 		return fmt.Errorf("--%s: %w", flagRotation, err)
 	}
-	if cfg.classifier.RateLimit, err = rotation.ParseStatusList(c.String(flagRateLimitStatus)); err != nil {
+	if cfg.Classifier.RateLimit, err = rotation.ParseStatusList(c.String(flagRateLimitStatus)); err != nil {
 		return fmt.Errorf("--%s: %w", flagRateLimitStatus, err)
 	}
-	if cfg.classifier.Ban, err = rotation.ParseStatusList(c.String(flagBanStatus)); err != nil {
+	if cfg.Classifier.Ban, err = rotation.ParseStatusList(c.String(flagBanStatus)); err != nil {
 		return fmt.Errorf("--%s: %w", flagBanStatus, err)
 	}
-	if cfg.classifier.Rules, err = banRulesFrom(c); err != nil {
+	if cfg.Classifier.Rules, err = banRulesFrom(c); err != nil {
 		return err
 	}
-	if cfg.banBodyBytes = c.Int(flagBanBodyBytes); cfg.banBodyBytes < 1 || cfg.banBodyBytes > 16<<20 {
-		return fmt.Errorf("--%s %d: want 1 to %d", flagBanBodyBytes, cfg.banBodyBytes, 16<<20)
+	if cfg.BanBodyBytes = c.Int(flagBanBodyBytes); cfg.BanBodyBytes < 1 || cfg.BanBodyBytes > 16<<20 {
+		return fmt.Errorf("--%s %d: want 1 to %d", flagBanBodyBytes, cfg.BanBodyBytes, 16<<20)
 	}
-	if cfg.siteRoots, err = siteRootsFrom(c); err != nil {
+	if cfg.SiteRoots, err = siteRootsFrom(c); err != nil {
 		return err
 	}
-	if cfg.retries = c.Int(flagRetries); cfg.retries < 0 {
-		return fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.retries)
+	if cfg.Retries = c.Int(flagRetries); cfg.Retries < 0 {
+		return fmt.Errorf("--%s %d: must be 0 or more", flagRetries, cfg.Retries)
 	}
 	return nil
 }
@@ -344,14 +325,14 @@ func (cfg *gatewayConfig) readMembers(c *cli.Context) (err error) {
 			// ParseUpstream's message shows the URL with its password masked.
 			return fmt.Errorf("--%s (value %d): %w", flagUpstream, i+1, err)
 		}
-		cfg.static = append(cfg.static, m)
+		cfg.Static = append(cfg.Static, m)
 	}
 	for _, raw := range c.StringSlice(flagEgressAddr) {
 		m, err := pool.EgressMember(raw)
 		if err != nil {
 			return fmt.Errorf("--%s %q: %w", flagEgressAddr, raw, err)
 		}
-		cfg.static = append(cfg.static, m)
+		cfg.Static = append(cfg.Static, m)
 	}
 
 	if u := c.String(flagProbeURL); u != "" {
@@ -359,12 +340,12 @@ func (cfg *gatewayConfig) readMembers(c *cli.Context) (err error) {
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			return fmt.Errorf("--%s %s: want an absolute http:// or https:// URL", flagProbeURL, redact.URL(u))
 		}
-		cfg.probe = &probeConfig{
-			url:              u,
-			interval:         c.Duration(flagProbeInterval),
-			timeout:          c.Duration(flagProbeTimeout),
-			successThreshold: c.Int(flagProbeSuccessThreshold),
-			failureThreshold: c.Int(flagProbeFailureThreshold),
+		cfg.Probe = &daemon.ProbeConfig{
+			URL:              u,
+			Interval:         c.Duration(flagProbeInterval),
+			Timeout:          c.Duration(flagProbeTimeout),
+			SuccessThreshold: c.Int(flagProbeSuccessThreshold),
+			FailureThreshold: c.Int(flagProbeFailureThreshold),
 		}
 	}
 	// Checked even when probing is off, so a typo surfaces before it matters.
@@ -386,17 +367,17 @@ func (cfg *gatewayConfig) readPool(c *cli.Context) (err error) {
 	if err := cfg.readAuth(c); err != nil {
 		return err
 	}
-	if cfg.poolAPI, cfg.poolToken, err = poolAPIFrom(c); err != nil {
+	if cfg.PoolAPI, cfg.poolToken, err = poolAPIFrom(c); err != nil {
 		return err
 	}
-	if cfg.leaseStore, err = leaseStoreFrom(c); err != nil {
+	if cfg.LeaseStore, err = leaseStoreFrom(c); err != nil {
 		return err
 	}
-	if cfg.poolAPI != "" {
-		if cfg.poolClient, err = poolClientFrom(c, cfg.poolAPI, cfg.poolToken); err != nil {
+	if cfg.PoolAPI != "" {
+		if cfg.PoolClient, err = poolClientFrom(c, cfg.PoolAPI, cfg.poolToken); err != nil {
 			return err
 		}
-		if cfg.outageGrace, cfg.poolRefresh, err = outageFrom(c); err != nil {
+		if cfg.OutageGrace, cfg.PoolRefresh, err = outageFrom(c); err != nil {
 			return err
 		}
 	}
@@ -411,10 +392,10 @@ func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 		if _, err := checkListenAddr(flagMetricsListen, m); err != nil {
 			return err
 		}
-		cfg.metricsListen = m
+		cfg.MetricsListen = m
 	}
 
-	cfg.logLevel, cfg.logJSON, err = readLogFlags(c)
+	cfg.LogLevel, cfg.LogJSON, err = readLogFlags(c)
 	return err
 }
 
@@ -423,37 +404,37 @@ func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 	open := c.Bool(flagInsecureAllowOpen)
 
-	cfg.listen = c.String(flagListen)
-	loopback, err := checkListenAddr(flagListen, cfg.listen)
+	cfg.Listen = c.String(flagListen)
+	loopback, err := checkListenAddr(flagListen, cfg.Listen)
 	if err != nil {
 		return err
 	}
 	if f := c.Path(flagAuthTokenFile); f != "" {
-		if cfg.tokens, err = readTokenFile(flagAuthTokenFile, f); err != nil {
+		if cfg.Tokens, err = readTokenFile(flagAuthTokenFile, f); err != nil {
 			return err
 		}
 	}
-	if !loopback && cfg.tokens == nil && !open {
+	if !loopback && cfg.Tokens == nil && !open {
 		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to run an open proxy",
-			flagListen, cfg.listen, flagAuthTokenFile, flagInsecureAllowOpen)
+			flagListen, cfg.Listen, flagAuthTokenFile, flagInsecureAllowOpen)
 	}
 
-	cfg.apiListen = c.String(flagAPIListen)
+	cfg.APIListen = c.String(flagAPIListen)
 	if f := c.Path(flagAPITokenFile); f != "" {
-		if cfg.apiToken, err = readSingleToken(flagAPITokenFile, f); err != nil {
+		if cfg.APIToken, err = readSingleToken(flagAPITokenFile, f); err != nil {
 			return err
 		}
 	}
-	if cfg.apiListen == "" {
+	if cfg.APIListen == "" {
 		return nil
 	}
-	loopback, err = checkListenAddr(flagAPIListen, cfg.apiListen)
+	loopback, err = checkListenAddr(flagAPIListen, cfg.APIListen)
 	if err != nil {
 		return err
 	}
-	if !loopback && cfg.apiToken == "" && !open {
+	if !loopback && cfg.APIToken == "" && !open {
 		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to serve the lease API without a token",
-			flagAPIListen, cfg.apiListen, flagAPITokenFile, flagInsecureAllowOpen)
+			flagAPIListen, cfg.APIListen, flagAPITokenFile, flagInsecureAllowOpen)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +14,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,30 +53,30 @@ func TestGatewayDefaults(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"listen", cfg.listen, "127.0.0.1:3128"},
-		{"rotation", string(cfg.mode), "sticky"},
-		{"lease-ttl", cfg.store.DefaultTTL, 60 * time.Second},
-		{"max-lease-ttl", cfg.store.MaxTTL, time.Hour},
-		{"cooldown", cfg.store.Cooldown.Default, 10 * time.Minute},
-		{"max-cooldown", cfg.store.Cooldown.Max, time.Hour},
-		{"failure-cooldown", cfg.store.FailureWindow, 30 * time.Second},
-		{"site-failure-cooldown", cfg.store.SiteFailureRest, 10 * time.Second},
-		{"rate-limit-status", fmt.Sprint(cfg.classifier.RateLimit), "[429]"},
-		{"ban-status", fmt.Sprint(cfg.classifier.Ban), "[403]"},
-		{"retries", cfg.retries, 2},
-		{"max-leases-per-member", cfg.store.MaxLeasesPerMember, 0},
-		{"max-sessions", cfg.maxSessions, int64(100_000)},
-		{"connect-http-ports", fmt.Sprint(cfg.connectHTTPPorts), "[80]"},
-		{"upstreams-reload-interval", cfg.reloadInterval, 2 * time.Second},
-		{"probes off", cfg.probe == nil, true},
-		{"api-listen", cfg.apiListen, ""},
-		{"metrics-listen", cfg.metricsListen, "127.0.0.1:9090"},
-		{"shutdown-grace", cfg.shutdownGrace, 30 * time.Second},
-		{"dial-timeout", cfg.dialTimeout, 10 * time.Second},
-		{"request-timeout", cfg.requestTimeout, 60 * time.Second},
-		{"member-answer-timeout", cfg.answerTimeout, 15 * time.Second},
-		{"no tokens", cfg.tokens == nil, true},
-		{"no static members", len(cfg.static), 0},
+		{"listen", cfg.Listen, "127.0.0.1:3128"},
+		{"rotation", string(cfg.Mode), "sticky"},
+		{"lease-ttl", cfg.Store.DefaultTTL, 60 * time.Second},
+		{"max-lease-ttl", cfg.Store.MaxTTL, time.Hour},
+		{"cooldown", cfg.Store.Cooldown.Default, 10 * time.Minute},
+		{"max-cooldown", cfg.Store.Cooldown.Max, time.Hour},
+		{"failure-cooldown", cfg.Store.FailureWindow, 30 * time.Second},
+		{"site-failure-cooldown", cfg.Store.SiteFailureRest, 10 * time.Second},
+		{"rate-limit-status", fmt.Sprint(cfg.Classifier.RateLimit), "[429]"},
+		{"ban-status", fmt.Sprint(cfg.Classifier.Ban), "[403]"},
+		{"retries", cfg.Retries, 2},
+		{"max-leases-per-member", cfg.Store.MaxLeasesPerMember, 0},
+		{"max-sessions", cfg.MaxSessions, int64(100_000)},
+		{"connect-http-ports", fmt.Sprint(cfg.ConnectHTTPPorts), "[80]"},
+		{"upstreams-reload-interval", cfg.ReloadInterval, 2 * time.Second},
+		{"probes off", cfg.Probe == nil, true},
+		{"api-listen", cfg.APIListen, ""},
+		{"metrics-listen", cfg.MetricsListen, "127.0.0.1:9090"},
+		{"shutdown-grace", cfg.ShutdownGrace, 30 * time.Second},
+		{"dial-timeout", cfg.DialTimeout, 10 * time.Second},
+		{"request-timeout", cfg.RequestTimeout, 60 * time.Second},
+		{"member-answer-timeout", cfg.AnswerTimeout, 15 * time.Second},
+		{"no tokens", cfg.Tokens == nil, true},
+		{"no static members", len(cfg.Static), 0},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -114,17 +112,17 @@ probe-url: http://example.com/
 		name      string
 		got, want any
 	}{
-		{"retries: flag beats env and file", cfg.retries, 1},
-		{"lease-ttl: env beats file", cfg.store.DefaultTTL, 2 * time.Minute},
-		{"rotation: env beats default", string(cfg.mode), "request"},
-		{"cooldown: file beats default", cfg.store.Cooldown.Default, 5 * time.Minute},
-		{"max-cooldown: default", cfg.store.Cooldown.Max, time.Hour},
-		{"ban-status from a YAML list", fmt.Sprint(cfg.classifier.Ban), "[403 451]"},
-		{"rate-limit-status from a YAML number", fmt.Sprint(cfg.classifier.RateLimit), "[429]"},
-		{"upstreams from a YAML list", len(cfg.static), 2},
-		{"tokens from the file named in the config", strings.Join(cfg.tokens, ","), "s3cret-a,s3cret-b"},
-		{"probe on", cfg.probe != nil && cfg.probe.url == "http://example.com/", true},
-		{"probe-interval default", cfg.probe != nil && cfg.probe.interval == 10*time.Second, true},
+		{"retries: flag beats env and file", cfg.Retries, 1},
+		{"lease-ttl: env beats file", cfg.Store.DefaultTTL, 2 * time.Minute},
+		{"rotation: env beats default", string(cfg.Mode), "request"},
+		{"cooldown: file beats default", cfg.Store.Cooldown.Default, 5 * time.Minute},
+		{"max-cooldown: default", cfg.Store.Cooldown.Max, time.Hour},
+		{"ban-status from a YAML list", fmt.Sprint(cfg.Classifier.Ban), "[403 451]"},
+		{"rate-limit-status from a YAML number", fmt.Sprint(cfg.Classifier.RateLimit), "[429]"},
+		{"upstreams from a YAML list", len(cfg.Static), 2},
+		{"tokens from the file named in the config", strings.Join(cfg.Tokens, ","), "s3cret-a,s3cret-b"},
+		{"probe on", cfg.Probe != nil && cfg.Probe.URL == "http://example.com/", true},
+		{"probe-interval default", cfg.Probe != nil && cfg.Probe.Interval == 10*time.Second, true},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -146,8 +144,8 @@ func TestConfigFileRelativePathsResolveAgainstTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.tokens) != 1 || cfg.tokens[0] != "tok" {
-		t.Fatalf("tokens = %q, want [tok] read from the file next to the config", cfg.tokens)
+	if len(cfg.Tokens) != 1 || cfg.Tokens[0] != "tok" {
+		t.Fatalf("tokens = %q, want [tok] read from the file next to the config", cfg.Tokens)
 	}
 }
 
@@ -193,8 +191,8 @@ func TestConfigFileErrorsNameTheKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.metricsListen != "" {
-			t.Fatalf("metricsListen = %q, want off", cfg.metricsListen)
+		if cfg.MetricsListen != "" {
+			t.Fatalf("metricsListen = %q, want off", cfg.MetricsListen)
 		}
 	})
 	t.Run("empty file is an empty config", func(t *testing.T) {
@@ -202,8 +200,8 @@ func TestConfigFileErrorsNameTheKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.retries != 2 {
-			t.Fatalf("retries = %d, want the default 2", cfg.retries)
+		if cfg.Retries != 2 {
+			t.Fatalf("retries = %d, want the default 2", cfg.Retries)
 		}
 	})
 }
@@ -459,95 +457,6 @@ func httpGet(t *testing.T, client *http.Client, u string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from target, path %s", r.URL.Path)
-	}))
-	defer target.Close()
-
-	g := startGateway(t,
-		"--listen", "127.0.0.1:0",
-		"--api-listen", "127.0.0.1:0",
-		"--metrics-listen", "127.0.0.1:0",
-		"--allow-private-targets",
-		"--shutdown-grace", "5s",
-	)
-	out := g.stderr.String()
-	for _, want := range []string{
-		"with 1 member (direct)",
-		"export HTTPS_PROXY=http://" + g.proxy + " HTTP_PROXY=http://" + g.proxy,
-		"curl -x http://" + g.proxy + " https://example.com",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("startup message lacks %q:\n%s", want, out)
-		}
-	}
-	if g.api == "" || g.metrics == "" {
-		t.Fatalf("startup message lacks the API or metrics address:\n%s", out)
-	}
-
-	proxyURL, _ := url.Parse("http://" + g.proxy)
-	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
-	code, body := httpGet(t, viaProxy, target.URL+"/through")
-	if code != http.StatusOK || body != "hello from target, path /through" {
-		t.Fatalf("through the gateway: %d %q", code, body)
-	}
-
-	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 20 * time.Second}
-	code, body = httpGet(t, plain, "http://"+g.api+"/v1/proxies")
-	var list struct {
-		Proxies []struct {
-			Name string `json:"name"`
-		} `json:"proxies"`
-	}
-	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Proxies) != 1 || list.Proxies[0].Name != "direct" {
-		t.Fatalf("lease API /v1/proxies = %d %q (%v), want the direct member", code, body, err)
-	}
-
-	code, body = httpGet(t, plain, "http://"+g.metrics+"/metrics")
-	for _, want := range []string{
-		`proxyfleet_gateway_requests_total{member="direct",outcome="ok"} 1`,
-		`proxyfleet_members{healthy="true"} 1`,
-		"proxyfleet_leases_active ",
-		"go_goroutines ",
-	} {
-		if code != http.StatusOK || !strings.Contains(body, want) {
-			t.Errorf("/metrics (%d) lacks %q", code, want)
-		}
-	}
-	if code, _ := httpGet(t, plain, "http://"+g.metrics+"/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz = %d while serving, want 200", code)
-	}
-
-	if err := g.stop(t); err != nil {
-		t.Fatalf("stop returned %v, want a clean exit", err)
-	}
-	if _, err := net.DialTimeout("tcp", g.proxy, time.Second); err == nil {
-		t.Error("the proxy port still accepts connections after shutdown")
-	}
-	if !strings.Contains(g.stderr.String(), "shutting down") {
-		t.Errorf("no shutdown log line:\n%s", g.stderr.String())
-	}
-}
-
-func TestGatewayStopsCleanlyOnSIGTERM(t *testing.T) {
-	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off")
-	// The handler is installed before the startup message, so the signal
-	// reaches the gateway, not the default action.
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-g.done:
-		g.done <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway ignored SIGTERM for 30s")
-	}
-}
-
 func TestListenFailureNamesTheAddress(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -576,46 +485,6 @@ func TestListenFailureNamesTheAddress(t *testing.T) {
 				t.Fatalf("error = %v, want one naming %q and the cause", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
-	file := writeFile(t, "upstreams", "# two upstreams\nhttp://127.0.0.1:1 region=eu\nhttp://127.0.0.1:2 region=us\n")
-	g := startGateway(t,
-		"--listen", "127.0.0.1:0",
-		"--api-listen", "127.0.0.1:0",
-		"--metrics-listen", "off",
-		"--upstream", "http://127.0.0.1:3",
-		"--upstreams-file", file,
-		"--upstreams-reload-interval", "50ms",
-	)
-	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
-	count := func() int {
-		code, body := httpGet(t, plain, "http://"+g.api+"/v1/proxies")
-		var list struct {
-			Count int `json:"count"`
-		}
-		if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil {
-			t.Fatalf("/v1/proxies = %d %q", code, body)
-		}
-		return list.Count
-	}
-	if n := count(); n != 3 {
-		t.Fatalf("%d members at start, want 3 (one static, two from the file)", n)
-	}
-	if !strings.Contains(g.stderr.String(), "with 3 members") {
-		t.Errorf("startup message does not count 3 members:\n%s", g.stderr.String())
-	}
-
-	if err := os.WriteFile(file, []byte("http://127.0.0.1:1 region=eu\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for count() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("members never became 2 after the file lost a line:\n%s", g.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -651,45 +520,5 @@ func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
 	}
 	if strings.Contains(g.stderr.String(), "tok-") {
 		t.Errorf("a token reached the log:\n%s", g.stderr.String())
-	}
-}
-
-func TestProbesTakeAFailingMemberOut(t *testing.T) {
-	probeTarget := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer probeTarget.Close()
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer site.Close()
-
-	g := startGateway(t,
-		"--listen", "127.0.0.1:0",
-		"--metrics-listen", "127.0.0.1:0",
-		"--allow-private-targets",
-		"--probe-url", probeTarget.URL+"/health",
-		"--probe-interval", "100ms",
-		"--probe-failure-threshold", "1",
-	)
-	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, body := httpGet(t, plain, "http://"+g.metrics+"/metrics")
-		if strings.Contains(body, `proxyfleet_members{healthy="false"} 1`) &&
-			regexp.MustCompile(`proxyfleet_probe_failures_total\{member="direct"\} [1-9]`).MatchString(body) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the direct member never turned unhealthy with a failing probe URL; /metrics:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	proxyURL, _ := url.Parse("http://" + g.proxy)
-	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
-	code, body := httpGet(t, viaProxy, site.URL)
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "1 unhealthy") {
-		t.Fatalf("through an all-unhealthy pool: %d %q, want 503 saying 1 unhealthy", code, body)
 	}
 }

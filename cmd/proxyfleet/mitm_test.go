@@ -43,9 +43,9 @@ func TestMITMCAInitWritesAPairTheGatewayLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the gateway refuses the pair init wrote: %v", err)
 	}
-	defer cfg.mitm.CA.Close()
-	if cfg.mitm.CA.Certificate().Subject.CommonName != "test fleet CA" || !cfg.mitm.Bypass.Match("login.bank.example") {
-		t.Fatalf("loaded %+v", cfg.mitm)
+	defer cfg.MITM.CA.Close()
+	if cfg.MITM.CA.Certificate().Subject.CommonName != "test fleet CA" || !cfg.MITM.Bypass.Match("login.bank.example") {
+		t.Fatalf("loaded %+v", cfg.MITM)
 	}
 
 	if _, err := runMITMCAInit(t, "--cert", cert, "--key", key); err == nil || !strings.Contains(err.Error(), "exists; pass --force") {
@@ -105,7 +105,7 @@ func TestBanRulesSurviveTheFlagLibrarysCommaSplitting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := cfg.classifier.Rules
+	rs := cfg.Classifier.Rules
 	if len(rs) != 1 || rs[0].Text != "status=200 body~a{1,3}z action=rate_limited" {
 		t.Fatalf("the flag's rule parsed as %+v", rs)
 	}
@@ -113,7 +113,7 @@ func TestBanRulesSurviveTheFlagLibrarysCommaSplitting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs = cfg.classifier.Rules
+	rs = cfg.Classifier.Rules
 	if len(rs) != 2 || len(rs[0].Statuses) != 2 || rs[1].Action != rotation.ResultBanned {
 		t.Fatalf("the environment's two rules parsed as %+v", rs)
 	}
@@ -121,7 +121,7 @@ func TestBanRulesSurviveTheFlagLibrarysCommaSplitting(t *testing.T) {
 	if cfg, err = runConfig(t, "--config", yaml); err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.classifier.Rules) != 2 || cfg.banBodyBytes != 1024 {
-		t.Fatalf("the YAML list parsed as %d rules, %d body bytes", len(cfg.classifier.Rules), cfg.banBodyBytes)
+	if len(cfg.Classifier.Rules) != 2 || cfg.BanBodyBytes != 1024 {
+		t.Fatalf("the YAML list parsed as %d rules, %d body bytes", len(cfg.Classifier.Rules), cfg.BanBodyBytes)
 	}
 }

@@ -53,7 +53,7 @@ func (onePhase) ProxiesByPhase(context.Context) (map[string]int, error) {
 }
 
 // gatewayMetrics and controllerMetrics register what the two commands
-// register (runGateway; setupLeaseAPI, setupHealth, buildProviders, the
+// register (daemon.Run; setupLeaseAPI, setupHealth, buildProviders, the
 // provider health monitor and registerProxyCollector), with one event
 // each so every family has a series.
 func gatewayMetrics() *prometheus.Registry {

@@ -23,7 +23,7 @@ func TestPoolAPIFlags(t *testing.T) {
 
 	t.Run("the flags set remote pool mode", func(t *testing.T) {
 		cfg, err := runConfig(t, "--pool-api", "http://127.0.0.1:8090", "--pool-token-file", token)
-		if err != nil || cfg.poolAPI != "http://127.0.0.1:8090" || cfg.poolToken != "pool-s3cret" {
+		if err != nil || cfg.PoolAPI != "http://127.0.0.1:8090" || cfg.poolToken != "pool-s3cret" {
 			t.Fatalf("cfg %+v, err %v", cfg, err)
 		}
 	})
@@ -32,7 +32,7 @@ func TestPoolAPIFlags(t *testing.T) {
 		t.Setenv("PROXYFLEET_POOL_API", "http://controller.proxyfleet:8090/")
 		t.Setenv("PROXYFLEET_POOL_TOKEN_FILE", token)
 		cfg, err := runConfig(t)
-		if err != nil || cfg.poolAPI != "http://controller.proxyfleet:8090/" || cfg.poolToken != "pool-s3cret" {
+		if err != nil || cfg.PoolAPI != "http://controller.proxyfleet:8090/" || cfg.poolToken != "pool-s3cret" {
 			t.Fatalf("cfg %+v, err %v", cfg, err)
 		}
 	})
@@ -40,7 +40,7 @@ func TestPoolAPIFlags(t *testing.T) {
 	t.Run("the YAML keys set remote pool mode", func(t *testing.T) {
 		config := writeFile(t, "config.yaml", "pool-api: https://10.0.0.5:8090\npool-token-file: "+token+"\n")
 		cfg, err := runConfig(t, "--config", config)
-		if err != nil || cfg.poolAPI != "https://10.0.0.5:8090" || cfg.poolToken != "pool-s3cret" {
+		if err != nil || cfg.PoolAPI != "https://10.0.0.5:8090" || cfg.poolToken != "pool-s3cret" {
 			t.Fatalf("cfg %+v, err %v", cfg, err)
 		}
 	})

@@ -132,8 +132,8 @@ func TestREADMEExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's example config.yaml is rejected: %v", err)
 	}
-	if cfg.retries != 1 || cfg.store.DefaultTTL.String() != "2m0s" || len(cfg.classifier.Ban) != 2 || len(cfg.tokens) != 1 {
-		t.Errorf("example config read as retries=%d lease-ttl=%s ban=%v tokens=%d", cfg.retries, cfg.store.DefaultTTL, cfg.classifier.Ban, len(cfg.tokens))
+	if cfg.Retries != 1 || cfg.Store.DefaultTTL.String() != "2m0s" || len(cfg.Classifier.Ban) != 2 || len(cfg.Tokens) != 1 {
+		t.Errorf("example config read as retries=%d lease-ttl=%s ban=%v tokens=%d", cfg.Retries, cfg.Store.DefaultTTL, cfg.Classifier.Ban, len(cfg.Tokens))
 	}
 }
 

@@ -2,17 +2,15 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
-	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/internal/redact"
-	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leasestore"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
@@ -124,25 +122,19 @@ const (
 	leaseStoreShardsUsage   = "`N` groups the Redis store splits the members into, each under a hash tag of its own, so a Redis Cluster's primaries share the fleet's work (1: every key in one slot); every gateway and controller of a prefix must use the same N"
 )
 
-// leaseStoreConfig is the parsed --lease-store: url "" is the in-memory store.
-type leaseStoreConfig struct {
-	url      string
-	password string
-	prefix   string
-	// caFile, certFile, keyFile are the TLS files (rediss:// only).
-	caFile, certFile, keyFile string
-	// shards is --lease-store-shards.
-	shards int
-}
+// leaseStoreNames are the flags of the lease store's settings, for the
+// errors and logs of opening it.
+var leaseStoreNames = leasestore.Names{URL: "--" + flagLeaseStore, CAFile: "--" + flagLeaseStoreCAFile,
+	CertFile: "--" + flagLeaseStoreCertFile, KeyFile: "--" + flagLeaseStoreKeyFile}
 
 // leaseStoreFrom reads --lease-store, --lease-store-password-file,
 // --lease-store-prefix and the TLS files. A malformed URL is an error naming
 // the flag, with the password masked; a TLS file with a plaintext URL is an
 // error, never a silent plaintext connection.
-func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
-	var l leaseStoreConfig
+func leaseStoreFrom(c *cli.Context) (leasestore.Config, error) {
+	l := leasestore.Config{Names: leaseStoreNames}
 	raw := strings.TrimSpace(c.String(flagLeaseStore))
-	l.prefix = strings.TrimSpace(c.String(flagLeaseStorePrefix))
+	l.Prefix = strings.TrimSpace(c.String(flagLeaseStorePrefix))
 	pwFile := c.Path(flagLeaseStorePasswordFile)
 	if raw == "" || raw == "memory" {
 		for _, name := range []string{flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile, flagLeaseStoreShards} {
@@ -152,50 +144,40 @@ func leaseStoreFrom(c *cli.Context) (leaseStoreConfig, error) {
 		}
 		return l, nil
 	}
-	if err := checkRedisURL(raw); err != nil {
+	if err := leasestore.CheckURL(raw); err != nil {
 		return l, fmt.Errorf("--%s: %w", flagLeaseStore, err)
 	}
-	if l.prefix == "" || strings.ContainsAny(l.prefix, "{} ") {
-		return l, fmt.Errorf("--%s %q: want a non-empty prefix without braces or spaces", flagLeaseStorePrefix, l.prefix)
+	if l.Prefix == "" || strings.ContainsAny(l.Prefix, "{} ") {
+		return l, fmt.Errorf("--%s %q: want a non-empty prefix without braces or spaces", flagLeaseStorePrefix, l.Prefix)
 	}
-	if l.shards = c.Int(flagLeaseStoreShards); l.shards < 1 || l.shards > pool.MaxRedisShards {
-		return l, fmt.Errorf("--%s %d: want 1 to %d", flagLeaseStoreShards, l.shards, pool.MaxRedisShards)
+	if l.Shards = c.Int(flagLeaseStoreShards); l.Shards < 1 || l.Shards > pool.MaxRedisShards {
+		return l, fmt.Errorf("--%s %d: want 1 to %d", flagLeaseStoreShards, l.Shards, pool.MaxRedisShards)
 	}
 	if pwFile != "" {
 		b, err := os.ReadFile(pwFile)
 		if err != nil {
 			return l, fmt.Errorf("--%s: %w", flagLeaseStorePasswordFile, err)
 		}
-		if l.password = strings.TrimSpace(string(b)); l.password == "" || strings.ContainsAny(l.password, "\r\n") {
+		if l.Password = strings.TrimSpace(string(b)); l.Password == "" || strings.ContainsAny(l.Password, "\r\n") {
 			return l, fmt.Errorf("--%s %s: want exactly one line holding the password", flagLeaseStorePasswordFile, pwFile)
 		}
 	}
-	l.caFile, l.certFile, l.keyFile = c.Path(flagLeaseStoreCAFile), c.Path(flagLeaseStoreCertFile), c.Path(flagLeaseStoreKeyFile)
-	if l.caFile != "" || l.certFile != "" || l.keyFile != "" {
+	l.CAFile, l.CertFile, l.KeyFile = c.Path(flagLeaseStoreCAFile), c.Path(flagLeaseStoreCertFile), c.Path(flagLeaseStoreKeyFile)
+	if l.CAFile != "" || l.CertFile != "" || l.KeyFile != "" {
 		if !strings.HasPrefix(raw, "rediss") {
 			name := flagLeaseStoreCAFile
-			if l.caFile == "" {
+			if l.CAFile == "" {
 				name = flagLeaseStoreCertFile
 			}
 			return l, fmt.Errorf("--%s needs a TLS --%s (rediss://, rediss+sentinel:// or rediss+cluster://), not %s: the connection would be plaintext",
 				name, flagLeaseStore, redact.URL(raw))
 		}
-		if (l.certFile == "") != (l.keyFile == "") {
+		if (l.CertFile == "") != (l.KeyFile == "") {
 			return l, fmt.Errorf("--%s and --%s go together (a client certificate and its key)", flagLeaseStoreCertFile, flagLeaseStoreKeyFile)
 		}
 	}
-	l.url = raw
+	l.URL = raw
 	return l, nil
-}
-
-// open makes the configured store; close releases its connections. A
-// Redis store's round trips are timed in reg
-// (proxyfleet_lease_store_call_duration_seconds).
-func (l leaseStoreConfig) open(o pool.StoreOptions, log *slog.Logger, reg prometheus.Registerer) (pool.LeaseStore, func(), error) {
-	if l.url == "" {
-		return pool.NewStore(o), func() {}, nil
-	}
-	return openRedisStore(l, o, log, metrics.NewLeaseStoreCalls(reg).Observe)
 }
 
 // poolClientFrom builds the lease API client of a --pool-api gateway from

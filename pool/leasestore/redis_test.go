@@ -1,6 +1,6 @@
 //go:build !sidecar
 
-package main
+package leasestore
 
 import (
 	"bytes"
@@ -13,10 +13,13 @@ import (
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
+// flagNames are the proxyfleet command's names of the settings.
+var flagNames = Names{URL: "--lease-store", CAFile: "--lease-store-ca-file", CertFile: "--lease-store-cert-file", KeyFile: "--lease-store-key-file"}
+
 // A TLS lease store that the given files cannot reach stops the start with
-// an error naming the flag to fix; one that is merely down is logged,
-// naming --lease-store, and served as 503 until it answers. The password
-// shows in neither.
+// an error naming the setting (the flag) to fix; one that is merely down is
+// logged, naming --lease-store, and served as 503 until it answers. The
+// password shows in neither.
 func TestOpenRedisStoreNamesTheFlagOfATopologyItCannotUse(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t, "flags-ca")
@@ -24,29 +27,29 @@ func TestOpenRedisStoreNamesTheFlagOfATopologyItCannotUse(t *testing.T) {
 	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "hunter2",
 		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
 	wrong := testutil.NewCA(t, "wrong-ca")
-	base := leaseStoreConfig{url: r.URL(), prefix: "flags"}
+	base := Config{URL: r.URL(), Prefix: "flags", Names: flagNames}
 	observe := func(string, time.Duration, error) {}
 	for _, c := range []struct {
 		name string
-		l    leaseStoreConfig
+		l    Config
 		want string
 	}{
-		{"a wrong CA", leaseStoreConfig{caFile: wrong.CertFile, certFile: client.CertFile, keyFile: client.KeyFile}, "--lease-store-ca-file " + wrong.CertFile},
-		{"no CA (system roots)", leaseStoreConfig{certFile: client.CertFile, keyFile: client.KeyFile}, "--lease-store-ca-file (none: the system roots)"},
-		{"no client certificate", leaseStoreConfig{caFile: ca.CertFile}, "--lease-store-cert-file (none)"},
-		{"a CA file that is a key", leaseStoreConfig{caFile: client.KeyFile}, "--lease-store-ca-file " + client.KeyFile},
+		{"a wrong CA", Config{CAFile: wrong.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}, "--lease-store-ca-file " + wrong.CertFile},
+		{"no CA (system roots)", Config{CertFile: client.CertFile, KeyFile: client.KeyFile}, "--lease-store-ca-file (none: the system roots)"},
+		{"no client certificate", Config{CAFile: ca.CertFile}, "--lease-store-cert-file (none)"},
+		{"a CA file that is a key", Config{CAFile: client.KeyFile}, "--lease-store-ca-file " + client.KeyFile},
 	} {
 		l := base
-		l.caFile, l.certFile, l.keyFile = c.l.caFile, c.l.certFile, c.l.keyFile
-		_, _, err := openRedisStore(l, pool.StoreOptions{}, slog.New(slog.DiscardHandler), observe)
+		l.CAFile, l.CertFile, l.KeyFile = c.l.CAFile, c.l.CertFile, c.l.KeyFile
+		_, _, err := openRedis(l, pool.StoreOptions{}, slog.New(slog.DiscardHandler), observe)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: %v, want an error naming %q without the password", c.name, err, c.want)
 		}
 	}
 	good := base
-	good.caFile, good.certFile, good.keyFile = ca.CertFile, client.CertFile, client.KeyFile
+	good.CAFile, good.CertFile, good.KeyFile = ca.CertFile, client.CertFile, client.KeyFile
 	var logs bytes.Buffer
-	s, closeStore, err := openRedisStore(good, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
+	s, closeStore, err := openRedis(good, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
 	if err != nil {
 		t.Fatalf("the right CA and certificate: %v", err)
 	}
@@ -62,8 +65,8 @@ func TestOpenRedisStoreNamesTheFlagOfATopologyItCannotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs.Reset()
-	down := leaseStoreConfig{url: "redis+sentinel://:hunter2@" + addr + "/leases", prefix: "flags"}
-	_, closeDown, err := openRedisStore(down, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
+	down := Config{URL: "redis+sentinel://:hunter2@" + addr + "/leases", Prefix: "flags", Names: flagNames}
+	_, closeDown, err := openRedis(down, pool.StoreOptions{}, slog.New(slog.NewTextHandler(&logs, nil)), observe)
 	if err != nil {
 		t.Fatalf("an unreachable Sentinel stopped the start: %v", err)
 	}

@@ -1,0 +1,158 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/tracing"
+	"github.com/proxyfleet/proxyfleet/metrics"
+	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/status"
+)
+
+// serve listens, serves until ctx ends or a server fails, then drains for
+// up to the shutdown grace. Background work (probes, reloads) stops only
+// after the gateway has drained, so the pool stays right for in-flight
+// requests.
+func (r *run) serve(ctx context.Context, stopSignals func()) error {
+	cfg, log, n := r.cfg, r.log, r.cfg.Names
+	proxyName, apiName, metricsName := or(n.Listen, "Listen"), or(n.APIListen, "APIListen"), or(n.MetricsListen, "MetricsListen")
+	lns, err := listenAll([]listenAddr{{proxyName, cfg.Listen}, {apiName, cfg.APIListen}, {metricsName, cfg.MetricsListen}})
+	if err != nil {
+		return err
+	}
+	proxyLn, apiLn, metricsLn := lns[0], lns[1], lns[2]
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	bgDone := make(chan struct{})
+	go func() {
+		defer close(bgDone)
+		r.srv.Run(bgCtx)
+	}()
+	defer func() {
+		stopBackground()
+		<-bgDone
+	}()
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- serveErrOf(proxyName, r.gw.Serve(proxyLn)) }()
+	var ready metrics.Readiness
+	httpServers := r.serveHTTP(apiLn, metricsLn, &ready, serveErr)
+	ready.Serving()
+	r.started(proxyLn, apiLn, metricsLn)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
+	case runErr = <-serveErr:
+		log.Error("server failed; shutting down", "err", runErr)
+	}
+	stopSignals() // a second signal kills the process at once
+	ready.Stopping()
+	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := r.gw.Shutdown(drainCtx); err != nil {
+		log.Warn("shutdown grace ran out; open connections were closed", "grace", cfg.ShutdownGrace.String(), "err", err)
+	}
+	for _, hs := range httpServers {
+		if err := hs.Shutdown(drainCtx); err != nil {
+			_ = hs.Close()
+		}
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// serveHTTP serves the lease API (when listened for) and the metrics and
+// status page, and returns their servers in the order they drain: the
+// metrics server last, so /readyz answers 503 while everything else drains.
+func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness, serveErr chan<- error) []*http.Server {
+	n := r.cfg.Names
+	var servers []*http.Server
+	if apiLn != nil {
+		if r.cfg.APIToken == "" {
+			r.log.Warn("lease API has no token ("+or(n.APIToken, "APIToken")+"): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
+		}
+		api := &http.Server{
+			Handler:           tracing.Handler(poolapi.NewAPIServer(r.store, poolapi.APIOptions{Token: r.cfg.APIToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          logging.ServerErrorLog(r.log),
+		}
+		servers = append(servers, api)
+		go func() { serveErr <- serveErrOf(or(n.APIListen, "APIListen"), api.Serve(apiLn)) }()
+	}
+	if metricsLn != nil {
+		// The metrics address also serves the status page, read from srv.
+		handler := status.GatewayHandler(status.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
+			Paces: r.gw.PaceStatus, Next: metrics.Handler(r.reg, ready.Ready)})
+		ms := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(r.log)}
+		servers = append(servers, ms)
+		go func() { serveErr <- serveErrOf(or(n.MetricsListen, "MetricsListen"), ms.Serve(metricsLn)) }()
+	}
+	return servers
+}
+
+// started prints the usage block (text logs) and logs the start record,
+// which carries every address the block prints: with JSON logs it is the
+// only place they are written.
+func (r *run) started(proxyLn, apiLn, metricsLn net.Listener) {
+	cfg := r.cfg
+	if !cfg.LogJSON { // JSON logs are read by machines: every line on stderr is a record
+		printUsage(r.stderr, cfg, r.members, proxyLn, apiLn, metricsLn)
+	}
+	started := []any{"listen", proxyLn.Addr().String()}
+	if apiLn != nil {
+		started = append(started, "apiListen", apiLn.Addr().String())
+	}
+	if metricsLn != nil {
+		started = append(started, "metricsListen", metricsLn.Addr().String())
+	}
+	started = append(started, "rotation", string(cfg.Mode), "auth", len(cfg.Tokens) > 0)
+	if r.remote != nil {
+		r.log.Info("gateway started", append(started, "poolAPI", cfg.PoolAPI, "outageGrace", cfg.OutageGrace.String())...)
+		return
+	}
+	r.log.Info("gateway started", append(started, "members", len(r.members), "probes", cfg.Probe != nil, "mitm", cfg.MITM != nil)...)
+}
+
+// listenAddr is an address to listen on ("" none) and its setting's name.
+type listenAddr struct{ name, addr string }
+
+// listenAll opens a listener per address, nil for an empty one, or closes
+// what it opened and returns an error naming the setting and address.
+func listenAll(addrs []listenAddr) ([]net.Listener, error) {
+	lns := make([]net.Listener, len(addrs))
+	for i, a := range addrs {
+		if a.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("%s %s: cannot listen: %w", a.name, a.addr, err)
+		}
+		lns[i] = ln
+	}
+	return lns, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// serveErrOf turns a Serve return into nil for a normal shutdown, or an error
+// naming the listener that failed.
+func serveErrOf(name string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
