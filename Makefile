@@ -72,9 +72,10 @@ unit: deps envtest-bins
 ## "context deadline exceeded" at the deadline (golang/go#75804, fixed in go1.27).
 FUZZTIME ?= 100000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePaceHeaders$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway/params
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway/params
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePaceHeaders$$' -fuzztime $(FUZZTIME) ./gateway/params
+	$(GO) test -run '^$$' -fuzz '^FuzzClientPaceMeetsTheOperators$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConnectAnswer$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzClientRequest$$' -fuzztime $(FUZZTIME) ./gateway

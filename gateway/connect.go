@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/gateway/socks5"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -23,7 +24,7 @@ const maxConnectAnswer = 64 << 10
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params, start time.Time) {
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
 	ctx := r.Context()
 	rq := &request{w: w, start: start}
 	hostport := r.Host

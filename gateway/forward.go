@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -51,7 +52,7 @@ func upstreamAnswer(resp *http.Response) error {
 // serveForward forwards an absolute-URI request through a leased member,
 // reads the answer as rotation feedback and retries idempotent requests on
 // another member after a ban or an upstream failure.
-func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params, start time.Time) {
+func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
@@ -88,7 +89,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 // and requests inside a MITM tunnel alike: check the target, lease, send
 // through the member with retries, classify, deliver. u is the absolute
 // URL to send (host and port already split from it).
-func (g *Gateway) forward(rq *request, r *http.Request, p *params, u *url.URL, host string, port uint16) {
+func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		rq.body = newClientBody(r, r.Body)

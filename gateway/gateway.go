@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -400,48 +401,42 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authenticate checks the client's token (when tokens are configured) and
-// reads its parameters. The token never reaches a log or an error text.
-func (g *Gateway) authenticate(r *http.Request) (params, error) {
+// reads its parameters. The token never reaches a log or an error text. A
+// refused token is an *authError; a malformed parameter or credential is
+// the parser's *params.Error, which judge answers as bad_params.
+func (g *Gateway) authenticate(r *http.Request) (params.Params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
 	case len(pa) > 1:
-		return params{}, badParams(paramErr("Proxy-Authorization given more than once"))
+		return params.Params{}, &params.Error{Msg: "Proxy-Authorization given more than once"}
 	case len(pa) == 1:
-		u, token, err := parseProxyAuthorization(pa[0])
+		u, token, err := params.ParseProxyAuthorization(pa[0])
 		if err != nil {
 			if g.authRequired {
-				return params{}, authFailed(err)
+				return params.Params{}, authFailed(err)
 			}
-			return params{}, badParams(err)
+			return params.Params{}, err
 		}
 		if g.authRequired && !g.tokens.match(token) {
-			return params{}, authFailed(paramErr("proxy authentication failed: unknown token"))
+			return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
 		}
 		user = u
 	case g.authRequired:
-		return params{}, authFailed(paramErr("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
+		return params.Params{}, authFailed(errors.New("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
 	}
-	up, err := parseUsername(user)
+	up, err := params.ParseUsername(user)
 	if err != nil {
-		return params{}, badParams(err)
+		return params.Params{}, err
 	}
-	hp, err := parseHeaders(r.Header)
+	hp, err := params.ParseHeaders(r.Header)
 	if err != nil {
-		return params{}, badParams(err)
+		return params.Params{}, err
 	}
-	if hp.Session == "" && hp.Proxy == "" && hp.Rotate == "" && hp.SessTTL == 0 && hp.Selector == nil && hp.Pace == 0 && !hp.strictSet {
-		return up, nil
-	}
-	p, err := mergeParams(up, hp)
-	if err != nil {
-		return params{}, badParams(err)
-	}
-	return p, nil
+	return params.Merge(up, hp)
 }
 
-func authFailed(err error) error { return &authError{reason: ReasonAuth, err: err} }
-func badParams(err error) error  { return &authError{reason: ReasonBadParams, err: err} }
+func authFailed(err error) error { return &authError{err: err} }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -62,7 +63,7 @@ type inner struct {
 // CONNECT: the target, the scheme it is spoken in and the client's
 // parameters.
 type innerTunnel struct {
-	p        params
+	p        params.Params
 	scheme   string // "https" (MITM) or "http"
 	hostport string
 	host     string
@@ -157,7 +158,7 @@ var httpTunnelHello = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 // WebSocket handshake, a GET) is leased, sent through a member in
 // absolute form and judged as a plain request is. Bytes that are not
 // HTTP get the server's 400 and the connection closed.
-func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
+func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
 	c, ok := g.takeTunnel(w, r, rq, httpTunnelHello)

@@ -7,19 +7,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // leaseReq is one request's view of leasing: who, for which target, how.
 type leaseReq struct {
-	p          *params
-	session    string // params.SessionKey()
+	p          *params.Params
+	session    string // params.Params.SessionKey()
 	target     string // rotation.TargetKey
 	perRequest bool
 }
 
-func (g *Gateway) newLeaseReq(p *params, target string) leaseReq {
+func (g *Gateway) newLeaseReq(p *params.Params, target string) leaseReq {
 	mode := g.mode
 	if p.Rotate != "" {
 		mode = p.Rotate
@@ -160,7 +161,7 @@ func (g *Gateway) markLost(lr *leaseReq, member string) {
 
 // fits reports whether a pinned member still satisfies the request's
 // parameters (a later request of the session may name a proxy or selector).
-func fits(mc *memberConn, p *params) bool {
+func fits(mc *memberConn, p *params.Params) bool {
 	if p.Proxy != "" && mc.m.Name != p.Proxy {
 		return false
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -96,7 +97,7 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 // the connection to the inner server. No member is leased here: each
 // request inside the tunnel leases (and may rotate) on its own, through
 // the same path as plain HTTP.
-func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params, hostport, host string, port uint16, start time.Time) {
+func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
 	fp, err := fingerprintOf(r.Header, g.mitm.fp)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -272,7 +273,7 @@ func TestAutoPacingCutsTheSiteAtItsFirstBan(t *testing.T) {
 func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
 	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true}, nil, nil)}
 	ctx := context.Background()
-	rq := &request{lr: leaseReq{p: &params{}, target: "example.com"}}
+	rq := &request{lr: leaseReq{p: &params.Params{}, target: "example.com"}}
 	for b.Loop() {
 		if _, err := g.pace(ctx, ctx, rq, nil, held{}); err != nil {
 			b.Fatal(err)

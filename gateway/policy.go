@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -110,10 +111,11 @@ var (
 	errRequestTimeout = errors.New("request timeout")
 )
 
-// authError is a request the gateway refuses before leasing: 407.
+// authError is a client whose token the gateway refuses before leasing:
+// 407 auth. (A malformed parameter or credential is a *params.Error: 407
+// bad_params.)
 type authError struct {
-	reason string // ReasonAuth or ReasonBadParams
-	err    error
+	err error
 }
 
 func (e *authError) Error() string { return e.err.Error() }
@@ -141,6 +143,7 @@ func judge(err error) verdict {
 		ae  *attemptError
 		gu  *givenUp
 		au  *authError
+		bp  *params.Error
 		pce *poolConfigError
 		nm  *pool.NoMatchError
 		cf  *clientFault
@@ -154,7 +157,10 @@ func judge(err error) verdict {
 		// lease is let go unreported, and no member or site rests.
 		return verdict{reason: cf.reason, outcome: cf.outcome, closeConn: true}
 	case errors.As(err, &au):
-		return answer(au.reason)
+		return answer(ReasonAuth)
+	case errors.As(err, &bp):
+		// The username, a parameter header or the credentials' form.
+		return answer(ReasonBadParams)
 	case errors.As(err, &sl):
 		// Its lease was reported and let go already.
 		return answer(ReasonSessionLost)

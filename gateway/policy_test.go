@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -34,7 +35,8 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"a client that reset mid-body gets nothing", clientReadFault(&net.OpError{Op: "read", Err: syscall.ECONNRESET}, 2), 0, "", OutcomeClientGone, "", false},
 		{"a client fault inside a member's attempt error is still the client's", &attemptError{f: rotation.Member("error"), err: clientReadFault(errors.New("malformed chunked encoding"), 0)}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
 		{"a wrong token is 407 auth", authFailed(errors.New("x")), 407, ReasonAuth, ReasonAuth, "", false},
-		{"bad parameters are 407 bad_params", badParams(errors.New("x")), 407, ReasonBadParams, ReasonBadParams, "", false},
+		{"bad parameters are 407 bad_params", &params.Error{Msg: "x"}, 407, ReasonBadParams, ReasonBadParams, "", false},
+		{"a malformed credential the token check refused is 407 auth", authFailed(&params.Error{Msg: "x"}), 407, ReasonAuth, ReasonAuth, "", false},
 		{"a malformed target is 400", &targetError{reason: ReasonBadRequest}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
 		{"a private target is 403", &targetError{reason: ReasonPrivateTarget}, 403, ReasonPrivateTarget, ReasonPrivateTarget, "", false},
 		{"the gateway itself is 508", &targetError{reason: ReasonLoop}, 508, ReasonLoop, ReasonLoop, "", false},

@@ -1,22 +1,30 @@
-package gateway
+// Package params reads what a crawler asks of the gateway for one request:
+// the parameters its proxy username carries (user-session-s1-region-eu, or
+// user;session=s1;zone=europe-west1-b), its X-Proxyfleet-* request headers,
+// and the credentials of its Proxy-Authorization header. ParseUsername,
+// ParseHeaders and Merge give a Params; everything malformed is an *Error
+// whose message is safe to send back to the client, never a silent default.
+//
+// It is pure: no I/O, no state, no logging. It must not import the gateway
+// or anything that leases, dials or records; package gateway turns an
+// *Error into its 407 answer.
+package params
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
-	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // Header names a client uses to talk to the gateway instead of (or besides)
-// username parameters. Every X-Proxyfleet-* request header is stripped before
-// forwarding.
+// username parameters. Every request header starting with HeaderPrefix is
+// stripped before forwarding.
 const (
 	// HeaderSession names the sticky session (same as the `session` parameter).
 	HeaderSession = "X-Proxyfleet-Session"
@@ -36,28 +44,9 @@ const (
 	// member is banned, fails or leaves, the request fails session_lost
 	// instead of moving (the `strict` parameter).
 	HeaderStrict = "X-Proxyfleet-Strict"
-	// HeaderLease is set on every answer (and the CONNECT 200): the lease ID
-	// a crawler can report on through the lease API.
-	HeaderLease = "X-Proxyfleet-Lease"
-	// HeaderAttempts is set on every relayed answer, on the CONNECT 200 and
-	// on the gateway's own answers after it tried members: how many members
-	// the request went through, so a crawler sees the retries it did not make.
-	HeaderAttempts = "X-Proxyfleet-Attempts"
-	// HeaderMITM on a CONNECT set to "off" keeps that tunnel a plain one
-	// when MITM is on (a pinned or mutual-TLS site); the gateway's own 200
-	// to a MITM'd CONNECT carries "on".
-	HeaderMITM = "X-Proxyfleet-Mitm"
-	// HeaderFingerprint on a CONNECT (for its tunnel) or on a request
-	// inside a MITM tunnel (for that request) chooses the site-facing TLS
-	// handshake: "mirror" (the client's ClientHello) or "go" (Go's
-	// crypto/tls, with connections pooled across clients), overriding
-	// MITMOptions.Fingerprint.
-	HeaderFingerprint = "X-Proxyfleet-Fingerprint"
-	// HeaderReason is set on answers the gateway itself produced (407, 403,
-	// 503, 502...): a short machine-readable cause.
-	HeaderReason = "X-Proxyfleet-Reason"
 
-	headerPrefix = "X-Proxyfleet-"
+	// HeaderPrefix starts every header the gateway reads or writes.
+	HeaderPrefix = "X-Proxyfleet-"
 )
 
 // Parameter keys with a meaning of their own; every other key is an attribute selector.
@@ -77,9 +66,9 @@ const maxPace = time.Hour
 // hostile client cannot make the parser do unbounded work per request.
 const maxUsernameLen = 1024
 
-// params is what one request asked of the gateway, from its username and its
+// Params is what one request asked of the gateway, from its username and its
 // X-Proxyfleet-* headers. The zero value means "defaults for everything".
-type params struct {
+type Params struct {
 	// User is the client's name (the username before any parameter); "" when
 	// the client sent no credentials.
 	User string
@@ -99,34 +88,35 @@ type params struct {
 	Pace time.Duration
 	// Strict keeps the session on its member: it is never moved to
 	// another (session_lost instead). strictSet: the client said so
-	// either way (strict-0 or strict-1), for mergeParams.
+	// either way (strict-0 or strict-1), for Merge.
 	Strict    bool
 	strictSet bool
 }
 
 // SessionKey is the affinity key of the client's session: the user plus the
 // session name, so two users' sessions of the same name never share a member.
-func (p *params) SessionKey() string {
+func (p *Params) SessionKey() string {
 	if p.Session == "" {
 		return p.User
 	}
 	return p.User + "\x00" + p.Session
 }
 
-// paramError is a malformed username, header or credential: the gateway
-// answers 407 with its message, never a silent default.
-type paramError struct{ Msg string }
+// Error is a malformed username, header or credential: the gateway answers
+// 407 with its message, never a silent default. Msg quotes what the client
+// sent safely (echo.Quote) and never holds a token.
+type Error struct{ Msg string }
 
-func (e *paramError) Error() string { return e.Msg }
+func (e *Error) Error() string { return e.Msg }
 
-func paramErr(parts ...string) error { return &paramError{Msg: strings.Join(parts, "")} }
+func paramErr(parts ...string) error { return &Error{Msg: strings.Join(parts, "")} }
 
-// parseUsername reads the parameters a username carries, in either form:
+// ParseUsername reads the parameters a username carries, in either form:
 // `user-session-abc123-region-eu` (hyphen-separated key/value pairs after
 // the user) or `user;session=abc123;zone=europe-west1-b` (for values with
 // hyphens). The user name itself may contain neither '-' nor ';'.
-func parseUsername(username string) (params, error) {
-	var p params
+func ParseUsername(username string) (Params, error) {
+	var p Params
 	if username == "" {
 		return p, nil
 	}
@@ -191,10 +181,10 @@ func parseUsername(username string) (params, error) {
 	}
 }
 
-// parseHeaders reads the X-Proxyfleet-* request headers. Each may appear at
+// ParseHeaders reads the X-Proxyfleet-* request headers. Each may appear at
 // most once, except X-Proxyfleet-Select whose lines join as one list.
-func parseHeaders(h http.Header) (params, error) {
-	var p params
+func ParseHeaders(h http.Header) (Params, error) {
+	var p Params
 	for _, name := range [...]string{HeaderSession, HeaderProxy, HeaderRotate, HeaderSessTTL, HeaderPace, HeaderStrict} {
 		vs := h[name]
 		if len(vs) == 0 {
@@ -260,9 +250,12 @@ func parseHeaders(h http.Header) (params, error) {
 	return p, nil
 }
 
-// mergeParams combines username parameters u with header parameters h. A key set
+// Merge combines username parameters u with header parameters h. A key set
 // in both must have the same value: disagreeing is an error, not a precedence rule.
-func mergeParams(u, h params) (params, error) {
+func Merge(u, h Params) (Params, error) {
+	if h.isZero() { // the common case: no parameter header
+		return u, nil
+	}
 	out := u
 	pick := func(key, a, b string) (string, error) {
 		if a != "" && b != "" && a != b {
@@ -322,6 +315,12 @@ func mergeParams(u, h params) (params, error) {
 	return out, nil
 }
 
+// isZero reports whether p asks for nothing: no parameter of a header
+// (which carry no user) was given.
+func (p *Params) isZero() bool {
+	return p.Session == "" && p.Proxy == "" && p.Rotate == "" && p.SessTTL == 0 && p.Selector == nil && p.Pace == 0 && !p.strictSet
+}
+
 // checkParamChars refuses a key or value with a character parameters do
 // not take (wide: the ;key=value form, whose values may hold '-').
 func checkParamChars(k, v string, wide bool, where string) error {
@@ -343,7 +342,7 @@ func checkParamChars(k, v string, wide bool, where string) error {
 
 // set records one key/value; where names the source for the error text.
 // wide allows '-' in values (the ;key=value form and headers).
-func (p *params) set(k, v string, wide bool, where string) error {
+func (p *Params) set(k, v string, wide bool, where string) error {
 	if k == "" {
 		return paramErr("empty key in ", where)
 	}
@@ -491,9 +490,10 @@ func headerSuffix(k string) string {
 	return "Rotate"
 }
 
-// parseProxyAuthorization splits `Basic base64(user:token)`. The token is
-// returned for the constant-time check only; it must never be logged.
-func parseProxyAuthorization(v string) (user, token string, err error) {
+// ParseProxyAuthorization splits `Basic base64(user:token)`. The token is
+// returned for the constant-time check only; it must never be logged, and
+// no error holds it.
+func ParseProxyAuthorization(v string) (user, token string, err error) {
 	scheme, rest, ok := strings.Cut(strings.TrimSpace(v), " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
 		return "", "", paramErr("Proxy-Authorization must be Basic base64(user:token)")
@@ -507,25 +507,4 @@ func parseProxyAuthorization(v string) (user, token string, err error) {
 		return "", "", paramErr("Proxy-Authorization credentials must be user:token")
 	}
 	return user, token, nil
-}
-
-// tokenSet checks client tokens in constant time: every configured token is
-// compared (as a SHA-256 digest, so lengths leak nothing) whatever matches.
-type tokenSet [][sha256.Size]byte
-
-func newTokenSet(tokens []string) tokenSet {
-	s := make(tokenSet, 0, len(tokens))
-	for _, t := range tokens {
-		s = append(s, sha256.Sum256([]byte(t)))
-	}
-	return s
-}
-
-func (s tokenSet) match(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	found := 0
-	for i := range s {
-		found |= subtle.ConstantTimeCompare(got[:], s[i][:])
-	}
-	return found == 1
 }

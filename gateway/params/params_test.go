@@ -1,4 +1,4 @@
-package gateway
+package params
 
 import (
 	"encoding/base64"
@@ -19,21 +19,21 @@ func TestParseUsername(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
-		want    params
+		want    Params
 		wantErr string // substring of the error; "" means success
 	}{
-		{name: "empty username means defaults", in: "", want: params{}},
-		{name: "plain user has no parameters", in: "alice", want: params{User: "alice"}},
+		{name: "empty username means defaults", in: "", want: Params{}},
+		{name: "plain user has no parameters", in: "alice", want: Params{User: "alice"}},
 		{name: "hyphen form reads session and selector", in: "alice-session-abc123-region-eu-proxy-px7",
-			want: params{User: "alice", Session: "abc123", Proxy: "px7", Selector: map[string]string{"region": "eu"}}},
+			want: Params{User: "alice", Session: "abc123", Proxy: "px7", Selector: map[string]string{"region": "eu"}}},
 		{name: "semicolon form allows hyphens in values", in: "alice;session=abc123;zone=europe-west1-b",
-			want: params{User: "alice", Session: "abc123", Selector: map[string]string{"zone": "europe-west1-b"}}},
-		{name: "sessttl as integer seconds", in: "bob-sessttl-90", want: params{User: "bob", SessTTL: 90 * time.Second}},
-		{name: "sessttl as Go duration", in: "bob-sessttl-1m30s", want: params{User: "bob", SessTTL: 90 * time.Second}},
-		{name: "rotate request", in: "bob-rotate-request", want: params{User: "bob", Rotate: rotation.ModeRequest}},
-		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: params{User: "bob", Rotate: rotation.ModeRequest}},
-		{name: "rotate sticky", in: "bob;rotate=sticky", want: params{User: "bob", Rotate: rotation.ModeSticky}},
-		{name: "user may carry dots, underscores and @", in: "a.b_c@x;session=1", want: params{User: "a.b_c@x", Session: "1"}},
+			want: Params{User: "alice", Session: "abc123", Selector: map[string]string{"zone": "europe-west1-b"}}},
+		{name: "sessttl as integer seconds", in: "bob-sessttl-90", want: Params{User: "bob", SessTTL: 90 * time.Second}},
+		{name: "sessttl as Go duration", in: "bob-sessttl-1m30s", want: Params{User: "bob", SessTTL: 90 * time.Second}},
+		{name: "rotate request", in: "bob-rotate-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate per-request alias in semicolon form", in: "bob;rotate=per-request", want: Params{User: "bob", Rotate: rotation.ModeRequest}},
+		{name: "rotate sticky", in: "bob;rotate=sticky", want: Params{User: "bob", Rotate: rotation.ModeSticky}},
+		{name: "user may carry dots, underscores and @", in: "a.b_c@x;session=1", want: Params{User: "a.b_c@x", Session: "1"}},
 
 		{name: "odd pair count is refused", in: "alice-session-abc-region", wantErr: "odd number"},
 		{name: "trailing hyphen is refused", in: "alice-session-abc-", wantErr: "ends with"},
@@ -59,14 +59,14 @@ func TestParseUsername(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseUsername(tt.in)
+			got, err := ParseUsername(tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
-					t.Fatalf("parseUsername(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
+					t.Fatalf("ParseUsername(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
 				}
-				var pe *paramError
+				var pe *Error
 				if !errors.As(err, &pe) {
-					t.Fatalf("error %v is not a *paramError", err)
+					t.Fatalf("error %v is not a *Error", err)
 				}
 				if !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %q does not contain %q", err, tt.wantErr)
@@ -74,10 +74,10 @@ func TestParseUsername(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseUsername(%q): %v", tt.in, err)
+				t.Fatalf("ParseUsername(%q): %v", tt.in, err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("parseUsername(%q) = %+v, want %+v", tt.in, got, tt.want)
+				t.Fatalf("ParseUsername(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -94,16 +94,16 @@ func TestParseHeaders(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      http.Header
-		want    params
+		want    Params
 		wantErr string
 	}{
-		{name: "no headers means defaults", in: h(), want: params{}},
+		{name: "no headers means defaults", in: h(), want: Params{}},
 		{name: "all headers", in: h(HeaderSession, "s-1", HeaderSelect, "region=eu, tier=dc", HeaderProxy, "px-7",
 			HeaderRotate, "request", HeaderSessTTL, "30"),
-			want: params{Session: "s-1", Proxy: "px-7", Rotate: rotation.ModeRequest, SessTTL: 30 * time.Second,
+			want: Params{Session: "s-1", Proxy: "px-7", Rotate: rotation.ModeRequest, SessTTL: 30 * time.Second,
 				Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "select lines join as one list", in: h(HeaderSelect, "region=eu", HeaderSelect, "tier=dc"),
-			want: params{Selector: map[string]string{"region": "eu", "tier": "dc"}}},
+			want: Params{Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "repeated session header is refused", in: h(HeaderSession, "a", HeaderSession, "b"), wantErr: "more than once"},
 		{name: "empty session header is refused", in: h(HeaderSession, " "), wantErr: "is empty"},
 		{name: "select item without equals is refused", in: h(HeaderSelect, "region"), wantErr: "not key=value"},
@@ -115,18 +115,18 @@ func TestParseHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseHeaders(tt.in)
+			got, err := ParseHeaders(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseHeaders = %+v, %v; want error containing %q", got, err, tt.wantErr)
+					t.Fatalf("ParseHeaders = %+v, %v; want error containing %q", got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseHeaders: %v", err)
+				t.Fatalf("ParseHeaders: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("parseHeaders = %+v, want %+v", got, tt.want)
+				t.Fatalf("ParseHeaders = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -137,15 +137,15 @@ func TestMerge(t *testing.T) {
 		name     string
 		user     string
 		hdr      http.Header
-		want     params
+		want     Params
 		wantErrs string
 	}{
 		{name: "header fills what the username leaves out", user: "u-session-a",
 			hdr:  http.Header{HeaderSelect: {"region=eu"}},
-			want: params{User: "u", Session: "a", Selector: map[string]string{"region": "eu"}}},
+			want: Params{User: "u", Session: "a", Selector: map[string]string{"region": "eu"}}},
 		{name: "agreeing values are accepted", user: "u-session-a-region-eu",
 			hdr:  http.Header{HeaderSession: {"a"}, HeaderSelect: {"region=eu,tier=dc"}},
-			want: params{User: "u", Session: "a", Selector: map[string]string{"region": "eu", "tier": "dc"}}},
+			want: Params{User: "u", Session: "a", Selector: map[string]string{"region": "eu", "tier": "dc"}}},
 		{name: "disagreeing session is refused", user: "u-session-a", hdr: http.Header{HeaderSession: {"b"}}, wantErrs: "username says"},
 		{name: "disagreeing selector is refused", user: "u-region-eu", hdr: http.Header{HeaderSelect: {"region=us"}}, wantErrs: "username says"},
 		{name: "disagreeing sessttl is refused", user: "u-sessttl-10", hdr: http.Header{HeaderSessTTL: {"20s"}}, wantErrs: "username says"},
@@ -153,18 +153,18 @@ func TestMerge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, err := parseUsername(tt.user)
+			u, err := ParseUsername(tt.user)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := parseHeaders(tt.hdr)
+			h, err := ParseHeaders(tt.hdr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := mergeParams(u, h)
+			got, err := Merge(u, h)
 			if tt.wantErrs != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErrs) {
-					t.Fatalf("mergeParams = %+v, %v; want error containing %q", got, err, tt.wantErrs)
+					t.Fatalf("Merge = %+v, %v; want error containing %q", got, err, tt.wantErrs)
 				}
 				return
 			}
@@ -172,16 +172,16 @@ func TestMerge(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("mergeParams = %+v, want %+v", got, tt.want)
+				t.Fatalf("Merge = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 }
 
 func TestSessionKeySeparatesUsers(t *testing.T) {
-	a := params{User: "a", Session: "s"}
-	b := params{User: "b", Session: "s"}
-	def := params{User: "a"}
+	a := Params{User: "a", Session: "s"}
+	b := Params{User: "b", Session: "s"}
+	def := Params{User: "a"}
 	if a.SessionKey() == b.SessionKey() {
 		t.Fatal("two users with the same session name share a session key")
 	}
@@ -207,7 +207,7 @@ func TestParseProxyAuthorization(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, tok, err := parseProxyAuthorization(tt.in)
+			u, tok, err := ParseProxyAuthorization(tt.in)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("got %q %q, want error", u, tok)
@@ -224,23 +224,8 @@ func TestParseProxyAuthorization(t *testing.T) {
 	}
 }
 
-func TestTokenSet(t *testing.T) {
-	s := newTokenSet([]string{"alpha", "beta-long-token"})
-	for _, tc := range []struct {
-		tok  string
-		want bool
-	}{{"alpha", true}, {"beta-long-token", true}, {"alph", false}, {"alphaa", false}, {"", false}} {
-		if got := s.match(tc.tok); got != tc.want {
-			t.Errorf("match(%q) = %v, want %v", tc.tok, got, tc.want)
-		}
-	}
-	if newTokenSet(nil).match("") {
-		t.Error("an empty token set matches the empty token")
-	}
-}
-
 // canonicalUsername writes p in the ;key=value form with sorted keys.
-func canonicalUsername(p params) string {
+func canonicalUsername(p Params) string {
 	parts := paramPairs(p)
 	if len(parts) == 0 {
 		return p.User
@@ -248,7 +233,7 @@ func canonicalUsername(p params) string {
 	return p.User + ";" + strings.Join(parts, ";")
 }
 
-func paramPairs(p params) []string {
+func paramPairs(p Params) []string {
 	var parts []string
 	if p.Session != "" {
 		parts = append(parts, "session="+p.Session)
@@ -281,7 +266,7 @@ func selectorPairs(sel map[string]string) []string {
 	return parts
 }
 
-func checkParamsInvariants(t *testing.T, p params) {
+func checkParamsInvariants(t *testing.T, p Params) {
 	t.Helper()
 	if p.SessTTL < 0 {
 		t.Fatalf("negative sessttl %v", p.SessTTL)
@@ -316,11 +301,11 @@ func FuzzParseUsername(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		p, err := parseUsername(in)
+		p, err := ParseUsername(in)
 		if err != nil {
-			var pe *paramError
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *paramError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			return
 		}
@@ -329,7 +314,7 @@ func FuzzParseUsername(f *testing.F) {
 			t.Fatalf("non-empty username %q parsed to an empty user", in)
 		}
 		// Round trip: the canonical ;key=value form parses to the same params.
-		again, err := parseUsername(canonicalUsername(p))
+		again, err := ParseUsername(canonicalUsername(p))
 		if err != nil {
 			t.Fatalf("canonical form %q of %q does not parse: %v", canonicalUsername(p), in, err)
 		}
@@ -353,11 +338,11 @@ func FuzzParseUsername(f *testing.F) {
 		if p.strictSet {
 			hdr.Set(HeaderStrict, map[bool]string{true: "1", false: "0"}[p.Strict])
 		}
-		hp, err := parseHeaders(hdr)
+		hp, err := ParseHeaders(hdr)
 		if err != nil {
 			t.Fatalf("headers %v from %q do not parse: %v", hdr, in, err)
 		}
-		merged, err := mergeParams(p, hp)
+		merged, err := Merge(p, hp)
 		if err != nil {
 			t.Fatalf("merging %q with its own headers: %v", in, err)
 		}
@@ -381,11 +366,11 @@ func FuzzParseHeaders(f *testing.F) {
 				hdr.Set(k, v)
 			}
 		}
-		p, err := parseHeaders(hdr)
+		p, err := ParseHeaders(hdr)
 		if err != nil {
-			var pe *paramError
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *paramError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			return
 		}
@@ -399,7 +384,7 @@ func FuzzParseHeaders(f *testing.F) {
 		// and nothing else.
 		p.User = "u"
 		canon := canonicalUsername(p)
-		again, err := parseUsername(canon)
+		again, err := ParseUsername(canon)
 		if len(canon) > maxUsernameLen {
 			if err == nil || !strings.Contains(err.Error(), "longer than") {
 				t.Fatalf("a %d-byte canonical form: %v, want the length refusal", len(canon), err)
@@ -416,8 +401,10 @@ func FuzzParseHeaders(f *testing.F) {
 }
 
 // FuzzParsePaceHeaders: the pace and strict headers, beside a username
-// that may say the same or otherwise, parse to a paramError or to params
-// whose merge keeps each value of either and never a looser pace.
+// that may say the same or otherwise, parse to a *Error or to Params
+// whose merge keeps each value of either. (That the gateway's pacer never
+// makes the merged pace looser is package gateway's
+// FuzzClientPaceMeetsTheOperators.)
 func FuzzParsePaceHeaders(f *testing.F) {
 	f.Add("crawler-pace-2s", "2s", "1")
 	f.Add("crawler", "500ms", "0")
@@ -435,24 +422,24 @@ func FuzzParsePaceHeaders(f *testing.F) {
 		if strict != "" {
 			hdr.Set(HeaderStrict, strict)
 		}
-		up, err := parseUsername(user)
+		up, err := ParseUsername(user)
 		if err != nil {
 			return
 		}
-		hp, err := parseHeaders(hdr)
+		hp, err := ParseHeaders(hdr)
 		if err != nil {
-			var pe *paramError
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *paramError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			return
 		}
 		checkParamsInvariants(t, hp)
-		p, err := mergeParams(up, hp)
+		p, err := Merge(up, hp)
 		if err != nil {
-			var pe *paramError
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *paramError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			return
 		}
@@ -462,11 +449,6 @@ func FuzzParsePaceHeaders(f *testing.F) {
 		}
 		if (up.strictSet && p.Strict != up.Strict) || (hp.strictSet && p.Strict != hp.Strict) {
 			t.Fatalf("merged strict %v from username %v and header %v", p.Strict, up.Strict, hp.Strict)
-		}
-		// The client's pace meets the operator's: never looser.
-		pc := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
-		if lim, _ := pc.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
-			t.Fatalf("pace %v with the operator's 1s gave %v", p.Pace, lim.MinInterval)
 		}
 	})
 }
@@ -479,16 +461,16 @@ func TestREADMEUsernameExamplesParse(t *testing.T) {
 		"crawler;session=abc123;zone=europe-west1-b",
 		"crawler-session-s42",
 	} {
-		if _, err := parseUsername(u); err != nil {
+		if _, err := ParseUsername(u); err != nil {
 			t.Errorf("README example %q does not parse: %v", u, err)
 		}
 	}
-	_, err := parseUsername("crawler-session-abc!")
+	_, err := ParseUsername("crawler-session-abc!")
 	want := `value of "session" in username has a character outside [A-Za-z0-9_.:/] (use user;key=value for values with '-')`
 	if err == nil || err.Error() != want {
 		t.Errorf("README quotes the 407 message %q, the parser says %v", want, err)
 	}
-	raw, _ := os.ReadFile("../README.md")
+	raw, _ := os.ReadFile("../../README.md")
 	if !strings.Contains(strings.Join(strings.Fields(string(raw)), " "), "proxyfleet: "+want) {
 		t.Errorf("README no longer quotes %q", want)
 	}
