@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -212,48 +214,30 @@ func (h *harness) mustGet(name string) *v1alpha1.Proxy {
 // (the controller writes the same object).
 func (h *harness) edit(name string, fn func(p *v1alpha1.Proxy)) {
 	h.t.Helper()
-	h.eventually("update Proxy "+name, func() (bool, string) {
+	poll.Until(h.t, wait, "update Proxy "+name, func() error {
 		p, err := h.get(name)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		fn(p)
 		if err := env.Client.Update(h.ctx(), p); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return true, ""
+		return nil
 	})
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func (h *harness) eventually(what string, cond func() (bool, string)) {
-	h.t.Helper()
-	deadline := time.Now().Add(wait)
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out after %s waiting for %s; last: %s", wait, what, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // waitProxy waits until the Proxy satisfies cond and returns it.
 func (h *harness) waitProxy(name, what string, cond func(p *v1alpha1.Proxy) bool) *v1alpha1.Proxy {
 	h.t.Helper()
 	var got *v1alpha1.Proxy
-	h.eventually(name+": "+what, func() (bool, string) {
+	poll.Until(h.t, wait, name+": "+what, func() error {
 		p, err := h.get(name)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		got = p
-		return cond(p), describe(p)
+		return poll.Check(cond(p), "%s", describe(p))
 	})
 	return got
 }
@@ -261,12 +245,12 @@ func (h *harness) waitProxy(name, what string, cond func(p *v1alpha1.Proxy) bool
 // waitGone waits until the Proxy no longer exists.
 func (h *harness) waitGone(name string) {
 	h.t.Helper()
-	h.eventually(name+" deleted", func() (bool, string) {
+	poll.Until(h.t, wait, name+" deleted", func() error {
 		p, err := h.get(name)
 		if err == nil {
-			return false, describe(p)
+			return errors.New(describe(p))
 		}
-		return client.IgnoreNotFound(err) == nil, err.Error()
+		return poll.Check(client.IgnoreNotFound(err) == nil, "%s", err.Error())
 	})
 }
 

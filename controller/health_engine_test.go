@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -192,13 +193,13 @@ func TestSteadyHealthyFleetCausesNoStatusWrites(t *testing.T) {
 	}
 	// Ten probe intervals, counted in probes rather than slept.
 	const intervals = 10
-	h.eventually(fmt.Sprintf("%d more probes of every Proxy", intervals), func() (bool, string) {
+	poll.Until(h.t, wait, fmt.Sprintf("%d more probes of every Proxy", intervals), func() error {
 		for _, n := range names {
 			if got := h.metrics.observed(h.ns+"/"+n) - probes[n]; got < intervals {
-				return false, fmt.Sprintf("%s probed %d more times", n, got)
+				return fmt.Errorf("%s probed %d more times", n, got)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	if got := h.client.statusWrites.Load() - writes; got != 0 {
 		t.Errorf("%d status writes over %d probe intervals of a steady healthy fleet, want none", got, intervals)
@@ -223,21 +224,21 @@ func TestLeaderHandoverKeepsTheHealthyVerdict(t *testing.T) {
 	// status rather than start from unknown.
 	second := startWithEngine(t, first.ns, health.Options{})
 	key := types.NamespacedName{Namespace: first.ns, Name: "px"}
-	second.eventually("the new engine tracks px", func() (bool, string) {
+	poll.Until(second.t, wait, "the new engine tracks px", func() error {
 		_, ok := second.engine.Snapshot(key)
-		return ok, "no state yet"
+		return poll.Check(ok, "no state yet")
 	})
 	if v, _ := second.engine.Snapshot(key); !v.Known || !v.Healthy {
 		t.Fatalf("the new engine's first view of px is %+v; want the Healthy verdict seeded from status", v)
 	}
 	const intervals = 5
-	second.eventually(fmt.Sprintf("%d probes by the new engine", intervals), func() (bool, string) {
+	poll.Until(second.t, wait, fmt.Sprintf("%d probes by the new engine", intervals), func() error {
 		p := second.mustGet("px")
 		if c := p.Condition(v1alpha1.ConditionHealthy); c == nil || c.Status != metav1.ConditionTrue {
 			t.Fatalf("the verdict flapped after the handover: %s", describe(p))
 		}
 		n := second.metrics.observed(key.String())
-		return n >= intervals, fmt.Sprintf("%d probes", n)
+		return poll.Check(n >= intervals, "%d probes", n)
 	})
 	after := second.mustGet("px")
 	if n := second.client.statusWrites.Load(); n != 0 {
@@ -265,10 +266,10 @@ func TestDeletingAProxyPrunesItsHealthStateAndSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitGone("px")
-	h.eventually("state and series pruned", func() (bool, string) {
+	poll.Until(h.t, wait, "state and series pruned", func() error {
 		_, tracked := h.engine.Snapshot(key)
 		series := h.metrics.hasSeries(key.String())
-		return !tracked && !series, fmt.Sprintf("tracked=%v series=%v", tracked, series)
+		return poll.Check(!tracked && !series, "tracked=%v series=%v", tracked, series)
 	})
 }
 
@@ -422,9 +423,9 @@ func TestExternalProxyWithACredentialsSecretIsProbedWithItsLogin(t *testing.T) {
 		return reason(p) == v1alpha1.ReasonExternalEndpoint
 	})
 	failed := h.metrics.failures(h.ns + "/vendor")
-	h.eventually("two more failed probes with the wrong password", func() (bool, string) {
+	poll.Until(h.t, wait, "two more failed probes with the wrong password", func() error {
 		n := h.metrics.failures(h.ns + "/vendor")
-		return n >= failed+2, fmt.Sprintf("%d failures", n)
+		return poll.Check(n >= failed+2, "%d failures", n)
 	})
 	if p := h.mustGet("vendor"); p.Status.Phase == v1alpha1.PhaseReady || target.Count("127.0.0.25") != 0 {
 		t.Fatalf("with a wrong password: phase %s, %d probes reached the target; want Unhealthy and none", p.Status.Phase, target.Count("127.0.0.25"))

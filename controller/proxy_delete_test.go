@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -46,7 +47,7 @@ func TestDeletionPollsWhileDeletingAndShowsDeleting(t *testing.T) {
 		return p.Status.Phase == v1alpha1.PhaseDeleting && reason(p) == v1alpha1.ReasonDeleting
 	})
 	gets := h.fake.count(providers.OpGet)
-	h.eventually("deletion polls", func() (bool, string) { return h.fake.count(providers.OpGet) >= gets+3, h.fake.String() })
+	poll.Until(h.t, wait, "deletion polls", func() error { return poll.Check(h.fake.count(providers.OpGet) >= gets+3, "%s", h.fake.String()) })
 	if got := h.mustGet("px"); !controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
 		t.Fatalf("finalizer released while the instance still exists")
 	}

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // askedHealth is a fakeHealth that counts Snapshot calls, so a test knows a
@@ -47,19 +47,19 @@ func TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange(t *te
 	})
 
 	// The verdict a previous controller run left in status.
-	h.eventually("a Healthy verdict in status", func() (bool, string) {
+	poll.Until(h.t, wait, "a Healthy verdict in status", func() error {
 		p, err := h.get("ext")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy,
 			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "200 before the restart"})
 		p.Status.LatencyMillis = 42
 		p.Status.Phase = v1alpha1.PhaseReady
 		if err := env.Client.Status().Update(h.ctx(), p); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return true, ""
+		return nil
 	})
 	// Two reconciles that reach applyHealth: one key is never reconciled
 	// twice at once, so the first one's status write has landed when the
@@ -67,8 +67,8 @@ func TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange(t *te
 	for i := range 2 {
 		before := health.calls.Load()
 		events <- event.GenericEvent{Object: h.mustGet("ext")}
-		h.eventually("a reconcile asking the health source", func() (bool, string) {
-			return health.calls.Load() > before, fmt.Sprintf("reconcile %d not yet", i+1)
+		poll.Until(h.t, wait, "a reconcile asking the health source", func() error {
+			return poll.Check(health.calls.Load() > before, "reconcile %d not yet", i+1)
 		})
 	}
 	p := h.mustGet("ext")
@@ -95,18 +95,18 @@ func TestAManagedInstanceAtANewAddressLosesTheOldVerdict(t *testing.T) {
 	h := start(t, setup{health: health})
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
-	h.eventually("a Healthy verdict in status", func() (bool, string) {
+	poll.Until(h.t, wait, "a Healthy verdict in status", func() error {
 		p, err := h.get("px")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy,
 			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "200 at the old address"})
 		p.Status.LatencyMillis = 42
 		if err := env.Client.Status().Update(h.ctx(), p); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return true, ""
+		return nil
 	})
 	inst, err := h.fake.Get(h.ctx(), p.Status.ProviderID)
 	if err != nil {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -90,9 +90,9 @@ func TestProvisioningInstanceIsPolledUntilItRuns(t *testing.T) {
 		return p.Status.ProviderID != "" && reason(p) == v1alpha1.ReasonProvisioning && p.Status.Phase == v1alpha1.PhaseProvisioning
 	})
 	gets := h.fake.count(providers.OpGet)
-	h.eventually("more polls while provisioning", func() (bool, string) {
+	poll.Until(h.t, wait, "more polls while provisioning", func() error {
 		n := h.fake.count(providers.OpGet)
-		return n >= gets+3, h.fake.String()
+		return poll.Check(n >= gets+3, "%s", h.fake.String())
 	})
 	if p.Status.IP != "" {
 		t.Fatalf("status.ip = %q while provisioning, want empty", p.Status.IP)
@@ -474,14 +474,14 @@ func TestSteadyProxyCausesNoStatusWrites(t *testing.T) {
 	h.create(h.managed("px"))
 	h.waitRunning("px")
 	// Let the last write of the provisioning sequence land.
-	h.eventually("a few steady drift polls", func() (bool, string) {
-		return h.fake.count(providers.OpGet) >= 3, h.fake.String()
+	poll.Until(h.t, wait, "a few steady drift polls", func() error {
+		return poll.Check(h.fake.count(providers.OpGet) >= 3, "%s", h.fake.String())
 	})
 	writes := h.client.statusWrites.Load()
 	rv := h.mustGet("px").ResourceVersion
 	gets := h.fake.count(providers.OpGet)
-	h.eventually("six more reconciles of the steady Proxy", func() (bool, string) {
-		return h.fake.count(providers.OpGet) >= gets+6, h.fake.String()
+	poll.Until(h.t, wait, "six more reconciles of the steady Proxy", func() error {
+		return poll.Check(h.fake.count(providers.OpGet) >= gets+6, "%s", h.fake.String())
 	})
 	if got := h.client.statusWrites.Load() - writes; got != 0 {
 		t.Errorf("%d status writes during steady reconciles, want 0", got)
@@ -586,9 +586,9 @@ func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
 		defer mu.Unlock()
 		return inFlight, most
 	}
-	h.eventually("two Creates blocked at once", func() (bool, string) {
+	poll.Until(h.t, wait, "two Creates blocked at once", func() error {
 		now, _ := snapshot()
-		return now == 2, fmt.Sprintf("%d in flight", now)
+		return poll.Check(now == 2, "%d in flight", now)
 	})
 	// Both workers are busy: no third pass may start however long we wait.
 	time.Sleep(500 * time.Millisecond)
@@ -623,14 +623,14 @@ func TestTransientGetFailureKeepsARunningProxyProvisioned(t *testing.T) {
 	h.create(h.managed("px"))
 	h.waitRunning("px")
 	// Let the provisioning sequence's last status write land.
-	h.eventually("a steady drift poll", func() (bool, string) {
-		return h.fake.count(providers.OpGet) >= 3, h.fake.String()
+	poll.Until(h.t, wait, "a steady drift poll", func() error {
+		return poll.Check(h.fake.count(providers.OpGet) >= 3, "%s", h.fake.String())
 	})
 	writes := h.client.statusWrites.Load()
 	gets := h.fake.count(providers.OpGet)
 	h.fake.failNext(providers.OpGet, 3, errClass(providers.ErrTransient, "poll timed out"))
-	h.eventually("three failed polls and a good one", func() (bool, string) {
-		return h.fake.count(providers.OpGet) >= gets+4, h.fake.String()
+	poll.Until(h.t, wait, "three failed polls and a good one", func() error {
+		return poll.Check(h.fake.count(providers.OpGet) >= gets+4, "%s", h.fake.String())
 	})
 	p := h.mustGet("px")
 	if reason(p) != v1alpha1.ReasonCreated || !meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProvisioned) {

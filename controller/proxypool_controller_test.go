@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -187,9 +188,9 @@ func (ph *poolHarness) waitPool(name, what string, cond func(p *v1alpha1.ProxyPo
 	ph.t.Helper()
 	var p *v1alpha1.ProxyPool
 	var ps []v1alpha1.Proxy
-	ph.eventually(name+": "+what, func() (bool, string) {
+	poll.Until(ph.t, wait, name+": "+what, func() error {
 		p, ps = ph.getPool(name), ph.proxies(name)
-		return cond(p, ps), describePool(p, ps)
+		return poll.Check(cond(p, ps), "%s", describePool(p, ps))
 	})
 	return p, ps
 }
@@ -216,16 +217,16 @@ func describePool(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) string {
 func (ph *poolHarness) scaleTo(name string, n int32) {
 	ph.t.Helper()
 	gr := schema.GroupResource{Group: v1alpha1.Group, Resource: "proxypools"}
-	ph.eventually(fmt.Sprintf("scale %s to %d", name, n), func() (bool, string) {
+	poll.Until(ph.t, wait, fmt.Sprintf("scale %s to %d", name, n), func() error {
 		s, err := ph.scales.Scales(ph.ns).Get(ph.ctx(), gr, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		s.Spec.Replicas = n
 		if _, err := ph.scales.Scales(ph.ns).Update(ph.ctx(), gr, s, metav1.UpdateOptions{}); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return true, ""
+		return nil
 	})
 }
 
@@ -233,13 +234,13 @@ func (ph *poolHarness) scaleTo(name string, n int32) {
 func (ph *poolHarness) lease(px *v1alpha1.Proxy) pool.Lease {
 	ph.t.Helper()
 	var l pool.Lease
-	ph.eventually("lease on "+px.Name, func() (bool, string) {
+	poll.Until(ph.t, wait, "lease on "+px.Name, func() error {
 		var err error
 		l, err = ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name, TTL: 10 * time.Minute})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return true, ""
+		return nil
 	})
 	return l
 }
@@ -318,16 +319,16 @@ func TestProxyPoolDrainsALeasedProxyBeforeDeletingIt(t *testing.T) {
 	ph.scaleTo("eu", 0)
 	ph.waitProxy(px.Name, "draining", func(p *v1alpha1.Proxy) bool { return p.IsDraining() })
 	// New leases go elsewhere (here: nowhere), the held one runs on.
-	ph.eventually("the lease API stops offering the draining Proxy", func() (bool, string) {
+	poll.Until(ph.t, wait, "the lease API stops offering the draining Proxy", func() error {
 		got, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name})
 		if err == nil {
 			// Offered before the lease source saw the annotation: give it
 			// back, or it would hold the drain for drainSeconds.
 			_ = ph.leases.Release(ph.ctx(), got.ID)
-			return false, "still offered"
+			return errors.New("still offered")
 		}
 		var nm *pool.NoMatchError
-		return errors.As(err, &nm), fmt.Sprint(err)
+		return poll.Check(errors.As(err, &nm), "%v", err)
 	})
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
@@ -471,9 +472,9 @@ func TestProxyPoolDeletionDeletesItsProxies(t *testing.T) {
 	for _, px := range ps {
 		ph.waitGone(px.Name)
 	}
-	ph.eventually("pool gone", func() (bool, string) {
+	poll.Until(ph.t, wait, "pool gone", func() error {
 		err := env.Client.Get(ph.ctx(), client.ObjectKeyFromObject(p), &v1alpha1.ProxyPool{})
-		return client.IgnoreNotFound(err) == nil && err != nil, fmt.Sprint(err)
+		return poll.Check(client.IgnoreNotFound(err) == nil && err != nil, "%v", err)
 	})
 	if n := ph.fake.count(providers.OpDelete); n < 2 {
 		t.Errorf("provider deletes = %d, want one per Proxy (the Proxies' finalizers were honoured)", n)

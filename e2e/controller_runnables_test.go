@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -87,20 +88,20 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 	metricsAddr := addrs[0]
 
 	// Provider health: Ready with its one target, and the gauge in the scrape.
-	poll(t, "ProviderHealth in-cluster Ready", func() (bool, string) {
+	poll.Until(t, pollTimeout, "ProviderHealth in-cluster Ready", func() error {
 		var ph v1alpha1.ProviderHealth
 		if err := c.Get(ctx, types.NamespacedName{Name: "in-cluster"}, &ph); err != nil {
-			return false, err.Error()
+			return err
 		}
 		cond := meta.FindStatusCondition(ph.Status.Conditions, v1alpha1.ConditionReady)
 		ok := ph.Status.Ready && ph.Status.Type == "kubernetes" && ph.Status.TargetsReady == "1/1" &&
 			cond != nil && cond.Status == metav1.ConditionTrue
-		return ok, fmt.Sprintf("%+v", ph.Status)
+		return poll.Check(ok, "%+v", ph.Status)
 	})
-	poll(t, "the gauge in the scrape", func() (bool, string) {
+	poll.Until(t, pollTimeout, "the gauge in the scrape", func() error {
 		code, body, err := httpGet("http://" + metricsAddr + "/metrics")
-		return err == nil && code == 200 && strings.Contains(body, `proxyfleet_provider_target_up{provider="in-cluster",target="apiserver"} 1`),
-			fmt.Sprint(code, err, grepLines(body, "proxyfleet_provider"))
+		return poll.Check(err == nil && code == 200 && strings.Contains(body, `proxyfleet_provider_target_up{provider="in-cluster",target="apiserver"} 1`),
+			"%s", fmt.Sprint(code, err, grepLines(body, "proxyfleet_provider")))
 	})
 	if err := c.Get(ctx, types.NamespacedName{Name: "removed-entry"}, &v1alpha1.ProviderHealth{}); client.IgnoreNotFound(err) != nil || err == nil {
 		t.Errorf("the stale ProviderHealth was not deleted at start: %v", err)
@@ -112,11 +113,14 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 		err := c.Get(ctx, types.NamespacedName{Namespace: podNS, Name: name}, &corev1.Pod{})
 		return client.IgnoreNotFound(err) == nil && err != nil, fmt.Sprint(err)
 	}
-	poll(t, "the orphaned Pod deleted", func() (bool, string) { return podGone(orphan.Name) })
+	poll.Until(t, pollTimeout, "the orphaned Pod deleted", func() error {
+		gone, why := podGone(orphan.Name)
+		return poll.Check(gone, "%s", why)
+	})
 	sweeps := strings.Count(proc.Output(), "orphan GC sweep finished")
-	poll(t, "three more sweeps", func() (bool, string) {
+	poll.Until(t, pollTimeout, "three more sweeps", func() error {
 		n := strings.Count(proc.Output(), "orphan GC sweep finished")
-		return n >= sweeps+3, fmt.Sprintf("%d sweeps", n)
+		return poll.Check(n >= sweeps+3, "%d sweeps", n)
 	})
 	for _, name := range []string{untagged.Name, ofLive.Name} {
 		if gone, _ := podGone(name); gone {

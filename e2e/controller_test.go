@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -56,36 +57,21 @@ func startController(t *testing.T, bin string, env *testenv.Env, ns string, extr
 	return &controllerProc{Process: proc, metricsAddr: addrs[0], probeAddr: addrs[1], leaseAPIAddr: addrs[2], statusAddr: addrs[3]}
 }
 
-// pollTimeout is how long poll waits: generous, because the e2e tests run
-// in parallel on a 2-core CI machine, where a controller process can take
-// tens of seconds to start and reconcile while the others load it.
+// pollTimeout is how long the controller tests wait for a condition:
+// generous, because the e2e tests run in parallel on a 2-core CI machine,
+// where a controller process can take tens of seconds to start and
+// reconcile while the others load it.
 const pollTimeout = 90 * time.Second
-
-// poll waits up to pollTimeout for cond, failing with its last explanation.
-func poll(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // waitProxy waits until the Proxy satisfies cond.
 func waitProxy(t *testing.T, c client.Client, ns, name, what string, cond func(p *v1alpha1.Proxy) bool) *v1alpha1.Proxy {
 	t.Helper()
 	var p v1alpha1.Proxy
-	poll(t, name+": "+what, func() (bool, string) {
+	poll.Until(t, pollTimeout, name+": "+what, func() error {
 		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return cond(&p), fmt.Sprintf("phase=%s ip=%q providerID=%q conditions=%+v", p.Status.Phase, p.Status.IP, p.Status.ProviderID, p.Status.Conditions)
+		return poll.Check(cond(&p), "phase=%s ip=%q providerID=%q conditions=%+v", p.Status.Phase, p.Status.IP, p.Status.ProviderID, p.Status.Conditions)
 	})
 	return &p
 }
@@ -121,9 +107,9 @@ func TestControllerBinary(t *testing.T) {
 		writeFile(t, cfgPath, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
 		ctl := startController(t, bin, env, ns, "--providers-config", cfgPath)
 
-		poll(t, "/readyz", func() (bool, string) {
+		poll.Until(t, pollTimeout, "/readyz", func() error {
 			code, body, err := httpGet("http://" + ctl.probeAddr + "/readyz")
-			return err == nil && code == http.StatusOK, fmt.Sprint(code, body, err)
+			return poll.Check(err == nil && code == http.StatusOK, "%s", fmt.Sprint(code, body, err))
 		})
 
 		// External: the address comes from the endpoint, no provider involved.
@@ -145,9 +131,9 @@ func TestControllerBinary(t *testing.T) {
 		}
 		podName := providers.NameFromUID(string(px.UID))
 		var pod corev1.Pod
-		poll(t, "Squid Pod "+podName, func() (bool, string) {
+		poll.Until(t, pollTimeout, "Squid Pod "+podName, func() error {
 			err := c.Get(ctx, types.NamespacedName{Namespace: podNS, Name: podName}, &pod)
-			return err == nil, fmt.Sprint(err)
+			return poll.Check(err == nil, "%v", err)
 		})
 		waitProxy(t, c, ns, "px", "Provisioning", func(p *v1alpha1.Proxy) bool {
 			return p.Status.ProviderID != "" && p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.IP == ""
@@ -181,11 +167,11 @@ func TestControllerBinary(t *testing.T) {
 		if err := c.Delete(ctx, px); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "Proxy and Pod gone", func() (bool, string) {
+		poll.Until(t, pollTimeout, "Proxy and Pod gone", func() error {
 			perr := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "px"}, &v1alpha1.Proxy{})
 			podErr := c.Get(ctx, types.NamespacedName{Namespace: podNS, Name: podName}, &corev1.Pod{})
-			return client.IgnoreNotFound(perr) == nil && perr != nil && client.IgnoreNotFound(podErr) == nil && podErr != nil,
-				fmt.Sprintf("proxy: %v, pod: %v", perr, podErr)
+			return poll.Check(client.IgnoreNotFound(perr) == nil && perr != nil && client.IgnoreNotFound(podErr) == nil && podErr != nil,
+				"proxy: %v, pod: %v", perr, podErr)
 		})
 
 		code, body, err := httpGet("http://" + ctl.metricsAddr + "/metrics")
@@ -211,9 +197,9 @@ func TestControllerBinary(t *testing.T) {
 		}
 		first := startController(t, bin, env, ns, "--leader-elect")
 		var firstHolder string
-		poll(t, "a Lease held in the Proxy namespace", func() (bool, string) {
+		poll.Until(t, pollTimeout, "a Lease held in the Proxy namespace", func() error {
 			firstHolder = holder()
-			return firstHolder != "", "no holder yet"
+			return poll.Check(firstHolder != "", "no holder yet")
 		})
 		second := startController(t, bin, env, ns, "--leader-elect")
 		serve := func(name, host string) {
@@ -234,9 +220,9 @@ func TestControllerBinary(t *testing.T) {
 		if code, err := first.Stop(); err != nil || code != 0 {
 			t.Fatalf("stopping the leader: exit %d, %v", code, err)
 		}
-		poll(t, "the follower to take the Lease", func() (bool, string) {
+		poll.Until(t, pollTimeout, "the follower to take the Lease", func() error {
 			h := holder()
-			return h != "" && h != firstHolder, "holder " + h
+			return poll.Check(h != "" && h != firstHolder, "holder %s", h)
 		})
 		serve("ext2", "127.0.0.12")
 	})

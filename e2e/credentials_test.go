@@ -15,6 +15,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
@@ -78,7 +79,7 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 	// The lease API reads the Proxies from the controller's cache, which
 	// may see the Ready status a moment after this test's client did.
 	var listed []poolapi.ProxyInfo
-	testutil.Eventually(t, 30*time.Second, func() error {
+	poll.Until(t, 30*time.Second, "the one Proxy offered by the lease API", func() error {
 		var err error
 		if listed, err = api.List(ctx, poolapi.ListFilter{HealthyOnly: true}); err != nil || len(listed) != 1 {
 			return fmt.Errorf("healthy members %+v (%v), want the one Proxy", listed, err)

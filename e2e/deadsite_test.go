@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestGatewayDeadSites is a crawler following dead links through the real
@@ -76,7 +77,7 @@ func TestGatewayDeadSites(t *testing.T) {
 		}
 		wantInService(t, g, 1)
 		pair[0].Start()
-		testutil.Eventually(t, 60*time.Second, func() error {
+		poll.Until(t, 60*time.Second, "the restarted member to serve the live site again", func() error {
 			r, err := doGet(tc, live.URL()+"/back", nil)
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -98,9 +100,9 @@ func TestFleet(t *testing.T) {
 				t.Errorf("%s: Healthy condition %+v, want reason %s", p.Name, c, v1alpha1.ReasonProbeSucceeded)
 			}
 		}
-		pollFor(t, 30*time.Second, "the lease API listing the three Proxies as healthy", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the lease API listing the three Proxies as healthy", func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
 		all, err := api.List(ctx, poolapi.ListFilter{})
 		if err != nil {
@@ -183,22 +185,22 @@ func TestFleet(t *testing.T) {
 		// A reported it: the controller holds a cooldown of that member for
 		// that target (the target key is the host), as long as Retry-After.
 		var cd poolapi.CooldownInfo
-		pollFor(t, 30*time.Second, "a cooldown of "+member+" for 127.0.0.5 in the lease API", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "a cooldown of "+member+" for 127.0.0.5 in the lease API", func() error {
 			ps, err := api.List(ctx, poolapi.ListFilter{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			p := fleetFind(ps, member)
 			if p == nil {
-				return false, "not listed"
+				return errors.New("not listed")
 			}
 			for _, c := range p.Cooldowns {
 				if c.Target == siteA.Host() {
 					cd = c
-					return true, ""
+					return nil
 				}
 			}
-			return false, fmt.Sprintf("cooldowns %+v", p.Cooldowns)
+			return fmt.Errorf("cooldowns %+v", p.Cooldowns)
 		})
 		if lo, hi := t0.Add(25*time.Second), time.Now().Add(31*time.Second); cd.Until.Before(lo) || cd.Until.After(hi) {
 			t.Errorf("cooldown until %s, want about 30s (Retry-After) after the 429: between %s and %s", cd.Until, lo, hi)
@@ -235,9 +237,9 @@ func TestFleet(t *testing.T) {
 		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy); c.Reason != v1alpha1.ReasonProbeFailed || c.Message == "" {
 			t.Errorf("Healthy condition %+v, want reason %s with the probe's error", c, v1alpha1.ReasonProbeFailed)
 		}
-		pollFor(t, 30*time.Second, "the lease API no longer offering "+member, func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the lease API no longer offering "+member, func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, fleetWithout(names, member)), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, fleetWithout(names, member)), "%s", fmt.Sprint(got, err))
 		})
 		for gw, c := range map[string]*http.Client{"A": cA, "B": cB} {
 			got := fleetSend(t, c, siteC.URL()+"/down", 6)
@@ -250,17 +252,17 @@ func TestFleet(t *testing.T) {
 		sq.Start()
 		fleetWaitProxy(t, env, ns, name, 60*time.Second, "Ready again", fleetReady)
 		t.Logf("%s Ready %s after the restart", name, time.Since(restarted).Round(time.Millisecond))
-		pollFor(t, 30*time.Second, "the lease API offering "+member+" again", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the lease API offering "+member+" again", func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
 		for gw, c := range map[string]*http.Client{"A": cA, "B": cB} {
-			pollFor(t, 30*time.Second, "gateway "+gw+" using "+sq.Name()+" again", func() (bool, string) {
+			poll.Until(t, 30*time.Second, "gateway "+gw+" using "+sq.Name()+" again", func() error {
 				r, err := doGet(c, siteC.URL()+"/up", nil)
 				if err != nil || r.status != http.StatusOK {
-					return false, fmt.Sprintf("%d %q %v", r.status, r.body, err)
+					return fmt.Errorf("%d %q %v", r.status, r.body, err)
 				}
-				return r.source == sq.OutgoingAddr(), "last source " + r.source
+				return poll.Check(r.source == sq.OutgoingAddr(), "last source %s", r.source)
 			})
 		}
 	})
@@ -283,9 +285,9 @@ func TestFleet(t *testing.T) {
 		member := ns + "/" + px.Name
 		var pod corev1.Pod
 		podKey := types.NamespacedName{Namespace: podNS, Name: providers.NameFromUID(string(px.UID))}
-		poll(t, "the Squid Pod "+podKey.String(), func() (bool, string) {
+		poll.Until(t, pollTimeout, "the Squid Pod "+podKey.String(), func() error {
 			err := env.Client.Get(ctx, podKey, &pod)
-			return err == nil, fmt.Sprint(err)
+			return poll.Check(err == nil, "%v", err)
 		})
 
 		// KUBELET STAND-IN: envtest runs no kubelet, so this test does what
@@ -320,10 +322,10 @@ func TestFleet(t *testing.T) {
 		// Leased through the lease API: the lease's URL is the Pod's Squid,
 		// and a request through it leaves from that Squid's egress.
 		var lease pool.Lease
-		pollFor(t, 30*time.Second, "a lease of "+member, func() (bool, string) {
+		poll.Until(t, 30*time.Second, "a lease of "+member, func() error {
 			var err error
 			lease, err = api.Acquire(ctx, pool.AcquireRequest{Proxy: member, Target: siteB.Host()})
-			return err == nil, fmt.Sprint(err)
+			return poll.Check(err == nil, "%v", err)
 		})
 		if lease.Member.URL == nil || lease.Member.URL.String() != podSquid.URL() {
 			t.Fatalf("lease of %s has URL %v, want %s", member, lease.Member.URL, podSquid.URL())
@@ -354,29 +356,13 @@ func fleetReady(p *v1alpha1.Proxy) bool {
 func fleetWaitProxy(t *testing.T, env *testenv.Env, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {
 	t.Helper()
 	var p v1alpha1.Proxy
-	pollFor(t, timeout, name+": "+what, func() (bool, string) {
+	poll.Until(t, timeout, name+": "+what, func() error {
 		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return cond(&p), fmt.Sprintf("phase=%s latency=%d conditions=%+v", p.Status.Phase, p.Status.LatencyMillis, p.Status.Conditions)
+		return poll.Check(cond(&p), "phase=%s latency=%d conditions=%+v", p.Status.Phase, p.Status.LatencyMillis, p.Status.Conditions)
 	})
 	return &p
-}
-
-// pollFor waits up to timeout for cond, failing with its last explanation.
-func pollFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // fleetHealthy lists the names the lease API offers (healthy=true), sorted.

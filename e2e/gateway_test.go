@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestGateway runs the standalone gateway's acceptance scenarios against the
@@ -143,7 +144,7 @@ func gatewayReloadsTheUpstreamsFileWithoutDroppingATunnel(t *testing.T, bin stri
 		t.Fatal(err)
 	}
 	reloaded := time.Now()
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "requests through the added member sq4", func() error {
 		mustGetOK(t, c, target.URL()+"/reload", nil)
 		if !usedSince(target, "127.0.0.4", reloaded) {
 			return errors.New("the added member sq4 carries no requests yet")
@@ -217,7 +218,7 @@ func gatewayCoolsOneUpstreamDownForOneTargetOn429(t *testing.T, bin string, trio
 	// Per-request rotation reaches the banned upstream within a few
 	// requests; the gateway retries the 429 elsewhere, so the client
 	// still gets 200.
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "a request through the rate-limited upstream", func() error {
 		mustGetOK(t, c, limited.URL()+"/a", nil)
 		if limited.Count(banned) == 0 {
 			return errors.New("the rate-limited upstream was not tried yet")
@@ -244,7 +245,7 @@ func gatewayCoolsOneUpstreamDownForOneTargetOn429(t *testing.T, bin string, trio
 			banned, limited.Host(), other.Counts())
 	}
 
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the banned upstream tried again after its cooldown", func() error {
 		mustGetOK(t, c, limited.URL()+"/after", nil)
 		for _, r := range limited.Requests() {
 			if r.Source == banned && r.Time.After(t0) {
@@ -268,7 +269,7 @@ func gatewaySurvivesASquidKilledMidRun(t *testing.T, bin string, trio []*testuti
 		"--failure-cooldown", "1s", "--dial-timeout", "2s",
 	}})
 	victim := crashTrio[1]
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "probes from every upstream", func() error {
 		if got := probe.Sources(); len(got) < 3 {
 			return fmt.Errorf("probes seen from %v, want every upstream", got)
 		}
@@ -333,30 +334,24 @@ func gatewaySurvivesASquidKilledMidRun(t *testing.T, bin string, trio []*testuti
 	}
 	t.Cleanup(func() { stop.Store(true); wg.Wait() })
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		testutil.Eventually(t, 30*time.Second, func() error {
-			if !cond() {
-				return errors.New(what)
-			}
-			return nil
-		})
-	}
-	waitFor("traffic through every upstream", func() bool {
-		return len(target.Sources()) == 3 && len(tlsTarget.Sources()) == 3
+	poll.Until(t, 30*time.Second, "traffic through every upstream", func() error {
+		return poll.Check(len(target.Sources()) == 3 && len(tlsTarget.Sources()) == 3,
+			"plain via %v, TLS via %v", target.Sources(), tlsTarget.Sources())
 	})
 
 	killedAt.Store(time.Now().UnixNano())
 	victim.Kill()
 	gets, tunnels := getsOK.Load(), tunnelsOK.Load()
-	waitFor("requests succeeding after the kill", func() bool {
-		return getsOK.Load() > gets+50 && tunnelsOK.Load() > tunnels+20
+	poll.Until(t, 30*time.Second, "requests succeeding after the kill", func() error {
+		return poll.Check(getsOK.Load() > gets+50 && tunnelsOK.Load() > tunnels+20,
+			"%d GETs and %d tunnels since the kill", getsOK.Load()-gets, tunnelsOK.Load()-tunnels)
 	})
 
 	restarted := time.Now()
 	victim.Start()
-	waitFor("the restarted upstream carrying requests again", func() bool {
-		return usedSince(target, victim.OutgoingAddr(), restarted) && usedSince(tlsTarget, victim.OutgoingAddr(), restarted)
+	poll.Until(t, 30*time.Second, "the restarted upstream carrying requests again", func() error {
+		return poll.Check(usedSince(target, victim.OutgoingAddr(), restarted) && usedSince(tlsTarget, victim.OutgoingAddr(), restarted),
+			"no plain and TLS requests via %s since the restart", victim.OutgoingAddr())
 	})
 	stop.Store(true)
 	wg.Wait()
@@ -645,7 +640,7 @@ func gatewayDrainsAnOpenTunnelOnSIGTERM(t *testing.T, bin string, trio []*testut
 	if err := g.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, "the stopped gateway's listener to close", func() error {
 		c, err := net.DialTimeout("tcp", g.addr, time.Second)
 		if err != nil {
 			return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestInjectedSidecarLeasesWithItsPodsToken is the whole integration a
@@ -119,13 +120,13 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 		Spec: corev1.PodSpec{ServiceAccountName: "crawler", Containers: []corev1.Container{{Name: "crawler", Image: "crawler:1"}}},
 	}
 	// Admission fails (Fail policy) until the controller has patched the caBundle.
-	poll(t, "the labelled pod admitted through the webhook", func() (bool, string) {
+	poll.Until(t, pollTimeout, "the labelled pod admitted through the webhook", func() error {
 		p := pod.DeepCopy()
 		if err := env.Client.Create(ctx, p); err != nil {
-			return false, err.Error()
+			return err
 		}
 		pod = p
-		return true, ""
+		return nil
 	})
 	if !inject.Injected(pod) {
 		t.Fatalf("the admitted pod has no sidecar: %+v", pod.Spec)

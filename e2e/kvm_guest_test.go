@@ -22,6 +22,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 )
@@ -122,7 +123,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	guests := map[string]string{ns + "/vm-1": p.Status.IP, ns + "/gce-1": g.Status.IP}
 	for i := range 4 {
 		var r getResult
-		testutil.Eventually(t, 60*time.Second, func() error {
+		poll.Until(t, 60*time.Second, "a request through a guest", func() error {
 			var err error
 			if r, err = doGet(gw.client(t, "", nil), target.URL()+fmt.Sprintf("/through-a-guest/%d", i), nil); err != nil || r.status != http.StatusOK {
 				return fmt.Errorf("through the gateway: %d %v (%s)", r.status, err, r.reason)
@@ -163,25 +164,14 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	if err := env.Client.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, d time.Duration, cond func() (bool, string)) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for {
-			ok, why := cond()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s; last: %s\n%s", d, what, why, guestReport(host, ctl, name))
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	// Each check reads a console log or a libvirt listing: once a second is
+	// enough, and a failure carries the guest's report.
+	guestPoll := []poll.Option{poll.Every(time.Second), poll.Report(func() string { return guestReport(host, ctl, name) })}
 	left := false // the Proxy has left Ready since the edit
-	waitFor("a new guest whose Squid reports its configuration error on the console", guestBootTimeout, func() (bool, string) {
+	poll.Until(t, guestBootTimeout, "a new guest whose Squid reports its configuration error on the console", func() error {
 		var got v1alpha1.Proxy
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
-			return false, err.Error()
+			return err
 		}
 		if got.Status.Phase != v1alpha1.PhaseReady {
 			left = true
@@ -190,10 +180,10 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 		}
 		dom, err := lv.DomainLookupByName(name)
 		if err != nil || dom.UUID == before.UUID {
-			return false, fmt.Sprintf("phase %s; the guest not replaced yet (%v)", got.Status.Phase, err)
+			return fmt.Errorf("phase %s; the guest not replaced yet (%v)", got.Status.Phase, err)
 		}
-		return strings.Contains(host.Consoles.Log(name), "no-such-option"), "phase " + string(got.Status.Phase) + "; no complaint on the console yet"
-	})
+		return poll.Check(strings.Contains(host.Consoles.Log(name), "no-such-option"), "phase %s; no complaint on the console yet", got.Status.Phase)
+	}, guestPoll...)
 	report := guestReport(host, ctl, name)
 	for _, want := range []string{"Cloud-init v.", "no-such-option", "squid.service"} {
 		if !strings.Contains(report, want) {
@@ -209,14 +199,14 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the Proxy gone", 2*time.Minute, func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "the Proxy gone", func() error {
 		var got v1alpha1.Proxy
 		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "vm-1"}, &got)
-		return apierrors.IsNotFound(err), "still there: " + string(got.Status.Phase)
-	})
-	waitFor("the domain, its overlay and its seed removed", time.Minute, func() (bool, string) {
+		return poll.Check(apierrors.IsNotFound(err), "still there: %s", string(got.Status.Phase))
+	}, guestPoll...)
+	poll.Until(t, time.Minute, "the domain, its overlay and its seed removed", func() error {
 		if _, err := lv.DomainLookupByName(name); err == nil {
-			return false, "the domain " + name + " is still defined"
+			return fmt.Errorf("the domain %s is still defined", name)
 		}
 		var left []string
 		for _, f := range lvd.PoolFiles(t) {
@@ -224,8 +214,8 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 				left = append(left, f)
 			}
 		}
-		return len(left) == 0, fmt.Sprintf("the pool still holds %v", left)
-	})
+		return poll.Check(len(left) == 0, "the pool still holds %v", left)
+	}, guestPoll...)
 	t.Logf("the whole test took %s", time.Since(started).Round(time.Second))
 }
 
@@ -271,15 +261,15 @@ const gceZone = "europe-west1-b"
 func bootGCEInstance(t *testing.T, c client.Client, compute *testutil.ComputeServer, lvd *testutil.Libvirtd, image, ns, name string) string {
 	t.Helper()
 	var vm, userData string
-	poll(t, name+": its instance inserted", func() (bool, string) {
+	poll.Until(t, pollTimeout, name+": its instance inserted", func() error {
 		var p v1alpha1.Proxy
 		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
-			return false, err.Error()
+			return err
 		}
 		vm = providers.NameFromUID(string(p.UID))
 		inst := compute.Instance(gceZone, vm)
 		if inst == nil {
-			return false, fmt.Sprintf("instances: %v", compute.Instances())
+			return fmt.Errorf("instances: %v", compute.Instances())
 		}
 		md, _ := inst["metadata"].(map[string]any)
 		items, _ := md["items"].([]any)
@@ -288,7 +278,7 @@ func bootGCEInstance(t *testing.T, c client.Client, compute *testutil.ComputeSer
 				userData, _ = kv["value"].(string)
 			}
 		}
-		return userData != "", fmt.Sprintf("the instance's metadata has no user-data: %v", md)
+		return poll.Check(userData != "", "the instance's metadata has no user-data: %v", md)
 	})
 	lvd.BootSeeded(t, vm, image, []byte(userData))
 	ip := lvd.LeasedAddr(t, vm, guestBootTimeout)

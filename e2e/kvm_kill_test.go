@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -76,13 +78,10 @@ func testKVMKilledMidCreate(t *testing.T, cut func(lv *libvirt.Libvirt, guest []
 	}
 	lv := lvd.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
-	deadline := time.Now().Add(pollTimeout)
-	for !cut(lv, guestFiles(), name) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the Create of guest %s never reached the point to cut it at within %s; pool: %v", name, pollTimeout, lvd.PoolFiles(t))
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	// A quick interval: the point to cut at may last only a moment.
+	poll.Until(t, pollTimeout, "the Create of guest "+name+" to reach the point to cut it at", func() error {
+		return poll.Check(cut(lv, guestFiles(), name), "not there yet")
+	}, poll.Every(2*time.Millisecond), poll.Report(func() string { return fmt.Sprintf("pool: %v", lvd.PoolFiles(t)) }))
 	if err := first.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +114,13 @@ func testKVMKilledMidCreate(t *testing.T, cut func(lv *libvirt.Libvirt, guest []
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the Proxy gone", func() (bool, string) {
+	poll.Until(t, pollTimeout, "the Proxy gone", func() error {
 		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "home-1"}, &got)
-		return apierrors.IsNotFound(err), "still there: " + string(got.Status.Phase)
+		return poll.Check(apierrors.IsNotFound(err), "still there: %s", string(got.Status.Phase))
 	})
-	poll(t, "nothing of the guest left in the pool", func() (bool, string) {
+	poll.Until(t, pollTimeout, "nothing of the guest left in the pool", func() error {
 		files := guestFiles()
-		return len(files) == 0, strings.Join(files, " ")
+		return poll.Check(len(files) == 0, "%s", strings.Join(files, " "))
 	})
 	if _, err := lv.DomainLookupByName(name); err == nil {
 		t.Fatal("the domain is still defined after the Proxy is gone")

@@ -14,6 +14,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
@@ -57,21 +58,16 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the Proxy gone", func() (bool, string) {
+	poll.Until(t, pollTimeout, "the Proxy gone", func() error {
 		var got v1alpha1.Proxy
 		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "home-1"}, &got)
-		return apierrors.IsNotFound(err), "still there: " + string(got.Status.Phase)
+		return poll.Check(apierrors.IsNotFound(err), "still there: %s", string(got.Status.Phase))
 	})
 	if _, err := lv.DomainLookupByName(name); err == nil {
 		t.Fatal("the domain is still defined after the Proxy is gone")
 	}
-	var files []string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if files = lvd.PoolFiles(t); slices.Equal(files, host.CachedBaseFiles) {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("pool after delete = %v, want only the cached base and its marker", files)
+	poll.Until(t, 30*time.Second, "only the cached base and its marker left in the pool", func() error {
+		files := lvd.PoolFiles(t)
+		return poll.Check(slices.Equal(files, host.CachedBaseFiles), "pool after delete = %v", files)
+	}, poll.Every(200*time.Millisecond))
 }

@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -70,9 +71,9 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 			return p.Status.Phase == v1alpha1.PhaseReady && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionHealthy)
 		})
 	}
-	poll(t, "the lease API offering the three Proxies", func() (bool, string) {
+	poll.Until(t, pollTimeout, "the lease API offering the three Proxies", func() error {
 		got, err := fleetHealthy(ctx, api)
-		return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+		return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 	})
 
 	t.Run("attribute selectors filter the list and the leases", func(t *testing.T) {
@@ -157,11 +158,11 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 		if err := env.Client.Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squid-2"}}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "squid-2 gone from /metrics", func() (bool, string) {
+		poll.Until(t, pollTimeout, "squid-2 gone from /metrics", func() error {
 			body := scrape()
 			missing := has(body, `proxyfleet_proxies{phase="Ready"} 2`, `proxyfleet_members{healthy="true"} 2`)
 			series := grepLines(body, `proxy="`+names[2]+`"`)
-			return len(missing) == 0 && len(series) == 0, fmt.Sprintf("missing %q, still there %q", missing, series)
+			return poll.Check(len(missing) == 0 && len(series) == 0, "missing %q, still there %q", missing, series)
 		})
 	})
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 	"github.com/proxyfleet/proxyfleet/status"
@@ -71,9 +73,9 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 		}
 		return c
 	}
-	pollFor(t, 90*time.Second, "the lease API listing the three Proxies as healthy", func() (bool, string) {
+	poll.Until(t, 90*time.Second, "the lease API listing the three Proxies as healthy", func() error {
 		got, err := fleetHealthy(ctx, apiOf(ctl.leaseAPIAddr))
-		return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+		return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 	})
 
 	apiURL := "http://" + svc.addr()
@@ -84,9 +86,9 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 	perRequest := startGateway(t, bin, gwConfig{rotation: "per-request", args: gwArgs()})
 	shortGrace := startGateway(t, bin, gwConfig{rotation: "per-request", args: gwArgs("--pool-outage-grace", "3s")})
 	for _, g := range []*gatewayProc{sticky, perRequest, shortGrace} {
-		pollFor(t, 60*time.Second, "a gateway holding the last-known list of three members", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "a gateway holding the last-known list of three members", func() error {
 			v, err := gatewayStatus(g)
-			return err == nil && v.LastKnown != nil && v.LastKnown.Members == 3, fmt.Sprintf("%+v %v", v.LastKnown, err)
+			return poll.Check(err == nil && v.LastKnown != nil && v.LastKnown.Members == 3, "%+v %v", v.LastKnown, err)
 		})
 		mustGetOK(t, g.client(t, "", nil), site.URL(), nil)
 	}
@@ -165,9 +167,9 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 	t.Run("an outage beyond the grace is refused, saying why", func(t *testing.T) {
 		c := shortGrace.client(t, "", nil)
 		var last getResult
-		pollFor(t, 60*time.Second, "the 3s-grace gateway refusing", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "the 3s-grace gateway refusing", func() error {
 			last = mustGet(t, c, site.URL(), nil)
-			return last.status == http.StatusServiceUnavailable, fmt.Sprint(last.status, last.body)
+			return poll.Check(last.status == http.StatusServiceUnavailable, "%s", fmt.Sprint(last.status, last.body))
 		})
 		if last.reason != "pool_unreachable" || !strings.Contains(last.body, "longer than the outage grace of 3s (--pool-outage-grace)") {
 			t.Fatalf("beyond the grace: %d %s %q, want 503 pool_unreachable naming the grace", last.status, last.reason, last.body)
@@ -194,28 +196,28 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 	banKey := rotation.TargetKey(banSite.Addr())
 
 	t.Run("the ban learnt during the outage is in the new controller's view", func(t *testing.T) {
-		pollFor(t, 60*time.Second, "squid-0 resting for the banned site in the new controller", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "squid-0 resting for the banned site in the new controller", func() error {
 			list, err := api2.List(ctx, poolapi.ListFilter{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			for _, p := range list {
 				if p.Name == names[0] {
 					for _, cd := range p.Cooldowns {
 						if cd.Target == banKey && time.Until(cd.Until) > 5*time.Minute {
-							return true, ""
+							return nil
 						}
 					}
-					return false, fmt.Sprintf("%s cooldowns %+v", p.Name, p.Cooldowns)
+					return fmt.Errorf("%s cooldowns %+v", p.Name, p.Cooldowns)
 				}
 			}
-			return false, fmt.Sprint("no squid-0 in ", list)
+			return errors.New(fmt.Sprint("no squid-0 in ", list))
 		})
 	})
 	for _, g := range []*gatewayProc{sticky, perRequest, shortGrace} {
-		pollFor(t, 60*time.Second, "a gateway leasing from the new controller", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "a gateway leasing from the new controller", func() error {
 			v, err := gatewayStatus(g)
-			return err == nil && v.Outage == nil, fmt.Sprintf("%+v %v", v.Outage, err)
+			return poll.Check(err == nil && v.Outage == nil, "%+v %v", v.Outage, err)
 		})
 	}
 	time.Sleep(time.Second) // load with the new controller, for comparison

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestPoolRecyclesAProxyThatSitesBanned is spec.recycle end to end: the
@@ -77,10 +77,10 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 		return &p
 	}
 	var before []v1alpha1.Proxy
-	poll(t, "two Ready Proxies", func() (bool, string) {
+	poll.Until(t, pollTimeout, "two Ready Proxies", func() error {
 		before = proxies()
 		p := getPool()
-		return len(before) == 2 && p.Status.ReadyReplicas == 2, fmt.Sprintf("%d Proxies, status %+v", len(before), p.Status)
+		return poll.Check(len(before) == 2 && p.Status.ReadyReplicas == 2, "%d Proxies, status %+v", len(before), p.Status)
 	})
 	burnt, warm := before[0].Name, before[1].Name
 
@@ -88,12 +88,12 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 	c := gw.client(t, "", nil)
 	crawl := func(member string, s *testutil.Target) {
 		t.Helper()
-		poll(t, member+" leased for "+s.Host(), func() (bool, string) {
+		poll.Until(t, pollTimeout, member+" leased for "+s.Host(), func() error {
 			r, err := doGet(c, s.URL()+"/page", http.Header{"X-Proxyfleet-Proxy": {ns + "/" + member}})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return r.status == http.StatusForbidden && r.source == squid.OutgoingAddr(), fmt.Sprintf("%d from %q (%s)", r.status, r.source, r.reason)
+			return poll.Check(r.status == http.StatusForbidden && r.source == squid.OutgoingAddr(), "%d from %q (%s)", r.status, r.source, r.reason)
 		})
 	}
 	for _, s := range sites {
@@ -103,14 +103,14 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 		crawl(warm, s)
 	}
 
-	poll(t, burnt+" recycled and replaced", func() (bool, string) {
+	poll.Until(t, pollTimeout, burnt+" recycled and replaced", func() error {
 		ps, p := proxies(), getPool()
 		names := make([]string, 0, len(ps))
 		for _, px := range ps {
 			names = append(names, px.Name)
 		}
-		return !slices.Contains(names, burnt) && slices.Contains(names, warm) && len(ps) == 2 &&
-			p.Status.ReadyReplicas == 2 && p.Status.RecycledReplicas == 1, fmt.Sprintf("%v, status %+v", names, p.Status)
+		return poll.Check(!slices.Contains(names, burnt) && slices.Contains(names, warm) && len(ps) == 2 &&
+			p.Status.ReadyReplicas == 2 && p.Status.RecycledReplicas == 1, "%v, status %+v", names, p.Status)
 	})
 	p := getPool()
 	cond := p.Condition(v1alpha1.ConditionRecycling)

@@ -17,6 +17,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/status"
 )
@@ -71,9 +72,9 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() (bool, string) {
+		poll.Until(t, pollTimeout, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
 	}
 	both := "http://" + ctlA.leaseAPIAddr + ",http://" + ctlB.leaseAPIAddr
@@ -99,7 +100,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.135"})
 		limited.SetRule(banned, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
 		c := gw.client(t, "", nil)
-		testutil.Eventually(t, 60*time.Second, func() error {
+		poll.Until(t, 60*time.Second, "a request through the banned member", func() error {
 			mustGet(t, c, limited.URL()+"/ban", nil)
 			if limited.Count(banned) == 0 {
 				return fmt.Errorf("no request through %s yet", banned)
@@ -115,9 +116,9 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the restarted replicas offering the three Proxies", func() (bool, string) {
+		poll.Until(t, pollTimeout, "the restarted replicas offering the three Proxies", func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
 		after := startGateway(t, bin, gwConfig{rotation: "per-request",
 			args: poolAPIArgs(t, "http://"+ctlC.leaseAPIAddr+",http://"+ctlD.leaseAPIAddr, apiToken)})
@@ -150,7 +151,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		strict := startGateway(t, bin, gwConfig{args: poolAPIArgs(t, apis, apiToken, "--lease-ttl", "5m", "--pool-outage-grace", "0")})
 		c := sticky.client(t, "crawler-session-held", nil)
 		pinned := mustGetOK(t, c, site.URL()+"/pin", nil)
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the last-known member list", func() error {
 			// The last-known list arrives with the first refresh.
 			var v status.GatewayView
 			getJSON(t, "http://"+sticky.metricsAddr+status.JSONPath, &v)
@@ -174,7 +175,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 			t.Fatalf("a new session with Redis down and no last-known pool: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
 		}
 		redis.Start()
-		testutil.Eventually(t, 60*time.Second, func() error {
+		poll.Until(t, 60*time.Second, "a new session after Redis came back", func() error {
 			r, err := doGet(fresh, site.URL()+"/back", nil)
 			if err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
@@ -43,7 +44,7 @@ func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, pr
 	banned := squids[0].OutgoingAddr()
 	limited.SetRule(banned, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
 	c0 := gws[0].client(t, "", nil)
-	testutil.Eventually(t, 60*time.Second, func() error {
+	poll.Until(t, 60*time.Second, "a request through the banned member", func() error {
 		mustGet(t, c0, limited.URL()+"/ban", nil)
 		if limited.Count(banned) == 0 {
 			return fmt.Errorf("no request through %s yet", banned)
@@ -214,9 +215,9 @@ func TestControllerReplicasOnRedisSentinel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() (bool, string) {
+		poll.Until(t, pollTimeout, "replica "+ctl.leaseAPIAddr+" offering the three Proxies", func() error {
 			got, err := fleetHealthy(ctx, api)
-			return err == nil && slices.Equal(got, names), fmt.Sprint(got, err)
+			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
 		urls = append(urls, "http://"+ctl.leaseAPIAddr)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // silentMember is what a hung Squid, a frozen VM or a half-dead NAT looks
@@ -127,14 +128,14 @@ func TestGatewaySilentMembers(t *testing.T) {
 				t.Fatalf("GET %d was answered through the silent member", i)
 			}
 		}
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the silent member out of service", func() error {
 			if got := scrapeCounter(t, g.metricsAddr, "proxyfleet_members", "healthy", "")["true"]; got != 2 {
 				return fmt.Errorf("%v members in service, want 2: the silent one out", got)
 			}
 			return nil
 		})
 		silent.relayTo(pair[0].Addr())
-		testutil.Eventually(t, 60*time.Second, func() error {
+		poll.Until(t, 60*time.Second, "the relaying member back in service", func() error {
 			r, err := doGet(c, tg.URL()+"/back", http.Header{"X-Proxyfleet-Proxy": {silent.addr()}})
 			if err != nil {
 				return err
@@ -172,7 +173,7 @@ func TestGatewaySilentMembers(t *testing.T) {
 		if tg.Total() != 0 {
 			t.Fatalf("the target saw %d requests, want none", tg.Total())
 		}
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the silent member out for every site", func() error {
 			if got := scrapeCounter(t, g.metricsAddr, "proxyfleet_members", "healthy", "")["true"]; got != 1 {
 				return fmt.Errorf("%v members in service, want 1: the silent one out for every site", got)
 			}
@@ -194,7 +195,7 @@ func TestGatewaySilentMembers(t *testing.T) {
 				t.Fatalf("tunnel %d took %v, want at most %v", i, d, bound)
 			}
 		}
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the silent member out of service", func() error {
 			if got := scrapeCounter(t, g.metricsAddr, "proxyfleet_members", "healthy", "")["true"]; got != 2 {
 				return fmt.Errorf("%v members in service, want 2: the silent one out", got)
 			}

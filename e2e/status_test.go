@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/status"
 )
 
@@ -155,13 +156,13 @@ func TestGatewayStatusPageInChromium(t *testing.T) {
 	jsonURL, pageURL := "http://"+g.metricsAddr+status.JSONPath, "http://"+g.metricsAddr+status.PagePath
 	var v status.GatewayView
 	why := map[string]string{}
-	pollFor(t, 30*time.Second, "cooldowns of all three kinds in "+status.JSONPath, func() (bool, string) {
+	poll.Until(t, 30*time.Second, "cooldowns of all three kinds in "+status.JSONPath, func() error {
 		v = status.GatewayView{}
 		getJSON(t, jsonURL, &v)
 		for _, cd := range v.Cooldowns {
 			why[cd.Member] = cd.Site + " " + cd.Reason
 		}
-		return len(why) == 3, fmt.Sprint(why)
+		return poll.Check(len(why) == 3, "%v", why)
 	})
 	host := site.Host()
 	for member, want := range map[string]string{
@@ -273,23 +274,23 @@ func TestControllerStatusPageInChromium(t *testing.T) {
 	gwPool := startGateway(t, bin, gwConfig{rotation: "per-request", args: poolAPIArgs(t, "http://"+ctl.leaseAPIAddr, token)})
 	cPool := gwPool.client(t, "", nil)
 	var fv status.FleetView
-	pollFor(t, pollTimeout, "a rate_limited cooldown in the controller's "+status.JSONPath, func() (bool, string) {
+	poll.Until(t, pollTimeout, "a rate_limited cooldown in the controller's "+status.JSONPath, func() error {
 		_, _ = doGet(cPool, site.URL()+"/crawl", nil)
 		fv = status.FleetView{}
 		getJSON(t, "http://"+ctl.statusAddr+status.JSONPath, &fv)
 		for _, cd := range fv.Cooldowns {
 			if cd.Site == site.Host() && cd.Member == ns+"/squid-0" && cd.Reason == "rate_limited" {
-				return true, ""
+				return nil
 			}
 		}
-		return false, fmt.Sprintf("cooldowns %+v", fv.Cooldowns)
+		return fmt.Errorf("cooldowns %+v", fv.Cooldowns)
 	})
-	pollFor(t, pollTimeout, "the pool, its Provisioning Proxies and the provider in "+status.JSONPath, func() (bool, string) {
+	poll.Until(t, pollTimeout, "the pool, its Provisioning Proxies and the provider in "+status.JSONPath, func() error {
 		fv = status.FleetView{}
 		getJSON(t, "http://"+ctl.statusAddr+status.JSONPath, &fv)
 		ok := len(fv.Pools) == 1 && fv.Pools[0].Desired == 2 && fv.Pools[0].Ready == 0 &&
 			fv.Phases["Ready"] == 2 && fv.Phases["Provisioning"] == 2 && len(fv.Providers) == 1 && fv.Providers[0].Ready
-		return ok, fmt.Sprintf("pools %+v phases %v providers %+v", fv.Pools, fv.Phases, fv.Providers)
+		return poll.Check(ok, "pools %+v phases %v providers %+v", fv.Pools, fv.Phases, fv.Providers)
 	})
 	if !fv.LeaseStore || len(fv.Members) != 2 || fv.LeaseRequests.Total == 0 || fv.Namespace != ns {
 		t.Fatalf("lease store %v, %d members, %d lease requests charted, namespace %q", fv.LeaseStore, len(fv.Members), fv.LeaseRequests.Total, fv.Namespace)
@@ -332,11 +333,11 @@ func TestControllerStatusPageInChromium(t *testing.T) {
 	gwFail := startGateway(t, bin, gwConfig{upstreams: []string{"http://" + closed, squids[1].URL()}, rotation: "per-request"})
 	gwProbe := startGateway(t, bin, gwConfig{upstreams: []string{squids[1].URL()}, args: []string{"--probe-url", probe.URL() + "/probe"}})
 	cFail := gwFail.client(t, "", nil)
-	pollFor(t, 30*time.Second, "an upstream failure and a probe counted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "an upstream failure and a probe counted", func() error {
 		_, _ = doGet(cFail, site.URL()+"/own", nil)
 		f, p := metricNames(t, gwFail.metricsAddr), metricNames(t, gwProbe.metricsAddr)
-		return f["proxyfleet_gateway_upstream_failures_total"] && p["proxyfleet_probe_failures_total"],
-			fmt.Sprintf("upstream failures %v, probe failures %v", f["proxyfleet_gateway_upstream_failures_total"], p["proxyfleet_probe_failures_total"])
+		return poll.Check(f["proxyfleet_gateway_upstream_failures_total"] && p["proxyfleet_probe_failures_total"],
+			"upstream failures %v, probe failures %v", f["proxyfleet_gateway_upstream_failures_total"], p["proxyfleet_probe_failures_total"])
 	})
 
 	exported := map[string]bool{}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestGatewayWebSockets opens WebSockets through the real binary and real
@@ -362,11 +363,7 @@ func chromiumUntil(t *testing.T, chromium, gateway, url string, done func() bool
 		t.Fatalf("chromium: %v", err)
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("chromium on %s: not done within 2m\nstderr:\n%s", url, tail(stderr.String(), 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, 2*time.Minute, "chromium to be done on "+url, func() error {
+		return poll.Check(done(), "not done")
+	}, poll.Every(100*time.Millisecond), poll.Report(func() string { return "stderr:\n" + tail(stderr.String(), 30) }))
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -90,7 +90,7 @@ func TestASilentMemberCostsTheAnswerTimeoutNotTheRequestDeadline(t *testing.T) {
 			}
 			// The member that answered nothing, not even a request it needs
 			// no site for, is out for every site.
-			testutil.Eventually(t, 20*time.Second, func() error {
+			poll.Until(t, 20*time.Second, "the silent member out for every site", func() error {
 				if n := e.rec.failuresOf(silent.Name); n != 1 {
 					return fmt.Errorf("%d failures of the silent member, want 1", n)
 				}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -65,7 +66,7 @@ func TestConnectIsRetriedAfterARefusedUpstream(t *testing.T) {
 		t.Fatalf("upstream failures of the dead member: %d", e.rec.failuresOf(dead.Name))
 	}
 	conn.Close()
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the tunnel's bytes in both directions recorded", func() error {
 		if e.rec.bytesOf(DirectionUp) == 0 || e.rec.bytesOf(DirectionDown) == 0 {
 			return errors.New("tunnel bytes not recorded yet")
 		}
@@ -89,7 +90,7 @@ func TestConnectToHTTPSTargetEndToEnd(t *testing.T) {
 	if !sources["127.0.0.2"] || !sources["127.0.0.3"] {
 		t.Fatalf("per-request CONNECTs did not rotate: %v", sources)
 	}
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the per-request tunnel leases released", func() error {
 		if n := e.store.ActiveLeases(); n != 0 {
 			return errors.New(strconv.Itoa(n) + " per-request tunnel leases still active")
 		}
@@ -536,7 +537,7 @@ func TestTunnelPropagatesHalfClose(t *testing.T) {
 	if err != nil || string(got) != "got 100000 bytes" {
 		t.Fatalf("answer after half-close: %q %v", got, err)
 	}
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the half-closed tunnel to end", func() error {
 		if n := e.gw.tunnels.count(); n != 0 {
 			return errors.New(strconv.Itoa(n) + " tunnels still open")
 		}

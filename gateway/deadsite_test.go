@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -203,7 +204,7 @@ func TestAKilledSquidGoesOutAndComesBack(t *testing.T) {
 		t.Fatalf("members out for every site: %v, want [kill-a]", mw)
 	}
 	squids[0].Start()
-	testutil.Eventually(t, 60*time.Second, func() error {
+	poll.Until(t, 60*time.Second, "the restarted member to serve the live site again", func() error {
 		resp, a := get(t, c, live.URL()+"/back", nil)
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("status %d", resp.StatusCode)

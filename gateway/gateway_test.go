@@ -19,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -337,7 +338,7 @@ func TestRateLimitCoolsMemberForThatTargetOnly(t *testing.T) {
 	}
 	// After the window the member serves a again.
 	a.ClearRule(limited)
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the rate-limited member to serve the site again", func() error {
 		_, ans := get(t, c, a.URL(), nil)
 		if ans.Source != limited {
 			return fmt.Errorf("still not via %s (got %s)", limited, ans.Source)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -145,7 +146,7 @@ func TestMaxConcurrencyQueuesAndAClientThatLeavesFreesItsPlace(t *testing.T) {
 	c := e.client("", "")
 	held := make(chan int, 1)
 	go func() { resp, _ := get(t, c, site+"/hold", nil); held <- resp.StatusCode }()
-	testutil.Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, "the held request in flight", func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if inflight != 1 {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
@@ -119,7 +119,7 @@ func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
 		defer g.membersMu.RUnlock()
 		return g.members["px-1"] != nil
 	}
-	testutil.Eventually(t, 30*time.Second, func() error {
+	poll.Until(t, 30*time.Second, "px-1 forgotten with its series", func() error {
 		if known() || !slices.Equal(forgot.got(), []string{"px-1"}) {
 			return fmt.Errorf("member known %v, series forgotten %v", known(), forgot.got())
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -42,7 +43,7 @@ func TestSessTTLBoundsHowLongASessionKeepsItsLease(t *testing.T) {
 				t.Fatalf("the next request of the session got lease %s, want its lease %s kept", again, first)
 			}
 			longFirst := leaseOf(long, nil)
-			testutil.Eventually(t, 20*time.Second, func() error {
+			poll.Until(t, 20*time.Second, "the 1s session to lose its first lease", func() error {
 				if leaseOf(short, tt.hdr) == first {
 					return errors.New("the session with sessttl 1s still holds its first lease")
 				}

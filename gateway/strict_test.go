@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -103,7 +104,7 @@ func TestSessionsBeyondTheLimitAreRefusedAndNoLiveOneMoves(t *testing.T) {
 		}
 	}
 	// Once the first two end (sessttl 2s), the third gets a member.
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "a member for the third session", func() error {
 		resp, _ := getText(t, e.client("crawler-session-c", ""), tg.URL(), nil)
 		if resp.StatusCode != 200 {
 			return fmt.Errorf("the third session still gets %d %s", resp.StatusCode, resp.Header.Get(HeaderReason))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -80,16 +81,6 @@ func startScriptedUpstream(t *testing.T, name string, answer func(r *http.Reques
 		}
 	}()
 	return s
-}
-
-// waitFor polls cond until it holds, failing the test after 20s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for " + what)
-		}
-	}
 }
 
 func (s *scriptedUpstream) requests() []seenRequest {
@@ -239,7 +230,9 @@ func TestLeanPathReplacesAConnectionTheUpstreamDropped(t *testing.T) {
 				if b := body(t, resp); resp.StatusCode != 200 || b != "ok" {
 					t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
 				}
-				waitFor(t, "the upstream closing its connection", func() bool { return up.closed.Load() == int32(i+1) })
+				poll.Until(t, 20*time.Second, "the upstream closing its connection", func() error {
+					return poll.Check(up.closed.Load() == int32(i+1), "%d connections closed", up.closed.Load())
+				}, poll.Every(time.Millisecond))
 			}
 			if n := e.rec.failuresOf("u"); n != 0 {
 				t.Fatalf("%d upstream failures recorded, want 0", n)
@@ -293,9 +286,13 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 				}
 				if i == 0 && later {
 					idle := e.gw.memberByName("u").lean.Idle
-					waitFor(t, "the connection to go idle", func() bool { return len(idle()) == 1 })
+					poll.Until(t, 20*time.Second, "the connection to go idle", func() error {
+						return poll.Check(len(idle()) == 1, "%d idle connections", len(idle()))
+					}, poll.Every(time.Millisecond))
 					close(send)
-					waitFor(t, "the unsolicited answer to arrive", func() bool { return keepalive.Unusable(idle()[0].Conn) })
+					poll.Until(t, 20*time.Second, "the unsolicited answer to arrive", func() error {
+						return poll.Check(keepalive.Unusable(idle()[0].Conn), "the idle connection still looks usable")
+					}, poll.Every(time.Millisecond))
 				}
 			}
 		})

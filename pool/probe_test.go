@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // healthLog is a HealthSink that remembers every verdict it was given.
@@ -383,7 +384,7 @@ func TestProberRunLoopsUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "three probes", func() error {
 		if n := target.hits.Load(); n < 3 {
 			return fmt.Errorf("%d probes so far", n)
 		}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 const secret = "s3cretPW"
@@ -240,17 +242,6 @@ func names(ms []Member) []string {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	// Write a temp file and rename, as editors and ConfigMap updates do.
@@ -293,7 +284,10 @@ func TestFileSourceReload(t *testing.T) {
 
 	// A change is delivered, merged with the static members.
 	writeFile(t, path, "http://127.0.0.1:3128 name=one\nhttp://127.0.0.2:3128 name=two region=eu\n")
-	waitFor(t, "the reload with two", func() bool { ch, _ := sink.snapshot(); return len(ch) == 1 })
+	poll.Until(t, 20*time.Second, "the reload with two", func() error {
+		ch, _ := sink.snapshot()
+		return poll.Check(len(ch) == 1, "%d member changes", len(ch))
+	})
 	ch, _ := sink.snapshot()
 	if got := names(ch[0]); !slices.Equal(got, []string{"direct", "one", "two"}) || ch[0][2].Attributes["region"] != "eu" {
 		t.Fatalf("reloaded members = %v %+v", got, ch[0])
@@ -301,7 +295,10 @@ func TestFileSourceReload(t *testing.T) {
 
 	// A broken file keeps the previous members and reports the error once.
 	writeFile(t, path, "http://127.0.0.1:3128 name=one\nhttp://127.0.0.3 name=three\n")
-	waitFor(t, "the load error", func() bool { _, errs := sink.snapshot(); return len(errs) >= 1 })
+	poll.Until(t, 20*time.Second, "the load error", func() error {
+		_, errs := sink.snapshot()
+		return poll.Check(len(errs) >= 1, "errors %v", errs)
+	})
 	time.Sleep(100 * time.Millisecond) // several polls of the same broken file
 	ch, errs := sink.snapshot()
 	if len(ch) != 1 {
@@ -313,7 +310,10 @@ func TestFileSourceReload(t *testing.T) {
 
 	// A duplicate of a static name is a merge error, also keeping the old members.
 	writeFile(t, path, "http://127.0.0.1:3128 name=direct\n")
-	waitFor(t, "the merge error", func() bool { _, errs := sink.snapshot(); return len(errs) == 2 })
+	poll.Until(t, 20*time.Second, "the merge error", func() error {
+		_, errs := sink.snapshot()
+		return poll.Check(len(errs) == 2, "errors %v", errs)
+	})
 	if _, errs := sink.snapshot(); !strings.Contains(errs[1].Error(), `duplicate member name "direct"`) {
 		t.Errorf("merge error = %v", errs[1])
 	}
@@ -322,9 +322,15 @@ func TestFileSourceReload(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the missing-file error", func() bool { _, errs := sink.snapshot(); return len(errs) == 3 })
+	poll.Until(t, 20*time.Second, "the missing-file error", func() error {
+		_, errs := sink.snapshot()
+		return poll.Check(len(errs) == 3, "errors %v", errs)
+	})
 	writeFile(t, path, "http://127.0.0.4:3128 name=four\n")
-	waitFor(t, "the reload with four", func() bool { ch, _ := sink.snapshot(); return len(ch) == 2 })
+	poll.Until(t, 20*time.Second, "the reload with four", func() error {
+		ch, _ := sink.snapshot()
+		return poll.Check(len(ch) == 2, "%d member changes", len(ch))
+	})
 	ch, errs = sink.snapshot()
 	if got := names(ch[1]); !slices.Equal(got, []string{"direct", "four"}) {
 		t.Errorf("members after the fix = %v", got)
@@ -346,7 +352,10 @@ func TestFileSourceSameContentRewrittenIsNoChange(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Without Load, Run delivers the first read.
-	waitFor(t, "the first load", func() bool { ch, _ := sink.snapshot(); return len(ch) == 1 })
+	poll.Until(t, 20*time.Second, "the first load", func() error {
+		ch, _ := sink.snapshot()
+		return poll.Check(len(ch) == 1, "%d member changes", len(ch))
+	})
 	// Touch with identical content (new mtime): the hash says nothing changed.
 	future := time.Now().Add(time.Hour)
 	if err := os.Chtimes(path, future, future); err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 func newTestAffinity(t *testing.T, n int64) *Affinity {
@@ -101,16 +103,10 @@ func TestAffinityEntryTTLExpires(t *testing.T) {
 	if _, ok := a.Get("s", "t"); !ok {
 		t.Fatal("pin not visible right after Set")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, ok := a.Get("s", "t"); !ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("pin still returned long after its ttl")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, "the pin to expire with its ttl", func() error {
+		_, ok := a.Get("s", "t")
+		return poll.Check(!ok, "pin still returned")
+	})
 }
 
 func TestAffinityConcurrentUse(t *testing.T) {

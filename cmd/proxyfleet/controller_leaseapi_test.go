@@ -20,7 +20,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
-	itestutil "github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
@@ -149,7 +149,7 @@ func TestSetupLeaseAPIServesAndExportsItsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	itestutil.Eventually(t, 30*time.Second, func() error {
+	poll.Until(t, 30*time.Second, "the lease API to answer an acquire on the empty pool", func() error {
 		_, err := c.Acquire(context.Background(), pool.AcquireRequest{})
 		var nm *pool.NoMatchError
 		if !errors.As(err, &nm) {

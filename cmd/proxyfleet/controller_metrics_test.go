@@ -17,7 +17,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
-	itestutil "github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestProxyCollectorCountsTheCacheByPhase wires the collector as the
@@ -92,7 +92,7 @@ proxyfleet_proxies{phase="Unhealthy"} %d
 `, pending, ready, unhealthy)
 	}
 	t.Run("every phase is a series; a Proxy without a phase yet counts as Pending", func(t *testing.T) {
-		itestutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "a series per phase", func() error {
 			return testutil.GatherAndCompare(reg, strings.NewReader(expect(2, 1, 1)), "proxyfleet_proxies")
 		})
 	})
@@ -104,7 +104,7 @@ proxyfleet_proxies{phase="Unhealthy"} %d
 		if err := env.Client.Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unwritten"}}); err != nil {
 			t.Fatal(err)
 		}
-		itestutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the phase change and the deletion in the scrape", func() error {
 			return testutil.GatherAndCompare(reg, strings.NewReader(expect(3, 0, 0)), "proxyfleet_proxies")
 		})
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -50,7 +51,7 @@ func TestAPoolAPIGatewayReportsUpstreamFailuresToTheController(t *testing.T) {
 		t.Fatalf("the dead member cools down for %q, want every target (\"\")", got)
 	}
 	// The failed lease went back to the controller too.
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the failed lease back at the controller", func() error {
 		for _, ms := range api.store.Members() {
 			if ms.Name == dead.Name && ms.ActiveLeases != 0 {
 				return fmt.Errorf("%s holds %d active leases, want 0", dead.Name, ms.ActiveLeases)

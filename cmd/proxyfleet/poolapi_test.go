@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -247,7 +248,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 	t.Run("leases are released when done: per-request ones and the rate-limited one", func(t *testing.T) {
 		// Only A's pins on egress-3 hold leases; B's 60s leases and A's
 		// rate-limited lease on egress-2 went back to the controller.
-		testutil.Eventually(t, 20*time.Second, func() error {
+		poll.Until(t, 20*time.Second, "the released leases back at the controller", func() error {
 			for _, ms := range api.store.Members() {
 				if ms.Name == m2.Name && ms.ActiveLeases != 0 {
 					return fmt.Errorf("egress-2 holds %d active leases, want 0", ms.ActiveLeases)
@@ -276,7 +277,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		// The pin ends with its 3s lease; until then every request works.
 		var code503 int
 		var reason, msg string
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the pin to end with its lease", func() error {
 			code503, _, reason, msg = sessionGet(t, gwA.proxy, "pinned", other.URL())
 			if code503 == http.StatusOK {
 				return fmt.Errorf("still served %s after the API went away", time.Since(pinnedAt).Round(time.Millisecond))
@@ -314,7 +315,7 @@ func TestGatewayWarnsWhenThePoolAPIRefusesItsToken(t *testing.T) {
 	api := startLeaseServer(t, "right-token", pool.DirectMember())
 	wrong := writeFile(t, "pool-token", "wrong-token\n")
 	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--pool-api", api.url, "--pool-token-file", wrong)
-	testutil.Eventually(t, 20*time.Second, func() error {
+	poll.Until(t, 20*time.Second, "the warning about the refused token", func() error {
 		if !strings.Contains(g.stderr.String(), "the pool API refused the token") {
 			return fmt.Errorf("no warning about the refused token yet:\n%s", g.stderr.String())
 		}

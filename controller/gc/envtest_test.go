@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -127,8 +128,9 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		Interval:  200 * time.Millisecond, MinAge: time.Hour, Logger: youngLogs.Logger(),
 	}
 	stopYoung := startSweeper(t, young)
-	eventually(t, wait, "three sweeps with a one-hour MinAge", func() bool {
-		return len(youngLogs.Matching("orphan GC sweep finished")) >= 3
+	poll.Until(t, wait, "three sweeps with a one-hour MinAge", func() error {
+		n := len(youngLogs.Matching("orphan GC sweep finished"))
+		return poll.Check(n >= 3, "%d sweeps", n)
 	})
 	stopYoung()
 	if !podExists(t, ns, orphan.Name) {
@@ -146,15 +148,18 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		Interval:  200 * time.Millisecond, MinAge: time.Second, Logger: logs.Logger(),
 	}
 	startSweeper(t, s)
-	eventually(t, wait, "the orphaned Pod to be deleted", func() bool { return !podExists(t, ns, orphan.Name) })
+	poll.Until(t, wait, "the orphaned Pod to be deleted", func() error {
+		return poll.Check(!podExists(t, ns, orphan.Name), "pod %s still exists", orphan.Name)
+	})
 	if len(logs.Matching("WARNING:", `"provider"="in-cluster"`, `"providerID"="`+orphan.ProviderID+`"`,
 		`"uid"="0e5c6c1e-0000-4000-8000-00000000dead"`)) != 1 {
 		t.Errorf("the kill was not logged once with provider, providerID and uid:\n%s", logs.String())
 	}
 	// Let several more sweeps run over the survivors.
 	after := len(logs.Matching("orphan GC sweep finished"))
-	eventually(t, wait, "three more sweeps", func() bool {
-		return len(logs.Matching("orphan GC sweep finished")) >= after+3
+	poll.Until(t, wait, "three more sweeps", func() error {
+		n := len(logs.Matching("orphan GC sweep finished"))
+		return poll.Check(n >= after+3, "%d sweeps, %d before", n, after)
 	})
 	for what, name := range map[string]string{
 		"the untagged Pod":                       untagged.Name,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -98,18 +97,6 @@ func (p *listProvider) listCalls() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.listed
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", deadline, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // newSweeper is New for options a test knows to be valid.

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
@@ -85,7 +86,7 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 		// A transient failure is retried, as the reconciler retries it: a
 		// small download through libvirt's stream (the base image's digest
 		// marker) hangs now and then, about one in fifty here.
-		err := testutil.Poll(2*time.Minute, func() error {
+		err := poll.Wait(2*time.Minute, "the Create of "+r.Name, func() error {
 			_, err := prov.Create(ctx, r)
 			if err != nil && providers.Class(err) != providers.ErrTransient {
 				t.Fatalf("Create %s: %v", r.Name, err)

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -141,7 +142,9 @@ func TestNewRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Start(ctx) }()
-			eventually(t, 10*time.Second, "the sweeper to start", func() bool { return len(logs.Matching("orphan GC started")) == 1 })
+			poll.Until(t, 10*time.Second, "the sweeper to start", func() error {
+				return poll.Check(len(logs.Matching("orphan GC started")) == 1, "logs:\n%s", logs.String())
+			})
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatalf("Start returned %v after cancel, want nil", err)
@@ -180,7 +183,7 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
-	eventually(t, 10*time.Second, "the ticker to be armed", clk.HasWaiters)
+	poll.Until(t, 10*time.Second, "the ticker to be armed", func() error { return poll.Check(clk.HasWaiters(), "no waiter on the clock") })
 
 	clk.Step(10*time.Minute - time.Second)
 	time.Sleep(100 * time.Millisecond) // a sweep now would be a bug; give it a chance to show
@@ -188,11 +191,15 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 		t.Fatalf("swept %d times before a full interval passed", reader.listCalls())
 	}
 	clk.Step(time.Second)
-	eventually(t, 10*time.Second, "the first sweep", func() bool { return len(p.deletedIDs()) == 1 })
+	poll.Until(t, 10*time.Second, "the first sweep", func() error {
+		return poll.Check(len(p.deletedIDs()) == 1, "deleted %v", p.deletedIDs())
+	})
 	clk.Step(10 * time.Minute)
 	// Wait for the second sweep's Delete, not only its List: cancelling
 	// between the two stops the sweep before it deletes.
-	eventually(t, 10*time.Second, "the second sweep", func() bool { return reader.listCalls() == 2 && len(p.deletedIDs()) == 2 })
+	poll.Until(t, 10*time.Second, "the second sweep", func() error {
+		return poll.Check(reader.listCalls() == 2 && len(p.deletedIDs()) == 2, "%d lists, deleted %v", reader.listCalls(), p.deletedIDs())
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Start returned %v", err)

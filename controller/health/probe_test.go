@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestProbeThroughRealSquid probes in-test targets through a real Squid:
@@ -144,7 +145,7 @@ func TestProbeOpensAFreshConnectionEachTime(t *testing.T) {
 			if got := relay.accepted.Load() - before; got != probes {
 				t.Fatalf("%d probes opened %d connections to the proxy, want one each", probes, got)
 			}
-			testutil.Eventually(t, 10*time.Second, func() error {
+			poll.Until(t, 10*time.Second, "the probes' connections to the proxy closed", func() error {
 				if n := relay.open.Load(); n != 0 {
 					return fmt.Errorf("%d connections to the proxy still open after the probes", n)
 				}

@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/inject"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // env is the package's one real API server (kube-apiserver + etcd).
@@ -149,7 +150,7 @@ func startInjection(t *testing.T) *injection {
 // waitCABundle waits until every webhook's caBundle is the Secret's CA.
 func (in *injection) waitCABundle(t *testing.T) {
 	t.Helper()
-	testutil.Eventually(t, wait, func() error {
+	poll.Until(t, wait, "every webhook's caBundle to be the Secret's CA", func() error {
 		sec := &corev1.Secret{}
 		if err := env.Client.Get(in.ctx, in.secret, sec); err != nil {
 			return err

@@ -25,7 +25,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -214,7 +214,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 	r.external(t, "us-1", "127.0.0.13", map[string]string{"region": "us", "tier": "dc"})
 
 	t.Run("proxies without a Healthy condition are listed but not offered", func(t *testing.T) {
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "every proxy listed, none offered", func() error {
 			all, err := c.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return err
@@ -240,7 +240,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 
 	t.Run("healthy proxies are listed with their address, attributes and latency", func(t *testing.T) {
 		var healthy []poolapi.ProxyInfo
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "the healthy proxies listed", func() error {
 			var err error
 			healthy, err = c.List(ctx, poolapi.ListFilter{HealthyOnly: true})
 			if err != nil {
@@ -294,7 +294,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.setHealthy(t, "eu-1", true, 55)
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "eu-1 listed with its latency and cooldown", func() error {
 			ps, err := c.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"tier": "dc", "region": "eu"}})
 			if err != nil || len(ps) != 1 || ps[0].LatencyMillis != 55 {
 				return fmt.Errorf("eu-1 listed as %+v (%v), want latency 55", ps, err)
@@ -316,7 +316,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 
 	t.Run("a proxy that turns unhealthy is no longer offered", func(t *testing.T) {
 		r.setHealthy(t, "us-1", false, 7)
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "us-1 no longer offered", func() error {
 			_, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "us"}})
 			var nm *pool.NoMatchError
 			if !errors.As(err, &nm) || nm.Unhealthy != 1 {
@@ -335,7 +335,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 		if err := env.Client.Update(ctx, &p); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "eu-1 no longer offered", func() error {
 			_, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: eu1})
 			var nm *pool.NoMatchError
 			if !errors.As(err, &nm) || nm.Unhealthy != 1 {
@@ -344,7 +344,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 			return nil
 		})
 		r.setHealthy(t, "eu-1", true, 30)
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "eu-1 offered again", func() error {
 			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: eu1})
 			if err != nil {
 				return err
@@ -361,7 +361,7 @@ func TestLeaseAPIServesHealthyProxiesFromTheCache(t *testing.T) {
 		if err := env.Client.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "the deleted proxy gone from the list", func() error {
 			all, err := c.List(ctx, poolapi.ListFilter{})
 			if err != nil {
 				return err
@@ -402,7 +402,7 @@ func TestLeaseAPIWithoutATokenWarnsLoudly(t *testing.T) {
 	r.external(t, "px", "127.0.0.21", nil)
 	r.setHealthy(t, "px", true, 1)
 	c := r.client(t, "")
-	testutil.Eventually(t, wait, func() error {
+	poll.Until(t, wait, "the healthy proxy listed without a token", func() error {
 		ps, err := c.List(context.Background(), poolapi.ListFilter{HealthyOnly: true})
 		if err != nil || len(ps) != 1 {
 			return fmt.Errorf("healthy proxies %v (%v), want 1 without any token", ps, err)
@@ -458,7 +458,7 @@ func TestLeaseAPIHandsTheLoginWithTheLeaseOnly(t *testing.T) {
 
 	lease := func(member, want string) {
 		t.Helper()
-		testutil.Eventually(t, wait, func() error {
+		poll.Until(t, wait, "a lease on "+member, func() error {
 			l, err := c.Acquire(ctx, pool.AcquireRequest{Proxy: member})
 			if err != nil {
 				return err
@@ -518,7 +518,7 @@ func TestLeaseAPIWithoutATokenWithholdsProxiesThatHaveALogin(t *testing.T) {
 	r.managedWithLogin(t, "vm", "127.0.0.32", pw)
 	c := r.client(t, "")
 	ctx := context.Background()
-	testutil.Eventually(t, wait, func() error {
+	poll.Until(t, wait, "the Proxy with a withheld login left out", func() error {
 		if !strings.Contains(r.logs.String(), "withheld") {
 			return errors.New("no log line naming the withheld Proxy yet")
 		}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -41,18 +42,13 @@ func TestStartReturnsWhenServingFailsWhileCtxLives(t *testing.T) {
 	go func() { done <- a.Start(ctx) }()
 
 	// Wait until it serves, then pull the listener away.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, "the API to serve on "+ln.Addr().String(), func() error {
 		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
 		if err == nil {
 			_ = c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API never served on %s: %v", ln.Addr(), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	_ = ln.Close()
 
 	select {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
@@ -98,7 +98,7 @@ func TestLeaseAPIAcceptsProjectedServiceAccountTokensThroughTokenAndAccessReview
 	// The first Proxy reaches the source asynchronously: only a 409 is retried.
 	acquire := func(token string) error {
 		var last error
-		_ = testutil.Poll(wait, func() error {
+		_ = poll.Wait(wait, "the first Proxy at the source", func() error {
 			_, last = r.client(t, token).Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}})
 			var nm *pool.NoMatchError
 			if errors.As(last, &nm) {

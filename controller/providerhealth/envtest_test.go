@@ -10,6 +10,7 @@ package providerhealth
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 )
@@ -63,18 +65,15 @@ func getPH(t *testing.T, name string) (*v1alpha1.ProviderHealth, bool) {
 func waitPH(t *testing.T, name, what string, cond func(*v1alpha1.ProviderHealth) bool) *v1alpha1.ProviderHealth {
 	t.Helper()
 	var last *v1alpha1.ProviderHealth
-	end := time.Now().Add(wait)
-	for time.Now().Before(end) {
-		if ph, ok := getPH(t, name); ok {
-			last = ph
-			if cond(ph) {
-				return ph
-			}
+	poll.Until(t, wait, "ProviderHealth "+name+": "+what, func() error {
+		ph, ok := getPH(t, name)
+		if !ok {
+			return fmt.Errorf("no ProviderHealth %s; last seen: %+v", name, last)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("ProviderHealth %s: timed out waiting for %s; last seen: %+v", name, what, last)
-	return nil
+		last = ph
+		return poll.Check(cond(ph), "last seen: %+v", ph)
+	})
+	return last
 }
 
 func readyCond(ph *v1alpha1.ProviderHealth) *metav1.Condition {
@@ -144,7 +143,9 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 
 	// Steady rounds log nothing more.
 	n := c.callCount()
-	eventually(t, wait, "three more rounds", func() bool { return c.callCount() >= n+3 })
+	poll.Until(t, wait, "three more rounds", func() error {
+		return poll.Check(c.callCount() >= n+3, "%d rounds, %d before", c.callCount(), n)
+	})
 	if lines := logs.Matching("WARNING: provider target not ready", `"target"="host-b"`, `"reason"="Unreachable"`); len(lines) != 1 {
 		t.Errorf("want exactly one WARNING for host-b over steady rounds, got %d:\n%s", len(lines), logs.String())
 	}
@@ -169,8 +170,8 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 	if !ph.Status.Targets[1].LastTransitionTime.After(downSince.Time) {
 		t.Errorf("host-b lastTransitionTime %v did not move past %v when it came back", ph.Status.Targets[1].LastTransitionTime, downSince)
 	}
-	eventually(t, wait, "the recovery log line", func() bool {
-		return len(logs.Matching("provider target ready", `"target"="host-b"`)) == 1
+	poll.Until(t, wait, "the recovery log line", func() error {
+		return poll.Check(len(logs.Matching("provider target ready", `"target"="host-b"`)) == 1, "logs:\n%s", logs.String())
 	})
 }
 
@@ -189,7 +190,7 @@ func TestLastTransitionTimeSurvivesSteadyRounds(t *testing.T) {
 
 	last := first.Status.LastCheckTime.Time
 	for i := range 3 {
-		eventually(t, wait, "the ticker to be armed", clk.HasWaiters)
+		poll.Until(t, wait, "the ticker to be armed", func() error { return poll.Check(clk.HasWaiters(), "no waiter on the clock") })
 		clk.Step(time.Minute)
 		ph := waitPH(t, "steady", "the next round", func(ph *v1alpha1.ProviderHealth) bool {
 			return ph.Status.LastCheckTime.After(last)
@@ -246,8 +247,8 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 			if tc.interval > 0 {
 				waitPH(t, "still-here", "its first round", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
 			} else {
-				eventually(t, wait, "Start to finish with checks off", func() bool {
-					return len(logs.Matching("provider health checks are off")) == 1
+				poll.Until(t, wait, "Start to finish with checks off", func() error {
+					return poll.Check(len(logs.Matching("provider health checks are off")) == 1, "logs:\n%s", logs.String())
 				})
 			}
 			stop()
@@ -277,7 +278,7 @@ func TestAnInvalidProviderNameGetsMetricsButNoObject(t *testing.T) {
 		Interval: 200 * time.Millisecond, Logger: logs.Logger(),
 	})
 	run(t, m)
-	eventually(t, wait, "two rounds", func() bool { return c.callCount() >= 2 })
+	poll.Until(t, wait, "two rounds", func() error { return poll.Check(c.callCount() >= 2, "%d rounds", c.callCount()) })
 	if len(logs.Matching("WARNING: provider name is not a valid object name", `"provider"="Not_A_Name"`)) != 1 {
 		t.Errorf("no warning at start:\n%s", logs.String())
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -82,18 +81,6 @@ func (noCheck) Get(context.Context, string) (providers.Instance, error) {
 }
 func (noCheck) Delete(context.Context, string) error                    { return nil }
 func (noCheck) ListByTag(context.Context) ([]providers.Instance, error) { return nil, nil }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", deadline, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // newMonitor is New for options a test knows to be valid.
 func newMonitor(t *testing.T, o Options) *Monitor {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -75,10 +76,10 @@ func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
 	}
 
 	close(release)
-	eventually(t, 10*time.Second, "the stuck check to finish", func() bool {
+	poll.Until(t, 10*time.Second, "the stuck check to finish", func() error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return !m.running["kvm-home"]
+		return poll.Check(!m.running["kvm-home"], "kvm-home still running")
 	})
 	c.mu.Lock()
 	c.block = nil
@@ -108,7 +109,7 @@ func TestAStuckCheckIsAbandonedOnTheMonitorsClock(t *testing.T) {
 		Interval: time.Hour, Timeout: 30 * time.Second, Clock: clk})
 	got := make(chan []Result, 1)
 	go func() { got <- m.check(context.Background()) }()
-	eventually(t, 10*time.Second, "the abandon timer to be armed", clk.HasWaiters)
+	poll.Until(t, 10*time.Second, "the abandon timer to be armed", func() error { return poll.Check(clk.HasWaiters(), "no waiter on the clock") })
 	clk.Step(30 * time.Second) // the timeout alone: the grace is still running
 	select {
 	case res := <-got:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -274,13 +275,10 @@ func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
 	if err := os.WriteFile(file, []byte("http://127.0.0.1:1 region=eu\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for count() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("members never became 2 after the file lost a line:\n%s", g.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, "2 members after the file lost a line", func() error {
+		n := count()
+		return poll.Check(n == 2, "%d members", n)
+	}, poll.Report(g.stderr.String))
 }
 
 func TestProbesTakeAFailingMemberOut(t *testing.T) {
@@ -299,18 +297,11 @@ func TestProbesTakeAFailingMemberOut(t *testing.T) {
 		SuccessThreshold: 1, FailureThreshold: 1}
 	g := startGateway(t, cfg)
 	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, "the direct member to turn unhealthy with a failing probe URL", func() error {
 		_, body := httpGet(t, plain, "http://"+g.metrics+"/metrics")
-		if strings.Contains(body, `proxyfleet_members{healthy="false"} 1`) &&
-			regexp.MustCompile(`proxyfleet_probe_failures_total\{member="direct"\} [1-9]`).MatchString(body) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the direct member never turned unhealthy with a failing probe URL; /metrics:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return poll.Check(strings.Contains(body, `proxyfleet_members{healthy="false"} 1`) &&
+			regexp.MustCompile(`proxyfleet_probe_failures_total\{member="direct"\} [1-9]`).MatchString(body), "/metrics:\n%s", body)
+	})
 
 	proxyURL, _ := url.Parse("http://" + g.proxy)
 	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers/nocloud"
 )
 
@@ -61,7 +62,7 @@ func (d *Libvirtd) LeasedAddr(t testing.TB, name string, timeout time.Duration) 
 	lv := d.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
 	var addr string
-	err := Poll(timeout, func() error {
+	err := poll.Wait(timeout, "the DHCP lease of "+name, func() error {
 		dom, err := lv.DomainLookupByName(name)
 		if err != nil {
 			return err

@@ -15,6 +15,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // Libvirtd is a private, real libvirtd (Debian's, privileged, driving real
@@ -140,7 +142,7 @@ func StartLibvirtdWith(t testing.TB, opts LibvirtdOptions) *Libvirtd {
 			t.Logf("libvirtd output:\n%s", proc.Output())
 		}
 	})
-	if err := Poll(30*time.Second, func() error {
+	if err := poll.Wait(30*time.Second, "the private libvirtd's socket", func() error {
 		if d.proc.Exited() {
 			return fmt.Errorf("libvirtd exited: %v\n%s", d.proc.ExitErr(), d.proc.Output())
 		}

@@ -1,7 +1,8 @@
 // Package testutil starts the real parts the integration and end-to-end tests
 // run against — Squid instances with their own egress addresses, Go target
 // servers that report the source address they see, the proxyfleet binary as a
-// child process — and small helpers to poll for conditions instead of sleeping.
+// child process. Waiting for a condition is internal/testutil/poll's, which
+// every test package can import; the helpers here wait with it.
 //
 // Every Start* helper ties the part's lifetime to the test with t.Cleanup. The
 // Launch* variants return errors instead, for programs such as e2e/bench that
@@ -10,39 +11,11 @@ package testutil
 
 import (
 	"errors"
-	"fmt"
 	"net"
-	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
-
-// pollInterval is how often Eventually and Poll re-check a condition.
-const pollInterval = 25 * time.Millisecond
-
-// Poll calls fn until it returns nil or timeout passes, and returns the last
-// error wrapped with how long it waited. It never sleeps after a success.
-func Poll(timeout time.Duration, fn func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met within %s: %w", timeout, err)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-// Eventually fails the test unless fn returns nil within timeout; the failure
-// message carries fn's last error, so it says what was still wrong.
-func Eventually(t testing.TB, timeout time.Duration, fn func() error) {
-	t.Helper()
-	if err := Poll(timeout, fn); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago (it
 // listens on port 0 and closes). Another process may take it before the caller
@@ -65,7 +38,7 @@ func freeAddrOn(ip string) (string, error) {
 
 // WaitListening polls until addr accepts a TCP connection or timeout passes.
 func WaitListening(addr string, timeout time.Duration) error {
-	return Poll(timeout, func() error {
+	return poll.Wait(timeout, "a listener on "+addr, func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return err

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // maxCapturedOutput bounds how much of a child's output a Process keeps (the tail).
@@ -236,7 +238,7 @@ func (p *Process) waitListening(addr string, deadline time.Time) error {
 		if time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(pollInterval)
+		time.Sleep(poll.DefaultInterval)
 	}
 }
 

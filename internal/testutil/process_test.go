@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // TestMain doubles as the child process the process tests start: this test
@@ -33,7 +35,7 @@ func TestStartProcessWaitsForListenAndStopsWithSIGTERM(t *testing.T) {
 	if err := WaitListening(addrs[0], 0); err != nil {
 		t.Fatalf("start returned before %s accepted: %v", addrs[0], err)
 	}
-	Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, "the child's readiness line", func() error {
 		if !strings.Contains(p.Output(), "child ready") {
 			return errors.New("child has not printed readiness")
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
 // Do sends one command to the server and returns its reply: a string, an
@@ -248,7 +250,7 @@ func (rs *RedisSentinel) Close() error {
 // waitReplicasSynced waits until every replica among nodes has its link to
 // its primary up (a replica that never synced cannot be promoted).
 func waitReplicasSynced(nodes []*Redis) error {
-	return Poll(30*time.Second, func() error {
+	return poll.Wait(30*time.Second, "every replica's link to its primary", func() error {
 		for _, r := range nodes {
 			info, err := r.Info("replication")
 			if err != nil {
@@ -265,7 +267,7 @@ func waitReplicasSynced(nodes []*Redis) error {
 // waitAgreed waits until every Sentinel names master as the primary and
 // sees every other data node as a replica and every other Sentinel.
 func (rs *RedisSentinel) waitAgreed(master string, timeout time.Duration) error {
-	return Poll(timeout, func() error {
+	return poll.Wait(timeout, "the Sentinels to agree on "+master, func() error {
 		for _, s := range rs.Sentinels {
 			if got, err := rs.masterOf(s); err != nil || got != master {
 				return fmt.Errorf("sentinel %s names %q as primary (%v), want %s", s.Addr(), got, err, master)
@@ -334,7 +336,7 @@ func (rs *RedisSentinel) Primary(t testing.TB) *Redis {
 func (rs *RedisSentinel) WaitFailover(t testing.TB, old *Redis, timeout time.Duration) *Redis {
 	t.Helper()
 	var now *Redis
-	Eventually(t, timeout, func() error {
+	poll.Until(t, timeout, "the Sentinels to name a primary other than "+old.Addr(), func() error {
 		now = nil
 		for _, s := range rs.Sentinels {
 			if s.PID() == 0 {
@@ -458,7 +460,7 @@ func (rc *RedisCluster) WaitOK(t testing.TB, timeout time.Duration) {
 }
 
 func (rc *RedisCluster) waitOK(timeout time.Duration) error {
-	return Poll(timeout, func() error {
+	return poll.Wait(timeout, "the cluster state ok on every node", func() error {
 		for _, r := range rc.Nodes {
 			if r.PID() == 0 {
 				continue
@@ -542,7 +544,7 @@ func (rc *RedisCluster) primaryForKey(key string) (*Redis, error) {
 func (rc *RedisCluster) WaitFailover(t testing.TB, key string, old *Redis, timeout time.Duration) *Redis {
 	t.Helper()
 	var now *Redis
-	Eventually(t, timeout, func() error {
+	poll.Until(t, timeout, fmt.Sprintf("the slot of %q on a running primary other than %s", key, old.Addr()), func() error {
 		r, err := rc.primaryForKey(key)
 		if err != nil {
 			return err

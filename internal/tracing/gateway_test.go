@@ -20,6 +20,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -106,7 +107,7 @@ func TestGatewayRequestSpansAndNoTraceHeaderUpstream(t *testing.T) {
 	get("/no-such-member", "nope", http.StatusServiceUnavailable)
 
 	var spans []sdktrace.ReadOnlySpan
-	testutil.Eventually(t, 30*time.Second, func() error {
+	poll.Until(t, 30*time.Second, "four ended spans", func() error {
 		if spans = sr.Ended(); len(spans) < 4 {
 			return fmt.Errorf("%d spans: %v", len(spans), names(spans))
 		}

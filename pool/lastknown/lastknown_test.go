@@ -14,7 +14,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -95,7 +95,7 @@ func start(t *testing.T, o lastknown.Options, run bool) *fixture {
 	}
 	if run {
 		f.run(t)
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "the first member list", func() error {
 			if f.lk.Status().ListAt.IsZero() {
 				return errors.New("no member list yet")
 			}
@@ -181,7 +181,7 @@ func TestAStoppedAPIIsRiddenOutWithTheLastKnownMembers(t *testing.T) {
 				t.Fatalf("recorded %d outages and %d last-known leases, want 1 and 6", f.rec.outages.Load(), f.rec.leases.Load())
 			}
 			f.state.Store(apiUp)
-			testutil.Eventually(t, 10*time.Second, func() error {
+			poll.Until(t, 10*time.Second, "the API to be up again", func() error {
 				if f.lk.Status().Down {
 					return errors.New("still down")
 				}
@@ -229,7 +229,7 @@ func TestABanLearntDuringTheOutageIsToldToTheAPI(t *testing.T) {
 		t.Fatalf("status %+v, want 2 untold cooldowns", st)
 	}
 	f.state.Store(apiUp)
-	testutil.Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, "the untold cooldowns told", func() error {
 		if st := f.lk.Status(); st.Down || st.Untold != 0 {
 			return errors.New("not yet told")
 		}
@@ -272,7 +272,7 @@ func TestTheLongerCooldownWinsOnBothSides(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.state.Store(apiUp)
-	testutil.Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, "the cooldown reported while down to reach the API", func() error {
 		if f.lk.Status().Down {
 			return errors.New("still down")
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/pool/redisstore"
@@ -66,7 +67,7 @@ func TestAPIOnRedisAnswers503StoreUnavailableAndRecovers(t *testing.T) {
 		t.Fatalf("client acquire with the store down: %v, want pool.ErrUnreachable", err)
 	}
 	r.Start()
-	testutil.Eventually(t, 15*time.Second, func() error {
+	poll.Until(t, 15*time.Second, "an acquire after redis came back", func() error {
 		if code, body := post(); code != http.StatusCreated {
 			return fmt.Errorf("after redis returned: %d %s", code, body)
 		}

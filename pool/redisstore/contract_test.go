@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -200,7 +201,7 @@ func wantWindow(t testing.TB, what string, got, w time.Duration) {
 
 func waitNoCooldown(t testing.TB, s pool.LeaseStore, name, target string) {
 	t.Helper()
-	testutil.Eventually(t, 10*time.Second, func() error {
+	poll.Until(t, 10*time.Second, name+"'s cooldown on "+target+" to end", func() error {
 		if left := cooldownLeft(t, s, name, target); left > 0 {
 			return fmt.Errorf("%s still cools down for %q for %v", name, target, left)
 		}
@@ -359,7 +360,7 @@ func TestStoreContractLeaseExpiryAndFencedRelease(t *testing.T) {
 		if d := time.Until(short.ExpiresAt); d > 300*time.Millisecond || d < 0 {
 			t.Fatalf("short lease expires in %v", d)
 		}
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "the short lease to expire", func() error {
 			if n := memberStatus(t, s, "a").ActiveLeases; n != 1 {
 				return fmt.Errorf("active %d, want 1 once the short lease expired", n)
 			}
@@ -450,7 +451,7 @@ func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 		if nm := noMatch(t, err); nm != (pool.NoMatchError{Considered: 2, InCooldown: 2}) {
 			t.Fatalf("both out: %+v", nm)
 		}
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "a lease on a once cooling member", func() error {
 			l, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
 			if err != nil {
 				return err
@@ -507,7 +508,7 @@ func TestStoreContractLateReportsAndIdempotency(t *testing.T) {
 		if err := s.Report(context.Background(), l.ID, pool.Report{Result: "meh"}); !errors.Is(err, pool.ErrInvalidResult) {
 			t.Fatalf("invalid result: %v", err)
 		}
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "the released lease to be forgotten", func() error {
 			if err := s.Report(context.Background(), l.ID, pool.Report{Result: rotation.ResultOK}); !errors.Is(err, pool.ErrUnknownLease) {
 				return fmt.Errorf("report %v after Cooldown.Max past the release, want pool.ErrUnknownLease", err)
 			}
@@ -606,7 +607,7 @@ func TestStoreContractListCooldownsSaysWhyEachRuns(t *testing.T) {
 		if got := list(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("cooldowns\n got %v\nwant %v", got, want)
 		}
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "the dead.com rest to end", func() error {
 			if got := list(); len(got) != 3 {
 				return fmt.Errorf("the dead.com rest has not ended: %v", got)
 			}

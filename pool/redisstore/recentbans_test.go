@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -73,7 +73,7 @@ func TestStoreContractRecentBansListsEachSitesBanWithinTheWindow(t *testing.T) {
 		}
 		// A member the store no longer has is nobody's to recycle.
 		s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")})
-		testutil.Eventually(t, 10*time.Second, func() error {
+		poll.Until(t, 10*time.Second, "the departed member's bans dropped", func() error {
 			if got, want := list(time.Hour), "[a@news.com=rate_limited a@shop.com=banned]"; got != want {
 				return fmt.Errorf("after c left: %s, want %s", got, want)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -82,7 +83,7 @@ func TestRedisStoreRewritesItsMembersAfterRedisLostThem(t *testing.T) {
 	}
 	s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")}) // fails: redis is down
 	r.Start()
-	testutil.Eventually(t, 15*time.Second, func() error {
+	poll.Until(t, 15*time.Second, "the members re-written after redis came back", func() error {
 		if ms := s.Members(); len(ms) != 2 {
 			return errors.New("members not re-written after redis came back")
 		}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
@@ -159,7 +160,7 @@ func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
 			_ = resp.Body.Close()
 		}
 	}()
-	testutil.Eventually(t, deadline, func() error {
+	poll.Until(t, deadline, "Squid's lookup of the logged-in client's name", func() error {
 		if dns.Asked(lookup) == 0 {
 			return fmt.Errorf("Squid has not asked its name server for %s, the name a logged-in client wants", lookup)
 		}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -347,17 +348,10 @@ func TestDeleteIsIdempotent(t *testing.T) {
 			}
 		}
 		// Unscheduled Pods are removed at once; poll anyway, as the reconciler does.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		poll.Until(t, 30*time.Second, "the pod gone after Delete", func() error {
 			_, err := p.Get(ctx, inst.ProviderID)
-			if providers.Class(err) == providers.ErrNotFound {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pod still there 30s after Delete: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return poll.Check(providers.Class(err) == providers.ErrNotFound, "Get: %v", err)
+		})
 		if err := p.Delete(ctx, inst.ProviderID); err != nil {
 			t.Fatalf("Delete of a gone pod: %v", err)
 		}

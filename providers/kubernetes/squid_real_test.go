@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
 
@@ -263,7 +264,7 @@ func TestGeneratedSquidRefusesOtherSourcesBeforeAnyLookup(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	testutil.Eventually(t, time.Minute, func() error {
+	poll.Until(t, time.Minute, "Squid's lookup of the client's name", func() error {
 		if dns.Asked(lookup) == 0 {
 			return fmt.Errorf("Squid has not asked its name server for %s, the name a client wants", lookup)
 		}

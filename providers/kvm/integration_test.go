@@ -21,6 +21,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 	"github.com/proxyfleet/proxyfleet/providers/nocloud"
@@ -366,7 +367,7 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		if files := f.lv.PoolFiles(t); slices.ContainsFunc(files, func(s string) bool { return strings.Contains(s, "broken") }) {
 			t.Fatalf("a half-written base was left in the pool: %v", files)
 		}
-		testutil.Eventually(t, 30*time.Second, func() error {
+		poll.Until(t, 30*time.Second, "the goroutines of the failed download to end", func() error {
 			f.images.CloseClientConnections()
 			if n := runtime.NumGoroutine(); n > before+1 {
 				buf := make([]byte, 1<<16)
