@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // env is the package's one real API server (kube-apiserver + etcd).
@@ -55,7 +56,7 @@ func fastIntervals() Intervals {
 type harness struct {
 	t        *testing.T
 	ns       string
-	fake     *fakeProvider
+	fake     *providertest.Provider
 	r        *ProxyReconciler
 	client   *countingClient
 	logs     *logRecorder
@@ -82,7 +83,7 @@ type setup struct {
 // start runs a manager for the test and stops it when the test ends.
 func start(t *testing.T, s setup) *harness {
 	t.Helper()
-	h := &harness{t: t, ns: env.Namespace(t), fake: newFakeProvider(), logs: &logRecorder{}}
+	h := &harness{t: t, ns: env.Namespace(t), fake: providertest.New(), logs: &logRecorder{}}
 	provs := s.providers
 	if provs == nil && !s.noProviders {
 		provs = map[string]providers.Provider{fakeName: h.fake}

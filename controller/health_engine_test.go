@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // These tests run the real health engine, wired by SetupHealthEngine, with
@@ -43,7 +44,7 @@ func startWithEngine(t *testing.T, ns string, o health.Options) *engineHarness {
 	if ns == "" {
 		ns = env.Namespace(t)
 	}
-	h := &harness{t: t, ns: ns, fake: newFakeProvider(), logs: &logRecorder{}}
+	h := &harness{t: t, ns: ns, fake: providertest.New(), logs: &logRecorder{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller log:\n%s", h.logs.dump())

@@ -11,6 +11,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // deleteProxy asks the API server to delete a Proxy.
@@ -28,10 +29,10 @@ func TestDeletionDeletesTheInstanceThenReleases(t *testing.T) {
 	p := h.waitRunning("px")
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if h.fake.exists(p.Status.ProviderID) {
+	if h.fake.Exists(p.Status.ProviderID) {
 		t.Errorf("instance %s still exists after its Proxy is gone", p.Status.ProviderID)
 	}
-	if n := h.fake.count(providers.OpDelete); n < 1 {
+	if n := h.fake.Count(providers.OpDelete); n < 1 {
 		t.Errorf("Delete never called")
 	}
 }
@@ -39,20 +40,20 @@ func TestDeletionDeletesTheInstanceThenReleases(t *testing.T) {
 func TestDeletionPollsWhileDeletingAndShowsDeleting(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.deleteGets = 1 << 30 // the instance never finishes going away
+	h.fake.SetDeleteGets(1 << 30) // the instance never finishes going away
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
 	h.deleteProxy("px")
 	h.waitProxy("px", "Deleting", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseDeleting && reason(p) == v1alpha1.ReasonDeleting
 	})
-	gets := h.fake.count(providers.OpGet)
-	poll.Until(h.t, wait, "deletion polls", func() error { return poll.Check(h.fake.count(providers.OpGet) >= gets+3, "%s", h.fake.String()) })
+	gets := h.fake.Count(providers.OpGet)
+	poll.Until(h.t, wait, "deletion polls", func() error { return poll.Check(h.fake.Count(providers.OpGet) >= gets+3, "%s", h.fake.String()) })
 	if got := h.mustGet("px"); !controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
 		t.Fatalf("finalizer released while the instance still exists")
 	}
 	// Once the backend finishes, the object goes.
-	h.fake.vanish(p.Status.ProviderID)
+	h.fake.Vanish(p.Status.ProviderID)
 	h.waitGone("px")
 }
 
@@ -61,18 +62,16 @@ func TestDeletionWithPermanentlyFailingGetStillCallsDelete(t *testing.T) {
 	h := start(t, setup{})
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
-	h.fake.failAlways(providers.OpGet, errClass(providers.ErrPermanent, "host not in config"))
-	deletes := h.fake.count(providers.OpDelete)
+	h.fake.FailAlways(providers.OpGet, providertest.ErrClass(providers.ErrPermanent, "host not in config"))
+	deletes := h.fake.Count(providers.OpDelete)
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if n := h.fake.count(providers.OpDelete); n != deletes+1 {
+	if n := h.fake.Count(providers.OpDelete); n != deletes+1 {
 		t.Errorf("Delete called %d times during deletion, want 1", n-deletes)
 	}
-	if h.fake.exists(p.Status.ProviderID) {
+	if h.fake.Exists(p.Status.ProviderID) {
 		// Delete was accepted: the instance is going away in the backend.
-		h.fake.mu.Lock()
-		state := h.fake.instances[p.Status.ProviderID].State
-		h.fake.mu.Unlock()
+		state, _ := h.fake.State(p.Status.ProviderID)
 		if state != providers.StateTerminated {
 			t.Errorf("instance state %s after Delete", state)
 		}
@@ -84,10 +83,10 @@ func TestDeletionNeverLatchesAPermanentDeleteFailure(t *testing.T) {
 	h := start(t, setup{})
 	h.create(h.managed("px"))
 	h.waitRunning("px")
-	h.fake.failAlways(providers.OpDelete, errClass(providers.ErrPermanent, "permission denied"))
+	h.fake.FailAlways(providers.OpDelete, providertest.ErrClass(providers.ErrPermanent, "permission denied"))
 	h.deleteProxy("px")
 	p := h.waitProxy("px", "Delete retried", func(p *v1alpha1.Proxy) bool {
-		return h.fake.count(providers.OpDelete) >= 3 && strings.Contains(message(p), "permission denied")
+		return h.fake.Count(providers.OpDelete) >= 3 && strings.Contains(message(p), "permission denied")
 	})
 	if p.Status.Phase != v1alpha1.PhaseDeleting {
 		t.Errorf("phase %s, want Deleting (never Failed during deletion)", p.Status.Phase)
@@ -98,7 +97,7 @@ func TestDeletionNeverLatchesAPermanentDeleteFailure(t *testing.T) {
 	if !strings.Contains(message(p), v1alpha1.AnnotationSkipCleanup) {
 		t.Errorf("condition %q does not tell the user about %s", message(p), v1alpha1.AnnotationSkipCleanup)
 	}
-	h.fake.clearFailures()
+	h.fake.ClearFailures()
 	h.waitGone("px")
 }
 
@@ -111,15 +110,15 @@ func TestSkipCleanupReleasesWithoutProviderCalls(t *testing.T) {
 		p.Annotations[v1alpha1.AnnotationSkipCleanup] = v1alpha1.ValueTrue
 	})
 	h.waitProxy("px", "annotation seen", func(p *v1alpha1.Proxy) bool { return p.SkipCleanup() })
-	calls := len(h.fake.ops())
+	calls := len(h.fake.Ops())
 	h.deleteProxy("px")
 	h.waitGone("px")
-	for _, op := range h.fake.ops()[calls:] {
+	for _, op := range h.fake.Ops()[calls:] {
 		if op != providers.OpGet {
 			t.Errorf("provider %s during a skip-cleanup deletion", op)
 		}
 	}
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times with skip-cleanup, want 0", n)
 	}
 }
@@ -153,7 +152,7 @@ func TestDeletionWithTheProviderGoneWaitsForSkipCleanup(t *testing.T) {
 		p.Annotations = map[string]string{v1alpha1.AnnotationSkipCleanup: v1alpha1.ValueTrue}
 	})
 	h.waitGone("px")
-	if ops := h.fake.ops(); len(ops) != 0 {
+	if ops := h.fake.Ops(); len(ops) != 0 {
 		t.Errorf("provider calls: %v", ops)
 	}
 }
@@ -161,20 +160,18 @@ func TestDeletionWithTheProviderGoneWaitsForSkipCleanup(t *testing.T) {
 func TestDeletionWithoutARecordedInstanceDeletesByTheDerivedIDOnceAndReleases(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrQuotaExceeded, "no capacity"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrQuotaExceeded, "no capacity"))
 	h.create(h.managed("px"))
 	p := h.waitProxy("px", "waiting for quota", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
 	h.deleteProxy("px")
 	h.waitGone("px")
-	want := []string{providers.OpDelete + "(" + fakeProviderID(providers.NameFromUID(string(p.UID))) + ")", providers.OpGet + "(" + fakeProviderID(providers.NameFromUID(string(p.UID))) + ")"}
+	want := []string{providers.OpDelete + "(" + providertest.ProviderID(providers.NameFromUID(string(p.UID))) + ")", providers.OpGet + "(" + providertest.ProviderID(providers.NameFromUID(string(p.UID))) + ")"}
 	var got []string
-	h.fake.mu.Lock()
-	for _, c := range h.fake.calls {
+	for _, c := range h.fake.Calls() {
 		if c.Op != providers.OpCreate {
 			got = append(got, c.Op+"("+c.Arg+")")
 		}
 	}
-	h.fake.mu.Unlock()
 	if !slices.Equal(got, want) {
 		t.Errorf("calls during the deletion = %v, want %v: one Delete by the name a Create would have used, one Get to NotFound", got, want)
 	}
@@ -188,14 +185,14 @@ func TestDeletionOfAnInstanceAlreadyGoneReleases(t *testing.T) {
 	h := start(t, setup{intervals: &iv})
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
-	h.fake.vanish(p.Status.ProviderID)
-	gets := h.fake.count(providers.OpGet)
+	h.fake.Vanish(p.Status.ProviderID)
+	gets := h.fake.Count(providers.OpGet)
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if h.fake.count(providers.OpGet) == gets {
+	if h.fake.Count(providers.OpGet) == gets {
 		t.Errorf("deletion did not ask the provider about the instance")
 	}
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for an instance the provider reports NotFound", n)
 	}
 }
@@ -221,7 +218,7 @@ func TestExternalProxySetsAddressAndNeverCallsAProvider(t *testing.T) {
 	h.waitProxy("ext", "new endpoint", func(p *v1alpha1.Proxy) bool { return p.Status.IP == "127.0.0.8" })
 	h.deleteProxy("ext")
 	h.waitGone("ext")
-	if ops := h.fake.ops(); len(ops) != 0 {
+	if ops := h.fake.Ops(); len(ops) != 0 {
 		t.Errorf("provider calls for an External Proxy: %v", ops)
 	}
 }
@@ -231,10 +228,10 @@ func TestDeletionRetriesATransientGetThenReleases(t *testing.T) {
 	h := start(t, setup{})
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
-	h.fake.failNext(providers.OpGet, 3, errClass(providers.ErrTransient, "timeout"))
+	h.fake.FailNext(providers.OpGet, 3, providertest.ErrClass(providers.ErrTransient, "timeout"))
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if h.fake.exists(p.Status.ProviderID) {
+	if h.fake.Exists(p.Status.ProviderID) {
 		t.Errorf("instance %s left behind", p.Status.ProviderID)
 	}
 	if errs := h.logs.errorLines(); !strings.Contains(strings.Join(errs, "\n"), "timeout") {
@@ -249,7 +246,7 @@ func TestDeletionWaitsOutAQuotaErrorWithoutErrorLogs(t *testing.T) {
 	h := start(t, setup{intervals: &iv})
 	h.create(h.managed("px"))
 	h.waitRunning("px")
-	h.fake.failAlways(providers.OpDelete, errClass(providers.ErrQuotaExceeded, "delete rate quota exhausted"))
+	h.fake.FailAlways(providers.OpDelete, providertest.ErrClass(providers.ErrQuotaExceeded, "delete rate quota exhausted"))
 	h.deleteProxy("px")
 	p := h.waitProxy("px", "QuotaExceeded while deleting", func(p *v1alpha1.Proxy) bool {
 		return reason(p) == v1alpha1.ReasonQuotaExceeded && p.Status.Phase == v1alpha1.PhaseDeleting
@@ -258,7 +255,7 @@ func TestDeletionWaitsOutAQuotaErrorWithoutErrorLogs(t *testing.T) {
 		t.Errorf("condition message %q does not say what the provider said", message(p))
 	}
 	time.Sleep(time.Second)
-	if n := h.fake.count(providers.OpDelete); n != 1 {
+	if n := h.fake.Count(providers.OpDelete); n != 1 {
 		t.Errorf("Delete called %d times within a second, want 1: the retry waits QuotaRetry", n)
 	}
 	if errs := h.logs.errorLines(); len(errs) != 0 {

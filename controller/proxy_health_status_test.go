@@ -113,7 +113,7 @@ func TestAManagedInstanceAtANewAddressLosesTheOldVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst.IP = "127.0.10.200"
-	h.fake.put(inst)
+	h.fake.Put(inst)
 	p = h.waitProxy("px", "the new address without the old verdict", func(p *v1alpha1.Proxy) bool {
 		return p.Status.IP == "127.0.10.200" && p.Condition(v1alpha1.ConditionHealthy) == nil
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // lostAnswers wraps a real provider so every Create reaches the backend
@@ -29,7 +30,7 @@ func (l lostAnswers) Create(ctx context.Context, req providers.CreateRequest) (p
 	if _, err := l.Provider.Create(ctx, req); err != nil {
 		return providers.Instance{}, err
 	}
-	return providers.Instance{}, errClass(providers.ErrTransient, "the answer to the create was lost")
+	return providers.Instance{}, providertest.ErrClass(providers.ErrTransient, "the answer to the create was lost")
 }
 
 func (l lostAnswers) Unwrap() providers.Provider { return l.Provider }
@@ -37,15 +38,15 @@ func (l lostAnswers) Unwrap() providers.Provider { return l.Provider }
 func TestDeletingAProxyThatNeverRecordedItsInstanceDeletesItByItsDerivedID(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrTransient, "the answer was lost"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrTransient, "the answer was lost"))
 	h.create(h.managed("px"))
-	p := h.waitProxy("px", "Create failing", func(p *v1alpha1.Proxy) bool { return h.fake.count(providers.OpCreate) >= 1 })
+	p := h.waitProxy("px", "Create failing", func(p *v1alpha1.Proxy) bool { return h.fake.Count(providers.OpCreate) >= 1 })
 	// What the lost Create made: the instance under the Proxy's name.
-	id := fakeProviderID(providers.NameFromUID(string(p.UID)))
-	h.fake.put(providers.Instance{ProviderID: id, Name: providers.NameFromUID(string(p.UID)), State: providers.StateRunning, OwnerUID: string(p.UID)})
+	id := providertest.ProviderID(providers.NameFromUID(string(p.UID)))
+	h.fake.Put(providers.Instance{ProviderID: id, Name: providers.NameFromUID(string(p.UID)), State: providers.StateRunning, OwnerUID: string(p.UID)})
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if h.fake.exists(id) {
+	if h.fake.Exists(id) {
 		t.Fatalf("instance %s left behind by a Proxy that never recorded it (calls: %s)", id, h.fake)
 	}
 }
@@ -57,12 +58,12 @@ func TestDeletingAProxyWhoseProviderCannotDeriveIDsReleasesIt(t *testing.T) {
 		// The fake without its ProviderIDFor: an older provider.
 		provs[fakeName] = struct{ providers.Provider }{h.fake}
 	}})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrTransient, "down"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrTransient, "down"))
 	h.create(h.managed("px"))
-	h.waitProxy("px", "Create failing", func(p *v1alpha1.Proxy) bool { return h.fake.count(providers.OpCreate) >= 1 })
+	h.waitProxy("px", "Create failing", func(p *v1alpha1.Proxy) bool { return h.fake.Count(providers.OpCreate) >= 1 })
 	h.deleteProxy("px")
 	h.waitGone("px")
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Fatalf("Delete called %d times without a derivable ID", n)
 	}
 }

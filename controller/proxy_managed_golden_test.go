@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // update rewrites the golden transcripts: go test ./controller -run TestReconcileManagedTranscript -update
@@ -32,7 +33,7 @@ var update = flag.Bool("update", false, "rewrite controller/testdata/*.golden fr
 type transcript struct {
 	t    *testing.T
 	r    *ProxyReconciler
-	fake *fakeProvider
+	fake *providertest.Provider
 	key  types.NamespacedName
 	seen int // provider calls already written
 	b    strings.Builder
@@ -40,7 +41,7 @@ type transcript struct {
 
 func newTranscript(t *testing.T, name string) *transcript {
 	t.Helper()
-	fake := newFakeProvider()
+	fake := providertest.New()
 	ns := env.Namespace(t)
 	return &transcript{
 		t:    t,
@@ -88,10 +89,9 @@ func (tr *transcript) pass() {
 	res, err := tr.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: tr.key})
 	p := tr.get()
 	instance := providers.NameFromUID(string(p.UID))
-	tr.fake.mu.Lock()
-	calls := tr.fake.calls[tr.seen:]
-	tr.seen = len(tr.fake.calls)
-	tr.fake.mu.Unlock()
+	all := tr.fake.Calls()
+	calls := all[tr.seen:]
+	tr.seen = len(all)
 	var ops []string
 	for _, c := range calls {
 		arg := strings.ReplaceAll(c.Arg, instance, "<instance>")
@@ -168,19 +168,19 @@ func (tr *transcript) check(name string) {
 // change to the state machine's calls shows up as a reviewed diff.
 func TestReconcileManagedTranscript(t *testing.T) {
 	t.Parallel()
-	quota := errClass(providers.ErrQuotaExceeded, "no CPUs left in the region")
-	permanent := errClass(providers.ErrPermanent, "the image does not exist")
+	quota := providertest.ErrClass(providers.ErrQuotaExceeded, "no CPUs left in the region")
+	permanent := providertest.ErrClass(providers.ErrPermanent, "the image does not exist")
 	tests := []struct {
 		name string
 		run  func(tr *transcript)
 	}{
 		{name: "create", run: func(tr *transcript) {
 			tr.note("a new Managed Proxy whose instance starts provisioning")
-			tr.fake.startState = providers.StateProvisioning
+			tr.fake.SetStartState(providers.StateProvisioning)
 			tr.createProxy()
 			tr.passes(2)
 			tr.note("the instance runs")
-			tr.fake.setState(fakeProviderID(providers.NameFromUID(string(tr.get().UID))), providers.StateRunning)
+			tr.fake.SetState(providertest.ProviderID(providers.NameFromUID(string(tr.get().UID))), providers.StateRunning)
 			tr.passes(2)
 		}},
 		{name: "adopt", run: func(tr *transcript) {
@@ -189,8 +189,8 @@ func TestReconcileManagedTranscript(t *testing.T) {
 			p.Finalizers = []string{v1alpha1.Finalizer}
 			tr.create(p)
 			name := providers.NameFromUID(string(p.UID))
-			tr.fake.put(providers.Instance{ProviderID: fakeProviderID(name), Name: name, State: providers.StateRunning, IP: "127.0.10.200", OwnerUID: string(p.UID)})
-			p.Status.ProviderID = fakeProviderID(name)
+			tr.fake.Put(providers.Instance{ProviderID: providertest.ProviderID(name), Name: name, State: providers.StateRunning, IP: "127.0.10.200", OwnerUID: string(p.UID)})
+			p.Status.ProviderID = providertest.ProviderID(name)
 			if err := env.Client.Status().Update(context.Background(), p); err != nil {
 				tr.t.Fatalf("seeding status: %v", err)
 			}
@@ -205,12 +205,12 @@ func TestReconcileManagedTranscript(t *testing.T) {
 		{name: "cattle", run: func(tr *transcript) {
 			tr.createRunning()
 			tr.note("the instance stops: it is deleted and created again, not restarted")
-			tr.fake.setState(fakeProviderID(providers.NameFromUID(string(tr.get().UID))), providers.StateStopped)
+			tr.fake.SetState(providertest.ProviderID(providers.NameFromUID(string(tr.get().UID))), providers.StateStopped)
 			tr.passes(6)
 		}},
 		{name: "quota_wait", run: func(tr *transcript) {
 			tr.note("the provider is out of quota for two creates")
-			tr.fake.failNext(providers.OpCreate, 2, quota)
+			tr.fake.FailNext(providers.OpCreate, 2, quota)
 			tr.createProxy()
 			tr.passes(3)
 			tr.note("quota is back")
@@ -218,11 +218,11 @@ func TestReconcileManagedTranscript(t *testing.T) {
 		}},
 		{name: "permanent_latch", run: func(tr *transcript) {
 			tr.note("the provider refuses the create for good")
-			tr.fake.failAlways(providers.OpCreate, permanent)
+			tr.fake.FailAlways(providers.OpCreate, permanent)
 			tr.createProxy()
 			tr.passes(2)
 			tr.note("latched: further passes call nothing until the spec changes")
-			tr.fake.clearFailures()
+			tr.fake.ClearFailures()
 			tr.passes(2)
 			tr.note("the image is edited: a new generation is tried")
 			tr.edit(func(p *v1alpha1.Proxy) { p.Spec.Placement.Image = "squid-2" })

@@ -19,16 +19,17 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 func TestFinalizerIsAddedBeforeTheInstanceIsCreated(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
 	finalizerAtCreate := make(chan bool, 10)
-	h.fake.onCreate = func(req providers.CreateRequest) {
+	h.fake.OnCreate(func(req providers.CreateRequest) {
 		p, err := h.get(req.OwnerName)
 		finalizerAtCreate <- err == nil && controllerutil.ContainsFinalizer(p, v1alpha1.Finalizer)
-	}
+	})
 	h.create(h.managed("px"))
 	h.waitRunning("px")
 	if !<-finalizerAtCreate {
@@ -45,7 +46,7 @@ func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
 	h.create(px)
 	p := h.waitRunning("px")
 
-	reqs := h.fake.creates()
+	reqs := h.fake.Creates()
 	if len(reqs) != 1 {
 		t.Fatalf("Create called %d times, want 1: %s", len(reqs), h.fake)
 	}
@@ -60,8 +61,8 @@ func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
 	if string(req.CloudInit) != px.Spec.CloudInit.Inline {
 		t.Errorf("CreateRequest cloud-init = %q, want the inline block", req.CloudInit)
 	}
-	if p.Status.ProviderID != fakeProviderID(wantName) {
-		t.Errorf("status.providerID = %q, want %q", p.Status.ProviderID, fakeProviderID(wantName))
+	if p.Status.ProviderID != providertest.ProviderID(wantName) {
+		t.Errorf("status.providerID = %q, want %q", p.Status.ProviderID, providertest.ProviderID(wantName))
 	}
 	if !strings.HasPrefix(p.Status.IP, "127.0.10.") {
 		t.Errorf("status.ip = %q, want the instance's address", p.Status.IP)
@@ -84,22 +85,22 @@ func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
 func TestProvisioningInstanceIsPolledUntilItRuns(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.startState = providers.StateProvisioning
+	h.fake.SetStartState(providers.StateProvisioning)
 	h.create(h.managed("px"))
 	p := h.waitProxy("px", "Provisioning with a providerID", func(p *v1alpha1.Proxy) bool {
 		return p.Status.ProviderID != "" && reason(p) == v1alpha1.ReasonProvisioning && p.Status.Phase == v1alpha1.PhaseProvisioning
 	})
-	gets := h.fake.count(providers.OpGet)
+	gets := h.fake.Count(providers.OpGet)
 	poll.Until(h.t, wait, "more polls while provisioning", func() error {
-		n := h.fake.count(providers.OpGet)
+		n := h.fake.Count(providers.OpGet)
 		return poll.Check(n >= gets+3, "%s", h.fake.String())
 	})
 	if p.Status.IP != "" {
 		t.Fatalf("status.ip = %q while provisioning, want empty", p.Status.IP)
 	}
-	h.fake.setState(p.Status.ProviderID, providers.StateRunning)
+	h.fake.SetState(p.Status.ProviderID, providers.StateRunning)
 	h.waitRunning("px")
-	if n := h.fake.count(providers.OpCreate); n != 1 {
+	if n := h.fake.Count(providers.OpCreate); n != 1 {
 		t.Errorf("Create called %d times, want 1", n)
 	}
 }
@@ -107,7 +108,7 @@ func TestProvisioningInstanceIsPolledUntilItRuns(t *testing.T) {
 func TestPermanentErrorLatchesUntilSpecEdit(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrPermanent, "machine type does not exist"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrPermanent, "machine type does not exist"))
 	h.create(h.managed("px"))
 	p := h.waitProxy("px", "Failed", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseFailed })
 	if reason(p) != v1alpha1.ReasonPermanentError || !strings.Contains(message(p), "machine type does not exist") {
@@ -115,7 +116,7 @@ func TestPermanentErrorLatchesUntilSpecEdit(t *testing.T) {
 	}
 	// Latched: many poll intervals pass without another provider call.
 	time.Sleep(1500 * time.Millisecond)
-	if n := h.fake.count(providers.OpCreate); n != 1 {
+	if n := h.fake.Count(providers.OpCreate); n != 1 {
 		t.Fatalf("Create called %d times while latched, want 1", n)
 	}
 	if errs := h.logs.errorLines(); len(errs) != 0 {
@@ -123,10 +124,10 @@ func TestPermanentErrorLatchesUntilSpecEdit(t *testing.T) {
 	}
 
 	// A spec edit is the way out.
-	h.fake.clearFailures()
+	h.fake.ClearFailures()
 	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Placement.MachineType = "medium" })
 	p = h.waitRunning("px")
-	if n := h.fake.count(providers.OpCreate); n != 2 {
+	if n := h.fake.Count(providers.OpCreate); n != 2 {
 		t.Errorf("Create called %d times, want 2 (one failed, one after the edit)", n)
 	}
 	if p.Status.Phase == v1alpha1.PhaseFailed {
@@ -139,7 +140,7 @@ func TestQuotaExceededWaitsWithoutErrorAndNeverFails(t *testing.T) {
 	iv := fastIntervals()
 	iv.QuotaRetry = time.Hour
 	h := start(t, setup{intervals: &iv})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrQuotaExceeded, "CPUS quota exhausted in zone-a"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrQuotaExceeded, "CPUS quota exhausted in zone-a"))
 	h.create(h.managed("px"))
 	p := h.waitProxy("px", "QuotaExceeded", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonQuotaExceeded })
 	if p.Status.Phase == v1alpha1.PhaseFailed {
@@ -149,7 +150,7 @@ func TestQuotaExceededWaitsWithoutErrorAndNeverFails(t *testing.T) {
 		t.Errorf("condition message %q does not say what the provider said", message(p))
 	}
 	time.Sleep(time.Second)
-	if n := h.fake.count(providers.OpCreate); n != 1 {
+	if n := h.fake.Count(providers.OpCreate); n != 1 {
 		t.Errorf("Create called %d times within a second, want 1: the retry waits QuotaRetry, not the error backoff", n)
 	}
 	if errs := h.logs.errorLines(); len(errs) != 0 {
@@ -168,10 +169,10 @@ func TestQuotaExceededWaitsWithoutErrorAndNeverFails(t *testing.T) {
 func TestTransientErrorIsRetriedWithBackoff(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.failNext(providers.OpCreate, 2, errClass(providers.ErrTransient, "503 backend unavailable"))
+	h.fake.FailNext(providers.OpCreate, 2, providertest.ErrClass(providers.ErrTransient, "503 backend unavailable"))
 	h.create(h.managed("px"))
 	p := h.waitRunning("px")
-	if n := h.fake.count(providers.OpCreate); n != 3 {
+	if n := h.fake.Count(providers.OpCreate); n != 3 {
 		t.Errorf("Create called %d times, want 3 (two transient failures, then success)", n)
 	}
 	if p.Status.Phase == v1alpha1.PhaseFailed {
@@ -205,7 +206,7 @@ func TestMissingProviderFailsWithMessage(t *testing.T) {
 			if reason(p) != v1alpha1.ReasonProviderNotConfigured || !strings.Contains(message(p), tc.wantMsg) {
 				t.Errorf("Provisioned = %s %q, want ProviderNotConfigured saying %q", reason(p), message(p), tc.wantMsg)
 			}
-			if n := len(h.fake.ops()); n != 0 {
+			if n := len(h.fake.Ops()); n != 0 {
 				t.Errorf("the test double saw %d calls, want none", n)
 			}
 		})
@@ -220,7 +221,7 @@ func TestCloudInitFromLabelledSecret(t *testing.T) {
 	px.Spec.CloudInit = &v1alpha1.CloudInit{SecretRef: &v1alpha1.SecretKeyRef{Name: "ci"}}
 	h.create(px)
 	h.waitRunning("px")
-	reqs := h.fake.creates()
+	reqs := h.fake.Creates()
 	if len(reqs) != 1 || string(reqs[0].CloudInit) != "#cloud-config\nruncmd: [echo one]\n" {
 		t.Fatalf("Create requests %+v, want one carrying the Secret's user-data", reqs)
 	}
@@ -240,7 +241,7 @@ func TestUnlabelledSecretIsCloudInitErrorUntilLabelled(t *testing.T) {
 	if p.Status.Phase == v1alpha1.PhaseFailed {
 		t.Errorf("a missing Secret is retried, not Failed")
 	}
-	if n := h.fake.count(providers.OpCreate); n != 0 {
+	if n := h.fake.Count(providers.OpCreate); n != 0 {
 		t.Fatalf("Create called %d times without cloud-init, want 0", n)
 	}
 	// Labelling it makes it visible; the Secret watch brings the Proxy back.
@@ -264,7 +265,7 @@ func TestSpecEditReplacesTheInstanceUnderTheSameName(t *testing.T) {
 
 	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "zone-b" })
 	after := h.waitProxy("px", "running in zone-b", func(p *v1alpha1.Proxy) bool {
-		reqs := h.fake.creates()
+		reqs := h.fake.Creates()
 		return len(reqs) == 2 && reqs[1].Placement.Zone == "zone-b" &&
 			p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
 	})
@@ -285,7 +286,7 @@ func TestEditsThatDoNotShapeTheInstanceKeepIt(t *testing.T) {
 	})
 	p := h.waitProxy("px", "observed the edit", func(p *v1alpha1.Proxy) bool { return p.Status.ObservedGeneration == p.Generation })
 	time.Sleep(500 * time.Millisecond)
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("attribute/health-check edit deleted the instance (%d Deletes): %s", n, describe(p))
 	}
 }
@@ -311,7 +312,7 @@ func TestSecretRotationReplacesTheInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := h.waitProxy("px", "running with the rotated cloud-init", func(p *v1alpha1.Proxy) bool {
-		reqs := h.fake.creates()
+		reqs := h.fake.Creates()
 		last := reqs[len(reqs)-1]
 		return last.OwnerName == "px" && string(last.CloudInit) == "#cloud-config\nruncmd: [echo two]\n" &&
 			p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
@@ -321,7 +322,7 @@ func TestSecretRotationReplacesTheInstance(t *testing.T) {
 		t.Errorf("generation %d → %d: rotation must not need a spec edit", before.Generation, got)
 	}
 	others := 0
-	for _, r := range h.fake.creates() {
+	for _, r := range h.fake.Creates() {
 		if r.OwnerName == "other" {
 			others++
 		}
@@ -339,9 +340,7 @@ func assertReplacedInPlace(t *testing.T, h *harness, before, after *v1alpha1.Pro
 	if after.Status.ProviderID != before.Status.ProviderID {
 		t.Errorf("providerID %q → %q, want the same deterministic name", before.Status.ProviderID, after.Status.ProviderID)
 	}
-	h.fake.mu.Lock()
-	calls := slices.Clone(h.fake.calls)
-	h.fake.mu.Unlock()
+	calls := h.fake.Calls()
 	var seq []string
 	for _, c := range calls {
 		if c.Arg == before.Status.ProviderID || c.Arg == providers.NameFromUID(string(before.UID)) {
@@ -387,8 +386,8 @@ func TestAdoptionSetsTheHashWithoutCreating(t *testing.T) {
 		h.create(px)
 		uid = px.UID
 		name := providers.NameFromUID(string(px.UID))
-		h.fake.put(providers.Instance{ProviderID: fakeProviderID(name), Name: name, State: providers.StateRunning, IP: "127.0.10.200", OwnerUID: string(px.UID)})
-		px.Status.ProviderID = fakeProviderID(name)
+		h.fake.Put(providers.Instance{ProviderID: providertest.ProviderID(name), Name: name, State: providers.StateRunning, IP: "127.0.10.200", OwnerUID: string(px.UID)})
+		px.Status.ProviderID = providertest.ProviderID(name)
 		if err := env.Client.Status().Update(h.ctx(), px); err != nil {
 			h.t.Fatalf("seeding status: %v", err)
 		}
@@ -396,10 +395,10 @@ func TestAdoptionSetsTheHashWithoutCreating(t *testing.T) {
 	p := h.waitProxy("px", "adopted", func(p *v1alpha1.Proxy) bool {
 		return p.Annotations[v1alpha1.AnnotationSpecHash] != "" && p.Status.IP == "127.0.10.200"
 	})
-	if n := h.fake.count(providers.OpCreate); n != 0 {
+	if n := h.fake.Count(providers.OpCreate); n != 0 {
 		t.Errorf("Create called %d times for an adopted instance, want 0", n)
 	}
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for an adopted instance, want 0", n)
 	}
 	if p.UID != uid || p.Annotations[v1alpha1.AnnotationSpecHash] != specHash(p, nil, "") {
@@ -412,11 +411,11 @@ func TestVanishedInstanceIsRecreated(t *testing.T) {
 	h := start(t, setup{})
 	h.create(h.managed("px"))
 	before := h.waitRunning("px")
-	h.fake.vanish(before.Status.ProviderID)
+	h.fake.Vanish(before.Status.ProviderID)
 	h.waitProxy("px", "recreated", func(p *v1alpha1.Proxy) bool {
-		return h.fake.count(providers.OpCreate) == 2 && p.Status.IP != "" && p.Status.IP != before.Status.IP
+		return h.fake.Count(providers.OpCreate) == 2 && p.Status.IP != "" && p.Status.IP != before.Status.IP
 	})
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for a vanished instance, want 0", n)
 	}
 }
@@ -429,9 +428,9 @@ func TestStoppedInstanceIsDeletedAndRecreated(t *testing.T) {
 			h := start(t, setup{})
 			h.create(h.managed("px"))
 			before := h.waitRunning("px")
-			h.fake.setState(before.Status.ProviderID, state)
+			h.fake.SetState(before.Status.ProviderID, state)
 			after := h.waitProxy("px", "replaced", func(p *v1alpha1.Proxy) bool {
-				return h.fake.count(providers.OpCreate) == 2 && p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
+				return h.fake.Count(providers.OpCreate) == 2 && p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
 			})
 			assertReplacedInPlace(t, h, before, after)
 			if after.Status.IP == before.Status.IP {
@@ -475,13 +474,13 @@ func TestSteadyProxyCausesNoStatusWrites(t *testing.T) {
 	h.waitRunning("px")
 	// Let the last write of the provisioning sequence land.
 	poll.Until(h.t, wait, "a few steady drift polls", func() error {
-		return poll.Check(h.fake.count(providers.OpGet) >= 3, "%s", h.fake.String())
+		return poll.Check(h.fake.Count(providers.OpGet) >= 3, "%s", h.fake.String())
 	})
 	writes := h.client.statusWrites.Load()
 	rv := h.mustGet("px").ResourceVersion
-	gets := h.fake.count(providers.OpGet)
+	gets := h.fake.Count(providers.OpGet)
 	poll.Until(h.t, wait, "six more reconciles of the steady Proxy", func() error {
-		return poll.Check(h.fake.count(providers.OpGet) >= gets+6, "%s", h.fake.String())
+		return poll.Check(h.fake.Count(providers.OpGet) >= gets+6, "%s", h.fake.String())
 	})
 	if got := h.client.statusWrites.Load() - writes; got != 0 {
 		t.Errorf("%d status writes during steady reconciles, want 0", got)
@@ -511,7 +510,7 @@ func TestReconcileOfAMissingProxyIsANoOp(t *testing.T) {
 	if err != nil || res.RequeueAfter != 0 {
 		t.Fatalf("Reconcile of a missing Proxy = %+v, %v; want nothing to do", res, err)
 	}
-	if ops := h.fake.ops(); len(ops) != 0 {
+	if ops := h.fake.Ops(); len(ops) != 0 {
 		t.Errorf("provider calls: %v", ops)
 	}
 }
@@ -524,13 +523,13 @@ func TestSpecEditWhileTheInstanceIsAlreadyGoneCreatesWithoutDelete(t *testing.T)
 	h := start(t, setup{intervals: &iv})
 	h.create(h.managed("px"))
 	before := h.waitRunning("px")
-	h.fake.vanish(before.Status.ProviderID)
+	h.fake.Vanish(before.Status.ProviderID)
 	h.edit("px", func(p *v1alpha1.Proxy) { p.Spec.Port = 3129 })
 	h.waitProxy("px", "recreated on the new port", func(p *v1alpha1.Proxy) bool {
-		reqs := h.fake.creates()
+		reqs := h.fake.Creates()
 		return len(reqs) == 2 && reqs[1].Port == 3129 && p.Status.IP != "" && reason(p) == v1alpha1.ReasonCreated
 	})
-	if n := h.fake.count(providers.OpDelete); n != 0 {
+	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for an instance that was already gone", n)
 	}
 }
@@ -546,7 +545,7 @@ func TestCloudInitSecretWithoutTheKeyIsCloudInitError(t *testing.T) {
 	if !strings.Contains(message(p), `"vendor-data"`) {
 		t.Errorf("message %q should name the missing key", message(p))
 	}
-	if n := h.fake.count(providers.OpCreate); n != 0 {
+	if n := h.fake.Count(providers.OpCreate); n != 0 {
 		t.Errorf("Create called %d times without cloud-init", n)
 	}
 }
@@ -565,8 +564,7 @@ func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
 	// Registered after start, so it runs before the manager is stopped: a
 	// failed assertion must not leave the workers blocked in Create.
 	t.Cleanup(unblock)
-	h.fake.mu.Lock()
-	h.fake.onCreate = func(providers.CreateRequest) {
+	h.fake.OnCreate(func(providers.CreateRequest) {
 		mu.Lock()
 		inFlight++
 		most = max(most, inFlight)
@@ -575,8 +573,7 @@ func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
 		mu.Lock()
 		inFlight--
 		mu.Unlock()
-	}
-	h.fake.mu.Unlock()
+	})
 	names := []string{"px-a", "px-b", "px-c", "px-d"}
 	for _, n := range names {
 		h.create(h.managed(n))
@@ -607,13 +604,13 @@ func TestMaxConcurrentReconcilesBoundsParallelPasses(t *testing.T) {
 func TestTransientCreateFailureShowsInTheCondition(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.fake.failAlways(providers.OpCreate, errClass(providers.ErrTransient, "503 backend unavailable"))
+	h.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrTransient, "503 backend unavailable"))
 	h.create(h.managed("px"))
 	p := h.waitProxy("px", "TransientError", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonTransientError })
 	if !strings.Contains(message(p), "503 backend unavailable") || p.Status.Phase != v1alpha1.PhasePending {
 		t.Errorf("want Pending with the provider's message while retrying: %s", describe(p))
 	}
-	h.fake.clearFailures()
+	h.fake.ClearFailures()
 	h.waitRunning("px")
 }
 
@@ -624,13 +621,13 @@ func TestTransientGetFailureKeepsARunningProxyProvisioned(t *testing.T) {
 	h.waitRunning("px")
 	// Let the provisioning sequence's last status write land.
 	poll.Until(h.t, wait, "a steady drift poll", func() error {
-		return poll.Check(h.fake.count(providers.OpGet) >= 3, "%s", h.fake.String())
+		return poll.Check(h.fake.Count(providers.OpGet) >= 3, "%s", h.fake.String())
 	})
 	writes := h.client.statusWrites.Load()
-	gets := h.fake.count(providers.OpGet)
-	h.fake.failNext(providers.OpGet, 3, errClass(providers.ErrTransient, "poll timed out"))
+	gets := h.fake.Count(providers.OpGet)
+	h.fake.FailNext(providers.OpGet, 3, providertest.ErrClass(providers.ErrTransient, "poll timed out"))
 	poll.Until(h.t, wait, "three failed polls and a good one", func() error {
-		return poll.Check(h.fake.count(providers.OpGet) >= gets+4, "%s", h.fake.String())
+		return poll.Check(h.fake.Count(providers.OpGet) >= gets+4, "%s", h.fake.String())
 	})
 	p := h.mustGet("px")
 	if reason(p) != v1alpha1.ReasonCreated || !meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProvisioned) {

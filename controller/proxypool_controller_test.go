@@ -269,7 +269,7 @@ func TestProxyPoolCreatesOwnedProxiesFromTheTemplate(t *testing.T) {
 		!meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Errorf("status = %+v, want selector, desired 3 and Ready", got.Status)
 	}
-	if n := ph.fake.count(providers.OpCreate); n != 3 {
+	if n := ph.fake.Count(providers.OpCreate); n != 3 {
 		t.Errorf("provider creates = %d, want 3 (one instance per Proxy)", n)
 	}
 }
@@ -345,7 +345,7 @@ func TestProxyPoolDrainsALeasedProxyBeforeDeletingIt(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 	ph.waitGone(px.Name)
-	if !slices.Contains(ph.fake.ops(), providers.OpDelete) {
+	if !slices.Contains(ph.fake.Ops(), providers.OpDelete) {
 		t.Errorf("the instance was not deleted with the Proxy: %s", ph.fake)
 	}
 }
@@ -476,7 +476,7 @@ func TestProxyPoolDeletionDeletesItsProxies(t *testing.T) {
 		err := env.Client.Get(ph.ctx(), client.ObjectKeyFromObject(p), &v1alpha1.ProxyPool{})
 		return poll.Check(client.IgnoreNotFound(err) == nil && err != nil, "%v", err)
 	})
-	if n := ph.fake.count(providers.OpDelete); n < 2 {
+	if n := ph.fake.Count(providers.OpDelete); n < 2 {
 		t.Errorf("provider deletes = %d, want one per Proxy (the Proxies' finalizers were honoured)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 func TestDecideHeal(t *testing.T) {
@@ -125,7 +126,7 @@ func TestProxyPoolReplacesAProxyUnhealthyPastReplaceUnhealthyAfterWithinMaxUnava
 
 func TestProxyPoolBacksOffWhenEveryReplacementFails(t *testing.T) {
 	ph := startPool(t, poolSetup{})
-	ph.fake.failAlways(providers.OpCreate, errClass(providers.ErrPermanent, "image not found in project"))
+	ph.fake.FailAlways(providers.OpCreate, providertest.ErrClass(providers.ErrPermanent, "image not found in project"))
 	ph.newPool("broken", 2, func(p *v1alpha1.ProxyPool) {
 		p.Spec.ReplaceUnhealthyAfter = &metav1.Duration{Duration: time.Second}
 	})
@@ -139,7 +140,7 @@ func TestProxyPoolBacksOffWhenEveryReplacementFails(t *testing.T) {
 	}
 	// Rounds at 1s, then 2s, 4s, 8s... after the last: over the next 6 s
 	// at most one more round of 2 Proxies, never a storm.
-	creates := func() int { return len(ph.fake.creates()) }
+	creates := func() int { return len(ph.fake.Creates()) }
 	start := creates()
 	rounds := p.Status.FailedReplacementRounds
 	time.Sleep(6 * time.Second)

@@ -12,6 +12,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // TestReconcileProxySpans runs a Managed Proxy to Running against the real
@@ -25,7 +26,7 @@ func TestReconcileProxySpans(t *testing.T) {
 
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(tracing.ParentOnlyTransport(tp))
-	h := &harness{t: t, ns: env.Namespace(t), fake: newFakeProvider(), logs: &logRecorder{}}
+	h := &harness{t: t, ns: env.Namespace(t), fake: providertest.New(), logs: &logRecorder{}}
 	mgr, err := NewManager(cfg, ManagerOptions{ProxyNamespace: h.ns, MetricsAddr: "0", Logger: logr.New(&recordingSink{rec: h.logs})})
 	if err != nil {
 		t.Fatal(err)

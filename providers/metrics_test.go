@@ -1,10 +1,13 @@
-package providers
+package providers_test
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 type countingRecorder struct {
@@ -28,17 +31,25 @@ func TestWithMetricsCountsEveryOperation(t *testing.T) {
 		result string
 	}{
 		{nil, "ok"},
-		{fmt.Errorf("%w: x", ErrTransient), "transient"},
-		{fmt.Errorf("%w: x", ErrPermanent), "permanent"},
-		{fmt.Errorf("%w: x", ErrQuotaExceeded), "quota_exceeded"},
-		{fmt.Errorf("%w: x", ErrNotFound), "not_found"},
+		{fmt.Errorf("%w: x", providers.ErrTransient), "transient"},
+		{fmt.Errorf("%w: x", providers.ErrPermanent), "permanent"},
+		{fmt.Errorf("%w: x", providers.ErrQuotaExceeded), "quota_exceeded"},
+		{fmt.Errorf("%w: x", providers.ErrNotFound), "not_found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.result, func(t *testing.T) {
-			inner := &recordingProvider{err: tt.err}
+			inner := providertest.NewWith(providers.Instance{ProviderID: "id"})
+			if tt.err != nil {
+				for _, op := range []string{providers.OpCreate, providers.OpGet, providers.OpDelete, providers.OpList} {
+					inner.FailAlways(op, tt.err)
+				}
+				inner.AnswerFailedCreate(func(req providers.CreateRequest, _ error) providers.Instance {
+					return providers.Instance{Name: req.Name}
+				})
+			}
 			rec := &countingRecorder{}
-			p := WithMetrics(inner, "in-cluster", rec)
-			inst, err := p.Create(ctx, CreateRequest{Name: "proxy-a"})
+			p := providers.WithMetrics(inner, "in-cluster", rec)
+			inst, err := p.Create(ctx, providers.CreateRequest{Name: "proxy-a"})
 			if err != tt.err || inst.Name != "proxy-a" {
 				t.Fatalf("Create returned %+v, %v: the decorator must pass results through", inst, err)
 			}
@@ -55,10 +66,10 @@ func TestWithMetricsCountsEveryOperation(t *testing.T) {
 			if fmt.Sprint(rec.counts) != fmt.Sprint(want) {
 				t.Fatalf("recorded %v, want %v", rec.counts, want)
 			}
-			if inner.calls[OpGet] != 2 {
-				t.Fatalf("inner saw %v", inner.calls)
+			if inner.Count(providers.OpGet) != 2 {
+				t.Fatalf("inner saw %v", inner)
 			}
-			if p.(Unwrapper).Unwrap() != Provider(inner) {
+			if p.(providers.Unwrapper).Unwrap() != providers.Provider(inner) {
 				t.Fatal("Unwrap does not return the wrapped provider")
 			}
 		})
@@ -67,20 +78,20 @@ func TestWithMetricsCountsEveryOperation(t *testing.T) {
 
 func TestWithMetricsPreservesChecker(t *testing.T) {
 	rec := &countingRecorder{}
-	inner := &checkingProvider{}
-	p := WithMetrics(inner, "pods", rec)
-	c, ok := p.(Checker)
+	inner := providertest.NewChecker(providers.TargetStatus{Target: "apiserver", Ready: true, Reason: "OK"})
+	p := providers.WithMetrics(inner, "pods", rec)
+	c, ok := p.(providers.Checker)
 	if !ok {
 		t.Fatal("decorated Checker lost its Check method")
 	}
 	got := c.Check(context.Background())
-	if len(got) != 1 || got[0].Target != "apiserver" || inner.checks != 1 {
-		t.Fatalf("Check = %+v (inner checks %d)", got, inner.checks)
+	if len(got) != 1 || got[0].Target != "apiserver" || inner.Checks() != 1 {
+		t.Fatalf("Check = %+v (inner checks %d)", got, inner.Checks())
 	}
 	if len(rec.counts) != 0 {
 		t.Fatalf("a check was recorded as a provider request: %v", rec.counts)
 	}
-	if _, ok := WithMetrics(&recordingProvider{}, "x", rec).(Checker); ok {
+	if _, ok := providers.WithMetrics(providertest.New(), "x", rec).(providers.Checker); ok {
 		t.Fatal("decorator claims Checker for a provider that has none")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/providers"
 )
 
 // proxyReader is a client.Reader test double for the sweep's logic tests: it
@@ -45,58 +44,6 @@ func (r *proxyReader) listCalls() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lists
-}
-
-// listProvider is a provider test double for the sweep's logic tests:
-// ListByTag returns instances (or listErr), Delete records the providerID
-// (or fails with deleteErr for the IDs in failDelete).
-type listProvider struct {
-	mu         sync.Mutex
-	instances  []providers.Instance
-	listErr    error
-	failDelete map[string]error
-	deleted    []string
-	listed     int
-}
-
-func (p *listProvider) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
-	return providers.Instance{}, errors.New("listProvider: the GC never creates")
-}
-
-func (p *listProvider) Get(context.Context, string) (providers.Instance, error) {
-	return providers.Instance{}, errors.New("listProvider: the GC never gets")
-}
-
-func (p *listProvider) Delete(_ context.Context, id string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.failDelete[id]; err != nil {
-		return err
-	}
-	p.deleted = append(p.deleted, id)
-	return nil
-}
-
-func (p *listProvider) ListByTag(context.Context) ([]providers.Instance, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.listed++
-	if p.listErr != nil {
-		return nil, p.listErr
-	}
-	return append([]providers.Instance(nil), p.instances...), nil
-}
-
-func (p *listProvider) deletedIDs() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.deleted...)
-}
-
-func (p *listProvider) listCalls() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.listed
 }
 
 // newSweeper is New for options a test knows to be valid.

@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // countingRecorder is a Recorder that keeps its counts by provider/kind.
@@ -44,7 +45,7 @@ func TestSweepCountsEveryPartItRemoves(t *testing.T) {
 	rec := &countingRecorder{}
 	s := newSweeper(t, Options{
 		Reader:    &proxyReader{},
-		Providers: map[string]providers.Provider{"kvm": &listProvider{instances: []providers.Instance{half, whole}}, "other": &listProvider{instances: []providers.Instance{plain}}},
+		Providers: map[string]providers.Provider{"kvm": providertest.NewWith(half, whole), "other": providertest.NewWith(plain)},
 		Clock:     clocktesting.NewFakeClock(t0),
 		Recorder:  rec,
 	})

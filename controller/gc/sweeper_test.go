@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -31,13 +32,13 @@ func inst(id, uid string, age time.Duration) providers.Instance {
 
 func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	logs := &testutil.LogLines{}
-	a := &listProvider{instances: []providers.Instance{
+	a := providertest.NewWith(
 		inst("a/orphan", "uid-gone", time.Hour),
 		inst("a/live", "uid-live", time.Hour),
 		inst("a/untagged", "", time.Hour),
 		inst("a/young", "uid-gone-too", time.Minute),
-	}}
-	b := &listProvider{instances: []providers.Instance{inst("b/orphan", "uid-gone-b", 11*time.Minute)}}
+	)
+	b := providertest.NewWith(inst("b/orphan", "uid-gone-b", 11*time.Minute))
 	s := newSweeper(t, Options{
 		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
 		Providers: map[string]providers.Provider{"alpha": a, "beta": b},
@@ -46,10 +47,10 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	})
 	res := s.sweep(context.Background())
 
-	if got := a.deletedIDs(); !reflect.DeepEqual(got, []string{"a/orphan"}) {
+	if got := a.Deleted(); !reflect.DeepEqual(got, []string{"a/orphan"}) {
 		t.Errorf("alpha deleted %v, want only a/orphan", got)
 	}
-	if got := b.deletedIDs(); !reflect.DeepEqual(got, []string{"b/orphan"}) {
+	if got := b.Deleted(); !reflect.DeepEqual(got, []string{"b/orphan"}) {
 		t.Errorf("beta deleted %v, want only b/orphan", got)
 	}
 	wantKept := map[decision]int{keepLive: 1, keepUntagged: 1, keepYoung: 1}
@@ -68,7 +69,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 
 func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
 	logs := &testutil.LogLines{}
-	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
+	p := providertest.NewWith(inst("orphan", "uid-gone", time.Hour))
 	s := newSweeper(t, Options{
 		Reader:    &proxyReader{err: errors.New("apiserver unavailable")},
 		Providers: map[string]providers.Provider{"alpha": p},
@@ -79,8 +80,8 @@ func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
 	if !res.skipped {
 		t.Errorf("sweep was not reported skipped: %+v", res)
 	}
-	if p.listCalls() != 0 || len(p.deletedIDs()) != 0 {
-		t.Errorf("a skipped sweep still listed %d times and deleted %v", p.listCalls(), p.deletedIDs())
+	if p.Count(providers.OpList) != 0 || len(p.Deleted()) != 0 {
+		t.Errorf("a skipped sweep still listed %d times and deleted %v", p.Count(providers.OpList), p.Deleted())
 	}
 	if len(logs.Matching("skipping this sweep", "apiserver unavailable")) != 1 {
 		t.Errorf("the skipped sweep was not logged with its cause:\n%s", logs.String())
@@ -89,11 +90,10 @@ func TestSweepSkipsEverythingWhenTheProxyListFails(t *testing.T) {
 
 func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 	logs := &testutil.LogLines{}
-	broken := &listProvider{listErr: errors.New("backend down")}
-	undeletable := &listProvider{
-		instances:  []providers.Instance{inst("c/stuck", "uid-1", time.Hour), inst("c/orphan", "uid-2", time.Hour)},
-		failDelete: map[string]error{"c/stuck": errors.New("permission denied")},
-	}
+	broken := providertest.New()
+	broken.FailAlways(providers.OpList, errors.New("backend down"))
+	undeletable := providertest.NewWith(inst("c/stuck", "uid-1", time.Hour), inst("c/orphan", "uid-2", time.Hour))
+	undeletable.FailDeleteOf("c/stuck", errors.New("permission denied"))
 	s := newSweeper(t, Options{
 		Reader:    &proxyReader{},
 		Providers: map[string]providers.Provider{"a-broken": broken, "c-undeletable": undeletable},
@@ -101,7 +101,7 @@ func TestSweepContinuesPastAFailingProvider(t *testing.T) {
 		Logger:    logs.Logger(),
 	})
 	res := s.sweep(context.Background())
-	if got := undeletable.deletedIDs(); !reflect.DeepEqual(got, []string{"c/orphan"}) {
+	if got := undeletable.Deleted(); !reflect.DeepEqual(got, []string{"c/orphan"}) {
 		t.Errorf("deleted %v, want c/orphan despite the failures before it", got)
 	}
 	if res.errors != 2 {
@@ -174,7 +174,7 @@ func TestNewNamesTheBadOption(t *testing.T) {
 func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	reader := &proxyReader{}
-	p := &listProvider{instances: []providers.Instance{inst("orphan", "uid-gone", time.Hour)}}
+	p := providertest.NewWith(inst("orphan", "uid-gone", time.Hour))
 	s := newSweeper(t, Options{
 		Reader: reader, Providers: map[string]providers.Provider{"alpha": p},
 		Interval: 10 * time.Minute, MinAge: 10 * time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
@@ -192,20 +192,20 @@ func TestStartSweepsOnlyAfterAFullInterval(t *testing.T) {
 	}
 	clk.Step(time.Second)
 	poll.Until(t, 10*time.Second, "the first sweep", func() error {
-		return poll.Check(len(p.deletedIDs()) == 1, "deleted %v", p.deletedIDs())
+		return poll.Check(len(p.Deleted()) == 1, "deleted %v", p.Deleted())
 	})
 	clk.Step(10 * time.Minute)
 	// Wait for the second sweep's Delete, not only its List: cancelling
 	// between the two stops the sweep before it deletes.
 	poll.Until(t, 10*time.Second, "the second sweep", func() error {
-		return poll.Check(reader.listCalls() == 2 && len(p.deletedIDs()) == 2, "%d lists, deleted %v", reader.listCalls(), p.deletedIDs())
+		return poll.Check(reader.listCalls() == 2 && len(p.Deleted()) == 2, "%d lists, deleted %v", reader.listCalls(), p.Deleted())
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Start returned %v", err)
 	}
 	// The double never forgets an instance, so each sweep deletes it again.
-	if ids := p.deletedIDs(); len(ids) != 2 {
+	if ids := p.Deleted(); len(ids) != 2 {
 		t.Fatalf("deleted %v over two sweeps, want the orphan once per sweep", ids)
 	}
 }

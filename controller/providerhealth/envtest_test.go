@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 var env *testenv.Env
@@ -122,8 +123,8 @@ func TestTheKubernetesProviderTurnsReady(t *testing.T) {
 }
 
 func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
-	c := &scriptedChecker{}
-	c.set(up("host-a"), down("host-b", "Unreachable"))
+	c := providertest.NewChecker()
+	c.Set(up("host-a"), down("host-b", "Unreachable"))
 	logs := &testutil.LogLines{}
 	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"kvm-flaky": c}, Types: map[string]string{"kvm-flaky": "kvm"},
@@ -142,16 +143,16 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 	downSince := ph.Status.Targets[1].LastTransitionTime
 
 	// Steady rounds log nothing more.
-	n := c.callCount()
+	n := c.Checks()
 	poll.Until(t, wait, "three more rounds", func() error {
-		return poll.Check(c.callCount() >= n+3, "%d rounds, %d before", c.callCount(), n)
+		return poll.Check(c.Checks() >= n+3, "%d rounds, %d before", c.Checks(), n)
 	})
 	if lines := logs.Matching("WARNING: provider target not ready", `"target"="host-b"`, `"reason"="Unreachable"`); len(lines) != 1 {
 		t.Errorf("want exactly one WARNING for host-b over steady rounds, got %d:\n%s", len(lines), logs.String())
 	}
 
 	// A different reason while still down is logged again.
-	c.set(up("host-a"), down("host-b", "AuthFailed"))
+	c.Set(up("host-a"), down("host-b", "AuthFailed"))
 	waitPH(t, "kvm-flaky", "the new reason", func(ph *v1alpha1.ProviderHealth) bool {
 		c := readyCond(ph)
 		return c != nil && c.Reason == "AuthFailed"
@@ -162,7 +163,7 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 
 	// Back up: Ready, and host-b's transition time moves.
 	time.Sleep(1100 * time.Millisecond) // API timestamps have one-second resolution
-	c.set(up("host-a"), up("host-b"))
+	c.Set(up("host-a"), up("host-b"))
 	ph = waitPH(t, "kvm-flaky", "Ready again", func(ph *v1alpha1.ProviderHealth) bool { return ph.Status.Ready })
 	if cond := readyCond(ph); cond.Status != metav1.ConditionTrue || ph.Status.TargetsReady != "2/2" {
 		t.Errorf("status %+v", ph.Status)
@@ -177,8 +178,8 @@ func TestAFailingProviderTurnsNotReadyAndBack(t *testing.T) {
 
 func TestLastTransitionTimeSurvivesSteadyRounds(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	c := &scriptedChecker{}
-	c.set(up("api"))
+	c := providertest.NewChecker()
+	c.Set(up("api"))
 	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"steady": c}, Types: map[string]string{"steady": "gcp"},
 		Client: env.Client, APIReader: env.Client, Interval: time.Minute, Clock: clk, Logger: (&testutil.LogLines{}).Logger(),
@@ -236,8 +237,8 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 			createPH(t, "still-here", true)
 			createPH(t, "removed-entry", true)
 			createPH(t, "not-ours", false)
-			c := &scriptedChecker{}
-			c.set(up("api"))
+			c := providertest.NewChecker()
+			c.Set(up("api"))
 			logs := &testutil.LogLines{}
 			m := newMonitor(t, Options{
 				Checkers: map[string]providers.Checker{"still-here": c}, Client: env.Client, APIReader: env.Client,
@@ -262,23 +263,23 @@ func TestStaleObjectsAreDeletedAtStart(t *testing.T) {
 					t.Errorf("stale %s was not deleted; log:\n%s", name, logs.String())
 				}
 			}
-			if tc.interval == 0 && c.callCount() != 0 {
-				t.Errorf("checks are off but Check ran %d times", c.callCount())
+			if tc.interval == 0 && c.Checks() != 0 {
+				t.Errorf("checks are off but Check ran %d times", c.Checks())
 			}
 		})
 	}
 }
 
 func TestAnInvalidProviderNameGetsMetricsButNoObject(t *testing.T) {
-	c := &scriptedChecker{}
-	c.set(up("api"))
+	c := providertest.NewChecker()
+	c.Set(up("api"))
 	logs := &testutil.LogLines{}
 	m := newMonitor(t, Options{
 		Checkers: map[string]providers.Checker{"Not_A_Name": c}, Client: env.Client, APIReader: env.Client,
 		Interval: 200 * time.Millisecond, Logger: logs.Logger(),
 	})
 	run(t, m)
-	poll.Until(t, wait, "two rounds", func() error { return poll.Check(c.callCount() >= 2, "%d rounds", c.callCount()) })
+	poll.Until(t, wait, "two rounds", func() error { return poll.Check(c.Checks() >= 2, "%d rounds", c.Checks()) })
 	if len(logs.Matching("WARNING: provider name is not a valid object name", `"provider"="Not_A_Name"`)) != 1 {
 		t.Errorf("no warning at start:\n%s", logs.String())
 	}

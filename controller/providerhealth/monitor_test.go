@@ -13,13 +13,17 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 func TestCheckRunsEveryProviderConcurrently(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)
-	a := &scriptedChecker{targets: []providers.TargetStatus{up("a")}, block: release, started: started}
-	b := &scriptedChecker{targets: []providers.TargetStatus{down("b", "Unreachable")}, block: release, started: started}
+	a, b := providertest.NewChecker(up("a")), providertest.NewChecker(down("b", "Unreachable"))
+	for _, c := range []*providertest.Checker{a, b} {
+		c.Block(release, nil)
+		c.Started(started)
+	}
 	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"pa": a, "pb": b}, Interval: time.Minute, Timeout: 20 * time.Second})
 
 	got := make(chan []Result, 1)
@@ -41,7 +45,10 @@ func TestCheckRunsEveryProviderConcurrently(t *testing.T) {
 }
 
 func TestACheckThatHonoursTheTimeoutReportsItsOwnVerdict(t *testing.T) {
-	c := &scriptedChecker{block: make(chan struct{}), honourCtx: true}
+	c := providertest.NewChecker()
+	c.Block(make(chan struct{}), func(err error) []providers.TargetStatus {
+		return []providers.TargetStatus{{Target: "api", Reason: ReasonTimeout, Message: err.Error()}}
+	})
 	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 100 * time.Millisecond})
 	start := time.Now()
 	res := m.check(context.Background())
@@ -55,21 +62,19 @@ func TestACheckThatHonoursTheTimeoutReportsItsOwnVerdict(t *testing.T) {
 
 func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
 	release := make(chan struct{})
-	c := &scriptedChecker{targets: []providers.TargetStatus{up("host-1")}}
+	c := providertest.NewChecker(up("host-1"))
 	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"kvm-home": c}, Types: map[string]string{"kvm-home": "kvm"},
 		Interval: time.Minute, Timeout: 100 * time.Millisecond, Logger: (&testutil.LogLines{}).Logger()})
 	m.record(m.check(context.Background())) // a good round first: the target is known
 
-	c.mu.Lock()
-	c.block = release // from now on Check ignores ctx and hangs
-	c.mu.Unlock()
+	c.Block(release, nil) // from now on Check ignores ctx and hangs
 	res := m.check(context.Background())
 	if len(res) != 1 || res[0].Ready() || res[0].Targets[0].Target != "host-1" || res[0].Targets[0].Reason != ReasonTimeout {
 		t.Fatalf("stuck round %+v, want host-1 not ready with reason Timeout", res)
 	}
 	res = m.check(context.Background())
-	if c.callCount() != 2 {
-		t.Fatalf("Check called %d times, want 2: a stuck check must not be started again", c.callCount())
+	if c.Checks() != 2 {
+		t.Fatalf("Check called %d times, want 2: a stuck check must not be started again", c.Checks())
 	}
 	if res[0].Targets[0].Reason != ReasonTimeout || res[0].Type != "kvm" {
 		t.Fatalf("round during the stuck check %+v, want Timeout at once", res)
@@ -81,18 +86,17 @@ func TestAStuckCheckIsAbandonedAndNotStartedAgainUntilItReturns(t *testing.T) {
 		defer m.mu.Unlock()
 		return poll.Check(!m.running["kvm-home"], "kvm-home still running")
 	})
-	c.mu.Lock()
-	c.block = nil
-	c.mu.Unlock()
-	if res := m.check(context.Background()); !res[0].Ready() || c.callCount() != 3 {
-		t.Fatalf("after the stuck check returned: %+v with %d calls, want a fresh ready check", res, c.callCount())
+	c.Block(nil, nil)
+	if res := m.check(context.Background()); !res[0].Ready() || c.Checks() != 3 {
+		t.Fatalf("after the stuck check returned: %+v with %d calls, want a fresh ready check", res, c.Checks())
 	}
 }
 
 func TestAProviderThatNeverReportedTimesOutUnderOneTarget(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	c := &scriptedChecker{block: release}
+	c := providertest.NewChecker()
+	c.Block(release, nil)
 	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c}, Interval: time.Minute, Timeout: 50 * time.Millisecond})
 	res := m.check(context.Background())
 	if len(res[0].Targets) != 1 || res[0].Targets[0].Target != fallbackTarget || res[0].Targets[0].Reason != ReasonTimeout {
@@ -104,7 +108,8 @@ func TestAStuckCheckIsAbandonedOnTheMonitorsClock(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	c := &scriptedChecker{block: release} // ignores ctx: only the abandon timer ends the round
+	c := providertest.NewChecker()
+	c.Block(release, nil) // ignores ctx: only the abandon timer ends the round
 	m := newMonitor(t, Options{Client: env.Client, Checkers: map[string]providers.Checker{"p": c},
 		Interval: time.Hour, Timeout: 30 * time.Second, Clock: clk})
 	got := make(chan []Result, 1)

@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 var (
@@ -192,16 +193,16 @@ func (r *countingRecorder) ProviderRequest(string, string, string) { r.n.Add(1) 
 
 func TestCheckersFromLooksThroughTheMetricsDecorator(t *testing.T) {
 	rec := &countingRecorder{}
-	inner := &scriptedChecker{targets: []providers.TargetStatus{up("api")}}
+	inner := providertest.NewChecker(up("api"))
 	provs := map[string]providers.Provider{
 		"checked":   providers.WithMetrics(inner, "checked", rec),
-		"unchecked": providers.WithMetrics(noCheck{}, "unchecked", rec),
+		"unchecked": providers.WithMetrics(providertest.New(), "unchecked", rec),
 	}
 	got := CheckersFrom(provs)
 	if len(got) != 1 {
 		t.Fatalf("CheckersFrom = %v, want only the provider that implements Checker", got)
 	}
-	if c, ok := got["checked"].(*scriptedChecker); !ok || c != inner {
+	if c, ok := got["checked"].(*providertest.Checker); !ok || c != inner {
 		t.Fatalf("CheckersFrom returned %T, want the undecorated provider", got["checked"])
 	}
 	got["checked"].Check(context.Background())

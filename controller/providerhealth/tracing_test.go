@@ -10,25 +10,21 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
-
-// checkFunc is a Checker that also starts a span of its own, as a backend's
-// client would, to show the context it is given carries the check's span.
-type checkFunc func(ctx context.Context) []providers.TargetStatus
-
-func (f checkFunc) Check(ctx context.Context) []providers.TargetStatus { return f(ctx) }
 
 func TestTracedCheckersMakeOneSpanPerCheck(t *testing.T) {
 	sr, _ := testutil.RecordSpans(t)
+	// up starts a span of its own, as a backend's client would, to show
+	// the context it is given carries the check's span.
+	up := providertest.NewChecker(providers.TargetStatus{Target: "api", Ready: true})
+	up.OnCheck(func(ctx context.Context) {
+		_, s := otel.Tracer("backend").Start(ctx, "backend.call")
+		s.End()
+	})
 	cs := TracedCheckers(map[string]providers.Checker{
-		"up": checkFunc(func(ctx context.Context) []providers.TargetStatus {
-			_, s := otel.Tracer("backend").Start(ctx, "backend.call")
-			s.End()
-			return []providers.TargetStatus{{Target: "api", Ready: true}}
-		}),
-		"half": checkFunc(func(context.Context) []providers.TargetStatus {
-			return []providers.TargetStatus{{Target: "a", Ready: true}, {Target: "b", Ready: false}}
-		}),
+		"up":   up,
+		"half": providertest.NewChecker(providers.TargetStatus{Target: "a", Ready: true}, providers.TargetStatus{Target: "b", Ready: false}),
 	})
 	for name, want := range map[string]int{"up": 1, "half": 2} {
 		if got := cs[name].Check(context.Background()); len(got) != want {

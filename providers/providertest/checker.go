@@ -21,6 +21,7 @@ type Checker struct {
 	block    chan struct{}
 	onCancel func(error) []providers.TargetStatus
 	started  chan struct{}
+	onCheck  func(context.Context)
 }
 
 // NewChecker returns a Checker over a New backend whose Check answers ts.
@@ -60,13 +61,24 @@ func (c *Checker) Started(ch chan struct{}) {
 	c.started = ch
 }
 
+// OnCheck makes fn run at the start of every Check with Check's context, as
+// a backend's client would use it (to start a span of its own).
+func (c *Checker) OnCheck(fn func(context.Context)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onCheck = fn
+}
+
 // Check answers the scripted statuses, held as Block says.
 func (c *Checker) Check(ctx context.Context) []providers.TargetStatus {
 	c.mu.Lock()
 	c.checks++
-	block, onCancel, started := c.block, c.onCancel, c.started
+	block, onCancel, started, hook := c.block, c.onCancel, c.started, c.onCheck
 	ts := slices.Clone(c.targets)
 	c.mu.Unlock()
+	if hook != nil {
+		hook(ctx)
+	}
 	if started != nil {
 		started <- struct{}{}
 	}

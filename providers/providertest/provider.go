@@ -68,6 +68,13 @@ func New() *Provider {
 	}
 }
 
+// NewWith is New holding insts, as Put stores them.
+func NewWith(insts ...providers.Instance) *Provider {
+	f := New()
+	f.Put(insts...)
+	return f
+}
+
 // ErrClass builds an error of the given class, as a provider would wrap it.
 func ErrClass(class error, what string) error {
 	return fmt.Errorf("%w: fake backend says %s", class, what)
