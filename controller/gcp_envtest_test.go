@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
@@ -62,11 +63,8 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	vmSquid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vm-squid-stand-in", OutgoingAddr: "127.0.0.44",
 		BasicAuth: &testutil.SquidLogin{Username: "placeholder", Password: "placeholder-" + testutil.SquidServiceName()}})
 	h, srv := startGCP(t, &health.Options{})
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "eu-1", Namespace: h.ns},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu", Port: int32(vmSquid.Port()),
-			HealthCheck: v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 2, TimeoutSeconds: 2}},
-	}
+	px := gen.Proxy("eu-1", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("gcp-eu"), gen.SetProxyPort(int32(vmSquid.Port())),
+		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 2, TimeoutSeconds: 2}))
 	h.create(px)
 	p := h.waitProxy("eu-1", "instance inserted", func(p *v1alpha1.Proxy) bool { return p.Status.ProviderID != "" })
 	name := providers.NameFromUID(string(p.UID))
@@ -157,11 +155,8 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 
 func TestGCPManagedProxyWithOwnCloudInitGetsNoGeneratedLogin(t *testing.T) {
 	h, srv := startGCP(t, nil)
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: h.ns},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu",
-			CloudInit: &v1alpha1.CloudInit{Inline: "#cloud-config\nruncmd: [[echo, mine]]\n"}},
-	}
+	px := gen.Proxy("own", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("gcp-eu"),
+		gen.SetProxyCloudInit("#cloud-config\nruncmd: [[echo, mine]]\n"))
 	h.create(px)
 	p := h.waitProxy("own", "instance inserted", func(p *v1alpha1.Proxy) bool { return p.Status.ProviderID != "" })
 	ud := srv.Instance(gcpZone, providers.NameFromUID(string(p.UID)))["metadata"].(map[string]any)["items"].([]any)[0].(map[string]any)["value"]

@@ -22,6 +22,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
@@ -178,14 +179,8 @@ func (h *harness) ctx() context.Context {
 
 // managed returns a Managed Proxy on the test double.
 func (h *harness) managed(name string) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
-		Spec: v1alpha1.ProxySpec{
-			Mode:      v1alpha1.ModeManaged,
-			Provider:  fakeName,
-			Placement: &v1alpha1.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"},
-		},
-	}
+	return gen.Proxy(name, gen.SetProxyNamespace(h.ns), gen.SetProxyManaged(fakeName),
+		gen.SetProxyPlacement(v1alpha1.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"}))
 }
 
 func (h *harness) create(obj client.Object) {

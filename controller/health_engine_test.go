@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/health"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
@@ -80,16 +81,8 @@ func startWithEngine(t *testing.T, ns string, o health.Options) *engineHarness {
 
 // external is an External Proxy at squid, probing target every second.
 func (h *engineHarness) external(name string, squid *testutil.Squid, target string, failureThreshold int32) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
-		Spec: v1alpha1.ProxySpec{
-			Mode:     v1alpha1.ModeExternal,
-			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(squid.Port())},
-			HealthCheck: v1alpha1.HealthCheck{
-				URL: target, IntervalSeconds: 1, TimeoutSeconds: 1, FailureThreshold: failureThreshold,
-			},
-		},
-	}
+	return gen.Proxy(name, gen.SetProxyNamespace(h.ns), gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target, IntervalSeconds: 1, TimeoutSeconds: 1, FailureThreshold: failureThreshold}))
 }
 
 // waitReady waits for phase Ready with the full health representation.
@@ -295,14 +288,8 @@ func TestDefaultProbeURLAndNoProbeURL(t *testing.T) {
 
 	t.Run("without any probe URL the proxy has no verdict and a stale one is removed", func(t *testing.T) {
 		ns := env.Namespace(t)
-		p := &v1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "px", Namespace: ns},
-			Spec: v1alpha1.ProxySpec{
-				Mode:        v1alpha1.ModeExternal,
-				Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(squid.Port())},
-				HealthCheck: v1alpha1.HealthCheck{IntervalSeconds: 1, TimeoutSeconds: 1},
-			},
-		}
+		p := gen.Proxy("px", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{IntervalSeconds: 1, TimeoutSeconds: 1}))
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		if err := env.Client.Create(ctx, p); err != nil {

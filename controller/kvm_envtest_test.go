@@ -10,13 +10,13 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -46,10 +46,7 @@ func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
 	t.Cleanup(built["kvm-local"].(*kvmprovider.Provider).Close)
 	h := start(t, setup{providers: map[string]providers.Provider{"kvm-local": providers.WithMetrics(built["kvm-local"], "kvm-local", nopRecorder{})}})
 
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "home-1", Namespace: h.ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "kvm-local", Port: 3128},
-	}
+	px := gen.Proxy("home-1", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("kvm-local"), gen.SetProxyPort(3128))
 	h.create(px)
 	p := h.waitProxy("home-1", "domain defined and started", func(p *v1alpha1.Proxy) bool {
 		return p.Status.ProviderID != "" && p.Status.Phase == v1alpha1.PhaseProvisioning

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
@@ -200,13 +201,7 @@ func TestDeletionOfAnInstanceAlreadyGoneReleases(t *testing.T) {
 func TestExternalProxySetsAddressAndNeverCallsAProvider(t *testing.T) {
 	t.Parallel()
 	h := start(t, setup{})
-	h.create(&v1alpha1.Proxy{
-		ObjectMeta: metaName(h.ns, "ext"),
-		Spec: v1alpha1.ProxySpec{
-			Mode:     v1alpha1.ModeExternal,
-			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.7", Port: 3129},
-		},
-	})
+	h.create(gen.Proxy("ext", gen.SetProxyNamespace(h.ns), gen.SetProxyEndpoint("127.0.0.7", 3129)))
 	p := h.waitRunning("ext")
 	if p.Status.IP != "127.0.0.7" || reason(p) != v1alpha1.ReasonExternalEndpoint {
 		t.Errorf("status: %s", describe(p))

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
@@ -35,13 +36,7 @@ func TestHealthInStatusOutlivesAnEngineNotTrackingYetButNotAnAddressChange(t *te
 	events := make(chan event.GenericEvent, 4)
 	health := &askedHealth{} // tracks nothing
 	h := start(t, setup{healthEvents: events, health: health})
-	h.create(&v1alpha1.Proxy{
-		ObjectMeta: metaName(h.ns, "ext"),
-		Spec: v1alpha1.ProxySpec{
-			Mode:     v1alpha1.ModeExternal,
-			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.21", Port: 3128},
-		},
-	})
+	h.create(gen.Proxy("ext", gen.SetProxyNamespace(h.ns), gen.SetProxyEndpoint("127.0.0.21", 3128)))
 	h.waitProxy("ext", "served", func(p *v1alpha1.Proxy) bool {
 		return p.Status.IP == "127.0.0.21" && p.Status.Phase == v1alpha1.PhaseProvisioning
 	})

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
@@ -59,14 +59,8 @@ func newTranscript(t *testing.T, name string) *transcript {
 
 // proxy is the Managed Proxy the transcript reconciles.
 func (tr *transcript) proxy() *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: tr.key.Name, Namespace: tr.key.Namespace},
-		Spec: v1alpha1.ProxySpec{
-			Mode:      v1alpha1.ModeManaged,
-			Provider:  fakeName,
-			Placement: &v1alpha1.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"},
-		},
-	}
+	return gen.Proxy(tr.key.Name, gen.SetProxyNamespace(tr.key.Namespace), gen.SetProxyManaged(fakeName),
+		gen.SetProxyPlacement(v1alpha1.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"}))
 }
 
 func (tr *transcript) get() *v1alpha1.Proxy {

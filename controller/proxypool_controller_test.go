@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -115,16 +116,8 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 // pool=<name>, which lease selectors in these tests match.
 func (ph *poolHarness) newPool(name string, replicas int32, edit func(p *v1alpha1.ProxyPool)) *v1alpha1.ProxyPool {
 	ph.t.Helper()
-	p := &v1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ph.ns},
-		Spec: v1alpha1.ProxyPoolSpec{
-			Replicas: &replicas,
-			Template: v1alpha1.ProxyTemplate{
-				Metadata: v1alpha1.ProxyTemplateMeta{Labels: map[string]string{"team": "crawl"}},
-				Spec:     ph.managed("unused").Spec,
-			},
-		},
-	}
+	p := gen.ProxyPool(name, gen.SetProxyPoolNamespace(ph.ns), gen.SetProxyPoolReplicas(replicas),
+		gen.SetProxyPoolTemplateLabels(map[string]string{"team": "crawl"}), gen.SetProxyPoolTemplate(ph.managed("unused").Spec))
 	p.Spec.Template.Spec.Attributes = map[string]string{"pool": name, "region": "eu"}
 	if edit != nil {
 		edit(p)

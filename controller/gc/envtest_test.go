@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
@@ -100,9 +101,9 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const hold = "test.proxyfleet.io/hold"
-	live := createProxy(t, testutil.Proxy("live", testutil.SetProxyNamespace(ns)))
+	live := createProxy(t, gen.Proxy("live", gen.SetProxyNamespace(ns)))
 	// The finalizer keeps it around after the delete.
-	deleting := createProxy(t, testutil.Proxy("deleting", testutil.SetProxyNamespace(ns), testutil.SetProxyFinalizers(hold)))
+	deleting := createProxy(t, gen.Proxy("deleting", gen.SetProxyNamespace(ns), gen.SetProxyFinalizers(hold)))
 	if err := env.Client.Delete(testCtx(t), deleting); err != nil {
 		t.Fatalf("delete proxy: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
 
 // TestOneTickProbesAWholeNewFleet starts the engine with a tick of an hour,
@@ -23,9 +24,9 @@ func TestOneTickProbesAWholeNewFleet(t *testing.T) {
 	const n = 60
 	var items []v1alpha1.Proxy
 	for i := range n {
-		items = append(items, *testutil.Proxy(fmt.Sprintf("px-%02d", i), testutil.SetProxyNamespace("ns"),
-			testutil.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
-			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/probe", IntervalSeconds: 60, TimeoutSeconds: 5})))
+		items = append(items, *gen.Proxy(fmt.Sprintf("px-%02d", i), gen.SetProxyNamespace("ns"),
+			gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/probe", IntervalSeconds: 60, TimeoutSeconds: 5})))
 	}
 	e, err := New(Options{Reader: &listReader{items: items}, Tick: time.Hour, Workers: 2})
 	if err != nil {

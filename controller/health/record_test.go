@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
 
 // t0 is the fake clock's start; whole seconds, as status stores times.
@@ -141,7 +141,7 @@ func TestRecordThresholdsAndSuppression(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(t0)
-			p := testutil.Proxy("px", testutil.SetProxyNamespace("ns"))
+			p := gen.Proxy("px", gen.SetProxyNamespace("ns"))
 			p.Spec.HealthCheck = v1alpha1.HealthCheck{URL: "http://127.0.0.1:1/", SuccessThreshold: tc.success, FailureThreshold: tc.fail}
 			if tc.seed != nil {
 				p.Status.Conditions = []metav1.Condition{*tc.seed}
@@ -196,7 +196,7 @@ func TestRecordThresholdsAndSuppression(t *testing.T) {
 // must emit it again.
 func TestDroppedEventRetriesOnTheNextProbe(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	p := testutil.Proxy("px", testutil.SetProxyNamespace("ns"))
+	p := gen.Proxy("px", gen.SetProxyNamespace("ns"))
 	p.Spec.HealthCheck = v1alpha1.HealthCheck{URL: "http://127.0.0.1:1/", FailureThreshold: 1}
 	e := newTestEngine(t, clk, &listReader{items: []v1alpha1.Proxy{*p}})
 	e.tick(context.Background(), clk.Now(), make(chan job, 1))
@@ -233,12 +233,12 @@ func TestDroppedEventRetriesOnTheNextProbe(t *testing.T) {
 // with their metric series.
 func TestTickSchedulesSeedsAndPrunes(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	fresh := testutil.Proxy("fresh", testutil.SetProxyNamespace("ns"))
+	fresh := gen.Proxy("fresh", gen.SetProxyNamespace("ns"))
 	fresh.Spec.HealthCheck = v1alpha1.HealthCheck{URL: "http://127.0.0.1:1/", IntervalSeconds: 10}
-	seeded := testutil.Proxy("seeded", testutil.SetProxyNamespace("ns"), testutil.SetProxyEndpoint("127.0.0.2", 3128))
+	seeded := gen.Proxy("seeded", gen.SetProxyNamespace("ns"), gen.SetProxyEndpoint("127.0.0.2", 3128))
 	seeded.Spec.HealthCheck = v1alpha1.HealthCheck{URL: "http://127.0.0.1:1/", IntervalSeconds: 10}
 	seeded.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded}}
-	noAddr := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "no-addr"}, Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "p"}}
+	noAddr := gen.Proxy("no-addr", gen.SetProxyNamespace("ns"), gen.SetProxyManaged("p"))
 	reader := &listReader{items: []v1alpha1.Proxy{*fresh, *seeded, *noAddr}}
 	e := newTestEngine(t, clk, reader)
 	jitter := 7 * time.Second
@@ -331,9 +331,9 @@ func TestTickSchedulesSeedsAndPrunes(t *testing.T) {
 func TestTickAddressChangeAndNoProbeURL(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	healthyCond := []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded}}
-	unprobed := testutil.Proxy("unprobed", testutil.SetProxyNamespace("ns"))
+	unprobed := gen.Proxy("unprobed", gen.SetProxyNamespace("ns"))
 	unprobed.Status.Conditions = healthyCond
-	moving := testutil.Proxy("moving", testutil.SetProxyNamespace("ns"))
+	moving := gen.Proxy("moving", gen.SetProxyNamespace("ns"))
 	moving.Spec.HealthCheck.URL = "http://127.0.0.1:1/"
 	moving.Status.Conditions = healthyCond
 	reader := &listReader{items: []v1alpha1.Proxy{*unprobed, *moving}}

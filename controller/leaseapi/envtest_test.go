@@ -25,6 +25,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -145,14 +146,7 @@ func startAPIWith(t *testing.T, token string, edit func(*Options)) *running {
 // external creates an External Proxy at host:port with attributes.
 func (r *running) external(t *testing.T, name, host string, attrs map[string]string) *v1alpha1.Proxy {
 	t.Helper()
-	p := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
-		Spec: v1alpha1.ProxySpec{
-			Mode:       v1alpha1.ModeExternal,
-			Endpoint:   &v1alpha1.Endpoint{Host: host, Port: 3128},
-			Attributes: attrs,
-		},
-	}
+	p := gen.Proxy(name, gen.SetProxyNamespace(r.ns), gen.SetProxyEndpoint(host, 3128), gen.SetProxyAttributes(attrs))
 	if err := env.Client.Create(context.Background(), p); err != nil {
 		t.Fatalf("create Proxy %s: %v", name, err)
 	}
@@ -420,10 +414,7 @@ func TestLeaseAPIWithoutATokenWarnsLoudly(t *testing.T) {
 func (r *running) managedWithLogin(t *testing.T, name, ip, password string) *corev1.Secret {
 	t.Helper()
 	ctx := context.Background()
-	p := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "gcp-eu"},
-	}
+	p := gen.Proxy(name, gen.SetProxyNamespace(r.ns), gen.SetProxyManaged("gcp-eu"))
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatalf("create Proxy %s: %v", name, err)
 	}

@@ -10,15 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
 // inCrawl is where these cases' Proxies live: namespace crawl, at
 // 10.0.0.1:3128.
 func inCrawl(p *v1alpha1.Proxy) {
-	testutil.SetProxyNamespace("crawl")(p)
-	testutil.SetProxyEndpoint("10.0.0.1", 3128)(p)
+	gen.SetProxyNamespace("crawl")(p)
+	gen.SetProxyEndpoint("10.0.0.1", 3128)(p)
 }
 
 // healthy gives p a True Healthy condition for its current address, as the
@@ -39,7 +39,7 @@ func TestMembers(t *testing.T) {
 	}{
 		{
 			name: "an external healthy proxy is an http member with its attributes and latency",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				healthy(p)
 				p.Spec.Attributes = map[string]string{"region": "eu"}
 				p.Status.LatencyMillis = 30
@@ -48,33 +48,33 @@ func TestMembers(t *testing.T) {
 		},
 		{
 			name: "no Healthy condition is unhealthy",
-			in:   *testutil.Proxy("a", inCrawl, nil),
+			in:   *gen.Proxy("a", inCrawl, nil),
 			want: &pool.MemberHealth{Healthy: false},
 		},
 		{
 			name: "Healthy False is unhealthy",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse}}
 			}),
 			want: &pool.MemberHealth{Healthy: false},
 		},
 		{
 			name: "a managed proxy without an ip yet is not a member",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				p.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "k8s"}
 				healthy(p)
 			}),
 		},
 		{
 			name: "a proxy being deleted is not a member",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				healthy(p)
 				p.DeletionTimestamp = &now
 			}),
 		},
 		{
 			name: "a verdict for the old host of an edited endpoint is unhealthy",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				healthy(p)
 				p.Spec.Endpoint.Host = "10.0.0.2"
 			}),
@@ -82,7 +82,7 @@ func TestMembers(t *testing.T) {
 		},
 		{
 			name: "a negative latency counts as unknown",
-			in: *testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
+			in: *gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) {
 				healthy(p)
 				p.Status.LatencyMillis = -5
 			}),
@@ -118,7 +118,7 @@ func TestMembers(t *testing.T) {
 }
 
 func TestMembersManagedUsesStatusIPAndSpecPort(t *testing.T) {
-	p := *testutil.Proxy("m", inCrawl, func(p *v1alpha1.Proxy) {
+	p := *gen.Proxy("m", inCrawl, func(p *v1alpha1.Proxy) {
 		p.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "k8s", Port: 8080}
 		p.Status.IP = "fd00::7"
 		healthy(p)
@@ -132,9 +132,9 @@ func TestMembersManagedUsesStatusIPAndSpecPort(t *testing.T) {
 func TestMembersAreSortedAndOwnTheirAttributes(t *testing.T) {
 	attrs := map[string]string{"region": "eu"}
 	in := []v1alpha1.Proxy{
-		*testutil.Proxy("c", inCrawl, nil),
-		*testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { p.Spec.Attributes = attrs }),
-		*testutil.Proxy("b", inCrawl, func(p *v1alpha1.Proxy) { p.Namespace = "alpha" }),
+		*gen.Proxy("c", inCrawl, nil),
+		*gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { p.Spec.Attributes = attrs }),
+		*gen.Proxy("b", inCrawl, func(p *v1alpha1.Proxy) { p.Namespace = "alpha" }),
 	}
 	got := Members(in, nil)
 	var gotNames []string
@@ -152,8 +152,8 @@ func TestMembersAreSortedAndOwnTheirAttributes(t *testing.T) {
 
 func TestSameAndDiffMembers(t *testing.T) {
 	base := Members([]v1alpha1.Proxy{
-		*testutil.Proxy("a", inCrawl, healthy),
-		*testutil.Proxy("b", inCrawl, nil),
+		*gen.Proxy("a", inCrawl, healthy),
+		*gen.Proxy("b", inCrawl, nil),
 	}, nil)
 	tests := []struct {
 		name                    string
@@ -161,16 +161,16 @@ func TestSameAndDiffMembers(t *testing.T) {
 		same                    bool
 		added, removed, flipped []string
 	}{
-		{name: "identical", next: []v1alpha1.Proxy{*testutil.Proxy("a", inCrawl, healthy), *testutil.Proxy("b", inCrawl, nil)}, same: true},
-		{name: "a health flip", next: []v1alpha1.Proxy{*testutil.Proxy("a", inCrawl, nil), *testutil.Proxy("b", inCrawl, nil)}, flipped: []string{"crawl/a"}},
-		{name: "an added and a removed proxy", next: []v1alpha1.Proxy{*testutil.Proxy("a", inCrawl, healthy), *testutil.Proxy("c", inCrawl, nil)},
+		{name: "identical", next: []v1alpha1.Proxy{*gen.Proxy("a", inCrawl, healthy), *gen.Proxy("b", inCrawl, nil)}, same: true},
+		{name: "a health flip", next: []v1alpha1.Proxy{*gen.Proxy("a", inCrawl, nil), *gen.Proxy("b", inCrawl, nil)}, flipped: []string{"crawl/a"}},
+		{name: "an added and a removed proxy", next: []v1alpha1.Proxy{*gen.Proxy("a", inCrawl, healthy), *gen.Proxy("c", inCrawl, nil)},
 			added: []string{"crawl/c"}, removed: []string{"crawl/b"}},
 		{name: "a latency change", next: []v1alpha1.Proxy{
-			*testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Status.LatencyMillis = 9 }), *testutil.Proxy("b", inCrawl, nil)}},
+			*gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Status.LatencyMillis = 9 }), *gen.Proxy("b", inCrawl, nil)}},
 		{name: "an attribute change", next: []v1alpha1.Proxy{
-			*testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Attributes = map[string]string{"x": "y"} }), *testutil.Proxy("b", inCrawl, nil)}},
+			*gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Attributes = map[string]string{"x": "y"} }), *gen.Proxy("b", inCrawl, nil)}},
 		{name: "an endpoint change", next: []v1alpha1.Proxy{
-			*testutil.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Endpoint.Port = 3129 }), *testutil.Proxy("b", inCrawl, nil)}},
+			*gen.Proxy("a", inCrawl, func(p *v1alpha1.Proxy) { healthy(p); p.Spec.Endpoint.Port = 3129 }), *gen.Proxy("b", inCrawl, nil)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,7 +201,7 @@ func TestLogNamesIsBounded(t *testing.T) {
 }
 
 func TestMembersTakeTheirURLFromURLFunc(t *testing.T) {
-	in := []v1alpha1.Proxy{*testutil.Proxy("login", inCrawl, healthy), *testutil.Proxy("broken", inCrawl, healthy), *testutil.Proxy("withheld", inCrawl, healthy)}
+	in := []v1alpha1.Proxy{*gen.Proxy("login", inCrawl, healthy), *gen.Proxy("broken", inCrawl, healthy), *gen.Proxy("withheld", inCrawl, healthy)}
 	got := Members(in, func(p *v1alpha1.Proxy) (*url.URL, error) {
 		switch p.Name {
 		case "login":
