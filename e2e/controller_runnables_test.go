@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
@@ -39,8 +40,7 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "live"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.9", Port: 3128}}}
+	live := gen.Proxy("live", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.9", 3128))
 	if err := c.Create(ctx, live); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -113,8 +114,7 @@ func TestControllerBinary(t *testing.T) {
 		})
 
 		// External: the address comes from the endpoint, no provider involved.
-		ext := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
-			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.9", Port: 3128}}}
+		ext := gen.Proxy("ext", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.9", 3128))
 		if err := c.Create(ctx, ext); err != nil {
 			t.Fatal(err)
 		}
@@ -124,8 +124,7 @@ func TestControllerBinary(t *testing.T) {
 		})
 
 		// Managed: a Squid Pod named after the Proxy UID appears.
-		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "px"},
-			Spec: v1alpha1.ProxySpec{Provider: "in-cluster"}}
+		px := gen.Proxy("px", gen.SetProxyNamespace(ns), gen.SetProxyProvider("in-cluster"))
 		if err := c.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +152,7 @@ func TestControllerBinary(t *testing.T) {
 		})
 
 		// A provider the config does not name fails with a message.
-		bad := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
-			Spec: v1alpha1.ProxySpec{Provider: "gcp-eu"}}
+		bad := gen.Proxy("bad", gen.SetProxyNamespace(ns), gen.SetProxyProvider("gcp-eu"))
 		if err := c.Create(ctx, bad); err != nil {
 			t.Fatal(err)
 		}
@@ -204,8 +202,7 @@ func TestControllerBinary(t *testing.T) {
 		second := startController(t, bin, env, ns, "--leader-elect")
 		serve := func(name, host string) {
 			t.Helper()
-			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-				Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: host, Port: 3128}}}
+			px := gen.Proxy(name, gen.SetProxyNamespace(ns), gen.SetProxyEndpoint(host, 3128))
 			if err := c.Create(ctx, px); err != nil {
 				t.Fatal(err)
 			}
@@ -230,8 +227,7 @@ func TestControllerBinary(t *testing.T) {
 	t.Run("without a providers config", func(t *testing.T) {
 		ns := env.Namespace(t)
 		startController(t, bin, env, ns)
-		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "px"},
-			Spec: v1alpha1.ProxySpec{Provider: "in-cluster"}}
+		px := gen.Proxy("px", gen.SetProxyNamespace(ns), gen.SetProxyProvider("in-cluster"))
 		if err := c.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
@@ -239,8 +235,7 @@ func TestControllerBinary(t *testing.T) {
 		if cond := provisioned(p); cond == nil || !strings.Contains(cond.Message, "--providers-config") {
 			t.Errorf("condition %+v should say no providers config was given", cond)
 		}
-		ext := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
-			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.10", Port: 3128}}}
+		ext := gen.Proxy("ext", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.10", 3128))
 		if err := c.Create(ctx, ext); err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -74,10 +75,10 @@ func TestFleet(t *testing.T) {
 	names := make([]string, len(squids)) // lease API member names, "<ns>/<name>"
 	for i, sq := range squids {
 		// An External Proxy at the Squid, probed every second through it.
-		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
-			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
-			testutil.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
-			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
+		px := gen.Proxy(fmt.Sprintf("squid-%d", i), gen.SetProxyNamespace(ns),
+			gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			gen.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
@@ -270,15 +271,9 @@ func TestFleet(t *testing.T) {
 	step("5 a Managed Proxy of the kubernetes provider is Ready on the Squid the kubelet stand-in runs, and leased through", func(t *testing.T) {
 		const podIP, egress = "127.0.0.8", "127.0.0.9"
 		port := fleetPortOn(t, podIP)
-		px := &v1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "managed"},
-			Spec: v1alpha1.ProxySpec{
-				Provider:    "in-cluster",
-				Port:        int32(port),
-				Attributes:  map[string]string{"kind": "managed"},
-				HealthCheck: v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1},
-			},
-		}
+		px := gen.Proxy("managed", gen.SetProxyNamespace(ns), gen.SetProxyProvider("in-cluster"), gen.SetProxyPort(int32(port)),
+			gen.SetProxyAttributes(map[string]string{"kind": "managed"}),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}

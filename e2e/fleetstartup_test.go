@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
 
 // fleetStartupProxiesEnv sets how many Proxies TestManyProxiesReady creates:
@@ -59,9 +60,9 @@ func TestManyProxiesReady(t *testing.T) {
 	start := time.Now()
 	createFleet(t, env.Client, ns, n, func(i int) *v1alpha1.Proxy {
 		sq := squids[i%len(squids)]
-		return testutil.Proxy(fmt.Sprintf("px-%04d", i), testutil.SetProxyNamespace(ns),
-			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
-			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 5, TimeoutSeconds: 5}))
+		return gen.Proxy(fmt.Sprintf("px-%04d", i), gen.SetProxyNamespace(ns),
+			gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 5, TimeoutSeconds: 5}))
 	})
 	created := time.Since(start)
 

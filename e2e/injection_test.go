@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
@@ -84,13 +85,9 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 	// The fleet: one Squid behind an External Proxy.
 	squids := startSquids(t, "inject", "127.0.0.121")
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ctlNS, Name: "squid"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal,
-			Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(squids[0].Port())},
-			Attributes:  map[string]string{"region": "eu"},
-			HealthCheck: v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}},
-	}
+	px := gen.Proxy("squid", gen.SetProxyNamespace(ctlNS), gen.SetProxyEndpoint("127.0.0.1", int32(squids[0].Port())),
+		gen.SetProxyAttributes(map[string]string{"region": "eu"}),
+		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}

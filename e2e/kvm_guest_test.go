@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
@@ -84,11 +84,8 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	writeFile(t, tokenFile, apiToken+"\n")
 	ctl := startController(t, bin, env, ns, "--providers-config", config, "--lease-api-token-file", tokenFile, "--health-tick", "500ms")
 
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: ns},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "kvm-local", Port: 3128,
-			HealthCheck: v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 5, TimeoutSeconds: 5}},
-	}
+	px := gen.Proxy("vm-1", gen.SetProxyNamespace(ns), gen.SetProxyManaged("kvm-local"), gen.SetProxyPort(3128),
+		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 5, TimeoutSeconds: 5}))
 	gx := px.DeepCopy()
 	gx.Name, gx.Spec.Provider = "gce-1", "gcp-test"
 	for _, p := range []*v1alpha1.Proxy{px, gx} {

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -37,10 +37,7 @@ func TestControllerBinaryRunsAKVMProxy(t *testing.T) {
 	writeFile(t, config, host.Config)
 	startController(t, bin, env, ns, "--providers-config", config)
 
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "home-1", Namespace: ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeManaged, Provider: "kvm-local", Port: 3128},
-	}
+	px := gen.Proxy("home-1", gen.SetProxyNamespace(ns), gen.SetProxyManaged("kvm-local"), gen.SetProxyPort(3128))
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}

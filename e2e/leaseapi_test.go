@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
@@ -50,17 +51,9 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	regions := []string{"eu", "eu", "us"}
 	var names []string
 	for i, sq := range squids {
-		px := &v1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("squid-%d", i)},
-			Spec: v1alpha1.ProxySpec{
-				Mode:       v1alpha1.ModeExternal,
-				Endpoint:   &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(sq.Port())},
-				Attributes: map[string]string{"region": regions[i], "squid": strconv.Itoa(i)},
-				HealthCheck: v1alpha1.HealthCheck{
-					URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1,
-				},
-			},
-		}
+		px := gen.Proxy(fmt.Sprintf("squid-%d", i), gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			gen.SetProxyAttributes(map[string]string{"region": regions[i], "squid": strconv.Itoa(i)}),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}

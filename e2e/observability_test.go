@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
 
 // consoleSpan is a span as OpenTelemetry's console exporter writes it.
@@ -95,14 +95,8 @@ func TestJSONLogsAndConsoleTraces(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
 	writeFile(t, tokenFile, apiToken+"\n")
 	ctl := startController(t, bin, env, ns, "--log-format", "json", "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squid"},
-		Spec: v1alpha1.ProxySpec{
-			Mode:        v1alpha1.ModeExternal,
-			Endpoint:    &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(squid.Port())},
-			HealthCheck: v1alpha1.HealthCheck{URL: site.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1},
-		},
-	}
+	px := gen.Proxy("squid", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: site.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}

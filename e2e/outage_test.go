@@ -19,6 +19,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -58,9 +59,9 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 
 	names := make([]string, len(squids))
 	for i, sq := range squids {
-		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
-			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
-			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
+		px := gen.Proxy(fmt.Sprintf("squid-%d", i), gen.SetProxyNamespace(ns),
+			gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
@@ -47,18 +48,11 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--lease-store", redis.URL(),
 		"--health-tick", "100ms", "--recycle-interval", "200ms", "--pool-drain-poll", "200ms")
 
-	replicas, drain := int32(2), int32(3)
-	pool := &v1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "burnt", Namespace: ns},
-		Spec: v1alpha1.ProxyPoolSpec{
-			Replicas:     &replicas,
-			DrainSeconds: &drain,
-			Recycle:      &v1alpha1.PoolRecycle{BannedSites: 3, Window: &metav1.Duration{Duration: time.Hour}},
-			Template: v1alpha1.ProxyTemplate{Spec: testutil.Proxy("unused",
-				testutil.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
-				testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1})).Spec},
-		},
-	}
+	pool := gen.ProxyPool("burnt", gen.SetProxyPoolNamespace(ns), gen.SetProxyPoolReplicas(2), gen.SetProxyPoolDrainSeconds(3),
+		gen.SetProxyPoolRecycle(v1alpha1.PoolRecycle{BannedSites: 3, Window: &metav1.Duration{Duration: time.Hour}}),
+		gen.SetProxyPoolTemplate(gen.Proxy("unused",
+			gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1})).Spec))
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

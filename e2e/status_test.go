@@ -15,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/status"
 )
@@ -249,20 +248,16 @@ func TestControllerStatusPageInChromium(t *testing.T) {
 	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg, "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
 
 	for i, sq := range squids {
-		px := testutil.Proxy(fmt.Sprintf("squid-%d", i), testutil.SetProxyNamespace(ns),
-			testutil.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
-			testutil.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
-			testutil.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
+		px := gen.Proxy(fmt.Sprintf("squid-%d", i), gen.SetProxyNamespace(ns),
+			gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
+			gen.SetProxyAttributes(map[string]string{"squid": fmt.Sprint(i)}),
+			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1}))
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
 	}
-	replicas := int32(2)
-	if err := env.Client.Create(ctx, &v1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eu"},
-		Spec: v1alpha1.ProxyPoolSpec{Replicas: &replicas, Template: v1alpha1.ProxyTemplate{
-			Spec: v1alpha1.ProxySpec{Provider: "in-cluster", Attributes: map[string]string{"pool": "eu"}}}},
-	}); err != nil {
+	if err := env.Client.Create(ctx, gen.ProxyPool("eu", gen.SetProxyPoolNamespace(ns), gen.SetProxyPoolReplicas(2),
+		gen.SetProxyPoolTemplate(v1alpha1.ProxySpec{Provider: "in-cluster", Attributes: map[string]string{"pool": "eu"}}))); err != nil {
 		t.Fatal(err)
 	}
 	for i := range squids {

@@ -17,6 +17,7 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
 
@@ -49,10 +50,7 @@ func TestProxyCollectorCountsTheCacheByPhase(t *testing.T) {
 	ctx := context.Background()
 	create := func(name string, phase v1alpha1.ProxyPhase) *v1alpha1.Proxy {
 		t.Helper()
-		p := &v1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ModeExternal, Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.9", Port: 3128}},
-		}
+		p := gen.Proxy(name, gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.9", 3128))
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
