@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-
 )
 
 // runConfig runs `proxyfleet gateway args...` in-process with a runner that
