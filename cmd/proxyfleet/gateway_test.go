@@ -11,13 +11,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
 )
 
 // runConfig runs `proxyfleet gateway args...` in-process with a runner that
@@ -353,108 +353,15 @@ func TestVersionPrintsTheVersion(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to write from the gateway's goroutines
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// runningGateway is `proxyfleet gateway` started in-process.
-type runningGateway struct {
-	stderr  *syncBuffer
-	cancel  context.CancelFunc
-	done    chan error
-	proxy   string // host:port
-	api     string // host:port or ""
-	metrics string // host:port or ""
-}
-
-var (
-	listeningRE = regexp.MustCompile(`proxyfleet gateway listening on (\S+) `)
-	apiRE       = regexp.MustCompile(`lease API: http://(\S+)/v1/proxies`)
-	metricsRE   = regexp.MustCompile(`metrics: +http://(\S+)/metrics`)
-)
-
 // startGateway runs the real command with args until the startup message
 // appears, and stops it at the end of the test.
-func startGateway(t *testing.T, args ...string) *runningGateway {
+func startGateway(t *testing.T, args ...string) *daemontest.Gateway {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &runningGateway{stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	app := newApp()
-	app.Writer, app.ErrWriter = io.Discard, g.stderr
-	go func() { g.done <- app.RunContext(ctx, append([]string{"proxyfleet", "gateway"}, args...)) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.done:
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop within 30s of cancel")
-		}
+	return daemontest.Start(t, func(ctx context.Context, stderr io.Writer) error {
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, stderr
+		return app.RunContext(ctx, append([]string{"proxyfleet", "gateway"}, args...))
 	})
-
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		out := g.stderr.String()
-		if m := listeningRE.FindStringSubmatch(out); m != nil {
-			g.proxy = m[1]
-			if m := apiRE.FindStringSubmatch(out); m != nil {
-				g.api = m[1]
-			}
-			if m := metricsRE.FindStringSubmatch(out); m != nil {
-				g.metrics = m[1]
-			}
-			return g
-		}
-		select {
-		case err := <-g.done:
-			t.Fatalf("gateway exited before serving: %v\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("no startup message within 30s:\n%s", g.stderr.String())
-	return nil
-}
-
-// stop cancels the run context (what SIGTERM does) and returns Run's error.
-func (g *runningGateway) stop(t *testing.T) error {
-	t.Helper()
-	g.cancel()
-	select {
-	case err := <-g.done:
-		g.done <- err // for the cleanup
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not stop within 30s")
-		return nil
-	}
-}
-
-func httpGet(t *testing.T, client *http.Client, u string) (int, string) {
-	t.Helper()
-	resp, err := client.Get(u)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 func TestListenFailureNamesTheAddress(t *testing.T) {
@@ -495,7 +402,7 @@ func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
 	defer target.Close()
 	tokens := writeFile(t, "tokens", "# crawlers\ntok-1\ntok-2\n")
 	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--allow-private-targets", "--auth-token-file", tokens)
-	if out := g.stderr.String(); strings.Contains(out, "tok-1") || !strings.Contains(out, "http://crawler:$TOKEN@"+g.proxy) {
+	if out := g.Stderr.String(); strings.Contains(out, "tok-1") || !strings.Contains(out, "http://crawler:$TOKEN@"+g.Proxy) {
 		t.Errorf("startup message must show where the token goes and never a token:\n%s", out)
 	}
 
@@ -511,14 +418,14 @@ func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			proxyURL := &url.URL{Scheme: "http", Host: g.proxy, User: tt.userinfo}
+			proxyURL := &url.URL{Scheme: "http", Host: g.Proxy, User: tt.userinfo}
 			client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
-			if code, body := httpGet(t, client, target.URL); code != tt.want {
+			if code, body := daemontest.Get(t, client, target.URL); code != tt.want {
 				t.Fatalf("status %d (%q), want %d", code, body, tt.want)
 			}
 		})
 	}
-	if strings.Contains(g.stderr.String(), "tok-") {
-		t.Errorf("a token reached the log:\n%s", g.stderr.String())
+	if strings.Contains(g.Stderr.String(), "tok-") {
+		t.Errorf("a token reached the log:\n%s", g.Stderr.String())
 	}
 }

@@ -42,7 +42,7 @@ func TestAPoolAPIGatewayReportsUpstreamFailuresToTheController(t *testing.T) {
 		if i == 10 {
 			t.Fatalf("10 requests never reported %s to the controller; cooldowns %v", dead.Name, api.store.Members())
 		}
-		code, src, _, body := sessionGet(t, gw.proxy, fmt.Sprintf("s%d", i), site.URL())
+		code, src, _, body := sessionGet(t, gw.Proxy, fmt.Sprintf("s%d", i), site.URL())
 		if code != http.StatusOK || src != "127.0.0.2" {
 			t.Fatalf("request %d: %d from %q %s, want 200 from 127.0.0.2", i, code, src, body)
 		}
@@ -59,7 +59,7 @@ func TestAPoolAPIGatewayReportsUpstreamFailuresToTheController(t *testing.T) {
 		}
 		return nil
 	})
-	if err := gw.stop(t); err != nil {
+	if err := gw.Stop(t); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 }

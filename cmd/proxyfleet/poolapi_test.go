@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -194,7 +195,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 	// pool; B leases per request, with one.
 	gwA := startGateway(t, args("--lease-ttl", "3s", "--pool-outage-grace", "0")...)
 	gwB := startGateway(t, args("--rotation", "per-request")...)
-	if out := gwA.stderr.String(); !strings.Contains(out, "leasing from the pool API "+api.url) || strings.Contains(out, apiToken) {
+	if out := gwA.Stderr.String(); !strings.Contains(out, "leasing from the pool API "+api.url) || strings.Contains(out, apiToken) {
 		t.Fatalf("startup message should name the pool API and never the token:\n%s", out)
 	}
 
@@ -210,7 +211,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 			if i == 20 {
 				t.Fatalf("20 sessions through A never used egress-2: %v", site.Counts())
 			}
-			code, src, _, body := sessionGet(t, gwA.proxy, fmt.Sprintf("a%d", i), site.URL())
+			code, src, _, body := sessionGet(t, gwA.Proxy, fmt.Sprintf("a%d", i), site.URL())
 			if code != http.StatusOK || src != "127.0.0.3" {
 				t.Fatalf("session a%d through A: %d from %q %s, want 200 from 127.0.0.3 (the retry)", i, code, src, body)
 			}
@@ -223,7 +224,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 	t.Run("gateway B then avoids that member for that target only", func(t *testing.T) {
 		before := site.Count("127.0.0.2")
 		for i := range 6 {
-			code, src, _, body := sessionGet(t, gwB.proxy, fmt.Sprintf("b%d", i), site.URL())
+			code, src, _, body := sessionGet(t, gwB.Proxy, fmt.Sprintf("b%d", i), site.URL())
 			if code != http.StatusOK || src != "127.0.0.3" {
 				t.Fatalf("session b%d through B: %d from %q %s, want 200 from 127.0.0.3", i, code, src, body)
 			}
@@ -234,7 +235,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		// For another target egress-2 is fine: leases spread over both.
 		seen := map[string]bool{}
 		for i := range 6 {
-			code, src, _, body := sessionGet(t, gwB.proxy, fmt.Sprintf("o%d", i), other.URL())
+			code, src, _, body := sessionGet(t, gwB.Proxy, fmt.Sprintf("o%d", i), other.URL())
 			if code != http.StatusOK {
 				t.Fatalf("other target through B: %d %s", code, body)
 			}
@@ -259,7 +260,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 	})
 
 	t.Run("without the lease API and a last-known pool a pinned session works until its TTL, then 503", func(t *testing.T) {
-		code, src, _, body := sessionGet(t, gwA.proxy, "pinned", other.URL())
+		code, src, _, body := sessionGet(t, gwA.Proxy, "pinned", other.URL())
 		if code != http.StatusOK {
 			t.Fatalf("pinning a session: %d %s", code, body)
 		}
@@ -267,10 +268,10 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		if err := api.srv.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if code, got, _, body := sessionGet(t, gwA.proxy, "pinned", other.URL()); code != http.StatusOK || got != src {
+		if code, got, _, body := sessionGet(t, gwA.Proxy, "pinned", other.URL()); code != http.StatusOK || got != src {
 			t.Fatalf("pinned session right after the API went away: %d from %q %s, want 200 from %s", code, got, body, src)
 		}
-		if code, _, reason, body := sessionGet(t, gwA.proxy, "new-session", other.URL()); code != http.StatusServiceUnavailable ||
+		if code, _, reason, body := sessionGet(t, gwA.Proxy, "new-session", other.URL()); code != http.StatusServiceUnavailable ||
 			reason != "pool_unreachable" || !strings.Contains(body, "pool API unreachable") {
 			t.Fatalf("a session without a lease: %d %s %q, want 503 pool_unreachable", code, reason, body)
 		}
@@ -278,7 +279,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		var code503 int
 		var reason, msg string
 		poll.Until(t, 30*time.Second, "the pin to end with its lease", func() error {
-			code503, _, reason, msg = sessionGet(t, gwA.proxy, "pinned", other.URL())
+			code503, _, reason, msg = sessionGet(t, gwA.Proxy, "pinned", other.URL())
 			if code503 == http.StatusOK {
 				return fmt.Errorf("still served %s after the API went away", time.Since(pinnedAt).Round(time.Millisecond))
 			}
@@ -294,19 +295,19 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 
 	t.Run("without the lease API a gateway with a last-known pool serves new sessions from it", func(t *testing.T) {
 		for i := range 4 {
-			if code, src, reason, body := sessionGet(t, gwB.proxy, fmt.Sprintf("after%d", i), other.URL()); code != http.StatusOK ||
+			if code, src, reason, body := sessionGet(t, gwB.Proxy, fmt.Sprintf("after%d", i), other.URL()); code != http.StatusOK ||
 				(src != "127.0.0.2" && src != "127.0.0.3") {
 				t.Fatalf("a new session through B with the API gone: %d from %q %s %q, want 200 from a last-known member", code, src, reason, body)
 			}
 		}
 	})
 
-	for _, g := range []*runningGateway{gwA, gwB} {
-		if err := g.stop(t); err != nil {
+	for _, g := range []*daemontest.Gateway{gwA, gwB} {
+		if err := g.Stop(t); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
-		if strings.Contains(g.stderr.String(), apiToken) {
-			t.Errorf("the pool API token reached the log:\n%s", g.stderr.String())
+		if strings.Contains(g.Stderr.String(), apiToken) {
+			t.Errorf("the pool API token reached the log:\n%s", g.Stderr.String())
 		}
 	}
 }
@@ -316,12 +317,12 @@ func TestGatewayWarnsWhenThePoolAPIRefusesItsToken(t *testing.T) {
 	wrong := writeFile(t, "pool-token", "wrong-token\n")
 	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--pool-api", api.url, "--pool-token-file", wrong)
 	poll.Until(t, 20*time.Second, "the warning about the refused token", func() error {
-		if !strings.Contains(g.stderr.String(), "the pool API refused the token") {
-			return fmt.Errorf("no warning about the refused token yet:\n%s", g.stderr.String())
+		if !strings.Contains(g.Stderr.String(), "the pool API refused the token") {
+			return fmt.Errorf("no warning about the refused token yet:\n%s", g.Stderr.String())
 		}
 		return nil
 	})
-	if strings.Contains(g.stderr.String(), "wrong-token") {
-		t.Fatalf("the token reached the log:\n%s", g.stderr.String())
+	if strings.Contains(g.Stderr.String(), "wrong-token") {
+		t.Fatalf("the token reached the log:\n%s", g.Stderr.String())
 	}
 }

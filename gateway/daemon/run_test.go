@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,12 +13,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -57,107 +56,14 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// syncBuffer is a bytes.Buffer safe to write from the gateway's goroutines
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// runningGateway is Run started in-process.
-type runningGateway struct {
-	stderr  *syncBuffer
-	cancel  context.CancelFunc
-	done    chan error
-	proxy   string // host:port
-	api     string // host:port or ""
-	metrics string // host:port or ""
-}
-
-var (
-	listeningRE = regexp.MustCompile(`proxyfleet gateway listening on (\S+) `)
-	apiRE       = regexp.MustCompile(`lease API: http://(\S+)/v1/proxies`)
-	metricsRE   = regexp.MustCompile(`metrics: +http://(\S+)/metrics`)
-)
-
 // startGateway runs cfg until the usage block appears, and stops it at
 // the end of the test.
-func startGateway(t *testing.T, cfg Config) *runningGateway {
+func startGateway(t *testing.T, cfg Config) *daemontest.Gateway {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &runningGateway{stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	cfg.Stderr = g.stderr
-	go func() { g.done <- Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.done:
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop within 30s of cancel")
-		}
+	return daemontest.Start(t, func(ctx context.Context, stderr io.Writer) error {
+		cfg.Stderr = stderr
+		return Run(ctx, cfg)
 	})
-
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		out := g.stderr.String()
-		if m := listeningRE.FindStringSubmatch(out); m != nil {
-			g.proxy = m[1]
-			if m := apiRE.FindStringSubmatch(out); m != nil {
-				g.api = m[1]
-			}
-			if m := metricsRE.FindStringSubmatch(out); m != nil {
-				g.metrics = m[1]
-			}
-			return g
-		}
-		select {
-		case err := <-g.done:
-			t.Fatalf("gateway exited before serving: %v\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("no startup message within 30s:\n%s", g.stderr.String())
-	return nil
-}
-
-// stop cancels the run context (what SIGTERM does) and returns Run's error.
-func (g *runningGateway) stop(t *testing.T) error {
-	t.Helper()
-	g.cancel()
-	select {
-	case err := <-g.done:
-		g.done <- err // for the cleanup
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not stop within 30s")
-		return nil
-	}
-}
-
-func httpGet(t *testing.T, client *http.Client, u string) (int, string) {
-	t.Helper()
-	resp, err := client.Get(u)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
@@ -169,29 +75,29 @@ func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
 	cfg := testConfig()
 	cfg.APIListen, cfg.MetricsListen, cfg.AllowPrivateTargets, cfg.ShutdownGrace = "127.0.0.1:0", "127.0.0.1:0", true, 5*time.Second
 	g := startGateway(t, cfg)
-	out := g.stderr.String()
+	out := g.Stderr.String()
 	for _, want := range []string{
 		"with 1 member (direct)",
-		"export HTTPS_PROXY=http://" + g.proxy + " HTTP_PROXY=http://" + g.proxy,
-		"curl -x http://" + g.proxy + " https://example.com",
+		"export HTTPS_PROXY=http://" + g.Proxy + " HTTP_PROXY=http://" + g.Proxy,
+		"curl -x http://" + g.Proxy + " https://example.com",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("startup message lacks %q:\n%s", want, out)
 		}
 	}
-	if g.api == "" || g.metrics == "" {
+	if g.API == "" || g.Metrics == "" {
 		t.Fatalf("startup message lacks the API or metrics address:\n%s", out)
 	}
 
-	proxyURL, _ := url.Parse("http://" + g.proxy)
+	proxyURL, _ := url.Parse("http://" + g.Proxy)
 	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
-	code, body := httpGet(t, viaProxy, target.URL+"/through")
+	code, body := daemontest.Get(t, viaProxy, target.URL+"/through")
 	if code != http.StatusOK || body != "hello from target, path /through" {
 		t.Fatalf("through the gateway: %d %q", code, body)
 	}
 
 	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 20 * time.Second}
-	code, body = httpGet(t, plain, "http://"+g.api+"/v1/proxies")
+	code, body = daemontest.Get(t, plain, "http://"+g.API+"/v1/proxies")
 	var list struct {
 		Proxies []struct {
 			Name string `json:"name"`
@@ -201,7 +107,7 @@ func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
 		t.Fatalf("lease API /v1/proxies = %d %q (%v), want the direct member", code, body, err)
 	}
 
-	code, body = httpGet(t, plain, "http://"+g.metrics+"/metrics")
+	code, body = daemontest.Get(t, plain, "http://"+g.Metrics+"/metrics")
 	for _, want := range []string{
 		`proxyfleet_gateway_requests_total{member="direct",outcome="ok"} 1`,
 		`proxyfleet_members{healthy="true"} 1`,
@@ -212,18 +118,18 @@ func TestGatewayServesThroughDirectMemberAndStopsCleanly(t *testing.T) {
 			t.Errorf("/metrics (%d) lacks %q", code, want)
 		}
 	}
-	if code, _ := httpGet(t, plain, "http://"+g.metrics+"/readyz"); code != http.StatusOK {
+	if code, _ := daemontest.Get(t, plain, "http://"+g.Metrics+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d while serving, want 200", code)
 	}
 
-	if err := g.stop(t); err != nil {
+	if err := g.Stop(t); err != nil {
 		t.Fatalf("stop returned %v, want a clean exit", err)
 	}
-	if _, err := net.DialTimeout("tcp", g.proxy, time.Second); err == nil {
+	if _, err := net.DialTimeout("tcp", g.Proxy, time.Second); err == nil {
 		t.Error("the proxy port still accepts connections after shutdown")
 	}
-	if !strings.Contains(g.stderr.String(), "shutting down") {
-		t.Errorf("no shutdown log line:\n%s", g.stderr.String())
+	if !strings.Contains(g.Stderr.String(), "shutting down") {
+		t.Errorf("no shutdown log line:\n%s", g.Stderr.String())
 	}
 }
 
@@ -234,14 +140,12 @@ func TestGatewayStopsCleanlyOnSIGTERM(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-g.done:
-		g.done <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
+	exited, err := g.Exited(30 * time.Second)
+	if !exited {
 		t.Fatal("gateway ignored SIGTERM for 30s")
+	}
+	if err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
 
@@ -256,7 +160,7 @@ func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
 	g := startGateway(t, cfg)
 	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
 	count := func() int {
-		code, body := httpGet(t, plain, "http://"+g.api+"/v1/proxies")
+		code, body := daemontest.Get(t, plain, "http://"+g.API+"/v1/proxies")
 		var list struct {
 			Count int `json:"count"`
 		}
@@ -268,8 +172,8 @@ func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
 	if n := count(); n != 3 {
 		t.Fatalf("%d members at start, want 3 (one static, two from the file)", n)
 	}
-	if !strings.Contains(g.stderr.String(), "with 3 members") {
-		t.Errorf("startup message does not count 3 members:\n%s", g.stderr.String())
+	if !strings.Contains(g.Stderr.String(), "with 3 members") {
+		t.Errorf("startup message does not count 3 members:\n%s", g.Stderr.String())
 	}
 
 	if err := os.WriteFile(file, []byte("http://127.0.0.1:1 region=eu\n"), 0o600); err != nil {
@@ -278,7 +182,7 @@ func TestUpstreamsFileReloadReachesTheLeaseAPI(t *testing.T) {
 	poll.Until(t, 20*time.Second, "2 members after the file lost a line", func() error {
 		n := count()
 		return poll.Check(n == 2, "%d members", n)
-	}, poll.Report(g.stderr.String))
+	}, poll.Report(g.Stderr.String))
 }
 
 func TestProbesTakeAFailingMemberOut(t *testing.T) {
@@ -298,14 +202,14 @@ func TestProbesTakeAFailingMemberOut(t *testing.T) {
 	g := startGateway(t, cfg)
 	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
 	poll.Until(t, 20*time.Second, "the direct member to turn unhealthy with a failing probe URL", func() error {
-		_, body := httpGet(t, plain, "http://"+g.metrics+"/metrics")
+		_, body := daemontest.Get(t, plain, "http://"+g.Metrics+"/metrics")
 		return poll.Check(strings.Contains(body, `proxyfleet_members{healthy="false"} 1`) &&
 			regexp.MustCompile(`proxyfleet_probe_failures_total\{member="direct"\} [1-9]`).MatchString(body), "/metrics:\n%s", body)
 	})
 
-	proxyURL, _ := url.Parse("http://" + g.proxy)
+	proxyURL, _ := url.Parse("http://" + g.Proxy)
 	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
-	code, body := httpGet(t, viaProxy, site.URL)
+	code, body := daemontest.Get(t, viaProxy, site.URL)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "1 unhealthy") {
 		t.Fatalf("through an all-unhealthy pool: %d %q, want 503 saying 1 unhealthy", code, body)
 	}
