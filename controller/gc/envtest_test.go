@@ -41,7 +41,7 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// createProxy creates px (built with testutil.Proxy: External, so it needs
+// createProxy creates px (built with gen.Proxy: External, so it needs
 // no provider) and returns it with its UID.
 func createProxy(t *testing.T, px *v1alpha1.Proxy) *v1alpha1.Proxy {
 	t.Helper()
