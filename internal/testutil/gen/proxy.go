@@ -93,11 +93,6 @@ func SetProxyFinalizers(finalizers ...string) ProxyModifier {
 	return func(p *v1alpha1.Proxy) { p.Finalizers = finalizers }
 }
 
-// SetProxyLabels sets the Proxy's labels.
-func SetProxyLabels(labels map[string]string) ProxyModifier {
-	return func(p *v1alpha1.Proxy) { p.Labels = labels }
-}
-
 // SetProxyAttributes sets spec.attributes.
 func SetProxyAttributes(attrs map[string]string) ProxyModifier {
 	return func(p *v1alpha1.Proxy) { p.Spec.Attributes = attrs }
