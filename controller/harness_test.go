@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -396,9 +395,4 @@ func (f *fakeHealth) Snapshot(key types.NamespacedName) (HealthSnapshot, bool) {
 	defer f.mu.Unlock()
 	s, ok := f.snaps[key]
 	return s, ok
-}
-
-// metaName is the ObjectMeta of a named object in ns.
-func metaName(ns, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: ns, Name: name}
 }
