@@ -1,4 +1,4 @@
-# The same image make image writes without Docker (internal/image): a scratch
+# The same image make image writes without Docker (hack/image): a scratch
 # base, the static binary, the build machine's CA roots, user 65532.
 #   docker build -t proxyfleet .                                 # controller + gateway
 #   docker build --build-arg TAGS=sidecar -t proxyfleet-sidecar .  # the injected sidecar

@@ -45,7 +45,7 @@ image:
 ## run: build and start the gateway on the embedded defaults (127.0.0.1:3128, one direct member),
 ## with the lease API on 127.0.0.1:8090 (where `proxyfleet lease` looks) and metrics on 127.0.0.1:9090.
 run: build
-	$(PROXYFLEET) gateway --api-listen 127.0.0.1:8090
+	$(PROXYFLEET) gateway --lease-api-listen 127.0.0.1:8090
 
 ## test: install what is missing, then every check and every test suite.
 test: deps envtest-bins verify-generated fmt-check vet build sidecar unit fuzz e2e
@@ -82,8 +82,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUpstreamsFile$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHello$$' -fuzztime $(FUZZTIME) ./gateway/mirror
 	$(GO) test -run '^$$' -fuzz '^FuzzH2Print$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/poolapi
-	$(GO) test -run '^$$' -fuzz '^FuzzPaceAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/poolapi
+	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
+	$(GO) test -run '^$$' -fuzz '^FuzzPaceAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/kubernetes
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/gcp

@@ -2,6 +2,9 @@
 // behind `helm lint` and `helm template`) and hands what it renders to a
 // real kube-apiserver (envtest) with a server-side dry-run, so every
 // manifest is known to be accepted by the API server's validation.
+//
+// It imports the Helm SDK, internal/testenv and the test kit; nothing of the
+// product's code, since the chart is tested as a user installs it.
 package charts_test
 
 import (

@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/promql"
 )
 
 func readChartFile(t *testing.T, rel string) []byte {
@@ -111,7 +111,7 @@ func TestDashboardAnswersTheOperatorsQuestions(t *testing.T) {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, q := range p.Targets {
-			names := testutil.PromQLMetricNames(q.Expr)
+			names := promql.MetricNames(q.Expr)
 			if len(names) == 0 {
 				t.Errorf("panel %q: %q selects no metric", p.Title, q.Expr)
 			}
@@ -152,7 +152,7 @@ func TestAlertRulesAndDashboardQueriesParseWithPromtool(t *testing.T) {
 	// Three alerts, the subtle ones, fire on what they name (testdata/alerts_test.yaml).
 	promtool(t, "test", "rules", filepath.Join("testdata", "alerts_test.yaml"))
 
-	queries, err := testutil.ChartQueries(filepath.Dir(filepath.Dir(chartDir(t))))
+	queries, err := promql.ChartQueries(filepath.Dir(filepath.Dir(chartDir(t))))
 	if err != nil {
 		t.Fatal(err)
 	}

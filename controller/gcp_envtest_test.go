@@ -16,6 +16,8 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/controller/health"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -27,9 +29,9 @@ const gcpZone = "europe-west1-b"
 
 // startGCP runs the real controller with the real gcp provider on the real
 // compute REST client, pointed at an in-test Compute API.
-func startGCP(t *testing.T, engine *health.Options) (*harness, *testutil.ComputeServer) {
+func startGCP(t *testing.T, engine *health.Options) (*harness, *computeapi.Server) {
 	t.Helper()
-	srv := testutil.StartComputeServer(t, "proxy-project")
+	srv := computeapi.Start(t, "proxy-project")
 	c, err := compute.NewInstancesRESTClient(context.Background(), option.WithEndpoint(srv.URL), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +62,8 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	// Started first for its port (the Proxy names it); its login is set
 	// below, once the controller has generated one.
-	vmSquid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vm-squid-stand-in", OutgoingAddr: "127.0.0.44",
-		BasicAuth: &testutil.SquidLogin{Username: "placeholder", Password: "placeholder-" + testutil.SquidServiceName()}})
+	vmSquid := squid.Start(t, squid.Options{Name: "vm-squid-stand-in", OutgoingAddr: "127.0.0.44",
+		BasicAuth: &squid.Login{Username: "placeholder", Password: "placeholder-" + squid.ServiceName()}})
 	h, srv := startGCP(t, &health.Options{})
 	px := gen.Proxy("eu-1", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("gcp-eu"), gen.SetProxyPort(int32(vmSquid.Port())),
 		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 2, TimeoutSeconds: 2}))
@@ -109,7 +111,7 @@ func TestGCPManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	// own password file; its start-up self-probe logs in with the Secret's
 	// login, so it starts only if real Squid accepts that file.
 	vmSquid.Stop()
-	vmSquid.SetBasicAuth(&testutil.SquidLogin{Username: user, Password: pass, Htpasswd: htpasswd})
+	vmSquid.SetBasicAuth(&squid.Login{Username: user, Password: pass, Htpasswd: htpasswd})
 	vmSquid.Start()
 
 	// Compute Engine brings it up; the reconciler adopts the NAT IP and the

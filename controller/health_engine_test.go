@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/health"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -80,8 +81,8 @@ func startWithEngine(t *testing.T, ns string, o health.Options) *engineHarness {
 }
 
 // external is an External Proxy at squid, probing target every second.
-func (h *engineHarness) external(name string, squid *testutil.Squid, target string, failureThreshold int32) *v1alpha1.Proxy {
-	return gen.Proxy(name, gen.SetProxyNamespace(h.ns), gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+func (h *engineHarness) external(name string, sq *squid.Squid, target string, failureThreshold int32) *v1alpha1.Proxy {
+	return gen.Proxy(name, gen.SetProxyNamespace(h.ns), gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
 		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target, IntervalSeconds: 1, TimeoutSeconds: 1, FailureThreshold: failureThreshold}))
 }
 
@@ -97,11 +98,11 @@ func (h *engineHarness) waitReady(name string) *v1alpha1.Proxy {
 
 func TestHealthEngineTurnsAProxyReadyUnhealthyAndReadyAgain(t *testing.T) {
 	t.Parallel()
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "health-flip", OutgoingAddr: "127.0.0.21"})
+	sq := squid.Start(t, squid.Options{Name: "health-flip", OutgoingAddr: "127.0.0.21"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	h := startWithEngine(t, "", health.Options{})
 	const failureThreshold = 2
-	h.create(h.external("px", squid, target.URL()+"/health", failureThreshold))
+	h.create(h.external("px", sq, target.URL()+"/health", failureThreshold))
 
 	p := h.waitReady("px")
 	if target.Count("127.0.0.21") == 0 {
@@ -114,7 +115,7 @@ func TestHealthEngineTurnsAProxyReadyUnhealthyAndReadyAgain(t *testing.T) {
 		t.Errorf("lastHealthCheckTime %s is in the future", p.Status.LastHealthCheckTime)
 	}
 
-	squid.Kill()
+	sq.Kill()
 	killed := time.Now()
 	p = h.waitProxy("px", "Unhealthy after the Squid was killed", func(p *v1alpha1.Proxy) bool {
 		c := p.Condition(v1alpha1.ConditionHealthy)
@@ -132,7 +133,7 @@ func TestHealthEngineTurnsAProxyReadyUnhealthyAndReadyAgain(t *testing.T) {
 		t.Error("IsHealthy on an Unhealthy proxy")
 	}
 
-	squid.Start()
+	sq.Start()
 	h.waitReady("px")
 	if n := h.metrics.failures(h.ns + "/px"); n < failureThreshold {
 		t.Errorf("%d failed probes recorded in metrics, want at least %d", n, failureThreshold)
@@ -143,11 +144,11 @@ func TestHealthEngineProbesAManagedProxyOnceRunning(t *testing.T) {
 	t.Parallel()
 	// The test double hands its first instance 127.0.10.1; a real Squid
 	// listens there on the port the Proxy names.
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "health-managed", ListenIP: "127.0.10.1"})
+	sq := squid.Start(t, squid.Options{Name: "health-managed", ListenIP: "127.0.10.1"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	h := startWithEngine(t, "", health.Options{})
 	p := h.managed("px")
-	p.Spec.Port = int32(squid.Port())
+	p.Spec.Port = int32(sq.Port())
 	p.Spec.HealthCheck = v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 1, TimeoutSeconds: 1}
 	h.create(p)
 	p = h.waitReady("px")
@@ -158,11 +159,11 @@ func TestHealthEngineProbesAManagedProxyOnceRunning(t *testing.T) {
 
 func TestSteadyHealthyFleetCausesNoStatusWrites(t *testing.T) {
 	t.Parallel()
-	squids := testutil.StartSquids(t,
-		testutil.SquidOptions{Name: "steady-1", OutgoingAddr: "127.0.0.22"},
-		testutil.SquidOptions{Name: "steady-2", OutgoingAddr: "127.0.0.23"},
-		testutil.SquidOptions{Name: "steady-3", OutgoingAddr: "127.0.0.24"},
-		testutil.SquidOptions{Name: "steady-managed", ListenIP: "127.0.10.1"},
+	squids := squid.StartAll(t,
+		squid.Options{Name: "steady-1", OutgoingAddr: "127.0.0.22"},
+		squid.Options{Name: "steady-2", OutgoingAddr: "127.0.0.23"},
+		squid.Options{Name: "steady-3", OutgoingAddr: "127.0.0.24"},
+		squid.Options{Name: "steady-managed", ListenIP: "127.0.10.1"},
 	)
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	h := startWithEngine(t, "", health.Options{})
@@ -207,10 +208,10 @@ func TestSteadyHealthyFleetCausesNoStatusWrites(t *testing.T) {
 
 func TestLeaderHandoverKeepsTheHealthyVerdict(t *testing.T) {
 	t.Parallel()
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "handover", OutgoingAddr: "127.0.0.25"})
+	sq := squid.Start(t, squid.Options{Name: "handover", OutgoingAddr: "127.0.0.25"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	first := startWithEngine(t, "", health.Options{})
-	first.create(first.external("px", squid, target.URL()+"/health", 3))
+	first.create(first.external("px", sq, target.URL()+"/health", 3))
 	before := first.waitReady("px")
 	first.stopOnce()
 
@@ -246,10 +247,10 @@ func TestLeaderHandoverKeepsTheHealthyVerdict(t *testing.T) {
 
 func TestDeletingAProxyPrunesItsHealthStateAndSeries(t *testing.T) {
 	t.Parallel()
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "prune"})
+	sq := squid.Start(t, squid.Options{Name: "prune"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	h := startWithEngine(t, "", health.Options{})
-	p := h.external("px", squid, target.URL()+"/health", 3)
+	p := h.external("px", sq, target.URL()+"/health", 3)
 	h.create(p)
 	h.waitReady("px")
 	key := types.NamespacedName{Namespace: h.ns, Name: "px"}
@@ -269,12 +270,12 @@ func TestDeletingAProxyPrunesItsHealthStateAndSeries(t *testing.T) {
 
 func TestDefaultProbeURLAndNoProbeURL(t *testing.T) {
 	t.Parallel()
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "default-url", OutgoingAddr: "127.0.0.26"})
+	sq := squid.Start(t, squid.Options{Name: "default-url", OutgoingAddr: "127.0.0.26"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 
 	t.Run("an empty healthCheck.url probes the default probe URL", func(t *testing.T) {
 		h := startWithEngine(t, "", health.Options{DefaultProbeURL: target.URL() + "/default"})
-		p := h.external("px", squid, "", 3)
+		p := h.external("px", sq, "", 3)
 		h.create(p)
 		h.waitReady("px")
 		seen := false
@@ -288,7 +289,7 @@ func TestDefaultProbeURLAndNoProbeURL(t *testing.T) {
 
 	t.Run("without any probe URL the proxy has no verdict and a stale one is removed", func(t *testing.T) {
 		ns := env.Namespace(t)
-		p := gen.Proxy("px", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+		p := gen.Proxy("px", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
 			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{IntervalSeconds: 1, TimeoutSeconds: 1}))
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
@@ -376,11 +377,11 @@ func (r *probeRecorder) hasSeries(proxy string) bool {
 func TestExternalProxyWithACredentialsSecretIsProbedWithItsLogin(t *testing.T) {
 	t.Parallel()
 	const pw = "vend0r-pa55word"
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vendor-auth", OutgoingAddr: "127.0.0.25",
-		BasicAuth: &testutil.SquidLogin{Username: "crawler", Password: pw}})
+	sq := squid.Start(t, squid.Options{Name: "vendor-auth", OutgoingAddr: "127.0.0.25",
+		BasicAuth: &squid.Login{Username: "crawler", Password: pw}})
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	h := startWithEngine(t, "", health.Options{})
-	p := h.external("vendor", squid, target.URL()+"/health", 1)
+	p := h.external("vendor", sq, target.URL()+"/health", 1)
 	p.Spec.Endpoint.CredentialsSecretRef = &v1alpha1.SecretRef{Name: "vendor-login"}
 	h.create(p)
 

@@ -15,7 +15,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
@@ -33,7 +33,7 @@ import (
 // that deleting the Proxy destroys and undefines the domain and removes its
 // volumes and the login Secret.
 func TestKVMManagedProxyGetsARunningDomainAndDeletesItCleanly(t *testing.T) {
-	host := testutil.StartKVMHost(t)
+	host := libvirtd.StartKVMHost(t)
 	lvd := host.Libvirtd
 	cfg, err := providers.ParseConfig([]byte(host.Config), map[string]providers.Decoder{kvmprovider.Type: providers.DecoderOf(kvmprovider.ReadConfig)})
 	if err != nil {

@@ -3,6 +3,10 @@
 // creates the instance through a provider, replaces it when the spec or its
 // cloud-init changes, recreates it when it dies, deletes it behind a finalizer,
 // and is the only writer of Proxy status.
+//
+// It imports api/v1alpha1, providers, pool, statuspage, internal/logging and
+// its own sub-packages; never gateway, cmd or a provider implementation (they
+// reach it through the providers contract).
 package controller
 
 import (

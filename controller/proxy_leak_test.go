@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -104,10 +105,10 @@ func TestGCPInsertWhoseOperationEndsInErrorLeavesNoInstance(t *testing.T) {
 	t.Parallel()
 	h, srv := startGCP(t, nil)
 	srv.FailInsertOperations(
-		testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
-		testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
-		testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
-		testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+		computeapi.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+		computeapi.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+		computeapi.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+		computeapi.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
 	)
 	px := h.managed("eu-1")
 	px.Spec.Provider, px.Spec.Placement = "gcp-eu", nil
@@ -130,7 +131,7 @@ func TestGCPInsertWhoseOperationEndsInErrorLeavesNoInstance(t *testing.T) {
 // domain is defined by then). Once each Proxy is deleted nothing of it is
 // on the host.
 func TestKVMCreateFailingAfterItsVolumesOrItsDomainLeavesNothing(t *testing.T) {
-	host := testutil.StartKVMHost(t)
+	host := libvirtd.StartKVMHost(t)
 	lvd := host.Libvirtd
 	config := strings.Replace(host.Config, "machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}}",
 		"machineTypes: {small: {vcpus: 1, memoryMiB: 256, diskGiB: 1}, toomany: {vcpus: 9999, memoryMiB: 256, diskGiB: 1}}", 1)

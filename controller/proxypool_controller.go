@@ -20,7 +20,7 @@ import (
 )
 
 // LeaseStats is the controller's lease store as the ProxyPool reconciler
-// reads it. The lease API (controller/leaseapi.API) implements it; nil means
+// reads it. The lease API (controller/leases.API) implements it; nil means
 // the controller serves no lease API: Proxies then hold no leases as far as
 // a pool can tell, and autoscaling says it has nothing to scale on.
 type LeaseStats interface {

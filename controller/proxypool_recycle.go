@@ -16,7 +16,7 @@ import (
 
 // BanSource is the lease store's record of bans as the ProxyPool reconciler
 // reads it to recycle burnt Proxies (spec.recycle). The lease API
-// (controller/leaseapi.API) implements it over either store.
+// (controller/leases.API) implements it over either store.
 type BanSource interface {
 	// RecentBans lists the ban and rate-limit cooldowns per {member, site}
 	// that ran within the last window (pool.Store.RecentBans).

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/redisstore"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -110,7 +110,7 @@ func TestProxyPoolRecyclesAProxyBannedByEnoughSites(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			setup := poolSetup{comingUp: 300 * time.Millisecond, recycles: &countingRecycles{}}
 			if store == "redis" {
-				r := testutil.StartRedis(t, testutil.RedisOptions{})
+				r := redis.Start(t, redis.Options{})
 				rs, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "recycle"})
 				if err != nil {
 					t.Fatal(err)

@@ -32,8 +32,8 @@ func templateHash(t *v1alpha1.ProxyTemplate) string {
 }
 
 // leaseMemberName is the lease store's name for a Proxy, as
-// controller/leaseapi.MemberName builds it (leaseapi's tests import this
-// package, so this package cannot import leaseapi).
+// controller/leases.MemberName builds it (leases's tests import this
+// package, so this package cannot import leases).
 func leaseMemberName(p *v1alpha1.Proxy) string { return p.Namespace + "/" + p.Name }
 
 // listProxies reads the pool's Proxies from the API server: those with the

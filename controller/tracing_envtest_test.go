@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/spanrec"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
@@ -22,7 +22,7 @@ import (
 // as their children, no Kubernetes span without a parent, and the
 // reconcile's log lines carrying the span's IDs.
 func TestReconcileProxySpans(t *testing.T) {
-	sr, tp := testutil.RecordSpans(t)
+	sr, tp := spanrec.Record(t)
 
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(tracing.ParentOnlyTransport(tp))

@@ -14,13 +14,14 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // TestExternalProxyWithALoginServesAPoolAPIGateway runs the real controller
-// and a real gateway in --pool-api mode in front of a real Squid that
+// and a real gateway in --lease-api mode in front of a real Squid that
 // demands basic auth (as a commercial upstream or a VM's bootstrap Squid
 // does). The External Proxy names its login by credentialsSecretRef: the
 // health engine must log in for it to turn Ready, and the gateway gets the
@@ -33,8 +34,8 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 	ctx := context.Background()
 
 	const user, password = "crawler", "Upstream-pa55/word"
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "vendor-auth", OutgoingAddr: "127.0.0.65",
-		BasicAuth: &testutil.SquidLogin{Username: user, Password: password}})
+	sq := squid.Start(t, squid.Options{Name: "vendor-auth", OutgoingAddr: "127.0.0.65",
+		BasicAuth: &squid.Login{Username: user, Password: password}})
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	tlsSite := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
@@ -57,7 +58,7 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vendor"},
 		Spec: v1alpha1.ProxySpec{
 			Mode: v1alpha1.ModeExternal,
-			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(squid.Port()), Scheme: v1alpha1.SchemeHTTP,
+			Endpoint: &v1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(sq.Port()), Scheme: v1alpha1.SchemeHTTP,
 				CredentialsSecretRef: &v1alpha1.SecretRef{Name: "vendor-login"}},
 			HealthCheck: v1alpha1.HealthCheck{URL: probe.URL() + "/probe", IntervalSeconds: 1, TimeoutSeconds: 1},
 		},
@@ -72,27 +73,27 @@ func TestExternalProxyWithALoginServesAPoolAPIGateway(t *testing.T) {
 		t.Fatal("Ready, but no probe went through the authenticating Squid")
 	}
 
-	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+	api, err := leaseapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The lease API reads the Proxies from the controller's cache, which
 	// may see the Ready status a moment after this test's client did.
-	var listed []poolapi.ProxyInfo
+	var listed []leaseapi.ProxyInfo
 	poll.Until(t, 30*time.Second, "the one Proxy offered by the lease API", func() error {
 		var err error
-		if listed, err = api.List(ctx, poolapi.ListFilter{HealthyOnly: true}); err != nil || len(listed) != 1 {
+		if listed, err = api.List(ctx, leaseapi.ListFilter{HealthyOnly: true}); err != nil || len(listed) != 1 {
 			return fmt.Errorf("healthy members %+v (%v), want the one Proxy", listed, err)
 		}
 		return nil
 	})
-	if want := "http://" + user + ":xxxxx@" + squid.Addr(); listed[0].URL != want {
+	if want := "http://" + user + ":xxxxx@" + sq.Addr(); listed[0].URL != want {
 		t.Fatalf("GET /v1/proxies lists %s, want %s (the password masked)", listed[0].URL, want)
 	}
 
 	poolToken := filepath.Join(t.TempDir(), "pool-token")
 	writeFile(t, poolToken, apiToken+"\n")
-	gw := startGateway(t, bin, gwConfig{args: []string{"--pool-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
+	gw := startGateway(t, bin, gwConfig{args: []string{"--lease-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
 
 	r := mustGetOK(t, gw.client(t, "", nil), site.URL()+"/through-the-vendor", nil)
 	if r.source != "127.0.0.65" || r.proxy != ns+"/vendor" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
@@ -94,10 +95,10 @@ func TestGatewayDeadSites(t *testing.T) {
 
 	t.Run("a Squid refusing every CONNECT goes out while the others serve the same sites", func(t *testing.T) {
 		t.Parallel()
-		squids := testutil.StartSquids(t,
-			testutil.SquidOptions{Name: "nxev-0", OutgoingAddr: "127.0.0.84"},
-			testutil.SquidOptions{Name: "nxev-1", OutgoingAddr: "127.0.0.85"},
-			testutil.SquidOptions{Name: "nxev-refusing", OutgoingAddr: "127.0.0.86", AccessFirst: []string{"http_access deny CONNECT"}},
+		squids := squid.StartAll(t,
+			squid.Options{Name: "nxev-0", OutgoingAddr: "127.0.0.84"},
+			squid.Options{Name: "nxev-1", OutgoingAddr: "127.0.0.85"},
+			squid.Options{Name: "nxev-refusing", OutgoingAddr: "127.0.0.86", AccessFirst: []string{"http_access deny CONNECT"}},
 		)
 		g := startGateway(t, bin, gwConfig{upstreams: squidURLs(squids), rotation: "per-request"})
 		var sites []*testutil.Target

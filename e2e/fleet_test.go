@@ -19,18 +19,19 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
 // TestFleet is the end-to-end run of a health-checked fleet: the real
 // `proxyfleet controller` against a real API server, three real Squids
 // (egress 127.0.0.2, .3 and .4) as External Proxies, two real gateways in
-// --pool-api mode leasing from the controller, and a Managed Proxy of the
+// --lease-api mode leasing from the controller, and a Managed Proxy of the
 // kubernetes provider whose Pod a kubelet stand-in runs.
 //
 // One controller and one set of Squids serve every step, so the steps run in
@@ -67,7 +68,7 @@ func TestFleet(t *testing.T) {
 	writeFile(t, providersCfg, "providers:\n  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      namespace: "+podNS+"\n")
 	ctl := startController(t, bin, env, ns, "--providers-config", providersCfg,
 		"--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
+	api, err := leaseapi.NewClient("http://"+ctl.leaseAPIAddr, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestFleet(t *testing.T) {
 			got, err := fleetHealthy(ctx, api)
 			return poll.Check(err == nil && slices.Equal(got, names), "%s", fmt.Sprint(got, err))
 		})
-		all, err := api.List(ctx, poolapi.ListFilter{})
+		all, err := api.List(ctx, leaseapi.ListFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,9 +186,9 @@ func TestFleet(t *testing.T) {
 		}
 		// A reported it: the controller holds a cooldown of that member for
 		// that target (the target key is the host), as long as Retry-After.
-		var cd poolapi.CooldownInfo
+		var cd leaseapi.CooldownInfo
 		poll.Until(t, 30*time.Second, "a cooldown of "+member+" for 127.0.0.5 in the lease API", func() error {
-			ps, err := api.List(ctx, poolapi.ListFilter{})
+			ps, err := api.List(ctx, leaseapi.ListFilter{})
 			if err != nil {
 				return err
 			}
@@ -298,7 +299,7 @@ func TestFleet(t *testing.T) {
 		if containerPort != port {
 			t.Fatalf("kubelet stand-in: the Pod's container port is %d, want spec.port %d", containerPort, port)
 		}
-		podSquid := testutil.StartSquid(t, testutil.SquidOptions{
+		podSquid := squid.Start(t, squid.Options{
 			Name: "kubelet-stand-in-" + pod.Name, ListenIP: podIP, Port: containerPort, OutgoingAddr: egress,
 		})
 		pod.Status.Phase = corev1.PodRunning
@@ -361,8 +362,8 @@ func fleetWaitProxy(t *testing.T, env *testenv.Env, ns, name string, timeout tim
 }
 
 // fleetHealthy lists the names the lease API offers (healthy=true), sorted.
-func fleetHealthy(ctx context.Context, api *poolapi.Client) ([]string, error) {
-	ps, err := api.List(ctx, poolapi.ListFilter{HealthyOnly: true})
+func fleetHealthy(ctx context.Context, api *leaseapi.Client) ([]string, error) {
+	ps, err := api.List(ctx, leaseapi.ListFilter{HealthyOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +376,7 @@ func fleetHealthy(ctx context.Context, api *poolapi.Client) ([]string, error) {
 }
 
 // fleetFind returns the listed member called name, or nil.
-func fleetFind(ps []poolapi.ProxyInfo, name string) *poolapi.ProxyInfo {
+func fleetFind(ps []leaseapi.ProxyInfo, name string) *leaseapi.ProxyInfo {
 	for i := range ps {
 		if ps[i].Name == name {
 			return &ps[i]

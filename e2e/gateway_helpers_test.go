@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -78,7 +79,7 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 		g.apiToken = "api-token-" + filepath.Base(dir)
 		p := filepath.Join(dir, "api-token")
 		writeFile(t, p, g.apiToken+"\n")
-		fileArgs = append(fileArgs, "--api-token-file", p)
+		fileArgs = append(fileArgs, "--lease-api-token-file", p)
 	}
 	nPorts := 2
 	if cfg.api {
@@ -87,7 +88,7 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 	proc, addrs := testutil.StartProcessOnFreePorts(t, bin, nPorts, func(addrs []string) testutil.ProcessOptions {
 		args := []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--shutdown-grace", "10s"}
 		if cfg.api {
-			args = append(args, "--api-listen", addrs[2])
+			args = append(args, "--lease-api-listen", addrs[2])
 		}
 		for _, u := range cfg.upstreams {
 			args = append(args, "--upstream", u)
@@ -117,13 +118,13 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 }
 
 // poolAPIArgs are the flags of a gateway leasing from the lease API at
-// apiURL (comma-separated for several replicas) with token (--pool-api,
+// apiURL (comma-separated for several replicas) with token (--lease-api,
 // --pool-token-file), then extra.
 func poolAPIArgs(t *testing.T, apiURL, token string, extra ...string) []string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "pool-token")
 	writeFile(t, p, token+"\n")
-	return append([]string{"--pool-api", apiURL, "--pool-token-file", p}, extra...)
+	return append([]string{"--lease-api", apiURL, "--pool-token-file", p}, extra...)
 }
 
 // proxyURL is the gateway's proxy URL with user:token credentials when user is set.
@@ -187,17 +188,17 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // startSquids starts one Squid per outgoing address, concurrently.
-func startSquids(t *testing.T, name string, outgoing ...string) []*testutil.Squid {
+func startSquids(t *testing.T, name string, outgoing ...string) []*squid.Squid {
 	t.Helper()
-	opts := make([]testutil.SquidOptions, len(outgoing))
+	opts := make([]squid.Options, len(outgoing))
 	for i, out := range outgoing {
-		opts[i] = testutil.SquidOptions{Name: fmt.Sprintf("%s-%d", name, i), OutgoingAddr: out}
+		opts[i] = squid.Options{Name: fmt.Sprintf("%s-%d", name, i), OutgoingAddr: out}
 	}
-	return testutil.StartSquids(t, opts...)
+	return squid.StartAll(t, opts...)
 }
 
 // squidURLs are the proxy URLs of squids, for --upstream.
-func squidURLs(squids []*testutil.Squid) []string {
+func squidURLs(squids []*squid.Squid) []string {
 	out := make([]string, len(squids))
 	for i, sq := range squids {
 		out[i] = sq.URL()
@@ -206,7 +207,7 @@ func squidURLs(squids []*testutil.Squid) []string {
 }
 
 // outgoingAddrs are the source addresses squids give their traffic, sorted.
-func outgoingAddrs(squids []*testutil.Squid) []string {
+func outgoingAddrs(squids []*squid.Squid) []string {
 	out := make([]string, len(squids))
 	for i, sq := range squids {
 		out[i] = sq.OutgoingAddr()

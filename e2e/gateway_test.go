@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
@@ -59,10 +60,10 @@ func TestGateway(t *testing.T) {
 // shared Squids (127.0.0.2, .3, .4, in that order) and their outgoing
 // addresses. Each scenario runs its own gateway process and targets and
 // calls t.Parallel.
-type gatewayScenario func(t *testing.T, bin string, trio []*testutil.Squid, sources []string)
+type gatewayScenario func(t *testing.T, bin string, trio []*squid.Squid, sources []string)
 
 // gatewayRotatesPerRequestAcrossEveryUpstream: per-request rotation reaches every upstream.
-func gatewayRotatesPerRequestAcrossEveryUpstream(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayRotatesPerRequestAcrossEveryUpstream(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	// A proxy in the gateway's own environment must be ignored: it points nowhere.
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), rotation: "per-request",
@@ -110,7 +111,7 @@ func gatewayRotatesPerRequestAcrossEveryUpstream(t *testing.T, bin string, trio 
 }
 
 // gatewayReloadsTheUpstreamsFileWithoutDroppingATunnel: upstreams file reload swaps members without dropping a live tunnel.
-func gatewayReloadsTheUpstreamsFileWithoutDroppingATunnel(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayReloadsTheUpstreamsFileWithoutDroppingATunnel(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	line := func(i int) string { return fmt.Sprintf("%s name=sq%d\n", trio[i].URL(), i+2) }
 	g := startGateway(t, bin, gwConfig{upstreamsFile: line(0) + line(1), rotation: "per-request",
@@ -169,7 +170,7 @@ func gatewayReloadsTheUpstreamsFileWithoutDroppingATunnel(t *testing.T, bin stri
 }
 
 // gatewayStickyRotationKeepsOneUpstreamPerTarget: sticky rotation keeps one upstream per target and spreads targets.
-func gatewayStickyRotationKeepsOneUpstreamPerTarget(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayStickyRotationKeepsOneUpstreamPerTarget(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), rotation: "sticky", args: []string{"--lease-ttl", "60s"}})
 	var targets []*testutil.Target
@@ -206,7 +207,7 @@ func gatewayStickyRotationKeepsOneUpstreamPerTarget(t *testing.T, bin string, tr
 }
 
 // gatewayCoolsOneUpstreamDownForOneTargetOn429: 429 with Retry-After cools one upstream down for that target only.
-func gatewayCoolsOneUpstreamDownForOneTargetOn429(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayCoolsOneUpstreamDownForOneTargetOn429(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), rotation: "per-request"})
 	limited := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.41"})
@@ -257,7 +258,7 @@ func gatewayCoolsOneUpstreamDownForOneTargetOn429(t *testing.T, bin string, trio
 }
 
 // gatewaySurvivesASquidKilledMidRun: a Squid killed mid-run causes no client-visible failure and comes back.
-func gatewaySurvivesASquidKilledMidRun(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewaySurvivesASquidKilledMidRun(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	crashTrio := startSquids(t, "crash", "127.0.0.12", "127.0.0.13", "127.0.0.14")
 	target := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.51"})
@@ -366,7 +367,7 @@ func gatewaySurvivesASquidKilledMidRun(t *testing.T, bin string, trio []*testuti
 }
 
 // gatewayTunnelsToAnHTTPSTargetEndToEnd: CONNECT through the chain reaches an HTTPS target end to end.
-func gatewayTunnelsToAnHTTPSTargetEndToEnd(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayTunnelsToAnHTTPSTargetEndToEnd(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio)})
 	tlsTarget := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.61"})
@@ -414,7 +415,7 @@ func gatewayTunnelsToAnHTTPSTargetEndToEnd(t *testing.T, bin string, trio []*tes
 }
 
 // gatewayUsernameParametersPinAndBadCredentialsGet407: session, proxy and attribute parameters pin; bad usernames and tokens get 407.
-func gatewayUsernameParametersPinAndBadCredentialsGet407(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayUsernameParametersPinAndBadCredentialsGet407(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	byName := map[string]string{"sq2": trio[0].OutgoingAddr(), "sq3": trio[1].OutgoingAddr(), "sq4": trio[2].OutgoingAddr()}
 	g := startGateway(t, bin, gwConfig{
@@ -550,7 +551,7 @@ func gatewayUsernameParametersPinAndBadCredentialsGet407(t *testing.T, bin strin
 }
 
 // gatewayAnswers503WhenNoMemberIsUsable: no usable member gets 503 with the reason.
-func gatewayAnswers503WhenNoMemberIsUsable(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayAnswers503WhenNoMemberIsUsable(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	t.Run("selector nobody matches", func(t *testing.T) {
 		g := startGateway(t, bin, gwConfig{upstreamsFile: fmt.Sprintf("%s name=sq2 region=eu\n%s name=sq3 region=us\n", trio[0].URL(), trio[1].URL())})
@@ -588,7 +589,7 @@ func gatewayAnswers503WhenNoMemberIsUsable(t *testing.T, bin string, trio []*tes
 }
 
 // gatewayLeaseAPIAndCLIShareItsStore: lease API and the lease CLI share the gateway's store.
-func gatewayLeaseAPIAndCLIShareItsStore(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayLeaseAPIAndCLIShareItsStore(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{
 		upstreamsFile: fmt.Sprintf("%s name=sq2 region=eu\n%s name=sq3 region=us\n%s name=sq4 region=eu\n", trio[0].URL(), trio[1].URL(), trio[2].URL()),
@@ -599,7 +600,7 @@ func gatewayLeaseAPIAndCLIShareItsStore(t *testing.T, bin string, trio []*testut
 }
 
 // gatewayRefusesAPrivateTargetByDefault: a private target is refused by default.
-func gatewayRefusesAPrivateTargetByDefault(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayRefusesAPrivateTargetByDefault(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio), refusePrivate: true})
 	target := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.91"})
@@ -623,7 +624,7 @@ func gatewayRefusesAPrivateTargetByDefault(t *testing.T, bin string, trio []*tes
 }
 
 // gatewayDrainsAnOpenTunnelOnSIGTERM: SIGTERM lets an open tunnel finish within the grace period and exits 0.
-func gatewayDrainsAnOpenTunnelOnSIGTERM(t *testing.T, bin string, trio []*testutil.Squid, sources []string) {
+func gatewayDrainsAnOpenTunnelOnSIGTERM(t *testing.T, bin string, trio []*squid.Squid, sources []string) {
 	t.Parallel()
 	g := startGateway(t, bin, gwConfig{upstreams: squidURLs(trio)})
 	tlsTarget := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.95"})
@@ -670,7 +671,7 @@ func gatewayDrainsAnOpenTunnelOnSIGTERM(t *testing.T, bin string, trio []*testut
 // gateway with members sq2 (.2, eu), sq3 (.3, us), sq4 (.4, eu) and
 // per-request rotation. They share the gateway's store: each one leaves no
 // lease behind, and the cooldowns they start are on targets of their own.
-func testLeaseAPI(t *testing.T, g *gatewayProc, trio []*testutil.Squid) {
+func testLeaseAPI(t *testing.T, g *gatewayProc, trio []*squid.Squid) {
 	la := &leaseAPIFixture{g: g, tok: g.apiToken, trio: trio}
 	for _, sc := range []struct {
 		name string
@@ -693,7 +694,7 @@ func testLeaseAPI(t *testing.T, g *gatewayProc, trio []*testutil.Squid) {
 type leaseAPIFixture struct {
 	g    *gatewayProc
 	tok  string
-	trio []*testutil.Squid
+	trio []*squid.Squid
 }
 
 // apiProxyInfo is one member in GET /v1/proxies.
@@ -944,7 +945,7 @@ func leaseCLIListsAcquiresAndReleases(t *testing.T, la *leaseAPIFixture) {
 
 // memberSource maps a member named by its default name (the Squid's
 // host:port) to the source address that Squid gives its traffic.
-func memberSource(squids []*testutil.Squid, name string) string {
+func memberSource(squids []*squid.Squid, name string) string {
 	for _, sq := range squids {
 		if sq.Addr() == name {
 			return sq.OutgoingAddr()

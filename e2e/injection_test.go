@@ -23,7 +23,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/inject"
-	"github.com/proxyfleet/proxyfleet/controller/leaseapi"
+	"github.com/proxyfleet/proxyfleet/controller/leases"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
@@ -53,7 +53,7 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 				"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--lease-api-listen", addrs[2],
 				"--webhook-listen", addrs[3], "--status-listen", "0", "--gateway-image", "proxyfleet-sidecar:e2e",
 				"--webhook-configuration", configName, "--webhook-cert-hosts", "127.0.0.1",
-				"--sidecar-pool-api", "http://" + addrs[2], "--lease-api-token-review",
+				"--sidecar-lease-api", "http://" + addrs[2], "--lease-api-token-review",
 				"--health-tick", "100ms", "--log-format", "text"},
 			Env:             []string{"POD_NAMESPACE=" + ctlNS},
 			WaitAddrs:       addrs,
@@ -104,10 +104,10 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 		}
 	}
 	must(env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: crawlNS}}))
-	must(env.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: leaseapi.LeaseUserClusterRole},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{leaseapi.LeaseGroup}, Resources: []string{leaseapi.LeaseResource}, Verbs: []string{leaseapi.LeaseVerb}}}}))
+	must(env.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseUserClusterRole},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{leases.LeaseGroup}, Resources: []string{leases.LeaseResource}, Verbs: []string{leases.LeaseVerb}}}}))
 	must(env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "crawler-leases", Namespace: crawlNS},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: leaseapi.LeaseUserClusterRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: leases.LeaseUserClusterRole},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "crawler", Namespace: crawlNS}}}))
 
 	pod := &corev1.Pod{

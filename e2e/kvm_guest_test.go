@@ -20,6 +20,8 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -44,7 +46,7 @@ const guestBootTimeout = 8 * time.Minute
 // Ready. Beside it the same image boots the gcp provider's bootstrap: a
 // gcp entry on the in-test Compute Engine inserts an instance, whose
 // user-data metadata becomes a second guest's NoCloud seed, and that Proxy
-// turns Ready the same way. A --pool-api gateway then carries requests to
+// turns Ready the same way. A --lease-api gateway then carries requests to
 // a target on the guests' network, which sees a guest's address as the
 // source, and each guest's Squid refuses a request without the login (407),
 // a CONNECT to a port other than 443, and the metadata address and a
@@ -59,8 +61,8 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	}
 	started := time.Now()
 	bin := testutil.BuildBinary(t)
-	image := testutil.GuestImagePath(t)
-	host := testutil.StartGuestHost(t, image)
+	image := libvirtd.GuestImagePath(t)
+	host := libvirtd.StartGuestHost(t, image)
 	lvd := host.Libvirtd
 	t.Logf("guests run with domain type %q: %s", lvd.DomainType, lvd.KVMReason)
 	env := testenv.Start(t)
@@ -68,7 +70,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	ctx := context.Background()
 	target := testutil.StartTarget(t, testutil.TargetOptions{Host: host.BridgeIP})
 
-	compute := testutil.StartComputeServer(t, "proxy-project")
+	compute := computeapi.Start(t, "proxy-project")
 	config := filepath.Join(t.TempDir(), "providers.yaml")
 	writeFile(t, config, host.Config+`  - name: gcp-test
     type: gcp
@@ -116,7 +118,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	requireGuestSquid(t, net.JoinHostPort(g.Status.IP, "3128"), guestLogin(t, env.Client, g), target, host.BridgeIP)
 	poolToken := filepath.Join(t.TempDir(), "pool-token")
 	writeFile(t, poolToken, apiToken+"\n")
-	gw := startGateway(t, bin, gwConfig{args: []string{"--pool-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
+	gw := startGateway(t, bin, gwConfig{args: []string{"--lease-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
 	guests := map[string]string{ns + "/vm-1": p.Status.IP, ns + "/gce-1": g.Status.IP}
 	for i := range 4 {
 		var r getResult
@@ -255,7 +257,7 @@ const gceZone = "europe-west1-b"
 // the instance's metadata as its NoCloud seed, and reports the guest's
 // DHCP address as the instance's VPC address with status RUNNING, as
 // Compute Engine would. It returns the instance's name.
-func bootGCEInstance(t *testing.T, c client.Client, compute *testutil.ComputeServer, lvd *testutil.Libvirtd, image, ns, name string) string {
+func bootGCEInstance(t *testing.T, c client.Client, compute *computeapi.Server, lvd *libvirtd.Daemon, image, ns, name string) string {
 	t.Helper()
 	var vm, userData string
 	poll.Until(t, pollTimeout, name+": its instance inserted", func() error {
@@ -287,7 +289,7 @@ func bootGCEInstance(t *testing.T, c client.Client, compute *testutil.ComputeSer
 // waitGuestReady waits up to guestBootTimeout for the Proxy to be Ready
 // with an address, failing with the guest's console, the QEMU log and the
 // controller's output when it is not.
-func waitGuestReady(t *testing.T, c client.Client, host *testutil.GuestHost, ctl *controllerProc, ns, name string) *v1alpha1.Proxy {
+func waitGuestReady(t *testing.T, c client.Client, host *libvirtd.GuestHost, ctl *controllerProc, ns, name string) *v1alpha1.Proxy {
 	t.Helper()
 	var p v1alpha1.Proxy
 	deadline, logged := time.Now().Add(guestBootTimeout), time.Now()
@@ -313,7 +315,7 @@ func waitGuestReady(t *testing.T, c client.Client, host *testutil.GuestHost, ctl
 // console (the kernel, systemd, cloud-init's output, and the bootstrap's
 // Squid status and journal when Squid does not start), the tail of its QEMU
 // log, and the controller's last lines.
-func guestReport(host *testutil.GuestHost, ctl *controllerProc, domain string) string {
+func guestReport(host *libvirtd.GuestHost, ctl *controllerProc, domain string) string {
 	return "--- serial console of " + domain + " (cloud-init and Squid) ---\n" + lastLines(host.Consoles.Log(domain), 200) +
 		"\n--- QEMU log ---\n" + host.Libvirtd.GuestLog(domain) +
 		"\n--- controller ---\n" + lastLines(ctl.Output(), 60)

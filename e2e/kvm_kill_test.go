@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -53,7 +54,7 @@ func testKVMKilledMidCreate(t *testing.T, cut func(lv *libvirt.Libvirt, guest []
 	env := testenv.Start(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	host := testutil.StartKVMHost(t)
+	host := libvirtd.StartKVMHost(t)
 	lvd := host.Libvirtd
 	config := filepath.Join(t.TempDir(), "providers.yaml")
 	writeFile(t, config, host.Config)

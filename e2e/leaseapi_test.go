@@ -19,7 +19,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -28,7 +28,7 @@ import (
 // not: attribute selectors on the lease API's list and leases, and the
 // controller's own /metrics (lease requests by outcome, the scrape-time pool
 // and Proxy-phase gauges, the per-Proxy probe series and their removal when
-// a Proxy is deleted). Rotation through --pool-api gateways and the shared
+// a Proxy is deleted). Rotation through --lease-api gateways and the shared
 // cooldown are TestFleet's scenarios 2 and 3.
 func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	bin := testutil.BuildBinary(t)
@@ -43,7 +43,7 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
 	writeFile(t, tokenFile, "# the controller's lease API token\n"+apiToken+"\n")
 	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--health-tick", "100ms")
-	api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+	api, err := leaseapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestControllerLeaseAPIAttributesAndMetrics(t *testing.T) {
 	})
 
 	t.Run("attribute selectors filter the list and the leases", func(t *testing.T) {
-		eu, err := api.List(ctx, poolapi.ListFilter{Attributes: map[string]string{"region": "eu"}})
+		eu, err := api.List(ctx, leaseapi.ListFilter{Attributes: map[string]string{"region": "eu"}})
 		if err != nil {
 			t.Fatal(err)
 		}

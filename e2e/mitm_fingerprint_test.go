@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/fpsite"
 )
 
 // fpClient is one real client that loads a URL through an HTTP proxy (a
@@ -64,9 +64,9 @@ var fpSquidAccess = []string{"acl fp_named dstdom_regex -n [a-zA-Z]", "http_acce
 // fpSeen are the connections the site saw from index from on that carried
 // requests of the client named ua (a browser's preconnect that carried
 // nothing is left out).
-func fpSeen(t *testing.T, site *testutil.FingerprintSite, from int, ua string) []*testutil.SiteConn {
+func fpSeen(t *testing.T, site *fpsite.Site, from int, ua string) []*fpsite.Conn {
 	t.Helper()
-	var out []*testutil.SiteConn
+	var out []*fpsite.Conn
 	for _, sc := range site.Conns()[from:] {
 		if clientsOn(sc)[ua] {
 			out = append(out, sc)
@@ -82,7 +82,7 @@ func fpSeen(t *testing.T, site *testutil.FingerprintSite, from int, ua string) [
 var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "HeadlessChrome"}
 
 // clientsOn are the clients whose requests a site connection carried.
-func clientsOn(sc *testutil.SiteConn) map[string]bool {
+func clientsOn(sc *fpsite.Conn) map[string]bool {
 	out := map[string]bool{}
 	for _, r := range sc.Seen() {
 		for _, ua := range fpUAs {
@@ -117,8 +117,8 @@ func certSPKI(t *testing.T, certPEM []byte) string {
 // through the go gateway it computes Go's. Chromium's requests reach the
 // site over HTTP/2. docs/mitm.md shows what this logs.
 func TestMITMFingerprintMirroring(t *testing.T) {
-	site := testutil.StartFingerprintSite(t, "127.0.0.223")
-	goSite := testutil.StartFingerprintSite(t, "127.0.0.224")
+	site := fpsite.Start(t, "127.0.0.223")
+	goSite := fpsite.Start(t, "127.0.0.224")
 	m := startMITMSetupWith(t, "fp", []string{"127.0.0.221", "127.0.0.222"}, fpSquidAccess, site.CertPEM(), goSite.CertPEM())
 	goGW := m.startGateway(t, "--mitm-fingerprint", "go")
 	pems := filepath.Join(t.TempDir(), "sites.pem")

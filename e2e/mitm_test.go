@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -29,7 +30,7 @@ type mitmSetup struct {
 	g       *gatewayProc
 	caFile  string
 	caSPKI  string // base64 SHA-256 of the CA's SubjectPublicKeyInfo
-	squids  []*testutil.Squid
+	squids  []*squid.Squid
 	sources map[string]bool
 	// bin and baseArgs start more gateways like g (startGateway).
 	bin      string
@@ -46,7 +47,7 @@ func startMITMSetup(t *testing.T, sites ...*testutil.Target) *mitmSetup {
 }
 
 // startMITMSetupWith is startMITMSetup with Squids of its own name,
-// outgoing addresses and access rules (testutil.SquidOptions.AccessFirst),
+// outgoing addresses and access rules (squid.Options.AccessFirst),
 // and the sites' certificates.
 func startMITMSetupWith(t *testing.T, name string, squidAddrs, squidAccess []string, sitePEMs ...[]byte) *mitmSetup {
 	t.Helper()
@@ -73,11 +74,11 @@ func startMITMSetupWith(t *testing.T, name string, squidAddrs, squidAccess []str
 	}
 	upstreamCA := filepath.Join(dir, "sites.pem")
 	writeFile(t, upstreamCA, string(bytes.Join(sitePEMs, nil)))
-	opts := make([]testutil.SquidOptions, len(squidAddrs))
+	opts := make([]squid.Options, len(squidAddrs))
 	for i, a := range squidAddrs {
-		opts[i] = testutil.SquidOptions{Name: fmt.Sprintf("%s-%d", name, i), OutgoingAddr: a, AccessFirst: squidAccess}
+		opts[i] = squid.Options{Name: fmt.Sprintf("%s-%d", name, i), OutgoingAddr: a, AccessFirst: squidAccess}
 	}
-	squids := testutil.StartSquids(t, opts...)
+	squids := squid.StartAll(t, opts...)
 	m := &mitmSetup{caFile: caFile, caSPKI: spki, squids: squids, sources: map[string]bool{},
 		bin: bin, baseArgs: []string{"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", upstreamCA, "--log-level", "debug"}}
 	for _, a := range squidAddrs {

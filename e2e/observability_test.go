@@ -162,7 +162,7 @@ func TestJSONLogsAndConsoleTraces(t *testing.T) {
 		// with JSON logs no usage block prints them.
 		started map[string]string
 	}{
-		{"gateway (--pool-api)", remote.Process, map[string]string{"listen": remote.addr, "metricsListen": remote.metricsAddr}},
+		{"gateway (--lease-api)", remote.Process, map[string]string{"listen": remote.addr, "metricsListen": remote.metricsAddr}},
 		{"gateway (own pool)", local.Process, map[string]string{"listen": local.addr, "metricsListen": local.metricsAddr, "apiListen": local.apiAddr}},
 		{"controller", ctl.Process, nil},
 	}
@@ -209,7 +209,7 @@ func TestJSONLogsAndConsoleTraces(t *testing.T) {
 	find("controller", "Reconcile Proxy", func(s consoleSpan) bool {
 		return s.attr("k8s.namespace.name") == ns && s.attr("proxyfleet.proxy") == "squid"
 	})
-	find("gateway (--pool-api)", "gateway.request", func(s consoleSpan) bool {
+	find("gateway (--lease-api)", "gateway.request", func(s consoleSpan) bool {
 		return s.attr("proxyfleet.member") == ns+"/squid" && s.attr("proxyfleet.outcome") == "ok" &&
 			s.attr("proxyfleet.target") == "127.0.0.1" && s.attr("proxyfleet.attempts") == "1"
 	})

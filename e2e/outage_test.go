@@ -21,13 +21,13 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // TestGatewaysRideOutAControllerRestart stops the only controller (memory
-// store) under load through --pool-api gateways and starts a new one, as
+// store) under load through --lease-api gateways and starts a new one, as
 // every upgrade of the chart does: the gateways lease from their last-known
 // members meanwhile, so no request fails, with sticky and with per-request
 // rotation. A ban learnt during the outage holds after the return and is in
@@ -67,8 +67,8 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 		}
 		names[i] = ns + "/" + px.Name
 	}
-	apiOf := func(addr string) *poolapi.Client {
-		c, err := poolapi.NewClient("http://"+addr, token, nil)
+	apiOf := func(addr string) *leaseapi.Client {
+		c, err := leaseapi.NewClient("http://"+addr, token, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 
 	t.Run("the ban learnt during the outage is in the new controller's view", func(t *testing.T) {
 		poll.Until(t, 60*time.Second, "squid-0 resting for the banned site in the new controller", func() error {
-			list, err := api2.List(ctx, poolapi.ListFilter{})
+			list, err := api2.List(ctx, leaseapi.ListFilter{})
 			if err != nil {
 				return err
 			}
@@ -255,15 +255,15 @@ func TestGatewaysRideOutAControllerRestart(t *testing.T) {
 }
 
 // gatewayStatus reads a gateway's status JSON.
-func gatewayStatus(g *gatewayProc) (status.GatewayView, error) {
-	var v status.GatewayView
-	resp, err := http.Get("http://" + g.metricsAddr + status.JSONPath)
+func gatewayStatus(g *gatewayProc) (statuspage.GatewayView, error) {
+	var v statuspage.GatewayView
+	resp, err := http.Get("http://" + g.metricsAddr + statuspage.JSONPath)
 	if err != nil {
 		return v, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("GET %s: %s", status.JSONPath, resp.Status)
+		return v, fmt.Errorf("GET %s: %s", statuspage.JSONPath, resp.Status)
 	}
 	return v, json.NewDecoder(resp.Body).Decode(&v)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -19,7 +20,7 @@ import (
 //   - --site-min-interval 600ms on both, bursting at once, holds for their
 //     sum (each alone would allow one per 600ms per member, together twice
 //     the site's limit): no member banned;
-//   - the same through a gateway on --pool-api: the lease API carries the
+//   - the same through a gateway on --lease-api: the lease API carries the
 //     decision of the store that serves it.
 func TestGatewaysOnOneStorePaceASiteTogether(t *testing.T) {
 	bin := testutil.BuildBinary(t)
@@ -29,10 +30,10 @@ func TestGatewaysOnOneStorePaceASiteTogether(t *testing.T) {
 		conc   = 4
 	)
 	squids := startSquids(t, "paceshared", "127.0.0.236", "127.0.0.237", "127.0.0.238")
-	redis := testutil.StartRedis(t, testutil.RedisOptions{})
+	rdb := redis.Start(t, redis.Options{})
 	onStore := func(extra ...string) gwConfig {
 		return gwConfig{upstreams: squidURLs(squids), args: append([]string{"--cooldown", "10m",
-			"--lease-store", redis.URL(), "--lease-store-prefix", "e2e-pace"}, extra...)}
+			"--lease-store", rdb.URL(), "--lease-store-prefix", "e2e-pace"}, extra...)}
 	}
 
 	t.Run("the second gateway obeys the pace the first learnt", func(t *testing.T) {
@@ -90,7 +91,7 @@ func TestGatewaysOnOneStorePaceASiteTogether(t *testing.T) {
 	t.Run("an explicit min interval holds across both gateways", func(t *testing.T) {
 		twoAtOnce(t, "127.0.0.240", startGateway(t, bin, onStore("--site-min-interval", "600ms")), startGateway(t, bin, onStore("--site-min-interval", "600ms")))
 	})
-	t.Run("a --pool-api gateway is paced by the store behind the lease API", func(t *testing.T) {
+	t.Run("a --lease-api gateway is paced by the store behind the lease API", func(t *testing.T) {
 		served := startGateway(t, bin, gwConfig{upstreams: squidURLs(squids), api: true, args: []string{"--cooldown", "10m", "--site-min-interval", "600ms"}})
 		remote := startGateway(t, bin, gwConfig{args: poolAPIArgs(t, "http://"+served.apiAddr, served.apiToken, "--site-min-interval", "600ms")})
 		twoAtOnce(t, "127.0.0.241", served, remote)

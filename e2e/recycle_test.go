@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -22,7 +23,7 @@ import (
 
 // TestPoolRecyclesAProxyThatSitesBanned is spec.recycle end to end: the
 // real controller on a shared Redis lease store (a real redis-server), a
-// ProxyPool of two External Proxies at a real Squid, and a real --pool-api
+// ProxyPool of two External Proxies at a real Squid, and a real --lease-api
 // gateway through which a crawler reaches three sites that answer 403. The
 // gateway reports each ban to the controller's lease API; the Proxy three
 // sites banned is recycled (a replacement comes up, it is drained and
@@ -33,7 +34,7 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	redis := testutil.StartRedis(t, testutil.RedisOptions{})
+	rdb := redis.Start(t, redis.Options{})
 	squid := startSquids(t, "recycle", "127.0.0.233")[0]
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	var sites []*testutil.Target
@@ -45,7 +46,7 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 	const token = "e2e-recycle-lease-token"
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
 	writeFile(t, tokenFile, token+"\n")
-	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--lease-store", redis.URL(),
+	ctl := startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--lease-store", rdb.URL(),
 		"--health-tick", "100ms", "--recycle-interval", "200ms", "--pool-drain-poll", "200ms")
 
 	pool := gen.ProxyPool("burnt", gen.SetProxyPoolNamespace(ns), gen.SetProxyPoolReplicas(2), gen.SetProxyPoolDrainSeconds(3),
@@ -106,11 +107,13 @@ func TestPoolRecyclesAProxyThatSitesBanned(t *testing.T) {
 		return poll.Check(!slices.Contains(names, burnt) && slices.Contains(names, warm) && len(ps) == 2 &&
 			p.Status.ReadyReplicas == 2 && p.Status.RecycledReplicas == 1, "%v, status %+v", names, p.Status)
 	})
-	p := getPool()
-	cond := p.Condition(v1alpha1.ConditionRecycling)
-	if cond == nil || cond.Reason != v1alpha1.ReasonNoneBanned || !strings.Contains(cond.Message, warm+" by 2 sites") {
-		t.Errorf("Recycling condition %+v, want NoneBanned naming %s, banned by two sites", cond, warm)
-	}
+	// The condition is written by the pool's next reconcile after the
+	// replacement, which may come after the counts above were seen.
+	poll.Until(t, pollTimeout, "the Recycling condition NoneBanned, naming "+warm+" banned by two sites", func() error {
+		cond := getPool().Condition(v1alpha1.ConditionRecycling)
+		return poll.Check(cond != nil && cond.Reason == v1alpha1.ReasonNoneBanned && strings.Contains(cond.Message, warm+" by 2 sites"),
+			"Recycling condition %+v", cond)
+	})
 	_, body, err := httpGet("http://" + ctl.metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

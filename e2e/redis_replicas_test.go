@@ -15,15 +15,16 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // TestControllerReplicasOnRedis runs two real controller processes on one
-// real redis-server behind one --pool-api gateway that knows both. One
+// real redis-server behind one --lease-api gateway that knows both. One
 // replica is SIGKILLed in the middle of a crawl and no client request
 // fails; a ban learnt through the gateway then outlives restarting both
 // replicas, because it lives in Redis, not in a process.
@@ -32,7 +33,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 	env := testenv.Start(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	redis := testutil.StartRedis(t, testutil.RedisOptions{})
+	rdb := redis.Start(t, redis.Options{})
 
 	squids := startSquids(t, "replicas", "127.0.0.131", "127.0.0.132", "127.0.0.133")
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
@@ -41,7 +42,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 	writeFile(t, tokenFile, apiToken+"\n")
 	replica := func() *controllerProc {
 		return startController(t, bin, env, ns, "--lease-api-token-file", tokenFile, "--health-tick", "100ms",
-			"--lease-store", redis.URL(), "--leader-elect", "--leader-election-namespace", ns)
+			"--lease-store", rdb.URL(), "--leader-elect", "--leader-election-namespace", ns)
 	}
 	ctlA, ctlB := replica(), replica()
 
@@ -60,7 +61,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		})
 	}
 	for _, ctl := range []*controllerProc{ctlA, ctlB} {
-		api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+		api, err := leaseapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctlC, ctlD = replica(), replica()
-		api, err := poolapi.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
+		api, err := leaseapi.NewClient("http://"+ctlC.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,14 +146,14 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		pinned := mustGetOK(t, c, site.URL()+"/pin", nil)
 		poll.Until(t, 30*time.Second, "the last-known member list", func() error {
 			// The last-known list arrives with the first refresh.
-			var v status.GatewayView
-			getJSON(t, "http://"+sticky.metricsAddr+status.JSONPath, &v)
+			var v statuspage.GatewayView
+			getJSON(t, "http://"+sticky.metricsAddr+statuspage.JSONPath, &v)
 			if v.LastKnown == nil || v.LastKnown.Members == 0 {
 				return fmt.Errorf("no last-known list yet: %+v", v.LastKnown)
 			}
 			return nil
 		})
-		if err := redis.Stop(); err != nil {
+		if err := rdb.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
@@ -166,7 +167,7 @@ func TestControllerReplicasOnRedis(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store_unavailable") {
 			t.Fatalf("a new session with Redis down and no last-known pool: %d %s %q, want 503 naming store_unavailable", r.status, r.reason, r.body)
 		}
-		redis.Start()
+		rdb.Start()
 		poll.Until(t, 60*time.Second, "a new session after Redis came back", func() error {
 			r, err := doGet(fresh, site.URL()+"/back", nil)
 			if err != nil {

@@ -13,10 +13,12 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // The shared lease store as operators run it: standalone gateways (the
@@ -31,7 +33,7 @@ import (
 // crawls through both gateways from six clients while kill takes the
 // primary away and waitNew waits for its successor, and then checks what
 // the crawlers saw and that the ban survived. extra are more gateway flags.
-func failoverCrawl(t *testing.T, bin string, squids []*testutil.Squid, store, prefix string, siteAddr, bannedSiteAddr string, kill func(), waitNew func(), extra ...string) {
+func failoverCrawl(t *testing.T, bin string, squids []*squid.Squid, store, prefix string, siteAddr, bannedSiteAddr string, kill func(), waitNew func(), extra ...string) {
 	t.Helper()
 	args := append([]string{"--lease-store", store, "--lease-store-prefix", prefix}, extra...)
 	gw := func() *gatewayProc {
@@ -84,7 +86,7 @@ func TestGatewaysOnRedisSentinelRideOutAPrimaryKill(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t)
 	squids := startSquids(t, "sentinel", "127.0.0.171", "127.0.0.172", "127.0.0.173")
-	rs := testutil.StartRedisSentinel(t, testutil.SentinelTopology{Password: "e2e-sentinel-pw"})
+	rs := redis.StartSentinel(t, redis.SentinelTopology{Password: "e2e-sentinel-pw"})
 	old := rs.Primary(t)
 	failoverCrawl(t, bin, squids, rs.URL(), "e2e-sentinel", "127.0.0.174", "127.0.0.175", func() {
 		if err := old.Kill(); err != nil {
@@ -97,7 +99,7 @@ func TestGatewaysOnRedisClusterRideOutAPrimaryKill(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t)
 	squids := startSquids(t, "cluster", "127.0.0.181", "127.0.0.182", "127.0.0.183")
-	rc := testutil.StartRedisCluster(t, testutil.ClusterTopology{})
+	rc := redis.StartCluster(t, redis.ClusterTopology{})
 	const prefix = "e2e-cluster"
 	old := rc.PrimaryForKey(t, "{"+prefix+"}:")
 	failoverCrawl(t, bin, squids, rc.URL(), prefix, "127.0.0.184", "127.0.0.185", func() {
@@ -116,10 +118,10 @@ func TestGatewaysOnAShardedRedisClusterRideOutAPrimaryKill(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t)
 	squids := startSquids(t, "shardcluster", "127.0.0.236", "127.0.0.237", "127.0.0.238")
-	rc := testutil.StartRedisCluster(t, testutil.ClusterTopology{})
+	rc := redis.StartCluster(t, redis.ClusterTopology{})
 	const prefix = "e2e-shards"
 	var key string
-	var old *testutil.Redis
+	var old *redis.Server
 	failoverCrawl(t, bin, squids, rc.URL(), prefix, "127.0.0.242", "127.0.0.243", func() {
 		// A group's members key (three members in three groups by a hash
 		// of their names: some group may have none), wherever its tag put it.
@@ -146,10 +148,10 @@ func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t)
 	squids := startSquids(t, "tls", "127.0.0.191")
-	ca := testutil.NewCA(t, "e2e-redis-ca")
+	ca := redis.NewCA(t, "e2e-redis-ca")
 	client := ca.Issue(t, "client")
-	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "e2e-tls-pw",
-		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
+	r := redis.Start(t, redis.Options{Password: "e2e-tls-pw",
+		TLS: &redis.TLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
 	gw := startGateway(t, bin, gwConfig{upstreams: squidURLs(squids), args: []string{"--lease-store", r.URL(),
 		"--lease-store-ca-file", ca.CertFile, "--lease-store-cert-file", client.CertFile, "--lease-store-key-file", client.KeyFile}})
 	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.192"})
@@ -158,7 +160,7 @@ func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
 		t.Fatalf("the gateway's members are not in the TLS Redis: %v %v", keys, err)
 	}
 
-	wrong := testutil.NewCA(t, "e2e-wrong-ca")
+	wrong := redis.NewCA(t, "e2e-wrong-ca")
 	out, err := exec.Command(bin, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--upstream", squids[0].URL(),
 		"--lease-store", r.URL(), "--lease-store-ca-file", wrong.CertFile,
 		"--lease-store-cert-file", client.CertFile, "--lease-store-key-file", client.KeyFile).CombinedOutput()
@@ -171,7 +173,7 @@ func TestGatewayOnTLSRedisVerifiesTheServer(t *testing.T) {
 }
 
 // TestControllerReplicasOnRedisSentinel runs two real controller replicas
-// on a real Sentinel topology behind one --pool-api gateway whose
+// on a real Sentinel topology behind one --lease-api gateway whose
 // last-known pool is off (--pool-outage-grace 0), so any lease API answer
 // of 503 store_unavailable would reach a crawler. The primary is SIGKILLed
 // mid-crawl: the replicas' store waits out the failover and no request
@@ -182,7 +184,7 @@ func TestControllerReplicasOnRedisSentinel(t *testing.T) {
 	env := testenv.Start(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	rs := testutil.StartRedisSentinel(t, testutil.SentinelTopology{})
+	rs := redis.StartSentinel(t, redis.SentinelTopology{})
 	squids := startSquids(t, "ctl-sentinel", "127.0.0.176", "127.0.0.177", "127.0.0.178")
 	probe := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	const apiToken = "e2e-sentinel-token"
@@ -204,7 +206,7 @@ func TestControllerReplicasOnRedisSentinel(t *testing.T) {
 	}
 	var urls []string
 	for _, ctl := range ctls {
-		api, err := poolapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
+		api, err := leaseapi.NewClient("http://"+ctl.leaseAPIAddr, apiToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
@@ -160,7 +161,7 @@ func TestWebSocketsAsBrowsersAndClientsOpenThem(t *testing.T) {
 	t.Run("CONNECT to an HTTP port carries plain HTTP through the member", func(t *testing.T) {
 		t.Parallel()
 		// A Squid that tunnels only to 443, as the generated ones do.
-		one := testutil.StartSquids(t, testutil.SquidOptions{Name: "ws-connect", OutgoingAddr: "127.0.0.206",
+		one := squid.StartAll(t, squid.Options{Name: "ws-connect", OutgoingAddr: "127.0.0.206",
 			AccessFirst: []string{"acl tls_ports port 443", "http_access deny CONNECT !tls_ports"}})
 		site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.207"})
 		port := strconv.Itoa(site.Port())

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -19,9 +20,9 @@ import (
 )
 
 // squidMembers starts real Squids and returns them with their pool members.
-func squidMembers(t *testing.T, opts ...testutil.SquidOptions) ([]*testutil.Squid, []pool.Member) {
+func squidMembers(t *testing.T, opts ...squid.Options) ([]*squid.Squid, []pool.Member) {
 	t.Helper()
-	squids := testutil.StartSquids(t, opts...)
+	squids := squid.StartAll(t, opts...)
 	members := make([]pool.Member, len(squids))
 	for i, s := range squids {
 		u, err := url.Parse(s.URL())
@@ -74,9 +75,9 @@ func restingFor(store *pool.Store, target string) int {
 // rotation still reaches all three Squids.
 func TestDeadSitesTakeNoSquidOutOfService(t *testing.T) {
 	_, members := squidMembers(t,
-		testutil.SquidOptions{Name: "dead-a", OutgoingAddr: "127.0.0.51"},
-		testutil.SquidOptions{Name: "dead-b", OutgoingAddr: "127.0.0.52"},
-		testutil.SquidOptions{Name: "dead-c", OutgoingAddr: "127.0.0.53"},
+		squid.Options{Name: "dead-a", OutgoingAddr: "127.0.0.51"},
+		squid.Options{Name: "dead-b", OutgoingAddr: "127.0.0.52"},
+		squid.Options{Name: "dead-c", OutgoingAddr: "127.0.0.53"},
 	)
 	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true}, pool.StoreOptions{}, members...)
 	live := testutil.StartTLSTarget(t, testutil.TargetOptions{})
@@ -154,9 +155,9 @@ func TestDeadSitesTakeNoSquidOutOfService(t *testing.T) {
 // client never sees its refusals, because each was retried elsewhere.
 func TestASquidRefusingEveryConnectGoesOut(t *testing.T) {
 	_, members := squidMembers(t,
-		testutil.SquidOptions{Name: "ev-a", OutgoingAddr: "127.0.0.54"},
-		testutil.SquidOptions{Name: "ev-b", OutgoingAddr: "127.0.0.55"},
-		testutil.SquidOptions{Name: "ev-broken", OutgoingAddr: "127.0.0.56", AccessFirst: []string{"http_access deny CONNECT"}},
+		squid.Options{Name: "ev-a", OutgoingAddr: "127.0.0.54"},
+		squid.Options{Name: "ev-b", OutgoingAddr: "127.0.0.55"},
+		squid.Options{Name: "ev-broken", OutgoingAddr: "127.0.0.56", AccessFirst: []string{"http_access deny CONNECT"}},
 	)
 	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true}, pool.StoreOptions{}, members...)
 	var sites []*testutil.Target
@@ -185,8 +186,8 @@ func TestASquidRefusingEveryConnectGoesOut(t *testing.T) {
 // and back once it returns and its failure window has passed.
 func TestAKilledSquidGoesOutAndComesBack(t *testing.T) {
 	squids, members := squidMembers(t,
-		testutil.SquidOptions{Name: "kill-a", OutgoingAddr: "127.0.0.57"},
-		testutil.SquidOptions{Name: "kill-b", OutgoingAddr: "127.0.0.58"},
+		squid.Options{Name: "kill-a", OutgoingAddr: "127.0.0.57"},
+		squid.Options{Name: "kill-b", OutgoingAddr: "127.0.0.58"},
 	)
 	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true},
 		pool.StoreOptions{FailureWindow: 2 * time.Second}, members...)

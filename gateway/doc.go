@@ -78,4 +78,9 @@
 //   - Recorder.Request is called once per plain request when its answer
 //     head is written, and once per CONNECT when the tunnel is up (its
 //     duration is the setup time); tunnel bytes are recorded when it ends.
+//
+// It imports rotation, pool, pool/lastknown, pool/leaseapi (the lease API
+// client), statuspage, its own sub-packages and internal/bufpool and
+// internal/keepalive; never metrics, pool/redisstore, controller or cmd: the
+// wiring (gateway/daemon) gives it recorders and a store.
 package gateway

@@ -78,7 +78,7 @@ type Resolver interface {
 
 // Options configures a Gateway. Only Pool is required.
 type Options struct {
-	// Pool hands out members: the in-process *pool.Store or a lease API *poolapi.Client.
+	// Pool hands out members: the in-process *pool.Store or a lease API *leaseapi.Client.
 	Pool pool.Pool
 	// Mode is the default rotation (rotation.ModeSticky when empty); a
 	// client's rotate= parameter overrides it per request.

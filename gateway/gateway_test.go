@@ -21,7 +21,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -864,10 +864,10 @@ func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &http.Server{Handler: poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "api-token"})}
+	api := &http.Server{Handler: leaseapi.NewAPIServer(store, leaseapi.APIOptions{Token: "api-token"})}
 	go api.Serve(ln)
 	defer api.Close()
-	client, err := poolapi.NewClient("http://"+ln.Addr().String(), "api-token", nil)
+	client, err := leaseapi.NewClient("http://"+ln.Addr().String(), "api-token", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"io"
 	"net"
 	"net/http"
@@ -94,9 +95,9 @@ func mitmDo(t *testing.T, c *http.Client, method, u string, body io.Reader) mitm
 // real TLS targets: what plain HTTP gets (bans read, cooldowns, retries,
 // ban rules) now works inside CONNECT tunnels too.
 func TestMITMThroughRealSquids(t *testing.T) {
-	squids := testutil.StartSquids(t,
-		testutil.SquidOptions{Name: "mitm-a", OutgoingAddr: "127.0.0.41"},
-		testutil.SquidOptions{Name: "mitm-b", OutgoingAddr: "127.0.0.42"},
+	squids := squid.StartAll(t,
+		squid.Options{Name: "mitm-a", OutgoingAddr: "127.0.0.41"},
+		squid.Options{Name: "mitm-b", OutgoingAddr: "127.0.0.42"},
 	)
 	nameBySource := map[string]string{}
 	var members []pool.Member

@@ -16,7 +16,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // DefaultPacingMaxWait is how long a request waits for its slot when
@@ -542,11 +542,11 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 // kind that had requests), most held first (queued, then waited and
 // refused), for the status page and the metrics. The learnt pace is as
 // the store last told this gateway; the counts are this gateway's.
-func (g *Gateway) PaceStatus() []status.SitePace {
+func (g *Gateway) PaceStatus() []statuspage.SitePace {
 	p := g.pacer
 	now := time.Now()
 	p.mu.Lock()
-	out := make([]status.SitePace, 0, len(p.sites))
+	out := make([]statuspage.SitePace, 0, len(p.sites))
 	for site, sp := range p.sites {
 		lim, _ := p.explicitFor(site, 0)
 		l := p.learntFor(sp, now)
@@ -556,7 +556,7 @@ func (g *Gateway) PaceStatus() []status.SitePace {
 			// was another gateway's, its pace told at this one's next request.
 			by = slowedElsewhere
 		}
-		out = append(out, status.SitePace{
+		out = append(out, statuspage.SitePace{
 			Site: site, MinIntervalMillis: lim.MinInterval.Milliseconds(), MaxConcurrency: lim.MaxConcurrency,
 			LearntIntervalMillis: l.Interval.Milliseconds(), SlowedBy: by, SlowedAt: l.CutAt, Cuts: l.Cuts,
 			InFlight: sp.inflight, Queued: sp.queued, Waited: sp.waited, WaitedSeconds: sp.waitedFor.Seconds(), Refused: sp.refused,
@@ -564,7 +564,7 @@ func (g *Gateway) PaceStatus() []status.SitePace {
 		})
 	}
 	p.mu.Unlock()
-	slices.SortFunc(out, func(a, b status.SitePace) int {
+	slices.SortFunc(out, func(a, b statuspage.SitePace) int {
 		return cmp.Or(cmp.Compare(b.Queued, a.Queued), cmp.Compare(b.Waited+b.Refused, a.Waited+a.Refused), cmp.Compare(a.Site, b.Site))
 	})
 	return out

@@ -44,7 +44,7 @@ const (
 	ReasonUpstreamFailed    = "upstream_failed"    // 502: every member tried failed itself
 	ReasonSiteCertificate   = "site_certificate"   // 502: MITM or https:// URI: the site's certificate does not verify
 	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
-	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --pool-api does not answer
+	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --lease-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait

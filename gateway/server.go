@@ -10,12 +10,12 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // Defaults of ServerOptions' zero values.
 const (
-	// DefaultRemoteMemberIdle is how long a --pool-api gateway keeps the
+	// DefaultRemoteMemberIdle is how long a --lease-api gateway keeps the
 	// state and metric series of a member no request has taken; a member
 	// still in the controller's pool is set up again on its next lease.
 	DefaultRemoteMemberIdle = 10 * time.Minute
@@ -42,9 +42,9 @@ type ServerOptions struct {
 	Files *pool.FileSource
 	// Prober decides the members' health.
 	Prober *pool.Prober
-	// Remote is the controller's lease API in --pool-api mode; Store,
+	// Remote is the controller's lease API in --lease-api mode; Store,
 	// Files and Prober are nil then.
-	Remote *poolapi.Client
+	Remote *leaseapi.Client
 	// RemoteURL is Remote's address, for the log (it never holds credentials).
 	RemoteURL string
 	// LastKnown is Remote's last-known pool (the Gateway's Pool then), which
@@ -61,7 +61,7 @@ type ServerOptions struct {
 
 // Server runs the work around a Gateway that is not a request: the member
 // reloads (store, then gateway, then metrics), the sweeps and probes of an
-// own pool, and in --pool-api mode the start-up check of the API and the
+// own pool, and in --lease-api mode the start-up check of the API and the
 // forgetting of members no request has used for a while (the controller
 // never says that a Proxy left). cmd/proxyfleet only wires it.
 type Server struct {
@@ -158,8 +158,8 @@ func (s *Server) checkPoolAPI(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, poolAPICheckTimeout)
 	defer cancel()
 	log, api := s.o.Logger, s.o.RemoteURL
-	healthy, err := s.o.Remote.List(ctx, poolapi.ListFilter{HealthyOnly: true})
-	var apiErr *poolapi.APIError
+	healthy, err := s.o.Remote.List(ctx, leaseapi.ListFilter{HealthyOnly: true})
+	var apiErr *leaseapi.APIError
 	switch {
 	case err == nil && len(healthy) == 0:
 		log.Warn("the pool API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", api)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // forgetLog records the members whose series a Server dropped.
@@ -48,7 +48,7 @@ func TestNewServerNeedsExactlyOnePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote, err := poolapi.NewClient("http://127.0.0.1:1", "", nil)
+	remote, err := leaseapi.NewClient("http://127.0.0.1:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestServerReloadKeepsTheStoreGatewayAndMetricsInStep(t *testing.T) {
 }
 
 func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
-	remote, err := poolapi.NewClient("http://127.0.0.1:1", "", nil)
+	remote, err := leaseapi.NewClient("http://127.0.0.1:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

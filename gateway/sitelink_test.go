@@ -18,7 +18,10 @@ import (
 	utls "github.com/bogdanfinn/utls"
 
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/fpsite"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/tlsfp"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -157,10 +160,10 @@ func getWithUA(t *testing.T, c *http.Client, u, ua string) *http.Response {
 	return resp
 }
 
-// fpEnv is a MITM gateway over two real Squids to one FingerprintSite.
+// fpEnv is a MITM gateway over two real Squids to one fpsite.Site.
 type fpEnv struct {
 	*env
-	site     *testutil.FingerprintSite
+	site     *fpsite.Site
 	caRoots  *x509.CertPool
 	bySource map[string]string
 	logs     *testutil.LockedBuffer
@@ -169,14 +172,14 @@ type fpEnv struct {
 func newFPEnv(t *testing.T, siteHost string, fp Fingerprint) *fpEnv {
 	t.Helper()
 	squids, members := squidMembers(t,
-		testutil.SquidOptions{Name: "fp-a", OutgoingAddr: "127.0.0.214"},
-		testutil.SquidOptions{Name: "fp-b", OutgoingAddr: "127.0.0.215"},
+		squid.Options{Name: "fp-a", OutgoingAddr: "127.0.0.214"},
+		squid.Options{Name: "fp-b", OutgoingAddr: "127.0.0.215"},
 	)
 	bySource := map[string]string{}
 	for _, s := range squids {
 		bySource[s.OutgoingAddr()] = s.Name()
 	}
-	site := testutil.StartFingerprintSite(t, siteHost)
+	site := fpsite.Start(t, siteHost)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(site.CertPEM())
 	ca, caRoots := newTestCA(t)
@@ -370,7 +373,7 @@ func TestMITMUnmirrorableHelloGetsAPreset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := testutil.ParseClientHello(built)
+	want, err := tlsfp.ParseClientHello(built)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -14,9 +15,9 @@ import (
 // upstreams, each with its own tcp_outgoing_address, so the target tells
 // which Squid carried a request.
 func TestChainsThroughRealSquids(t *testing.T) {
-	squids := testutil.StartSquids(t,
-		testutil.SquidOptions{Name: "sq-a", OutgoingAddr: "127.0.0.31"},
-		testutil.SquidOptions{Name: "sq-b", OutgoingAddr: "127.0.0.32"},
+	squids := squid.StartAll(t,
+		squid.Options{Name: "sq-a", OutgoingAddr: "127.0.0.31"},
+		squid.Options{Name: "sq-b", OutgoingAddr: "127.0.0.32"},
 	)
 	var members []pool.Member
 	for _, s := range squids {

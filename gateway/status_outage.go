@@ -3,7 +3,7 @@ package gateway
 import (
 	"context"
 
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // outageStatus is the status page's pool while the lease API is away: the
@@ -11,16 +11,16 @@ import (
 // learnt included) and the outage's times. ok is false while the API
 // answers, or without a last-known pool; the page then reads the API, and
 // the snapshot returned carries only the last-known list's age and size.
-func (s *Server) outageStatus(ctx context.Context) (status.PoolSnapshot, bool) {
+func (s *Server) outageStatus(ctx context.Context) (statuspage.PoolSnapshot, bool) {
 	if s.o.LastKnown == nil {
-		return status.PoolSnapshot{}, false
+		return statuspage.PoolSnapshot{}, false
 	}
 	st := s.o.LastKnown.Status()
-	lk := &status.LastKnown{ListAt: st.ListAt, Members: st.Members}
+	lk := &statuspage.LastKnown{ListAt: st.ListAt, Members: st.Members}
 	if !st.Down {
-		return status.PoolSnapshot{LastKnown: lk}, false
+		return statuspage.PoolSnapshot{LastKnown: lk}, false
 	}
-	snap := status.PoolSnapshot{LastKnown: lk, Outage: &status.Outage{
+	snap := statuspage.PoolSnapshot{LastKnown: lk, Outage: &statuspage.Outage{
 		Since: st.Since, LastAnswer: st.LastAnswer, ListAt: st.ListAt, GraceEnds: st.GraceEnds,
 		Refusing: st.Refusing, Untold: st.Untold,
 	}}

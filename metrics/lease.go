@@ -4,7 +4,7 @@ import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
 // LeaseRequests counts lease API requests by outcome in a process that
 // serves the API without being a gateway (the controller). It satisfies
-// poolapi.LeaseRecorder; a gateway uses Metrics.LeaseRequest instead.
+// leaseapi.LeaseRecorder; a gateway uses Metrics.LeaseRequest instead.
 type LeaseRequests struct {
 	vec  *prometheus.CounterVec
 	taps []OutcomeTap

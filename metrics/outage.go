@@ -2,7 +2,7 @@ package metrics
 
 import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
-// PoolOutages counts a --pool-api gateway's lease API outages and the
+// PoolOutages counts a --lease-api gateway's lease API outages and the
 // leases it granted itself from its last-known pool meanwhile; it
 // implements lastknown.Recorder.
 type PoolOutages struct {
@@ -19,7 +19,7 @@ func NewPoolOutages(reg prometheus.Registerer, down func() (away, refusing bool)
 	p := &PoolOutages{
 		outages: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "pool_outages_total",
-			Help: "Outages of the --pool-api lease API (no answer, or a 5xx), counted once each when they begin.",
+			Help: "Outages of the --lease-api lease API (no answer, or a 5xx), counted once each when they begin.",
 		}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "pool_last_known_leases_total",

@@ -3,13 +3,13 @@ package metrics
 import (
 	prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // PaceLister is what the pace collector reads at every scrape: the
 // gateway's paced sites, most held first (*gateway.Gateway implements it).
 type PaceLister interface {
-	PaceStatus() []status.SitePace
+	PaceStatus() []statuspage.SitePace
 }
 
 // paceCollector exports proxyfleet_site_pace_* for the top sites of
@@ -51,8 +51,8 @@ func (c *paceCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *paceCollector) Collect(ch chan<- prometheus.Metric) {
 	sites := c.src.PaceStatus()
-	var other status.SitePace
-	emit := func(p status.SitePace, site string) {
+	var other statuspage.SitePace
+	emit := func(p statuspage.SitePace, site string) {
 		ch <- prometheus.MustNewConstMetric(c.waited, prometheus.CounterValue, float64(p.Waited), site)
 		ch <- prometheus.MustNewConstMetric(c.waitSeconds, prometheus.CounterValue, p.WaitedSeconds, site)
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(p.Refused), site)

@@ -8,17 +8,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
-type paceList []status.SitePace
+type paceList []statuspage.SitePace
 
-func (l paceList) PaceStatus() []status.SitePace { return l }
+func (l paceList) PaceStatus() []statuspage.SitePace { return l }
 
 func TestSitePaceCollectorBoundsTheSites(t *testing.T) {
 	var l paceList
 	for i := range 5 {
-		l = append(l, status.SitePace{Site: fmt.Sprintf("s%d.com", i), Waited: uint64(10 - i), Refused: 1, Queued: 1, LearntIntervalMillis: int64(1000 * (i + 1))})
+		l = append(l, statuspage.SitePace{Site: fmt.Sprintf("s%d.com", i), Waited: uint64(10 - i), Refused: 1, Queued: 1, LearntIntervalMillis: int64(1000 * (i + 1))})
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewSitePaceCollector(l, 2))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
@@ -251,8 +252,8 @@ func TestProberDirectMemberUsesItsSourceAddressAndIgnoresProxyEnv(t *testing.T) 
 
 func TestProberThroughRealSquid(t *testing.T) {
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probe", OutgoingAddr: "127.0.0.2"})
-	up, err := ParseUpstream(squid.URL())
+	sq := squid.Start(t, squid.Options{Name: "probe", OutgoingAddr: "127.0.0.2"})
+	up, err := ParseUpstream(sq.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func TestProberThroughRealSquid(t *testing.T) {
 	}
 
 	// Squid goes away: healthy until FailureThreshold consecutive failures.
-	squid.Stop()
+	sq.Stop()
 	p.ProbeAll(ctx)
 	if !byName()[up.Name].Healthy {
 		t.Error("one failed probe flipped the verdict below the failure threshold")
@@ -307,7 +308,7 @@ func TestProberThroughRealSquid(t *testing.T) {
 		t.Error("two failed probes did not flip the verdict")
 	}
 	// Squid comes back: one success (threshold 1) makes it healthy again.
-	squid.Start()
+	sq.Start()
 	p.ProbeAll(ctx)
 	if !byName()[up.Name].Healthy {
 		t.Error("member not healthy again after squid restarted")
@@ -428,8 +429,8 @@ func newTestLogger(b *strings.Builder, mu *sync.Mutex) *slog.Logger {
 
 func TestProberHTTPSProbeTunnelsThroughRealSquid(t *testing.T) {
 	target := testutil.StartTLSTarget(t, testutil.TargetOptions{})
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probetls", OutgoingAddr: "127.0.0.4"})
-	up, err := ParseUpstream(squid.URL())
+	sq := squid.Start(t, squid.Options{Name: "probetls", OutgoingAddr: "127.0.0.4"})
+	up, err := ParseUpstream(sq.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -579,7 +579,7 @@ func (s *Store) Report(_ context.Context, leaseID string, r Report) error {
 
 // ReportMember applies a report to the member of that name, as Report does
 // to a lease's member, for target ("" is every target). It is for feedback
-// that arrives without a lease of this store: a --pool-api gateway serving
+// that arrives without a lease of this store: a --lease-api gateway serving
 // from its last-known members (pool/lastknown) learns of bans on leases the
 // lease API granted. An unknown or removed member is ErrUnknownMember.
 func (s *Store) ReportMember(name, target string, r Report) error {

@@ -1,8 +1,11 @@
 // Package pool holds the upstream members a gateway can lease: the lease
 // store contract (LeaseStore) and its in-process Store (leases and
 // cooldowns), member sources and through-the-member probes. The lease HTTP
-// API (server and client) is pool/poolapi, the shared Redis store
+// API (server and client) is pool/leaseapi, the shared Redis store
 // pool/redisstore.
+//
+// It imports rotation, probe and internal/redact; never HTTP servers or
+// clients of its own, Redis, gateway or controller.
 package pool
 
 import (

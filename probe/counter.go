@@ -4,6 +4,9 @@
 // URL through the proxy itself with Fetch and turn the results into a
 // verdict with Counter, so the two agree on what a probe is and when a
 // verdict flips.
+//
+// It imports the standard library only; nothing of
+// proxyfleet.
 package probe
 
 // Counter turns consecutive probe results into a verdict. The first result

@@ -1,6 +1,8 @@
 // Package rotation is the gateway's pure policy: which upstream to pick, how to
 // read an answer as a ban signal, how long a cooldown lasts. It does no I/O;
 // the gateway and pool packages act on what it decides.
+//
+// It imports the standard library only: it is pure policy, and does no I/O.
 package rotation
 
 import "fmt"

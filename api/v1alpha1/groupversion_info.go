@@ -10,6 +10,9 @@
 //
 // +kubebuilder:object:generate=true
 // +groupName=proxyfleet.io
+//
+// It imports apimachinery only, nothing of proxyfleet: every other package
+// may import it.
 package v1alpha1
 
 import (

@@ -27,41 +27,80 @@ func envVar(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// formerNames are the flags renamed so that one idea has one name (the lease
+// API is "lease-api" in every flag of both commands), each with the name it
+// had. The former name keeps working for one release: on the command line,
+// as its environment variable and as a --config key; --help lists it beside
+// the new name, and docs/operations.md names every pair. The map is keyed
+// by name, not by command: --api-listen also reaches the controller's
+// --lease-api-listen, which is the same setting.
+var formerNames = map[string]string{
+	"lease-api":            "pool-api",
+	"lease-api-listen":     "api-listen",
+	"lease-api-token-file": "api-token-file",
+	"sidecar-lease-api":    "sidecar-pool-api",
+}
+
+// aliases are a flag's former names (formerNames).
+func aliases(name string) []string {
+	if old, ok := formerNames[name]; ok {
+		return []string{old}
+	}
+	return nil
+}
+
+// envVars are the environment variables a flag reads: its own first, then
+// its former name's, so the new one wins when both are set.
+func envVars(name string) []string {
+	vs := []string{envVar(name)}
+	for _, a := range aliases(name) {
+		vs = append(vs, envVar(a))
+	}
+	return vs
+}
+
 // The flag constructors every command uses: each flag reads its
-// environment variable (envVar) and, through its altsrc wrapper, its key in
-// the command's --config file. A flag built any other way would pass the
+// environment variables (envVars) and, through its altsrc wrapper, its key in
+// the command's --config file, under its former name too (aliases). A flag built any other way would pass the
 // file's key check and then be silently ignored (the every-flag tests catch
 // that).
 
 // stringFlag is a string flag with a default.
 func stringFlag(name, value, usage string) cli.Flag {
-	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Aliases: aliases(name), Value: value, Usage: usage, EnvVars: envVars(name)})
 }
 
 // pathFlag is a file or directory flag; a relative path in the --config
 // file is read relative to that file.
 func pathFlag(name, usage string) cli.Flag {
-	return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}, TakesFile: true})
+	return altsrc.NewPathFlag(&cli.PathFlag{Name: name, Aliases: aliases(name), Usage: usage, EnvVars: envVars(name), TakesFile: true})
 }
 
 // listFlag is a repeatable string flag.
 func listFlag(name, usage string) cli.Flag {
-	return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+	return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Aliases: aliases(name), Usage: usage, EnvVars: envVars(name)})
 }
 
-// durationFlag is a duration flag with a default.
-func durationFlag(name string, value time.Duration, usage string) cli.Flag {
-	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+// durationFlag is a duration flag whose default is written as --help shows
+// it: "60s" stays 60s, not the 1m0s Go would print (the README's flag
+// table repeats the gateway's); a default that is a Go value is given as
+// its String.
+func durationFlag(name, value, usage string) cli.Flag {
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		panic("flag --" + name + ": bad default " + value) // a typo in a flag list, caught by every test
+	}
+	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Aliases: aliases(name), Value: d, DefaultText: value, Usage: usage, EnvVars: envVars(name)})
 }
 
 // intFlag is an integer flag with a default.
 func intFlag(name string, value int, usage string) cli.Flag {
-	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: []string{envVar(name)}})
+	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Aliases: aliases(name), Value: value, Usage: usage, EnvVars: envVars(name)})
 }
 
 // boolFlag is a flag that is off by default.
 func boolFlag(name, usage string) cli.Flag {
-	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: []string{envVar(name)}})
+	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Aliases: aliases(name), Usage: usage, EnvVars: envVars(name)})
 }
 
 // configFileFlag is --config itself: read from the command line or the
@@ -309,7 +348,7 @@ func readTokenFile(flagName, path string) ([]string, error) {
 
 // readSingleToken reads a bearer token file for a client or server that
 // takes exactly one token: the same format as readTokenFile, so one file
-// serves the gateway's --api-token-file and the lease CLI's --token-file.
+// serves the gateway's --lease-api-token-file and the lease CLI's --token-file.
 func readSingleToken(flagName, path string) (string, error) {
 	tokens, err := readTokenFile(flagName, path)
 	if err != nil {

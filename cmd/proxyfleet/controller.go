@@ -5,28 +5,20 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"github.com/urfave/cli/v2"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/proxyfleet/proxyfleet/controller"
-	"github.com/proxyfleet/proxyfleet/internal/logging"
-	"github.com/proxyfleet/proxyfleet/internal/tracing"
-	"github.com/proxyfleet/proxyfleet/metrics"
-	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/controller/manager"
 )
 
 // Flags of the controller process itself; each group of parts (runnables,
-// health engine, lease API, webhook) names its own beside its parser.
+// health engine, lease API, webhook) names its own beside its reader.
 // --metrics-listen, --log-level, --log-format and --config share the
 // gateway's names and constants.
 const (
@@ -69,9 +61,27 @@ const (
 func controllerCommands() []*cli.Command { return []*cli.Command{controllerCommand()} }
 
 // controllerCommand is `proxyfleet controller`: the manager that keeps the
-// Proxy fleet alive. Like the gateway, every flag also reads
-// PROXYFLEET_<FLAG_NAME> and its key in the --config file.
-func controllerCommand() *cli.Command {
+// Proxy fleet alive.
+func controllerCommand() *cli.Command { return controllerCommandWith(runController) }
+
+// runController runs the controller of cfg (manager.Run) until SIGINT or
+// SIGTERM, its logs going to stderr.
+func runController(ctx context.Context, cfg *controllerConfig, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := cfg.Config
+	c.Stderr = stderr
+	return manager.Run(ctx, c)
+}
+
+// controllerRunner runs the controller from a validated configuration
+// until ctx ends; tests substitute one to inspect the configuration.
+type controllerRunner func(ctx context.Context, cfg *controllerConfig, stderr io.Writer) error
+
+// controllerCommandWith builds the command around run. Like the gateway,
+// every flag also reads PROXYFLEET_<FLAG_NAME> and its key in the --config
+// file.
+func controllerCommandWith(run controllerRunner) *cli.Command {
 	flags := controllerFlags()
 	return &cli.Command{
 		Name:  "controller",
@@ -84,7 +94,13 @@ func controllerCommand() *cli.Command {
 		Flags:        flags,
 		Before:       initConfigFile(flagConfig, flags),
 		OnUsageError: usageError("controller"),
-		Action:       runController,
+		Action: func(c *cli.Context) error {
+			cfg, err := controllerConfigFrom(c)
+			if err != nil {
+				return err
+			}
+			return run(c.Context, cfg, c.App.ErrWriter)
+		},
 	}
 }
 
@@ -105,228 +121,95 @@ func controllerFlags() []cli.Flag {
 		intFlag(flagMaxConcurrentReconciles, 3, "Proxies reconciled in parallel"),
 		intFlag(flagKubeAPIQPS, defaultKubeAPIQPS, "requests per second the controller makes to the Kubernetes API at most (client-side limit)"),
 		intFlag(flagKubeAPIBurst, defaultKubeAPIBurst, "requests the controller may make to the Kubernetes API in a burst above --kube-api-qps"),
-		durationFlag(flagRequeueNow, d.RequeueNow, "delay of an immediate next pass (after adoption, or once an instance is gone)"),
-		durationFlag(flagProvisioningPoll, d.ProvisioningPoll, "how often an instance that is coming up is polled"),
-		durationFlag(flagDeletionPoll, d.DeletionPoll, "how often a deleted instance is polled until it is gone"),
-		durationFlag(flagDriftPoll, d.DriftPoll, "how often a running instance is re-checked"),
-		durationFlag(flagQuotaRetry, d.QuotaRetry, "wait after a provider reported its quota exhausted"),
-		durationFlag(flagPoolDrainPoll, pd.DrainPoll, "how often a ProxyPool with draining Proxies checks whether their leases ended"),
-		durationFlag(flagAutoscaleInterval, pd.Autoscale, "how often a ProxyPool with spec.autoscaling recomputes its size"),
-		durationFlag(flagRecycleInterval, pd.Recycle, "how often a ProxyPool with spec.recycle reads the bans from the lease store"),
+		durationFlag(flagRequeueNow, d.RequeueNow.String(), "delay of an immediate next pass (after adoption, or once an instance is gone)"),
+		durationFlag(flagProvisioningPoll, d.ProvisioningPoll.String(), "how often an instance that is coming up is polled"),
+		durationFlag(flagDeletionPoll, d.DeletionPoll.String(), "how often a deleted instance is polled until it is gone"),
+		durationFlag(flagDriftPoll, d.DriftPoll.String(), "how often a running instance is re-checked"),
+		durationFlag(flagQuotaRetry, d.QuotaRetry.String(), "wait after a provider reported its quota exhausted"),
+		durationFlag(flagPoolDrainPoll, pd.DrainPoll.String(), "how often a ProxyPool with draining Proxies checks whether their leases ended"),
+		durationFlag(flagAutoscaleInterval, pd.Autoscale.String(), "how often a ProxyPool with spec.autoscaling recomputes its size"),
+		durationFlag(flagRecycleInterval, pd.Recycle.String(), "how often a ProxyPool with spec.recycle reads the bans from the lease store"),
 	}, slices.Concat(runnableFlags(), healthFlags(), controllerLeaseAPIFlags(), webhookFlags(), tracingFlags(), statusFlags(), logFlags("json"))...)
 }
 
-// controllerSettings are the parsed flags, validated before anything starts.
-type controllerSettings struct {
-	kubeconfig, providersConfig string
-	manager                     controller.ManagerOptions
-	intervals                   controller.Intervals
-	poolIntervals               controller.PoolIntervals
-	maxConcurrent               int
-	kubeAPIQPS, kubeAPIBurst    int
-	logLevel                    slog.Level
-	logJSON                     bool
+// controllerConfig is the controller's validated configuration, the Config
+// its run takes, parsed once so that an error never leaves anything
+// running.
+type controllerConfig struct {
+	manager.Config
 }
 
-// parseControllerFlags validates the flags, naming the one that is wrong.
-func parseControllerFlags(c *cli.Context) (controllerSettings, error) {
-	s := controllerSettings{
-		kubeconfig:      c.Path(flagKubeconfig),
-		providersConfig: c.Path(flagProvidersConfig),
-		manager: controller.ManagerOptions{
-			ProxyNamespace:          c.String(flagProxyNamespace),
-			MetricsAddr:             c.String(flagMetricsListen),
-			HealthProbeAddr:         c.String(flagHealthProbeListen),
-			LeaderElection:          c.Bool(flagLeaderElect),
-			LeaderElectionNamespace: c.String(flagLeaderElectionNamespace),
-		},
-		intervals: controller.Intervals{
-			RequeueNow:       c.Duration(flagRequeueNow),
-			ProvisioningPoll: c.Duration(flagProvisioningPoll),
-			DeletionPoll:     c.Duration(flagDeletionPoll),
-			DriftPoll:        c.Duration(flagDriftPoll),
-			QuotaRetry:       c.Duration(flagQuotaRetry),
-		},
-		poolIntervals: controller.PoolIntervals{
-			DrainPoll: c.Duration(flagPoolDrainPoll),
-			Autoscale: c.Duration(flagAutoscaleInterval),
-			Recycle:   c.Duration(flagRecycleInterval),
-		},
-		maxConcurrent: c.Int(flagMaxConcurrentReconciles),
-		kubeAPIQPS:    c.Int(flagKubeAPIQPS),
-		kubeAPIBurst:  c.Int(flagKubeAPIBurst),
-	}
-	if err := s.intervals.Validate(); err != nil {
-		return s, err
-	}
-	if err := s.poolIntervals.Validate(); err != nil {
-		return s, err
-	}
-	if s.maxConcurrent < 1 {
-		return s, fmt.Errorf("--%s must be at least 1, got %d", flagMaxConcurrentReconciles, s.maxConcurrent)
-	}
-	if s.kubeAPIQPS < 1 {
-		return s, fmt.Errorf("--%s must be at least 1, got %d", flagKubeAPIQPS, s.kubeAPIQPS)
-	}
-	if s.kubeAPIBurst < 1 {
-		return s, fmt.Errorf("--%s must be at least 1, got %d", flagKubeAPIBurst, s.kubeAPIBurst)
-	}
-	var err error
-	s.logLevel, s.logJSON, err = readLogFlags(c)
-	return s, err
+// controllerNames are the flags the controller's run names in its errors
+// and logs.
+var controllerNames = manager.Names{
+	Kubeconfig:      "--" + flagKubeconfig,
+	ProvidersConfig: "--" + flagProvidersConfig,
+	DefaultProbeURL: "--" + flagDefaultProbeURL,
+	TraceProbes:     "--" + flagTraceHealthProbes,
+	LeaseAPIListen:  "--" + flagLeaseAPIListen,
+	StatusListen:    "--" + flagStatusListen,
+	WebhookListen:   "--" + flagWebhookListen,
+	WebhookCertDir:  "--" + flagWebhookCertDir,
+	GatewayImage:    "--" + flagGatewayImage,
 }
 
-// runController wires the manager, the providers and the Proxy reconciler,
-// and runs until SIGINT or SIGTERM.
-// setupLeasesAndPools sets up the lease API (not leader-elected: every
-// replica serves it), the status page, and the ProxyPool reconciler, which
-// reads the API's leases.
-func setupLeasesAndPools(mgr ctrl.Manager, s controllerSettings, ls leaseAPISettings, ss statusSettings, logger logr.Logger) error {
-	api, err := setupLeaseAPI(mgr, ls, ctrlmetrics.Registry, logger)
-	if err != nil {
-		return err
-	}
-	if err := setupStatus(mgr, ss, api, s.manager.ProxyNamespace, logger); err != nil {
-		return err
-	}
-	pr := &controller.ProxyPoolReconciler{Intervals: s.poolIntervals, Recycles: metrics.NewPoolRecycles(ctrlmetrics.Registry)}
-	if api != nil { // a nil *API in the interface would not read as "no lease store"
-		pr.Leases, pr.Bans = api, api
-	}
-	if err := pr.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)
-	}
-	return nil
-}
-
-// setupProxyReconciler sets up the Proxy reconciler with its health
-// engine, whose events are one of its watches (so the engine comes first).
-func setupProxyReconciler(ctx context.Context, mgr ctrl.Manager, s controllerSettings, hs healthSettings, provs map[string]providers.Provider, logger logr.Logger) error {
-	r := &controller.ProxyReconciler{
-		Client:                  mgr.GetClient(),
-		Providers:               provs,
-		Intervals:               s.intervals,
-		MaxConcurrentReconciles: s.maxConcurrent,
-	}
-	if _, err := setupHealth(mgr, r, hs, ctrlmetrics.Registry, logger); err != nil {
-		return err
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("setting up the Proxy reconciler: %w", err)
-	}
-	return nil
-}
-
-func runController(c *cli.Context) error {
-	s, rs, hs, ls, ss, err := parseControllerParts(c)
-	if err != nil {
-		return err
-	}
-	stderr := logging.Locked(c.App.ErrWriter) // shared by the logger and the console trace exporter
-	logger := controllerLogger(stderr, s.logLevel, s.logJSON)
-	s.manager.Logger = logger
-	tr, stopTracing, err := tracing.Start(c.Context, "proxyfleet-controller", stderr, slog.New(logr.ToSlogHandler(logger)))
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	hs.probeTracing, ls.tracing = probeTracerProvider(c, tr, logger), tr.TracerProvider()
-	// A broken providers config fails before anything connects.
-	pcfg, err := loadProvidersConfig(s.providersConfig)
-	if err != nil {
-		return err
-	}
-	// Before connecting: a bad injection flag is named even without a cluster.
-	ws, err := parseWebhookFlags(c)
-	if err != nil {
-		return err
-	}
-	cfg, err := restConfig(s.kubeconfig)
-	if err != nil {
-		return err
-	}
-	s.limitAPIRequests(cfg)
-	ws.opts.Config.APIServerHosts = apiServerHosts(cfg)
-	cfg.Wrap(tracing.ParentOnlyTransport(tr.TracerProvider()))
-	mgr, err := controller.NewManager(cfg, s.manager)
-	if err != nil {
-		return err
-	}
-	if err := setupWebhook(mgr, ws, logger); err != nil {
-		return err
-	}
-	provs, err := buildProviders(c.Context, pcfg, cfg, mgr, metrics.NewProviderRequests(ctrlmetrics.Registry))
-	if err != nil {
-		return fmt.Errorf("--%s %s: %w", flagProvidersConfig, s.providersConfig, err)
-	}
-	if provs == nil {
-		logger.Info("WARNING: no --" + flagProvidersConfig + " given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := setupProxyReconciler(ctx, mgr, s, hs, provs, logger); err != nil {
-		return err
-	}
-	// The manager's metrics server serves controller-runtime's registry.
-	if err := registerProxyCollector(mgr, ctrlmetrics.Registry); err != nil {
-		return err
-	}
-	if _, err := addRunnables(mgr, rs, s.manager.ProxyNamespace, pcfg, provs, ctrlmetrics.Registry, logger); err != nil {
-		return err
-	}
-	if err := setupLeasesAndPools(mgr, s, ls, ss, logger); err != nil {
-		return err
-	}
-	logger.Info("starting controller", "proxyNamespace", s.manager.ProxyNamespace, "providers", len(provs),
-		"leaderElect", s.manager.LeaderElection, "metrics", s.manager.MetricsAddr, "healthProbe", s.manager.HealthProbeAddr)
-	return mgr.Start(ctx)
-}
-
-// parseControllerParts reads the controller's own flags and each part's
-// group, before anything starts.
-func parseControllerParts(c *cli.Context) (s controllerSettings, rs runnableSettings, hs healthSettings, ls leaseAPISettings, ss statusSettings, err error) {
-	if s, err = parseControllerFlags(c); err != nil {
-		return
-	}
-	if rs, err = parseRunnableFlags(c); err != nil {
-		return
-	}
-	if hs, err = parseHealthFlags(c); err != nil {
-		return
-	}
-	if ls, err = parseLeaseAPIFlags(c); err != nil {
-		return
-	}
-	if ss, err = parseStatusFlags(c); err != nil {
-		return
-	}
-	ls.requests = ss.leaseRequests
-	return
-}
-
-// limitAPIRequests sets the client-side rate limit of every client built
-// from cfg (the manager's, the caches', the kubernetes provider's).
-func (s controllerSettings) limitAPIRequests(cfg *rest.Config) {
-	cfg.QPS, cfg.Burst = float32(s.kubeAPIQPS), s.kubeAPIBurst
-}
-
-// restConfig loads --kubeconfig when given, else the in-cluster config, else
-// the usual $KUBECONFIG / ~/.kube/config rules.
-func restConfig(path string) (*rest.Config, error) {
-	if path != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("--%s %s: %w", flagKubeconfig, path, err)
+// controllerConfigFrom reads and checks every controller flag, naming the
+// flag that is wrong. The providers config is read and the injection flags
+// checked here too, so that a broken one is named even without a cluster.
+func controllerConfigFrom(c *cli.Context) (*controllerConfig, error) {
+	cfg := &controllerConfig{Config: manager.Config{Kubeconfig: c.Path(flagKubeconfig), Names: controllerNames}}
+	for _, read := range []func(*cli.Context) error{cfg.readReconcilers, cfg.readProcess, cfg.readRunnables,
+		cfg.readHealth, cfg.readLeaseAPI, cfg.readStatus, cfg.readProviders, cfg.readWebhook} {
+		if err := read(c); err != nil {
+			return nil, err
 		}
-		return cfg, nil
-	}
-	if cfg, err := rest.InClusterConfig(); err == nil {
-		return cfg, nil
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes config: not in a cluster, and --kubeconfig / $KUBECONFIG / ~/.kube/config gave none: %w", err)
 	}
 	return cfg, nil
+}
+
+// readProcess reads the manager's options, the API rate limit and the log
+// settings.
+func (cfg *controllerConfig) readProcess(c *cli.Context) (err error) {
+	cfg.Manager = controller.ManagerOptions{
+		ProxyNamespace:          c.String(flagProxyNamespace),
+		MetricsAddr:             c.String(flagMetricsListen),
+		HealthProbeAddr:         c.String(flagHealthProbeListen),
+		LeaderElection:          c.Bool(flagLeaderElect),
+		LeaderElectionNamespace: c.String(flagLeaderElectionNamespace),
+	}
+	if cfg.KubeAPIQPS = c.Int(flagKubeAPIQPS); cfg.KubeAPIQPS < 1 {
+		return fmt.Errorf("--%s must be at least 1, got %d", flagKubeAPIQPS, cfg.KubeAPIQPS)
+	}
+	if cfg.KubeAPIBurst = c.Int(flagKubeAPIBurst); cfg.KubeAPIBurst < 1 {
+		return fmt.Errorf("--%s must be at least 1, got %d", flagKubeAPIBurst, cfg.KubeAPIBurst)
+	}
+	cfg.LogLevel, cfg.LogJSON, err = readLogFlags(c)
+	return err
+}
+
+// readReconcilers reads the Proxy and ProxyPool reconcilers' periods and
+// parallelism.
+func (cfg *controllerConfig) readReconcilers(c *cli.Context) error {
+	cfg.Intervals = controller.Intervals{
+		RequeueNow:       c.Duration(flagRequeueNow),
+		ProvisioningPoll: c.Duration(flagProvisioningPoll),
+		DeletionPoll:     c.Duration(flagDeletionPoll),
+		DriftPoll:        c.Duration(flagDriftPoll),
+		QuotaRetry:       c.Duration(flagQuotaRetry),
+	}
+	cfg.PoolIntervals = controller.PoolIntervals{
+		DrainPoll: c.Duration(flagPoolDrainPoll),
+		Autoscale: c.Duration(flagAutoscaleInterval),
+		Recycle:   c.Duration(flagRecycleInterval),
+	}
+	if err := cfg.Intervals.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.PoolIntervals.Validate(); err != nil {
+		return err
+	}
+	if cfg.MaxConcurrentReconciles = c.Int(flagMaxConcurrentReconciles); cfg.MaxConcurrentReconciles < 1 {
+		return fmt.Errorf("--%s must be at least 1, got %d", flagMaxConcurrentReconciles, cfg.MaxConcurrentReconciles)
+	}
+	return nil
 }

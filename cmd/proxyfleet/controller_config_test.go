@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -17,26 +18,19 @@ func TestEveryControllerFlagIsReadFromTheConfigFile(t *testing.T) {
 	checkEveryFlagIsReadFromTheConfigFile(t, controllerCommand())
 }
 
-// parseControllerConfig runs only the flag parsing of `proxyfleet
-// controller args...`: the process settings and the runnable ones.
-func parseControllerConfig(t *testing.T, args ...string) (controllerSettings, runnableSettings, error) {
+// parseControllerConfig runs `proxyfleet controller args...` in-process
+// with a runner that only captures the validated configuration.
+func parseControllerConfig(t *testing.T, args ...string) (*controllerConfig, error) {
 	t.Helper()
-	cmd := controllerCommand()
-	var s controllerSettings
-	var rs runnableSettings
-	cmd.Action = func(c *cli.Context) error {
-		var err error
-		if s, err = parseControllerFlags(c); err != nil {
-			return err
-		}
-		rs, err = parseRunnableFlags(c)
-		return err
-	}
+	var got *controllerConfig
 	app := newApp()
-	app.Commands = []*cli.Command{cmd}
+	app.Commands = []*cli.Command{controllerCommandWith(func(_ context.Context, cfg *controllerConfig, _ io.Writer) error {
+		got = cfg
+		return nil
+	})}
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
 	err := app.Run(append([]string{"proxyfleet", "controller"}, args...))
-	return s, rs, err
+	return got, err
 }
 
 func TestControllerFlagsComeFromFlagEnvFileThenDefault(t *testing.T) {
@@ -53,7 +47,7 @@ log-format: text
 	t.Setenv("PROXYFLEET_QUOTA_RETRY", "5m")
 	t.Setenv("PROXYFLEET_DELETION_POLL", "6s")
 
-	s, rs, err := parseControllerConfig(t, "--config", config, "--quota-retry", "1m")
+	s, err := parseControllerConfig(t, "--config", config, "--quota-retry", "1m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +55,15 @@ log-format: text
 		name      string
 		got, want any
 	}{
-		{"quota-retry: flag beats env and file", s.intervals.QuotaRetry, time.Minute},
-		{"requeue-now: env beats file", s.intervals.RequeueNow, 4 * time.Second},
-		{"deletion-poll: env beats default", s.intervals.DeletionPoll, 6 * time.Second},
-		{"drift-poll: file beats default", s.intervals.DriftPoll, 2 * time.Minute},
-		{"provisioning-poll: default", s.intervals.ProvisioningPoll, 10 * time.Second},
-		{"max-concurrent-reconciles from a YAML number", s.maxConcurrent, 9},
-		{"proxy-namespace from the file", s.manager.ProxyNamespace, "egress"},
-		{"gc-allow-namespaced from a YAML bool", rs.gcAllowNamespaced, true},
-		{"log-format from the file", s.logJSON, false},
+		{"quota-retry: flag beats env and file", s.Intervals.QuotaRetry, time.Minute},
+		{"requeue-now: env beats file", s.Intervals.RequeueNow, 4 * time.Second},
+		{"deletion-poll: env beats default", s.Intervals.DeletionPoll, 6 * time.Second},
+		{"drift-poll: file beats default", s.Intervals.DriftPoll, 2 * time.Minute},
+		{"provisioning-poll: default", s.Intervals.ProvisioningPoll, 10 * time.Second},
+		{"max-concurrent-reconciles from a YAML number", s.MaxConcurrentReconciles, 9},
+		{"proxy-namespace from the file", s.Manager.ProxyNamespace, "egress"},
+		{"gc-allow-namespaced from a YAML bool", s.GC.AllowNamespaced, true},
+		{"log-format from the file", s.LogJSON, false},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -98,7 +92,7 @@ func TestControllerConfigFileErrorsNameTheKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			config := writeFile(t, "controller.yaml", tt.content)
-			_, _, err := parseControllerConfig(t, "--config", config)
+			_, err := parseControllerConfig(t, "--config", config)
 			if err == nil {
 				t.Fatal("config accepted, want an error")
 			}
@@ -116,7 +110,7 @@ func TestControllerConfigFileErrorsNameTheKey(t *testing.T) {
 }
 
 func TestControllerUsageErrorsNameTheFlagWithTwoDashes(t *testing.T) {
-	_, _, err := parseControllerConfig(t, "--drift-poll", "soon")
+	_, err := parseControllerConfig(t, "--drift-poll", "soon")
 	if err == nil || !strings.Contains(err.Error(), "--drift-poll") {
 		t.Fatalf("error = %v, want one naming --drift-poll", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/controller/health"
+	"github.com/proxyfleet/proxyfleet/controller/manager"
 )
 
 func TestControllerRejectsBadHealthFlagsNamingTheFlag(t *testing.T) {
@@ -50,14 +51,14 @@ func TestHealthFlagsReadTheEnvironment(t *testing.T) {
 func TestHealthSettingsAcceptTheDocumentedValues(t *testing.T) {
 	tests := []struct {
 		name string
-		s    healthSettings
+		s    manager.Health
 	}{
-		{"the defaults, no default probe URL", healthSettings{tick: health.DefaultTick, workers: health.DefaultWorkers, minReport: health.DefaultMinReportInterval}},
-		{"an https default probe URL", healthSettings{tick: 100 * time.Millisecond, workers: 1, minReport: time.Second, defaultProbeURL: "https://example.org/generate_204"}},
+		{"the defaults, no default probe URL", manager.Health{Tick: health.DefaultTick, Workers: health.DefaultWorkers, MinReportInterval: health.DefaultMinReportInterval}},
+		{"an https default probe URL", manager.Health{Tick: 100 * time.Millisecond, Workers: 1, MinReportInterval: time.Second, DefaultProbeURL: "https://example.org/generate_204"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.s.validate(); err != nil {
+			if err := checkHealth(tc.s); err != nil {
 				t.Fatalf("validate: %v", err)
 			}
 		})

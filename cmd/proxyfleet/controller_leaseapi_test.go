@@ -3,26 +3,15 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/urfave/cli/v2"
 
-	"github.com/proxyfleet/proxyfleet/controller"
-	"github.com/proxyfleet/proxyfleet/internal/testenv"
-	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 func TestControllerRejectsBadLeaseAPIFlagsNamingTheFlag(t *testing.T) {
@@ -102,78 +91,16 @@ func TestLeaseAPISettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := parseLeaseAPIFlags(leaseAPIContext(t, tt.args...))
+			s, err := leaseAPIFrom(leaseAPIContext(t, tt.args...))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.listen != tt.listen || s.token != tt.token {
-				t.Fatalf("listen %q token %q, want %q %q", s.listen, s.token, tt.listen, tt.token)
+			if s.Listen != tt.listen || s.Token != tt.token {
+				t.Fatalf("listen %q token %q, want %q %q", s.Listen, s.Token, tt.listen, tt.token)
 			}
-			if tt.check != nil && !tt.check(s.store) {
-				t.Fatalf("store options %+v", s.store)
+			if tt.check != nil && !tt.check(s.Store) {
+				t.Fatalf("store options %+v", s.Store)
 			}
 		})
-	}
-}
-
-func TestSetupLeaseAPIServesAndExportsItsMetrics(t *testing.T) {
-	env := testenv.Start(t)
-	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{ProxyNamespace: env.Namespace(t), MetricsAddr: "0", Logger: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	api, err := setupLeaseAPI(mgr, leaseAPISettings{listen: "127.0.0.1:0", token: "tok"}, reg, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Run("a busy port names the flag", func(t *testing.T) {
-		_, err := setupLeaseAPI(mgr, leaseAPISettings{listen: api.Addr().String()}, prometheus.NewRegistry(), logr.Discard())
-		if err == nil || !strings.Contains(err.Error(), "--lease-api-listen "+api.Addr().String()) {
-			t.Fatalf("error = %v, want one naming --lease-api-listen", err)
-		}
-	})
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-
-	c, err := poolapi.NewClient("http://"+api.Addr().String(), "tok", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 30*time.Second, "the lease API to answer an acquire on the empty pool", func() error {
-		_, err := c.Acquire(context.Background(), pool.AcquireRequest{})
-		var nm *pool.NoMatchError
-		if !errors.As(err, &nm) {
-			return fmt.Errorf("acquire on an empty pool = %v, want a 409", err)
-		}
-		return nil
-	})
-	if n := testutil.CollectAndCount(reg, "proxyfleet_lease_requests_total"); n != 1 {
-		t.Fatalf("%d proxyfleet_lease_requests_total series, want the no_match one", n)
-	}
-	want := `
-# HELP proxyfleet_leases_active Unexpired leases in the pool.
-# TYPE proxyfleet_leases_active gauge
-proxyfleet_leases_active 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "proxyfleet_leases_active"); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get("http://" + api.Addr().String() + "/v1/proxies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("GET /v1/proxies without the token = %d, want 401", resp.StatusCode)
 	}
 }

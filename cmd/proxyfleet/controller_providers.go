@@ -3,13 +3,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"github.com/urfave/cli/v2"
 
+	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
@@ -17,8 +15,8 @@ import (
 )
 
 // providerDecoders are the provider types this binary carries, each with the
-// reader of its block in the providers config file; buildProviders has the
-// same types' constructors.
+// reader of its block in the providers config file; providerConstructors
+// has the same types' constructors.
 func providerDecoders() map[string]providers.Decoder {
 	return map[string]providers.Decoder{
 		kubeprovider.Type: providers.DecoderOf(kubeprovider.ReadConfig),
@@ -40,36 +38,21 @@ func loadProvidersConfig(path string) (*providers.Config, error) {
 	return &cfg, nil
 }
 
-// buildProviders builds every entry of the providers config with the
-// constructors this binary carries, each wrapped so its requests are counted
-// when rec is set (provider_requests_total{provider,op,result}). Without a
-// config it returns nil: the reconciler then fails Managed Proxies with a
-// condition saying no providers config was given.
-func buildProviders(ctx context.Context, pcfg *providers.Config, cfg *rest.Config, mgr ctrl.Manager, rec providers.RequestRecorder) (map[string]providers.Provider, error) {
-	if pcfg == nil {
-		return nil, nil
+// readProviders reads and validates --providers-config and gives the run
+// the constructors of the provider types this binary carries.
+func (cfg *controllerConfig) readProviders(c *cli.Context) (err error) {
+	cfg.Providers.File = c.Path(flagProvidersConfig)
+	cfg.Providers.Config, err = loadProvidersConfig(cfg.Providers.File)
+	cfg.Providers.Constructors = providerConstructors
+	return err
+}
+
+// providerConstructors are the constructors of the types providerDecoders
+// reads, given what they need of the run.
+func providerConstructors(env manager.Env) map[string]providers.Constructor {
+	return map[string]providers.Constructor{
+		kubeprovider.Type: kubeprovider.Constructor(env.Client),
+		gcpprovider.Type:  gcpprovider.Constructor(env.Context),
+		kvmprovider.Type:  kvmprovider.Constructor(env.Logger.WithName("kvm")),
 	}
-	// The kubernetes provider talks to the API server directly, not through
-	// the manager's cache (which would start a cluster-wide Pod informer).
-	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
-	if err != nil {
-		return nil, fmt.Errorf("creating the kubernetes provider's client: %w", err)
-	}
-	reg := providers.NewRegistry(map[string]providers.Constructor{
-		kubeprovider.Type: kubeprovider.Constructor(direct),
-		gcpprovider.Type:  gcpprovider.Constructor(ctx),
-		kvmprovider.Type:  kvmprovider.Constructor(mgr.GetLogger().WithName("kvm")),
-	})
-	built, err := reg.Build(*pcfg)
-	if err != nil {
-		return nil, err
-	}
-	if rec == nil {
-		return built, nil
-	}
-	out := make(map[string]providers.Provider, len(built))
-	for name, p := range built {
-		out[name] = providers.WithTracing(providers.WithMetrics(p, name, rec), name)
-	}
-	return out, nil
 }

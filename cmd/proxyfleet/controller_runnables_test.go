@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/controller/gc"
+	"github.com/proxyfleet/proxyfleet/controller/manager"
 )
 
 func TestControllerRejectsBadRunnableFlagsNamingTheFlag(t *testing.T) {
@@ -44,15 +45,16 @@ func TestRunnableFlagsReadTheEnvironment(t *testing.T) {
 func TestRunnableSettingsAcceptTheDocumentedValues(t *testing.T) {
 	tests := []struct {
 		name string
-		s    runnableSettings
+		gc   manager.GC
+		pc   manager.ProviderChecks
 	}{
-		{"the defaults", runnableSettings{gcInterval: gc.DefaultInterval, gcMinAge: gc.DefaultMinAge, checkInterval: time.Minute}},
-		{"checks off with a timeout set", runnableSettings{gcInterval: time.Minute, gcMinAge: time.Minute, checkTimeout: time.Hour}},
-		{"a 12s interval without a timeout (it derives 12s)", runnableSettings{gcInterval: time.Minute, gcMinAge: time.Minute, checkInterval: 12 * time.Second}},
+		{"the defaults", manager.GC{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge}, manager.ProviderChecks{Interval: time.Minute}},
+		{"checks off with a timeout set", manager.GC{Interval: time.Minute, MinAge: time.Minute}, manager.ProviderChecks{Timeout: time.Hour}},
+		{"a 12s interval without a timeout (it derives 12s)", manager.GC{Interval: time.Minute, MinAge: time.Minute}, manager.ProviderChecks{Interval: 12 * time.Second}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.s.validate(); err != nil {
+			if err := checkRunnables(tc.gc, tc.pc); err != nil {
 				t.Fatalf("validate: %v", err)
 			}
 		})

@@ -3,21 +3,12 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/urfave/cli/v2"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/proxyfleet/proxyfleet/controller"
 )
@@ -76,8 +67,8 @@ func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
 	parse := parseControllerSettings
 	t.Run("defaults are the production intervals and three workers", func(t *testing.T) {
 		s := parse(t)
-		if s.intervals != controller.DefaultIntervals() || s.maxConcurrent != 3 {
-			t.Errorf("intervals %+v, workers %d; want %+v and 3", s.intervals, s.maxConcurrent, controller.DefaultIntervals())
+		if s.Intervals != controller.DefaultIntervals() || s.MaxConcurrentReconciles != 3 {
+			t.Errorf("intervals %+v, workers %d; want %+v and 3", s.Intervals, s.MaxConcurrentReconciles, controller.DefaultIntervals())
 		}
 	})
 	t.Run("each flag sets its own interval", func(t *testing.T) {
@@ -85,25 +76,25 @@ func TestControllerIntervalAndWorkerFlagsReachTheSettings(t *testing.T) {
 			"--drift-poll", "14ms", "--quota-retry", "15ms", "--max-concurrent-reconciles", "7")
 		want := controller.Intervals{RequeueNow: 11 * time.Millisecond, ProvisioningPoll: 12 * time.Millisecond,
 			DeletionPoll: 13 * time.Millisecond, DriftPoll: 14 * time.Millisecond, QuotaRetry: 15 * time.Millisecond}
-		if s.intervals != want || s.maxConcurrent != 7 {
-			t.Errorf("intervals %+v, workers %d; want %+v and 7", s.intervals, s.maxConcurrent, want)
+		if s.Intervals != want || s.MaxConcurrentReconciles != 7 {
+			t.Errorf("intervals %+v, workers %d; want %+v and 7", s.Intervals, s.MaxConcurrentReconciles, want)
 		}
 	})
 	t.Run("the ProxyPool periods have defaults and flags of their own", func(t *testing.T) {
-		if s := parse(t); s.poolIntervals != controller.DefaultPoolIntervals() {
-			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, controller.DefaultPoolIntervals())
+		if s := parse(t); s.PoolIntervals != controller.DefaultPoolIntervals() {
+			t.Errorf("pool intervals %+v, want %+v", s.PoolIntervals, controller.DefaultPoolIntervals())
 		}
 		s := parse(t, "--pool-drain-poll", "21ms", "--autoscale-interval", "22ms", "--recycle-interval", "23ms")
-		if want := (controller.PoolIntervals{DrainPoll: 21 * time.Millisecond, Autoscale: 22 * time.Millisecond, Recycle: 23 * time.Millisecond}); s.poolIntervals != want {
-			t.Errorf("pool intervals %+v, want %+v", s.poolIntervals, want)
+		if want := (controller.PoolIntervals{DrainPoll: 21 * time.Millisecond, Autoscale: 22 * time.Millisecond, Recycle: 23 * time.Millisecond}); s.PoolIntervals != want {
+			t.Errorf("pool intervals %+v, want %+v", s.PoolIntervals, want)
 		}
 	})
 	t.Run("the environment sets them too", func(t *testing.T) {
 		t.Setenv("PROXYFLEET_QUOTA_RETRY", "2m")
 		t.Setenv("PROXYFLEET_MAX_CONCURRENT_RECONCILES", "5")
 		s := parse(t)
-		if s.intervals.QuotaRetry != 2*time.Minute || s.maxConcurrent != 5 {
-			t.Errorf("quota retry %s, workers %d; want 2m and 5", s.intervals.QuotaRetry, s.maxConcurrent)
+		if s.Intervals.QuotaRetry != 2*time.Minute || s.MaxConcurrentReconciles != 5 {
+			t.Errorf("quota retry %s, workers %d; want 2m and 5", s.Intervals.QuotaRetry, s.MaxConcurrentReconciles)
 		}
 	})
 }
@@ -116,14 +107,14 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 	}{
 		{"resources that do not parse", []string{"--sidecar-resources", "limits.memory=lots"}, "--sidecar-resources"},
 		{"a certificate Secret without a namespace", []string{"--webhook-cert-secret", "just-a-name"}, "--webhook-cert-secret"},
-		{"a pool API that is not a URL", []string{"--sidecar-pool-api", "ftp://x"}, "--sidecar-pool-api"},
+		{"a pool API that is not a URL", []string{"--sidecar-lease-api", "ftp://x"}, "--sidecar-lease-api"},
 		{"a bad listen address", []string{"--webhook-listen", "nowhere"}, "--webhook-listen"},
-		{"no namespace to default the Secret to", nil, "--sidecar-pool-api"},
+		{"no namespace to default the Secret to", nil, "--sidecar-lease-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", "")
 			args := append([]string{"proxyfleet", "controller", "--kubeconfig", "/nonexistent/kubeconfig", "--gateway-image", "img:1",
-				"--sidecar-pool-api", "http://proxyfleet.ns.svc:8090", "--webhook-cert-hosts", "127.0.0.1"}, tc.args...)
+				"--sidecar-lease-api", "http://proxyfleet.ns.svc:8090", "--webhook-cert-hosts", "127.0.0.1"}, tc.args...)
 			if tc.args == nil {
 				args = []string{"proxyfleet", "controller", "--kubeconfig", "/nonexistent/kubeconfig", "--gateway-image", "img:1"}
 			}
@@ -138,17 +129,10 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 // parseControllerSettings runs only the flag parsing of `proxyfleet
 // controller`, so what the reconcilers are built from can be checked
 // without an API server.
-func parseControllerSettings(t *testing.T, args ...string) controllerSettings {
+func parseControllerSettings(t *testing.T, args ...string) *controllerConfig {
 	t.Helper()
-	cmd := controllerCommand()
-	var got controllerSettings
-	cmd.Action = func(c *cli.Context) error {
-		var err error
-		got, err = parseControllerFlags(c)
-		return err
-	}
-	app := &cli.App{Name: "proxyfleet", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
-	if err := app.Run(append([]string{"proxyfleet", "controller"}, args...)); err != nil {
+	got, err := parseControllerConfig(t, args...)
+	if err != nil {
 		t.Fatalf("controller %v: %v", args, err)
 	}
 	return got
@@ -156,73 +140,17 @@ func parseControllerSettings(t *testing.T, args ...string) controllerSettings {
 
 func TestControllerKubeAPIRateLimitFlags(t *testing.T) {
 	parse := parseControllerSettings
-	cfg := &rest.Config{}
-	parse(t).limitAPIRequests(cfg)
-	if cfg.QPS != 50 || cfg.Burst != 100 {
-		t.Errorf("default limit %v/s, burst %d; want 50/s and 100 (client-go's own 5/s made 1,000 Proxies take five minutes)", cfg.QPS, cfg.Burst)
+	cfg := parse(t)
+	if cfg.KubeAPIQPS != 50 || cfg.KubeAPIBurst != 100 {
+		t.Errorf("default limit %v/s, burst %d; want 50/s and 100 (client-go's own 5/s made 1,000 Proxies take five minutes)", cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
-	parse(t, "--kube-api-qps", "7", "--kube-api-burst", "9").limitAPIRequests(cfg)
-	if cfg.QPS != 7 || cfg.Burst != 9 {
-		t.Errorf("--kube-api-qps 7 --kube-api-burst 9 gave %v/s, burst %d", cfg.QPS, cfg.Burst)
+	cfg = parse(t, "--kube-api-qps", "7", "--kube-api-burst", "9")
+	if cfg.KubeAPIQPS != 7 || cfg.KubeAPIBurst != 9 {
+		t.Errorf("--kube-api-qps 7 --kube-api-burst 9 gave %v/s, burst %d", cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
 	for _, flag := range []string{"--kube-api-qps", "--kube-api-burst"} {
 		if err := runControllerArgs(t, flag, "0"); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s 0: error = %v, want one naming %s", flag, err, flag)
-		}
-	}
-}
-
-// TestControllerAPIClientHonoursRetryAfter checks, on the client the
-// controller builds (its kubeconfig, its rate limit), that a 429 from the
-// API server's priority and fairness is retried after the Retry-After it
-// carries and not before: two refusals cost two more requests, a second
-// apart, never a storm. client-go does this by itself; the test pins it.
-func TestControllerAPIClientHonoursRetryAfter(t *testing.T) {
-	var mu sync.Mutex
-	var seen []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, time.Now())
-		n := len(seen)
-		mu.Unlock()
-		if n <= 2 {
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"too many requests, please try again later"}`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"fleet"}}`)
-	}))
-	defer srv.Close()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "+srv.URL+"}\n"+
-		"contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := restConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	controllerSettings{kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst}.limitAPIRequests(cfg)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cs.CoreV1().Namespaces().Get(ctx, "fleet", metav1.GetOptions{}); err != nil {
-		t.Fatalf("GET after two 429s: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 3 {
-		t.Fatalf("%d requests for one GET answered 429 twice; want 3", len(seen))
-	}
-	for i := 1; i < len(seen); i++ {
-		if gap := seen[i].Sub(seen[i-1]); gap < 900*time.Millisecond {
-			t.Errorf("attempt %d came %s after a 429 with Retry-After: 1", i+1, gap)
 		}
 	}
 }

@@ -4,17 +4,12 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"strings"
 
-	"github.com/go-logr/logr"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/proxyfleet/proxyfleet/controller/inject"
 )
@@ -27,7 +22,7 @@ const (
 	flagWebhookCertHosts     = "webhook-cert-hosts"
 	flagWebhookCertDir       = "webhook-cert-dir"
 	flagGatewayImage         = "gateway-image"
-	flagSidecarPoolAPI       = "sidecar-pool-api"
+	flagSidecarLeaseAPI      = "sidecar-lease-api"
 	flagSidecarResources     = "sidecar-resources"
 	flagClusterDomain        = "cluster-domain"
 	flagWebhookService       = "webhook-service"
@@ -57,17 +52,11 @@ func webhookFlags() []cli.Flag {
 		stringFlag(flagWebhookCertHosts, "", "comma-separated DNS names and IPs of the serving certificate (default: the --webhook-service's names)"),
 		pathFlag(flagWebhookCertDir, "`DIR` with tls.crt and tls.key kept by someone else (cert-manager); the controller then manages neither certificate nor caBundle"),
 		stringFlag(flagWebhookService, defaultWebhookService, "`NAME` of the webhook's Service, for the default --webhook-cert-hosts"),
-		stringFlag(flagLeaseAPIService, defaultLeaseAPIService, "`NAME` of the lease API's Service, for the default --sidecar-pool-api"),
-		stringFlag(flagSidecarPoolAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
+		stringFlag(flagLeaseAPIService, defaultLeaseAPIService, "`NAME` of the lease API's Service, for the default --sidecar-lease-api"),
+		stringFlag(flagSidecarLeaseAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
 		stringFlag(flagSidecarResources, defaultSidecarResources, "the sidecar's `RESOURCES` (requests.cpu=,requests.memory=,limits.cpu=,limits.memory=); the proxyfleet.io/gateway-resources annotation overrides them"),
 		stringFlag(flagClusterDomain, "cluster.local", "the cluster's DNS `DOMAIN`, kept out of the sidecar's proxy (NO_PROXY)"),
 	}
-}
-
-// webhookSettings are the parsed injection flags; listen "" is off.
-type webhookSettings struct {
-	listen string
-	opts   inject.Options
 }
 
 // controllerNamespace is the pod's namespace: $POD_NAMESPACE (the chart
@@ -82,11 +71,17 @@ func controllerNamespace() string {
 	return ""
 }
 
-// parseWebhookFlags validates the injection flags, naming the wrong one.
-// The caller adds the API server's addresses (apiServerHosts) once it has
-// the cluster config.
-func parseWebhookFlags(c *cli.Context) (webhookSettings, error) {
-	var s webhookSettings
+// readWebhook reads the injection flags, naming the wrong one.
+func (cfg *controllerConfig) readWebhook(c *cli.Context) (err error) {
+	cfg.Webhook, err = webhookFrom(c)
+	return err
+}
+
+// webhookFrom reads the injection flags; its Listen is "" when injection
+// is off. The run adds the API server's addresses once it has the cluster
+// config.
+func webhookFrom(c *cli.Context) (inject.Options, error) {
+	var s inject.Options
 	listen := strings.TrimSpace(c.String(flagWebhookListen))
 	image := strings.TrimSpace(c.String(flagGatewayImage))
 	if listen == "" || listen == "0" || listen == "off" || image == "" {
@@ -103,10 +98,10 @@ func parseWebhookFlags(c *cli.Context) (webhookSettings, error) {
 	if err != nil {
 		return s, fmt.Errorf("--%s: %w", flagSidecarResources, err)
 	}
-	poolAPI := strings.TrimSpace(c.String(flagSidecarPoolAPI))
+	poolAPI := strings.TrimSpace(c.String(flagSidecarLeaseAPI))
 	if poolAPI == "" {
 		if ns == "" {
-			return s, needNS(flagSidecarPoolAPI)
+			return s, needNS(flagSidecarLeaseAPI)
 		}
 		poolAPI = fmt.Sprintf("http://%s.%s.svc:8090", c.String(flagLeaseAPIService), ns)
 	}
@@ -156,37 +151,5 @@ func parseWebhookFlags(c *cli.Context) (webhookSettings, error) {
 			o.Hosts = []string{svc + "." + ns + ".svc", svc + "." + ns + ".svc." + o.Config.ClusterDomain}
 		}
 	}
-	s.listen, s.opts = listen, o
-	return s, nil
-}
-
-// apiServerHosts are the API server's address as this process reaches it
-// and as pods do ($KUBERNETES_SERVICE_HOST), for NO_PROXY.
-func apiServerHosts(cfg *rest.Config) []string {
-	var out []string
-	if cfg != nil {
-		if u, err := url.Parse(cfg.Host); err == nil && u.Hostname() != "" {
-			out = append(out, u.Hostname())
-		}
-	}
-	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" && net.ParseIP(h) != nil && (len(out) == 0 || out[0] != h) {
-		out = append(out, h)
-	}
-	return out
-}
-
-// setupWebhook adds the injection webhook to mgr unless it is off.
-func setupWebhook(mgr ctrl.Manager, s webhookSettings, logger logr.Logger) error {
-	if s.listen == "" {
-		logger.Info("sidecar injection off (--" + flagWebhookListen + " 0 or no --" + flagGatewayImage + ")")
-		return nil
-	}
-	s.opts.Log = logger
-	srv, err := inject.Setup(mgr, s.opts)
-	if err != nil {
-		return err
-	}
-	logger.Info("sidecar injection on", "addr", srv.Addr().String(), "image", s.opts.Config.Image, "poolAPI", s.opts.Config.PoolAPI,
-		"certs", map[bool]string{true: "--webhook-cert-dir", false: "self-managed in " + s.opts.CertSecret.String()}[s.opts.CertDir != ""])
-	return nil
+	return o, nil
 }

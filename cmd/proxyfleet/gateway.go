@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon"
@@ -57,9 +56,9 @@ const (
 	flagProbeTimeout          = "probe-timeout"
 	flagProbeSuccessThreshold = "probe-success-threshold"
 	flagProbeFailureThreshold = "probe-failure-threshold"
-	flagAPIListen             = "api-listen"
-	flagAPITokenFile          = "api-token-file"
-	flagPoolAPI               = "pool-api"
+	flagLeaseAPIListen        = "lease-api-listen"
+	flagLeaseAPITokenFile     = "lease-api-token-file"
+	flagLeaseAPI              = "lease-api"
 	flagPoolTokenFile         = "pool-token-file"
 	flagPoolSATokenFile       = "pool-sa-token-file"
 	flagPoolSelector          = "pool-selector"
@@ -137,28 +136,19 @@ func usageError(command string) cli.OnUsageErrorFunc {
 // gatewayFlags are the gateway's flags. Each reads PROXYFLEET_<NAME> from the
 // environment and <name> from the --config file (altsrc wrappers).
 func gatewayFlags() []cli.Flag {
-	// The gateway's durations keep their default as written ("60s", not
-	// "1m0s") in --help, which the README's flag table repeats.
-	dur := func(name, value, usage string) cli.Flag {
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			panic("gateway flag " + name + ": bad default " + value) // a typo below, caught by every test
-		}
-		return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: d, DefaultText: value, Usage: usage, EnvVars: []string{envVar(name)}})
-	}
 	return append([]cli.Flag{
 		stringFlag(flagListen, "127.0.0.1:3128", "`ADDR` (host:port) the proxy listens on; a non-loopback address needs --auth-token-file or --insecure-allow-open"),
 		listFlag(flagUpstream, "upstream proxy `URL` (http://, https://, socks5:// or socks5h://, optional user:password@, explicit port); repeatable"),
 		pathFlag(flagUpstreamsFile, "`FILE` of upstreams, one per line: URL [key=value ...]; # comments; reloaded when it changes"),
-		dur(flagUpstreamsReload, "2s", "how often to check --upstreams-file for changes"),
+		durationFlag(flagUpstreamsReload, "2s", "how often to check --upstreams-file for changes"),
 		listFlag(flagEgressAddr, "local source `IP` for direct egress (one member per address); repeatable"),
 		stringFlag(flagRotation, "sticky", "`MODE`: sticky (keep an upstream per session and target for --lease-ttl) or per-request"),
-		dur(flagLeaseTTL, "60s", "how long a session keeps its upstream for a target in sticky mode"),
-		dur(flagMaxLeaseTTL, "1h", "longest lease a client may ask for (sessttl, lease API)"),
-		dur(flagCooldown, "10m", "how long an upstream rests for a target after a ban, when the site sent no Retry-After"),
-		dur(flagMaxCooldown, "1h", "cap on a cooldown (Retry-After and repeated-ban backoff included)"),
-		dur(flagFailureCooldown, "30s", "how long a failing upstream (refused, reset, timed out, TLS/SOCKS5 handshake, 407) is out for every target"),
-		dur(flagSiteFailureCooldown, "10s", "how long an upstream rests for one target after answering that it cannot reach it (DNS, connect, access)"),
+		durationFlag(flagLeaseTTL, "60s", "how long a session keeps its upstream for a target in sticky mode"),
+		durationFlag(flagMaxLeaseTTL, "1h", "longest lease a client may ask for (sessttl, lease API)"),
+		durationFlag(flagCooldown, "10m", "how long an upstream rests for a target after a ban, when the site sent no Retry-After"),
+		durationFlag(flagMaxCooldown, "1h", "cap on a cooldown (Retry-After and repeated-ban backoff included)"),
+		durationFlag(flagFailureCooldown, "30s", "how long a failing upstream (refused, reset, timed out, TLS/SOCKS5 handshake, 407) is out for every target"),
+		durationFlag(flagSiteFailureCooldown, "10s", "how long an upstream rests for one target after answering that it cannot reach it (DNS, connect, access)"),
 		stringFlag(flagRateLimitStatus, "429", "comma-separated `STATUSES` read as rate limiting (cooldown honours Retry-After); empty turns it off"),
 		stringFlag(flagBanStatus, "403", "comma-separated `STATUSES` read as a ban; empty turns it off"),
 		listFlag(flagBanRule, "`RULE` read as a ban beyond the status lists: space-separated status=LIST header:NAME~REGEX body~REGEX action=rate_limited|banned, or preset=cloudflare-challenge|captcha|empty-200; repeatable"),
@@ -184,29 +174,29 @@ func gatewayFlags() []cli.Flag {
 		boolFlag(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
 		boolFlag(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
 		stringFlag(flagProbeURL, "", "`URL` to fetch through every upstream to decide its health (empty: no probes, upstreams count as healthy)"),
-		dur(flagProbeInterval, "10s", "time between probes of one upstream"),
-		dur(flagProbeTimeout, "5s", "timeout of one probe"),
+		durationFlag(flagProbeInterval, "10s", "time between probes of one upstream"),
+		durationFlag(flagProbeTimeout, "5s", "timeout of one probe"),
 		intFlag(flagProbeSuccessThreshold, 1, "consecutive passing probes that make an upstream healthy"),
 		intFlag(flagProbeFailureThreshold, 3, "consecutive failing probes that make an upstream unhealthy"),
-		stringFlag(flagAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --api-token-file or --insecure-allow-open"),
-		pathFlag(flagAPITokenFile, "`FILE` holding the lease API's bearer token"),
-		stringFlag(flagPoolAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --api-listen)"),
-		pathFlag(flagPoolTokenFile, "`FILE` holding the bearer token for --pool-api"),
-		pathFlag(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --pool-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
-		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --pool-api; a key a request names wins"),
-		dur(flagPoolOutageGrace, "5m", "while --pool-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
-		dur(flagPoolRefresh, "30s", "how often a --pool-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
+		stringFlag(flagLeaseAPIListen, "", "`ADDR` (host:port) to serve the lease API on (empty: off); a non-loopback address needs --lease-api-token-file or --insecure-allow-open"),
+		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token"),
+		stringFlag(flagLeaseAPI, "", "`URLS` (comma-separated) of a controller's lease API to lease upstreams from, sharing cooldowns with every gateway; a call that fails on the connection is retried once on the next URL; the gateway then holds no pool (no --upstream, --upstreams-file, --egress-addr, --probe-url or --lease-api-listen)"),
+		pathFlag(flagPoolTokenFile, "`FILE` holding the bearer token for --lease-api"),
+		pathFlag(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --lease-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
+		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --lease-api; a key a request names wins"),
+		durationFlag(flagPoolOutageGrace, "5m", "while --lease-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
+		durationFlag(flagPoolRefresh, "30s", "how often a --lease-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
 		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
-		dur(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
-		dur(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
-		dur(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),
+		durationFlag(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
+		durationFlag(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
+		durationFlag(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),
 		listFlag(flagSiteAnswerTimeout, "`PATTERN=DURATION` (a host, *.domain or IP, then a duration): --member-answer-timeout for the sites a pattern names, e.g. reports.example.com=90s; repeatable"),
-		dur(flagSiteMinInterval, "0s", "least time between two requests to one site through one upstream (0: none); a request waits for its slot, or takes another upstream free sooner"),
+		durationFlag(flagSiteMinInterval, "0s", "least time between two requests to one site through one upstream (0: none); a request waits for its slot, or takes another upstream free sooner"),
 		intFlag(flagSiteMaxConcurrency, 0, "most requests to one site in flight across the pool (0: unlimited); a tunnel counts while it opens"),
 		listFlag(flagSitePace, "`ENTRY`: PATTERN (a host, *.domain or IP) then min-interval=DURATION and/or max-concurrency=N: --site-min-interval and --site-max-concurrency for the sites a pattern names, e.g. \"*.example.com min-interval=2s max-concurrency=4\"; repeatable"),
 		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
-		dur(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
-		dur(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
+		durationFlag(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
+		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
 	}, logFlags("text")...)
 }
@@ -222,14 +212,14 @@ type gatewayConfig struct {
 // and usage block.
 var gatewayNames = daemon.Names{
 	Listen:        "--" + flagListen,
-	APIListen:     "--" + flagAPIListen,
+	APIListen:     "--" + flagLeaseAPIListen,
 	MetricsListen: "--" + flagMetricsListen,
 	Static:        "--" + flagUpstream + "/--" + flagEgressAddr,
 	UpstreamsFile: "--" + flagUpstreamsFile,
 	Probe:         "--" + flagProbeURL,
 	OutageGrace:   "--" + flagPoolOutageGrace,
 	Tokens:        "--" + flagAuthTokenFile,
-	APIToken:      "--" + flagAPITokenFile,
+	APIToken:      "--" + flagLeaseAPITokenFile,
 }
 
 // gatewayConfigFrom reads and checks every gateway flag. Errors name the flag
@@ -362,7 +352,7 @@ func (cfg *gatewayConfig) readMembers(c *cli.Context) (err error) {
 	return nil
 }
 
-// readPool reads the client tokens and where leases come from: the lease store, or the --pool-api and its outage handling.
+// readPool reads the client tokens and where leases come from: the lease store, or the --lease-api and its outage handling.
 func (cfg *gatewayConfig) readPool(c *cli.Context) (err error) {
 	if err := cfg.readAuth(c); err != nil {
 		return err
@@ -400,7 +390,7 @@ func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 }
 
 // readAuth reads the token files and applies the never-open-by-accident
-// rule to --listen and --api-listen.
+// rule to --listen and --lease-api-listen.
 func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 	open := c.Bool(flagInsecureAllowOpen)
 
@@ -419,22 +409,22 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 			flagListen, cfg.Listen, flagAuthTokenFile, flagInsecureAllowOpen)
 	}
 
-	cfg.APIListen = c.String(flagAPIListen)
-	if f := c.Path(flagAPITokenFile); f != "" {
-		if cfg.APIToken, err = readSingleToken(flagAPITokenFile, f); err != nil {
+	cfg.APIListen = c.String(flagLeaseAPIListen)
+	if f := c.Path(flagLeaseAPITokenFile); f != "" {
+		if cfg.APIToken, err = readSingleToken(flagLeaseAPITokenFile, f); err != nil {
 			return err
 		}
 	}
 	if cfg.APIListen == "" {
 		return nil
 	}
-	loopback, err = checkListenAddr(flagAPIListen, cfg.APIListen)
+	loopback, err = checkListenAddr(flagLeaseAPIListen, cfg.APIListen)
 	if err != nil {
 		return err
 	}
 	if !loopback && cfg.APIToken == "" && !open {
 		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to serve the lease API without a token",
-			flagAPIListen, cfg.APIListen, flagAPITokenFile, flagInsecureAllowOpen)
+			flagLeaseAPIListen, cfg.APIListen, flagLeaseAPITokenFile, flagInsecureAllowOpen)
 	}
 	return nil
 }

@@ -219,13 +219,13 @@ func TestNonLoopbackListenWithoutAuthIsRefused(t *testing.T) {
 			"--listen :3128 is not loopback: set --auth-token-file, or --insecure-allow-open to run an open proxy"},
 		{"a LAN address", []string{"--listen", "192.168.1.10:3128"},
 			"--listen 192.168.1.10:3128 is not loopback"},
-		{"api on all interfaces without a token", []string{"--api-listen", "0.0.0.0:8090"},
-			"--api-listen 0.0.0.0:8090 is not loopback: set --api-token-file, or --insecure-allow-open to serve the lease API without a token"},
+		{"api on all interfaces without a token", []string{"--lease-api-listen", "0.0.0.0:8090"},
+			"--lease-api-listen 0.0.0.0:8090 is not loopback: set --lease-api-token-file, or --insecure-allow-open to serve the lease API without a token"},
 		{"all interfaces with auth", []string{"--listen", "0.0.0.0:3128", "--auth-token-file", tokens}, ""},
 		{"all interfaces told to be open", []string{"--listen", "0.0.0.0:3128", "--insecure-allow-open"}, ""},
 		{"loopback v6 needs nothing", []string{"--listen", "[::1]:3128"}, ""},
 		{"localhost needs nothing", []string{"--listen", "localhost:3128"}, ""},
-		{"api with a token", []string{"--api-listen", "0.0.0.0:8090", "--api-token-file", tokens}, ""},
+		{"api with a token", []string{"--lease-api-listen", "0.0.0.0:8090", "--lease-api-token-file", tokens}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "metrics listen without a port", args: []string{"--metrics-listen", "localhost"}, want: []string{"--metrics-listen"}},
 		{name: "empty token file", args: []string{"--auth-token-file", empty}, want: []string{"--auth-token-file", "holds no token"}},
 		{name: "missing token file", args: []string{"--auth-token-file", filepath.Join(t.TempDir(), "nope")}, want: []string{"--auth-token-file", "no such file"}},
-		{name: "api token file with two tokens", args: []string{"--api-token-file", two}, want: []string{"--api-token-file", "exactly one"}, deny: []string{"\na\n"}},
+		{name: "api token file with two tokens", args: []string{"--lease-api-token-file", two}, want: []string{"--lease-api-token-file", "exactly one"}, deny: []string{"\na\n"}},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"--log-level"}},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{"--log-format"}},
 		{name: "stray argument", args: []string{"0.0.0.0:3128"}, want: []string{"no arguments"}},
@@ -334,9 +334,68 @@ func TestEveryGatewayFlagHasItsEnvVar(t *testing.T) {
 	for _, f := range gatewayFlags() {
 		name := f.Names()[0]
 		env := f.(cli.DocGenerationFlag).GetEnvVars()
-		want := "PROXYFLEET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-		if len(env) != 1 || env[0] != want {
-			t.Errorf("--%s reads %v, want [%s]", name, env, want)
+		want := []string{"PROXYFLEET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+		if old, ok := formerNames[name]; ok {
+			want = append(want, "PROXYFLEET_"+strings.ToUpper(strings.ReplaceAll(old, "-", "_")))
+		}
+		if strings.Join(env, " ") != strings.Join(want, " ") {
+			t.Errorf("--%s reads %v, want %v", name, env, want)
+		}
+	}
+}
+
+// TestRenamedFlagsKeepTheirFormerNames: a flag renamed so that the lease
+// API has one name still takes its former name for one release, on the
+// command line, as the environment variable and as a --config key, and
+// --help lists both.
+func TestRenamedFlagsKeepTheirFormerNames(t *testing.T) {
+	tokens := writeFile(t, "api-token", "api-s3cret\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*gatewayConfig) bool
+	}{
+		{"--api-listen on the command line", []string{"--api-listen", "127.0.0.1:18090"}, nil,
+			func(c *gatewayConfig) bool { return c.APIListen == "127.0.0.1:18090" }},
+		{"PROXYFLEET_API_LISTEN", nil, map[string]string{"PROXYFLEET_API_LISTEN": "127.0.0.1:18091"},
+			func(c *gatewayConfig) bool { return c.APIListen == "127.0.0.1:18091" }},
+		{"the new variable wins over the former one", nil,
+			map[string]string{"PROXYFLEET_API_LISTEN": "127.0.0.1:18091", "PROXYFLEET_LEASE_API_LISTEN": "127.0.0.1:18092"},
+			func(c *gatewayConfig) bool { return c.APIListen == "127.0.0.1:18092" }},
+		{"api-listen and api-token-file as --config keys",
+			[]string{"--config", writeFile(t, "c.yaml", "api-listen: 127.0.0.1:18093\napi-token-file: "+tokens+"\n")}, nil,
+			func(c *gatewayConfig) bool { return c.APIListen == "127.0.0.1:18093" && c.APIToken == "api-s3cret" }},
+		{"--pool-api on the command line", []string{"--pool-api", "http://127.0.0.1:18094"}, nil,
+			func(c *gatewayConfig) bool { return c.PoolAPI == "http://127.0.0.1:18094" }},
+		{"PROXYFLEET_POOL_API", nil, map[string]string{"PROXYFLEET_POOL_API": "http://127.0.0.1:18095"},
+			func(c *gatewayConfig) bool { return c.PoolAPI == "http://127.0.0.1:18095" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := runConfig(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(cfg) {
+				t.Fatalf("the former name did not set the flag: %+v", cfg.Config)
+			}
+		})
+	}
+	var help bytes.Buffer
+	for _, cmd := range newApp().Commands {
+		app := newApp()
+		app.Writer = &help
+		if err := app.Run([]string{"proxyfleet", cmd.Name, "--help"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for newName, old := range formerNames {
+		if !strings.Contains(help.String(), "--"+newName+" ") || !strings.Contains(help.String(), "--"+old+" ") {
+			t.Errorf("no --help lists --%s with its former name --%s", newName, old)
 		}
 	}
 }
@@ -379,7 +438,7 @@ func TestListenFailureNamesTheAddress(t *testing.T) {
 	}{
 		{"proxy port in use", []string{"--listen", addr, "--metrics-listen", "off"}, "--listen " + addr},
 		{"metrics port in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", addr}, "--metrics-listen " + addr},
-		{"api port in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", "off", "--api-listen", addr}, "--api-listen " + addr},
+		{"api port in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", "off", "--lease-api-listen", addr}, "--lease-api-listen " + addr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -25,7 +25,7 @@ func leaseCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "lease",
 		Usage: "list, acquire, release and report upstream leases through a lease API",
-		Description: "Talks to the lease API of a controller (--lease-api-listen) or a standalone gateway (--api-listen).\n" +
+		Description: "Talks to the lease API of a controller (--lease-api-listen) or a standalone gateway (--lease-api-listen).\n" +
 			"Every subcommand takes --api, --token-file and --output.",
 		Subcommands: []*cli.Command{
 			leaseListCommand(),
@@ -49,7 +49,7 @@ func leaseAPIFlags(defaultOutput string) []cli.Flag {
 		&cli.StringFlag{
 			Name:    "token-file",
 			Usage:   "`FILE` holding the API's bearer token (none: send no token)",
-			EnvVars: []string{"PROXYFLEET_API_TOKEN_FILE"},
+			EnvVars: []string{"PROXYFLEET_LEASE_API_TOKEN_FILE"},
 		},
 		&cli.StringFlag{
 			Name:  "output",
@@ -80,14 +80,14 @@ func leaseListCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			proxies, err := client.List(c.Context, poolapi.ListFilter{Attributes: attrs, HealthyOnly: c.Bool("healthy")})
+			proxies, err := client.List(c.Context, leaseapi.ListFilter{Attributes: attrs, HealthyOnly: c.Bool("healthy")})
 			if err != nil {
 				return leaseAPIError(c, err)
 			}
 			if out == "json" {
 				return writeJSONTo(c.App.Writer, struct {
-					Proxies []poolapi.ProxyInfo `json:"proxies"`
-					Count   int                 `json:"count"`
+					Proxies []leaseapi.ProxyInfo `json:"proxies"`
+					Count   int                  `json:"count"`
 				}{proxies, len(proxies)})
 			}
 			return writeProxyTable(c.App.Writer, proxies, time.Now())
@@ -138,7 +138,7 @@ func leaseAcquireCommand() *cli.Command {
 				return leaseAPIError(c, err)
 			}
 			if out == "json" {
-				return writeJSONTo(c.App.Writer, poolapi.NewLeaseInfo(lease))
+				return writeJSONTo(c.App.Writer, leaseapi.NewLeaseInfo(lease))
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "LEASE\tPROXY\tURL\tTARGET\tEXPIRES")
@@ -223,7 +223,7 @@ func leaseReportCommand() *cli.Command {
 }
 
 // leaseClient builds the API client from --api and --token-file and checks --output.
-func leaseClient(c *cli.Context) (*poolapi.Client, string, error) {
+func leaseClient(c *cli.Context) (*leaseapi.Client, string, error) {
 	out := c.String("output")
 	if out != "json" && out != "table" {
 		return nil, "", fmt.Errorf("invalid --output %q: want json or table", out)
@@ -235,7 +235,7 @@ func leaseClient(c *cli.Context) (*poolapi.Client, string, error) {
 			return nil, "", err
 		}
 	}
-	client, err := poolapi.NewClient(c.String("api"), token, nil)
+	client, err := leaseapi.NewClient(c.String("api"), token, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("invalid --api: %w", err)
 	}
@@ -244,7 +244,7 @@ func leaseClient(c *cli.Context) (*poolapi.Client, string, error) {
 
 // leaseAPIError points at the flag most likely to fix an API failure.
 func leaseAPIError(c *cli.Context, err error) error {
-	var apiErr *poolapi.APIError
+	var apiErr *leaseapi.APIError
 	switch {
 	case errors.Is(err, pool.ErrUnreachable):
 		return fmt.Errorf("%w (is --api %s right, and the server running?)", err, c.String("api"))
@@ -357,7 +357,7 @@ func writeJSONTo(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writeProxyTable(w io.Writer, proxies []poolapi.ProxyInfo, now time.Time) error {
+func writeProxyTable(w io.Writer, proxies []leaseapi.ProxyInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tURL\tHEALTHY\tLATENCY\tLEASES\tCOOLDOWNS\tATTRIBUTES")
 	for _, p := range proxies {

@@ -16,7 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 const leaseTestToken = "lease-cli-token"
@@ -43,10 +43,10 @@ func startLeaseAPI(t *testing.T) *leaseAPI {
 		{Name: "b", URL: mustURL("http://user:secret-b@127.0.0.2:3128"), Attributes: map[string]string{"region": "eu", "tier": "res"}},
 		{Name: "c", URL: mustURL("http://127.0.0.3:3128"), Attributes: map[string]string{"region": "us", "tier": "dc"}},
 	})
-	srv := httptest.NewServer(poolapi.NewAPIServer(st, poolapi.APIOptions{Token: leaseTestToken, Logger: slog.New(slog.DiscardHandler)}))
+	srv := httptest.NewServer(leaseapi.NewAPIServer(st, leaseapi.APIOptions{Token: leaseTestToken, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
 	// The comment line pins that the CLI reads the same token-file format as
-	// the gateway's --api-token-file, so one file serves both.
+	// the gateway's --lease-api-token-file, so one file serves both.
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("# lease API token\n"+leaseTestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -96,8 +96,8 @@ func decodeLeaseJSON[T any](t *testing.T, out string) T {
 }
 
 type leaseListJSON struct {
-	Proxies []poolapi.ProxyInfo `json:"proxies"`
-	Count   int                 `json:"count"`
+	Proxies []leaseapi.ProxyInfo `json:"proxies"`
+	Count   int                  `json:"count"`
 }
 
 func TestLeaseCLIList(t *testing.T) {
@@ -133,7 +133,7 @@ func TestLeaseCLIList(t *testing.T) {
 func TestLeaseCLIAcquireReportRelease(t *testing.T) {
 	api := startLeaseAPI(t)
 
-	info := decodeLeaseJSON[poolapi.LeaseInfo](t, api.ok(t, "acquire", "--selector", "tier=dc", "--target", "Example.COM:443", "--ttl", "120s"))
+	info := decodeLeaseJSON[leaseapi.LeaseInfo](t, api.ok(t, "acquire", "--selector", "tier=dc", "--target", "Example.COM:443", "--ttl", "120s"))
 	if info.LeaseID == "" || info.Proxy.Name != "a" || info.Target != "example.com" || info.TTLSeconds != 120 {
 		t.Fatalf("acquire = %+v", info)
 	}
@@ -196,7 +196,7 @@ func TestLeaseCLIAcquireReportRelease(t *testing.T) {
 func TestLeaseCLITakesAPIAndTokenFromEnv(t *testing.T) {
 	api := startLeaseAPI(t)
 	t.Setenv("PROXYFLEET_API", api.url)
-	t.Setenv("PROXYFLEET_API_TOKEN_FILE", api.tokenFile)
+	t.Setenv("PROXYFLEET_LEASE_API_TOKEN_FILE", api.tokenFile)
 	out, err := api.run(t, "list", "--output", "json")
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestLeaseCLITakesAPIAndTokenFromEnv(t *testing.T) {
 
 func TestLeaseCLIErrorsNameTheFlag(t *testing.T) {
 	api := startLeaseAPI(t)
-	lease := decodeLeaseJSON[poolapi.LeaseInfo](t, api.ok(t, "acquire", "--proxy", "a"))
+	lease := decodeLeaseJSON[leaseapi.LeaseInfo](t, api.ok(t, "acquire", "--proxy", "a"))
 	before := api.activeLeases()
 
 	dir := t.TempDir()

@@ -1,5 +1,9 @@
 // Command proxyfleet is the one binary: the rotating egress gateway, the
 // controller that keeps the upstream fleet alive, and a lease API client.
+//
+// It is flags and wiring: it turns flags into gateway/daemon.Config and
+// controller/manager.Config and wires the provider types; the runs themselves
+// are not here, and no package imports it.
 package main
 
 import (

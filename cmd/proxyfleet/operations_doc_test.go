@@ -16,7 +16,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite the generated metrics reference in docs/operations.md")
@@ -72,11 +72,11 @@ func gatewayMetrics() *prometheus.Registry {
 // onePace is one paced site, so the pace collector has series to gather.
 type onePace struct{}
 
-func (onePace) PaceStatus() []status.SitePace {
-	return []status.SitePace{{Site: "shop.com", Waited: 1}}
+func (onePace) PaceStatus() []statuspage.SitePace {
+	return []statuspage.SitePace{{Site: "shop.com", Waited: 1}}
 }
 
-// poolAPIGatewayMetrics are the series only a --pool-api gateway adds:
+// poolAPIGatewayMetrics are the series only a --lease-api gateway adds:
 // its last-known pool's outage counters.
 func poolAPIGatewayMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -111,7 +111,7 @@ func metricsReference(t *testing.T) string {
 	for _, r := range []struct {
 		by  string
 		reg *prometheus.Registry
-	}{{"gateway", gatewayMetrics()}, {"`--pool-api` gateway", poolAPIGatewayMetrics()}, {"controller", controllerMetrics()}} {
+	}{{"gateway", gatewayMetrics()}, {"`--lease-api` gateway", poolAPIGatewayMetrics()}, {"controller", controllerMetrics()}} {
 		fams, err := r.reg.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -169,4 +169,24 @@ func TestOperationsMetricsReferenceMatchesTheRegistries(t *testing.T) {
 		return
 	}
 	t.Fatalf("the metrics reference in docs/operations.md is stale; run go test ./cmd/proxyfleet -run TestOperationsMetricsReference -update-docs. Want:\n%s", want)
+}
+
+// TestOperationsNamesEveryRenamedFlag: docs/operations.md's table of
+// renamed flags has a row for each former name the commands accept.
+func TestOperationsNamesEveryRenamedFlag(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for newName, old := range formerNames {
+		found := false
+		for _, line := range strings.Split(string(doc), "\n") {
+			if strings.HasPrefix(line, "| `--"+newName+"`") && strings.Contains(line, "`--"+old+"`") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("docs/operations.md has no row for --%s, formerly --%s", newName, old)
+		}
+	}
 }

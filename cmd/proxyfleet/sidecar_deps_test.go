@@ -16,7 +16,7 @@ var sidecarDenied = map[string]string{
 	"k8s.io/apimachinery":                                           "the Kubernetes API machinery and its registered types",
 	"k8s.io/api":                                                    "the Kubernetes API types",
 	"sigs.k8s.io/controller-runtime":                                "the controller",
-	"github.com/redis/go-redis":                                     "the Redis lease store (a sidecar leases through --pool-api)",
+	"github.com/redis/go-redis":                                     "the Redis lease store (a sidecar leases through --lease-api)",
 	"google.golang.org/grpc":                                        "the gRPC stack (OTLP over gRPC; the sidecar exports OTLP over HTTP)",
 	"google.golang.org/genproto":                                    "gRPC's generated Google API types",
 	"github.com/grpc-ecosystem/grpc-gateway":                        "the OTLP collector service's gRPC gateway",

@@ -10,8 +10,8 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool/leasestore"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 )
 
 // storeOptionsFrom reads the lease store flags the gateway and the
@@ -51,26 +51,26 @@ func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 }
 
 // poolAPIConflicts are the gateway flags that give it a pool of its own, so
-// they make no sense with --pool-api.
-var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr, flagProbeURL, flagAPIListen}
+// they make no sense with --lease-api.
+var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr, flagProbeURL, flagLeaseAPIListen}
 
-// poolAPIStoreFlags configure a lease store, which a --pool-api gateway does
+// poolAPIStoreFlags configure a lease store, which a --lease-api gateway does
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
 var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember,
 	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile, flagLeaseStoreShards}
 
-// poolAPIFrom reads --pool-api and --pool-token-file: a valid lease API URL
+// poolAPIFrom reads --lease-api and --pool-token-file: a valid lease API URL
 // (never echoed with credentials), exactly one token, and none of the flags
 // that would give the gateway a pool of its own. An empty apiURL means the
 // gateway holds its own pool.
 func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
-	apiURL = strings.TrimSpace(c.String(flagPoolAPI))
+	apiURL = strings.TrimSpace(c.String(flagLeaseAPI))
 	tokenFile := c.Path(flagPoolTokenFile)
 	if apiURL == "" {
 		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector, flagPoolOutageGrace, flagPoolRefresh} {
 			if c.IsSet(name) {
-				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagPoolAPI)
+				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagLeaseAPI)
 			}
 		}
 		return "", "", nil
@@ -81,13 +81,13 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	for _, name := range poolAPIConflicts {
 		if c.IsSet(name) {
 			return "", "", fmt.Errorf("--%s and --%s exclude each other: with --%s the gateway leases from the controller's pool and holds none of its own",
-				flagPoolAPI, name, flagPoolAPI)
+				flagLeaseAPI, name, flagLeaseAPI)
 		}
 	}
 	for _, name := range poolAPIStoreFlags {
 		if c.IsSet(name) {
 			return "", "", fmt.Errorf("--%s has no effect with --%s: the gateway then holds no lease store; set it on proxyfleet controller",
-				name, flagPoolAPI)
+				name, flagLeaseAPI)
 		}
 	}
 	if tokenFile != "" {
@@ -96,8 +96,8 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 		}
 	}
 	// NewClient's errors show the URL redacted.
-	if _, err := poolapi.NewClient(apiURL, token, nil); err != nil {
-		return "", "", fmt.Errorf("--%s: %w", flagPoolAPI, err)
+	if _, err := leaseapi.NewClient(apiURL, token, nil); err != nil {
+		return "", "", fmt.Errorf("--%s: %w", flagLeaseAPI, err)
 	}
 	return apiURL, token, nil
 }
@@ -180,26 +180,26 @@ func leaseStoreFrom(c *cli.Context) (leasestore.Config, error) {
 	return l, nil
 }
 
-// poolClientFrom builds the lease API client of a --pool-api gateway from
+// poolClientFrom builds the lease API client of a --lease-api gateway from
 // its validated settings: the fixed token, or the rotating token file
 // (--pool-sa-token-file, read now and re-read as the kubelet rotates it), and
 // the default selector (--pool-selector).
-func poolClientFrom(c *cli.Context, apiURL, token string) (*poolapi.Client, error) {
+func poolClientFrom(c *cli.Context, apiURL, token string) (*leaseapi.Client, error) {
 	sel, err := pool.ParseSelector(c.String(flagPoolSelector))
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagPoolSelector, err)
 	}
-	cl, err := poolapi.NewClientWith(apiURL, poolapi.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
+	cl, err := leaseapi.NewClientWith(apiURL, leaseapi.ClientOptions{Token: token, TokenFile: c.Path(flagPoolSATokenFile), Selector: sel})
 	if err != nil {
 		if f := c.Path(flagPoolSATokenFile); f != "" {
 			return nil, fmt.Errorf("--%s %s: %w", flagPoolSATokenFile, f, err)
 		}
-		return nil, fmt.Errorf("--%s: %w", flagPoolAPI, err)
+		return nil, fmt.Errorf("--%s: %w", flagLeaseAPI, err)
 	}
 	return cl, nil
 }
 
-// outageFrom reads the last-known pool's flags of a --pool-api gateway:
+// outageFrom reads the last-known pool's flags of a --lease-api gateway:
 // the grace (0 turns it off) and the member list's refresh interval.
 func outageFrom(c *cli.Context) (grace, refresh time.Duration, err error) {
 	if grace = c.Duration(flagPoolOutageGrace); grace < 0 {

@@ -10,6 +10,9 @@
 // Secrets: the controller may be allowed to read every Secret, but keeps in
 // memory only the ones it uses, and reading them costs no API call per probe.
 // Nothing here logs a password, and errors never carry one.
+//
+// It imports api/v1alpha1 and providers only; never the reconcilers, pool or
+// gateway.
 package credentials
 
 import (

@@ -14,7 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -65,7 +65,7 @@ func TestSweepCountsEveryPartItRemoves(t *testing.T) {
 // period, removes the first two whole and counts them per kind, and leaves
 // the rest.
 func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) {
-	host := testutil.StartKVMHost(t)
+	host := libvirtd.StartKVMHost(t)
 	lvd := host.Libvirtd
 	cfg, err := providers.ParseConfig([]byte(host.Config), map[string]providers.Decoder{kvmprovider.Type: providers.DecoderOf(kvmprovider.ReadConfig)})
 	if err != nil {

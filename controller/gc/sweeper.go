@@ -8,6 +8,9 @@
 // without the owner-UID label is never deleted, a young instance may still be
 // mid-create, a Proxy with a deletionTimestamp still counts as live (its
 // finalizer owns that deletion), and a failed Proxy list skips the sweep.
+//
+// It imports api/v1alpha1 and providers only; never the reconcilers or a
+// provider implementation.
 package gc
 
 import (

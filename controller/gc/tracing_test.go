@@ -10,12 +10,13 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/spanrec"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 func TestSweepIsOneSpanWithTheProviderCallsUnderIt(t *testing.T) {
-	sr, _ := testutil.RecordSpans(t)
+	sr, _ := spanrec.Record(t)
 	a := providertest.NewWith(inst("a/orphan", "uid-gone", time.Hour))
 	s, err := New(Options{
 		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
@@ -19,13 +20,13 @@ import (
 // leave the rest for ticks an hour apart (a thousand new Proxies took
 // minutes to turn Ready at the default tick of a second).
 func TestOneTickProbesAWholeNewFleet(t *testing.T) {
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "dispatch", OutgoingAddr: "127.0.0.229"})
+	sq := squid.Start(t, squid.Options{Name: "dispatch", OutgoingAddr: "127.0.0.229"})
 	target := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.1"})
 	const n = 60
 	var items []v1alpha1.Proxy
 	for i := range n {
 		items = append(items, *gen.Proxy(fmt.Sprintf("px-%02d", i), gen.SetProxyNamespace("ns"),
-			gen.SetProxyEndpoint("127.0.0.1", int32(squid.Port())),
+			gen.SetProxyEndpoint("127.0.0.1", int32(sq.Port())),
 			gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/probe", IntervalSeconds: 60, TimeoutSeconds: 5})))
 	}
 	e, err := New(Options{Reader: &listReader{items: items}, Tick: time.Hour, Workers: 2})
@@ -56,7 +57,7 @@ func TestOneTickProbesAWholeNewFleet(t *testing.T) {
 			t.Errorf("%s: verdict %+v, want healthy", p.Name, v)
 		}
 	}
-	if c := target.Count(squid.OutgoingAddr()); c != n {
+	if c := target.Count(sq.OutgoingAddr()); c != n {
 		t.Errorf("the target saw %d probes through the Squid, want %d (one each)", c, n)
 	}
 }

@@ -12,6 +12,10 @@
 // transition falls out for free: events are emitted only on the first
 // verdict, on a threshold flip, and on a large latency change at most once
 // per MinReportInterval while healthy.
+//
+// It imports api/v1alpha1, probe, controller/credentials and internal/redact;
+// never the reconcilers (they read its verdicts through controller's small
+// interface), pool or gateway.
 package health
 
 import (

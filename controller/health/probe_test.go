@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 )
@@ -19,11 +20,11 @@ import (
 // plain HTTP as a proxied request, HTTPS through CONNECT with TLS inside,
 // and every way a probe fails.
 func TestProbeThroughRealSquid(t *testing.T) {
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probe", OutgoingAddr: "127.0.0.5"})
+	sq := squid.Start(t, squid.Options{Name: "probe", OutgoingAddr: "127.0.0.5"})
 	// An authenticating Squid, as a VM's bootstrap runs: probes must log in.
 	const pw = "pr0be-pa55word"
-	authSquid := testutil.StartSquid(t, testutil.SquidOptions{Name: "probe-auth", OutgoingAddr: "127.0.0.5",
-		BasicAuth: &testutil.SquidLogin{Username: "proxyfleet", Password: pw}})
+	authSquid := squid.Start(t, squid.Options{Name: "probe-auth", OutgoingAddr: "127.0.0.5",
+		BasicAuth: &squid.Login{Username: "proxyfleet", Password: pw}})
 	wrongLogin := "http://proxyfleet:not-" + pw + "@" + authSquid.Addr()
 	plain := testutil.StartTarget(t, testutil.TargetOptions{})
 	secure := testutil.StartTLSTarget(t, testutil.TargetOptions{})
@@ -46,11 +47,11 @@ func TestProbeThroughRealSquid(t *testing.T) {
 		{name: "the login also reaches the proxy for CONNECT", proxy: authSquid.LoginURL(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, tls: true, seenBy: secure},
 		{name: "an authenticating proxy without a login fails with 407 said plainly", proxy: authSquid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "answered 407: the proxy demands a login and the Proxy has none"},
 		{name: "a wrong login fails without leaking it", proxy: wrongLogin, target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: `answered 407: the proxy refused the Proxy's login (user "proxyfleet")`},
-		{name: "an http URL is fetched through the proxy", proxy: squid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain},
-		{name: "an https URL goes through CONNECT with TLS inside", proxy: squid.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, tls: true, seenBy: secure},
-		{name: "TLS inside the tunnel is verified", proxy: squid.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "certificate"},
+		{name: "an http URL is fetched through the proxy", proxy: sq.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain},
+		{name: "an https URL goes through CONNECT with TLS inside", proxy: sq.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, tls: true, seenBy: secure},
+		{name: "TLS inside the tunnel is verified", proxy: sq.Addr(), target: secure.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "certificate"},
 		{
-			name: "an unexpected status fails", proxy: squid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec,
+			name: "an unexpected status fails", proxy: sq.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec,
 			setup: func(t *testing.T) {
 				plain.SetRule("127.0.0.5", 503, nil)
 				t.Cleanup(func() { plain.ClearRule("127.0.0.5") })
@@ -58,20 +59,20 @@ func TestProbeThroughRealSquid(t *testing.T) {
 			wantErr: "answered 503, want 200",
 		},
 		{
-			name: "the expected status may be any code", proxy: squid.Addr(), target: plain.URL() + "/probe", expect: 503, timeout: 5 * sec,
+			name: "the expected status may be any code", proxy: sq.Addr(), target: plain.URL() + "/probe", expect: 503, timeout: 5 * sec,
 			setup: func(t *testing.T) {
 				plain.SetRule("127.0.0.5", 503, nil)
 				t.Cleanup(func() { plain.ClearRule("127.0.0.5") })
 			},
 		},
 		{name: "a proxy that refuses connections fails", proxy: refused, target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, wantErr: "connection refused"},
-		{name: "a target that never answers times out", proxy: squid.Addr(), target: "http://" + silent + "/probe", expect: 200, timeout: sec, wantErr: "no answer within 1s"},
+		{name: "a target that never answers times out", proxy: sq.Addr(), target: "http://" + silent + "/probe", expect: 200, timeout: sec, wantErr: "no answer within 1s"},
 		{
-			name: "credentials in the probe URL never appear in the message", proxy: squid.Addr(), expect: 204, timeout: 5 * sec,
+			name: "credentials in the probe URL never appear in the message", proxy: sq.Addr(), expect: 204, timeout: 5 * sec,
 			target: "http://probe:s3cret@" + plain.Addr() + "/probe", wantErr: "answered 200, want 204",
 		},
 		{
-			name: "the environment's proxy settings are ignored", proxy: squid.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain,
+			name: "the environment's proxy settings are ignored", proxy: sq.Addr(), target: plain.URL() + "/probe", expect: 200, timeout: 5 * sec, seenBy: plain,
 			setup: func(t *testing.T) {
 				t.Setenv("HTTP_PROXY", "http://"+refused)
 				t.Setenv("HTTPS_PROXY", "http://"+refused)
@@ -123,8 +124,8 @@ func TestProbeThroughRealSquid(t *testing.T) {
 // front of a real Squid: every probe must open (and close) its own
 // connection, so a CONNECT tunnel is never reused across probes.
 func TestProbeOpensAFreshConnectionEachTime(t *testing.T) {
-	squid := testutil.StartSquid(t, testutil.SquidOptions{Name: "keepalive"})
-	relay := startCountingRelay(t, squid.Addr())
+	sq := squid.Start(t, squid.Options{Name: "keepalive"})
+	relay := startCountingRelay(t, sq.Addr())
 	plain := testutil.StartTarget(t, testutil.TargetOptions{})
 	secure := testutil.StartTLSTarget(t, testutil.TargetOptions{})
 	for _, tc := range []struct {

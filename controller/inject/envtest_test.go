@@ -230,7 +230,7 @@ func assertInjected(t *testing.T, p *corev1.Pod) {
 	if s.RestartPolicy == nil || *s.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Errorf("sidecar restartPolicy = %v, want Always (a native sidecar)", s.RestartPolicy)
 	}
-	for _, want := range []string{"gateway", "--listen=127.0.0.1:3128", "--pool-api=http://proxyfleet.proxyfleet-system.svc:8090", "--pool-sa-token-file=" + inject.TokenPath} {
+	for _, want := range []string{"gateway", "--listen=127.0.0.1:3128", "--lease-api=http://proxyfleet.proxyfleet-system.svc:8090", "--pool-sa-token-file=" + inject.TokenPath} {
 		if !slices.Contains(s.Args, want) {
 			t.Errorf("sidecar args %q lack %q", s.Args, want)
 		}

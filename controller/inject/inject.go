@@ -1,10 +1,13 @@
 // Package inject is the sidecar injection of proxyfleet: a mutating
-// admission webhook that adds a --pool-api gateway beside every crawler pod
+// admission webhook that adds a --lease-api gateway beside every crawler pod
 // that asks for one (label proxyfleet.io/inject: "true" on the pod or its
 // namespace), authenticating to the lease API with the pod's own projected
 // service-account token, and points the app containers' HTTP(S)_PROXY at it.
 // The mutation (this file) is pure; webhook.go serves it and certs.go keeps
 // the webhook's serving certificate and the configuration's caBundle.
+//
+// It imports pool, pool/leaseapi, rotation and internal/logging for the
+// settings it checks; never the reconcilers, gateway or cmd.
 package inject
 
 import (
@@ -21,7 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -91,7 +94,7 @@ const DefaultTokenExpirationSeconds = 3600
 type Config struct {
 	// Image is the sidecar's image (--gateway-image).
 	Image string
-	// PoolAPI is the lease API URL injected gateways lease from (--sidecar-pool-api).
+	// PoolAPI is the lease API URL injected gateways lease from (--sidecar-lease-api).
 	PoolAPI string
 	// Resources are the sidecar's default resources; an annotation overrides them.
 	Resources corev1.ResourceRequirements
@@ -111,8 +114,8 @@ func (c Config) Validate() error {
 	if c.Image == "" {
 		return fmt.Errorf("sidecar injection: no gateway image (--gateway-image)")
 	}
-	if _, err := poolapi.NewClient(c.PoolAPI, "", nil); err != nil {
-		return fmt.Errorf("sidecar injection: --sidecar-pool-api: %w", err)
+	if _, err := leaseapi.NewClient(c.PoolAPI, "", nil); err != nil {
+		return fmt.Errorf("sidecar injection: --sidecar-lease-api: %w", err)
 	}
 	if c.TokenExpirationSeconds != 0 && c.TokenExpirationSeconds < 600 {
 		return fmt.Errorf("sidecar injection: token expiration %ds is below the API server's minimum of 600s", c.TokenExpirationSeconds)
@@ -440,7 +443,7 @@ func (c Config) sidecarArgs(s settings) []string {
 	args := []string{
 		"gateway",
 		"--listen=" + ProxyAddr,
-		"--pool-api=" + c.PoolAPI,
+		"--lease-api=" + c.PoolAPI,
 		"--pool-sa-token-file=" + TokenPath,
 		"--metrics-listen=:" + strconv.Itoa(ProbePort),
 		"--log-format=json",

@@ -8,6 +8,9 @@
 //
 // It is deliberately not wired to /readyz: a dead hypervisor must not make the
 // controller unready while the other providers keep working.
+//
+// It imports api/v1alpha1 and providers only; never the reconcilers or a
+// provider implementation.
 package providerhealth
 
 import (

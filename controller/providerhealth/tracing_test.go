@@ -8,13 +8,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/spanrec"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 func TestTracedCheckersMakeOneSpanPerCheck(t *testing.T) {
-	sr, _ := testutil.RecordSpans(t)
+	sr, _ := spanrec.Record(t)
 	// up starts a span of its own, as a backend's client would, to show
 	// the context it is given carries the check's span.
 	up := providertest.NewChecker(providers.TargetStatus{Target: "api", Ready: true})

@@ -4,6 +4,10 @@
 // client → Squid → target — throughput, CPU per request, added latency and
 // memory per idle tunnel — plus the lease store in process and over HTTP. Each
 // figure is printed next to its target (docs/performance.md says why each is what it is).
+//
+// It imports the store workload (internal/storebench), the launchers it needs
+// (internal/testkit/squid, internal/testkit/redis) and the packages it
+// measures in process; nothing of the controller.
 package main
 
 import (
@@ -31,9 +35,10 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100 on
@@ -103,11 +108,11 @@ func run(cfg config) error {
 		return fmt.Errorf("-only %q: want sidecar, redis or mitm", cfg.only)
 	}
 
-	squid, err := testutil.LaunchSquid(testutil.SquidOptions{Name: "bench", OutgoingAddr: "127.0.0.2"})
+	sq, err := squid.Launch(squid.Options{Name: "bench", OutgoingAddr: "127.0.0.2"})
 	if err != nil {
 		return err
 	}
-	defer squid.Close()
+	defer sq.Close()
 	plain := newPlainTarget()
 	defer plain.Close()
 	tlsTarget, err := testutil.LaunchTarget(testutil.TargetOptions{}, true)
@@ -126,9 +131,9 @@ func run(cfg config) error {
 	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 3, func(addrs []string) testutil.ProcessOptions {
 		return testutil.ProcessOptions{
 			Name: "gateway",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--api-listen", addrs[2],
-				"--api-token-file", apiTokenFile,
-				"--upstream", squid.URL(), "--allow-private-targets", "--log-level", "warn"},
+			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
+				"--lease-api-token-file", apiTokenFile,
+				"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn"},
 			WaitAddrs: addrs,
 		}
 	})
@@ -142,13 +147,13 @@ func run(cfg config) error {
 	}()
 	gwURL := "http://" + addrs[0]
 	paths := []benchPath{
-		{name: "direct", proxy: squid.URL()},
+		{name: "direct", proxy: sq.URL()},
 		{name: "chain", proxy: gwURL},
 	}
-	pids := pidSet{gateway: gw.PID(), squid: squid.PID()}
+	pids := pidSet{gateway: gw.PID(), squid: sq.PID()}
 
 	if cfg.only == "mitm" {
-		rows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
+		rows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
 		if err != nil {
 			return err
 		}
@@ -171,14 +176,14 @@ func run(cfg config) error {
 	)
 
 	plainGet := func(c *http.Client) error { return getOK(c, plain.URL) }
-	refs, err := startReferences(squid.Addr())
+	refs, err := startReferences(sq.Addr())
 	defer refs.stop()
 	if err != nil {
 		return err
 	}
 	for _, ref := range refs {
 		fmt.Printf("plain HTTP keep-alive through the %s ...\n", ref.what)
-		rr, err := throughput(cfg, ref.paths(paths[0]), ref.pids(squid.PID()), plainGet, false, nil)
+		rr, err := throughput(cfg, ref.paths(paths[0]), ref.pids(sq.PID()), plainGet, false, nil)
 		if err != nil {
 			return err
 		}
@@ -203,14 +208,14 @@ func run(cfg config) error {
 	)
 	for _, ref := range refs {
 		fmt.Printf("HTTPS, a new CONNECT tunnel per request, through the %s ...\n", ref.what)
-		rt, err := throughput(cfg, ref.paths(paths[0]), ref.pids(squid.PID()), func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+		rt, err := throughput(cfg, ref.paths(paths[0]), ref.pids(sq.PID()), func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
 		if err != nil {
 			return err
 		}
 		rows = append(rows, ref.rows("tunnel", rt, "tunnel")...)
 	}
 
-	mitmRows, err := mitmBench(cfg, bin, squid, tlsTarget, gwURL, gw.PID())
+	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
 	if err != nil {
 		return err
 	}
@@ -233,7 +238,7 @@ func run(cfg config) error {
 		return err
 	}
 	defer sink.Close()
-	squidMem, err := idleTunnelMemory(squid.Addr(), sink.addr, squid.PID(), cfg.idleTunnels)
+	squidMem, err := idleTunnelMemory(sq.Addr(), sink.addr, sq.PID(), cfg.idleTunnels)
 	if err != nil {
 		return fmt.Errorf("idle tunnels through squid: %w", err)
 	}
@@ -333,7 +338,7 @@ func loadAverage() string {
 }
 
 func squidVersion() string {
-	out, err := exec.Command(testutil.SquidBinary, "-v").Output()
+	out, err := exec.Command(squid.Binary, "-v").Output()
 	if err != nil {
 		return "?"
 	}
@@ -675,13 +680,13 @@ func rssBytes(pid int) int64 {
 }
 
 // apiBench is helper B's BenchmarkAPIAcquireRelease: acquire+release pairs
-// through poolapi.Client against the real lease API handler on loopback.
+// through leaseapi.Client against the real lease API handler on loopback.
 func apiBench() (float64, error) {
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers(benchMembers())
-	srv := httptest.NewServer(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "bench-token"}))
+	srv := httptest.NewServer(leaseapi.NewAPIServer(store, leaseapi.APIOptions{Token: "bench-token"}))
 	defer srv.Close()
-	client, err := poolapi.NewClient(srv.URL, "bench-token", nil)
+	client, err := leaseapi.NewClient(srv.URL, "bench-token", nil)
 	if err != nil {
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -22,7 +23,7 @@ import (
 // mirror, over a pooled one under go) and a new tunnel per request (a TLS
 // handshake with the client, the leaf from the cache, and under mirror a
 // new site connection with its own handshake).
-func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.Target, tunnelURL string, tunnelPID int) ([]row, error) {
+func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target, tunnelURL string, tunnelPID int) ([]row, error) {
 	certPEM, keyPEM, err := mitmca.Generate("proxyfleet bench CA", time.Hour, time.Now())
 	if err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func mitmBench(cfg config, bin string, squid *testutil.Squid, target *testutil.T
 			return testutil.ProcessOptions{
 				Name: "gateway-mitm-" + fp,
 				Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
-					"--upstream", squid.URL(), "--allow-private-targets", "--log-level", "warn",
+					"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn",
 					"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", siteCA, "--mitm-fingerprint", fp},
 				WaitAddrs: addrs,
 			}

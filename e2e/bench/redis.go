@@ -7,18 +7,18 @@ import (
 	"testing"
 
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool/redisstore"
 )
 
 // redisBench measures lease acquire+release on the Redis store: in process
-// (redisstore.RedisStore over loopback, 8 goroutines) and over HTTP (poolapi.Client
+// (redisstore.RedisStore over loopback, 8 goroutines) and over HTTP (leaseapi.Client
 // → the lease API → redisstore.RedisStore), against a redis-server of its own
 // with AOF on (appendfsync everysec, the production recommendation).
 // The goal over HTTP is ≥ 10k/s, as with the memory store.
 func redisBench() ([]row, error) {
-	r, err := testutil.LaunchRedis(testutil.RedisOptions{AppendFsync: "everysec"})
+	r, err := redis.Launch(redis.Options{AppendFsync: "everysec"})
 	if err != nil {
 		return nil, err
 	}
@@ -37,9 +37,9 @@ func redisBench() ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis bench in process: %w", err)
 	}
-	srv := httptest.NewServer(poolapi.NewAPIServer(store, poolapi.APIOptions{Token: "bench-token"}))
+	srv := httptest.NewServer(leaseapi.NewAPIServer(store, leaseapi.APIOptions{Token: "bench-token"}))
 	defer srv.Close()
-	client, err := poolapi.NewClient(srv.URL, "bench-token", nil)
+	client, err := leaseapi.NewClient(srv.URL, "bench-token", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func redisBench() ([]row, error) {
 // redisCycleRows is one caller's acquire+release cycle on the Redis store
 // at 10,000 members (storebench's mixed workload, the redis-server above):
 // as the client sees it, and the server's own CPU per cycle.
-func redisCycleRows(r *testutil.Redis) ([]row, error) {
+func redisCycleRows(r *redis.Server) ([]row, error) {
 	const n = 10000
 	store, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "bench-cycle"})
 	if err != nil {
@@ -92,7 +92,7 @@ func redisCycleRows(r *testutil.Redis) ([]row, error) {
 // groups (--lease-store-shards 3): the largest share of the fleet's
 // commands any primary ran.
 func redisShareRow() (row, error) {
-	rc, err := testutil.LaunchRedisCluster(testutil.ClusterTopology{})
+	rc, err := redis.LaunchCluster(redis.ClusterTopology{})
 	if err != nil {
 		return row{}, err
 	}

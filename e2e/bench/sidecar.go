@@ -54,7 +54,7 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	slices.Sort(starts)
 	start := starts[len(starts)/2]
 	return []row{
-		{"sidecar RSS idle (--pool-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
+		{"sidecar RSS idle (--lease-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
 		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
 		{"sidecar RSS holding 1000 idle tunnels", mib(scTunnels), "", "", "≤ 20 MiB", scTunnels <= sidecarTunnelsGoal},
 		{"sidecar binary size", fmt.Sprintf("%.1f MB", float64(st.Size())/1e6), "", "", "≤ 15 MB", st.Size() <= sidecarBinaryGoal},
@@ -64,7 +64,7 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 }
 
 // sidecarMemory measures what a sidecar costs beside a crawler pod: the
-// gateway binary sidecarBin in --pool-api mode, leasing from the gateway
+// gateway binary sidecarBin in --lease-api mode, leasing from the gateway
 // whose lease API is at apiAddr. It returns the sidecar's RSS idle (started,
 // no request yet) and holding n idle CONNECT tunnels to the sink (n 0: idle
 // only). env is added to its environment, as the injection webhook adds
@@ -144,7 +144,7 @@ func sidecarStart(sidecarBin, apiAddr, apiToken, targetURL string) (time.Duratio
 
 func sidecarArgs(listen, metrics, apiAddr, tokenFile string) []string {
 	return []string{"gateway", "--listen", listen, "--metrics-listen", metrics,
-		"--pool-api", "http://" + apiAddr, "--pool-token-file", tokenFile,
+		"--lease-api", "http://" + apiAddr, "--pool-token-file", tokenFile,
 		"--allow-private-targets", "--log-level", "warn"}
 }
 
@@ -174,8 +174,8 @@ func runSidecarOnly(bin string) ([]row, error) {
 	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 3, func(addrs []string) testutil.ProcessOptions {
 		return testutil.ProcessOptions{
 			Name: "gateway",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--api-listen", addrs[2],
-				"--api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"},
+			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
+				"--lease-api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"},
 			WaitAddrs: addrs,
 		}
 	})

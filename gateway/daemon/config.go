@@ -22,8 +22,8 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool/leasestore"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -54,7 +54,7 @@ type Config struct {
 	// OutageGrace > 0 the last-known pool, refreshed every PoolRefresh,
 	// rides out the API's outages.
 	PoolAPI     string
-	PoolClient  *poolapi.Client
+	PoolClient  *leaseapi.Client
 	OutageGrace time.Duration
 	PoolRefresh time.Duration
 

@@ -8,7 +8,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // localPool loads the members of a gateway that holds its own pool (the
@@ -71,7 +71,7 @@ func localPool(cfg *Config, store pool.LeaseStore, reload func([]pool.Member), r
 
 // newLastKnown wraps the lease API client in the last-known pool that rides
 // out its outages, with its outage metrics.
-func newLastKnown(cfg *Config, remote *poolapi.Client, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
+func newLastKnown(cfg *Config, remote *leaseapi.Client, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
 	var lk *lastknown.Pool
 	rec := metrics.NewPoolOutages(reg, func() (bool, bool) {
 		st := lk.Status()

@@ -15,8 +15,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // Run wires the store, member sources, prober, gateway, lease API and
@@ -38,7 +38,7 @@ func Run(ctx context.Context, cfg Config) error {
 	r := &run{cfg: &cfg, stderr: stderr, log: logging.New(stderr, cfg.LogLevel, cfg.LogJSON), reg: prometheus.NewRegistry()}
 	r.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	// The status page's chart counts what the recorder counts.
-	r.requests = status.NewTimeline(status.TimelineOptions{})
+	r.requests = statuspage.NewTimeline(statuspage.TimelineOptions{})
 	r.rec = metrics.New(r.reg, r.requests)
 	closePool, err := r.openPool()
 	if err != nil {
@@ -63,7 +63,7 @@ type run struct {
 	stderr   io.Writer
 	log      *slog.Logger
 	reg      *prometheus.Registry
-	requests *status.Timeline
+	requests *statuspage.Timeline
 	rec      *metrics.Metrics
 	tr       *tracing.Tracing
 
@@ -71,7 +71,7 @@ type run struct {
 	// pool) in remote mode, else a store of the gateway's own.
 	leases    pool.Pool
 	store     pool.LeaseStore
-	remote    *poolapi.Client
+	remote    *leaseapi.Client
 	lastKnown *lastknown.Pool
 
 	gw      *gateway.Gateway
@@ -137,7 +137,7 @@ func (r *run) build() error {
 		AffinityEntries:     cfg.MaxSessions,
 		Metrics:             r.rec,
 		Logger:              r.log,
-		Tracer:              tracing.NewGatewayTracer(r.tr.TracerProvider()),
+		Tracer:              NewGatewayTracer(r.tr.TracerProvider()),
 	})
 	if err != nil {
 		return err

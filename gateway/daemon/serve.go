@@ -11,8 +11,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/logging"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
-	"github.com/proxyfleet/proxyfleet/status"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // serve listens, serves until ctx ends or a server fails, then drains for
@@ -78,7 +78,7 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 			r.log.Warn("lease API has no token ("+or(n.APIToken, "APIToken")+"): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
 		}
 		api := &http.Server{
-			Handler:           tracing.Handler(poolapi.NewAPIServer(r.store, poolapi.APIOptions{Token: r.cfg.APIToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
+			Handler:           tracing.Handler(leaseapi.NewAPIServer(r.store, leaseapi.APIOptions{Token: r.cfg.APIToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          logging.ServerErrorLog(r.log),
 		}
@@ -87,7 +87,7 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 	}
 	if metricsLn != nil {
 		// The metrics address also serves the status page, read from srv.
-		handler := status.GatewayHandler(status.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
+		handler := statuspage.GatewayHandler(statuspage.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
 			Paces: r.gw.PaceStatus, Next: metrics.Handler(r.reg, ready.Ready)})
 		ms := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(r.log)}
 		servers = append(servers, ms)

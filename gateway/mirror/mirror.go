@@ -12,6 +12,8 @@
 // ClientHello that cannot be mirrored (unparseable, or with an extension
 // uTLS cannot send) is answered with a named browser preset instead
 // (Presets), never with Go's own handshake.
+//
+// It imports bogdanfinn/utls and nothing of proxyfleet.
 package mirror
 
 import (

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/tlsfp"
 )
 
 // FuzzParseHello feeds a crawler's first bytes (outside input) to
@@ -30,8 +30,8 @@ func FuzzParseHello(f *testing.F) {
 		if err != nil {
 			return // uTLS refused the spec: the gateway falls back to a preset
 		}
-		want, err1 := testutil.ParseClientHello(record[5:])
-		got, err2 := testutil.ParseClientHello(built)
+		want, err1 := tlsfp.ParseClientHello(record[5:])
+		got, err2 := tlsfp.ParseClientHello(built)
 		if err2 != nil {
 			t.Fatalf("the built hello does not parse: %v", err2)
 		}

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/tlsfp"
 )
 
-// captured are ClientHellos real clients sent to a testutil.FingerprintSite
-// on 127.0.0.1: to its IP address (no server name), or to shop.example
+// captured are ClientHellos real clients sent to an fpsite.Site on
+// 127.0.0.1: to its IP address (no server name), or to shop.example
 // mapped to it (the "-sni" ones).
 func captured(t testing.TB) map[string][]byte {
 	t.Helper()
@@ -35,9 +35,9 @@ func asRecord(msg []byte) []byte {
 	return append([]byte{22, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...)
 }
 
-func print(t *testing.T, msg []byte) *testutil.HelloPrint {
+func print(t *testing.T, msg []byte) *tlsfp.HelloPrint {
 	t.Helper()
-	p, err := testutil.ParseClientHello(msg)
+	p, err := tlsfp.ParseClientHello(msg)
 	if err != nil {
 		t.Fatal(err)
 	}

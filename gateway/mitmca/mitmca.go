@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
-
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
@@ -100,7 +98,7 @@ type CA struct {
 	// process (mitmproxy does the same).
 	leafKey *ecdsa.PrivateKey
 
-	cache   *ristretto.Cache[string, *tls.Certificate]
+	cache   *leafCache
 	flights certFlights
 	// minted counts leaves signed, for tests and the debug log.
 	minted atomic.Int64
@@ -148,17 +146,7 @@ func Load(certPEM, keyPEM []byte, cacheBytes int64) (*CA, error) {
 	if cacheBytes < 0 {
 		return nil, errors.New("mitm CA: negative leaf cache size")
 	}
-	entries := max(cacheBytes/1024, 16)
-	cache, err := ristretto.NewCache(&ristretto.Config[string, *tls.Certificate]{
-		NumCounters:        10 * entries,
-		MaxCost:            cacheBytes,
-		BufferItems:        64,
-		IgnoreInternalCost: true,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &CA{cert: cert, der: cb.Bytes, key: key, leafKey: leafKey, cache: cache, now: time.Now}, nil
+	return &CA{cert: cert, der: cb.Bytes, key: key, leafKey: leafKey, cache: newLeafCache(cacheBytes), now: time.Now}, nil
 }
 
 // parseSigner reads a PEM private key of any common form.
@@ -200,15 +188,15 @@ func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 // Minted is how many leaf certificates this CA has signed.
 func (ca *CA) Minted() int64 { return ca.minted.Load() }
 
-// Close stops the leaf cache's goroutines.
-func (ca *CA) Close() { ca.cache.Close() }
+// Close drops the cached leaves; the CA still mints after it.
+func (ca *CA) Close() { ca.cache.clear() }
 
 // LeafFor returns the leaf certificate for host (a name or an IP literal),
 // from the cache or minted now. Concurrent first requests for one host wait
 // for a single signature instead of each minting one.
 func (ca *CA) LeafFor(host string) (*tls.Certificate, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if c, ok := ca.cache.Get(host); ok && ca.now().Before(c.Leaf.NotAfter.Add(-leafMinRemaining)) {
+	if c, ok := ca.cache.get(host, ca.now()); ok {
 		return c, nil
 	}
 	f, leader := ca.flights.begin(host)
@@ -219,11 +207,13 @@ func (ca *CA) LeafFor(host string) (*tls.Certificate, error) {
 	c, err := ca.mint(host)
 	if err == nil {
 		// Served for half its remaining life at most (a CA near its end
-		// caps the leaves it signs).
-		ca.cache.SetWithTTL(host, c, certCost(c), min(leafCacheTTL, c.Leaf.NotAfter.Sub(ca.now())/2))
-		// Sets are applied asynchronously; wait so that a request right
-		// after this flight ends finds the leaf instead of minting again.
-		ca.cache.Wait()
+		// caps the leaves it signs), and never in its last minute.
+		now := ca.now()
+		ends := now.Add(min(leafCacheTTL, c.Leaf.NotAfter.Sub(now)/2))
+		if last := c.Leaf.NotAfter.Add(-leafMinRemaining); last.Before(ends) {
+			ends = last
+		}
+		ca.cache.set(host, c, certCost(c), ends)
 	}
 	f.cert, f.err = c, err
 	ca.flights.end(host, f)

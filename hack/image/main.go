@@ -1,7 +1,10 @@
 // Command image writes proxyfleet's OCI image tarballs (make image) with
-// internal/image: no Docker engine needed.
+// its internal/oci: no Docker engine needed.
 //
 //	go run ./hack/image --binary bin/static/proxyfleet --out bin/proxyfleet-image.tar --ref ghcr.io/proxyfleet/proxyfleet:v1
+//
+// It imports its own internal/oci only; nothing the proxyfleet binary is
+// built from imports go-containerregistry.
 package main
 
 import (
@@ -11,11 +14,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/image"
+	"github.com/proxyfleet/proxyfleet/hack/image/internal/oci"
 )
 
 func main() {
-	var o image.Options
+	var o oci.Options
 	var out, created string
 	flag.StringVar(&o.Binary, "binary", "", "static proxyfleet `FILE` (CGO_ENABLED=0) to ship")
 	flag.StringVar(&out, "out", "", "OCI archive `FILE` to write")
@@ -25,7 +28,7 @@ func main() {
 	flag.StringVar(&o.Version, "version", "dev", "OCI version label")
 	flag.StringVar(&o.Revision, "revision", "", "OCI revision label (the commit)")
 	flag.StringVar(&o.Source, "source", "https://github.com/proxyfleet/proxyfleet", "OCI source label")
-	flag.StringVar(&o.CABundle, "ca-bundle", image.CABundle, "PEM `FILE` of CA roots to copy in")
+	flag.StringVar(&o.CABundle, "ca-bundle", oci.CABundle, "PEM `FILE` of CA roots to copy in")
 	flag.StringVar(&created, "created", "", "creation time as Unix seconds (the commit time keeps builds reproducible; default 0)")
 	flag.Parse()
 	if o.Binary == "" || out == "" {
@@ -42,9 +45,9 @@ func main() {
 	} else {
 		o.Created = time.Unix(0, 0)
 	}
-	img, err := image.Build(o)
+	img, err := oci.Build(o)
 	if err == nil {
-		err = image.WriteArchive(out, img, o.Ref)
+		err = oci.WriteArchive(out, img, o.Ref)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

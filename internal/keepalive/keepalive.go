@@ -10,6 +10,8 @@
 // exchange on a connection (write, bounded head, answer timeout, abort by
 // context, when a connection may be reused). What a caller does with the
 // answer's body stays with the caller.
+//
+// It imports the standard library only.
 package keepalive
 
 import (

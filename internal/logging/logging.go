@@ -4,6 +4,9 @@
 // (logr for controller-runtime and klog, the standard library's log for
 // http.Server.ErrorLog) into it, so every line a process writes has one
 // format.
+//
+// It imports logr and OpenTelemetry's trace API (for span IDs) only,
+// nothing of proxyfleet, so every package may use it.
 package logging
 
 import (

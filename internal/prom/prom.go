@@ -5,6 +5,9 @@
 // metrics share controller-runtime's registry), internal/promlite in the
 // sidecar build, whose binary and memory follow the code it links. Both
 // offer the same names, so the metrics package is one source for both.
+//
+// It imports client_golang or internal/promlite (by build tag) and nothing
+// else of proxyfleet.
 package prom
 
 import (

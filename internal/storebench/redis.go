@@ -9,7 +9,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
-// RedisInfo is a redis-server the Redis figures read (testutil.Redis).
+// RedisInfo is a redis-server the Redis figures read (internal/testkit/redis.Server).
 type RedisInfo interface {
 	Info(section string) (map[string]string, error)
 	Do(args ...string) (any, error)

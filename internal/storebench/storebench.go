@@ -1,6 +1,9 @@
 // Package storebench is the lease store's benchmark workload, shared by the
 // Go benchmarks in pool and by `make bench` (e2e/bench), so both measure the
 // same thing: acquire+release cycles through pool.Store's public API.
+//
+// It imports pool and rotation only; never a launcher or the Redis store (its
+// callers pass the store).
 package storebench
 
 import (

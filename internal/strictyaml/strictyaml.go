@@ -8,6 +8,8 @@
 // It reads YAML 1.2 through gopkg.in/yaml.v3, whose node tree keeps the line
 // of every key; decoding goes through encoding/json so that the json tags the
 // config types already carry are the only field names.
+//
+// It imports yaml.v3 only, nothing of proxyfleet.
 package strictyaml
 
 import (

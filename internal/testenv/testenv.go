@@ -21,6 +21,8 @@
 //	}
 //
 // A test that needs a control plane of its own calls Start(t) instead.
+//
+// It imports api/v1alpha1 and envtest only; test code alone imports it.
 package testenv
 
 import (

@@ -1,8 +1,18 @@
-// Package testutil starts the real parts the integration and end-to-end tests
-// run against — Squid instances with their own egress addresses, Go target
-// servers that report the source address they see, the proxyfleet binary as a
-// child process. Waiting for a condition is internal/testutil/poll's, which
-// every test package can import; the helpers here wait with it.
+// Package testutil holds the small parts nearly every integration and
+// end-to-end test uses: Go target servers that report the source address
+// they see (and echo WebSockets), clients that go through a proxy, the
+// proxyfleet binary and other programs as child processes (and the port,
+// output and stop helpers the launchers share), a network namespace of a
+// test's own, and recorders of logs and output. Waiting for a condition is
+// internal/testutil/poll's, which every test package can import; the
+// helpers here wait with it.
+//
+// The real servers a test starts are not here: each has its package under
+// internal/testkit (squid, redis, libvirtd, sshd, computeapi, fpsite,
+// dnssink), which imports this one, so a test links only the parts it
+// starts. testutil must therefore import none of them, and nothing beyond
+// the standard library, internal/testutil/poll and go-logr: nearly every
+// test package links it.
 //
 // Every Start* helper ties the part's lifetime to the test with t.Cleanup. The
 // Launch* variants return errors instead, for programs such as e2e/bench that
@@ -19,12 +29,13 @@ import (
 
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago (it
 // listens on port 0 and closes). Another process may take it before the caller
-// binds it: callers retry on "address already in use", as StartSquid and
+// binds it: callers retry on "address already in use", as squid.Start and
 // StartProcessOnFreePorts do.
-func FreeAddr() (string, error) { return freeAddrOn("127.0.0.1") }
+func FreeAddr() (string, error) { return FreeAddrOn("127.0.0.1") }
 
-// freeAddrOn is FreeAddr on another local IP.
-func freeAddrOn(ip string) (string, error) {
+// FreeAddrOn is FreeAddr on another local IP (a 127.0.0.N, a Squid's
+// ListenIP).
+func FreeAddrOn(ip string) (string, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", err

@@ -99,7 +99,7 @@ type ProcessOptions struct {
 type Process struct {
 	opts ProcessOptions
 	cmd  *exec.Cmd
-	out  *tailBuffer
+	out  *TailBuffer
 	done chan struct{}
 
 	mu      sync.Mutex
@@ -182,7 +182,7 @@ func LaunchProcess(bin string, opts ProcessOptions) (*Process, error) {
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 20 * time.Second
 	}
-	p := &Process{opts: opts, out: &tailBuffer{max: maxCapturedOutput}, done: make(chan struct{})}
+	p := &Process{opts: opts, out: NewTailBuffer(maxCapturedOutput), done: make(chan struct{})}
 	cmd := exec.Command(bin, opts.Args...)
 	cmd.Env = append(cleanEnv(), opts.Env...)
 	cmd.Stdout = p.out
@@ -311,27 +311,4 @@ func (p *Process) Stop() (int, error) {
 	_ = p.cmd.Process.Kill()
 	code, _ = p.Wait(10 * time.Second)
 	return code, fmt.Errorf("%s did not exit within %s of SIGTERM; killed", p.opts.Name, p.opts.StopTimeout)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

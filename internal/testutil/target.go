@@ -153,7 +153,7 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 	}
 	tg.srv = &http.Server{Handler: tg, ReadHeaderTimeout: 10 * time.Second}
 	if useTLS {
-		cert, pool, err := selfSignedCert(ip)
+		cert, pool, err := SelfSignedCert(ip)
 		if err != nil {
 			ln.Close()
 			return nil, err
@@ -175,8 +175,9 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 	return tg, nil
 }
 
-// selfSignedCert makes an ECDSA certificate valid for ip, and a pool trusting it.
-func selfSignedCert(ip net.IP) (tls.Certificate, *x509.CertPool, error) {
+// SelfSignedCert makes an ECDSA certificate valid for ip, and a pool
+// trusting it: a Target's, and any other TLS server a test runs on ip.
+func SelfSignedCert(ip net.IP) (tls.Certificate, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -66,3 +67,11 @@ func TestParentOnlyTransportTracesOnlyUnderAParent(t *testing.T) {
 type countingRT struct{}
 
 func (countingRT) RoundTrip(*http.Request) (*http.Response, error) { return nil, io.EOF }
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	out := make([]string, len(spans))
+	for i, s := range spans {
+		out[i] = s.Name()
+	}
+	return out
+}

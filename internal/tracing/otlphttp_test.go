@@ -92,7 +92,7 @@ func TestOTLPHTTPExporterSendsWhatTheSchemaReads(t *testing.T) {
 			_, span := tp.Tracer("github.com/proxyfleet/test", trace.WithInstrumentationVersion("v1")).Start(
 				trace.ContextWithRemoteSpanContext(context.Background(), parent), "gateway.request",
 				trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(AttrMember.String("m1"), AttrAttempts.Int(2), attribute.Bool("b", false),
+				trace.WithAttributes(attribute.String("proxyfleet.member", "m1"), attribute.Int("proxyfleet.attempts", 2), attribute.Bool("b", false),
 					attribute.Float64("f", 1.5), attribute.StringSlice("s", []string{"x", ""})))
 			span.AddEvent("retry", trace.WithTimestamp(start.Add(time.Millisecond)), trace.WithAttributes(attribute.Int("n", 0)))
 			span.SetStatus(codes.Error, "no member")

@@ -1,7 +1,10 @@
 // Package tracing sets up OpenTelemetry tracing from the standard OTEL_*
 // environment variables, and holds the small pieces both commands wire
-// with it: the lease API's server middleware, the Kubernetes client's
-// transport and the gateway's request spans.
+// with it: the lease API's server middleware and the Kubernetes client's
+// transport. What a component records as spans is the component's own
+// (the gateway's requests: gateway/daemon; health probes: controller/health;
+// reconciles: controller; provider calls: providers), so this package
+// imports nothing of ours and every component can import it.
 //
 // With no exporter configured nothing of the SDK is built: the global
 // tracer provider stays OpenTelemetry's no-op one, every span started

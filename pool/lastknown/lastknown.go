@@ -1,4 +1,4 @@
-// Package lastknown is a --pool-api gateway's last-known pool: a pool.Pool
+// Package lastknown is a --lease-api gateway's last-known pool: a pool.Pool
 // that leases from the controller's lease API while it answers, keeps the
 // API's member list (credentials, health, cooldowns) in a local pool.Store,
 // and leases from that store itself while the API is away — for at most
@@ -12,6 +12,8 @@
 // themselves are fine. The bound exists because the list ages: members are
 // replaced, logins rotated, Proxies drained, and after a while a list the
 // controller can no longer vouch for is worse than an honest 503.
+//
+// It imports pool, pool/leaseapi and rotation; never gateway or controller.
 package lastknown
 
 import (
@@ -27,7 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -74,7 +76,7 @@ const (
 	pushAttempts = 30
 )
 
-// Remote is the lease API as the last-known pool uses it; *poolapi.Client
+// Remote is the lease API as the last-known pool uses it; *leaseapi.Client
 // implements it.
 type Remote interface {
 	pool.Pool
@@ -201,7 +203,7 @@ func New(o Options) (*Pool, error) {
 var _ pool.Pool = (*Pool)(nil)
 
 // Acquire leases from the API while it answers. On an outage (no answer or
-// a 5xx, poolapi.IsOutage) it leases from the last-known members instead,
+// a 5xx, leaseapi.IsOutage) it leases from the last-known members instead,
 // that call included, until the grace after the API's last answer ends;
 // then, or with no list ever received, it refuses with an error wrapping
 // pool.ErrUnreachable that says why. An answer about the request (409,
@@ -217,7 +219,7 @@ func (p *Pool) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease
 	if err == nil {
 		return l, nil
 	}
-	if !poolapi.IsOutage(err) || ctx.Err() != nil {
+	if !leaseapi.IsOutage(err) || ctx.Err() != nil {
 		return pool.Lease{}, err
 	}
 	p.begin(err)
@@ -311,7 +313,7 @@ func (p *Pool) Report(ctx context.Context, leaseID string, r pool.Report) error 
 		cctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
 		err := p.o.Remote.Report(cctx, leaseID, r)
 		cancel()
-		if err == nil || !poolapi.IsOutage(err) || !known {
+		if err == nil || !leaseapi.IsOutage(err) || !known {
 			return err
 		}
 	}

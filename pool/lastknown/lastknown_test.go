@@ -17,7 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -61,7 +61,7 @@ func start(t *testing.T, o lastknown.Options, run bool) *fixture {
 	t.Helper()
 	f := &fixture{api: pool.NewStore(pool.StoreOptions{}), rec: &counts{}, clk: clocktesting.NewFakeClock(time.Now())}
 	f.api.SetMembers(members(3))
-	h := poolapi.NewAPIServer(f.api, poolapi.APIOptions{Token: token})
+	h := leaseapi.NewAPIServer(f.api, leaseapi.APIOptions{Token: token})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch f.state.Load() {
 		case apiGone:
@@ -79,7 +79,7 @@ func start(t *testing.T, o lastknown.Options, run bool) *fixture {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(f.srv.Close)
-	c, err := poolapi.NewClient(f.srv.URL, token, nil)
+	c, err := leaseapi.NewClient(f.srv.URL, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

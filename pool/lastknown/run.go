@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/poolapi"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // trackedSlack is how long past its end a lease's member is remembered: a
@@ -54,7 +54,7 @@ func (p *Pool) refresh(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 		return
-	case err != nil && poolapi.IsOutage(err):
+	case err != nil && leaseapi.IsOutage(err):
 		p.begin(err)
 		return
 	case err != nil:
@@ -144,7 +144,7 @@ func (p *Pool) tell(ctx context.Context) (told int, ok bool) {
 		case err == nil:
 			told++
 			p.forget(k)
-		case poolapi.IsOutage(err):
+		case leaseapi.IsOutage(err):
 			return told, false
 		default:
 			var nm *pool.NoMatchError

@@ -12,10 +12,10 @@ import (
 
 // errNoRedisInSidecar refuses a Redis lease store in the sidecar build
 // (make sidecar, -tags sidecar). A sidecar gateway leases from the
-// controller's API (--pool-api) or holds a pool of its own in memory;
+// controller's API (--lease-api) or holds a pool of its own in memory;
 // leaving the Redis store out keeps the Redis client and its package
 // initialisation out of every crawler pod's memory.
-var errNoRedisInSidecar = errors.New("this build (proxyfleet-sidecar) has no Redis lease store: use memory, --pool-api, or the full proxyfleet binary")
+var errNoRedisInSidecar = errors.New("this build (proxyfleet-sidecar) has no Redis lease store: use memory, --lease-api, or the full proxyfleet binary")
 
 // CheckURL refuses every Redis URL: see errNoRedisInSidecar.
 func CheckURL(string) error { return errNoRedisInSidecar }

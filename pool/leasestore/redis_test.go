@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -22,11 +23,11 @@ var flagNames = Names{URL: "--lease-store", CAFile: "--lease-store-ca-file", Cer
 // password shows in neither.
 func TestOpenRedisStoreNamesTheFlagOfATopologyItCannotUse(t *testing.T) {
 	t.Parallel()
-	ca := testutil.NewCA(t, "flags-ca")
+	ca := redis.NewCA(t, "flags-ca")
 	client := ca.Issue(t, "client")
-	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "hunter2",
-		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
-	wrong := testutil.NewCA(t, "wrong-ca")
+	r := redis.Start(t, redis.Options{Password: "hunter2",
+		TLS: &redis.TLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
+	wrong := redis.NewCA(t, "wrong-ca")
 	base := Config{URL: r.URL(), Prefix: "flags", Names: flagNames}
 	observe := func(string, time.Duration, error) {}
 	for _, c := range []struct {

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // scriptUsec is storebench.ScriptMicros, failing b on an error.
-func scriptUsec(b *testing.B, r *testutil.Redis) float64 {
+func scriptUsec(b *testing.B, r *redis.Server) float64 {
 	b.Helper()
 	us, err := storebench.ScriptMicros(r)
 	if err != nil {
@@ -33,7 +33,7 @@ func scriptUsec(b *testing.B, r *testutil.Redis) float64 {
 //
 //	go test -run x -bench BenchmarkRedisStoreAcquireRelease -benchtime 3s ./pool/redisstore/
 func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
-	r := testutil.StartRedis(b, testutil.RedisOptions{AppendFsync: "everysec"})
+	r := redis.Start(b, redis.Options{AppendFsync: "everysec"})
 	for _, n := range storebench.Sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("bench%d", n)})
@@ -56,7 +56,7 @@ func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
 //
 //	go test -run x -bench BenchmarkRedisStorePace -benchtime 2s ./pool/redisstore/
 func BenchmarkRedisStorePace(b *testing.B) {
-	r := testutil.StartRedis(b, testutil.RedisOptions{AppendFsync: "everysec"})
+	r := redis.Start(b, redis.Options{AppendFsync: "everysec"})
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "benchpace"})
 	if err != nil {
 		b.Fatal(err)
@@ -116,7 +116,7 @@ func BenchmarkRedisStorePace(b *testing.B) {
 //
 //	go test -run x -bench BenchmarkRedisStoreAcquireHeldSelector ./pool/redisstore/
 func BenchmarkRedisStoreAcquireHeldSelector(b *testing.B) {
-	r := testutil.StartRedis(b, testutil.RedisOptions{AppendFsync: "everysec"})
+	r := redis.Start(b, redis.Options{AppendFsync: "everysec"})
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "benchheld"})
 	if err != nil {
 		b.Fatal(err)

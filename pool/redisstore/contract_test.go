@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"net/url"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -40,8 +40,8 @@ var contractPrefixes atomic.Int64
 // cost seconds each.
 var sharedTopologies struct {
 	once     sync.Once
-	sentinel *testutil.RedisSentinel
-	cluster  *testutil.RedisCluster
+	sentinel *redis.Sentinel
+	cluster  *redis.Cluster
 	err      error
 }
 
@@ -57,16 +57,16 @@ func TestMain(m *testing.M) {
 }
 
 // topologies are the shared Sentinel and Cluster, started on first use.
-func topologies(t *testing.T) (*testutil.RedisSentinel, *testutil.RedisCluster) {
+func topologies(t *testing.T) (*redis.Sentinel, *redis.Cluster) {
 	t.Helper()
 	st := &sharedTopologies
 	st.once.Do(func() {
 		var wg sync.WaitGroup
 		var errS, errC error
 		wg.Go(func() {
-			st.sentinel, errS = testutil.LaunchRedisSentinel(testutil.SentinelTopology{Password: "contract-pw"})
+			st.sentinel, errS = redis.LaunchSentinel(redis.SentinelTopology{Password: "contract-pw"})
 		})
-		wg.Go(func() { st.cluster, errC = testutil.LaunchRedisCluster(testutil.ClusterTopology{}) })
+		wg.Go(func() { st.cluster, errC = redis.LaunchCluster(redis.ClusterTopology{}) })
 		wg.Wait()
 		st.err = errors.Join(errS, errC)
 	})
@@ -77,7 +77,7 @@ func topologies(t *testing.T) (*testutil.RedisSentinel, *testutil.RedisCluster) 
 }
 
 func contractBackends(t *testing.T) []contractBackend {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	r := redis.Start(t, redis.Options{})
 	rs, rc := topologies(t)
 	onShards := func(url string, shards int) func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
 		return func(t *testing.T, o pool.StoreOptions) pool.LeaseStore {
@@ -355,10 +355,14 @@ func TestStoreContractConcurrentAcquiresRespectCapacity(t *testing.T) {
 func TestStoreContractLeaseExpiryAndFencedRelease(t *testing.T) {
 	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		s := mk(pool.StoreOptions{}, "a")
+		before := time.Now()
 		short := cAcquire(t, s, pool.AcquireRequest{TTL: 300 * time.Millisecond})
+		after := time.Now()
 		long := cAcquire(t, s, pool.AcquireRequest{TTL: time.Minute})
-		if d := time.Until(short.ExpiresAt); d > 300*time.Millisecond || d < 0 {
-			t.Fatalf("short lease expires in %v", d)
+		// The TTL runs from the store's clock during the call (to the
+		// millisecond), not from whenever this line runs on a busy machine.
+		if d := short.ExpiresAt.Sub(before); d < 299*time.Millisecond || short.ExpiresAt.Sub(after) > 300*time.Millisecond {
+			t.Fatalf("short lease expires %v after the call began (%v long)", d, after.Sub(before))
 		}
 		poll.Until(t, 10*time.Second, "the short lease to expire", func() error {
 			if n := memberStatus(t, s, "a").ActiveLeases; n != 1 {
@@ -585,14 +589,19 @@ func TestStoreContractListCooldownsSaysWhyEachRuns(t *testing.T) {
 		type row struct{ member, target, reason string }
 		list := func() []row {
 			t.Helper()
+			// The store decides what still runs by its own clock, during
+			// the call: a window it lists ends after the call began, and
+			// may have ended by the time the call returns.
+			before := time.Now()
 			cs, err := s.ListCooldowns(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
+			after := time.Now()
 			var out []row
 			for _, c := range cs {
-				if left := time.Until(c.Until); left <= 0 || left > time.Minute+time.Second {
-					t.Fatalf("%+v: until is %v from now", c, left)
+				if !c.Until.After(before) || c.Until.After(after.Add(time.Minute+time.Second)) {
+					t.Fatalf("%+v: until is %v after the call began", c, c.Until.Sub(before))
 				}
 				out = append(out, row{c.Member, c.Target, string(c.Reason)})
 			}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -20,7 +20,7 @@ import (
 // every key has a TTL. A selector walks its pair's set, so a drift would
 // lease the wrong member or none.
 func TestRedisStorePairSetsMirrorSel(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	r := redis.Start(t, redis.Options{})
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "pairs"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,3 +1,12 @@
+// Package redisstore is the shared lease store: pool.LeaseStore (and the
+// site pacer) on Redis, each decision one Lua script that runs atomically on
+// the server and reads the server's clock, so every gateway and controller
+// replica on one Redis agrees on leases, cooldowns and pace. It speaks to a
+// single server, Sentinel or Cluster (the URL's scheme), with TLS, and
+// shards a fleet's keys across a Cluster's primaries by hash tag.
+//
+// It imports pool, rotation and internal/redact; only pool/leasestore
+// imports it, so the sidecar build never links the Redis client.
 package redisstore
 
 import (

@@ -3,17 +3,17 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-func newRedisTestStore(t *testing.T, r *testutil.Redis, o pool.StoreOptions, names ...string) *RedisStore {
+func newRedisTestStore(t *testing.T, r *redis.Server, o pool.StoreOptions, names ...string) *RedisStore {
 	t.Helper()
 	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "t" + strings.ReplaceAll(t.Name(), "/", "_"), Store: o})
 	if err != nil {
@@ -31,7 +31,7 @@ func newRedisTestStore(t *testing.T, r *testutil.Redis, o pool.StoreOptions, nam
 }
 
 func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	r := redis.Start(t, redis.Options{})
 	o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
 	s := newRedisTestStore(t, r, o, "a", "b")
 	l := cAcquire(t, s, pool.AcquireRequest{Proxy: "a", Target: "site.com", TTL: time.Hour})
@@ -73,7 +73,7 @@ func TestRedisStoreLeasesAndCooldownsSurviveARedisKillOnItsAOF(t *testing.T) {
 }
 
 func TestRedisStoreRewritesItsMembersAfterRedisLostThem(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	r := redis.Start(t, redis.Options{})
 	s := newRedisTestStore(t, r, pool.StoreOptions{SweepInterval: 100 * time.Millisecond}, "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -144,7 +144,7 @@ func TestParseRedisURL(t *testing.T) {
 // emptied and came back, the first sequence number) must get its TTL when
 // it is born.
 func TestRedisStoreEveryKeyHasATTL(t *testing.T) {
-	r := testutil.StartRedis(t, testutil.RedisOptions{})
+	r := redis.Start(t, redis.Options{})
 	o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Hour, Max: 2 * time.Hour}, MaxTTL: 2 * time.Hour}
 	s := newRedisTestStore(t, r, o, "a")
 	check := func(when string) {

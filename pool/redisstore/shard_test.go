@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/proxyfleet/proxyfleet/internal/storebench"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -115,7 +115,7 @@ func TestStoreShardsTakeGroupsInTurn(t *testing.T) {
 //
 //	go test -run x -bench BenchmarkRedisStoreClusterShare -benchtime 3000x ./pool/redisstore/
 func BenchmarkRedisStoreClusterShare(b *testing.B) {
-	rc := testutil.StartRedisCluster(b, testutil.ClusterTopology{})
+	rc := redis.StartCluster(b, redis.ClusterTopology{})
 	primaries := storebench.Primaries(rc.Nodes)
 	if len(primaries) != 3 {
 		b.Fatalf("%d primaries, want 3", len(primaries))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -102,7 +103,7 @@ func failoverUnderLoad(t *testing.T, s *RedisStore, kill func(), waitNew func())
 
 func TestRedisStoreRidesOutASentinelFailover(t *testing.T) {
 	t.Parallel()
-	rs := testutil.StartRedisSentinel(t, testutil.SentinelTopology{Password: "sentinel-pw"})
+	rs := redis.StartSentinel(t, redis.SentinelTopology{Password: "sentinel-pw"})
 	s := topoStore(t, rs.URL(), "failover", RedisOptions{})
 	old := rs.Primary(t)
 	failoverUnderLoad(t, s, func() {
@@ -114,7 +115,7 @@ func TestRedisStoreRidesOutASentinelFailover(t *testing.T) {
 
 func TestRedisStoreRidesOutAClusterFailover(t *testing.T) {
 	t.Parallel()
-	rc := testutil.StartRedisCluster(t, testutil.ClusterTopology{})
+	rc := redis.StartCluster(t, redis.ClusterTopology{})
 	s := topoStore(t, rc.URL(), "failover", RedisOptions{})
 	old := rc.PrimaryForKey(t, "{failover}:")
 	failoverUnderLoad(t, s, func() {
@@ -126,10 +127,10 @@ func TestRedisStoreRidesOutAClusterFailover(t *testing.T) {
 
 func TestRedisStoreOverTLSVerifiesTheServer(t *testing.T) {
 	t.Parallel()
-	ca := testutil.NewCA(t, "lease-store-ca")
+	ca := redis.NewCA(t, "lease-store-ca")
 	client := ca.Issue(t, "client")
-	r := testutil.StartRedis(t, testutil.RedisOptions{Password: "tls-pw",
-		TLS: &testutil.RedisTLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
+	r := redis.Start(t, redis.Options{Password: "tls-pw",
+		TLS: &redis.TLS{CA: ca, Server: ca.Issue(t, "server"), Client: client, AuthClients: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -140,7 +141,7 @@ func TestRedisStoreOverTLSVerifiesTheServer(t *testing.T) {
 	good.SetMembers([]pool.Member{proxyMember(t, "a")})
 	cAcquire(t, good, pool.AcquireRequest{})
 
-	wrong := testutil.NewCA(t, "another-ca")
+	wrong := redis.NewCA(t, "another-ca")
 	for _, c := range []struct {
 		name string
 		o    RedisOptions
@@ -201,7 +202,7 @@ func TestRedisStoreSaysWhatIsWrongWithATopology(t *testing.T) {
 		t.Errorf("no Sentinel answering: %v, want an unavailable store naming the Sentinels, no password", err)
 	}
 	// A Cluster with slots no node serves.
-	n := testutil.StartRedis(t, testutil.RedisOptions{Cluster: true})
+	n := redis.Start(t, redis.Options{Cluster: true})
 	if _, err := n.Do("CLUSTER", "ADDSLOTSRANGE", "0", "100"); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestRedisStoreSaysWhatIsWrongWithATopology(t *testing.T) {
 // store on the new deployment sees the ban, its end and the live lease.
 func TestMovingAPrefixToAnotherDeploymentKeepsItsBans(t *testing.T) {
 	t.Parallel()
-	oldRedis := testutil.StartRedis(t, testutil.RedisOptions{Password: "old-pw"})
+	oldRedis := redis.Start(t, redis.Options{Password: "old-pw"})
 	_, rc := topologies(t)
 	const prefix = "moving"
 	old := topoStore(t, oldRedis.URL(), prefix, RedisOptions{})

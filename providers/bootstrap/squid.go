@@ -3,6 +3,9 @@
 // configuration and the Proxy's basic-auth login. Every VM provider (gcp,
 // kvm) uses this one builder, so a VM on any backend is never an open proxy
 // and a fix to the bootstrap reaches all of them at once.
+//
+// It imports providers and providers/squidconf only; never a provider
+// implementation.
 package bootstrap
 
 import (

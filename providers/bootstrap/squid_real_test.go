@@ -14,6 +14,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/dnssink"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -33,13 +35,13 @@ import (
 // refuse a logged-in client. (The controller's gcp and kvm envtests run this
 // password file in a real Squid that a logged-in probe gets through.)
 func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
-	login := providers.BasicAuth{Username: "proxyfleet", Password: "Vm-l0gin-" + testutil.SquidServiceName()}
+	login := providers.BasicAuth{Username: "proxyfleet", Password: "Vm-l0gin-" + squid.ServiceName()}
 	target := testutil.StartTarget(t, testutil.TargetOptions{})
 	// Every lookup Squid makes goes to dns, which never answers: a request
 	// that needs one waits dnsTimeout, far longer than the answers asked
 	// for here may take (deadline), so only an answer given without a
 	// lookup arrives at all.
-	dns := testutil.StartDNSSink(t)
+	dns := dnssink.Start(t)
 	const dnsTimeout, deadline = 2 * time.Minute, time.Minute
 	const (
 		nowhere = "nowhere.proxyfleet.invalid"   // no address anywhere
@@ -47,7 +49,7 @@ func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
 		lookup  = "looked-up.proxyfleet.invalid" // no address: the logged-in control
 	)
 	var squidDir string
-	addr := testutil.StartSquidConf(t, "vm-bootstrap", func(port int, dir string) testutil.SquidConfFiles {
+	addr := squid.StartConf(t, "vm-bootstrap", func(port int, dir string) squid.ConfFiles {
 		squidDir = dir
 		ud, err := Squid("proxy-realsquid", port, login)
 		if err != nil {
@@ -74,7 +76,7 @@ func TestBootstrapSquidConfAndPasswordFileWorkUnderRealSquid(t *testing.T) {
 		conf += "dns_nameservers " + dns.IP() + "\n" +
 			"dns_timeout " + strconv.Itoa(int(dnsTimeout.Seconds())) + " seconds\n" +
 			"hosts_file " + dir + "/hosts\n"
-		return testutil.SquidConfFiles{Conf: conf, Files: map[string]string{
+		return squid.ConfFiles{Conf: conf, Files: map[string]string{
 			"htpasswd": htpasswd,
 			"hosts":    "10.20.30.40 " + inward + "\n",
 		}}

@@ -9,7 +9,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"google.golang.org/api/option"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -44,7 +44,7 @@ providers:
 // does, from the file, against the in-test Compute API: endpoint and noAuth
 // reach the client.
 func TestConstructorUsesTheBlocksClientOptions(t *testing.T) {
-	srv := testutil.StartComputeServer(t, testProject)
+	srv := computeapi.Start(t, testProject)
 	cfg, err := parse("providers: [{name: g, type: gcp, gcp: {project: " + testProject + ", addressType: internal, noAuth: true, endpoint: '" + srv.URL + "'}}]")
 	if err != nil {
 		t.Fatal(err)

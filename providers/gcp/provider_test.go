@@ -10,7 +10,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"google.golang.org/api/option"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -22,9 +22,9 @@ const (
 
 // newTestProvider returns the provider on the real REST client, pointed at a
 // fresh in-test Compute API without authentication.
-func newTestProvider(t *testing.T, mutate func(*Config)) (*Provider, *testutil.ComputeServer) {
+func newTestProvider(t *testing.T, mutate func(*Config)) (*Provider, *computeapi.Server) {
 	t.Helper()
-	srv := testutil.StartComputeServer(t, testProject)
+	srv := computeapi.Start(t, testProject)
 	c, err := compute.NewInstancesRESTClient(context.Background(), option.WithEndpoint(srv.URL), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
@@ -324,23 +324,23 @@ func TestDeleteIsFireAndForgetAndIdempotent(t *testing.T) {
 func TestErrorsAreClassified(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		err  testutil.ComputeError
+		err  computeapi.Error
 		want error
 	}{
-		{"429 rate limit", testutil.ComputeError{Code: 429, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, providers.ErrQuotaExceeded},
-		{"403 quotaExceeded", testutil.ComputeError{Code: 403, Reason: "quotaExceeded", Message: "Quota 'CPUS' exceeded. Limit: 8.0 in region europe-west1."}, providers.ErrQuotaExceeded},
-		{"403 rateLimitExceeded", testutil.ComputeError{Code: 403, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, providers.ErrQuotaExceeded},
-		{"zone resource pool exhausted", testutil.ComputeError{Code: 503, Reason: "resourceExhausted", Message: "ZONE_RESOURCE_POOL_EXHAUSTED: The zone does not have enough resources"}, providers.ErrQuotaExceeded},
-		{"400 invalid", testutil.ComputeError{Code: 400, Reason: "invalid", Message: "Invalid value for field 'resource.machineType'"}, providers.ErrPermanent},
-		{"403 forbidden", testutil.ComputeError{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.create' permission"}, providers.ErrPermanent},
-		{"404 on insert (image missing)", testutil.ComputeError{Code: 404, Reason: "notFound", Message: "The resource 'projects/x/global/images/y' was not found"}, providers.ErrNotFound},
-		{"500", testutil.ComputeError{Code: 500, Reason: "backendError", Message: "Internal error"}, providers.ErrTransient},
-		{"503", testutil.ComputeError{Code: 503, Reason: "backendError", Message: "Service unavailable"}, providers.ErrTransient},
-		{"401 expired token", testutil.ComputeError{Code: 401, Reason: "authError", Message: "Invalid Credentials"}, providers.ErrTransient},
+		{"429 rate limit", computeapi.Error{Code: 429, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, providers.ErrQuotaExceeded},
+		{"403 quotaExceeded", computeapi.Error{Code: 403, Reason: "quotaExceeded", Message: "Quota 'CPUS' exceeded. Limit: 8.0 in region europe-west1."}, providers.ErrQuotaExceeded},
+		{"403 rateLimitExceeded", computeapi.Error{Code: 403, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, providers.ErrQuotaExceeded},
+		{"zone resource pool exhausted", computeapi.Error{Code: 503, Reason: "resourceExhausted", Message: "ZONE_RESOURCE_POOL_EXHAUSTED: The zone does not have enough resources"}, providers.ErrQuotaExceeded},
+		{"400 invalid", computeapi.Error{Code: 400, Reason: "invalid", Message: "Invalid value for field 'resource.machineType'"}, providers.ErrPermanent},
+		{"403 forbidden", computeapi.Error{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.create' permission"}, providers.ErrPermanent},
+		{"404 on insert (image missing)", computeapi.Error{Code: 404, Reason: "notFound", Message: "The resource 'projects/x/global/images/y' was not found"}, providers.ErrNotFound},
+		{"500", computeapi.Error{Code: 500, Reason: "backendError", Message: "Internal error"}, providers.ErrTransient},
+		{"503", computeapi.Error{Code: 503, Reason: "backendError", Message: "Service unavailable"}, providers.ErrTransient},
+		{"401 expired token", computeapi.Error{Code: 401, Reason: "authError", Message: "Invalid Credentials"}, providers.ErrTransient},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, srv := newTestProvider(t, nil)
-			srv.Fail(testutil.ComputeInsert, tt.err)
+			srv.Fail(computeapi.OpInsert, tt.err)
 			start := time.Now()
 			_, err := p.Create(ctx(t), testRequest())
 			if got := providers.Class(err); got != tt.want {
@@ -367,7 +367,7 @@ func TestNetworkErrorIsTransient(t *testing.T) {
 
 func TestDeleteFailureOtherThan404IsReported(t *testing.T) {
 	p, srv := newTestProvider(t, nil)
-	srv.Fail(testutil.ComputeDelete, testutil.ComputeError{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.delete' permission"})
+	srv.Fail(computeapi.OpDelete, computeapi.Error{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.delete' permission"})
 	err := p.Delete(ctx(t), formatProviderID(testZone, "proxy-abc"))
 	if !errors.Is(err, providers.ErrPermanent) {
 		t.Fatalf("err = %v, want ErrPermanent", err)
@@ -421,17 +421,17 @@ func TestListByTagFollowsEveryPageAndSkipsWarningScopes(t *testing.T) {
 func TestListByTagFailsAsAWhole(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		setup func(*testutil.ComputeServer)
+		setup func(*computeapi.Server)
 	}{
-		{"the second page fails", func(s *testutil.ComputeServer) {
+		{"the second page fails", func(s *computeapi.Server) {
 			s.SetPageSize(1)
 			s.Put("us-east1-b", map[string]any{"name": "proxy-b", "labels": map[string]any{LabelManagedBy: ManagedBy}})
-			s.FailPage("page-1", testutil.ComputeError{Code: 500, Reason: "backendError", Message: "Internal error"})
+			s.FailPage("page-1", computeapi.Error{Code: 500, Reason: "backendError", Message: "Internal error"})
 		}},
-		{"the first page fails", func(s *testutil.ComputeServer) {
-			s.Fail(testutil.ComputeList, testutil.ComputeError{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.list' permission"})
+		{"the first page fails", func(s *computeapi.Server) {
+			s.Fail(computeapi.OpList, computeapi.Error{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.list' permission"})
 		}},
-		{"a zone is unreachable", func(s *testutil.ComputeServer) {
+		{"a zone is unreachable", func(s *computeapi.Server) {
 			s.AddScopeWarning("zones/us-west1-a", "UNREACHABLE")
 		}},
 	} {
@@ -450,16 +450,16 @@ func TestListByTagFailsAsAWhole(t *testing.T) {
 func TestCheckReadsOnePageOfOneManagedVM(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		fail       *testutil.ComputeError
+		fail       *computeapi.Error
 		wantReady  bool
 		wantReason string
 	}{
 		{"working credentials", nil, true, "OK"},
-		{"no list permission", &testutil.ComputeError{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.list' permission for 'projects/proxy-project'"}, false, "Forbidden"},
-		{"API disabled", &testutil.ComputeError{Code: 403, Reason: "accessNotConfigured", Message: "Compute Engine API has not been used in project 123 before or it is disabled."}, false, "APIDisabled"},
-		{"bad credentials", &testutil.ComputeError{Code: 401, Reason: "authError", Message: "Invalid Credentials"}, false, "Unauthorized"},
-		{"rate limited", &testutil.ComputeError{Code: 429, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, false, "QuotaExceeded"},
-		{"backend down", &testutil.ComputeError{Code: 503, Reason: "backendError", Message: "unavailable"}, false, "Unavailable"},
+		{"no list permission", &computeapi.Error{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.list' permission for 'projects/proxy-project'"}, false, "Forbidden"},
+		{"API disabled", &computeapi.Error{Code: 403, Reason: "accessNotConfigured", Message: "Compute Engine API has not been used in project 123 before or it is disabled."}, false, "APIDisabled"},
+		{"bad credentials", &computeapi.Error{Code: 401, Reason: "authError", Message: "Invalid Credentials"}, false, "Unauthorized"},
+		{"rate limited", &computeapi.Error{Code: 429, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, false, "QuotaExceeded"},
+		{"backend down", &computeapi.Error{Code: 503, Reason: "backendError", Message: "unavailable"}, false, "Unavailable"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, srv := newTestProvider(t, nil)
@@ -467,7 +467,7 @@ func TestCheckReadsOnePageOfOneManagedVM(t *testing.T) {
 				srv.Put(z, map[string]any{"name": "proxy-" + strings.ReplaceAll(z, "-", ""), "labels": map[string]any{LabelManagedBy: ManagedBy}})
 			}
 			if tt.fail != nil {
-				srv.Fail(testutil.ComputeList, *tt.fail)
+				srv.Fail(computeapi.OpList, *tt.fail)
 			}
 			got := p.Check(ctx(t))
 			if len(got) != 1 || got[0].Target != testProject || got[0].Ready != tt.wantReady || got[0].Reason != tt.wantReason {
@@ -492,17 +492,17 @@ func TestParseProviderIDRoundTrips(t *testing.T) {
 func TestCreateUndoesAnInsertWhoseOperationEndedInError(t *testing.T) {
 	tests := []struct {
 		name    string
-		failure testutil.OperationFailure
+		failure computeapi.OperationFailure
 		class   error
 	}{
 		{"a zone out of capacity waits as quota, and what the insert began is deleted",
-			testutil.OperationFailure{HTTPStatus: 503, Code: "ZONE_RESOURCE_POOL_EXHAUSTED", Message: "The zone does not have enough resources", Leave: true},
+			computeapi.OperationFailure{HTTPStatus: 503, Code: "ZONE_RESOURCE_POOL_EXHAUSTED", Message: "The zone does not have enough resources", Leave: true},
 			providers.ErrQuotaExceeded},
 		{"a missing image is permanent and leaves nothing",
-			testutil.OperationFailure{HTTPStatus: 400, Code: "RESOURCE_NOT_FOUND", Message: "The resource 'projects/x/global/images/y' was not found"},
+			computeapi.OperationFailure{HTTPStatus: 400, Code: "RESOURCE_NOT_FOUND", Message: "The resource 'projects/x/global/images/y' was not found"},
 			providers.ErrPermanent},
 		{"an internal error is transient",
-			testutil.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
+			computeapi.OperationFailure{HTTPStatus: 500, Code: "INTERNAL_ERROR", Message: "Internal error", Leave: true},
 			providers.ErrTransient},
 	}
 	for _, tt := range tests {

@@ -9,7 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/spanrec"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -18,7 +18,7 @@ import (
 // provider: a provider.get through WithTracing has the REST request as a
 // client child span.
 func TestComputeRequestsAreChildSpansOfTheProviderCall(t *testing.T) {
-	sr, _ := testutil.RecordSpans(t)
+	sr, _ := spanrec.Record(t)
 	p, srv := newTestProvider(t, nil)
 	// A VM that is not there: the answer is a 404, the request is made.
 	if _, err := providers.WithTracing(p, "gcp-test").Get(ctx(t), formatProviderID(testZone, "proxy-absent")); !errors.Is(err, providers.ErrNotFound) {
@@ -47,13 +47,5 @@ func TestComputeRequestsAreChildSpansOfTheProviderCall(t *testing.T) {
 			}
 		}
 	}
-	t.Fatalf("no HTTP client span to %s under provider.get; spans: %v", host, spanNames(sr.Ended()))
-}
-
-func spanNames(spans []sdktrace.ReadOnlySpan) []string {
-	var out []string
-	for _, s := range spans {
-		out = append(out, s.Name()+"<-"+s.Parent().SpanID().String())
-	}
-	return out
+	t.Fatalf("no HTTP client span to %s under provider.get; spans: %v", host, spanrec.Names(sr.Ended()))
 }

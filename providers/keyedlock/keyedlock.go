@@ -2,6 +2,8 @@
 // any number of keys at once. VM providers use it so two reconciles of the
 // same instance name (or two Creates needing the same base image) never
 // interleave their idempotent steps, while different names run in parallel.
+//
+// It imports the standard library only.
 package keyedlock
 
 import (

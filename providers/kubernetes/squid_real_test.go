@@ -22,7 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/dnssink"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers/squidconf"
 )
@@ -120,8 +121,8 @@ func runSquid(t *testing.T, conf squidconf.Config, extra ...string) (proxyURL *u
 			t.Fatal(err)
 		}
 		var stderr bytes.Buffer
-		service := testutil.SquidServiceName()
-		t.Cleanup(func() { testutil.RemoveSquidShm(service) })
+		service := squid.ServiceName()
+		t.Cleanup(func() { squid.RemoveShm(service) })
 		cmd := exec.Command(squidBinaryOnHost, "-N", "-n", service, "-d", "1", "-f", path)
 		cmd.Stderr = &stderr
 		if os.Geteuid() == 0 {
@@ -227,7 +228,7 @@ func TestGeneratedSquidRefusesOtherSourcesBeforeAnyLookup(t *testing.T) {
 		nowhere = "nowhere.proxyfleet.invalid"
 		lookup  = "looked-up.proxyfleet.invalid"
 	)
-	dns := testutil.StartDNSSink(t)
+	dns := dnssink.Start(t)
 	// Only 127.0.0.2 is a client; requests from 127.0.0.1 are a stranger's.
 	proxy := runSquid(t, squidconf.Config{
 		Name:    "proxy-gatetest",

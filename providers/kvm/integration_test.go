@@ -20,6 +20,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/sshd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
@@ -92,8 +94,8 @@ func (s *imageServer) count(path string) int {
 
 // fixture is the real libvirtd reached over the real sshd.
 type fixture struct {
-	lv     *testutil.Libvirtd
-	sshd   *testutil.SSHD
+	lv     *libvirtd.Daemon
+	sshd   *sshd.Server
 	images *imageServer
 }
 
@@ -129,10 +131,10 @@ func newProvider(t *testing.T, cfg Config) *Provider {
 }
 
 func startFixture(t *testing.T) *fixture {
-	lv := testutil.StartLibvirtd(t)
-	sshd := testutil.StartSSHD(t)
-	img := testutil.QemuImgCreate(t, filepath.Join(t.TempDir(), "tiny.qcow2"), "64M")
-	return &fixture{lv: lv, sshd: sshd, images: startImageServer(t, img)}
+	lv := libvirtd.Start(t)
+	sd := sshd.Start(t)
+	img := libvirtd.QemuImgCreate(t, filepath.Join(t.TempDir(), "tiny.qcow2"), "64M")
+	return &fixture{lv: lv, sshd: sd, images: startImageServer(t, img)}
 }
 
 func request(name, uid string) providers.CreateRequest {
@@ -682,11 +684,11 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 		}
 	})
 
-	other := testutil.NewSSHKey(t, filepath.Join(t.TempDir(), "other"))
+	other := sshd.NewKey(t, filepath.Join(t.TempDir(), "other"))
 	wrongKnownHosts := filepath.Join(t.TempDir(), "known_hosts")
 	f.sshd.WriteKnownHosts(t, wrongKnownHosts, other.PublicKey())
 	unauthorizedKey := filepath.Join(t.TempDir(), "stranger")
-	testutil.NewSSHKey(t, unauthorizedKey)
+	sshd.NewKey(t, unauthorizedKey)
 	emptyKnownHosts := filepath.Join(t.TempDir(), "known_hosts_empty")
 	if err := os.WriteFile(emptyKnownHosts, nil, 0o600); err != nil {
 		t.Fatal(err)

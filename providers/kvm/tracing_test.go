@@ -6,7 +6,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/spanrec"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -14,7 +14,7 @@ import (
 // libvirtd over SSH with an in-memory exporter installed globally: every
 // libvirt RPC the call makes is one client span under provider.get.
 func TestRPCSpansAreChildrenOfTheProviderCall(t *testing.T) {
-	sr, _ := testutil.RecordSpans(t)
+	sr, _ := spanrec.Record(t)
 	f := startFixture(t)
 	p := providers.WithTracing(newProvider(t, f.config()), "kvm-test")
 	if _, err := p.Get(ctx(t), FormatProviderID("local", "proxy-absent0000000")); providers.Class(err) != providers.ErrNotFound {

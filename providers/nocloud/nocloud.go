@@ -5,6 +5,8 @@
 // format; what the provider adds of its own travels as vendor-data, which
 // cloud-init runs through its own handlers and never merges into the
 // user's document.
+//
+// It imports the ISO writer only, nothing of proxyfleet.
 package nocloud
 
 import (

@@ -2,6 +2,8 @@
 // whether in a Pod (the kubernetes provider) or on a VM (the gcp provider's
 // bootstrap). One renderer keeps the never-an-open-proxy rules identical
 // everywhere: a fix to them reaches every backend at once.
+//
+// It imports the standard library only.
 package squidconf
 
 import (

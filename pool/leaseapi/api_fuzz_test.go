@@ -1,0 +1,87 @@
+package leaseapi
+
+import (
+	"github.com/proxyfleet/proxyfleet/pool"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzLeaseAPIBodies feeds lease and report request bodies and list
+// queries (outside input) to the real handler over a real store: nothing
+// panics, nothing is a 5xx, and a refused request (4xx) changes no state —
+// no lease appears, no cooldown starts.
+func FuzzLeaseAPIBodies(f *testing.F) {
+	f.Add(`{"selector":{"region":"eu"},"ttlSeconds":60,"target":"example.com"}`, `{"result":"banned","target":"example.com"}`, "attr.region=eu&healthy=true")
+	f.Add(`{"ttlSeconds":-1}`, `{"result":"rate_limited","retryAfterSeconds":-5}`, "healthy=maybe")
+	f.Add(`{"ttlSeconds":999999999999}`, `{"result":"nope"}`, "attr.=x")
+	f.Add(`[1,2]`, `{"result":"target_unreachable","extra":1}`, "%zz")
+	f.Fuzz(func(t *testing.T, leaseBody, reportBody, query string) {
+		store := pool.NewStore(pool.StoreOptions{})
+		u, _ := url.Parse("http://127.0.0.1:3128")
+		store.SetMembers([]pool.Member{{Name: "a", URL: u, Attributes: map[string]string{"region": "eu"}}})
+		h := NewAPIServer(store, APIOptions{})
+		do := func(method, path, query, body string) int {
+			req := httptest.NewRequest(method, "http://api.test"+path, strings.NewReader(body))
+			req.URL.RawQuery = query // as a client sent it, unescaped
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body.String())
+			}
+			return rec.Code
+		}
+		if code := do(http.MethodPost, "/v1/leases", "", leaseBody); code != http.StatusCreated && store.ActiveLeases() != 0 {
+			t.Fatalf("a refused acquire (%d) left %d leases", code, store.ActiveLeases())
+		}
+		// A report on a real lease: a refused one starts no cooldown.
+		l, err := store.Acquire(t.Context(), pool.AcquireRequest{Target: "example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := store.ActiveCooldowns()
+		if code := do(http.MethodPost, "/v1/leases/"+l.ID+"/report", "", reportBody); code >= 400 && store.ActiveCooldowns() != before {
+			t.Fatalf("a refused report (%d) changed the cooldowns", code)
+		}
+		do(http.MethodGet, "/v1/proxies", query, "")
+	})
+}
+
+// FuzzPaceAPIBodies feeds POST /v1/pace bodies: never a 5xx, and a refused
+// body changes no pace (no site slowed, no place taken, no slot reserved).
+func FuzzPaceAPIBodies(f *testing.F) {
+	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":2000,"auto":true,"maxWaitMillis":30000}`)
+	f.Add(`{"op":"enter","site":"example.com","holder":"h","limit":1}`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"banned","seenCuts":-3}`)
+	f.Add(`{"op":"return","site":"example.com","member":"a","token":-1}`)
+	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":-5}`)
+	f.Add(`{"op":"leave"}`)
+	f.Add(`[{"op":"reserve"}]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		store := pool.NewStore(pool.StoreOptions{})
+		h := NewAPIServer(store, APIOptions{})
+		req := httptest.NewRequest(http.MethodPost, "http://api.test/v1/pace", strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body.String())
+		}
+		if rec.Code < 400 {
+			return
+		}
+		ctx := t.Context()
+		if sites, _ := store.SlowedSites(ctx); len(sites) != 0 {
+			t.Fatalf("a refused body (%d) slowed %v", rec.Code, sites)
+		}
+		if in, _ := store.EnterSite(ctx, "example.com", "probe", 1); !in {
+			t.Fatalf("a refused body (%d) took a place", rec.Code)
+		}
+		if sl, _ := store.ReserveSlot(ctx, pool.SlotRequest{Site: "example.com", Member: "a", MinInterval: time.Hour}); sl.Wait != 0 {
+			t.Fatalf("a refused body (%d) reserved a slot", rec.Code)
+		}
+	})
+}

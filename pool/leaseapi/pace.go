@@ -1,0 +1,235 @@
+package leaseapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// The pace of sites over the lease API (POST /v1/pace, GET /v1/pace/slowed):
+// the server's lease store decides, so gateways on --lease-api pace a site
+// with the fleet. Each call is one pool.SitePacer decision.
+
+// maxPaceMillis bounds the durations of a pace request (a day).
+const maxPaceMillis = 24 * 60 * 60 * 1000
+
+// paceRequest is the body of POST /v1/pace; op says which decision.
+type paceRequest struct {
+	Op            string `json:"op"` // reserve, return, enter, leave, answer
+	Site          string `json:"site"`
+	Member        string `json:"member,omitempty"`
+	MinIntervalMs int64  `json:"minIntervalMillis,omitempty"`
+	Auto          bool   `json:"auto,omitempty"`
+	MaxWaitMs     int64  `json:"maxWaitMillis,omitempty"`
+	Token         int64  `json:"token,omitempty"`
+	Holder        string `json:"holder,omitempty"`
+	Limit         int    `json:"limit,omitempty"`
+	Result        string `json:"result,omitempty"`
+	SeenCuts      int    `json:"seenCuts,omitempty"`
+}
+
+// learntWire is a rotation.LearntPace on the wire.
+type learntWire struct {
+	IntervalNs    int64     `json:"intervalNanos,omitempty"`
+	CutIntervalNs int64     `json:"cutIntervalNanos,omitempty"`
+	Cause         string    `json:"cause,omitempty"`
+	CutAt         time.Time `json:"cutAt,omitzero"`
+	Cuts          int       `json:"cuts,omitempty"`
+}
+
+func toLearntWire(l rotation.LearntPace) learntWire {
+	return learntWire{IntervalNs: int64(l.Interval), CutIntervalNs: int64(l.CutInterval), Cause: string(l.Cause), CutAt: l.CutAt, Cuts: l.Cuts}
+}
+
+func (w learntWire) learnt() rotation.LearntPace {
+	return rotation.LearntPace{Interval: time.Duration(w.IntervalNs), CutInterval: time.Duration(w.CutIntervalNs), Cause: rotation.Result(w.Cause), CutAt: w.CutAt, Cuts: w.Cuts}
+}
+
+// paceAnswer is the body of a POST /v1/pace answer.
+type paceAnswer struct {
+	Reserved   bool       `json:"reserved,omitempty"`
+	WaitNs     int64      `json:"waitNanos,omitempty"`
+	IntervalNs int64      `json:"intervalNanos,omitempty"`
+	Token      int64      `json:"token,omitempty"`
+	In         bool       `json:"in,omitempty"`
+	Learnt     learntWire `json:"learnt"`
+}
+
+// slowedList is the body of GET /v1/pace/slowed.
+type slowedList struct {
+	Sites []string `json:"sites"`
+}
+
+// checkPace is what every op needs; a bad request is a sentence naming
+// the field.
+func checkPace(b paceRequest) error {
+	switch {
+	case b.Site == "" || strings.ContainsAny(b.Site, " \t\r\n"):
+		return errors.New("site must be a host (the request's target), without spaces")
+	case b.MinIntervalMs < 0 || b.MinIntervalMs > maxPaceMillis:
+		return fmt.Errorf("minIntervalMillis %d is out of range (0 to a day)", b.MinIntervalMs)
+	case b.MaxWaitMs < 0 || b.MaxWaitMs > maxPaceMillis:
+		return fmt.Errorf("maxWaitMillis %d is out of range (0 to a day)", b.MaxWaitMs)
+	case b.Limit < 0:
+		return fmt.Errorf("limit %d must not be negative", b.Limit)
+	}
+	need := map[string][]string{"reserve": {"member"}, "return": {"member"}, "enter": {"holder"}, "leave": {"holder"}, "answer": {"member", "result"}}
+	fields, ok := need[b.Op]
+	if !ok {
+		return fmt.Errorf("op %q: want reserve, return, enter, leave or answer", b.Op)
+	}
+	for _, f := range fields {
+		if (f == "member" && b.Member == "") || (f == "holder" && b.Holder == "") || (f == "result" && b.Result == "") {
+			return fmt.Errorf("op %s needs %s", b.Op, f)
+		}
+	}
+	return nil
+}
+
+// sitePacer is the server's pace, or an answer saying it keeps none.
+func (s *apiServer) sitePacer(w http.ResponseWriter) (pool.SitePacer, bool) {
+	if s.pacer == nil {
+		writeError(w, http.StatusNotFound, apiErrNotFound, "this lease API keeps no pace of sites")
+		return nil, false
+	}
+	return s.pacer, true
+}
+
+func (s *apiServer) pace(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.sitePacer(w)
+	if !ok {
+		return
+	}
+	var b paceRequest
+	if !s.decodeBody(w, r, &b, false) {
+		return
+	}
+	if err := checkPace(b); err != nil {
+		writeError(w, http.StatusBadRequest, apiErrBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	var out paceAnswer
+	var err error
+	switch b.Op {
+	case "reserve":
+		var sl pool.Slot
+		sl, err = p.ReserveSlot(ctx, pool.SlotRequest{Site: b.Site, Member: b.Member, Auto: b.Auto,
+			MinInterval: time.Duration(b.MinIntervalMs) * time.Millisecond, MaxWait: time.Duration(b.MaxWaitMs) * time.Millisecond})
+		out = paceAnswer{Reserved: sl.Reserved, WaitNs: int64(sl.Wait), IntervalNs: int64(sl.Interval), Token: sl.Token, Learnt: toLearntWire(sl.Learnt)}
+	case "return":
+		err = p.ReturnSlot(ctx, b.Site, b.Member, b.Token)
+	case "enter":
+		out.In, err = p.EnterSite(ctx, b.Site, b.Holder, b.Limit)
+	case "leave":
+		err = p.LeaveSite(ctx, b.Site, b.Holder)
+	case "answer":
+		res, perr := rotation.ParseResult(b.Result)
+		if perr != nil {
+			writeError(w, http.StatusBadRequest, apiErrInvalidResult, perr.Error())
+			return
+		}
+		var l rotation.LearntPace
+		l, err = p.SiteAnswered(ctx, pool.SiteAnswer{Site: b.Site, Member: b.Member, Result: res, SeenCuts: b.SeenCuts})
+		out.Learnt = toLearntWire(l)
+	}
+	if err != nil {
+		s.backendFailed(w, "pace "+b.Op, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *apiServer) slowedSites(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.sitePacer(w)
+	if !ok {
+		return
+	}
+	sites, err := p.SlowedSites(r.Context())
+	if err != nil {
+		s.backendFailed(w, "slowed sites", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, slowedList{Sites: append([]string{}, sites...)})
+}
+
+// pace is one POST /v1/pace.
+func (c *Client) pace(ctx context.Context, b paceRequest) (paceAnswer, error) {
+	status, raw, err := c.do(ctx, http.MethodPost, "/v1/pace", b)
+	if err != nil {
+		return paceAnswer{}, err
+	}
+	if status != http.StatusOK {
+		return paceAnswer{}, apiError(status, raw)
+	}
+	var out paceAnswer
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return paceAnswer{}, fmt.Errorf("lease API: pace: malformed answer: %w", err)
+	}
+	return out, nil
+}
+
+// ceilMillis is d in whole ms, rounded up so no interval gets shorter.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ReserveSlot is pool.SitePacer.ReserveSlot, decided by the server's store.
+func (c *Client) ReserveSlot(ctx context.Context, req pool.SlotRequest) (pool.Slot, error) {
+	a, err := c.pace(ctx, paceRequest{Op: "reserve", Site: req.Site, Member: req.Member, Auto: req.Auto,
+		MinIntervalMs: ceilMillis(req.MinInterval), MaxWaitMs: max(req.MaxWait, 0).Milliseconds()})
+	if err != nil {
+		return pool.Slot{}, err
+	}
+	return pool.Slot{Reserved: a.Reserved, Wait: time.Duration(a.WaitNs), Interval: max(time.Duration(a.IntervalNs), req.MinInterval), Token: a.Token, Learnt: a.Learnt.learnt()}, nil
+}
+
+// ReturnSlot is pool.SitePacer.ReturnSlot.
+func (c *Client) ReturnSlot(ctx context.Context, site, member string, token int64) error {
+	_, err := c.pace(ctx, paceRequest{Op: "return", Site: site, Member: member, Token: token})
+	return err
+}
+
+// EnterSite is pool.SitePacer.EnterSite.
+func (c *Client) EnterSite(ctx context.Context, site, holder string, limit int) (bool, error) {
+	a, err := c.pace(ctx, paceRequest{Op: "enter", Site: site, Holder: holder, Limit: limit})
+	return a.In, err
+}
+
+// LeaveSite is pool.SitePacer.LeaveSite.
+func (c *Client) LeaveSite(ctx context.Context, site, holder string) error {
+	_, err := c.pace(ctx, paceRequest{Op: "leave", Site: site, Holder: holder})
+	return err
+}
+
+// SiteAnswered is pool.SitePacer.SiteAnswered.
+func (c *Client) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotation.LearntPace, error) {
+	out, err := c.pace(ctx, paceRequest{Op: "answer", Site: a.Site, Member: a.Member, Result: string(a.Result), SeenCuts: a.SeenCuts})
+	return out.Learnt.learnt(), err
+}
+
+// SlowedSites is pool.SitePacer.SlowedSites (GET /v1/pace/slowed).
+func (c *Client) SlowedSites(ctx context.Context) ([]string, error) {
+	status, raw, err := c.do(ctx, http.MethodGet, "/v1/pace/slowed", nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, apiError(status, raw)
+	}
+	var out slowedList
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("lease API: slowed sites: malformed answer: %w", err)
+	}
+	return out.Sites, nil
+}
