@@ -130,8 +130,12 @@ func (s *tunnelSet) count() int {
 // to an https:// upstream, response bodies); TCP↔TCP copies use splice(2).
 const copyBufSize = 16 << 10
 
-// bufPool hands out copy buffers; the Gateway owns one.
-type bufPool struct{ p sync.Pool }
+// bufPool hands out what a relay copies through: buffers for the copies the
+// kernel cannot splice, and pipes for those it can. The Gateway owns one.
+type bufPool struct {
+	p     sync.Pool
+	pipes pipePool
+}
 
 func (b *bufPool) get() *[]byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
@@ -149,16 +153,20 @@ func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
 	var err error
 	dstTCP, dok := dst.(*net.TCPConn)
 	srcTCP, sok := src.(*net.TCPConn)
+	spliced := false
 	if dok && sok {
-		// (*TCPConn).ReadFrom of a *TCPConn is splice(2): no user-space
-		// buffer. Called directly, not through io.Copy (→ WriteTo →
-		// genericWriteTo → io.Copy → ReadFrom): the shallower stack fits
-		// a new goroutine's first stack, so the relay never grows it.
-		n, err = dstTCP.ReadFrom(srcTCP)
-	} else {
+		// splice(2) through a pipe taken only while bytes are in flight:
+		// no user-space buffer, and an idle tunnel holds its two sockets
+		// and nothing else (splice_linux.go).
+		n, spliced, err = spliceRelay(&bufs.pipes, dstTCP, srcTCP)
+	}
+	if !spliced {
+		// What splicing moved before it had to stop is counted; nothing
+		// was in flight, so the copy goes on from where it stopped.
 		bp := bufs.get()
-		n, err = io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
+		m, cerr := io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
 		bufs.put(bp)
+		n, err = n+m, cerr
 	}
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
