@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
@@ -39,6 +41,10 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	if err != nil {
 		return nil, err
 	}
+	anon, pss, err := sidecarsOnOneNode(sidecarBin, apiAddr, apiToken, sidecarsPerNode)
+	if err != nil {
+		return nil, err
+	}
 	st, err := os.Stat(sidecarBin)
 	if err != nil {
 		return nil, err
@@ -56,6 +62,8 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	return []row{
 		{"sidecar RSS idle (--lease-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
 		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
+		{"  of it anonymous (heap, stacks, runtime: each pod's own), mean of 10 on one node", mib(anon), "", "", "", true},
+		{"  PSS of each of 10 sidecars on one node (the binary's pages are shared page cache)", mib(pss), "", "", "", true},
 		{"sidecar RSS holding 1000 idle tunnels", mib(scTunnels), "", "", "≤ 20 MiB", scTunnels <= sidecarTunnelsGoal},
 		{"sidecar binary size", fmt.Sprintf("%.1f MB", float64(st.Size())/1e6), "", "", "≤ 15 MB", st.Size() <= sidecarBinaryGoal},
 		{"sidecar start to first request served (median of 5)", fmt.Sprintf("%.0f ms", float64(start)/float64(time.Millisecond)),
@@ -140,6 +148,75 @@ func sidecarStart(sidecarBin, apiAddr, apiToken, targetURL string) (time.Duratio
 		time.Sleep(time.Millisecond)
 	}
 	return 0, fmt.Errorf("the sidecar served no request within 5s of its start")
+}
+
+// sidecarsPerNode is how many sidecars sidecarsOnOneNode runs side by side.
+const sidecarsPerNode = 10
+
+// sidecarsOnOneNode runs n idle sidecars at once, as n crawler pods on one
+// node run the same image, and returns the mean of their anonymous memory
+// and of their PSS (smaps_rollup). Most of a sidecar's RSS is the binary's
+// text and read-only data mapped from the image's file: every container
+// started from that layer maps the same page-cache pages, so what each
+// further pod adds is its anonymous memory, and PSS splits the shared pages
+// among the processes that map them.
+func sidecarsOnOneNode(sidecarBin, apiAddr, apiToken string, n int) (anon, pss int64, err error) {
+	tokenFile, cleanup, err := sidecarToken(apiToken)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cleanup()
+	var scs []*testutil.Process
+	defer func() {
+		for _, sc := range scs {
+			_, _ = sc.Stop()
+		}
+	}()
+	for range n {
+		sc, _, err := testutil.LaunchProcessOnFreePorts(sidecarBin, 2, func(addrs []string) testutil.ProcessOptions {
+			return testutil.ProcessOptions{
+				Name:      "sidecar",
+				Args:      sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile),
+				Env:       []string{"GOMAXPROCS=2"},
+				WaitAddrs: addrs,
+			}
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		scs = append(scs, sc)
+	}
+	time.Sleep(1500 * time.Millisecond) // as settledRSS
+	for _, sc := range scs {
+		r, err := smapsRollup(sc.PID())
+		if err != nil {
+			return 0, 0, err
+		}
+		anon += r["Anonymous"]
+		pss += r["Pss"]
+	}
+	return anon / int64(n), pss / int64(n), nil
+}
+
+// smapsRollup reads /proc/pid/smaps_rollup: each "Name: N kB" line in bytes.
+func smapsRollup(pid int) (map[string]int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == "kB" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				m[strings.TrimSuffix(f[0], ":")] = kb << 10
+			}
+		}
+	}
+	if _, ok := m["Pss"]; !ok {
+		return nil, fmt.Errorf("no Pss in /proc/%d/smaps_rollup", pid)
+	}
+	return m, nil
 }
 
 func sidecarArgs(listen, metrics, apiAddr, tokenFile string) []string {
