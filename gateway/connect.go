@@ -120,10 +120,11 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 		downN += int64(len(early))
 	}
 	// The tunnel runs on fresh goroutines and this handler returns, so the
-	// connection's buffers and the handler's stack are freed: an idle
-	// tunnel costs two small goroutine stacks and two sockets.
+	// connection's buffers and the handler's stack are freed; once idle,
+	// its directions give their goroutines up too (park_linux.go), and an
+	// idle tunnel costs its two sockets.
 	ctx = context.WithoutCancel(ctx)
-	t.start(&g.bufs, func(up, down int64) {
+	t.start(&g.bufs, g.tunnelIdle, func(up, down int64) {
 		g.tunnels.remove(t)
 		g.rec.BytesRelayed(DirectionUp, upN+up)
 		g.rec.BytesRelayed(DirectionDown, downN+down)

@@ -26,10 +26,16 @@ import (
 // Defaults of Options' zero values (Retries has no zero-value default: 0
 // means no retries, and DefaultRetries is what the CLI flag starts at).
 const (
-	DefaultLeaseTTL       = 60 * time.Second // sticky lease lifetime
-	DefaultRetries        = 2                // the --retries flag's default
-	DefaultDialTimeout    = 10 * time.Second // per dial, CONNECT answer included
-	DefaultRequestTimeout = 60 * time.Second // plain HTTP, up to the answer's head
+	DefaultLeaseTTL    = 60 * time.Second // sticky lease lifetime
+	DefaultRetries     = 2                // the --retries flag's default
+	DefaultDialTimeout = 10 * time.Second // per dial, CONNECT answer included
+	// DefaultTunnelIdleAfter: a tunnel direction whose source sent nothing
+	// for this long gives its goroutine up until the source wakes (Linux).
+	// Long against the pauses inside one exchange, so a busy tunnel never
+	// parks; short against how long crawlers keep tunnels open between
+	// requests, so the idle ones cost sockets only.
+	DefaultTunnelIdleAfter = time.Second
+	DefaultRequestTimeout  = 60 * time.Second // plain HTTP, up to the answer's head
 	// DefaultMemberAnswerTimeout is how long a member may take to answer
 	// one attempt. Sites that crawls meet answer within seconds; one that
 	// needs longer gets its own (SiteAnswerTimeouts), so a silent member
@@ -106,6 +112,10 @@ type Options struct {
 	// DialTimeout bounds each dial of an upstream or target, including an
 	// upstream's answer to CONNECT (default 10s).
 	DialTimeout time.Duration
+	// TunnelIdleAfter is how long a tunnel direction's source may send
+	// nothing before the direction is parked without a goroutine (default
+	// DefaultTunnelIdleAfter; Linux only); tests shorten it.
+	TunnelIdleAfter time.Duration
 	// RequestTimeout bounds a plain-HTTP request from its arrival until the
 	// response head, retries included (default 60s). Streaming the body is
 	// not bounded by it; CONNECT tunnels are never cut by it.
@@ -170,6 +180,7 @@ type Gateway struct {
 	allowPrivate   bool
 	resolver       Resolver
 	dialTimeout    time.Duration
+	tunnelIdle     time.Duration
 	requestTimeout time.Duration
 	answerTimeout  time.Duration
 	siteTimeouts   SiteDurations
@@ -221,6 +232,7 @@ func (o Options) withDefaults() (Options, error) {
 	}{
 		{"LeaseTTL", &o.LeaseTTL, DefaultLeaseTTL},
 		{"DialTimeout", &o.DialTimeout, DefaultDialTimeout},
+		{"TunnelIdleAfter", &o.TunnelIdleAfter, DefaultTunnelIdleAfter},
 		{"RequestTimeout", &o.RequestTimeout, DefaultRequestTimeout},
 		{"MemberAnswerTimeout", &o.MemberAnswerTimeout, DefaultMemberAnswerTimeout},
 	} {
@@ -290,6 +302,7 @@ func New(o Options) (*Gateway, error) {
 		allowPrivate:   o.AllowPrivateTargets,
 		resolver:       o.Resolver,
 		dialTimeout:    o.DialTimeout,
+		tunnelIdle:     o.TunnelIdleAfter,
 		requestTimeout: o.RequestTimeout,
 		answerTimeout:  o.MemberAnswerTimeout,
 		siteTimeouts:   o.SiteAnswerTimeouts,

@@ -80,14 +80,21 @@ func (pp *pipePool) put(p pipe) {
 // ok is false when splicing cannot go on here (no pipe to be had, or a
 // kernel or socket that refuses splice); n bytes were moved by then and
 // none are in flight, so the caller goes on with a buffered copy.
-func spliceRelay(pipes *pipePool, dst, src *net.TCPConn) (n int64, ok bool, err error) {
+//
+// With parkable, idle is true when src's read deadline passes while the
+// relay waits or is about to: the relay returns with nothing in flight and
+// holding no pipe, for its direction to be parked. The deadline is set
+// by whoever starts the relay (tunnel.start, the parker's wake-up), never
+// here: the runtime's timer code would grow the relay goroutine's stack
+// past its first 2 KiB, and every tunnel would pay that.
+func spliceRelay(pipes *pipePool, dst, src *net.TCPConn, parkable bool) (n int64, ok, idle bool, err error) {
 	srcRC, err := src.SyscallConn()
 	if err != nil {
-		return 0, false, nil
+		return 0, false, false, nil
 	}
 	dstRC, err := dst.SyscallConn()
 	if err != nil {
-		return 0, false, nil
+		return 0, false, false, nil
 	}
 	var (
 		p          pipe
@@ -128,9 +135,12 @@ func spliceRelay(pipes *pipePool, dst, src *net.TCPConn) (n int64, ok bool, err 
 	}
 	for {
 		if err := srcRC.Read(fill); err != nil {
-			// Closed or past a deadline while waiting: fill had given
-			// the pipe back before the wait.
-			return n, true, err
+			// Closed or past the deadline while waiting: fill had
+			// given the pipe back before the wait.
+			if parkable && errors.Is(err, os.ErrDeadlineExceeded) {
+				return n, true, true, nil
+			}
+			return n, true, false, err
 		}
 		if fillErr != nil {
 			if held {
@@ -138,25 +148,25 @@ func spliceRelay(pipes *pipePool, dst, src *net.TCPConn) (n int64, ok bool, err 
 				held = false
 			}
 			if isSpliceUnsupported(fillErr) {
-				return n, false, nil
+				return n, false, false, nil
 			}
-			return n, true, os.NewSyscallError("splice", fillErr)
+			return n, true, false, os.NewSyscallError("splice", fillErr)
 		}
 		if moved == 0 { // src ended
 			pipes.put(p)
-			return n, true, nil
+			return n, true, false, nil
 		}
 		for left = moved; left > 0; {
 			if err := dstRC.Write(drain); err != nil {
 				p.close()
-				return n, true, err
+				return n, true, false, err
 			}
 			if drainErr == nil && sent == 0 {
 				drainErr = io.ErrShortWrite
 			}
 			if drainErr != nil {
 				p.close() // bytes may be left in it
-				return n, true, os.NewSyscallError("splice", drainErr)
+				return n, true, false, os.NewSyscallError("splice", drainErr)
 			}
 			left -= sent
 			n += sent

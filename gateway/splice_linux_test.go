@@ -131,7 +131,13 @@ func TestIdleTunnelsHoldOnlyTheirSockets(t *testing.T) {
 // way at once, byte for byte.
 func TestSplicedTunnelCarriesBurstsAndBulkBothWays(t *testing.T) {
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
-	target := echoTarget(t)
+	carryBurstsAndBulk(t, e, echoTarget(t))
+}
+
+// carryBurstsAndBulk sends bursts with idle gaps and then 8 MiB each way at
+// once through one tunnel to the echo target, checking every byte.
+func carryBurstsAndBulk(t *testing.T, e *env, target string) {
+	t.Helper()
 	c, resp, err := testutil.ConnectTunnel(e.addr, target, nil, 20*time.Second)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT: %v %v", resp, err)

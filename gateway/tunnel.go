@@ -22,11 +22,28 @@ type tunnel struct {
 
 	// Set by start; up and down count the relays' bytes, finished the
 	// directions that ended (under mu).
-	bufs     *bufPool
-	done     func(up, down int64)
-	up, down int64
-	finished int
-	grace    *time.Timer
+	bufs      *bufPool
+	idleAfter time.Duration
+	done      func(up, down int64)
+	upDir     direction
+	downDir   direction
+	up, down  int64
+	finished  int
+	grace     *time.Timer
+}
+
+// direction is one way of a tunnel. Its relay runs on a goroutine of its
+// own while bytes move; once its source has sent nothing for the tunnel's
+// idleAfter, the goroutine ends and the direction is parked (park_linux.go)
+// until the source is readable or hung up, so an idle tunnel holds no
+// goroutine, only its two sockets.
+type direction struct {
+	t        *tunnel
+	dst, src net.Conn
+	count    *int64 // the tunnel's up or down, added to when the relay ends
+	n        int64  // bytes relayed so far, touched only by the running relay
+	noPark   bool   // never parked (not two TCP connections, parking off, or it failed once)
+	parked   uint64 // under t.mu: the parking's ticket, 0 when not parked
 }
 
 // setClient records the hijacked client connection; false (and the
@@ -42,14 +59,27 @@ func (t *tunnel) setClient(c net.Conn) bool {
 	return true
 }
 
+// close closes both connections. A parked direction is taken back from
+// the parker first (before its socket's descriptor can be reused) and its
+// relay run once more, which finds the connection closed and ends it.
 func (t *tunnel) close() {
+	var wake []*direction
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.closed = true
+	for _, d := range []*direction{&t.upDir, &t.downDir} {
+		if d.parked != 0 && unpark(d.parked) {
+			d.parked = 0
+			wake = append(wake, d)
+		}
+	}
 	if t.client != nil {
 		_ = t.client.Close()
 	}
 	_ = t.upstream.Close()
+	t.mu.Unlock()
+	for _, d := range wake {
+		go d.run()
+	}
 }
 
 // tunnelSet tracks open tunnels for Shutdown: net/http forgets hijacked
@@ -147,10 +177,10 @@ func (b *bufPool) get() *[]byte {
 
 func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
 
-// relay copies src to dst until EOF or error, then half-closes dst.
-func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
-	var n int64
-	var err error
+// relay copies src to dst until EOF or error, then half-closes dst; or,
+// when parkable, until src's read deadline passes (idle: nothing in
+// flight, dst left open), when the two are TCP and splice.
+func relay(bufs *bufPool, dst, src net.Conn, parkable bool) (n int64, idle bool, err error) {
 	dstTCP, dok := dst.(*net.TCPConn)
 	srcTCP, sok := src.(*net.TCPConn)
 	spliced := false
@@ -158,11 +188,15 @@ func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
 		// splice(2) through a pipe taken only while bytes are in flight:
 		// no user-space buffer, and an idle tunnel holds its two sockets
 		// and nothing else (splice_linux.go).
-		n, spliced, err = spliceRelay(&bufs.pipes, dstTCP, srcTCP)
+		n, spliced, idle, err = spliceRelay(&bufs.pipes, dstTCP, srcTCP, parkable)
+		if idle {
+			return n, true, nil
+		}
 	}
 	if !spliced {
 		// What splicing moved before it had to stop is counted; nothing
 		// was in flight, so the copy goes on from where it stopped.
+		_ = src.SetReadDeadline(time.Time{})
 		bp := bufs.get()
 		m, cerr := io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
 		bufs.put(bp)
@@ -171,32 +205,86 @@ func relay(bufs *bufPool, dst, src net.Conn) (int64, error) {
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	return n, err
+	return n, false, err
 }
 
 type writerOnly struct{ io.Writer }
 type readerOnly struct{ io.Reader }
 
 // start relays both ways, each direction on a goroutine of its own with
-// nothing but the relay on its stack, so an idle tunnel holds two
-// goroutines at their smallest stack size and no third one waiting for
-// them. Once one direction ends, the other gets tunnelCloseGrace before
-// both connections are closed; the direction that ends last closes the
-// tunnel and calls done with the bytes each way.
-func (t *tunnel) start(bufs *bufPool, done func(up, down int64)) {
-	t.bufs, t.done = bufs, done
-	go t.relayUp()
-	go t.relayDown()
+// nothing but the relay on its stack and no third one waiting for them.
+// With idleAfter > 0, each direction's source gets a read deadline that
+// far ahead; when a relay is waiting (or about to) as it passes, the
+// direction gives its goroutine up and is parked until its source is
+// readable, and its wake-up sets the next deadline. A busy direction is
+// so parked and woken at once every idleAfter, a few system calls; an
+// idle one holds no goroutine. Once one direction ends, the other gets
+// tunnelCloseGrace before both connections are closed; the direction that
+// ends last closes the tunnel and calls done with the bytes each way.
+func (t *tunnel) start(bufs *bufPool, idleAfter time.Duration, done func(up, down int64)) {
+	// Under mu: Shutdown's closeAll may be reading the directions already.
+	_, clientTCP := t.client.(*net.TCPConn)
+	_, upstreamTCP := t.upstream.(*net.TCPConn)
+	noPark := idleAfter <= 0 || !clientTCP || !upstreamTCP // only a splice relay parks
+	t.mu.Lock()
+	t.bufs, t.idleAfter, t.done = bufs, idleAfter, done
+	t.upDir = direction{t: t, dst: t.upstream, src: t.client, count: &t.up, noPark: noPark}
+	t.downDir = direction{t: t, dst: t.client, src: t.upstream, count: &t.down, noPark: noPark}
+	t.mu.Unlock()
+	if !noPark {
+		at := time.Now().Add(idleAfter)
+		_ = t.client.SetReadDeadline(at)
+		_ = t.upstream.SetReadDeadline(at)
+	}
+	go t.upDir.run()
+	go t.downDir.run()
 }
 
-func (t *tunnel) relayUp() {
-	n, _ := relay(t.bufs, t.upstream, t.client)
-	t.ended(&t.up, n)
+// run relays until the direction ends or is parked.
+func (d *direction) run() {
+	for {
+		n, idle, _ := relay(d.t.bufs, d.dst, d.src, !d.noPark)
+		d.n += n
+		if !idle {
+			break
+		}
+		if d.t.park(d) {
+			return
+		}
+		if d.noPark {
+			// The deadline has passed; waiting on the goroutine from
+			// now on needs none.
+			_ = d.src.SetReadDeadline(time.Time{})
+		}
+	}
+	d.t.ended(d.count, d.n)
 }
 
-func (t *tunnel) relayDown() {
-	n, _ := relay(t.bufs, t.client, t.upstream)
-	t.ended(&t.down, n)
+// resume is the parker's wake-up: the source is readable (or hung up).
+// The wake-up has set the next deadline.
+func (d *direction) resume() {
+	d.t.mu.Lock()
+	d.parked = 0
+	d.t.mu.Unlock()
+	d.run()
+}
+
+// park hands d to the parker; false when the tunnel is closing (the relay
+// then finds its connection closed) or parking is not to be had here (the
+// relay then waits on its goroutine from now on).
+func (t *tunnel) park(d *direction) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	ticket, ok := park(d)
+	if !ok {
+		d.noPark = true
+		return false
+	}
+	d.parked = ticket
+	return true
 }
 
 // ended records one direction's bytes and, for the second, ends the tunnel.
