@@ -136,6 +136,9 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
 		case ReasonNoMember:
 			h.Set("Retry-After", "1")
+		case ReasonOverloaded:
+			h.Set("Retry-After", "1")
+			g.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
 		case ReasonPaced:
 			var pe *pacedError
 			if errors.As(err, &pe) {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"syscall"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -50,6 +51,7 @@ const (
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
 	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
 	ReasonSessionLimit      = "session_limit"      // 503: the gateway holds its maximum of live sticky sessions
+	ReasonOverloaded        = "gateway_overloaded" // 503: the gateway could not open a connection of its own (descriptors, buffers)
 	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
 	ReasonMemberTimeout     = "member_timeout"     // 504: the members tried gave no answer within the answer timeout
 	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
@@ -76,7 +78,7 @@ func AnswerStatus(reason string) int {
 		return http.StatusProxyAuthRequired
 	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
 		return http.StatusBadGateway
-	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced, ReasonSessionLimit:
+	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced, ReasonSessionLimit, ReasonOverloaded:
 		return http.StatusServiceUnavailable
 	case ReasonSessionLost:
 		return http.StatusBadGateway
@@ -177,6 +179,11 @@ func judge(err error) verdict {
 		return answer(ReasonTimeout)
 	case errors.Is(err, errShuttingDown):
 		return answer(ReasonShuttingDown)
+	case ownResourcesExhausted(err):
+		// The gateway's own socket(2) or connect(2) found no descriptor
+		// or buffer: every member would fail the same way, and none is
+		// at fault, so none rests and none is tried.
+		return answer(ReasonOverloaded)
 	case errors.As(err, &gu):
 		return answer(faultReason(gu.last))
 	case errors.As(err, &ae):
@@ -232,4 +239,14 @@ func faultReason(ae *attemptError) string {
 		return ReasonTargetUnreachable
 	}
 	return ReasonUpstreamFailed
+}
+
+// ownResourcesExhausted: err is this process running out of what opening a
+// connection takes (EMFILE, ENFILE: descriptors; ENOBUFS, ENOMEM: kernel
+// memory), whatever attempt or dial wrapped it. Only the gateway's own
+// system calls return these errnos; a member's or a site's refusal reaches
+// it as an answer or a reset, never as one of them.
+func ownResourcesExhausted(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }

@@ -59,6 +59,9 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"the gateway's own lease TTL above the maximum is 503 pool_error", &poolConfigError{err: errors.New("x")}, 503, ReasonPoolError, ReasonPoolError, "", false},
 		{"an unreachable pool API is 503 pool_unreachable", fmt.Errorf("%w: dial", pool.ErrUnreachable), 503, ReasonPoolUnreachable, ReasonPoolUnreachable, "", false},
 		{"any other pool failure is 503 pool_error", &annotated{err: errLeaseFailed, msg: "lease failed"}, 503, ReasonPoolError, ReasonPoolError, "", false},
+		{"the gateway out of descriptors is its own 503, no member reported or tried", &attemptError{f: rotation.Member("dial"), err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
+		{"the system out of descriptors, even behind a direct member's site verdict, is the gateway's", &attemptError{f: rotation.Site("connect"), err: os.NewSyscallError("socket", syscall.ENFILE), firsthand: true}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
+		{"a connect(2) without buffer space is the gateway's too", memberFault("dial", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENOBUFS)}), 503, ReasonOverloaded, ReasonOverloaded, "", false},
 		{"anything unforeseen is 500 internal", errors.New("hijack"), 500, ReasonInternal, ReasonInternal, "", false},
 	}
 	for _, tt := range tests {
@@ -81,7 +84,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout, ReasonPaced, ReasonSessionLost, ReasonSessionLimit}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout, ReasonPaced, ReasonSessionLost, ReasonSessionLimit, ReasonOverloaded}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)
