@@ -10,7 +10,8 @@ const COLORS = {
   no_member: "#ef6c00", no_match: "#ef6c00", pool_unreachable: "#f57c00", pool_error: "#fb8c00",
   shutting_down: "#ffb74d", private_target: "#455a64", loop: "#455a64",
   auth: "#8d6e63", unauthorized: "#8d6e63", bad_params: "#a1887f", bad_request: "#90a4ae", invalid: "#90a4ae",
-  client_gone: "#b0bec5", client_timeout: "#cfd8dc", internal: "#ad1457", error: "#ad1457", other: "#9e9e9e"
+  client_gone: "#b0bec5", client_timeout: "#cfd8dc", internal: "#ad1457", gateway_overloaded: "#ad1457", error: "#ad1457",
+  other: "#9e9e9e"
 };
 const SVGNS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
