@@ -186,7 +186,7 @@ func sidecarsOnOneNode(sidecarBin, apiAddr, apiToken string, n int) (anon, pss i
 		}
 		scs = append(scs, sc)
 	}
-	time.Sleep(1500 * time.Millisecond) // as settledRSS
+	time.Sleep(settleTime) // as settledRSS
 	for _, sc := range scs {
 		r, err := smapsRollup(sc.PID())
 		if err != nil {
