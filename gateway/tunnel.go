@@ -195,8 +195,11 @@ func relay(bufs *bufPool, dst, src net.Conn, parkable bool) (n int64, idle bool,
 	}
 	if !spliced {
 		// What splicing moved before it had to stop is counted; nothing
-		// was in flight, so the copy goes on from where it stopped.
-		_ = src.SetReadDeadline(time.Time{})
+		// was in flight, so the copy goes on from where it stopped,
+		// without the idle deadline a parkable relay's source has.
+		if parkable {
+			_ = src.SetReadDeadline(time.Time{})
+		}
 		bp := bufs.get()
 		m, cerr := io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
 		bufs.put(bp)
