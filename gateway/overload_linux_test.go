@@ -63,37 +63,24 @@ func TestOutOfDescriptorsIsTheGatewaysOwn503(t *testing.T) {
 // asked for and relays both ways.
 func tunnellingUpstream(t *testing.T) pool.Member {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				up, err := net.Dial("tcp", req.Host)
-				if err != nil {
-					_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-					return
-				}
-				defer up.Close()
-				_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go func() { _, _ = io.Copy(up, br) }()
-				_, _ = io.Copy(c, up)
-			}()
+	addr := serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
 		}
-	}()
-	return pool.Member{Name: "p1", URL: &url.URL{Scheme: "http", Host: ln.Addr().String()}}
+		up, err := net.Dial("tcp", req.Host)
+		if err != nil {
+			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+			return
+		}
+		defer up.Close()
+		_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go func() { _, _ = io.Copy(up, br) }()
+		_, _ = io.Copy(c, up)
+	})
+	return pool.Member{Name: "p1", URL: &url.URL{Scheme: "http", Host: addr}}
 }
 
 // overloadedOnce: with every descriptor but two used up, a CONNECT through

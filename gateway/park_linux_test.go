@@ -75,25 +75,12 @@ func TestTunnelsParkedEveryMillisecondLoseNothing(t *testing.T) {
 // target's has been idle long enough to park; the answer still arrives
 // and the tunnel then ends.
 func TestAHalfClosedTunnelAnswersAfterParking(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				time.Sleep(300 * time.Millisecond)
-				_, _ = io.WriteString(c, fmt.Sprintf("got %d bytes", len(b)))
-			}()
-		}
-	}()
+	target := serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		time.Sleep(300 * time.Millisecond)
+		_, _ = io.WriteString(c, fmt.Sprintf("got %d bytes", len(b)))
+	})
 	e := newEnv(t, Options{AllowPrivateTargets: true, TunnelIdleAfter: 20 * time.Millisecond}, pool.StoreOptions{}, directMembers(1)...)
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
@@ -101,7 +88,7 @@ func TestAHalfClosedTunnelAnswersAfterParking(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	_, _ = io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, _ = io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != 200 {

@@ -26,38 +26,24 @@ import (
 // the gateway's in the descriptor tests.
 func echoTarget(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 32<<10)
 		for {
-			c, err := ln.Accept()
+			n, err := c.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
 			if err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = c.(*net.TCPConn).CloseWrite()
+				}
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						if errors.Is(err, io.EOF) {
-							_ = c.(*net.TCPConn).CloseWrite()
-						}
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // openPipes counts this process's pipe descriptors.
@@ -188,27 +174,14 @@ func carryBurstsAndBulk(t *testing.T, e *env, target string) {
 func TestAPipeWithBytesLeftIsNeverReused(t *testing.T) {
 	// A target that reads a little, then resets the connection, so the
 	// gateway's splice into it fails with bytes still in the pipe.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				_, _ = io.ReadFull(c, make([]byte, 1024))
-				_ = c.(*net.TCPConn).SetLinger(0)
-				c.Close()
-			}()
-		}
-	}()
+	resetting := serveTCP(t, func(c net.Conn) {
+		_, _ = io.ReadFull(c, make([]byte, 1024))
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
 	for i := 0; i < 5; i++ {
-		c, resp, err := testutil.ConnectTunnel(e.addr, ln.Addr().String(), nil, 20*time.Second)
+		c, resp, err := testutil.ConnectTunnel(e.addr, resetting, nil, 20*time.Second)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("CONNECT: %v %v", resp, err)
 		}

@@ -834,22 +834,13 @@ func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024) }
 // in the way, so n can reach what the descriptor limit allows: two per
 // tunnel in the gateway, two in this process).
 func runTunnelsOnly(bin string, n int) ([]row, error) {
-	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 2, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name:      "gateway",
-			Args:      []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--allow-private-targets", "--log-level", "warn"},
-			Env:       []string{"GOMAXPROCS=2"},
-			WaitAddrs: addrs,
-		}
+	gw, addrs, stop, err := launchGateway(bin, 2, []string{"GOMAXPROCS=2"}, func(addrs []string) []string {
+		return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--allow-private-targets", "--log-level", "warn"}
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if code, err := gw.Stop(); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
-		}
-	}()
+	defer stop()
 	sink, err := newSink()
 	if err != nil {
 		return nil, err
@@ -861,4 +852,22 @@ func runTunnelsOnly(bin string, n int) ([]row, error) {
 		return nil, fmt.Errorf("idle tunnels through the gateway: %w", err)
 	}
 	return []row{{fmt.Sprintf("memory per idle tunnel (RSS delta, %d tunnels, read %v after)", n, settleTime), kib(mem), "", "", "≤ 8 KiB", mem <= 8<<10}}, nil
+}
+
+// launchGateway starts the gateway binary bin on ports free loopback ports
+// with the arguments args builds from their addresses (and env added to
+// its environment), and waits until it listens on all of them. stop ends
+// it, printing its output when it did not exit cleanly.
+func launchGateway(bin string, ports int, env []string, args func(addrs []string) []string) (gw *testutil.Process, addrs []string, stop func(), err error) {
+	gw, addrs, err = testutil.LaunchProcessOnFreePorts(bin, ports, func(addrs []string) testutil.ProcessOptions {
+		return testutil.ProcessOptions{Name: "gateway", Args: args(addrs), Env: env, WaitAddrs: addrs}
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return gw, addrs, func() {
+		if code, err := gw.Stop(); err != nil || code != 0 {
+			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
+		}
+	}, nil
 }

@@ -248,22 +248,14 @@ func runSidecarOnly(bin string) ([]row, error) {
 		return nil, err
 	}
 	defer os.Remove(apiTokenFile)
-	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 3, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name: "gateway",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
-				"--lease-api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"},
-			WaitAddrs: addrs,
-		}
+	_, addrs, stop, err := launchGateway(bin, 3, nil, func(addrs []string) []string {
+		return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
+			"--lease-api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"}
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if code, err := gw.Stop(); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
-		}
-	}()
+	defer stop()
 	sink, err := newSink()
 	if err != nil {
 		return nil, err
