@@ -29,11 +29,12 @@ const (
 	DefaultLeaseTTL    = 60 * time.Second // sticky lease lifetime
 	DefaultRetries     = 2                // the --retries flag's default
 	DefaultDialTimeout = 10 * time.Second // per dial, CONNECT answer included
-	// DefaultTunnelIdleAfter: a tunnel direction whose source sent nothing
-	// for this long gives its goroutine up until the source wakes (Linux).
-	// Long against the pauses inside one exchange, so a busy tunnel never
-	// parks; short against how long crawlers keep tunnels open between
-	// requests, so the idle ones cost sockets only.
+	// DefaultTunnelIdleAfter: a tunnel direction still waiting for its
+	// source this long after its relay started (or last woke) gives its
+	// goroutine up until the source is readable (Linux). A busy direction
+	// is so parked and woken at once at most once per period, a few system
+	// calls; short against how long crawlers keep tunnels open between
+	// requests, so the idle ones cost their sockets only.
 	DefaultTunnelIdleAfter = time.Second
 	DefaultRequestTimeout  = 60 * time.Second // plain HTTP, up to the answer's head
 	// DefaultMemberAnswerTimeout is how long a member may take to answer
@@ -112,9 +113,10 @@ type Options struct {
 	// DialTimeout bounds each dial of an upstream or target, including an
 	// upstream's answer to CONNECT (default 10s).
 	DialTimeout time.Duration
-	// TunnelIdleAfter is how long a tunnel direction's source may send
-	// nothing before the direction is parked without a goroutine (default
-	// DefaultTunnelIdleAfter; Linux only); tests shorten it.
+	// TunnelIdleAfter is how long after its relay started (or last woke) a
+	// tunnel direction that is waiting for its source is parked without a
+	// goroutine (default DefaultTunnelIdleAfter; Linux only); tests
+	// shorten it.
 	TunnelIdleAfter time.Duration
 	// RequestTimeout bounds a plain-HTTP request from its arrival until the
 	// response head, retries included (default 60s). Streaming the body is

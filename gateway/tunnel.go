@@ -33,10 +33,10 @@ type tunnel struct {
 }
 
 // direction is one way of a tunnel. Its relay runs on a goroutine of its
-// own while bytes move; once its source has sent nothing for the tunnel's
-// idleAfter, the goroutine ends and the direction is parked (park_linux.go)
-// until the source is readable or hung up, so an idle tunnel holds no
-// goroutine, only its two sockets.
+// own; when it is waiting for its source as the read deadline idleAfter
+// after its start (or wake-up) passes, the goroutine ends and the direction
+// is parked (park_linux.go) until the source is readable or hung up, so an
+// idle tunnel holds no goroutine, only its two sockets.
 type direction struct {
 	t        *tunnel
 	dst, src net.Conn

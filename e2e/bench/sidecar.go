@@ -83,14 +83,7 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ..
 		return 0, 0, err
 	}
 	defer cleanup()
-	sc, addrs, err := testutil.LaunchProcessOnFreePorts(sidecarBin, 2, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name:      "sidecar",
-			Args:      sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile),
-			Env:       env,
-			WaitAddrs: addrs,
-		}
-	})
+	sc, addrs, err := launchSidecar(sidecarBin, apiAddr, tokenFile, env)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -173,14 +166,7 @@ func sidecarsOnOneNode(sidecarBin, apiAddr, apiToken string, n int) (anon, pss i
 		}
 	}()
 	for range n {
-		sc, _, err := testutil.LaunchProcessOnFreePorts(sidecarBin, 2, func(addrs []string) testutil.ProcessOptions {
-			return testutil.ProcessOptions{
-				Name:      "sidecar",
-				Args:      sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile),
-				Env:       []string{"GOMAXPROCS=2"},
-				WaitAddrs: addrs,
-			}
-		})
+		sc, _, err := launchSidecar(sidecarBin, apiAddr, tokenFile, []string{"GOMAXPROCS=2"})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -217,6 +203,15 @@ func smapsRollup(pid int) (map[string]int64, error) {
 		return nil, fmt.Errorf("no Pss in /proc/%d/smaps_rollup", pid)
 	}
 	return m, nil
+}
+
+// launchSidecar starts sidecarBin leasing from apiAddr with the token in
+// tokenFile, on two free loopback ports (proxy, metrics), with env added to
+// its environment, and waits until it listens on both; the caller stops it.
+func launchSidecar(sidecarBin, apiAddr, tokenFile string, env []string) (*testutil.Process, []string, error) {
+	return testutil.LaunchProcessOnFreePorts(sidecarBin, 2, func(addrs []string) testutil.ProcessOptions {
+		return testutil.ProcessOptions{Name: "sidecar", Args: sidecarArgs(addrs[0], addrs[1], apiAddr, tokenFile), Env: env, WaitAddrs: addrs}
+	})
 }
 
 func sidecarArgs(listen, metrics, apiAddr, tokenFile string) []string {
