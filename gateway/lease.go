@@ -173,9 +173,15 @@ func fits(mc *memberConn, p *params.Params) bool {
 	return true
 }
 
-// done ends a request's use of h: a per-request lease is released, a pin kept.
+// done ends a request's use of h: a per-request lease is released, a pin
+// kept. Nothing waits on this release, so a pool that can send it later
+// (with its next acquire) does.
 func (g *Gateway) done(ctx context.Context, h held) {
 	if h.pinned {
+		return
+	}
+	if lr, ok := g.pool.(pool.LaterReleaser); ok {
+		lr.ReleaseLater(h.id)
 		return
 	}
 	ctx, cancel := bgCtx(ctx)

@@ -122,6 +122,16 @@ type Pool interface {
 	Report(ctx context.Context, leaseID string, r Report) error
 }
 
+// LaterReleaser is a Pool that can end a lease without the caller waiting
+// for it: the shared Redis store sends the release with its next acquire
+// (one round trip per acquire+release instead of two), or on its own a few
+// milliseconds later, and keeps it while the store cannot be reached. The
+// gateway releases a finished request's lease this way when its pool
+// offers it; a caller that must know the release happened calls Release.
+type LaterReleaser interface {
+	ReleaseLater(leaseID string)
+}
+
 // ErrStoreUnavailable wraps a failure to reach the shared lease store (Redis
 // down, failing over, loading its AOF). The lease API answers it with 503
 // store_unavailable; it says nothing about the request itself.

@@ -81,10 +81,16 @@ func FleetCalls(r RedisInfo) (float64, error) {
 // RedisCycles runs the mixed workload's acquire+release cycles on s for b
 // and reports, besides ns/op (the cycle as the client sees it),
 // redis-µs/cycle (the server's whole CPU by INFO cpu) and script-µs/cycle
-// (the time inside the scripts).
-func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo) {
+// (the time inside the scripts). With later, a lease is released as the
+// gateway releases a finished request's (pool.LaterReleaser: it goes with
+// the next acquire); the last one is sent before the figures are read.
+func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo, later bool) {
 	ctx := context.Background()
 	reqs := MixedRequests()
+	lr, _ := s.(pool.LaterReleaser)
+	if later && lr == nil {
+		b.Fatalf("%T cannot release later", s)
+	}
 	if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
 		b.Fatal(err)
 	}
@@ -94,12 +100,27 @@ func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo) {
 	}
 	i := 0
 	for b.Loop() {
-		if err := Cycle(ctx, s, reqs[i%len(reqs)]); err != nil {
+		req := reqs[i%len(reqs)]
+		i++
+		if !later {
+			if err := Cycle(ctx, s, req); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		l, err := s.Acquire(ctx, req)
+		if err != nil {
 			b.Fatal(err)
 		}
-		i++
+		lr.ReleaseLater(l.ID)
 	}
 	b.StopTimer()
+	if later {
+		// A release of a lease nobody holds carries the last deferred one.
+		if err := s.Release(ctx, "storebench-flush"); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cpu1, err := RedisCPU(r)
 	if err != nil {
 		b.Fatal(err)
@@ -168,4 +189,29 @@ func MixedCycles(ctx context.Context, s pool.Pool, n int) error {
 		}
 	}
 	return nil
+}
+
+// RedisRoundTrips runs call (one round trip to r) for b and reports
+// redis-µs/op, the server's own CPU per call: with a call that runs a
+// script writing one key, the least any store operation costs the server
+// on this machine, the floor the cycle's figure is read against.
+func RedisRoundTrips(b *testing.B, r RedisInfo, call func() error) {
+	if err := call(); err != nil { // loads the script
+		b.Fatal(err)
+	}
+	cpu0, err := RedisCPU(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	cpu1, err := RedisCPU(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric((cpu1-cpu0)/float64(b.N)*1e6, "redis-µs/op")
 }

@@ -29,21 +29,27 @@ func scriptUsec(b *testing.B, r *redis.Server) float64 {
 // half the acquires with a selector (storebench's mixed workload). Besides
 // ns/op (the cycle as the client sees it, round trips included) it reports
 // redis-µs/cycle, the server's own CPU per cycle from INFO cpu, and
-// script-µs/cycle, the time inside the two scripts by INFO commandstats.
+// script-µs/cycle, the time inside the scripts by INFO commandstats.
+// release=sync waits for each release (Release, as the lease API's DELETE
+// does: two round trips a cycle); release=later is the gateway's cycle
+// (ReleaseLater: the release goes with the next acquire, one round trip).
 //
 //	go test -run x -bench BenchmarkRedisStoreAcquireRelease -benchtime 3s ./pool/redisstore/
 func BenchmarkRedisStoreAcquireRelease(b *testing.B) {
 	r := redis.Start(b, redis.Options{AppendFsync: "everysec"})
 	for _, n := range storebench.Sizes {
-		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
-			s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("bench%d", n)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			s.SetMembersHealth(storebench.Members(n))
-			storebench.RedisCycles(b, s, r)
-		})
+		for _, later := range []bool{false, true} {
+			name := map[bool]string{false: "sync", true: "later"}[later]
+			b.Run(fmt.Sprintf("members=%d/release=%s", n, name), func(b *testing.B) {
+				s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: fmt.Sprintf("bench%d%s", n, name)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				s.SetMembersHealth(storebench.Members(n))
+				storebench.RedisCycles(b, s, r, later)
+			})
+		}
 	}
 }
 

@@ -118,6 +118,8 @@ type RedisStore struct {
 
 	defs sync.Map // member def JSON -> pool.Member, so leases share parsed URLs
 
+	later laterReleases // ReleaseLater's leases not yet sent
+
 	mu         sync.Mutex
 	want       []pool.MemberHealth // the member list this store owns, if any
 	wantHealth bool
@@ -177,6 +179,7 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 		life:   max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
 		log:    o.Logger,
 		topo:   newTopology(uo, o),
+		later:  laterReleases{delay: defaultLaterDelay, max: defaultMaxLater},
 	}
 	s.shards = [][]string{s.keys}
 	if o.Shards > 1 {
@@ -295,8 +298,16 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	return o, nil
 }
 
-// Close closes the connections to Redis.
-func (s *RedisStore) Close() error { return s.rdb.Close() }
+// Close sends the deferred releases still waiting (for up to
+// closeFlushWait: a Redis that is down does not hold a shutdown up) and
+// closes the connections to Redis.
+func (s *RedisStore) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushWait)
+	s.flushLater(ctx)
+	cancel()
+	s.later.stop()
+	return s.rdb.Close()
+}
 
 // MaxTTL is the longest lease Acquire grants.
 func (s *RedisStore) MaxTTL() time.Duration { return s.o.MaxTTL }
@@ -394,7 +405,13 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 	if g > 0 {
 		id = "s" + strconv.Itoa(g) + "-" + id
 	}
-	argv := s.args(id, max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember)
+	// The group's deferred releases ride along and are applied first, so
+	// this acquire sees them; a failed call gives them back.
+	carried := s.later.take(g, maxCarried)
+	argv := s.args(id, max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember, len(carried))
+	for _, r := range carried {
+		argv = append(argv, r)
+	}
 	if len(req.Selector) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(req.Selector)) {
 			argv = append(argv, k, req.Selector[k])
@@ -405,6 +422,7 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 	// ban its holder reports on it.
 	res, err := s.runAckedIn(ctx, "acquire", s.shards[g], true, redisScripts.acquire, argv...).Slice()
 	if err != nil {
+		s.later.giveBack(g, carried)
 		return pool.Lease{}, s.wrap("acquire", err)
 	}
 	if len(res) == 0 {
@@ -439,8 +457,25 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 
 // Release is Store.Release: idempotent, and a lease counts down exactly
 // once (the expiry index holds it until it ends by time or by release).
+// It returns once Redis applied it; the group's deferred releases (see
+// ReleaseLater) go with it.
 func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
-	if err := s.runIn(ctx, "release", s.shards[s.leaseShard(leaseID)], redisScripts.release, s.args(leaseID)...).Err(); err != nil {
+	g := s.leaseShard(leaseID)
+	ids := append(s.later.take(g, maxCarried), leaseID)
+	if err := s.releaseIn(ctx, g, ids); err != nil {
+		s.later.giveBack(g, ids[:len(ids)-1])
+		return err
+	}
+	return nil
+}
+
+// releaseIn is one release script on group g ending every lease in ids.
+func (s *RedisStore) releaseIn(ctx context.Context, g int, ids []string) error {
+	argv := s.args()
+	for _, id := range ids {
+		argv = append(argv, id)
+	}
+	if err := s.runIn(ctx, "release", s.shards[g], redisScripts.release, argv...).Err(); err != nil {
 		return s.wrap("release", err)
 	}
 	return nil

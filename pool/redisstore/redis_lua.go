@@ -48,7 +48,7 @@ package redisstore
 // Every key carries a TTL: a pool-wide key gets one when it is created
 // (born, the first INCR), and they are refreshed by every member write
 // (each store that owns a member list re-asserts it every minute) and by
-// acquires at most once a minute; member hashes by the member write; the
+// acquires at most once a minute (every 64th choice asks); member hashes by the member write; the
 // others end with what they describe.
 const redisLuaPrelude = `
 local B = KEYS[1]
@@ -143,10 +143,26 @@ local function countdown(name, gen)
   local m = redis.call('HMGET', k, 'gen', 'ent', 'ap')
   if m[1] ~= gen then return end
   local a = redis.call('HINCRBY', k, 'act', -1)
-  if redis.call('ZSCORE', SEL, m[2]) then
-    redis.call('ZADD', SEL, a, m[2])
-    for _, pk in ipairs(pairkeys(m[3])) do redis.call('ZADD', pk, a, m[2]) end
+  -- XX: only an indexed entry moves (its pair sets hold it exactly when
+  -- sel does), so no ZSCORE is needed to ask first.
+  redis.call('ZADD', SEL, 'XX', a, m[2])
+  for _, pk in ipairs(pairkeys(m[3])) do redis.call('ZADD', pk, 'XX', a, m[2]) end
+end
+
+-- release ends lease id early: idempotent, and it counts down exactly once
+-- (the expiry index holds a lease until it ends by time or by release).
+local function release(id)
+  local lk = lkey(id)
+  local l = redis.call('HMGET', lk, 'm', 'g', 'rel', 'end')
+  if not l[1] or l[3] == '1' then return 0 end
+  if now < tonumber(l[4]) then
+    redis.call('HSET', lk, 'rel', 1, 'end', now)
+    redis.call('PEXPIREAT', lk, now + COOLMAX)
+  else
+    redis.call('HSET', lk, 'rel', 1)
   end
+  if redis.call('ZREM', EXP, id) == 1 then countdown(l[1], l[2]) end
+  return 1
 end
 
 -- advance applies what the clock ended, as the memory store does: expired
@@ -208,10 +224,15 @@ end
 `
 
 // redisAcquireLua: ARGV[3] lease id, [4] ttl ms, [5] target, [6] pinned
-// proxy, [7] idempotency key, [8] max leases per member (0 unlimited),
-// [9..] selector pairs. Returns {"ok"|"dup", id, member, def, target, ttl,
-// expiresAt} or {"nomatch", considered, atCapacity, inCooldown, unhealthy}.
+// proxy, [7] idempotency key, [8] max leases per member (0 unlimited), [9]
+// n, [10..9+n] leases to release first (the caller's deferred releases, see
+// RedisStore.ReleaseLater), [10+n..] selector pairs. Returns {"ok"|"dup",
+// id, member, def, target, ttl, expiresAt} or {"nomatch", considered,
+// atCapacity, inCooldown, unhealthy}.
 const redisAcquireLua = redisLuaPrelude + `
+local nrel = tonumber(ARGV[9])
+for i = 10, 9 + nrel do release(ARGV[i]) end
+local sel0 = 10 + nrel
 advance()
 local id, ttl, target, proxy, idem, cap = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local function lease(kind, lid)
@@ -232,7 +253,7 @@ if idem ~= '' then
 end
 
 local fields, want = {}, {}
-for i = 9, #ARGV, 2 do
+for i = sel0, #ARGV, 2 do
   fields[#fields + 1] = 'a:' .. ARGV[i]
   want[#want + 1] = ARGV[i + 1]
 end
@@ -263,7 +284,7 @@ local function count(v)
   if v == 2 then counts[4] = counts[4] + 1 end
 end
 
-local chosen = nil
+local chosen, walked = nil, false
 if proxy ~= '' then
   if redis.call('SISMEMBER', MEMBERS, proxy) == 1 then
     local v = judge(proxy)
@@ -275,7 +296,7 @@ else
   -- member at capacity ends it. A selector walks its first pair's set
   -- instead: only members with that pair, the others checked as it goes.
   local walk = SEL
-  if #fields > 0 then walk = B .. 'sp:' .. ARGV[9] .. '\2' .. ARGV[10] end
+  if #fields > 0 then walk = B .. 'sp:' .. ARGV[sel0] .. '\2' .. ARGV[sel0 + 1] end
   local start, step, stop = 0, 4, false
   while not chosen and not stop do
     local batch = redis.call('ZRANGE', walk, start, start + step - 1, 'WITHSCORES')
@@ -287,7 +308,7 @@ else
       end
       local name = string.sub(batch[i], 43)
       if (#fields < 2 or selected(name)) and not cooling(name, target) then
-        chosen = name
+        chosen, walked = name, true
         break
       end
     end
@@ -310,10 +331,15 @@ if seq == 1 then redis.call('PEXPIRE', B .. 'seq', LIFE) end
 local act = tonumber(m[3]) + 1
 local ent = entry(seq, tonumber(m[2]), chosen)
 local ps = pairkeys(m[6])
-local indexed = idxrem(ps, m[1])
 redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
-if indexed then
-  idxadd(ps, act, ent)
+-- A walked member is in sel. Its entry moves: the new one is added before
+-- the old one goes, so no set empties on the way (Redis deletes an emptied
+-- set, and the add that brings it back would have to give it its TTL).
+if walked or redis.call('ZSCORE', SEL, m[1]) then
+  for _, zk in ipairs({SEL, unpack(ps)}) do
+    redis.call('ZADD', zk, act, ent)
+    redis.call('ZREM', zk, m[1])
+  end
 else
   place(chosen)
 end
@@ -324,23 +350,17 @@ redis.call('PEXPIREAT', lk, exp + COOLMAX)
 redis.call('ZADD', EXP, exp, id)
 born(EXP)
 if idem ~= '' then redis.call('SET', B .. 'i:' .. idem, id, 'PX', ttl) end
-touch(false)
+-- The TTL refresh is due at most once a minute; asking (a PTTL) on every
+-- 64th choice is often enough for keys that live a day.
+if seq % 64 == 0 then touch(false) end
 return {'ok', id, chosen, m[4], target, ttl, exp}
 `
 
-// redisReleaseLua: ARGV[3] lease id. Returns 1 when it ended a lease.
+// redisReleaseLua: ARGV[3..] lease ids. Returns how many leases it ended.
 const redisReleaseLua = redisLuaPrelude + `
-local lk = lkey(ARGV[3])
-local l = redis.call('HMGET', lk, 'm', 'g', 'rel', 'end')
-if not l[1] or l[3] == '1' then return 0 end
-if now < tonumber(l[4]) then
-  redis.call('HSET', lk, 'rel', 1, 'end', now)
-  redis.call('PEXPIREAT', lk, now + COOLMAX)
-else
-  redis.call('HSET', lk, 'rel', 1)
-end
-if redis.call('ZREM', EXP, ARGV[3]) == 1 then countdown(l[1], l[2]) end
-return 1
+local n = 0
+for i = 3, #ARGV do n = n + release(ARGV[i]) end
+return n
 `
 
 // redisReportLua: ARGV[3] lease id, [4] result, [5] target, [6] failure
