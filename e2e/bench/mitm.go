@@ -74,12 +74,21 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 		name, proxy string
 		pid         int
 		tls         *tls.Config
+		log         func() string // a reference's log, for a failure
 	}
 	mitmTLS := &tls.Config{RootCAs: mitmRoots, ServerName: target.Host(), MinVersion: tls.VersionTLS12}
 	sides := []side{
-		{"tunnel", tunnelURL, tunnelPID, target.ClientTLSConfig()},
-		{"mirror", "http://" + mitmAddrs[0], mitmPIDs[0], mitmTLS},
-		{"go", "http://" + mitmAddrs[1], mitmPIDs[1], mitmTLS},
+		{"tunnel", tunnelURL, tunnelPID, target.ClientTLSConfig(), nil},
+		{"mirror", "http://" + mitmAddrs[0], mitmPIDs[0], mitmTLS, nil},
+		{"go", "http://" + mitmAddrs[1], mitmPIDs[1], mitmTLS, nil},
+	}
+	refs, err := startMITMReferences(certPEM, keyPEM, siteCA)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refs {
+		defer r.stop()
+		sides = append(sides, side{r.name, r.proxy, r.pid, mitmTLS, r.log})
 	}
 	u := target.URL() + "/"
 	var rows []row
@@ -99,11 +108,14 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 			defer c.CloseIdleConnections()
 			clients[i] = c
 			if _, _, err := load(c, func(c *http.Client) error { return getOK(c, u) }, cfg.concurrency, 500*time.Millisecond); err != nil {
+				if s.log != nil {
+					err = fmt.Errorf("%w\n%s's log:\n%s", err, s.name, s.log())
+				}
 				return nil, fmt.Errorf("%s %s warm-up: %w", shape.label, s.name, err)
 			}
 		}
-		var n [3]int64
-		var elapsed [3]time.Duration
+		n := make([]int64, len(sides))
+		elapsed := make([]time.Duration, len(sides))
 		for round := 0; round < cfg.rounds; round++ {
 			for i, s := range sides {
 				c0 := cpuTime(s.pid)
@@ -119,7 +131,7 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 		for i, s := range sides {
 			rps[i] = float64(n[i]) / elapsed[i].Seconds()
 			cpu[i] /= time.Duration(max(n[i], 1))
-			fmt.Printf("  %-6s %8.0f req/s  gateway %9s/req\n", s.name, rps[i], us(cpu[i]))
+			fmt.Printf("  %-10s %8.0f req/s  proxy %9s/req\n", s.name, rps[i], us(cpu[i]))
 		}
 		rows = append(rows,
 			row{shape.label + ", MITM mirror ÷ plain tunnel, req/s", f0(rps[1]) + " (mirror)", f0(rps[0]) + " (tunnel)", fmt.Sprintf("%.2f×", rps[1]/rps[0]), "", true},
@@ -127,6 +139,7 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 			row{"  gateway CPU per request, mirror vs tunnel", us(cpu[1]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[1])/float64(cpu[0])), "", true},
 			row{"  gateway CPU per request, go vs tunnel", us(cpu[2]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[2])/float64(cpu[0])), "", true},
 		)
+		rows = append(rows, mitmGoalRows(sides[1].name, sides[2].name, cpu[1], cpu[2], cpu[3], cpu[4])...)
 	}
 	return rows, nil
 }

@@ -22,6 +22,7 @@ type reference struct {
 // references are measured in this order, each for plain keep-alive
 // requests and for new CONNECT tunnels.
 var references = []reference{
+	{name: "relay", what: "do-nothing relay (accept, dial Squid, splice both ways; nothing parsed)", env: relayEnv, run: runRelay},
 	{name: "floor", what: "floor proxy (a goroutine per connection, nothing but the system calls)", env: floorEnv, run: runFloorProxy},
 	{name: "epoll", what: "epoll relay (one thread, its own epoll loop off Go's netpoller)", env: epollFloorEnv, run: runEpollFloor},
 	{name: "fasthttp", what: "fasthttp proxy (fasthttp's Server as the front end)", env: fasthttpFloorEnv, run: runFasthttpFloor},

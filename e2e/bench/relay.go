@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"time"
+)
+
+// The relay is the physical floor of a proxy hop, the reference the
+// gateway's speed goals are ratios of: accept, dial the upstream (Squid),
+// and copy both ways with the kernel's splice(2) (Go's TCPConn.ReadFrom
+// between two TCP connections), nothing parsed and nothing decided. The
+// client speaks to Squid through it as if it were not there: a proxy-form
+// request or a CONNECT reaches Squid byte for byte. Any proxy in the
+// gateway's place does at least this; the floor proxy (floor.go) adds the
+// least parsing a forward proxy needs.
+
+// relayEnv, when set, makes the bench binary run as the relay:
+// "LISTEN-ADDR UPSTREAM-ADDR".
+const relayEnv = "PROXYFLEET_BENCH_RELAY"
+
+// runRelay serves until killed.
+func runRelay(spec string) error {
+	var listen, upstream string
+	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
+		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", relayEnv, spec)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go relayConn(c.(*net.TCPConn), upstream)
+	}
+}
+
+// relayConn splices c and a new connection to upstream both ways until
+// each side has closed its half.
+func relayConn(c *net.TCPConn, upstream string) {
+	defer c.Close()
+	u, err := net.DialTimeout("tcp", upstream, 10*time.Second)
+	if err != nil {
+		return
+	}
+	up := u.(*net.TCPConn)
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = up.ReadFrom(c)
+		_ = up.CloseWrite()
+		close(done)
+	}()
+	_, _ = c.ReadFrom(up)
+	_ = c.CloseWrite()
+	<-done
+}
+
+// floorGoalRows are the speed goals, ratios of the gateway's figures (gw,
+// its run: [direct Squid, through the gateway]) to the relay's (rl, the
+// same for the relay): CPU per unit at most maxCPU times the relay's, and
+// chain throughput at least 0.97 times the relay chain's. The two runs
+// are minutes apart on a machine whose speed drifts, so each chain's
+// req/s is taken over its own run's direct Squid before they are compared.
+func floorGoalRows(what, unit string, gw, rl []tpResult, maxCPU float64) []row {
+	cpu := float64(gw[1].gatewayCPU) / float64(rl[1].gatewayCPU)
+	tp := (gw[1].rps / gw[0].rps) / (rl[1].rps / rl[0].rps)
+	return []row{
+		{metric: fmt.Sprintf("  %s: gateway CPU per %s ÷ the relay's", what, unit), chain: us(gw[1].gatewayCPU), direct: us(rl[1].gatewayCPU) + " (relay)",
+			figure: fmt.Sprintf("%.2f×", cpu), target: fmt.Sprintf("≤ %.2f×", maxCPU), ok: cpu <= maxCPU},
+		{metric: fmt.Sprintf("  %s: gateway chain req/s ÷ the relay chain's", what), chain: f0(gw[1].rps), direct: f0(rl[1].rps) + " (relay)",
+			figure: fmt.Sprintf("%.2f×", tp), target: "≥ 0.97×", ok: tp >= 0.97},
+	}
+}
