@@ -10,6 +10,8 @@ set -euo pipefail
 dest=${1:-bin/bench/squid-openssl}
 need=()
 command -v mitmdump >/dev/null 2>&1 || need+=(mitmproxy)
+# The cost model counts a proxy's system calls with strace -c.
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "bench-deps: install ${need[*]} (apt-get install -y ${need[*]})" >&2

@@ -229,6 +229,18 @@ func run(cfg config) error {
 		}
 	}
 
+	rows = append(rows, row{metric: "cost model (per unit: the gateway beside the floor)", ok: true})
+	costRows, err := syscallRows(gw.PID(), gwURL, refs.named("relay"), plain.URL, tlsURL, tlsTarget.ClientTLSConfig())
+	if err != nil {
+		return err
+	}
+	rows = append(rows, costRows...)
+	allocs, err := allocRows()
+	if err != nil {
+		return err
+	}
+	rows = append(rows, allocs...)
+
 	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
 	if err != nil {
 		return err

@@ -141,5 +141,30 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 		)
 		rows = append(rows, mitmGoalRows(sides[1].name, sides[2].name, cpu[1], cpu[2], cpu[3], cpu[4])...)
 	}
+	// The cost model's MITM row: a request on a kept MITM'd tunnel against
+	// one on a kept plain tunnel (the gateway only relays its bytes).
+	fmt.Println("cost model: system calls per MITM'd request (strace -c) ...")
+	var per [2]float64
+	for i, s := range sides[:2] {
+		c, err := benchClient(s.proxy, 1, false, s.tls)
+		if err != nil {
+			return nil, err
+		}
+		n, err := syscallsPer(s.pid, c, func(c *http.Client) error { return getOK(c, u) }, costUnits)
+		c.CloseIdleConnections()
+		if err != nil {
+			return nil, fmt.Errorf("cost model, %s: %w", s.name, err)
+		}
+		per[i] = n
+	}
+	rows = append(rows, costRow("MITM'd keep-alive request ("+sides[1].name+")", per[1], per[0], "on a plain tunnel"))
+	fmt.Printf("memory of %d idle MITM'd connections ...\n", mitmIdleConns)
+	var mem [2]int64
+	for i, s := range []side{sides[1], sides[3]} {
+		if mem[i], err = idleMITMMemory(s.proxy, s.pid, s.tls, u); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	rows = append(rows, idleMITMRow(mem[0], mem[1]))
 	return rows, nil
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -176,4 +178,41 @@ func mitmGoalRows(mirror, goFP string, mirrorCPU, goCPU, squidCPU, mitmproxyCPU 
 		{metric: "  the same with --mitm-fingerprint " + goFP + ": ÷ Squid's, ÷ mitmproxy's", chain: us(goCPU),
 			figure: fmt.Sprintf("%.2f×, %.2f×", ratio(goCPU, squidCPU), ratio(goCPU, mitmproxyCPU)), ok: true},
 	}
+}
+
+// mitmIdleConns is how many idle MITM'd connections the memory row holds.
+const mitmIdleConns = 300
+
+// idleMITMMemory is pid's RSS growth per idle MITM'd connection through
+// proxy: mitmIdleConns clients of their own, each with one request done on
+// its kept connection (the client's TLS session with the proxy and the
+// proxy's with the site both up), then left alone.
+func idleMITMMemory(proxy string, pid int, conf *tls.Config, u string) (int64, error) {
+	before := settledRSS(pid)
+	clients := make([]*http.Client, mitmIdleConns)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.CloseIdleConnections()
+			}
+		}
+	}()
+	for i := range clients {
+		c, err := benchClient(proxy, 1, false, conf)
+		if err != nil {
+			return 0, err
+		}
+		clients[i] = c
+		if err := getOK(c, u); err != nil {
+			return 0, fmt.Errorf("idle MITM'd connection %d: %w", i, err)
+		}
+	}
+	return (settledRSS(pid) - before) / mitmIdleConns, nil
+}
+
+// idleMITMRow is the MITM memory goal: an idle MITM'd connection costs
+// the gateway (default fingerprint) no more than it costs Squid ssl-bump.
+func idleMITMRow(gw, sq int64) row {
+	return row{metric: fmt.Sprintf("memory per idle MITM'd connection (RSS delta, %d connections)", mitmIdleConns), chain: kib(gw), direct: kib(sq) + " (Squid ssl-bump)",
+		figure: fmt.Sprintf("%.2f×", float64(gw)/float64(sq)), target: "≤ Squid's", ok: gw <= sq}
 }

@@ -87,3 +87,13 @@ func (rs runningReferences) stop() {
 		_, _ = r.proc.Stop()
 	}
 }
+
+// named is the reference called name (references always holds it).
+func (rs runningReferences) named(name string) runningReference {
+	for _, r := range rs {
+		if r.name == name {
+			return r
+		}
+	}
+	panic("bench: no reference " + name)
+}
