@@ -20,7 +20,10 @@ build:
 ## sidecar: the gateway without the controller (-tags sidecar), built as the sidecar image ships it
 ## (static, -trimpath, no symbol table or DWARF: -s -w), so make bench measures that binary. The
 ## same cmd/proxyfleet minus client-go, controller-runtime, gRPC and Redis (docs/injection.md).
-SIDECAR_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags sidecar -ldflags "-s -w $(LDFLAGS)"
+## urfave_cli_no_docs leaves out the CLI library's man-page and Markdown writers (go-md2man,
+## blackfriday: 0.26 MB) that nothing calls.
+SIDECAR_TAGS := sidecar,urfave_cli_no_docs
+SIDECAR_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags $(SIDECAR_TAGS) -ldflags "-s -w $(LDFLAGS)"
 sidecar:
 	$(SIDECAR_BUILD) -o $(BIN)/proxyfleet-sidecar ./cmd/proxyfleet
 
@@ -61,7 +64,7 @@ fmt-check:
 STATICCHECK_VERSION := v0.8.2
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags sidecar ./cmd/proxyfleet
+	$(GO) vet -tags $(SIDECAR_TAGS) ./cmd/proxyfleet
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 unit: deps envtest-bins
