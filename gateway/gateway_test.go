@@ -98,18 +98,26 @@ func newEnv(t testing.TB, o Options, so pool.StoreOptions, members ...pool.Membe
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr, served := serveGateway(t, gw)
+	return &env{t: t, store: store, gw: gw, addr: addr, rec: rec, served: served}
+}
+
+// serveGateway serves gw on a free loopback port, shut down when the test
+// ends; served gets Serve's result.
+func serveGateway(t testing.TB, gw *Gateway) (addr string, served chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: store, gw: gw, addr: ln.Addr().String(), rec: rec, served: make(chan error, 1)}
-	go func() { e.served <- gw.Serve(ln) }()
+	served = make(chan error, 1)
+	go func() { served <- gw.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = gw.Shutdown(ctx)
 	})
-	return e
+	return ln.Addr().String(), served
 }
 
 // directMembers are n direct members d2.. bound to 127.0.0.2.., so a target

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -25,19 +24,10 @@ func TestConnectReofferedAFailedMemberLeavesNoPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
+	addr, _ := serveGateway(t, g)
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
 
-	_, resp, err := testutil.ConnectTunnel(ln.Addr().String(), tg.Addr(), nil, 20*time.Second)
+	_, resp, err := testutil.ConnectTunnel(addr, tg.Addr(), nil, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

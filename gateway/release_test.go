@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -42,18 +41,9 @@ func TestPerRequestLeasesGoBackByReleaseLaterWhenThePoolOffersIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gw.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-	})
+	addr, _ := serveGateway(t, gw)
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
-	c := testutil.MustProxyClient(t, "http://"+ln.Addr().String(), nil)
+	c := testutil.MustProxyClient(t, "http://"+addr, nil)
 	var leases []string
 	for i := range 3 {
 		resp, _ := get(t, c, tg.URL()+"/x", nil)

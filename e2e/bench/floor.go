@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -34,22 +33,8 @@ import (
 const floorEnv = "PROXYFLEET_BENCH_FLOOR"
 
 // runFloorProxy serves until killed.
-func runFloorProxy(spec string) error {
-	var listen, upstream string
-	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
-		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", floorEnv, spec)
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return err
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go floorConn(c, upstream)
-	}
+func runFloorProxy(listen, upstream string) error {
+	return serveEach(listen, func(c net.Conn) { floorConn(c, upstream) })
 }
 
 func floorConn(c net.Conn, upstream string) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"runtime"
 
@@ -35,11 +34,7 @@ type relayEnd struct {
 }
 
 // runEpollFloor serves until killed.
-func runEpollFloor(spec string) error {
-	var listen, upstream string
-	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
-		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", epollFloorEnv, spec)
-	}
+func runEpollFloor(listen, upstream string) error {
 	la, err := netip.ParseAddrPort(listen)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"time"
@@ -33,11 +32,7 @@ type fhUpstream struct {
 }
 
 // runFasthttpFloor serves until killed.
-func runFasthttpFloor(spec string) error {
-	var listen, upstream string
-	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
-		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", fasthttpFloorEnv, spec)
-	}
+func runFasthttpFloor(listen, upstream string) error {
 	idle := make(chan *fhUpstream, 256)
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {

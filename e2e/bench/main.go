@@ -58,7 +58,7 @@ type config struct {
 func main() {
 	for _, ref := range references {
 		if spec := os.Getenv(ref.env); spec != "" {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", ref.name, ref.run(spec))
+			fmt.Fprintf(os.Stderr, "%s: %v\n", ref.name, runReference(ref, spec))
 			os.Exit(1)
 		}
 	}

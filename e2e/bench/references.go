@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
@@ -16,7 +17,34 @@ type reference struct {
 	name, what string
 	// env holds "LISTEN-ADDR UPSTREAM-ADDR" when the binary runs as it.
 	env string
-	run func(spec string) error
+	// run serves on listen, forwarding to upstream, until it fails.
+	run func(listen, upstream string) error
+}
+
+// runReference runs the bench binary as ref, its environment variable
+// holding spec ("LISTEN-ADDR UPSTREAM-ADDR").
+func runReference(ref reference, spec string) error {
+	var listen, upstream string
+	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
+		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", ref.env, spec)
+	}
+	return ref.run(listen, upstream)
+}
+
+// serveEach accepts on listen until that fails, each connection handled
+// by handle on a goroutine of its own.
+func serveEach(listen string, handle func(net.Conn)) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go handle(c)
+	}
 }
 
 // references are measured in this order, each for plain keep-alive

@@ -20,22 +20,8 @@ import (
 const relayEnv = "PROXYFLEET_BENCH_RELAY"
 
 // runRelay serves until killed.
-func runRelay(spec string) error {
-	var listen, upstream string
-	if _, err := fmt.Sscan(spec, &listen, &upstream); err != nil {
-		return fmt.Errorf("%s=%q: want \"LISTEN UPSTREAM\"", relayEnv, spec)
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return err
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go relayConn(c.(*net.TCPConn), upstream)
-	}
+func runRelay(listen, upstream string) error {
+	return serveEach(listen, func(c net.Conn) { relayConn(c.(*net.TCPConn), upstream) })
 }
 
 // relayConn splices c and a new connection to upstream both ways until
