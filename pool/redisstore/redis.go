@@ -642,7 +642,11 @@ func (s *RedisStore) writeMembers(ctx context.Context) {
 	}
 	for _, m := range s.want {
 		g := s.shardOf(m.Name)
-		wire[g] = append(wire[g], encodeMember(m))
+		w := encodeMember(m)
+		wire[g] = append(wire[g], w)
+		// The members' parsed definitions, as their leases will carry
+		// them: a store that owns the list never parses one on an acquire.
+		_, _ = s.member(w.Name, w.Def)
 	}
 	hflag := "0"
 	if s.wantHealth {

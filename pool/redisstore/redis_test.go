@@ -176,3 +176,23 @@ func TestRedisStoreEveryKeyHasATTL(t *testing.T) {
 	s.SetHealth("a", true, time.Millisecond)
 	check("after sel came back")
 }
+
+func TestAStoreThatOwnsItsMembersParsesNoDefinitionOnAnAcquire(t *testing.T) {
+	r := redis.Start(t, redis.Options{})
+	s := newRedisTestStore(t, r, pool.StoreOptions{}, "a", "b")
+	cached := func() int {
+		n := 0
+		s.defs.Range(func(_, _ any) bool { n++; return true })
+		return n
+	}
+	if n := cached(); n != 2 {
+		t.Fatalf("%d parsed definitions after the member write, want both members'", n)
+	}
+	l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com"})
+	if n := cached(); n != 2 {
+		t.Fatalf("the acquire parsed a definition again: %d cached", n)
+	}
+	if want := proxyMember(t, l.Member.Name); l.Member.URL.String() != want.URL.String() {
+		t.Fatalf("leased %+v, want %s's URL %s", l.Member, want.Name, want.URL)
+	}
+}
