@@ -19,8 +19,9 @@ import (
 // The cost model says where a unit of work goes, beside the floor's: the
 // system calls a proxy makes per plain request, per new tunnel and per
 // MITM'd request (strace -c attached to the running process while a
-// sequential client does the work: strace slows the process, never changes
-// what it calls), and the allocations of the same units (the gateway's
+// sequential client does the work: strace slows the process, so the calls
+// that wait, epoll_wait and futex, may come a little differently, the
+// others are the work's own), and the allocations of the same units (the gateway's
 // pinned request benchmarks, -benchmem). CPU per unit is in the throughput
 // rows above.
 
@@ -50,8 +51,8 @@ func syscallsPer(pid int, c *http.Client, do func(*http.Client) error, n int) (f
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("strace (hack/bench-deps.sh installs it): %w", err)
 	}
-	// strace says "Process N attached" for every thread it takes; the
-	// work starts once the lines stop coming.
+	// strace says "Process N attached" for every thread it takes: the
+	// work starts 300 ms after the first line, the others by then.
 	attached := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
