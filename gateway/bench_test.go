@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -208,21 +209,7 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 // echoServer echoes every connection until it closes.
 func echoServer(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
+	return testutil.ServeTCP(tb, func(c net.Conn) { _, _ = io.Copy(c, c); c.Close() })
 }
 
 // BenchmarkConnectTunnel is one new tunnel per op: CONNECT through the

@@ -157,31 +157,16 @@ func TestConnectWhenEveryMemberFailsIs502(t *testing.T) {
 // answeringUpstream is an upstream that answers every CONNECT with status.
 func answeringUpstream(t *testing.T, name string, status int) (pool.Member, *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				n.Add(1)
-				_ = req
-				_, _ = io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+"\r\nContent-Length: 0\r\n\r\n")
-			}()
+	addr := testutil.ServeTCP(t, func(c net.Conn) {
+		defer c.Close()
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
-	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: ln.Addr().String()}}, &n
+		n.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+"\r\nContent-Length: 0\r\n\r\n")
+	})
+	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: addr}}, &n
 }
 
 func TestConnectAnswerRefusalsAreRetriedOnlyRetriesTimes(t *testing.T) {
@@ -498,24 +483,11 @@ func (r countingResolver) LookupNetIP(context.Context, string, string) ([]netip.
 func TestTunnelPropagatesHalfClose(t *testing.T) {
 	// The server reads until the client half-closes, then answers with what
 	// it got and closes: the answer must still reach the client.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				_, _ = io.WriteString(c, "got "+strconv.Itoa(len(b))+" bytes")
-			}()
-		}
-	}()
+	target := testutil.ServeTCP(t, func(c net.Conn) {
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		_, _ = io.WriteString(c, "got "+strconv.Itoa(len(b))+" bytes")
+	})
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
@@ -523,7 +495,7 @@ func TestTunnelPropagatesHalfClose(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	_, _ = io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, _ = io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != 200 {

@@ -794,28 +794,6 @@ func TestSiteBreakingOffMidBodyReachesTheClientAsAnError(t *testing.T) {
 	}
 }
 
-// serveTCP accepts on a free 127.0.0.1 port until the test ends and runs
-// handle on a goroutine of its own for each connection (which handle
-// closes); it returns the address.
-func serveTCP(t *testing.T, handle func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go handle(c)
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // startSite serves h on 127.0.0.1 and returns its base URL.
 func startSite(t *testing.T, h http.Handler) string {
 	t.Helper()

@@ -63,7 +63,7 @@ func TestOutOfDescriptorsIsTheGatewaysOwn503(t *testing.T) {
 // asked for and relays both ways.
 func tunnellingUpstream(t *testing.T) pool.Member {
 	t.Helper()
-	addr := serveTCP(t, func(c net.Conn) {
+	addr := testutil.ServeTCP(t, func(c net.Conn) {
 		defer c.Close()
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)

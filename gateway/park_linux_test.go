@@ -75,7 +75,7 @@ func TestTunnelsParkedEveryMillisecondLoseNothing(t *testing.T) {
 // target's has been idle long enough to park; the answer still arrives
 // and the tunnel then ends.
 func TestAHalfClosedTunnelAnswersAfterParking(t *testing.T) {
-	target := serveTCP(t, func(c net.Conn) {
+	target := testutil.ServeTCP(t, func(c net.Conn) {
 		defer c.Close()
 		b, _ := io.ReadAll(c)
 		time.Sleep(300 * time.Millisecond)

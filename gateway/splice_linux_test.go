@@ -26,7 +26,7 @@ import (
 // the gateway's in the descriptor tests.
 func echoTarget(t *testing.T) string {
 	t.Helper()
-	return serveTCP(t, func(c net.Conn) {
+	return testutil.ServeTCP(t, func(c net.Conn) {
 		defer c.Close()
 		buf := make([]byte, 32<<10)
 		for {
@@ -174,7 +174,7 @@ func carryBurstsAndBulk(t *testing.T, e *env, target string) {
 func TestAPipeWithBytesLeftIsNeverReused(t *testing.T) {
 	// A target that reads a little, then resets the connection, so the
 	// gateway's splice into it fails with bytes still in the pipe.
-	resetting := serveTCP(t, func(c net.Conn) {
+	resetting := testutil.ServeTCP(t, func(c net.Conn) {
 		_, _ = io.ReadFull(c, make([]byte, 1024))
 		_ = c.(*net.TCPConn).SetLinger(0)
 		c.Close()

@@ -8,47 +8,35 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
 // startScripted answers every request it reads on a connection with
 // answer ("" answers nothing and holds the connection; "close" closes it).
 func startScripted(t *testing.T, answer string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return testutil.ServeTCP(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_ = req.Body.Close()
-					switch answer {
-					case "":
-						_, _ = io.Copy(io.Discard, br)
-						return
-					case "close":
-						return
-					}
-					if _, err := io.WriteString(c, answer); err != nil {
-						return
-					}
-				}
-			}()
+			_ = req.Body.Close()
+			switch answer {
+			case "":
+				_, _ = io.Copy(io.Discard, br)
+				return
+			case "close":
+				return
+			}
+			if _, err := io.WriteString(c, answer); err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestRoundTripReadsOneAnswerAndKeepsOnlyACleanConnection pins the one
