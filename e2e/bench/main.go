@@ -135,23 +135,15 @@ func run(cfg config) error {
 		return err
 	}
 	defer os.Remove(apiTokenFile)
-	gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 3, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{
-			Name: "gateway",
-			Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
-				"--lease-api-token-file", apiTokenFile,
-				"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn"},
-			WaitAddrs: addrs,
-		}
+	gw, addrs, stopGateway, err := launchGateway("gateway", bin, 3, nil, func(addrs []string) []string {
+		return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
+			"--lease-api-token-file", apiTokenFile,
+			"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn"}
 	})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if code, err := gw.Stop(); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
-		}
-	}()
+	defer stopGateway()
 	gwURL := "http://" + addrs[0]
 	paths := []benchPath{
 		{name: "direct", proxy: sq.URL()},
@@ -854,7 +846,7 @@ func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024) }
 // in the way, so n can reach what the descriptor limit allows: two per
 // tunnel in the gateway, two in this process).
 func runTunnelsOnly(bin string, n int) ([]row, error) {
-	gw, addrs, stop, err := launchGateway(bin, 2, []string{"GOMAXPROCS=2"}, func(addrs []string) []string {
+	gw, addrs, stop, err := launchGateway("gateway", bin, 2, []string{"GOMAXPROCS=2"}, func(addrs []string) []string {
 		return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--allow-private-targets", "--log-level", "warn"}
 	})
 	if err != nil {
@@ -874,20 +866,21 @@ func runTunnelsOnly(bin string, n int) ([]row, error) {
 	return []row{{fmt.Sprintf("memory per idle tunnel (RSS delta, %d tunnels, read %v after)", n, settleTime), kib(mem), "", "", "≤ 8 KiB", mem <= 8<<10}}, nil
 }
 
-// launchGateway starts the gateway binary bin on ports free loopback ports
-// with the arguments args builds from their addresses (and env added to
-// its environment), and waits until it listens on all of them. stop ends
-// it, printing its output when it did not exit cleanly.
-func launchGateway(bin string, ports int, env []string, args func(addrs []string) []string) (gw *testutil.Process, addrs []string, stop func(), err error) {
+// launchGateway starts the gateway binary bin, called name in its output,
+// on ports free loopback ports with the arguments args builds from their
+// addresses (and env added to its environment), and waits until it
+// listens on all of them. stop ends it, printing its output when it did
+// not exit cleanly.
+func launchGateway(name, bin string, ports int, env []string, args func(addrs []string) []string) (gw *testutil.Process, addrs []string, stop func(), err error) {
 	gw, addrs, err = testutil.LaunchProcessOnFreePorts(bin, ports, func(addrs []string) testutil.ProcessOptions {
-		return testutil.ProcessOptions{Name: "gateway", Args: args(addrs), Env: env, WaitAddrs: addrs}
+		return testutil.ProcessOptions{Name: name, Args: args(addrs), Env: env, WaitAddrs: addrs}
 	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return gw, addrs, func() {
 		if code, err := gw.Stop(); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "gateway exit %d %v\n%s", code, err, gw.Output())
+			fmt.Fprintf(os.Stderr, "%s exit %d %v\n%s", name, code, err, gw.Output())
 		}
 	}, nil
 }

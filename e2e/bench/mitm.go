@@ -48,23 +48,15 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 	var mitmAddrs []string
 	var mitmPIDs []int
 	for _, fp := range []string{"mirror", "go"} {
-		gw, addrs, err := testutil.LaunchProcessOnFreePorts(bin, 2, func(addrs []string) testutil.ProcessOptions {
-			return testutil.ProcessOptions{
-				Name: "gateway-mitm-" + fp,
-				Args: []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
-					"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn",
-					"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", siteCA, "--mitm-fingerprint", fp},
-				WaitAddrs: addrs,
-			}
+		gw, addrs, stop, err := launchGateway("gateway-mitm-"+fp, bin, 2, nil, func(addrs []string) []string {
+			return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1],
+				"--upstream", sq.URL(), "--allow-private-targets", "--log-level", "warn",
+				"--mitm-ca-cert", caFile, "--mitm-ca-key", keyFile, "--upstream-ca-file", siteCA, "--mitm-fingerprint", fp}
 		})
 		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			if code, err := gw.Stop(); err != nil || code != 0 {
-				fmt.Fprintf(os.Stderr, "MITM gateway (%s) exit %d %v\n%s", fp, code, err, gw.Output())
-			}
-		}()
+		defer stop()
 		mitmAddrs = append(mitmAddrs, addrs[0])
 		mitmPIDs = append(mitmPIDs, gw.PID())
 	}

@@ -243,7 +243,7 @@ func runSidecarOnly(bin string) ([]row, error) {
 		return nil, err
 	}
 	defer os.Remove(apiTokenFile)
-	_, addrs, stop, err := launchGateway(bin, 3, nil, func(addrs []string) []string {
+	_, addrs, stop, err := launchGateway("gateway", bin, 3, nil, func(addrs []string) []string {
 		return []string{"gateway", "--listen", addrs[0], "--metrics-listen", addrs[1], "--lease-api-listen", addrs[2],
 			"--lease-api-token-file", apiTokenFile, "--allow-private-targets", "--log-level", "warn"}
 	})
