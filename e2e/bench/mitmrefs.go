@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
@@ -81,7 +79,7 @@ func startSquidBump(caCertPEM, caKeyPEM []byte, siteCA string) (mitmRef, error) 
 	if out, err := exec.Command(helper, "-c", "-s", db, "-M", "16MB").CombinedOutput(); err != nil {
 		return mitmRef{}, fmt.Errorf("%s -c: %v\n%s", helper, err, out)
 	}
-	if err := chownToProxy(dir); err != nil {
+	if err := squid.GiveToProxy(dir); err != nil {
 		return mitmRef{}, err
 	}
 	s, err := squid.Launch(squid.Options{
@@ -110,26 +108,6 @@ func startSquidBump(caCertPEM, caKeyPEM []byte, siteCA string) (mitmRef, error) 
 		_ = s.Close()
 		os.RemoveAll(dir)
 	}}, nil
-}
-
-// chownToProxy gives dir and everything in it to the proxy user when the
-// bench runs as root (Squid then runs as proxy).
-func chownToProxy(dir string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	u, err := user.Lookup("proxy")
-	if err != nil {
-		return err
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
 }
 
 // startMitmdump runs mitmproxy's mitmdump with the bench's CA (its

@@ -259,18 +259,32 @@ func squidDir(name string) (string, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("proxy")
-		if err != nil {
-			return "", fmt.Errorf("squid runs as user proxy when started as root, but that user is missing: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return "", err
-		}
+	if err := GiveToProxy(dir); err != nil {
+		return "", err
 	}
 	return dir, nil
+}
+
+// GiveToProxy gives path, and everything under it, to the proxy user when
+// we are root: Squid drops to that user, and what it reads or writes
+// (its directory, a CA key, its certificate helper's database) must be
+// its own. Not root: nothing to do.
+func GiveToProxy(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("proxy")
+	if err != nil {
+		return fmt.Errorf("squid runs as user proxy when started as root, but that user is missing: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 // traversable reports whether every directory from / down to dir lets others search it.
