@@ -49,6 +49,13 @@ type laterReleases struct {
 	failing bool // the last flush failed (logged once per outage)
 }
 
+// init readies l: its delay and bound, its maps, its condition.
+func (l *laterReleases) init(delay time.Duration, bound int) {
+	l.delay, l.max = delay, bound
+	l.ids, l.sending = map[int][]string{}, map[int]int{}
+	l.sent.L = &l.mu
+}
+
 // ReleaseLater ends a lease like Release without waiting for Redis: the
 // release goes with this store's next acquire on the lease's group, or on
 // its own within defaultLaterDelay, and it is kept and sent again while Redis
@@ -62,9 +69,6 @@ func (s *RedisStore) ReleaseLater(leaseID string) {
 	defer l.mu.Unlock()
 	if l.stopped {
 		return
-	}
-	if l.ids == nil {
-		l.ids = make(map[int][]string)
 	}
 	if l.n >= l.max {
 		// The oldest of the largest backlog goes: its lease ends by TTL.
@@ -100,17 +104,9 @@ func (l *laterReleases) take(g, limit int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for l.sending[g] > 0 {
-		l.waitLocked()
+		l.sent.Wait()
 	}
 	return l.takeLocked(g, limit)
-}
-
-// waitLocked waits for a flush to end.
-func (l *laterReleases) waitLocked() {
-	if l.sent.L == nil {
-		l.sent.L = &l.mu
-	}
-	l.sent.Wait()
 }
 
 // takeForSend is take for a flush: the group counts as sending until done.
@@ -119,9 +115,6 @@ func (l *laterReleases) takeForSend(g, limit int) []string {
 	defer l.mu.Unlock()
 	ids := l.takeLocked(g, limit)
 	if len(ids) > 0 {
-		if l.sending == nil {
-			l.sending = make(map[int]int)
-		}
 		l.sending[g]++
 	}
 	return ids
@@ -133,9 +126,7 @@ func (l *laterReleases) done(g int, failed []string) {
 	defer l.mu.Unlock()
 	l.giveBackLocked(g, failed)
 	l.sending[g]--
-	if l.sent.L != nil {
-		l.sent.Broadcast()
-	}
+	l.sent.Broadcast()
 }
 
 func (l *laterReleases) takeLocked(g, limit int) []string {
@@ -168,9 +159,6 @@ func (l *laterReleases) giveBackLocked(g int, ids []string) {
 	if len(ids) == 0 || l.stopped {
 		return
 	}
-	if l.ids == nil {
-		l.ids = make(map[int][]string)
-	}
 	l.ids[g] = append(append([]string(nil), ids...), l.ids[g]...)
 	l.n += len(ids)
 }
@@ -183,7 +171,8 @@ func (l *laterReleases) stop() {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.ids, l.n = nil, 0
+	clear(l.ids)
+	l.n = 0
 }
 
 // flushLater sends every group's waiting releases. When Redis cannot be

@@ -179,8 +179,8 @@ func NewRedisStore(o RedisOptions) (*RedisStore, error) {
 		life:   max(24*time.Hour, 2*(so.MaxTTL+so.Cooldown.Max)),
 		log:    o.Logger,
 		topo:   newTopology(uo, o),
-		later:  laterReleases{delay: defaultLaterDelay, max: defaultMaxLater},
 	}
+	s.later.init(defaultLaterDelay, defaultMaxLater)
 	s.shards = [][]string{s.keys}
 	if o.Shards > 1 {
 		s.shards = s.shards[:0]
