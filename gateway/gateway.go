@@ -173,6 +173,7 @@ type Options struct {
 // mount it as an http.Handler) and stop it with Shutdown.
 type Gateway struct {
 	pool           pool.Pool
+	later          pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
 	mode           rotation.Mode
 	leaseTTL       time.Duration
 	retries        int
@@ -293,8 +294,10 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, errors.New("gateway: affinity cache: " + err.Error())
 	}
+	later, _ := o.Pool.(pool.LaterReleaser)
 	g := &Gateway{
 		pool:           o.Pool,
+		later:          later,
 		mode:           o.Mode,
 		leaseTTL:       o.LeaseTTL,
 		retries:        o.Retries,

@@ -180,8 +180,8 @@ func (g *Gateway) done(ctx context.Context, h held) {
 	if h.pinned {
 		return
 	}
-	if lr, ok := g.pool.(pool.LaterReleaser); ok {
-		lr.ReleaseLater(h.id)
+	if g.later != nil {
+		g.later.ReleaseLater(h.id)
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
