@@ -48,8 +48,8 @@ package redisstore
 // Every key carries a TTL: a pool-wide key gets one when it is created
 // (born, the first INCR), and they are refreshed by every member write
 // (each store that owns a member list re-asserts it every minute) and by
-// acquires at most once a minute (every 64th choice asks); member hashes by the member write; the
-// others end with what they describe.
+// acquires at most once a minute (every 64th choice asks); member hashes
+// by the member write; the others end with what they describe.
 const redisLuaPrelude = `
 local B = KEYS[1]
 local t = redis.call('TIME')
@@ -117,6 +117,19 @@ local function idxrem(ps, ent)
   local r = redis.call('ZREM', SEL, ent)
   for _, k in ipairs(ps) do redis.call('ZREM', k, ent) end
   return r == 1
+end
+-- idxmove gives an indexed entry old a new entry and score in sel and its
+-- pair sets, adding the new one before the old one goes, so no set
+-- empties on the way (Redis deletes an emptied set, and the add that
+-- brought it back would have to give it its TTL again). It returns whether
+-- old was indexed; indexed = true says so without asking.
+local function idxmove(ps, old, score, new, indexed)
+  if not indexed and not redis.call('ZSCORE', SEL, old) then return false end
+  for _, zk in ipairs({SEL, unpack(ps)}) do
+    redis.call('ZADD', zk, score, new)
+    redis.call('ZREM', zk, old)
+  end
+  return true
 end
 
 -- place puts a member where its state says: in sel when it can be chosen
@@ -211,7 +224,7 @@ local function sethealth(name, h, lat)
   local ent, ps = m[4], pairkeys(m[6])
   if lat ~= tonumber(m[2]) then
     local ne = entry(tonumber(m[3]), lat, name)
-    if idxrem(ps, ent) then idxadd(ps, tonumber(m[5]), ne) end
+    idxmove(ps, ent, tonumber(m[5]), ne, false)
     redis.call('HSET', k, 'lat', lat, 'ent', ne)
     ent = ne
   end
@@ -332,17 +345,8 @@ local act = tonumber(m[3]) + 1
 local ent = entry(seq, tonumber(m[2]), chosen)
 local ps = pairkeys(m[6])
 redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
--- A walked member is in sel. Its entry moves: the new one is added before
--- the old one goes, so no set empties on the way (Redis deletes an emptied
--- set, and the add that brings it back would have to give it its TTL).
-if walked or redis.call('ZSCORE', SEL, m[1]) then
-  for _, zk in ipairs({SEL, unpack(ps)}) do
-    redis.call('ZADD', zk, act, ent)
-    redis.call('ZREM', zk, m[1])
-  end
-else
-  place(chosen)
-end
+-- A walked member is in sel; a pinned one may not be, and is placed.
+if not idxmove(ps, m[1], act, ent, walked) then place(chosen) end
 local exp = now + ttl
 local lk = lkey(id)
 redis.call('HSET', lk, 'm', chosen, 'g', m[5], 'def', m[4], 't', target, 'ttl', ttl, 'exp', exp, 'end', exp, 'rel', 0)
