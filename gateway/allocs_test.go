@@ -45,6 +45,16 @@ var allocBudgets = []allocBudget{
 		setup: plainOp(rotation.ModeRequest),
 	},
 	{
+		// Both gateways' allocations count: the outer one's lean path and
+		// the upstream gateway's direct member.
+		name: "plain request through an http:// upstream (the lean path)", bench: `^BenchmarkPlainHTTPThroughUpstream$`,
+		today: 190, todayRace: 200,
+		setup: func(tb testing.TB) func(testing.TB) {
+			c, target := throughUpstream(tb)
+			return func(tb testing.TB) { getOnce(tb, c, target) }
+		},
+	},
+	{
 		name: "new CONNECT tunnel", bench: `^BenchmarkConnectTunnel$`,
 		today: 104, todayRace: 107,
 		setup: func(tb testing.TB) func(testing.TB) {

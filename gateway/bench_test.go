@@ -286,27 +286,35 @@ func BenchmarkMITMRequest(b *testing.B) {
 // → http:// upstream → target per op: the lean forwarding path. The
 // upstream is a second gateway with a direct member.
 func BenchmarkPlainHTTPThroughUpstream(b *testing.B) {
-	target := benchTarget(b)
-	upstream := benchGateway(b, rotation.ModeSticky)
+	c, target := throughUpstream(b)
+	benchGet(b, c, target)
+}
+
+// throughUpstream serves a gateway whose one member is an http:// upstream
+// (a second gateway, with a direct member) and returns a client of it and
+// a target: the lean path's setup for its benchmark and allocation budget.
+func throughUpstream(tb testing.TB) (*http.Client, string) {
+	target := benchTarget(tb)
+	upstream := benchGateway(tb, rotation.ModeSticky)
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers([]pool.Member{{Name: "up", URL: &url.URL{Scheme: "http", Host: upstream}}})
 	g, err := New(Options{Pool: store, AllowPrivateTargets: true})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go g.Serve(ln)
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = g.Shutdown(ctx)
 	})
 	c := benchClient(ln.Addr().String())
-	defer c.CloseIdleConnections()
-	benchGet(b, c, target)
+	tb.Cleanup(c.CloseIdleConnections)
+	return c, target
 }
 
 // BenchmarkSessionMemory sends one plain GET for each of n distinct

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -291,7 +290,7 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 					}, poll.Every(time.Millisecond))
 					close(send)
 					poll.Until(t, 20*time.Second, "the unsolicited answer to arrive", func() error {
-						return poll.Check(keepalive.Unusable(idle()[0].Conn), "the idle connection still looks usable")
+						return poll.Check(idle()[0].Unusable(), "the idle connection still looks usable")
 					}, poll.Every(time.Millisecond))
 				}
 			}

@@ -148,14 +148,17 @@ var allocsRe = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+.*?\s(\d+) 
 // allocRows runs the gateway's pinned request benchmarks (the ops
 // TestAllocationBudgets holds to a budget) with -benchmem: allocations per
 // plain request (through the gateway, and the same client straight to the
-// target), per new tunnel and per MITM'd request, the whole process counted.
+// target), per plain request on the lean path (through an http:// upstream,
+// as the bench's chain through Squid: the upstream, a second gateway with a
+// direct member, counts too), per new tunnel and per MITM'd request, the
+// whole process counted.
 func allocRows() ([]row, error) {
 	fmt.Println("cost model: allocations per unit (go test -bench -benchmem ./gateway) ...")
 	root, err := testutil.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", `^(BenchmarkPlainHTTP|BenchmarkPlainHTTPBaseline|BenchmarkConnectTunnel|BenchmarkMITMRequest)$`,
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", `^(BenchmarkPlainHTTP|BenchmarkPlainHTTPBaseline|BenchmarkPlainHTTPThroughUpstream|BenchmarkConnectTunnel|BenchmarkMITMRequest)$`,
 		"-benchmem", "-benchtime", "2000x", "./gateway")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
@@ -180,6 +183,7 @@ func allocRows() ([]row, error) {
 	}
 	return []row{
 		allocRow("plain request", "BenchmarkPlainHTTP/sticky", "BenchmarkPlainHTTPBaseline", "client to target, no proxy"),
+		allocRow("plain request through an http:// upstream (lean path; two gateways)", "BenchmarkPlainHTTPThroughUpstream", "", ""),
 		allocRow("new tunnel", "BenchmarkConnectTunnel", "", ""),
 		allocRow("MITM'd request", "BenchmarkMITMRequest", "", ""),
 	}, nil

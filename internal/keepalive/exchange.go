@@ -61,7 +61,9 @@ func (p *Pool) RoundTrip(ctx context.Context, pc *Conn, req *http.Request, o Exc
 		}
 	}()
 	if o.Proxy {
-		err = req.WriteProxy(pc.W)
+		if !writeProxyHead(pc.W, req) {
+			err = req.WriteProxy(pc.W)
+		}
 	} else {
 		err = req.Write(pc.W)
 	}

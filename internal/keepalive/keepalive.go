@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -69,6 +70,7 @@ type Conn struct {
 	W *bufio.Writer
 
 	lr     LimitReader
+	raw    syscall.RawConn // for Unusable; nil when the conn has none
 	idleAt time.Time
 }
 
@@ -139,7 +141,7 @@ func (p *Pool) Get() *Conn {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if time.Since(pc.idleAt) >= p.o.IdleTimeout || Unusable(pc.Conn) {
+		if time.Since(pc.idleAt) >= p.o.IdleTimeout || pc.Unusable() {
 			_ = pc.Close()
 			continue
 		}
@@ -262,8 +264,23 @@ func (p *Pool) Dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := &Conn{Conn: c, lr: LimitReader{R: c, N: -1}}
+	pc := &Conn{Conn: c, lr: LimitReader{R: c, N: -1}, raw: rawConnOf(c)}
 	pc.R = bufio.NewReaderSize(&pc.lr, p.o.BufSize)
 	pc.W = bufio.NewWriterSize(c, p.o.BufSize)
 	return pc, nil
+}
+
+// rawConnOf is c's syscall.RawConn, nil when it has none. A Conn keeps it
+// from its dial: SyscallConn allocates on every call, and Get asks it on
+// every reuse.
+func rawConnOf(c net.Conn) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
 }

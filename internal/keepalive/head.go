@@ -1,0 +1,177 @@
+package keepalive
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+)
+
+// maxSortedFields is how many header fields writeProxyHead sorts on the
+// stack; a request with more goes through net/http's writer.
+const maxSortedFields = 48
+
+// defaultUserAgent is what net/http's request writer sends when a request
+// names no User-Agent; writeProxyHead sends the same, so that which writer
+// ran never shows on the wire.
+const defaultUserAgent = "Go-http-client/1.1"
+
+// writeProxyHead writes req's head in absolute form for a forward proxy,
+// byte for byte what req.WriteProxy writes, for the common request that
+// carries no body: it reports false, having written nothing, for anything
+// else (a body or framing of one, Close, trailers, an opaque or non-http
+// URL, a host or field name outside the plain ASCII sets, more fields than
+// it sorts on the stack), and the caller uses req.WriteProxy. net/http's
+// writer costs about seven allocations a request (formatted writes, the
+// sorted field list, its transfer writer); this one none beyond what the
+// URL's escaped path may take. TestWriteProxyHeadWritesWhatNetHTTPWrites
+// and its fuzz target hold the two writers to the same bytes.
+func writeProxyHead(w *bufio.Writer, req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody || req.ContentLength != 0 || req.Close ||
+		len(req.TransferEncoding) > 0 || req.Trailer != nil || req.URL == nil ||
+		req.URL.Scheme != "http" || req.URL.Opaque != "" {
+		return false
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	if host == "" || !plainHost(host) {
+		return false
+	}
+	path := req.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	query := req.URL.ForceQuery || req.URL.RawQuery != ""
+	if hasCTL(path) || query && hasCTL(req.URL.RawQuery) {
+		return false
+	}
+	var keys [maxSortedFields]string
+	n := 0
+	for k := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		if n == len(keys) || !isToken(k) {
+			return false
+		}
+		keys[n] = k
+		n++
+	}
+	sortStrings(keys[:n])
+
+	method := req.Method
+	if method == "" {
+		method = "GET"
+	}
+	w.WriteString(method)
+	w.WriteString(" http://")
+	w.WriteString(host)
+	w.WriteString(path)
+	if query {
+		w.WriteByte('?')
+		w.WriteString(req.URL.RawQuery)
+	}
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	ua := defaultUserAgent
+	if v, ok := req.Header["User-Agent"]; ok {
+		ua = ""
+		if len(v) > 0 {
+			ua = v[0]
+		}
+	}
+	if ua != "" {
+		writeField(w, "User-Agent", ua)
+	}
+	if method == "POST" || method == "PUT" || method == "PATCH" {
+		// As net/http: many servers expect a length for these methods.
+		w.WriteString("Content-Length: 0\r\n")
+	}
+	for _, k := range keys[:n] {
+		for _, v := range req.Header[k] {
+			writeField(w, k, v)
+		}
+	}
+	w.WriteString("\r\n")
+	return true
+}
+
+// writeField writes one field line as net/http does: CR and LF in the
+// value become spaces, and surrounding ASCII space is trimmed.
+func writeField(w *bufio.Writer, k, v string) {
+	w.WriteString(k)
+	w.WriteString(": ")
+	v = trimSpace(v)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		w.WriteByte(c)
+	}
+	w.WriteString("\r\n")
+}
+
+// trimSpace trims what textproto.TrimString trims once CR and LF became
+// spaces: space, tab, CR and LF at either end.
+func trimSpace(s string) string {
+	return strings.Trim(s, " \t\r\n")
+}
+
+// plainHost reports a host of letters, digits and the punctuation of a
+// name, an IPv4 or a bracketed IPv6 address with a port: ASCII, so
+// net/http's punycoding leaves it alone, without a zone (which it would
+// strip), and valid as a Host field.
+func plainHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '-', c == ':', c == '[', c == ']', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hasCTL reports a control byte, which net/http refuses in a request URI.
+func hasCTL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// isToken reports an RFC 9110 token, the field names net/http writes (it
+// drops others silently; writeProxyHead leaves such a request to it).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// sortStrings is an insertion sort: a request has a few dozen fields at
+// most, and sort.Strings would take the slice to the heap.
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
