@@ -21,7 +21,7 @@ const defaultUserAgent = "Go-http-client/1.1"
 // else (a body or framing of one, Close, trailers, an opaque or non-http
 // URL, a host or field name outside the plain ASCII sets, more fields than
 // it sorts on the stack), and the caller uses req.WriteProxy. net/http's
-// writer costs about seven allocations a request (formatted writes, the
+// writer costs about six allocations a request (formatted writes, the
 // sorted field list, its transfer writer); this one none beyond what the
 // URL's escaped path may take. TestWriteProxyHeadWritesWhatNetHTTPWrites
 // and its fuzz target hold the two writers to the same bytes.
