@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,9 +148,8 @@ func run(cfg config) error {
 	gwURL := "http://" + addrs[0]
 	paths := []benchPath{
 		{name: "direct", proxy: sq.URL()},
-		{name: "chain", proxy: gwURL},
+		{name: "chain", proxy: gwURL, pid: gw.PID()},
 	}
-	pids := pidSet{gateway: gw.PID(), squid: sq.PID()}
 
 	if cfg.only == "mitm" {
 		rows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
@@ -158,12 +158,25 @@ func run(cfg config) error {
 		}
 		return printRows(rows)
 	}
-	var rows []row
-	fmt.Println("plain HTTP keep-alive throughput ...")
-	r, err := throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, plain.URL) }, false, nil)
+	refs, err := startReferences(sq.Addr())
+	defer refs.stop()
 	if err != nil {
 		return err
 	}
+	// The gateway and the relay, the floor its goals are ratios to, take
+	// turns in one measurement (direct, gateway, relay, direct, ...): the
+	// ratios then compare windows seconds apart, which drift on a shared
+	// machine hits alike, not phases a minute apart.
+	relay := refs.named("relay")
+	withRelay := append(slices.Clone(paths), relay.path())
+	var rows []row
+	fmt.Println("plain HTTP keep-alive throughput, the gateway and the relay in turn ...")
+	plainGet := func(c *http.Client) error { return getOK(c, plain.URL) }
+	res, err := throughput(cfg, withRelay, sq.PID(), plainGet, false, nil)
+	if err != nil {
+		return err
+	}
+	r, rr := res[:2], []tpResult{res[0], res[2]}
 	ratio := r[1].rps / r[0].rps
 	rows = append(rows,
 		row{"plain HTTP keep-alive req/s", f0(r[1].rps), f0(r[0].rps), fmt.Sprintf("%.2f×", ratio), "", true},
@@ -173,34 +186,30 @@ func run(cfg config) error {
 		row{"  Squid CPU per request (for reference)", us(r[1].squidCPU), us(r[0].squidCPU), "", "", true},
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
-
-	plainGet := func(c *http.Client) error { return getOK(c, plain.URL) }
-	refs, err := startReferences(sq.Addr())
-	defer refs.stop()
-	if err != nil {
-		return err
-	}
+	rows = append(rows, relay.rows("request", rr, "throughput")...)
+	rows = append(rows, floorGoalRows("plain keep-alive", "request", r, rr, 1.2)...)
 	for _, ref := range refs {
+		if ref.name == relay.name {
+			continue
+		}
 		fmt.Printf("plain HTTP keep-alive through the %s ...\n", ref.what)
-		rr, err := throughput(cfg, ref.paths(paths[0]), ref.pids(sq.PID()), plainGet, false, nil)
+		rr, err := throughput(cfg, ref.paths(paths[0]), sq.PID(), plainGet, false, nil)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, ref.rows("request", rr, "throughput")...)
-		if ref.name == "relay" {
-			rows = append(rows, floorGoalRows("plain keep-alive", "request", r, rr, 1.2)...)
-			continue
-		}
 		rows = append(rows, row{fmt.Sprintf("  gateway CPU per request ÷ %s's", ref.name), us(r[1].gatewayCPU), us(rr[1].gatewayCPU),
 			fmt.Sprintf("%.2f×", float64(r[1].gatewayCPU)/float64(rr[1].gatewayCPU)), "", true})
 	}
 
-	fmt.Println("HTTPS, a new CONNECT tunnel per request ...")
+	fmt.Println("HTTPS, a new CONNECT tunnel per request, the gateway and the relay in turn ...")
 	tlsURL := tlsTarget.URL() + "/"
-	r, err = throughput(cfg, paths, pids, func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+	tlsGet := func(c *http.Client) error { return getOK(c, tlsURL) }
+	res, err = throughput(cfg, withRelay, sq.PID(), tlsGet, true, tlsTarget.ClientTLSConfig())
 	if err != nil {
 		return err
 	}
+	r, rt := res[:2], []tpResult{res[0], res[2]}
 	ratio = r[1].rps / r[0].rps
 	cpuRatio := float64(r[1].gatewayCPU) / float64(r[0].squidCPU)
 	rows = append(rows,
@@ -209,16 +218,18 @@ func run(cfg config) error {
 		row{"  CPU per tunnel: gateway vs Squid", us(r[1].gatewayCPU), us(r[0].squidCPU), fmt.Sprintf("%.2f×", cpuRatio), "", true},
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
+	rows = append(rows, relay.rows("tunnel", rt, "tunnel")...)
+	rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r, rt, 1.1)...)
 	for _, ref := range refs {
+		if ref.name == relay.name {
+			continue
+		}
 		fmt.Printf("HTTPS, a new CONNECT tunnel per request, through the %s ...\n", ref.what)
-		rt, err := throughput(cfg, ref.paths(paths[0]), ref.pids(sq.PID()), func(c *http.Client) error { return getOK(c, tlsURL) }, true, tlsTarget.ClientTLSConfig())
+		rt, err := throughput(cfg, ref.paths(paths[0]), sq.PID(), tlsGet, true, tlsTarget.ClientTLSConfig())
 		if err != nil {
 			return err
 		}
 		rows = append(rows, ref.rows("tunnel", rt, "tunnel")...)
-		if ref.name == "relay" {
-			rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r, rt, 1.1)...)
-		}
 	}
 
 	rows = append(rows, row{metric: "cost model (per unit: the gateway beside the floor)", ok: true})
@@ -365,12 +376,14 @@ func squidVersion() string {
 }
 
 // benchPath is one way to the target: through Squid alone, or through the gateway.
+// benchPath is one way to Squid: proxy is the address the clients use, pid
+// the proxy process in front of Squid whose CPU the path counts as the
+// gateway's (0 on the direct path, which has none).
 type benchPath struct {
 	name  string
 	proxy string
+	pid   int
 }
-
-type pidSet struct{ gateway, squid int }
 
 // tpResult is one path's throughput and the CPU the proxies spent per request.
 type tpResult struct {
@@ -391,9 +404,10 @@ func cpuBound(direct, chain tpResult) float64 {
 	return float64(d) / float64(c)
 }
 
-// throughput runs cfg.rounds measurements per path, alternating the paths so
-// that drift on a shared machine hits both alike, and sums them.
-func throughput(cfg config, paths []benchPath, pids pidSet, do func(*http.Client) error, newConnEach bool, tlsConf *tls.Config) ([]tpResult, error) {
+// throughput runs cfg.rounds measurements per path, taking the paths in
+// turn so that drift on a shared machine hits them alike, and sums them.
+// squidPID is the Squid every path ends at.
+func throughput(cfg config, paths []benchPath, squidPID int, do func(*http.Client) error, newConnEach bool, tlsConf *tls.Config) ([]tpResult, error) {
 	type acc struct {
 		n        int64
 		elapsed  time.Duration
@@ -417,15 +431,15 @@ func throughput(cfg config, paths []benchPath, pids pidSet, do func(*http.Client
 	}
 	for round := 0; round < cfg.rounds; round++ {
 		for i, p := range paths {
-			g0, s0, c0 := cpuTime(pids.gateway), cpuTime(pids.squid), cpuTime(os.Getpid())
+			g0, s0, c0 := proxyCPU(p.pid), cpuTime(squidPID), cpuTime(os.Getpid())
 			n, elapsed, err := load(clients[i], do, cfg.concurrency, cfg.duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", p.name, err)
 			}
 			accs[i].n += n
 			accs[i].elapsed += elapsed
-			accs[i].gwCPU += cpuTime(pids.gateway) - g0
-			accs[i].squidCPU += cpuTime(pids.squid) - s0
+			accs[i].gwCPU += proxyCPU(p.pid) - g0
+			accs[i].squidCPU += cpuTime(squidPID) - s0
 			accs[i].selfCPU += cpuTime(os.Getpid()) - c0
 		}
 	}
@@ -672,6 +686,14 @@ func newPlainTarget() *plainTarget {
 func (p *plainTarget) Close() { p.srv.Close() }
 
 // cpuTime is utime+stime of pid from /proc/<pid>/stat.
+// proxyCPU is cpuTime of a path's proxy, 0 for the direct path.
+func proxyCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	return cpuTime(pid)
+}
+
 func cpuTime(pid int) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -63,14 +63,15 @@ type runningReference struct {
 	addr string
 }
 
-// paths is the single hop against the path through this reference.
-func (r runningReference) paths(direct benchPath) []benchPath {
-	return []benchPath{direct, {name: r.name, proxy: "http://" + r.addr}}
+// path is the way to Squid through this reference, its CPU counted where
+// the gateway's would be.
+func (r runningReference) path() benchPath {
+	return benchPath{name: r.name, proxy: "http://" + r.addr, pid: r.proc.PID()}
 }
 
-// pids counts this reference's CPU where the gateway's would be.
-func (r runningReference) pids(squidPID int) pidSet {
-	return pidSet{gateway: r.proc.PID(), squid: squidPID}
+// paths is the single hop against the path through this reference.
+func (r runningReference) paths(direct benchPath) []benchPath {
+	return []benchPath{direct, r.path()}
 }
 
 // rows are its CPU per unit ("request", "tunnel") against Squid's and the
