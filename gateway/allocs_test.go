@@ -65,7 +65,7 @@ var allocBudgets = []allocBudget{
 	},
 	{
 		name: "MITM'd request on a kept tunnel", bench: `^BenchmarkMITMRequest$`,
-		today: 143, todayRace: 158,
+		today: 136, todayRace: 148,
 		setup: func(tb testing.TB) func(testing.TB) {
 			c, u := mitmBench(tb)
 			return func(tb testing.TB) { getOnce(tb, c, u) }

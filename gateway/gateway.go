@@ -207,6 +207,7 @@ type Gateway struct {
 	tunnels  tunnelSet
 	bufs     bufPool
 	readers  bufpool.Readers // for upstream CONNECT answers
+	writers  bufpool.Writers // for a MITM'd request's head to its site link
 	dns      dnsCache
 
 	membersMu sync.RWMutex

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/httphead"
 )
 
 // ErrAnswerTimeout is what RoundTrip answers when ExchangeOptions'
@@ -60,13 +62,7 @@ func (p *Pool) RoundTrip(ctx context.Context, pc *Conn, req *http.Request, o Exc
 			stop()
 		}
 	}()
-	if o.Proxy {
-		if !writeProxyHead(pc.W, req) {
-			err = req.WriteProxy(pc.W)
-		}
-	} else {
-		err = req.Write(pc.W)
-	}
+	err = httphead.WriteRequest(pc.W, req, o.Proxy)
 	if err == nil {
 		err = pc.W.Flush()
 	}

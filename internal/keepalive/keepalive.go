@@ -11,7 +11,7 @@
 // context, when a connection may be reused). What a caller does with the
 // answer's body stays with the caller.
 //
-// It imports the standard library only.
+// It imports the standard library and internal/httphead only.
 package keepalive
 
 import (

@@ -1,4 +1,4 @@
-package keepalive
+package httphead
 
 import (
 	"bufio"
@@ -10,25 +10,28 @@ import (
 	"testing"
 )
 
-// proxyHeads writes req with writeProxyHead and with net/http's
-// WriteProxy; fast is false when writeProxyHead left req to net/http.
-func proxyHeads(t testing.TB, req *http.Request) (got, want string, fast bool) {
+// heads writes req with writeHead and with net/http's writer (WriteProxy
+// when proxy, else Write); fast is false when writeHead left req to
+// net/http.
+func heads(t testing.TB, req *http.Request, proxy bool) (got, want string, fast bool) {
 	var a, b bytes.Buffer
 	wa := bufio.NewWriter(&a)
-	fast = writeProxyHead(wa, req)
+	fast = writeHead(wa, req, proxy)
 	_ = wa.Flush()
 	if !fast && a.Len() != 0 {
-		t.Fatalf("writeProxyHead declined %v after writing %q", req.URL, a.String())
+		t.Fatalf("writeHead declined %v after writing %q", req.URL, a.String())
 	}
-	wb := bufio.NewWriter(&b)
-	if err := req.WriteProxy(wb); err != nil {
+	write := req.Write
+	if proxy {
+		write = req.WriteProxy
+	}
+	if err := write(&b); err != nil {
 		return a.String(), "error: " + err.Error(), fast
 	}
-	_ = wb.Flush()
 	return a.String(), b.String(), fast
 }
 
-func TestWriteProxyHeadWritesWhatNetHTTPWrites(t *testing.T) {
+func TestWriteHeadWritesWhatNetHTTPWrites(t *testing.T) {
 	many := http.Header{}
 	for i := 0; i < maxSortedFields+1; i++ {
 		many["X-F"+strings.Repeat("a", i)] = []string{"v"}
@@ -63,7 +66,7 @@ func TestWriteProxyHeadWritesWhatNetHTTPWrites(t *testing.T) {
 		{"a Proxy-Authorization is sent", "GET", "http://example.com/", "", http.Header{"Proxy-Authorization": {"Basic eDp5"}}, false, false, true},
 		{"a body goes to net/http", "POST", "http://example.com/", "", nil, true, false, false},
 		{"Close goes to net/http", "GET", "http://example.com/", "", nil, false, true, false},
-		{"https goes to net/http", "GET", "https://example.com/", "", nil, false, false, false},
+		{"CONNECT goes to net/http", "CONNECT", "http://example.com:443", "", nil, false, false, false},
 		{"a non-ASCII host goes to net/http", "GET", "http://bücher.example/", "", nil, false, false, false},
 		{"a zone goes to net/http", "GET", "http://[fe80::1%25eth0]:80/", "", nil, false, false, false},
 		{"a host net/http refuses goes to it", "GET", "http://example.com/", "a b", nil, false, false, false},
@@ -72,58 +75,95 @@ func TestWriteProxyHeadWritesWhatNetHTTPWrites(t *testing.T) {
 		{"more fields than fit the stack go to net/http", "GET", "http://example.com/", "", many, false, false, false},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			u, err := url.Parse(tc.url)
-			if err != nil {
-				u = &url.URL{Scheme: "http", Host: "example.com", Path: "/", RawQuery: strings.SplitN(tc.url, "?", 2)[1]}
+		for _, proxy := range []bool{true, false} {
+			name := tc.name + ", origin form"
+			if proxy {
+				name = tc.name + ", to a proxy"
 			}
-			req := &http.Request{Method: tc.method, URL: u, Host: tc.host, Header: tc.header, Close: tc.close}
-			if req.Header == nil {
-				req.Header = http.Header{}
-			}
-			if tc.body {
-				req.Body, req.ContentLength = http.NoBody, 3
-			}
-			got, want, fast := proxyHeads(t, req)
-			if fast != tc.fast {
-				t.Fatalf("written by writeProxyHead: %v, want %v", fast, tc.fast)
-			}
-			if fast && got != want {
-				t.Fatalf("writeProxyHead wrote\n%q\nnet/http writes\n%q", got, want)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				u, err := url.Parse(tc.url)
+				if err != nil {
+					u = &url.URL{Scheme: "http", Host: "example.com", Path: "/", RawQuery: strings.SplitN(tc.url, "?", 2)[1]}
+				}
+				req := &http.Request{Method: tc.method, URL: u, Host: tc.host, Header: tc.header, Close: tc.close}
+				if req.Header == nil {
+					req.Header = http.Header{}
+				}
+				if tc.body {
+					req.Body, req.ContentLength = http.NoBody, 3
+				}
+				got, want, fast := heads(t, req, proxy)
+				if fast != tc.fast {
+					t.Fatalf("written by writeHead: %v, want %v", fast, tc.fast)
+				}
+				if fast && got != want {
+					t.Fatalf("writeHead wrote\n%q\nnet/http writes\n%q", got, want)
+				}
+			})
+		}
 	}
 }
 
-// TestWriteProxyHeadAllocatesNothing pins the point of writeProxyHead.
-func TestWriteProxyHeadAllocatesNothing(t *testing.T) {
+func TestWriteHeadTakesAnHTTPSURLOnlyInOriginForm(t *testing.T) {
+	u, _ := url.Parse("https://example.com/a")
+	req := &http.Request{Method: "GET", URL: u, Header: http.Header{}}
+	if _, _, fast := heads(t, req, true); fast {
+		t.Fatal("an https:// URL to a proxy was written by writeHead")
+	}
+	got, want, fast := heads(t, req, false)
+	if !fast || got != want {
+		t.Fatalf("origin form of an https:// URL: written by writeHead %v, %q, want %q", fast, got, want)
+	}
+}
+
+// TestWriteHeadAllocatesNothing pins the point of writeHead.
+func TestWriteHeadAllocatesNothing(t *testing.T) {
 	u, _ := url.Parse("http://example.com/a?b=c")
 	req := &http.Request{Method: "GET", URL: u, Host: u.Host, Header: http.Header{"Accept": {"*/*"}, "User-Agent": {"c/1"}, "X-A": {"1"}}}
 	w := bufio.NewWriter(io.Discard)
-	if n := testing.AllocsPerRun(100, func() {
-		if !writeProxyHead(w, req) {
-			t.Fatal("declined")
+	for _, proxy := range []bool{true, false} {
+		if n := testing.AllocsPerRun(100, func() {
+			if err := WriteRequest(w, req, proxy); err != nil {
+				t.Fatal(err)
+			}
+			_ = w.Flush()
+		}); n != 0 {
+			t.Fatalf("proxy %v: %v allocations a request, want 0", proxy, n)
 		}
-		_ = w.Flush()
-	}); n != 0 {
-		t.Fatalf("%v allocations a request, want 0", n)
 	}
 }
 
-// FuzzWriteProxyHead: whatever request line and fields a client sends, the
-// head writeProxyHead writes (when it takes the request) is net/http's.
-func FuzzWriteProxyHead(f *testing.F) {
-	f.Add("GET", "http://example.com/a?b", "", "Accept", " x\r\ny ", "User-Agent", "")
-	f.Add("POST", "http://[::1]:80/", "h:1", "user-agent", "a", "Zz", "b")
-	f.Fuzz(func(t *testing.T, method, rawURL, host, k1, v1, k2, v2 string) {
+// TestWriteRequestFallsBackToNetHTTP: a request writeHead declines is
+// written whole by net/http, its body included.
+func TestWriteRequestFallsBackToNetHTTP(t *testing.T) {
+	u, _ := url.Parse("http://example.com/up")
+	req := &http.Request{Method: "POST", URL: u, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("abc")), ContentLength: 3}
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	if err := WriteRequest(w, req, false); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Flush()
+	if s := b.String(); !strings.HasPrefix(s, "POST /up HTTP/1.1\r\n") || !strings.HasSuffix(s, "\r\n\r\nabc") {
+		t.Fatalf("wrote %q", s)
+	}
+}
+
+// FuzzWriteHead: whatever request line and fields a client sends, the
+// head writeHead writes (when it takes the request) is net/http's, to a
+// proxy and in origin form.
+func FuzzWriteHead(f *testing.F) {
+	f.Add("GET", "http://example.com/a?b", "", "Accept", " x\r\ny ", "User-Agent", "", true)
+	f.Add("POST", "https://[::1]:80/", "h:1", "user-agent", "a", "Zz", "b", false)
+	f.Fuzz(func(t *testing.T, method, rawURL, host, k1, v1, k2, v2 string, proxy bool) {
 		u, err := url.Parse(rawURL)
 		if err != nil {
 			return
 		}
 		req := &http.Request{Method: method, URL: u, Host: host, Header: http.Header{k1: {v1}, k2: {v2, v1}}}
-		got, want, fast := proxyHeads(t, req)
+		got, want, fast := heads(t, req, proxy)
 		if fast && got != want {
-			t.Fatalf("writeProxyHead wrote\n%q\nnet/http writes\n%q", got, want)
+			t.Fatalf("writeHead wrote\n%q\nnet/http writes\n%q", got, want)
 		}
 	})
 }

@@ -1,4 +1,9 @@
-package keepalive
+// Package httphead writes an HTTP/1.1 request head the way net/http does,
+// without net/http's allocations, for the exchanges the gateway writes on
+// its own goroutine: the lean path to an http:// upstream, the lease API
+// client and a MITM'd request on a tunnel's site link. It imports the
+// standard library only.
+package httphead
 
 import (
 	"bufio"
@@ -6,29 +11,46 @@ import (
 	"strings"
 )
 
-// maxSortedFields is how many header fields writeProxyHead sorts on the
-// stack; a request with more goes through net/http's writer.
+// maxSortedFields is how many header fields writeHead sorts on the stack;
+// a request with more goes through net/http's writer.
 const maxSortedFields = 48
 
 // defaultUserAgent is what net/http's request writer sends when a request
-// names no User-Agent; writeProxyHead sends the same, so that which writer
-// ran never shows on the wire.
+// names no User-Agent; writeHead sends the same, so that which writer ran
+// never shows on the wire.
 const defaultUserAgent = "Go-http-client/1.1"
 
-// writeProxyHead writes req's head in absolute form for a forward proxy,
-// byte for byte what req.WriteProxy writes, for the common request that
-// carries no body: it reports false, having written nothing, for anything
-// else (a body or framing of one, Close, trailers, an opaque or non-http
-// URL, a host or field name outside the plain ASCII sets, more fields than
-// it sorts on the stack), and the caller uses req.WriteProxy. net/http's
-// writer costs about six allocations a request (formatted writes, the
-// sorted field list, its transfer writer); this one none beyond what the
-// URL's escaped path may take. TestWriteProxyHeadWritesWhatNetHTTPWrites
-// and its fuzz target hold the two writers to the same bytes.
-func writeProxyHead(w *bufio.Writer, req *http.Request) bool {
+// WriteRequest writes req's head, and its body when it has one, to w as
+// net/http does (req.WriteProxy when proxy, in absolute form for a forward
+// proxy, else req.Write); the caller flushes w, its buffer on the
+// connection. A request without a body, the common one, is written
+// by writeHead, byte for byte what net/http writes but without its
+// allocations; anything else goes through net/http.
+func WriteRequest(w *bufio.Writer, req *http.Request, proxy bool) error {
+	if writeHead(w, req, proxy) {
+		return nil
+	}
+	if proxy {
+		return req.WriteProxy(w)
+	}
+	return req.Write(w)
+}
+
+// writeHead writes req's head, in absolute form when proxy, byte for byte
+// what net/http's writer writes, for the common request that carries no
+// body: it reports false, having written nothing, for anything else (a
+// body or framing of one, Close, trailers, CONNECT, an opaque URL, a
+// non-http URL to a proxy, a host or field name outside the plain ASCII
+// sets, more fields than it sorts on the stack). net/http's writer costs
+// about six allocations a request (formatted writes, the sorted field
+// list, its transfer writer) and, on a writer that is not buffered, a 4
+// KiB buffer; this one none beyond what the URL's escaped path may take.
+// TestWriteHeadWritesWhatNetHTTPWrites and its fuzz target hold the two
+// writers to the same bytes.
+func writeHead(w *bufio.Writer, req *http.Request, proxy bool) bool {
 	if req.Body != nil && req.Body != http.NoBody || req.ContentLength != 0 || req.Close ||
 		len(req.TransferEncoding) > 0 || req.Trailer != nil || req.URL == nil ||
-		req.URL.Scheme != "http" || req.URL.Opaque != "" {
+		req.URL.Opaque != "" || req.Method == http.MethodConnect || proxy && req.URL.Scheme != "http" {
 		return false
 	}
 	host := req.Host
@@ -66,8 +88,11 @@ func writeProxyHead(w *bufio.Writer, req *http.Request) bool {
 		method = "GET"
 	}
 	w.WriteString(method)
-	w.WriteString(" http://")
-	w.WriteString(host)
+	w.WriteByte(' ')
+	if proxy {
+		w.WriteString("http://")
+		w.WriteString(host)
+	}
 	w.WriteString(path)
 	if query {
 		w.WriteByte('?')
@@ -149,7 +174,7 @@ func hasCTL(s string) bool {
 }
 
 // isToken reports an RFC 9110 token, the field names net/http writes (it
-// drops others silently; writeProxyHead leaves such a request to it).
+// drops others silently; writeHead leaves such a request to it).
 func isToken(s string) bool {
 	if s == "" {
 		return false
