@@ -65,7 +65,7 @@ var allocBudgets = []allocBudget{
 	},
 	{
 		name: "MITM'd request on a kept tunnel", bench: `^BenchmarkMITMRequest$`,
-		today: 136, todayRace: 148,
+		today: 134, todayRace: 146,
 		setup: func(tb testing.TB) func(testing.TB) {
 			c, u := mitmBench(tb)
 			return func(tb testing.TB) { getOnce(tb, c, u) }

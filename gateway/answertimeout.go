@@ -72,12 +72,12 @@ func (a *attemptTimer) stop() bool {
 // send makes one attempt of out through mc, its answer bounded by timeout:
 // on the lean path by a read deadline, through the Transport by a context
 // of the attempt's own (the request's context still bounds it all); a
-// request of a mirroring MITM tunnel on the tunnel's own site connection
-// (sendMirrored). The answer's body streams under the request's context,
-// unbounded.
-func (g *Gateway) send(mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
-	if t, ok := out.Context().Value(mirrorKey{}).(*innerTunnel); ok {
-		return g.sendMirrored(t, mc, out, timeout)
+// request of a mirroring MITM tunnel (mirror, else nil) on the tunnel's
+// own site connection (sendMirrored). The answer's body streams under the
+// request's context, unbounded.
+func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+	if mirror != nil {
+		return g.sendMirrored(mirror, mc, out, timeout)
 	}
 	if leanEligible(mc, out) {
 		resp, err := mc.lean.roundTrip(out.Context(), out, mc.proxyAuth, timeout)

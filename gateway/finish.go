@@ -39,6 +39,10 @@ type request struct {
 	// sentAt when its last attempt passed pacing, for the learnt pace.
 	pace   paceTicket
 	sentAt time.Time
+	// mirror is the MITM tunnel whose own site connections the request
+	// goes through, when the tunnel mirrors the client's handshake; nil
+	// for every other request.
+	mirror *innerTunnel
 }
 
 // RequestTracer receives each proxied request or tunnel once, at its end

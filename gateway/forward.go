@@ -230,7 +230,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 // body, the request deadline, the site's certificate, a direct member's
 // dial, or the member's.
 func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
-	resp, err := g.send(h.mc, out, answerTimeout)
+	resp, err := g.send(rq.mirror, h.mc, out, answerTimeout)
 	if cf := rq.body.fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
 		// cut request, it is the client's (a Transport may also have

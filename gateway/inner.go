@@ -232,7 +232,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if fp == FingerprintMirror {
-			r = r.WithContext(context.WithValue(r.Context(), mirrorKey{}, t))
+			rq.mirror = t
 		}
 	}
 	u := &url.URL{Scheme: t.scheme, Host: t.hostport, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}

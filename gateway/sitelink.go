@@ -50,10 +50,6 @@ func ParseFingerprint(s string) (Fingerprint, error) {
 	return "", errors.New("fingerprint " + echo.Quote(s) + ": want mirror or go")
 }
 
-// mirrorKey carries, on a request inside a MITM tunnel that mirrors, the
-// tunnel whose site connections it uses.
-type mirrorKey struct{}
-
 // speaksForward are the ALPN protocols the gateway speaks to a site for a
 // forwarded request: a site that picks h2 gets HTTP/2 (fhttp).
 func speaksForward(p string) bool { return p == "h2" || p == "http/1.1" || p == "http/1.0" }

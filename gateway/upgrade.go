@@ -56,7 +56,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 	)
 	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		var err error
-		if s, err = g.handshake(ctx, h.mc, out, host, port, addrs, answerTimeout); err != nil {
+		if s, err = g.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
 			return tryAnother, err
 		}
 		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
@@ -115,7 +115,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 // goes through a tunnel the member opens to the site, with the gateway's
 // own TLS to the site, verified as a MITM'd request's is. Errors are
 // classified as an attempt's.
-func (g *Gateway) handshake(ctx context.Context, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
 	var (
 		c   net.Conn
@@ -136,7 +136,7 @@ func (g *Gateway) handshake(ctx context.Context, mc *memberConn, out *http.Reque
 		return socket{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
-	s, err := g.handshakeOn(ctx, c, mc, out, host, proxyForm, answerTimeout)
+	s, err := g.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
 	if !stop() && err == nil {
 		err = errClientGone
 	}
@@ -148,10 +148,11 @@ func (g *Gateway) handshake(ctx context.Context, mc *memberConn, out *http.Reque
 	return s, nil
 }
 
-// handshakeOn writes out on c (TLS to the site first for wss://) and reads
-// the answer head within answerTimeout.
-func (g *Gateway) handshakeOn(ctx context.Context, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
-	if t, ok := ctx.Value(mirrorKey{}).(*innerTunnel); ok && out.URL.Scheme == "https" {
+// handshakeOn writes out on c (TLS to the site first for wss://, with the
+// client's ClientHello when mirror, the request's tunnel, mirrors it) and
+// reads the answer head within answerTimeout.
+func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
+	if t := mirror; t != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
 		tc, _, err := g.siteTLS(ctx, c, t, speaksUpgrade)
