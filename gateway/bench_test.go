@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -38,17 +37,8 @@ func benchGatewayWith(tb testing.TB, o Options) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go g.Serve(ln)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	return ln.Addr().String()
+	addr, _ := serveGateway(tb, g)
+	return addr
 }
 
 var benchBody = []byte("hello from the target\n")
@@ -302,17 +292,8 @@ func throughUpstream(tb testing.TB) (*http.Client, string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go g.Serve(ln)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	c := benchClient(ln.Addr().String())
+	addr, _ := serveGateway(tb, g)
+	c := benchClient(addr)
 	tb.Cleanup(c.CloseIdleConnections)
 	return c, target
 }

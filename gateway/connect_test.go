@@ -206,11 +206,6 @@ func TestConnectAnswered407IsAMemberFailureRetriedElsewhere(t *testing.T) {
 // SOCKS upstream in this unit test of the client.
 func startSocks5(t *testing.T, user, pass string) (string, *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var conns atomic.Int32
 	serve := func(c net.Conn) {
 		defer c.Close()
@@ -266,16 +261,7 @@ func startSocks5(t *testing.T, user, pass string) (string, *atomic.Int32) {
 		go io.Copy(up, br)
 		io.Copy(c, up)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go serve(c)
-		}
-	}()
-	return ln.Addr().String(), &conns
+	return testutil.ServeTCP(t, serve), &conns
 }
 
 func TestSocks5MemberCarriesConnectAndPlainHTTP(t *testing.T) {

@@ -207,7 +207,7 @@ type Gateway struct {
 	tunnels  tunnelSet
 	bufs     bufPool
 	readers  bufpool.Readers // for upstream CONNECT answers
-	writers  bufpool.Writers // for a MITM'd request's head to its site link
+	writers  bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
 	dns      dnsCache
 
 	membersMu sync.RWMutex

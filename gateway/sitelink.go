@@ -16,7 +16,6 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
-	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -305,15 +304,7 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 	}
 	ctx := out.Context()
 	stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(keepalive.ALongTimeAgo) })
-	// A pooled buffer: net/http's Write on the bare connection would make
-	// a 4 KiB one for every request.
-	bw := g.writers.Get(l.c)
-	err := httphead.WriteRequest(bw, out, false)
-	if err == nil {
-		err = bw.Flush()
-	}
-	g.writers.Put(bw)
-	if err != nil {
+	if err := g.writeRequest(l.c, out, false); err != nil {
 		stop()
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -152,10 +153,10 @@ func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *member
 // client's ClientHello when mirror, the request's tunnel, mirrors it) and
 // reads the answer head within answerTimeout.
 func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
-	if t := mirror; t != nil && out.URL.Scheme == "https" {
+	if mirror != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
-		tc, _, err := g.siteTLS(ctx, c, t, speaksUpgrade)
+		tc, _, err := g.siteTLS(ctx, c, mirror, speaksUpgrade)
 		if err != nil {
 			return socket{}, err
 		}
@@ -172,17 +173,11 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 		c = tc
 	}
 	_ = c.SetDeadline(time.Now().Add(answerTimeout))
-	var err error
-	if proxyForm {
-		if mc.proxyAuth != "" {
-			out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
-			defer delete(out.Header, "Proxy-Authorization")
-		}
-		err = out.WriteProxy(c)
-	} else {
-		err = out.Write(c)
+	if proxyForm && mc.proxyAuth != "" {
+		out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
+		defer delete(out.Header, "Proxy-Authorization")
 	}
-	if err != nil {
+	if err := g.writeRequest(c, out, proxyForm); err != nil {
 		return socket{}, memberFault("write", err)
 	}
 	br := bufio.NewReader(c)
@@ -199,4 +194,18 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 		}
 	}
 	return socket{c: c, br: br, resp: resp}, nil
+}
+
+// writeRequest writes out on c, a connection of the gateway's own to a
+// member or a site (in absolute form when proxy), through a pooled buffer:
+// net/http's Write on a bare connection would make a 4 KiB one for every
+// request.
+func (g *Gateway) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
+	bw := g.writers.Get(c)
+	defer g.writers.Put(bw)
+	err := httphead.WriteRequest(bw, out, proxy)
+	if err == nil {
+		err = bw.Flush()
+	}
+	return err
 }

@@ -6,42 +6,17 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/proxyfleet/proxyfleet/internal/httphead"
 )
 
-// tokenChars are the bytes of an RFC 9110 token (tchar).
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-// ValidFieldName reports whether s is a field name: a non-empty token.
+// InvalidFieldName returns the first name in h that is not a token.
 // net/http's parser accepts a space inside or before the colon
 // ("Transfer-Encoding : chunked") and keeps such a name as it is, which an
 // upstream may read as a framing header the gateway never saw.
-func ValidFieldName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenChars[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// InvalidFieldName returns the first name in h that is not a token.
 func InvalidFieldName(h http.Header) (string, bool) {
 	for k := range h {
-		if !ValidFieldName(k) {
+		if !httphead.ValidFieldName(k) {
 			return k, false
 		}
 	}

@@ -1,8 +1,10 @@
 // Package httphead writes an HTTP/1.1 request head the way net/http does,
 // without net/http's allocations, for the exchanges the gateway writes on
 // its own goroutine: the lean path to an http:// upstream, the lease API
-// client and a MITM'd request on a tunnel's site link. It imports the
-// standard library only.
+// client, a MITM'd request on a tunnel's site link and a WebSocket
+// handshake; and it says which field names are tokens (ValidFieldName),
+// the names it writes and the front end lets a request carry. It imports
+// the standard library only.
 package httphead
 
 import (
@@ -75,7 +77,7 @@ func writeHead(w *bufio.Writer, req *http.Request, proxy bool) bool {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
 		}
-		if n == len(keys) || !isToken(k) {
+		if n == len(keys) || !ValidFieldName(k) {
 			return false
 		}
 		keys[n] = k
@@ -173,18 +175,30 @@ func hasCTL(s string) bool {
 	return false
 }
 
-// isToken reports an RFC 9110 token, the field names net/http writes (it
-// drops others silently; writeHead leaves such a request to it).
-func isToken(s string) bool {
+// tokenChars are the bytes of an RFC 9110 token (tchar).
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ValidFieldName reports whether s is a field name: a non-empty token.
+// These are the names net/http writes (it drops others silently;
+// writeHead leaves a request with one to it), and the names the front end
+// lets a request carry.
+func ValidFieldName(s string) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
+		if !tokenChars[s[i]] {
 			return false
 		}
 	}
