@@ -187,7 +187,7 @@ func run(cfg config) error {
 		row{"  client+target CPU per request (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 	rows = append(rows, relay.rows("request", rr, "throughput")...)
-	rows = append(rows, floorGoalRows("plain keep-alive", "request", r, rr, 1.2)...)
+	rows = append(rows, floorGoalRows("plain keep-alive", "request", r[1], rr[1], 1.2)...)
 	for _, ref := range refs {
 		if ref.name == relay.name {
 			continue
@@ -219,7 +219,7 @@ func run(cfg config) error {
 		row{"  client+target CPU per tunnel (bench process)", us(r[1].clientCPU), us(r[0].clientCPU), "", "", true},
 	)
 	rows = append(rows, relay.rows("tunnel", rt, "tunnel")...)
-	rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r, rt, 1.1)...)
+	rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r[1], rt[1], 1.1)...)
 	for _, ref := range refs {
 		if ref.name == relay.name {
 			continue
@@ -431,14 +431,14 @@ func throughput(cfg config, paths []benchPath, squidPID int, do func(*http.Clien
 	}
 	for round := 0; round < cfg.rounds; round++ {
 		for i, p := range paths {
-			g0, s0, c0 := proxyCPU(p.pid), cpuTime(squidPID), cpuTime(os.Getpid())
+			g0, s0, c0 := cpuTime(p.pid), cpuTime(squidPID), cpuTime(os.Getpid())
 			n, elapsed, err := load(clients[i], do, cfg.concurrency, cfg.duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", p.name, err)
 			}
 			accs[i].n += n
 			accs[i].elapsed += elapsed
-			accs[i].gwCPU += proxyCPU(p.pid) - g0
+			accs[i].gwCPU += cpuTime(p.pid) - g0
 			accs[i].squidCPU += cpuTime(squidPID) - s0
 			accs[i].selfCPU += cpuTime(os.Getpid()) - c0
 		}
@@ -685,16 +685,12 @@ func newPlainTarget() *plainTarget {
 
 func (p *plainTarget) Close() { p.srv.Close() }
 
-// cpuTime is utime+stime of pid from /proc/<pid>/stat.
-// proxyCPU is cpuTime of a path's proxy, 0 for the direct path.
-func proxyCPU(pid int) time.Duration {
+// cpuTime is utime+stime of pid from /proc/<pid>/stat; 0 for pid 0, the
+// direct path's proxy, which it has none of.
+func cpuTime(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	return cpuTime(pid)
-}
-
-func cpuTime(pid int) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
