@@ -56,7 +56,7 @@ var allocBudgets = []allocBudget{
 	},
 	{
 		name: "new CONNECT tunnel", bench: `^BenchmarkConnectTunnel$`,
-		today: 104, todayRace: 107,
+		today: 108, todayRace: 109,
 		setup: func(tb testing.TB) func(testing.TB) {
 			echo := echoServer(tb)
 			gw := benchGateway(tb, rotation.ModeSticky)
@@ -67,7 +67,7 @@ var allocBudgets = []allocBudget{
 		name: "MITM'd request on a kept tunnel", bench: `^BenchmarkMITMRequest$`,
 		today: 134, todayRace: 146,
 		setup: func(tb testing.TB) func(testing.TB) {
-			c, u := mitmBench(tb)
+			c, u := mitmBench(tb, FingerprintMirror)
 			return func(tb testing.TB) { getOnce(tb, c, u) }
 		},
 	},

@@ -235,12 +235,12 @@ func tunnelOnce(tb testing.TB, gw, echo string) {
 	}
 }
 
-// mitmBench is a gateway intercepting CONNECT (the default mirrored
-// handshake toward the site, a direct member) in front of a minimal
-// keep-alive HTTPS target, and a client that trusts the gateway's CA:
-// each GET of the URL is one MITM'd request on a kept tunnel. The first
-// is sent here, and checked to carry the gateway's certificate.
-func mitmBench(tb testing.TB) (*http.Client, string) {
+// mitmBench is a gateway intercepting CONNECT (the site-facing handshake
+// fp, a direct member) in front of a minimal keep-alive HTTPS target, and a
+// client that trusts the gateway's CA: each GET of the URL is one MITM'd
+// request on a kept tunnel. The first is sent here, and checked to carry
+// the gateway's certificate.
+func mitmBench(tb testing.TB, fp Fingerprint) (*http.Client, string) {
 	tb.Helper()
 	ca, caRoots := newTestCA(tb)
 	site := httptest.NewUnstartedServer(http.HandlerFunc(benchHandler))
@@ -248,7 +248,7 @@ func mitmBench(tb testing.TB) (*http.Client, string) {
 	tb.Cleanup(site.Close)
 	siteRoots := x509.NewCertPool()
 	siteRoots.AddCert(site.Certificate())
-	gw := benchGatewayWith(tb, Options{Mode: rotation.ModeSticky, SiteRoots: siteRoots, MITM: &MITMOptions{CA: ca}})
+	gw := benchGatewayWith(tb, Options{Mode: rotation.ModeSticky, SiteRoots: siteRoots, MITM: &MITMOptions{CA: ca, Fingerprint: fp}})
 	c := benchClient(gw)
 	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: caRoots, MinVersion: tls.VersionTLS12}
 	tb.Cleanup(c.CloseIdleConnections)
@@ -268,8 +268,22 @@ func mitmBench(tb testing.TB) (*http.Client, string) {
 // HTTPS target per op, on one tunnel: the gateway ends the client's TLS,
 // reads the request and sends it over its own TLS to the site.
 func BenchmarkMITMRequest(b *testing.B) {
-	c, u := mitmBench(b)
+	c, u := mitmBench(b, FingerprintMirror)
 	benchGet(b, c, u)
+}
+
+// BenchmarkMITMNewTunnel is one GET per op on a new tunnel: CONNECT, the
+// client's TLS handshake with the gateway, the gateway's with the site
+// (mirrored, or Go's own hello), one request: what a crawler without
+// keep-alive costs the gateway under MITM.
+func BenchmarkMITMNewTunnel(b *testing.B) {
+	for _, fp := range []Fingerprint{FingerprintMirror, FingerprintGo} {
+		b.Run(string(fp), func(b *testing.B) {
+			c, u := mitmBench(b, fp)
+			c.Transport.(*http.Transport).DisableKeepAlives = true
+			benchGet(b, c, u)
+		})
+	}
 }
 
 // BenchmarkPlainHTTPThroughUpstream is one keep-alive GET client → gateway

@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -180,6 +181,10 @@ func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request
 		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
 		return nil, false
 	}
+	// The tunnel's bytes (TLS records, or plain requests on port 80) are
+	// read and written without a runtime system call each (internal/rawio):
+	// nothing here splices, so it needs no *net.TCPConn.
+	conn = rawio.Wrap(conn)
 	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
 	if _, err := conn.Write(hello); err != nil {
 		_ = conn.Close()

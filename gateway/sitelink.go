@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -234,6 +235,9 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 	if err != nil {
 		return nil, err
 	}
+	// TLS records to and from the site without a runtime system call each
+	// (internal/rawio), as the client's side of the tunnel.
+	c = rawio.Wrap(c)
 	if len(early) > 0 {
 		c = &prefixConn{Conn: c, prefix: early}
 	}

@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
 	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
 	flag.DurationVar(&settleTime, "settle", settleTime, "how long a process is left alone before its RSS is read for the memory rows; 150s lets the runtime's forced collection (every 2 minutes) and its scavenger give back what parked idle tunnels no longer use")
-	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; tunnels: only the gateway's memory per idle tunnel (-idle-tunnels of them, a direct member, no Squid); redis: only the Redis store rows; mitm: only the MITM rows")
+	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; floor: only the plain keep-alive and new-tunnel rows with the relay beside the gateway (the speed goals' ratios); tunnels: only the gateway's memory per idle tunnel (-idle-tunnels of them, a direct member, no Squid); redis: only the Redis store rows; mitm: only the MITM rows")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -93,7 +93,7 @@ func run(cfg config) error {
 	fmt.Printf("proxyfleet bench: %d CPUs, GOMAXPROCS %d, %s, squid %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), squidVersion())
 	fmt.Printf("binary %s\nload average at start: %s\n\n", bin, loadAverage())
 	switch cfg.only {
-	case "", "mitm":
+	case "", "mitm", "floor":
 	case "sidecar":
 		rows, err := runSidecarOnly(bin)
 		if err != nil {
@@ -113,7 +113,7 @@ func run(cfg config) error {
 		}
 		return printRows(rows)
 	default:
-		return fmt.Errorf("-only %q: want sidecar, tunnels, redis or mitm", cfg.only)
+		return fmt.Errorf("-only %q: want sidecar, tunnels, redis, mitm or floor", cfg.only)
 	}
 
 	sq, err := squid.Launch(squid.Options{Name: "bench", OutgoingAddr: "127.0.0.2"})
@@ -189,7 +189,7 @@ func run(cfg config) error {
 	rows = append(rows, relay.rows("request", rr, "throughput")...)
 	rows = append(rows, floorGoalRows("plain keep-alive", "request", r[1], rr[1], 1.2)...)
 	for _, ref := range refs {
-		if ref.name == relay.name {
+		if ref.name == relay.name || cfg.only == "floor" {
 			continue
 		}
 		fmt.Printf("plain HTTP keep-alive through the %s ...\n", ref.what)
@@ -220,6 +220,9 @@ func run(cfg config) error {
 	)
 	rows = append(rows, relay.rows("tunnel", rt, "tunnel")...)
 	rows = append(rows, floorGoalRows("new tunnel per request", "tunnel", r[1], rt[1], 1.1)...)
+	if cfg.only == "floor" {
+		return printRows(rows)
+	}
 	for _, ref := range refs {
 		if ref.name == relay.name {
 			continue

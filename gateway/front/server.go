@@ -25,6 +25,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
+	"github.com/proxyfleet/proxyfleet/internal/rawio"
 )
 
 // Server is the gateway's own HTTP/1.1 server for client connections.
@@ -190,7 +191,8 @@ func isTemporaryAccept(err error) bool {
 
 func (f *Server) newConn(c net.Conn) *frontConn {
 	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
-	fc.lr.R = c
+	fc.io = rawio.Wrap(c)
+	fc.lr.R = fc.io
 	f.mu.Lock()
 	if f.shutting.Load() {
 		f.mu.Unlock()
@@ -267,8 +269,12 @@ const connClosing int32 = 2
 
 // frontConn is one client connection.
 type frontConn struct {
-	f      *Server
-	c      net.Conn
+	f *Server
+	c net.Conn
+	// io is c for the request path's reads and writes (rawio: no runtime
+	// system call per read or write); c stays c, a *net.TCPConn for a
+	// tunnel to splice.
+	io     net.Conn
 	remote string
 	state  atomic.Int32
 	lr     keepalive.LimitReader // caps the request head; lifted for bodies
@@ -286,7 +292,7 @@ type frontConn struct {
 func (fc *frontConn) serve() {
 	f := fc.f
 	fc.br = f.readers.Get(&fc.lr)
-	fc.bw = f.writers.Get(fc.c)
+	fc.bw = f.writers.Get(fc.io)
 	hijacked := false
 	defer func() {
 		if v := recover(); v != nil {

@@ -11,7 +11,8 @@
 // context, when a connection may be reused). What a caller does with the
 // answer's body stays with the caller.
 //
-// It imports the standard library and internal/httphead only.
+// It imports the standard library, internal/httphead and internal/rawio
+// only.
 package keepalive
 
 import (
@@ -23,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/rawio"
 )
 
 // Defaults of Options.
@@ -264,9 +267,12 @@ func (p *Pool) Dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := &Conn{Conn: c, lr: LimitReader{R: c, N: -1}, raw: rawConnOf(c)}
+	// The buffers read and write without a runtime system call each
+	// (internal/rawio); Conn stays c for its deadlines and Close.
+	rw := rawio.Wrap(c)
+	pc := &Conn{Conn: c, lr: LimitReader{R: rw, N: -1}, raw: rawConnOf(rw)}
 	pc.R = bufio.NewReaderSize(&pc.lr, p.o.BufSize)
-	pc.W = bufio.NewWriterSize(c, p.o.BufSize)
+	pc.W = bufio.NewWriterSize(rw, p.o.BufSize)
 	return pc, nil
 }
 

@@ -2,7 +2,10 @@
 
 package keepalive
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+)
 
 // Unusable reports whether an idle keep-alive connection must not be
 // reused: its peer closed or reset it, or sent bytes nobody asked for (an
@@ -14,7 +17,10 @@ func (c *Conn) Unusable() bool {
 	unusable := false
 	var b [1]byte
 	_ = c.raw.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		// Raw, as internal/rawio's reads and writes are: a runtime system
+		// call here, once per reuse, would wake the runtime's monitor.
+		_, _, err := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		unusable = err != syscall.EAGAIN && err != syscall.EINTR
 		return true
 	})
