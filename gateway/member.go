@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -181,7 +182,7 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 			mc.local = &net.TCPAddr{IP: m.SourceAddr.AsSlice(), Zone: m.SourceAddr.Zone()}
 		}
 		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return g.dialDirectAddr(ctx, mc, addr)
+			return wrapRaw(g.dialDirectAddr(ctx, mc, addr))
 		}
 		return mc, nil
 	}
@@ -206,7 +207,9 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 	}
 	mc.upstreamAddr = net.JoinHostPort(u.Hostname(), port)
 	fwd := &net.Dialer{Timeout: g.dialTimeout}
-	tr.DialContext = fwd.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return wrapRaw(fwd.DialContext(ctx, network, addr))
+	}
 	proxyURL := *u
 	tr.Proxy = http.ProxyURL(&proxyURL)
 	mc.socks5 = u.Scheme == "socks5" || u.Scheme == "socks5h"
@@ -231,6 +234,18 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 		mc.lean = newUpstreamPool(mc.upstreamAddr, g.dialTimeout)
 	}
 	return mc, nil
+}
+
+// wrapRaw is a connection the member's Transport dialed, read and written
+// without a runtime system call each (internal/rawio), as the lean path's
+// and the client's are: the Transport only reads and writes it (through
+// its TLS, for an https:// URL or a MITM'd tunnel under the go
+// fingerprint), and no tunnel splices it.
+func wrapRaw(c net.Conn, err error) (net.Conn, error) {
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c), nil
 }
 
 // checkedKey carries a target's checked addresses from the handler to a
