@@ -6,20 +6,25 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 )
 
-// conn is a net.Conn whose Read and Write are raw. Reads must not run
-// concurrently with reads, nor writes with writes (a read and a write may),
-// which is how every reader and writer of a net.Conn uses one.
+// conn is a net.Conn whose Read and Write are raw. Like net.Conn's, its
+// methods may be called from several goroutines at once: a call's buffer
+// and result live in the conn (a closure made per call would allocate),
+// so each direction has a lock around them, uncontended in every caller
+// of ours (one reader and one writer per connection).
 type conn struct {
 	net.Conn
 	rc syscall.RawConn
 
+	rmu     sync.Mutex
 	rp      []byte
 	rn      int
 	rerr    syscall.Errno
 	readFn  func(uintptr) bool
+	wmu     sync.Mutex
 	wp      []byte
 	wn      int
 	werr    syscall.Errno
@@ -51,18 +56,21 @@ func (x *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	x.rmu.Lock()
 	x.rp, x.rn, x.rerr = p, 0, 0
 	err := x.rc.Read(x.readFn)
+	n, rerr := x.rn, x.rerr
 	x.rp = nil
+	x.rmu.Unlock()
 	switch {
 	case err != nil:
 		return 0, x.opError("read", err)
-	case x.rerr != 0:
-		return 0, x.opError("read", os.NewSyscallError("read", x.rerr))
-	case x.rn == 0:
+	case rerr != 0:
+		return 0, x.opError("read", os.NewSyscallError("read", rerr))
+	case n == 0:
 		return 0, io.EOF
 	}
-	return x.rn, nil
+	return n, nil
 }
 
 func (x *conn) read(fd uintptr) bool {
@@ -88,15 +96,17 @@ func (x *conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	x.wmu.Lock()
 	x.wp, x.wn, x.werr = p, 0, 0
 	err := x.rc.Write(x.writeFn)
-	n := x.wn
+	n, werr := x.wn, x.werr
 	x.wp = nil
+	x.wmu.Unlock()
 	switch {
 	case err != nil:
 		return n, x.opError("write", err)
-	case x.werr != 0:
-		return n, x.opError("write", os.NewSyscallError("write", x.werr))
+	case werr != 0:
+		return n, x.opError("write", os.NewSyscallError("write", werr))
 	}
 	return n, nil
 }

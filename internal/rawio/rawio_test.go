@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +86,67 @@ func TestWrapMovesBytesBothWaysLikeNetConn(t *testing.T) {
 	_ = peer.CloseWrite()
 	if n, err := a.Read(buf); n != 0 || err != io.EOF {
 		t.Fatalf("Read after the peer ended = %d, %v; want 0, io.EOF", n, err)
+	}
+}
+
+func TestWrapServesConcurrentCallersAsNetConn(t *testing.T) {
+	// net.Conn lets goroutines call Read (and Write) at once; each call's
+	// bytes must be its own.
+	a, peer := pair(t)
+	const writers, per = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := bytes.Repeat([]byte{byte('a' + w)}, 64)
+			for range per {
+				if _, err := a.Write(msg); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	got := make([]byte, writers*per*64)
+	if _, err := io.ReadFull(peer, got); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i := 0; i < len(got); i += 64 {
+		if !bytes.Equal(got[i:i+64], bytes.Repeat(got[i:i+1], 64)) {
+			t.Fatalf("concurrent writes interleaved inside one write at byte %d", i)
+		}
+	}
+
+	go func() {
+		_, _ = peer.Write(bytes.Repeat([]byte("z"), 1<<16))
+		_ = peer.CloseWrite() // the readers still waiting get io.EOF
+	}()
+	var total atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 512)
+			for total.Load() < 1<<16 {
+				n, err := a.Read(buf)
+				for _, b := range buf[:n] {
+					if b != 'z' {
+						t.Errorf("a concurrent read got %q", b)
+						return
+					}
+				}
+				total.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if total.Load() != 1<<16 { // more would mean a read counted twice
+		t.Fatalf("concurrent reads got %d bytes of %d", total.Load(), 1<<16)
 	}
 }
 
