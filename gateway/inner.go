@@ -162,7 +162,7 @@ var httpTunnelHello = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
-	c, ok := g.takeTunnel(w, r, rq, httpTunnelHello)
+	c, ok := g.takeTunnel(w, r, rq, httpTunnelHello, false)
 	if !ok {
 		return
 	}
@@ -174,17 +174,20 @@ func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *par
 // answers itself, writes hello, and returns the connection with any bytes
 // the client sent behind its CONNECT put back (a ClientHello, a request).
 // Its deadline is the dial timeout, for what the caller does next; false
-// when the client is gone (the outcome is recorded).
-func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte) (net.Conn, bool) {
+// when the client is gone (the outcome is recorded). With raw the
+// connection reads and writes through internal/rawio (no runtime system
+// call each): a MITM'd tunnel's TLS records, which nothing splices; a
+// port-80 tunnel keeps its *net.TCPConn, which a WebSocket upgraded inside
+// it splices.
+func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte, raw bool) (net.Conn, bool) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
 		return nil, false
 	}
-	// The tunnel's bytes (TLS records, or plain requests on port 80) are
-	// read and written without a runtime system call each (internal/rawio):
-	// nothing here splices, so it needs no *net.TCPConn.
-	conn = rawio.Wrap(conn)
+	if raw {
+		conn = rawio.Wrap(conn)
+	}
 	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
 	if _, err := conn.Write(hello); err != nil {
 		_ = conn.Close()

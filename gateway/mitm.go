@@ -105,7 +105,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		g.finish(r.Context(), rq, err)
 		return
 	}
-	c, ok := g.takeTunnel(w, r, rq, mitmHello)
+	c, ok := g.takeTunnel(w, r, rq, mitmHello, true)
 	if !ok {
 		return
 	}
