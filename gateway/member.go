@@ -236,10 +236,10 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 	return mc, nil
 }
 
-// wrapRaw is a connection the member's Transport dialed, read and written
-// without a runtime system call each (internal/rawio), as the lean path's
-// and the client's are: the Transport only reads and writes it (through
-// its TLS, for an https:// URL or a MITM'd tunnel under the go
+// wrapRaw hands the member's Transport the connection it dialed wrapped by
+// internal/rawio (no runtime system call per read or write), as the lean
+// path's and the client's are: the Transport only reads and writes it
+// (through its TLS, for an https:// URL or a MITM'd tunnel under the go
 // fingerprint), and no tunnel splices it.
 func wrapRaw(c net.Conn, err error) (net.Conn, error) {
 	if err != nil {
