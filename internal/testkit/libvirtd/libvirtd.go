@@ -159,8 +159,14 @@ func StartWith(t testing.TB, opts Options) *Daemon {
 		if d.proc.Exited() {
 			return fmt.Errorf("libvirtd exited: %v\n%s", d.proc.ExitErr(), d.proc.Output())
 		}
-		_, err := os.Stat(d.Socket)
-		return err
+		// The socket file appears at bind(2), before libvirtd listens:
+		// only a connection that is accepted says it is up (a check of the
+		// file alone once let the first Connect meet ECONNREFUSED).
+		c, err := net.DialTimeout("unix", d.Socket, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
 	}); err != nil {
 		t.Fatalf("libvirt test harness: the private libvirtd did not come up: %v", err)
 	}
