@@ -9,9 +9,11 @@
 //   - A password is replaced by [Mask]; the user name before it stays, as
 //     url.URL.Redacted keeps it (it names the account, and a 407 is
 //     diagnosed by it).
-//   - A user name without a password is the credential itself (a token as
-//     user name, https://TOKEN@host; a proxy's API key as its user) and is
-//     masked whole. This is stricter than url.URL.Redacted.
+//   - A user name without a password, or with an empty one, is the
+//     credential itself (a token as user name, https://TOKEN@host; curl's
+//     -u TOKEN: convention, https://TOKEN:@host; a proxy's API key as its
+//     user) and is masked whole: xxxxx@ and xxxxx:@. This is stricter than
+//     url.URL.Redacted.
 //   - The value of a query or fragment parameter whose name contains pass,
 //     pwd, secret, token, key, auth, sig, cred or session (any case) is
 //     masked: ?access_token=, ?X-Amz-Signature=, ?password=.
@@ -67,9 +69,13 @@ func Parsed(u *url.URL) string {
 	}
 	c := *u
 	if c.User != nil {
-		if _, ok := c.User.Password(); ok {
+		switch pw, ok := c.User.Password(); {
+		case ok && pw != "":
 			c.User = url.UserPassword(c.User.Username(), Mask)
-		} else if c.User.Username() != "" {
+		case c.User.Username() == "":
+		case ok:
+			c.User = url.UserPassword(Mask, "")
+		default:
 			c.User = url.User(Mask)
 		}
 	}
@@ -94,9 +100,15 @@ func Reason(raw string, err error) string {
 }
 
 // userinfo masks the password of ui (everything after its first ':'), or
-// all of a lone user name.
+// all of a lone user name or of one before an empty password.
 func userinfo(ui string) string {
 	if c := strings.IndexByte(ui, ':'); c >= 0 {
+		if c == len(ui)-1 { // nothing after the ':'
+			if c == 0 {
+				return ":"
+			}
+			return Mask + ":"
+		}
 		return ui[:c] + ":" + Mask
 	}
 	if ui == "" {
