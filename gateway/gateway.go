@@ -321,14 +321,7 @@ func New(o Options) (*Gateway, error) {
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 	}
-	g.front = front.New(g.ServeHTTP, front.Options{
-		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest,
-		Rejected: func(r front.Rejection, start time.Time) {
-			g.rec.Request("", rejectionOutcome[r], time.Since(start))
-		},
-		Logger: o.Logger,
-	})
+	g.front = front.New(g.ServeHTTP, g.frontOptions())
 	if o.Pacing.MaxWait < 0 {
 		return nil, errors.New("gateway: Options.Pacing.MaxWait is negative")
 	}
@@ -351,6 +344,19 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.inner = g.newInner()
 	return g, nil
+}
+
+// frontOptions are the options of the gateway's own HTTP/1.1 servers: the
+// proxy port's and the one inside MITM'd tunnels.
+func (g *Gateway) frontOptions() front.Options {
+	return front.Options{
+		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
+		RejectHeader: HeaderReason + ": " + ReasonBadRequest,
+		Rejected: func(r front.Rejection, start time.Time) {
+			g.rec.Request("", rejectionOutcome[r], time.Since(start))
+		},
+		Logger: g.log,
+	}
 }
 
 // Serve accepts proxy connections on ln until Shutdown; it returns

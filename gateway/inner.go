@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -48,16 +49,24 @@ func ParsePorts(s string) ([]uint16, error) {
 	return out, nil
 }
 
-// inner is the gateway's second net/http server: it serves the requests
-// that arrive inside a tunnel the gateway answered itself, a TLS
-// connection it terminated (MITM) or plain HTTP carried in a CONNECT to
-// an HTTP port. The CONNECT handler hands it the connection, so those
-// requests get the server's keep-alive, framing and limits exactly as
-// plain ones do.
+// inner serves the requests that arrive inside a tunnel the gateway
+// answered itself, a TLS connection it terminated (MITM) or plain HTTP
+// carried in a CONNECT to an HTTP port, with the keep-alive, framing and
+// limits plain requests get. A MITM'd tunnel whose client speaks HTTP/1.1
+// goes to h1, the gateway's own HTTP/1.1 server (gateway/front), as the
+// proxy port does: net/http's server starts a background read per request
+// to notice a client that leaves, which parks and wakes a second goroutine
+// and costs a read and two deadline changes each time (≈ 10 % of a MITM'd
+// keep-alive request's CPU, measured with perf). A client that leaves
+// while its request is with the site is then noticed when its answer is
+// written, as on the proxy port; the answer timeout bounds the wait.
+// HTTP/2 (a MITM'd client that chose h2, or h2c with prior knowledge in a
+// port-80 tunnel) and every port-80 tunnel stay on net/http's server, srv.
 type inner struct {
 	srv    *http.Server
 	ln     *connListener
 	served chan struct{}
+	h1     *front.Server
 }
 
 // innerTunnel is what a request inside a tunnel inherits from its
@@ -123,21 +132,35 @@ func (g *Gateway) newInner() *inner {
 		defer close(in.served)
 		_ = in.srv.Serve(in.ln)
 	}()
+	o := g.frontOptions()
+	o.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, innerTunnelKey{}, c.(*innerConn).t)
+	}
+	in.h1 = front.New(g.serveInnerRequest, o)
 	return in
 }
 
-// serve hands c, the client's side of t, to the inner server; c is
-// closed when the gateway is shutting down.
+// serve hands c, the client's side of t, to the inner server that speaks
+// its protocol; c is closed when the gateway is shutting down.
 func (in *inner) serve(c net.Conn, t *innerTunnel) {
-	if !in.ln.push(&innerConn{Conn: c, t: t}) {
-		_ = c.Close()
+	ic := &innerConn{Conn: c, t: t}
+	if t.scheme == "https" && t.h2 == nil {
+		go in.h1.ServeConn(ic)
+		return
+	}
+	if !in.ln.push(ic) {
+		_ = ic.Close()
 	}
 }
 
-// shutdown stops the inner server as Shutdown does the front end.
+// shutdown stops the inner servers as Shutdown does the front end.
 func (in *inner) shutdown(ctx context.Context) error {
-	err := in.srv.Shutdown(ctx)
+	err := in.h1.Shutdown(ctx)
+	if serr := in.srv.Shutdown(ctx); err == nil {
+		err = serr
+	}
 	if err != nil {
+		in.h1.Close()
 		_ = in.srv.Close()
 	}
 	<-in.served

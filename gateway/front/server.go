@@ -84,6 +84,10 @@ type Options struct {
 	Rejected func(r Rejection, start time.Time)
 	// Logger gets panics; nil discards.
 	Logger *slog.Logger
+	// ConnContext, as net/http's Server's, derives a connection's context
+	// (every request on it carries it) from the Server's; nil keeps the
+	// Server's.
+	ConnContext func(ctx context.Context, c net.Conn) context.Context
 }
 
 // Rejection is why the Server ended a request before its handler saw it.
@@ -183,6 +187,16 @@ func (f *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// ServeConn serves c, a connection accepted elsewhere (a client's side of
+// a tunnel the gateway terminated), on the calling goroutine until it
+// ends, as Serve serves the connections it accepts: Shutdown waits for
+// its request and Close closes it. c is closed when ServeConn returns.
+func (f *Server) ServeConn(c net.Conn) {
+	if fc := f.newConn(c); fc != nil {
+		fc.serve()
+	}
+}
+
 // isTemporaryAccept reports accept errors worth retrying (EMFILE, ENFILE,
 // ECONNABORTED...): anything but a closed listener.
 func isTemporaryAccept(err error) bool {
@@ -190,7 +204,10 @@ func isTemporaryAccept(err error) bool {
 }
 
 func (f *Server) newConn(c net.Conn) *frontConn {
-	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
+	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String(), ctx: f.ctx}
+	if f.o.ConnContext != nil {
+		fc.ctx = f.o.ConnContext(f.ctx, c)
+	}
 	fc.io = rawio.Wrap(c)
 	fc.lr.R = fc.io
 	f.mu.Lock()
@@ -281,6 +298,8 @@ type frontConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	w      frontWriter
+	// ctx is every request's context on this connection.
+	ctx context.Context
 	// body is the current request's body, nil when it has none. A
 	// Transport may still be reading it from another goroutine when the
 	// handler returns; it is abandoned before the buffers are reused.
@@ -340,7 +359,7 @@ func (fc *frontConn) serve() {
 			return
 		}
 		req.RemoteAddr = fc.remote
-		req = req.WithContext(f.ctx)
+		req = req.WithContext(fc.ctx)
 		w := &fc.w
 		w.reset(fc, req)
 		f.handler(w, req)
