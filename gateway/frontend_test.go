@@ -3,10 +3,13 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +282,100 @@ func TestFrontendShutdownClosesIdleAndFinishesActive(t *testing.T) {
 	resp, body := active.answer("GET")
 	if body != "done" || !resp.Close {
 		t.Fatalf("in-flight request got %q, close %v; want done with Connection: close", body, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; err != http.ErrServerClosed {
+		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+}
+
+// mitmRawConn is a client's MITM'd tunnel through the gateway at addr to
+// site, spoken HTTP/1.1 over TLS by hand, so a test sees when the gateway
+// closes it.
+func mitmRawConn(t *testing.T, addr string, site *url.URL, roots *x509.CertPool) *rawConn {
+	t.Helper()
+	rc := dialRaw(t, addr)
+	rc.send("CONNECT " + site.Host + " HTTP/1.1\r\nHost: " + site.Host + "\r\n\r\n")
+	// The answer's head only: a tunnel's bytes follow it.
+	resp, err := http.ReadResponse(rc.br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK || rc.br.Buffered() > 0 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(rc.c, &tls.Config{RootCAs: roots, ServerName: site.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS with the gateway: %v", err)
+	}
+	if tc.ConnectionState().PeerCertificates[0].Issuer.CommonName != "proxyfleet test CA" {
+		t.Fatal("the tunnel's TLS is not the gateway's (MITM off?)")
+	}
+	return &rawConn{t: t, c: tc, br: bufio.NewReader(tc)}
+}
+
+// TestFrontendShutdownDrainsMITMdTunnels pins that a MITM'd tunnel whose
+// client speaks HTTP/1.1, served by the gateway's own loop, drains on
+// Shutdown as the proxy port's connections do: an idle one is closed at
+// once, a request in flight gets its answer (with Connection: close), and
+// Shutdown returns only after it.
+func TestFrontendShutdownDrainsMITMdTunnels(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer site.Close()
+	siteURL, _ := url.Parse(site.URL)
+	siteRoots := x509.NewCertPool()
+	siteRoots.AddCert(site.Certificate())
+	ca, roots := newTestCA(t)
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers(directMembers(1))
+	g, err := New(Options{Pool: store, AllowPrivateTargets: true, SiteRoots: siteRoots, MITM: &MITMOptions{CA: ca}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+
+	get := func(path string) string {
+		return "GET " + path + " HTTP/1.1\r\nHost: " + siteURL.Host + "\r\n\r\n"
+	}
+	idle := mitmRawConn(t, ln.Addr().String(), siteURL, roots)
+	idle.send(get("/"))
+	if _, body := idle.answer("GET"); body != "done" {
+		t.Fatalf("warm-up: %q", body)
+	}
+	active := mitmRawConn(t, ln.Addr().String(), siteURL, roots)
+	active.send(get("/slow"))
+	<-arrived
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		shut <- g.Shutdown(ctx)
+	}()
+	if !idle.closed() {
+		t.Fatal("Shutdown left an idle MITM'd tunnel open")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a MITM'd request in flight", err)
+	default:
+	}
+	close(release)
+	resp, body := active.answer("GET")
+	if body != "done" || !resp.Close {
+		t.Fatalf("in-flight MITM'd request got %q, close %v; want done with Connection: close", body, resp.Close)
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
