@@ -151,17 +151,17 @@ func run(cfg config) error {
 		{name: "chain", proxy: gwURL, pid: gw.PID()},
 	}
 
-	if cfg.only == "mitm" {
-		rows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
-		if err != nil {
-			return err
-		}
-		return printRows(rows)
-	}
 	refs, err := startReferences(sq.Addr())
 	defer refs.stop()
 	if err != nil {
 		return err
+	}
+	if cfg.only == "mitm" {
+		rows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID(), refs.named("relay").path())
+		if err != nil {
+			return err
+		}
+		return printRows(rows)
 	}
 	// The gateway and the relay, the floor its goals are ratios to, take
 	// turns in one measurement (direct, gateway, relay, direct, ...): the
@@ -259,7 +259,7 @@ func run(cfg config) error {
 	}
 	rows = append(rows, allocs...)
 
-	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID())
+	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID(), relay.path())
 	if err != nil {
 		return err
 	}

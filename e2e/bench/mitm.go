@@ -22,8 +22,10 @@ import (
 // classifies and forwards, over the tunnel's own site connection under
 // mirror, over a pooled one under go) and a new tunnel per request (a TLS
 // handshake with the client, the leaf from the cache, and under mirror a
-// new site connection with its own handshake).
-func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target, tunnelURL string, tunnelPID int) ([]row, error) {
+// new site connection with its own handshake). The relay (the floor of the
+// speed goals) carries the same tunnels in the same rounds: what any hop
+// costs for those bytes, beside what MITM costs for them.
+func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target, tunnelURL string, tunnelPID int, relay benchPath) ([]row, error) {
 	certPEM, keyPEM, err := mitmca.Generate("proxyfleet bench CA", time.Hour, time.Now())
 	if err != nil {
 		return nil, err
@@ -82,6 +84,8 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 		defer r.stop()
 		sides = append(sides, side{r.name, r.proxy, r.pid, mitmTLS, r.log})
 	}
+	sides = append(sides, side{relay.name, relay.proxy, relay.pid, target.ClientTLSConfig(), nil})
+	const relaySide = 5
 	u := target.URL() + "/"
 	var rows []row
 	for _, shape := range []struct {
@@ -132,6 +136,11 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 			row{"  gateway CPU per request, go vs tunnel", us(cpu[2]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[2])/float64(cpu[0])), "", true},
 		)
 		rows = append(rows, mitmGoalRows(sides[1].name, sides[2].name, cpu[1], cpu[2], cpu[3], cpu[4])...)
+		rows = append(rows,
+			row{"  the same tunnels through the relay: relay CPU per request (the hop's floor, reference)", us(cpu[relaySide]), "", "", "", true},
+			row{"  gateway CPU per request ÷ the relay's: mirror, go, plain tunnel", us(cpu[1]), us(cpu[relaySide]) + " (relay)",
+				fmt.Sprintf("%.2f×, %.2f×, %.2f×", float64(cpu[1])/float64(cpu[relaySide]), float64(cpu[2])/float64(cpu[relaySide]), float64(cpu[0])/float64(cpu[relaySide])), "", true},
+		)
 	}
 	// The cost model's MITM row: a request on a kept MITM'd tunnel against
 	// one on a kept plain tunnel (the gateway only relays its bytes).
