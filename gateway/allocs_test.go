@@ -65,7 +65,7 @@ var allocBudgets = []allocBudget{
 	},
 	{
 		name: "MITM'd request on a kept tunnel", bench: `^BenchmarkMITMRequest$`,
-		today: 115, todayRace: 126,
+		today: 121, todayRace: 131,
 		setup: func(tb testing.TB) func(testing.TB) {
 			c, u := mitmBench(tb, FingerprintMirror)
 			return func(tb testing.TB) { getOnce(tb, c, u) }

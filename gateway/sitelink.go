@@ -307,17 +307,7 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 		return resp, nil
 	}
 	ctx := out.Context()
-	// A stream of a client speaking HTTP/2 to the gateway ends on its own
-	// (the client resets it): the exchange is cut then. A client speaking
-	// HTTP/1.1 is served by the gateway's own loop, whose request context
-	// ends only when the gateway closes every connection, and closing the
-	// client's connection closes the tunnel's links (busy ones too): no
-	// callback to register per request (≈ 3 % of a MITM'd keep-alive
-	// request's CPU).
-	stop := func() bool { return false }
-	if t.h2 != nil {
-		stop = context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(keepalive.ALongTimeAgo) })
-	}
+	stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(keepalive.ALongTimeAgo) })
 	if err := g.writeRequest(l.c, out, false); err != nil {
 		stop()
 		return nil, err
