@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -451,5 +452,36 @@ func TestMITMMirrorReopensAStaleSiteConnection(t *testing.T) {
 	conns := e.site.Conns()
 	if len(conns) != 2 || conns[1].Seen()[0].Path != "/second" {
 		t.Fatalf("the site saw %d connections, want 2: the closed one, then a new one for /second", len(conns))
+	}
+}
+
+// TestMITMMirrorRequestTimeoutCutsTheSiteExchange pins that RequestTimeout
+// bounds a MITM'd request on the tunnel's own site connection as it does a
+// plain one: a site that never answers gets the client a 504 once the
+// request's time is up, not once the (much longer) answer timeout is.
+func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
+	release := make(chan struct{})
+	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(site.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+	siteRoots := x509.NewCertPool()
+	siteRoots.AddCert(site.Certificate())
+	ca, caRoots := newTestCA(t)
+	gw := benchGatewayWith(t, Options{SiteRoots: siteRoots, RequestTimeout: 300 * time.Millisecond,
+		MemberAnswerTimeout: 5 * time.Minute, MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}})
+	c := mitmClient(t, gw, caRoots, nil, nil)
+	if a := mitmDo(t, c, http.MethodGet, site.URL+"/", nil); a.status != 200 || a.issuer != "proxyfleet test CA" {
+		t.Fatalf("warm-up: %d from %q, want 200 through the gateway's MITM", a.status, a.issuer)
+	}
+	start := time.Now()
+	a := mitmDo(t, c, http.MethodGet, site.URL+"/hang", nil) // the client gives up after 30 s
+	if a.status != http.StatusGatewayTimeout || a.header.Get(HeaderReason) != ReasonTimeout {
+		t.Fatalf("a site that never answers got the client %d (%s) after %s, want 504 %s once RequestTimeout (300ms) is up",
+			a.status, a.header.Get(HeaderReason), time.Since(start).Round(time.Millisecond), ReasonTimeout)
 	}
 }
