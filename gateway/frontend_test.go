@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -382,5 +383,45 @@ func TestFrontendShutdownDrainsMITMdTunnels(t *testing.T) {
 	}
 	if err := <-served; err != http.ErrServerClosed {
 		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+}
+
+// TestFrontendRefusesAMalformedHost pins net/http's Host check, kept by
+// the gateway's own server: inside a MITM'd tunnel, where a request is in
+// origin form and its Host header is what the site is sent, a Host that is
+// no host is a 400 from the gateway, and nothing reaches the site.
+func TestFrontendRefusesAMalformedHost(t *testing.T) {
+	var reached atomic.Int64
+	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer site.Close()
+	siteURL, _ := url.Parse(site.URL)
+	siteRoots := x509.NewCertPool()
+	siteRoots.AddCert(site.Certificate())
+	ca, roots := newTestCA(t)
+	addr := benchGatewayWith(t, Options{SiteRoots: siteRoots, MITM: &MITMOptions{CA: ca}})
+	for _, tc := range []struct{ name, host string }{
+		{"space in the host", "exa mple.com"},
+		{"path in the host", "x/y"},
+		{"quote in the host", `a"b`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := mitmRawConn(t, addr, siteURL, roots)
+			rc.send("GET / HTTP/1.1\r\nHost: " + tc.host + "\r\n\r\n")
+			resp, body := rc.answer("GET")
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(HeaderReason) != ReasonBadRequest || !strings.Contains(body, "malformed Host header") {
+				t.Fatalf("Host %q: %d %q (%s), want 400 malformed Host header", tc.host, resp.StatusCode, body, resp.Header.Get(HeaderReason))
+			}
+		})
+	}
+	rc := mitmRawConn(t, addr, siteURL, roots)
+	rc.send("GET / HTTP/1.1\r\nHost: " + siteURL.Host + "\r\n\r\n")
+	if resp, body := rc.answer("GET"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("a well-formed Host: %d %q, want 200 ok", resp.StatusCode, body)
+	}
+	if n := reached.Load(); n != 1 {
+		t.Fatalf("the site saw %d requests, want only the well-formed one", n)
 	}
 }

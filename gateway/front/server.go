@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
@@ -444,6 +446,11 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 func checkRequest(r *http.Request) string {
 	if r.ProtoAtLeast(1, 1) && r.Host == "" && r.Method != http.MethodConnect {
 		return "missing required Host header"
+	}
+	if !httpguts.ValidHostHeader(r.Host) {
+		// As net/http's server: inside a MITM'd tunnel the Host header is
+		// what the site is sent (a request there is in origin form).
+		return "malformed Host header"
 	}
 	if name, ok := InvalidFieldName(r.Header); !ok {
 		return "malformed header name " + echo.Quote(name) + ": a name is a token, with no space in it or before its colon"
