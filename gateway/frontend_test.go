@@ -235,13 +235,7 @@ func TestFrontendFramesAnswersLikeNetHTTP(t *testing.T) {
 func TestFrontendShutdownClosesIdleAndFinishesActive(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			arrived <- struct{}{}
-			<-release
-		}
-		_, _ = io.WriteString(w, "done")
-	}))
+	slow := httptest.NewServer(slowHandler(arrived, release))
 	defer slow.Close()
 	store := pool.NewStore(pool.StoreOptions{})
 	store.SetMembers(directMembers(1))
@@ -265,6 +259,28 @@ func TestFrontendShutdownClosesIdleAndFinishesActive(t *testing.T) {
 	active.send(rawGet(slow.URL+"/slow", "HTTP/1.1", ""))
 	<-arrived
 
+	shutdownDrains(t, g, served, idle, active, release)
+}
+
+// slowHandler answers "done", to /slow only once release is closed (and
+// after telling arrived).
+func slowHandler(arrived chan<- struct{}, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		_, _ = io.WriteString(w, "done")
+	})
+}
+
+// shutdownDrains shuts g down with idle (a connection between requests)
+// and active (a request the target holds until release closes) open, and
+// checks the drain: idle closed at once, Shutdown waiting for the request,
+// whose answer ("done") then says Connection: close, and Serve returning
+// http.ErrServerClosed on served.
+func shutdownDrains(t *testing.T, g *Gateway, served <-chan error, idle, active *rawConn, release chan struct{}) {
+	t.Helper()
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -322,13 +338,7 @@ func mitmRawConn(t *testing.T, addr string, site *url.URL, roots *x509.CertPool)
 func TestFrontendShutdownDrainsMITMdTunnels(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
-	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			arrived <- struct{}{}
-			<-release
-		}
-		_, _ = io.WriteString(w, "done")
-	}))
+	site := httptest.NewTLSServer(slowHandler(arrived, release))
 	defer site.Close()
 	siteURL, _ := url.Parse(site.URL)
 	siteRoots := x509.NewCertPool()
@@ -359,31 +369,7 @@ func TestFrontendShutdownDrainsMITMdTunnels(t *testing.T) {
 	active.send(get("/slow"))
 	<-arrived
 
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		shut <- g.Shutdown(ctx)
-	}()
-	if !idle.closed() {
-		t.Fatal("Shutdown left an idle MITM'd tunnel open")
-	}
-	select {
-	case err := <-shut:
-		t.Fatalf("Shutdown returned (%v) with a MITM'd request in flight", err)
-	default:
-	}
-	close(release)
-	resp, body := active.answer("GET")
-	if body != "done" || !resp.Close {
-		t.Fatalf("in-flight MITM'd request got %q, close %v; want done with Connection: close", body, resp.Close)
-	}
-	if err := <-shut; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-served; err != http.ErrServerClosed {
-		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
-	}
+	shutdownDrains(t, g, served, idle, active, release)
 }
 
 // TestFrontendRefusesAMalformedHost pins net/http's Host check, kept by
