@@ -59,7 +59,7 @@ func ParsePorts(s string) ([]uint16, error) {
 // and costs a read and two deadline changes each time (≈ 10 % of a MITM'd
 // keep-alive request's CPU, measured with perf). A client that leaves
 // while its request is with the site is then noticed when its answer is
-// written, as on the proxy port; the answer timeout bounds the wait.
+// written, as on the proxy port; RequestTimeout bounds the wait.
 // HTTP/2 (a MITM'd client that chose h2, or h2c with prior knowledge in a
 // port-80 tunnel) and every port-80 tunnel stay on net/http's server, srv.
 type inner struct {

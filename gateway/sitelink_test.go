@@ -461,12 +461,7 @@ func TestMITMMirrorReopensAStaleSiteConnection(t *testing.T) {
 // request's time is up, not once the (much longer) answer timeout is.
 func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 	release := make(chan struct{})
-	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hang" {
-			<-release
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
+	site := httptest.NewTLSServer(slowHandler(make(chan struct{}, 1), release))
 	t.Cleanup(site.Close)
 	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
 	siteRoots := x509.NewCertPool()
@@ -479,7 +474,7 @@ func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 		t.Fatalf("warm-up: %d from %q, want 200 through the gateway's MITM", a.status, a.issuer)
 	}
 	start := time.Now()
-	a := mitmDo(t, c, http.MethodGet, site.URL+"/hang", nil) // the client gives up after 30 s
+	a := mitmDo(t, c, http.MethodGet, site.URL+"/slow", nil) // the client gives up after 30 s
 	if a.status != http.StatusGatewayTimeout || a.header.Get(HeaderReason) != ReasonTimeout {
 		t.Fatalf("a site that never answers got the client %d (%s) after %s, want 504 %s once RequestTimeout (300ms) is up",
 			a.status, a.header.Get(HeaderReason), time.Since(start).Round(time.Millisecond), ReasonTimeout)

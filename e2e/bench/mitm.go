@@ -84,8 +84,8 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 		defer r.stop()
 		sides = append(sides, side{r.name, r.proxy, r.pid, mitmTLS, r.log})
 	}
+	relaySide := len(sides)
 	sides = append(sides, side{relay.name, relay.proxy, relay.pid, target.ClientTLSConfig(), nil})
-	const relaySide = 5
 	u := target.URL() + "/"
 	var rows []row
 	for _, shape := range []struct {

@@ -72,7 +72,7 @@ func Parsed(u *url.URL) string {
 		switch pw, ok := c.User.Password(); {
 		case ok && pw != "":
 			c.User = url.UserPassword(c.User.Username(), Mask)
-		case c.User.Username() == "":
+		case c.User.Username() == "": // "@" or ":@": nothing secret
 		case ok:
 			c.User = url.UserPassword(Mask, "")
 		default:
