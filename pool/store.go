@@ -376,8 +376,13 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A retry gets the first answer again, unless that lease's member was
+	// removed or replaced meanwhile (fencing): such a lease counts for
+	// nothing and its reports are ignored, so the retry takes a fresh one.
 	if il, ok := s.idem[req.IdempotencyKey]; req.IdempotencyKey != "" && ok {
-		return il.lease, nil
+		if _, e := s.lookup(il.lease.ID); e != nil && e.ms.current {
+			return il.lease, nil
+		}
 	}
 	now := s.o.Clock.Now()
 	s.advance(now)

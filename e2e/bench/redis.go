@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -60,11 +61,60 @@ func redisBench() ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	mem, err := redisLeaseBytesRow(r)
+	if err != nil {
+		return nil, err
+	}
 	share, err := redisShareRow()
 	if err != nil {
 		return nil, err
 	}
-	return append(append(rows, cycle...), share), nil
+	return append(append(rows, cycle...), mem, share), nil
+}
+
+// redisLeaseBytesRow is what one lease costs Redis' memory (INFO memory's
+// used_memory over 20,000 of the gateway's acquire+release cycles at 1,000
+// members, on a prefix of its own). Every lease stays for its TTL and then
+// the report window (an hour by default) after it ends, so this times the
+// acquire rate over that hour is most of what a busy fleet's Redis holds:
+// the figure docs/operations.md sizes maxmemory by.
+func redisLeaseBytesRow(r *redis.Server) (row, error) {
+	const n = 20000
+	s, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "bench-lease-bytes"})
+	if err != nil {
+		return row{}, err
+	}
+	defer s.Close()
+	s.SetMembersHealth(storebench.Members(1000))
+	used := func() (float64, error) {
+		info, err := r.Info("memory")
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseFloat(info["used_memory"], 64)
+	}
+	before, err := used()
+	if err != nil {
+		return row{}, err
+	}
+	ctx := context.Background()
+	reqs := storebench.MixedRequests()
+	for i := range n {
+		l, err := s.Acquire(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			return row{}, err
+		}
+		s.ReleaseLater(l.ID)
+	}
+	// A release of a lease nobody holds carries the last deferred one.
+	if err := s.Release(ctx, "bench-flush"); err != nil {
+		return row{}, err
+	}
+	after, err := used()
+	if err != nil {
+		return row{}, err
+	}
+	return row{metric: "Redis memory per lease (kept its TTL plus the report window, an hour)", chain: fmt.Sprintf("%.0f B", (after-before)/n), ok: true}, nil
 }
 
 // redisCycleRows is one caller's acquire+release cycle on the Redis store

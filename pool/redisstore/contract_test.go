@@ -524,6 +524,39 @@ func TestStoreContractLateReportsAndIdempotency(t *testing.T) {
 	})
 }
 
+// TestStoreContractARetryAfterItsMemberWasReplacedTakesAFreshLease pins
+// idempotency against fencing: a retry (same idempotency key) gets the
+// first answer while its member is the same upstream, and a fresh lease on
+// a current member once that member moved to another endpoint or left,
+// never the fenced lease on an upstream that is no longer in the pool.
+func TestStoreContractARetryAfterItsMemberWasReplacedTakesAFreshLease(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		s := mk(pool.StoreOptions{}, "a")
+		first := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		s.SetMembers([]pool.Member{proxyMember(t, "a", "tier", "dc")}) // same endpoint: same upstream
+		if again := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"}); again.ID != first.ID {
+			t.Fatalf("a retry after a reload that kept the endpoint got lease %s, want the first, %s", again.ID, first.ID)
+		}
+		moved := proxyMember(t, "a")
+		moved.URL = &url.URL{Scheme: "http", Host: "127.0.0.1:3129"}
+		s.SetMembers([]pool.Member{moved})
+		again := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+		if again.ID == first.ID || again.Member.URL.Host != "127.0.0.1:3129" {
+			t.Fatalf("a retry after a moved to another endpoint got lease %s on %v, want a fresh one on :3129 (first %s)", again.ID, again.Member.URL, first.ID)
+		}
+		if a := memberStatus(t, s, "a"); a.ActiveLeases != 1 {
+			t.Fatalf("the new a holds %d leases, want 1 (the retry's)", a.ActiveLeases)
+		}
+		if third := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"}); third.ID != again.ID {
+			t.Fatalf("the next retry got %s, want the fresh lease %s", third.ID, again.ID)
+		}
+		s.SetMembers([]pool.Member{proxyMember(t, "b")})
+		if gone := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"}); gone.Member.Name != "b" {
+			t.Fatalf("a retry after its member left got a lease on %s, want one on b", gone.Member.Name)
+		}
+	})
+}
+
 func TestStoreContractReloadKeepsStateUnlessTheEndpointChanges(t *testing.T) {
 	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		s := mk(pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}}, "a", "b")

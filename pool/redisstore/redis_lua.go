@@ -31,9 +31,11 @@ package redisstore
 //	B.."exp"       ZSET  live leases (unexpired, unreleased) by end: the
 //	                     expiry index that counts active leases down exactly
 //	                     once, whether a lease ends by time or by release
-//	B.."l:"..id    HASH  a lease: m (member), g (member generation), def, t
+//	B.."l:"..id    HASH  a lease: m (member), g (member generation), t
 //	                     (target), ttl, exp, end (ms), rel; it lives until
-//	                     end + the report window
+//	                     end + the report window. Its definition is its
+//	                     member's (read for a retry's answer), not a copy:
+//	                     leases are kept an hour, members are few
 //	B.."c:"..name  HASH  cooldowns by target ("" = every target):
 //	                     "<until ms>:<strikes>:<reason>" (reason: the report
 //	                     result that set until; a value without one reads
@@ -248,10 +250,18 @@ for i = 10, 9 + nrel do release(ARGV[i]) end
 local sel0 = 10 + nrel
 advance()
 local id, ttl, target, proxy, idem, cap = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+-- lease is the answer a retry gets: the lease's definition is its member's,
+-- read here, not a copy in the lease (a copy per lease was most of a
+-- lease's memory, kept an hour, and every copy held the credentials). A
+-- lease whose member is gone or is another upstream now (fencing) is no
+-- answer: that lease counts for nothing and its reports are stale, so the
+-- retry takes a fresh one.
 local function lease(kind, lid)
-  local l = redis.call('HMGET', lkey(lid), 'm', 'def', 't', 'ttl', 'exp')
+  local l = redis.call('HMGET', lkey(lid), 'm', 'g', 't', 'ttl', 'exp')
   if not l[1] then return nil end
-  return {kind, lid, l[1], l[2], l[3], tonumber(l[4]), tonumber(l[5])}
+  local m = redis.call('HMGET', mkey(l[1]), 'gen', 'def')
+  if m[1] ~= l[2] then return nil end
+  return {kind, lid, l[1], m[2], l[3], tonumber(l[4]), tonumber(l[5])}
 end
 -- A retry of this very call (the reply was lost) finds its lease by id; a
 -- retry by the gateway on another replica finds it by idempotency key.
@@ -349,7 +359,7 @@ redis.call('HSET', k, 'seq', seq, 'ent', ent, 'act', act)
 if not idxmove(ps, m[1], act, ent, walked) then place(chosen) end
 local exp = now + ttl
 local lk = lkey(id)
-redis.call('HSET', lk, 'm', chosen, 'g', m[5], 'def', m[4], 't', target, 'ttl', ttl, 'exp', exp, 'end', exp, 'rel', 0)
+redis.call('HSET', lk, 'm', chosen, 'g', m[5], 't', target, 'ttl', ttl, 'exp', exp, 'end', exp, 'rel', 0)
 redis.call('PEXPIREAT', lk, exp + COOLMAX)
 redis.call('ZADD', EXP, exp, id)
 born(EXP)

@@ -3,13 +3,15 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
-	"github.com/proxyfleet/proxyfleet/pool"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -194,5 +196,39 @@ func TestAStoreThatOwnsItsMembersParsesNoDefinitionOnAnAcquire(t *testing.T) {
 	}
 	if want := proxyMember(t, l.Member.Name); l.Member.URL.String() != want.URL.String() {
 		t.Fatalf("leased %+v, want %s's URL %s", l.Member, want.Name, want.URL)
+	}
+}
+
+// TestALeaseHoldsNoCopyOfItsMembersCredentials pins what a lease key keeps:
+// leases stay an hour after they end (the report window), a fleet takes
+// thousands a second, and a copy of the member's definition in each was
+// most of a lease's memory and one more copy of the upstream's password
+// per lease (in the AOF and on every replica too). The member's hash holds
+// the credentials once; a retry's answer reads them there.
+func TestALeaseHoldsNoCopyOfItsMembersCredentials(t *testing.T) {
+	r := redis.Start(t, redis.Options{})
+	s := newRedisTestStore(t, r, pool.StoreOptions{})
+	m := proxyMember(t, "a")
+	m.URL.User = url.UserPassword("crawler", "s3cret-Pa55")
+	s.SetMembers([]pool.Member{m})
+	l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+	again := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", IdempotencyKey: "k1"})
+	if again.ID != l.ID || again.Member.URL.String() != m.URL.String() {
+		t.Fatalf("the retry's answer: %s on %v, want %s on %v", again.ID, again.Member.URL, l.ID, m.URL)
+	}
+	cRelease(t, s, l.ID)
+	keys, err := r.Do("KEYS", "*:l:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys.([]any)) != 1 {
+		t.Fatalf("lease keys %v, want the one lease's", keys)
+	}
+	v, err := r.Do("HGETALL", keys.([]any)[0].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(v); strings.Contains(got, "s3cret-Pa55") || strings.Contains(got, "crawler") {
+		t.Fatalf("the lease key holds the member's credentials: %s", got)
 	}
 }
