@@ -66,7 +66,8 @@ type StoreOptions struct {
 	SweepInterval time.Duration
 	// ReleasedRetained is how many released leases stay reportable (oldest
 	// forgotten first), so a crawler can report a ban after the gateway let
-	// go of the lease. 0 means 16384; negative means none.
+	// go of the lease. 0 means 16384; negative means none. A Redis store
+	// keeps this many per member group.
 	ReleasedRetained int
 }
 

@@ -524,6 +524,47 @@ func TestStoreContractLateReportsAndIdempotency(t *testing.T) {
 	})
 }
 
+// TestStoreContractOnlyTheMostRecentReleasedLeasesStayReportable pins the
+// bound on what late reports keep alive: of the released leases the
+// ReleasedRetained most recently released stay reportable (a gateway
+// rotating per request releases one per request, and an hour of those
+// would be most of a store), while a lease that ends by its TTL stays
+// reportable for the whole report window.
+func TestStoreContractOnlyTheMostRecentReleasedLeasesStayReportable(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		// One member: on a Redis store with member groups the bound is per
+		// group, and every lease here is in a's.
+		s := mk(pool.StoreOptions{ReleasedRetained: 2, Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}}, "a")
+		short := cAcquire(t, s, pool.AcquireRequest{Target: "site.com", TTL: 200 * time.Millisecond})
+		var ls []pool.Lease
+		for range 3 {
+			ls = append(ls, cAcquire(t, s, pool.AcquireRequest{Target: "site.com"}))
+		}
+		for _, l := range ls {
+			cRelease(t, s, l.ID)
+		}
+		if err := s.Report(context.Background(), ls[0].ID, pool.Report{Result: rotation.ResultOK}); !errors.Is(err, pool.ErrUnknownLease) {
+			t.Fatalf("report on the third most recently released lease (2 retained): %v, want pool.ErrUnknownLease", err)
+		}
+		for _, l := range ls[1:] {
+			cReport(t, s, l.ID, pool.Report{Result: rotation.ResultOK})
+		}
+		poll.Until(t, 10*time.Second, "the short lease to end by its TTL", func() error {
+			if n := s.ActiveLeases(); n != 0 {
+				return fmt.Errorf("%d active leases", n)
+			}
+			return nil
+		})
+		for range 3 {
+			cRelease(t, s, cAcquire(t, s, pool.AcquireRequest{Target: "site.com"}).ID)
+		}
+		cReport(t, s, short.ID, pool.Report{Result: rotation.ResultBanned}) // ended by time, not released: its window is Cooldown.Max
+		if cooldownLeft(t, s, short.Member.Name, "site.com") <= 0 {
+			t.Fatal("a report on a lease that ended by its TTL cooled nothing down")
+		}
+	})
+}
+
 // TestStoreContractARetryAfterItsMemberWasReplacedTakesAFreshLease pins
 // idempotency against fencing: a retry (same idempotency key) gets the
 // first answer while its member is the same upstream, and a fresh lease on

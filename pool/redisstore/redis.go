@@ -58,8 +58,10 @@ type RedisOptions struct {
 	Prefix string
 	// Store holds the TTLs, cooldowns and cap, as for NewStore. Its Clock is
 	// not used: the scripts read the Redis server's clock, which every
-	// replica shares. ReleasedRetained is not used either: a released
-	// lease stays reportable for Cooldown.Max, bounded by its key's TTL.
+	// replica shares. ReleasedRetained bounds the released leases kept
+	// reportable per member group, as in the memory store (the most
+	// recent ones; every lease also ends its report window Cooldown.Max
+	// after it ends).
 	Store pool.StoreOptions
 	// Logger receives store failures; nil discards.
 	Logger *slog.Logger
@@ -408,7 +410,7 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 	// The group's deferred releases ride along and are applied first, so
 	// this acquire sees them; a failed call gives them back.
 	carried := s.later.take(g, maxCarried)
-	argv := s.args(id, max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember, len(carried))
+	argv := s.args(id, max(ttl.Milliseconds(), 1), req.Target, req.Proxy, req.IdempotencyKey, s.o.MaxLeasesPerMember, s.o.ReleasedRetained, len(carried))
 	for _, r := range carried {
 		argv = append(argv, r)
 	}
@@ -471,7 +473,7 @@ func (s *RedisStore) Release(ctx context.Context, leaseID string) error {
 
 // releaseIn is one release script on group g ending every lease in ids.
 func (s *RedisStore) releaseIn(ctx context.Context, g int, ids []string) error {
-	argv := s.args()
+	argv := s.args(s.o.ReleasedRetained)
 	for _, id := range ids {
 		argv = append(argv, id)
 	}

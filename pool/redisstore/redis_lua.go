@@ -33,7 +33,8 @@ package redisstore
 //	                     once, whether a lease ends by time or by release
 //	B.."l:"..id    HASH  a lease: m (member), g (member generation), t
 //	                     (target), ttl, exp, end (ms), rel; it lives until
-//	                     end + the report window. Its definition is its
+//	                     end + the report window, a released one no longer
+//	                     than it is among the group's most recent (relq). Its definition is its
 //	                     member's (read for a retry's answer), not a copy:
 //	                     leases are kept an hour, members are few
 //	B.."c:"..name  HASH  cooldowns by target ("" = every target):
@@ -41,6 +42,8 @@ package redisstore
 //	                     result that set until; a value without one reads
 //	                     as reason ""); it lives until the last
 //	                     window ends plus Cooldown.Max (the strike memory)
+//	B.."relq"      LIST  released lease ids, oldest first: the ones past
+//	                     ReleasedRetained are deleted (see retain)
 //	B.."i:"..key   STRING idempotency key of an acquire -> lease id
 //	B.."seq", B.."gen"   counters
 //	B.."paced"     ZSET  sites with a learnt pace, by their last cut (µs);
@@ -58,7 +61,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local LIFE = tonumber(ARGV[1])
 local COOLMAX = tonumber(ARGV[2])
-local SEL, REST, EXP, MEMBERS = B .. 'sel', B .. 'rest', B .. 'exp', B .. 'members'
+local SEL, REST, EXP, MEMBERS, RELQ = B .. 'sel', B .. 'rest', B .. 'exp', B .. 'members', B .. 'relq'
 
 local function mkey(n) return B .. 'm:' .. n end
 local function ckey(n) return B .. 'c:' .. n end
@@ -164,9 +167,29 @@ local function countdown(name, gen)
   for _, pk in ipairs(pairkeys(m[3])) do redis.call('ZADD', pk, 'XX', a, m[2]) end
 end
 
+-- retain keeps released lease id reportable among the keep most recently
+-- released of its group (pool.StoreOptions.ReleasedRetained, as the memory
+-- store does), besides the report window its key's TTL bounds: a gateway
+-- rotating per request releases a lease per request, and an hour of those
+-- would be most of Redis. The queue grows past keep by a sixteenth before
+-- its oldest go, one LPOP and one DEL for many releases.
+local function retain(id, keep)
+  if keep <= 0 then
+    redis.call('DEL', lkey(id))
+    return
+  end
+  local n = redis.call('RPUSH', RELQ, id)
+  if n == 1 then redis.call('PEXPIRE', RELQ, LIFE) end
+  if n > keep + math.floor(keep / 16) then
+    local old = redis.call('LPOP', RELQ, n - keep)
+    for i = 1, #old do old[i] = lkey(old[i]) end
+    redis.call('DEL', unpack(old))
+  end
+end
+
 -- release ends lease id early: idempotent, and it counts down exactly once
 -- (the expiry index holds a lease until it ends by time or by release).
-local function release(id)
+local function release(id, keep)
   local lk = lkey(id)
   local l = redis.call('HMGET', lk, 'm', 'g', 'rel', 'end')
   if not l[1] or l[3] == '1' then return 0 end
@@ -177,6 +200,7 @@ local function release(id)
     redis.call('HSET', lk, 'rel', 1)
   end
   if redis.call('ZREM', EXP, id) == 1 then countdown(l[1], l[2]) end
+  retain(id, keep)
   return 1
 end
 
@@ -202,7 +226,7 @@ end
 -- and the AOF receive; once a minute is plenty for keys that live a day.
 local function touch(force)
   if not force and redis.call('PTTL', MEMBERS) > LIFE - 60000 then return end
-  for _, k in ipairs({MEMBERS, SEL, REST, EXP, B .. 'seq', B .. 'gen', B .. 'pairs'}) do
+  for _, k in ipairs({MEMBERS, SEL, REST, EXP, RELQ, B .. 'seq', B .. 'gen', B .. 'pairs'}) do
     redis.call('PEXPIRE', k, LIFE)
   end
   for _, k in ipairs(redis.call('SMEMBERS', B .. 'pairs')) do
@@ -240,14 +264,15 @@ end
 
 // redisAcquireLua: ARGV[3] lease id, [4] ttl ms, [5] target, [6] pinned
 // proxy, [7] idempotency key, [8] max leases per member (0 unlimited), [9]
-// n, [10..9+n] leases to release first (the caller's deferred releases, see
-// RedisStore.ReleaseLater), [10+n..] selector pairs. Returns {"ok"|"dup",
+// released leases kept reportable (see retain), [10] n, [11..10+n] leases
+// to release first (the caller's deferred releases, see
+// RedisStore.ReleaseLater), [11+n..] selector pairs. Returns {"ok"|"dup",
 // id, member, def, target, ttl, expiresAt} or {"nomatch", considered,
 // atCapacity, inCooldown, unhealthy}.
 const redisAcquireLua = redisLuaPrelude + `
-local nrel = tonumber(ARGV[9])
-for i = 10, 9 + nrel do release(ARGV[i]) end
-local sel0 = 10 + nrel
+local nrel, keep = tonumber(ARGV[10]), tonumber(ARGV[9])
+for i = 11, 10 + nrel do release(ARGV[i], keep) end
+local sel0 = 11 + nrel
 advance()
 local id, ttl, target, proxy, idem, cap = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 -- lease is the answer a retry gets: the lease's definition is its member's,
@@ -370,10 +395,11 @@ if seq % 64 == 0 then touch(false) end
 return {'ok', id, chosen, m[4], target, ttl, exp}
 `
 
-// redisReleaseLua: ARGV[3..] lease ids. Returns how many leases it ended.
+// redisReleaseLua: ARGV[3] released leases kept reportable (see retain),
+// [4..] lease ids. Returns how many leases it ended.
 const redisReleaseLua = redisLuaPrelude + `
-local n = 0
-for i = 3, #ARGV do n = n + release(ARGV[i]) end
+local n, keep = 0, tonumber(ARGV[3])
+for i = 4, #ARGV do n = n + release(ARGV[i], keep) end
 return n
 `
 

@@ -232,3 +232,32 @@ func TestALeaseHoldsNoCopyOfItsMembersCredentials(t *testing.T) {
 		t.Fatalf("the lease key holds the member's credentials: %s", got)
 	}
 }
+
+// TestDeferredReleasesKeepOnlyTheMostRecentLeases is the gateway's
+// per-request cycle (the release carried by the next acquire) under the
+// ReleasedRetained bound: Redis holds the most recent released leases and
+// a sixteenth more before the oldest go, not every lease of the report
+// window.
+func TestDeferredReleasesKeepOnlyTheMostRecentLeases(t *testing.T) {
+	r := redis.Start(t, redis.Options{})
+	s := newRedisTestStore(t, r, pool.StoreOptions{ReleasedRetained: 32}, "a", "b")
+	ctx := context.Background()
+	var ids []string
+	for range 200 {
+		l := cAcquire(t, s, pool.AcquireRequest{Target: "site.com"})
+		s.ReleaseLater(l.ID)
+		ids = append(ids, l.ID)
+	}
+	cRelease(t, s, "flush") // a release of a lease nobody holds carries the last deferred one
+	keys, err := r.Do("KEYS", "*:l:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keys.([]any)); n < 32 || n > 32+2 {
+		t.Fatalf("%d lease keys after 200 released leases, want 32 to 34 (32 retained and up to a sixteenth more)", n)
+	}
+	if err := s.Report(ctx, ids[0], pool.Report{Result: rotation.ResultOK}); !errors.Is(err, pool.ErrUnknownLease) {
+		t.Fatalf("report on the oldest released lease: %v, want pool.ErrUnknownLease", err)
+	}
+	cReport(t, s, ids[len(ids)-1], pool.Report{Result: rotation.ResultBanned})
+}
