@@ -171,8 +171,10 @@ end
 -- released of its group (pool.StoreOptions.ReleasedRetained, as the memory
 -- store does), besides the report window its key's TTL bounds: a gateway
 -- rotating per request releases a lease per request, and an hour of those
--- would be most of Redis. The queue grows past keep by a sixteenth before
--- its oldest go, one LPOP and one DEL for many releases.
+-- would be most of Redis. The queue grows past keep by a sixteenth (at
+-- most 1024) before its oldest go, one LPOP and one DEL for many releases;
+-- a queue far longer (keep lowered) shrinks by 1024 a release, so no call
+-- ever passes Lua more than that.
 local function retain(id, keep)
   if keep <= 0 then
     redis.call('DEL', lkey(id))
@@ -180,8 +182,8 @@ local function retain(id, keep)
   end
   local n = redis.call('RPUSH', RELQ, id)
   if n == 1 then redis.call('PEXPIRE', RELQ, LIFE) end
-  if n > keep + math.floor(keep / 16) then
-    local old = redis.call('LPOP', RELQ, n - keep)
+  if n > keep + math.min(math.floor(keep / 16), 1024) then
+    local old = redis.call('LPOP', RELQ, math.min(n - keep, 1024))
     for i = 1, #old do old[i] = lkey(old[i]) end
     redis.call('DEL', unpack(old))
   end

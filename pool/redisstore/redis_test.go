@@ -260,4 +260,19 @@ func TestDeferredReleasesKeepOnlyTheMostRecentLeases(t *testing.T) {
 		t.Fatalf("report on the oldest released lease: %v, want pool.ErrUnknownLease", err)
 	}
 	cReport(t, s, ids[len(ids)-1], pool.Report{Result: rotation.ResultBanned})
+
+	// A store of the same prefix that keeps fewer trims the list at its
+	// first release.
+	fewer, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: s.prefix, Store: pool.StoreOptions{ReleasedRetained: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fewer.Close()
+	cRelease(t, fewer, cAcquire(t, fewer, pool.AcquireRequest{Target: "site.com"}).ID)
+	if keys, err = r.Do("KEYS", "*:l:*"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keys.([]any)); n != 4 {
+		t.Fatalf("%d lease keys after a release by a store keeping 4, want 4", n)
+	}
 }
