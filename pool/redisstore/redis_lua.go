@@ -172,7 +172,7 @@ end
 -- store does), besides the report window its key's TTL bounds: a gateway
 -- rotating per request releases a lease per request, and an hour of those
 -- would be most of Redis. The queue grows past keep by a sixteenth (at
--- most 1024) before its oldest go, one LPOP and one DEL for many releases;
+-- most 1024) before its oldest go, three calls for many releases;
 -- a queue far longer (keep lowered) shrinks by 1024 a release, so no call
 -- ever passes Lua more than that.
 local function retain(id, keep)
@@ -183,7 +183,10 @@ local function retain(id, keep)
   local n = redis.call('RPUSH', RELQ, id)
   if n == 1 then redis.call('PEXPIRE', RELQ, LIFE) end
   if n > keep + math.min(math.floor(keep / 16), 1024) then
-    local old = redis.call('LPOP', RELQ, math.min(n - keep, 1024))
+    -- LRANGE and LTRIM, not LPOP with a count (Redis 6.2 and later).
+    local k = math.min(n - keep, 1024)
+    local old = redis.call('LRANGE', RELQ, 0, k - 1)
+    redis.call('LTRIM', RELQ, k, -1)
     for i = 1, #old do old[i] = lkey(old[i]) end
     redis.call('DEL', unpack(old))
   end
