@@ -129,7 +129,7 @@ func redisLeaseBytesRow(r *redis.Server) (row, error) {
 // each is the lowest of three runs, the two cycles taking turns.
 func redisCycleRows(r *redis.Server) ([]row, error) {
 	const n, rounds = 10000, 3
-	type best struct{ client, cpu, script float64 }
+	type best struct{ client, cpu, script, cmd float64 }
 	var stores [2]*redisstore.RedisStore
 	var figs [2]best
 	for i := range stores {
@@ -139,7 +139,7 @@ func redisCycleRows(r *redis.Server) ([]row, error) {
 		}
 		defer s.Close()
 		s.SetMembersHealth(storebench.Members(n))
-		stores[i], figs[i] = s, best{math.Inf(1), math.Inf(1), 0}
+		stores[i], figs[i] = s, best{math.Inf(1), math.Inf(1), 0, 0}
 	}
 	for range rounds {
 		for i, s := range stores {
@@ -151,7 +151,7 @@ func redisCycleRows(r *redis.Server) ([]row, error) {
 			f := &figs[i]
 			f.client = min(f.client, float64(res.NsPerOp())/1e3)
 			if cpu := res.Extra["redis-µs/cycle"]; cpu < f.cpu {
-				f.cpu, f.script = cpu, res.Extra["script-µs/cycle"]
+				f.cpu, f.script, f.cmd = cpu, res.Extra["script-µs/cycle"], res.Extra["cmd-µs/cycle"]
 			}
 		}
 	}
@@ -162,7 +162,7 @@ func redisCycleRows(r *redis.Server) ([]row, error) {
 	synced, gw := figs[0], figs[1]
 	return []row{
 		{metric: "Redis acquire+release at 10,000 members, client-seen (gateway: release with the next acquire)", chain: fmt.Sprintf("%.0f µs", gw.client), target: "≤ 120 µs", ok: gw.client <= 120},
-		{metric: "  redis-server CPU per cycle", chain: fmt.Sprintf("%.0f µs (scripts %.0f µs)", gw.cpu, gw.script), target: "≤ 40 µs", ok: gw.cpu <= 40},
+		{metric: "  redis-server CPU per cycle", chain: fmt.Sprintf("%.0f µs (scripts %.0f µs, their commands %.0f µs)", gw.cpu, gw.script, gw.cmd), target: "≤ 40 µs", ok: gw.cpu <= 40},
 		{metric: "  each release waited for (lease API): client-seen / redis-server CPU", chain: fmt.Sprintf("%.0f µs / %.0f µs (scripts %.0f µs)", synced.client, synced.cpu, synced.script), ok: true},
 		{metric: "  floor: one script round trip writing one key, redis-server CPU", chain: fmt.Sprintf("%.0f µs", floor), ok: true},
 	}, nil

@@ -65,23 +65,38 @@ func ScriptMicros(r RedisInfo) (float64, error) {
 	return statSum(r, "usec", func(c string) bool { return c == "evalsha" || c == "eval" })
 }
 
+// CommandMicros is the time the server spent in the commands scripts
+// called (every command but the scripts themselves and the ones a client
+// or a test sends to look around) since the last CONFIG RESETSTAT, in µs:
+// of ScriptMicros, what is not the Lua interpreter's.
+func CommandMicros(r RedisInfo) (float64, error) {
+	return statSum(r, "usec", func(c string) bool {
+		return c != "evalsha" && c != "eval" && !lookAround(c)
+	})
+}
+
+// lookAround reports whether c is a command a client or a test sends to
+// look around (INFO, CONFIG, CLUSTER, PING, ...), not one of the store's.
+func lookAround(c string) bool {
+	switch strings.SplitN(c, "|", 2)[0] {
+	case "info", "config", "cluster", "ping", "command", "hello", "client", "readonly", "select", "auth":
+		return true
+	}
+	return false
+}
+
 // FleetCalls counts the commands the server ran for the store since the
 // last CONFIG RESETSTAT: every command but the ones a client or a test
 // sends to look around (INFO, CONFIG, CLUSTER, PING, ...).
 func FleetCalls(r RedisInfo) (float64, error) {
-	return statSum(r, "calls", func(c string) bool {
-		switch c {
-		case "info", "config", "cluster", "ping", "command", "hello", "client", "readonly", "select", "auth":
-			return false
-		}
-		return true
-	})
+	return statSum(r, "calls", func(c string) bool { return !lookAround(c) })
 }
 
 // RedisCycles runs the mixed workload's acquire+release cycles on s for b
 // and reports, besides ns/op (the cycle as the client sees it),
-// redis-µs/cycle (the server's whole CPU by INFO cpu) and script-µs/cycle
-// (the time inside the scripts). With later, a lease is released as the
+// redis-µs/cycle (the server's whole CPU by INFO cpu), script-µs/cycle
+// (the time inside the scripts) and cmd-µs/cycle (of that, the time in the
+// commands the scripts called; the rest is Lua's). With later, a lease is released as the
 // gateway releases a finished request's (pool.LaterReleaser: it goes with
 // the next acquire); the last one is sent before the figures are read.
 func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo, later bool) {
@@ -129,8 +144,13 @@ func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo, later bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cmds, err := CommandMicros(r)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric((cpu1-cpu0)/float64(b.N)*1e6, "redis-µs/cycle")
 	b.ReportMetric(us/float64(b.N), "script-µs/cycle")
+	b.ReportMetric(cmds/float64(b.N), "cmd-µs/cycle")
 }
 
 // Primaries are the nodes whose INFO replication says role:master.
