@@ -34,9 +34,10 @@ package redisstore
 //	B.."l:"..id    HASH  a lease: m (member), g (member generation), t
 //	                     (target), ttl, exp, end (ms), rel; it lives until
 //	                     end + the report window, a released one no longer
-//	                     than it is among the group's most recent (relq). Its definition is its
-//	                     member's (read for a retry's answer), not a copy:
-//	                     leases are kept an hour, members are few
+//	                     than it is among the group's most recent (relq).
+//	                     Its definition is its member's (read for a retry's
+//	                     answer), not a copy: leases are kept an hour,
+//	                     members are few
 //	B.."c:"..name  HASH  cooldowns by target ("" = every target):
 //	                     "<until ms>:<strikes>:<reason>" (reason: the report
 //	                     result that set until; a value without one reads
