@@ -19,7 +19,8 @@ type HostPatterns struct {
 // ParseHostPatterns reads patterns: a host name (`example.com`, that host
 // only), `*.example.com` (every name below example.com, not example.com
 // itself), or an IP literal. Case and a trailing dot are ignored. Anything
-// else — a port, a path, a wildcard elsewhere — is an error naming it.
+// else — a port, a path, a wildcard elsewhere, an IPv6 zone — is an error
+// naming it.
 func ParseHostPatterns(patterns []string) (HostPatterns, error) {
 	hp := HostPatterns{exact: map[string]bool{}}
 	for _, raw := range patterns {
@@ -41,6 +42,12 @@ func ParseHostPatterns(patterns []string) (HostPatterns, error) {
 func parseHostPattern(raw string) (key string, wild bool, err error) {
 	p := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(raw), "."))
 	if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil {
+		if a.Zone() != "" {
+			// A zone (fe80::1%eth0) names an interface of the machine
+			// that reads the address, not a site; and lower-casing it
+			// above would change it (zones are case-sensitive).
+			return "", false, errors.New("host pattern " + echo.Quote(raw) + ": an IP address with a zone (%) names a local interface, not a site")
+		}
 		return a.Unmap().String(), false, nil
 	}
 	name, wild := strings.CutPrefix(p, "*.")

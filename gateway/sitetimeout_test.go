@@ -84,7 +84,7 @@ func TestHostPatterns(t *testing.T) {
 			t.Errorf("Match(%q) = %v, want %v", tc.host, got, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "example.com:443", "https://example.com", "a*.example.com", "ex ample.com", "*"} {
+	for _, bad := range []string{"", "example.com:443", "https://example.com", "a*.example.com", "ex ample.com", "*", "fe80::1%eth0", "[::%ſ]"} {
 		if _, err := ParseHostPatterns([]string{bad}); err == nil {
 			t.Errorf("ParseHostPatterns(%q) accepted", bad)
 		}
