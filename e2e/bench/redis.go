@@ -102,14 +102,11 @@ func redisLeaseBytesRow(r *redis.Server) (row, error) {
 	ctx := context.Background()
 	reqs := storebench.MixedRequests()
 	for i := range n {
-		l, err := s.Acquire(ctx, reqs[i%len(reqs)])
-		if err != nil {
+		if err := storebench.LaterCycle(ctx, s, s, reqs[i%len(reqs)]); err != nil {
 			return row{}, err
 		}
-		s.ReleaseLater(l.ID)
 	}
-	// A release of a lease nobody holds carries the last deferred one.
-	if err := s.Release(ctx, "bench-flush"); err != nil {
+	if err := storebench.FlushLater(ctx, s); err != nil {
 		return row{}, err
 	}
 	after, err := used()

@@ -96,9 +96,9 @@ func FleetCalls(r RedisInfo) (float64, error) {
 // and reports, besides ns/op (the cycle as the client sees it),
 // redis-µs/cycle (the server's whole CPU by INFO cpu), script-µs/cycle
 // (the time inside the scripts) and cmd-µs/cycle (of that, the time in the
-// commands the scripts called; the rest is Lua's). With later, a lease is released as the
-// gateway releases a finished request's (pool.LaterReleaser: it goes with
-// the next acquire); the last one is sent before the figures are read.
+// commands the scripts called; the rest is Lua's). With later, the cycle is
+// the gateway's (LaterCycle); the last release is sent before the figures
+// are read.
 func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo, later bool) {
 	ctx := context.Background()
 	reqs := MixedRequests()
@@ -117,22 +117,19 @@ func RedisCycles(b *testing.B, s pool.Pool, r RedisInfo, later bool) {
 	for b.Loop() {
 		req := reqs[i%len(reqs)]
 		i++
-		if !later {
-			if err := Cycle(ctx, s, req); err != nil {
-				b.Fatal(err)
-			}
-			continue
+		var err error
+		if later {
+			err = LaterCycle(ctx, s, lr, req)
+		} else {
+			err = Cycle(ctx, s, req)
 		}
-		l, err := s.Acquire(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}
-		lr.ReleaseLater(l.ID)
 	}
 	b.StopTimer()
 	if later {
-		// A release of a lease nobody holds carries the last deferred one.
-		if err := s.Release(ctx, "storebench-flush"); err != nil {
+		if err := FlushLater(ctx, s); err != nil {
 			b.Fatal(err)
 		}
 	}

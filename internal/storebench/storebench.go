@@ -72,6 +72,24 @@ func Cycle(ctx context.Context, s pool.Pool, req pool.AcquireRequest) error {
 	return s.Release(ctx, l.ID)
 }
 
+// LaterCycle is the gateway's acquire+release: the release deferred as the
+// gateway defers a finished request's (pool.LaterReleaser: it goes with the
+// next acquire). FlushLater sends the last one.
+func LaterCycle(ctx context.Context, s pool.Pool, lr pool.LaterReleaser, req pool.AcquireRequest) error {
+	l, err := s.Acquire(ctx, req)
+	if err != nil {
+		return err
+	}
+	lr.ReleaseLater(l.ID)
+	return nil
+}
+
+// FlushLater sends the release LaterCycle deferred last: a release of a
+// lease nobody holds carries it.
+func FlushLater(ctx context.Context, s pool.Pool) error {
+	return s.Release(ctx, "storebench-flush")
+}
+
 // AcquireRelease runs acquire+release cycles on s from one goroutine.
 func AcquireRelease(b *testing.B, s *pool.Store, req pool.AcquireRequest) {
 	ctx := context.Background()
