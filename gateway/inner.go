@@ -84,6 +84,10 @@ type innerTunnel struct {
 	record    []byte
 	helloOnce sync.Once
 	hello     *mirror.Hello // nil: the fallback preset
+	// lineage is the client's TLS session with the gateway (0: the client
+	// got no ticket); resumed, whether this connection resumed it.
+	lineage uint64
+	resumed bool
 	// h2 is what the client's first HTTP/2 frames said, when it spoke
 	// HTTP/2 to the gateway (set before its first request).
 	h2 *h2Print

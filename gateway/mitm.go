@@ -2,10 +2,14 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
@@ -41,7 +45,26 @@ type mitm struct {
 	bypass HostPatterns
 	fp     Fingerprint
 	preset mirror.Preset
+	// tickets holds the session ticket keys every client-facing handshake
+	// shares (a config of its own per connection would make tickets no
+	// other connection can read): random per process, so a restart or
+	// another replica makes a client handshake in full.
+	tickets *tls.Config
+	// lineages numbers the client sessions the gateway issues tickets for;
+	// sites are the sessions sites gave connections made for them.
+	lineages atomic.Uint64
+	sites    *mirror.Sessions
 }
+
+// siteSessionsKept bounds the site sessions kept for clients that may
+// resume: ≈ 0.7 KiB each (the site's certificates are shared by every
+// session with it), so at most ≈ 360 KiB and the chains of the sites they
+// name. A client that resumes does so soon after its visit; one that never
+// does (a one-shot curl) only takes a place the oldest gives up.
+const siteSessionsKept = 512
+
+// lineageTag marks the gateway's lineage number in a ticket's extra data.
+const lineageTag = "proxyfleet-lineage:"
 
 func newMITM(o *MITMOptions) (*mitm, error) {
 	if o.CA == nil {
@@ -62,7 +85,49 @@ func newMITM(o *MITMOptions) (*mitm, error) {
 	if err != nil {
 		return nil, errors.New("gateway: Options.MITM.FallbackPreset: " + err.Error())
 	}
-	return &mitm{ca: o.CA, bypass: o.Bypass, fp: fp, preset: preset}, nil
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, errors.New("gateway: a session ticket key: " + err.Error())
+	}
+	tickets := &tls.Config{}
+	tickets.SetSessionTicketKeys([][32]byte{key})
+	return &mitm{ca: o.CA, bypass: o.Bypass, fp: fp, preset: preset, tickets: tickets, sites: mirror.NewSessions(siteSessionsKept)}, nil
+}
+
+// lineage is a client connection's place in a chain of TLS sessions: the
+// number its tickets carry, taken from the ticket it resumed with or new.
+type lineage struct{ n uint64 }
+
+// serverConfig is the TLS server for a client's CONNECT to host. Its
+// tickets carry the client's lineage, so a client that resumes later is
+// known as the same client session: under mirror the site leg then
+// resumes too (siteResumption), as the client would have with the site.
+func (m *mitm) serverConfig(host string, fp Fingerprint, lin *lineage) *tls.Config {
+	cfg := m.tickets.Clone()
+	// The CONNECT authority names the site, whatever the SNI says (IP
+	// literals have none): that is the host that was checked.
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return m.ca.LeafFor(host) }
+	cfg.NextProtos = nextProtos(fp)
+	cfg.MinVersion = tls.VersionTLS12
+	cfg.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+		ss, err := m.tickets.DecryptTicket(identity, cs)
+		if ss != nil {
+			for _, e := range ss.Extra {
+				if len(e) == len(lineageTag)+8 && string(e[:len(lineageTag)]) == lineageTag {
+					lin.n = binary.BigEndian.Uint64(e[len(lineageTag):])
+				}
+			}
+		}
+		return ss, err
+	}
+	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		if lin.n == 0 {
+			lin.n = m.lineages.Add(1)
+		}
+		ss.Extra = append(ss.Extra, binary.BigEndian.AppendUint64([]byte(lineageTag), lin.n))
+		return m.tickets.EncryptTicket(cs, ss)
+	}
+	return cfg
 }
 
 // wanted reports whether a CONNECT to host is intercepted: not a bypassed
@@ -115,20 +180,8 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 	if err != nil {
 		record = nil // the handshake fails on it and says why
 	}
-	ca := g.mitm.ca
-	tc := tls.Server(c, &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			// The CONNECT authority names the site, whatever the SNI says
-			// (IP literals have none): that is the host that was checked.
-			return ca.LeafFor(host)
-		},
-		NextProtos: nextProtos(fp),
-		MinVersion: tls.VersionTLS12,
-		// A client resuming a session with the gateway would send a
-		// pre-shared key the site cannot know: mirroring wants the
-		// handshake a client makes on its first visit.
-		SessionTicketsDisabled: fp == FingerprintMirror,
-	})
+	var lin lineage
+	tc := tls.Server(c, g.mitm.serverConfig(host, fp, &lin))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.dialTimeout)
 	err = tc.HandshakeContext(ctx)
 	cancel()
@@ -145,12 +198,24 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
-	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record}
+	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record,
+		lineage: lin.n, resumed: tc.ConnectionState().DidResume}
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		g.serveMITMH2(tc, t)
 		return
 	}
 	g.inner.serve(tc, t)
+}
+
+// siteResumption is where a mirroring tunnel's site connection through
+// member keeps the site's sessions, and whether it offers one: only when
+// the client resumed its session with the gateway. Nothing is kept for a
+// client the gateway gave no ticket (it cannot resume).
+func (t *innerTunnel) siteResumption(g *Gateway, member string) mirror.Resumption {
+	if t.lineage == 0 {
+		return mirror.Resumption{}
+	}
+	return mirror.Resumption{Sessions: g.mitm.sites, Key: strconv.FormatUint(t.lineage, 10) + "\x00" + member, Offer: t.resumed}
 }
 
 // nextProtos is the ALPN the gateway offers a client: under mirror h2

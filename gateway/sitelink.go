@@ -241,7 +241,7 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 	if len(early) > 0 {
 		c = &prefixConn{Conn: c, prefix: early}
 	}
-	tc, proto, err := g.siteTLS(ctx, c, t, speaksForward)
+	tc, proto, err := g.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
 	if err != nil {
 		return nil, err
 	}
@@ -261,15 +261,16 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 	return l, nil
 }
 
-// siteTLS completes the site-facing handshake over c with the tunnel's
-// ClientHello (or the fallback preset), offering the ALPN protocols of the
-// client's list that speaks allows, and returns the connection and the
-// protocol the site chose. c is closed on an error.
-func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, speaks func(string) bool) (net.Conn, string, error) {
+// siteTLS completes the site-facing handshake over c (through member)
+// with the tunnel's ClientHello (or the fallback preset), offering the ALPN
+// protocols of the client's list that speaks allows, and returns the
+// connection and the protocol the site chose. c is closed on an error.
+func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, member string, speaks func(string) bool) (net.Conn, string, error) {
 	hctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	_ = c.SetDeadline(time.Now().Add(g.dialTimeout))
-	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: t.helloFor(g), Preset: g.mitm.preset, Speaks: speaks}
+	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: t.helloFor(g), Preset: g.mitm.preset, Speaks: speaks,
+		Resumption: t.siteResumption(g, member)}
 	if t.h2 != nil {
 		cfg.ApplicationSettings = map[string][]byte{"h2": t.h2.alps()}
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -478,5 +480,95 @@ func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 	if a.status != http.StatusGatewayTimeout || a.header.Get(HeaderReason) != ReasonTimeout {
 		t.Fatalf("a site that never answers got the client %d (%s) after %s, want 504 %s once RequestTimeout (300ms) is up",
 			a.status, a.header.Get(HeaderReason), time.Since(start).Round(time.Millisecond), ReasonTimeout)
+	}
+}
+
+// TestMITMMirrorResumesWithTheSiteWhereTheClientResumes: Go's TLS client
+// with a session cache, a new tunnel per request, through the mirroring
+// gateway. The site sees a resumed session exactly when the client resumed
+// its own with the gateway and the request goes through the member that
+// made the session: the session the site gave a connection made for that
+// same client session, once (a ticket is used once). A client that never
+// resumes never makes the site see one, though the gateway holds sessions
+// with the site; one resuming through the other member makes a full
+// handshake there. A resumed hello is the client's, as sent directly.
+func TestMITMMirrorResumesWithTheSiteWhereTheClientResumes(t *testing.T) {
+	e := newFPEnv(t, "127.0.0.226", FingerprintMirror)
+	siteRoots := x509.NewCertPool()
+	siteRoots.AppendCertsFromPEM(e.site.CertPEM())
+	client := func(proxy bool, cache tls.ClientSessionCache, member string) *http.Client {
+		tr := &http.Transport{DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: siteRoots, ClientSessionCache: cache, MinVersion: tls.VersionTLS12}}
+		if proxy {
+			tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: e.addr})
+			tr.ProxyConnectHeader = http.Header{HeaderProxy: {member}}
+			tr.TLSClientConfig.RootCAs = e.caRoots
+		}
+		return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	}
+	// get fetches path and says whether the client resumed its session
+	// with whoever it spoke TLS to (the gateway, or the site directly).
+	get := func(c *http.Client, path string) bool {
+		t.Helper()
+		resp, err := c.Get(e.site.URL() + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return resp.TLS.DidResume
+	}
+	direct := client(false, tls.NewLRUClientSessionCache(8), "")
+	a := client(true, tls.NewLRUClientSessionCache(8), "fp-a")
+	never := client(true, nil, "fp-a")
+	c := tls.NewLRUClientSessionCache(8)
+	steps := []struct {
+		c      *http.Client
+		path   string
+		resume bool // the client resumed with the gateway (or the site)
+	}{
+		{direct, "/d1", false}, {direct, "/d2", true},
+		{a, "/a1", false}, {a, "/a2", true}, {a, "/a3", true},
+		{never, "/n1", false}, {never, "/n2", false},
+		{client(true, c, "fp-a"), "/c1", false}, {client(true, c, "fp-b"), "/c2", true},
+	}
+	for _, s := range steps {
+		if got := get(s.c, s.path); got != s.resume {
+			t.Fatalf("GET %s: the client resumed %v, want %v", s.path, got, s.resume)
+		}
+	}
+	conns := e.site.Conns()
+	at := map[string]int{}
+	for i, sc := range conns {
+		for _, r := range sc.Seen() {
+			at[r.Path] = i
+		}
+	}
+	if len(at) != len(steps) || len(conns) != len(steps) {
+		t.Fatalf("the site saw %d connections carrying %d paths, want one each for %d", len(conns), len(at), len(steps))
+	}
+	const psk = 41 // pre_shared_key
+	for _, w := range []struct {
+		path, from string // from: the path whose connection the resumed session was issued on
+	}{
+		{"/d1", ""}, {"/d2", "/d1"},
+		{"/a1", ""}, {"/a2", "/a1"}, {"/a3", "/a2"},
+		{"/n1", ""}, {"/n2", ""},
+		{"/c1", ""}, {"/c2", ""},
+	} {
+		sc := conns[at[w.path]]
+		hasPSK := slices.Contains(sc.Print.Extensions, psk)
+		switch {
+		case w.from == "" && (sc.Resumed || hasPSK):
+			t.Errorf("%s: the site saw a resumption (resumed %v, pre-shared key offered %v), want a full handshake", w.path, sc.Resumed, hasPSK)
+		case w.from != "" && (!sc.Resumed || sc.From != at[w.from]):
+			t.Errorf("%s: the site saw resumed %v of connection %d, want the session of %s's connection %d", w.path, sc.Resumed, sc.From, w.from, at[w.from])
+		}
+	}
+	if d, m := conns[at["/d2"]].Print, conns[at["/a2"]].Print; d.JA3String() != m.JA3String() || d.JA4() != m.JA4() {
+		t.Errorf("a resumed hello through the gateway: JA3 %s JA4 %s; directly JA3 %s JA4 %s", m.JA3String(), m.JA4(), d.JA3String(), d.JA4())
 	}
 }

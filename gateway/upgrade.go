@@ -156,7 +156,7 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 	if mirror != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
-		tc, _, err := g.siteTLS(ctx, c, mirror, speaksUpgrade)
+		tc, _, err := g.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
 		if err != nil {
 			return socket{}, err
 		}

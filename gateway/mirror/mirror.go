@@ -6,9 +6,12 @@
 // same order, with GREASE where the crawler put it.
 //
 // What cannot be mirrored honestly is left out or regenerated: key shares
-// and the random are the gateway's own, a pre-shared key (a session the
-// crawler resumes with the gateway means nothing to the site) is dropped,
-// an ECH extension is sent as GREASE, a session ticket is sent empty. A
+// and the random are the gateway's own; a pre-shared key (a session the
+// crawler resumes with the gateway means nothing to the site) is replaced
+// by one of the gateway's own sessions with the site when the caller
+// offers one (Resumption), and dropped otherwise; an ECH extension is sent
+// as GREASE; a session ticket is sent empty unless a kept session is
+// offered. A
 // ClientHello that cannot be mirrored (unparseable, or with an extension
 // uTLS cannot send) is answered with a named browser preset instead
 // (Presets), never with Go's own handshake.
@@ -193,8 +196,10 @@ func unknownExtensions(record []byte) ([]uint16, error) {
 // Spec is a fresh ClientHelloSpec mirroring h for a connection to host,
 // offering the protocols of h's ALPN list that speaks allows (speaks nil:
 // all of them). The server name becomes host (left out for an IP address,
-// as clients do), and a pre-shared key is dropped.
-func (h *Hello) Spec(host string, speaks func(proto string) bool) (*utls.ClientHelloSpec, error) {
+// as clients do). A pre-shared key is dropped unless offer: then it stays
+// in its place for uTLS to fill from the session cache (left out when
+// there is nothing to fill it with).
+func (h *Hello) Spec(host string, speaks func(proto string) bool, offer bool) (*utls.ClientHelloSpec, error) {
 	spec := h.first.Swap(nil)
 	if spec == nil {
 		var err error
@@ -202,12 +207,13 @@ func (h *Hello) Spec(host string, speaks func(proto string) bool) (*utls.ClientH
 			return nil, err
 		}
 	}
-	fitSpec(spec, host, speaks)
+	fitSpec(spec, host, speaks, offer)
 	return spec, nil
 }
 
-// fitSpec points spec at host and trims its ALPN list to what speaks allows.
-func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) bool) {
+// fitSpec points spec at host and trims its ALPN list to what speaks
+// allows; a pre-shared key stays only if offer.
+func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) bool, offer bool) {
 	_, ipErr := netip.ParseAddr(host)
 	isIP := ipErr == nil
 	out := spec.Extensions[:0]
@@ -219,6 +225,11 @@ func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) 
 			}
 			e.ServerName = host
 		case utls.PreSharedKeyExtension:
+			if offer {
+				// The client's identities and binders are for the
+				// gateway's session; uTLS writes the site's.
+				out = append(out, &utls.UtlsPreSharedKeyExtension{})
+			}
 			continue
 		case *utls.ALPNExtension:
 			if speaks != nil {
@@ -288,6 +299,63 @@ type Config struct {
 	// ApplicationSettings are the ALPS data sent, by ALPN protocol, when
 	// the site negotiates ALPS (Chromium sends its HTTP/2 SETTINGS for h2).
 	ApplicationSettings map[string][]byte
+	// Resumption keeps the sessions the site gives this connection and
+	// says whether one kept before is offered to it.
+	Resumption Resumption
+}
+
+// Resumption is where a site connection's TLS sessions are kept, and
+// whether one is offered: the site leg resumes when, and only when, the
+// crawler resumed its own session with the gateway (Offer), with the
+// session the site gave a connection made for that same crawler session
+// through the same member (Key). So a site can link two connections only
+// where the crawler linked them itself, and never sees one ticket from two
+// egress addresses.
+type Resumption struct {
+	// Sessions keeps the sessions; nil: none kept, none offered.
+	Sessions *Sessions
+	// Key names the lineage: the crawler's session with the gateway and
+	// the member (the site's name is added to it).
+	Key string
+	// Offer offers the lineage's kept session for the site, if there is one.
+	Offer bool
+}
+
+// Sessions keeps the TLS sessions sites gave the gateway's mirrored
+// connections, by lineage (Resumption.Key) and site, at most a fixed
+// number, the least recently used dropped first. A session is taken when
+// offered (used once, as TLS 1.3 asks of clients and browsers do); the
+// connection that resumed it keeps the site's next one.
+type Sessions struct {
+	lru utls.ClientSessionCache
+}
+
+// NewSessions keeps at most capacity sessions.
+func NewSessions(capacity int) *Sessions {
+	return &Sessions{lru: utls.NewLRUClientSessionCache(capacity)}
+}
+
+// scoped is Sessions as one site connection's uTLS session cache: the
+// site's name (uTLS's key) under the connection's lineage.
+type scoped struct {
+	s *Sessions
+	r Resumption
+}
+
+func (c scoped) Get(site string) (*utls.ClientSessionState, bool) {
+	if !c.r.Offer {
+		return nil, false
+	}
+	k := c.r.Key + "\x00" + site
+	cs, ok := c.s.lru.Get(k)
+	if ok {
+		c.s.lru.Put(k, nil) // single use
+	}
+	return cs, ok
+}
+
+func (c scoped) Put(site string, cs *utls.ClientSessionState) {
+	c.s.lru.Put(c.r.Key+"\x00"+site, cs)
 }
 
 // Client performs the TLS handshake with the site over c as cfg says,
@@ -308,7 +376,7 @@ func uclient(c net.Conn, cfg Config) (*utls.UConn, error) {
 	var spec *utls.ClientHelloSpec
 	if cfg.Hello != nil {
 		var err error
-		if spec, err = cfg.Hello.Spec(cfg.Host, cfg.Speaks); err != nil {
+		if spec, err = cfg.Hello.Spec(cfg.Host, cfg.Speaks, cfg.Resumption.Offer); err != nil {
 			return nil, err
 		}
 	} else {
@@ -317,9 +385,16 @@ func uclient(c net.Conn, cfg Config) (*utls.UConn, error) {
 			return nil, fmt.Errorf("the %s ClientHello: %w", cfg.Preset.Name, err)
 		}
 		spec = &s
-		fitSpec(spec, cfg.Host, cfg.Speaks)
+		fitSpec(spec, cfg.Host, cfg.Speaks, cfg.Resumption.Offer)
 	}
 	tc := &utls.Config{ServerName: cfg.Host, RootCAs: cfg.Roots, MinVersion: utls.VersionTLS12, ApplicationSettings: cfg.ApplicationSettings}
+	if r := cfg.Resumption; r.Sessions != nil {
+		tc.ClientSessionCache = scoped{s: r.Sessions, r: r}
+		// Nothing kept: the pre-shared key is left out, as a client with no
+		// session leaves it out; a hello without one skips resumption.
+		tc.OmitEmptyPsk = true
+		tc.PreferSkipResumptionOnNilExtension = true
+	}
 	u := utls.UClient(c, tc, utls.HelloCustom, false, false, true)
 	if err := u.ApplyPreset(spec); err != nil {
 		return nil, fmt.Errorf("building the site's ClientHello: %w", err)

@@ -62,17 +62,21 @@ func TestMirroredHelloMatchesTheClients(t *testing.T) {
 			if strings.HasSuffix(name, "-sni") {
 				host = "shop.example"
 			}
-			built, err := Built(Config{Host: host, Hello: h})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, got := print(t, msg), print(t, built)
-			if want.JA3String() != got.JA3String() || want.JA4() != got.JA4() || want.Shape() != got.Shape() || want.Length != got.Length {
-				t.Fatalf("mirrored hello differs from %s's:\nJA3  %s\nwant %s\nJA4  %s\nwant %s\n     %s\nwant %s\nlength %d, want %d",
-					name, got.JA3String(), want.JA3String(), got.JA4(), want.JA4(), got.Shape(), want.Shape(), got.Length, want.Length)
-			}
-			if bytes.Equal(built[6:38], msg[6:38]) {
-				t.Fatal("the mirrored hello reuses the client's random")
+			// Keeping the site's sessions, or offering one when none is
+			// kept, changes nothing a site sees.
+			for _, r := range []Resumption{{}, {Sessions: NewSessions(4), Key: "k"}, {Sessions: NewSessions(4), Key: "k", Offer: true}} {
+				built, err := Built(Config{Host: host, Hello: h, Resumption: r})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, got := print(t, msg), print(t, built)
+				if want.JA3String() != got.JA3String() || want.JA4() != got.JA4() || want.Shape() != got.Shape() || want.Length != got.Length {
+					t.Fatalf("mirrored hello (sessions kept %v, offered %v) differs from %s's:\nJA3  %s\nwant %s\nJA4  %s\nwant %s\n     %s\nwant %s\nlength %d, want %d",
+						r.Sessions != nil, r.Offer, name, got.JA3String(), want.JA3String(), got.JA4(), want.JA4(), got.Shape(), want.Shape(), got.Length, want.Length)
+				}
+				if bytes.Equal(built[6:38], msg[6:38]) {
+					t.Fatal("the mirrored hello reuses the client's random")
+				}
 			}
 		})
 	}
@@ -161,7 +165,7 @@ func BenchmarkMirror(b *testing.B) {
 	}
 	b.Run("spec", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := h.Spec("shop.example", nil); err != nil {
+			if _, err := h.Spec("shop.example", nil, false); err != nil {
 				b.Fatal(err)
 			}
 		}

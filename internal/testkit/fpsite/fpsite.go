@@ -12,6 +12,7 @@ package fpsite
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
@@ -62,6 +63,11 @@ type Conn struct {
 	Print *tlsfp.HelloPrint
 	// ALPN is the protocol negotiated ("" when none).
 	ALPN string
+	// Resumed reports a connection that resumed a TLS session; From is
+	// then the index in Conns of the connection that session was issued
+	// on (-1 when not resumed).
+	Resumed bool
+	From    int
 	// H2 is the Akamai-style HTTP/2 fingerprint of the connection's first
 	// frames, "SETTINGS|WINDOW_UPDATE|PRIORITY|pseudo-headers" ("" over
 	// HTTP/1.1).
@@ -97,6 +103,13 @@ func Start(t testing.TB, host string) *Site {
 	s := &Site{ln: ln, rules: map[string]*siteRule{},
 		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
 		cfg:     &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}}
+	// One ticket key for every connection, so a ticket one issued resumes
+	// on another (per-connection configs would each make their own).
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.SetSessionTicketKeys([][32]byte{key})
 	s.wg.Add(1)
 	go s.accept()
 	t.Cleanup(s.Close)
@@ -125,18 +138,39 @@ func (s *Site) serve(c net.Conn) {
 	if err != nil {
 		return
 	}
-	sc := &Conn{Remote: c.RemoteAddr().String(), Hello: msg}
+	sc := &Conn{Remote: c.RemoteAddr().String(), Hello: msg, From: -1}
 	if sc.Print, err = tlsfp.ParseClientHello(msg); err != nil {
 		return
 	}
 	s.mu.Lock()
 	s.conns = append(s.conns, sc)
+	idx := len(s.conns) - 1
 	s.mu.Unlock()
-	tc := tls.Server(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(read), c)}, s.cfg)
+	// Each ticket names the connection it was issued on.
+	cfg := s.cfg.Clone()
+	from := -1
+	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		ss.Extra = append(ss.Extra, []byte(strconv.Itoa(idx)))
+		return s.cfg.EncryptTicket(cs, ss)
+	}
+	cfg.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+		ss, err := s.cfg.DecryptTicket(identity, cs)
+		if ss != nil && len(ss.Extra) > 0 {
+			if n, err := strconv.Atoi(string(ss.Extra[len(ss.Extra)-1])); err == nil {
+				from = n
+			}
+		}
+		return ss, err
+	}
+	tc := tls.Server(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(read), c)}, cfg)
 	if err := tc.Handshake(); err != nil {
 		return
 	}
-	sc.ALPN = tc.ConnectionState().NegotiatedProtocol
+	st := tc.ConnectionState()
+	sc.ALPN = st.NegotiatedProtocol
+	if st.DidResume {
+		sc.Resumed, sc.From = true, from
+	}
 	ctx := context.WithValue(context.Background(), siteConnKey{}, sc)
 	var conn net.Conn = tc
 	if sc.ALPN == "h2" {
