@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
@@ -88,16 +90,27 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 	sides = append(sides, side{relay.name, relay.proxy, relay.pid, target.ClientTLSConfig(), nil})
 	u := target.URL() + "/"
 	var rows []row
+	// The third shape is the second with clients that resume their TLS
+	// sessions, as browsers do (Go's client does only with a session
+	// cache): with the proxy, or through a plain tunnel with the site. The
+	// goals are read on the second; the third says what resumption buys
+	// each proxy, and how often each let its clients resume.
 	for _, shape := range []struct {
-		label   string
-		newConn bool
-	}{{"HTTPS keep-alive", false}, {"HTTPS new tunnel per request", true}} {
+		label           string
+		newConn, resume bool
+	}{{"HTTPS keep-alive", false, false}, {"HTTPS new tunnel per request", true, false},
+		{"HTTPS new tunnel per request, clients resuming", true, true}} {
 		fmt.Printf("%s: MITM against a plain tunnel ...\n", shape.label)
 		rps := make([]float64, len(sides))
 		cpu := make([]time.Duration, len(sides))
 		clients := make([]*http.Client, len(sides))
+		resumed := make([]*resumeCount, len(sides))
 		for i, s := range sides {
-			c, err := benchClient(s.proxy, cfg.concurrency, shape.newConn, s.tls)
+			conf := s.tls
+			if shape.resume {
+				conf, resumed[i] = resuming(s.tls)
+			}
+			c, err := benchClient(s.proxy, cfg.concurrency, shape.newConn, conf)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +148,14 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 			row{"  gateway CPU per request, mirror vs tunnel", us(cpu[1]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[1])/float64(cpu[0])), "", true},
 			row{"  gateway CPU per request, go vs tunnel", us(cpu[2]), us(cpu[0]), fmt.Sprintf("%.2f×", float64(cpu[2])/float64(cpu[0])), "", true},
 		)
-		rows = append(rows, mitmGoalRows(sides[1].name, sides[2].name, cpu[1], cpu[2], cpu[3], cpu[4])...)
+		rows = append(rows, mitmGoalRows(sides[1].name, sides[2].name, cpu[1], cpu[2], cpu[3], cpu[4], !shape.resume)...)
+		if shape.resume {
+			var each []string
+			for i, s := range sides {
+				each = append(each, s.name+" "+resumed[i].String())
+			}
+			rows = append(rows, row{"  connections whose client resumed its session", strings.Join(each, ", "), "", "", "", true})
+		}
 		rows = append(rows,
 			row{"  the same tunnels through the relay: relay CPU per request (the hop's floor, reference)", us(cpu[relaySide]), "", "", "", true},
 			row{"  gateway CPU per request ÷ the relay's: mirror, go, plain tunnel", us(cpu[1]), us(cpu[relaySide]) + " (relay)",
@@ -168,4 +188,26 @@ func mitmBench(cfg config, bin string, sq *squid.Squid, target *testutil.Target,
 	}
 	rows = append(rows, idleMITMRow(mem[0], mem[1]))
 	return rows, nil
+}
+
+// resumeCount counts a client's TLS connections and those that resumed.
+type resumeCount struct{ all, resumed atomic.Int64 }
+
+func (r *resumeCount) String() string {
+	return fmt.Sprintf("%.0f%%", 100*float64(r.resumed.Load())/float64(max(r.all.Load(), 1)))
+}
+
+// resuming is conf with a session cache of its own, counting resumptions.
+func resuming(conf *tls.Config) (*tls.Config, *resumeCount) {
+	r := &resumeCount{}
+	c := conf.Clone()
+	c.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		r.all.Add(1)
+		if cs.DidResume {
+			r.resumed.Add(1)
+		}
+		return nil
+	}
+	return c, r
 }
