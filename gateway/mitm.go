@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -47,8 +46,9 @@ type mitm struct {
 	preset mirror.Preset
 	// tickets holds the session ticket keys every client-facing handshake
 	// shares (a config of its own per connection would make tickets no
-	// other connection can read): random per process, so a restart or
-	// another replica makes a client handshake in full.
+	// other connection can read): crypto/tls's own, random per process and
+	// rotated daily, so a restart or another replica makes a client
+	// handshake in full.
 	tickets *tls.Config
 	// lineages numbers the client sessions the gateway issues tickets for;
 	// sites are the sessions sites gave connections made for them.
@@ -85,13 +85,7 @@ func newMITM(o *MITMOptions) (*mitm, error) {
 	if err != nil {
 		return nil, errors.New("gateway: Options.MITM.FallbackPreset: " + err.Error())
 	}
-	var key [32]byte
-	if _, err := rand.Read(key[:]); err != nil {
-		return nil, errors.New("gateway: a session ticket key: " + err.Error())
-	}
-	tickets := &tls.Config{}
-	tickets.SetSessionTicketKeys([][32]byte{key})
-	return &mitm{ca: o.CA, bypass: o.Bypass, fp: fp, preset: preset, tickets: tickets, sites: mirror.NewSessions(siteSessionsKept)}, nil
+	return &mitm{ca: o.CA, bypass: o.Bypass, fp: fp, preset: preset, tickets: &tls.Config{}, sites: mirror.NewSessions(siteSessionsKept)}, nil
 }
 
 // lineage is a client connection's place in a chain of TLS sessions: the

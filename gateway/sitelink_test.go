@@ -492,6 +492,7 @@ func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 // resumes never makes the site see one, though the gateway holds sessions
 // with the site; one resuming through the other member makes a full
 // handshake there. A resumed hello is the client's, as sent directly.
+// Under go a client resumes with the gateway as well.
 func TestMITMMirrorResumesWithTheSiteWhereTheClientResumes(t *testing.T) {
 	e := newFPEnv(t, "127.0.0.226", FingerprintMirror)
 	siteRoots := x509.NewCertPool()
@@ -570,5 +571,12 @@ func TestMITMMirrorResumesWithTheSiteWhereTheClientResumes(t *testing.T) {
 	}
 	if d, m := conns[at["/d2"]].Print, conns[at["/a2"]].Print; d.JA3String() != m.JA3String() || d.JA4() != m.JA4() {
 		t.Errorf("a resumed hello through the gateway: JA3 %s JA4 %s; directly JA3 %s JA4 %s", m.JA3String(), m.JA4(), d.JA3String(), d.JA4())
+	}
+	// Under go too a client resumes with the gateway on its next tunnel
+	// (the site's connection is the member's pooled one either way).
+	g := client(true, tls.NewLRUClientSessionCache(8), "fp-a")
+	g.Transport.(*http.Transport).ProxyConnectHeader.Set(HeaderFingerprint, "go")
+	if first, next := get(g, "/g1"), get(g, "/g2"); first || !next {
+		t.Errorf("under go the client resumed on its first tunnel %v, on its next %v; want false, true", first, next)
 	}
 }
