@@ -11,10 +11,9 @@
 // by one of the gateway's own sessions with the site when the caller
 // offers one (Resumption), and dropped otherwise; an ECH extension is sent
 // as GREASE; a session ticket is sent empty unless a kept session is
-// offered. A
-// ClientHello that cannot be mirrored (unparseable, or with an extension
-// uTLS cannot send) is answered with a named browser preset instead
-// (Presets), never with Go's own handshake.
+// offered. A ClientHello that cannot be mirrored (unparseable, or with an
+// extension uTLS cannot send) is answered with a named browser preset
+// instead (Presets), never with Go's own handshake.
 //
 // It imports bogdanfinn/utls and nothing of proxyfleet.
 package mirror
