@@ -51,6 +51,12 @@ const (
 	DirectionDown = "down" // target → client
 )
 
+// Legs passed to Recorder.MITMHandshake.
+const (
+	LegClient = "client" // the client's TLS handshake with the gateway
+	LegSite   = "site"   // the gateway's with the site, on a mirroring tunnel's own connection
+)
+
 const (
 	// serverMaxHeaderBytes matches Squid's request_header_max_size; larger
 	// request heads get net/http's 431.
@@ -75,6 +81,10 @@ type Recorder interface {
 	UpstreamFailure(member string)
 	// BytesRelayed counts payload bytes in one direction (DirectionUp or DirectionDown).
 	BytesRelayed(direction string, n int64)
+	// MITMHandshake counts one completed TLS handshake of an intercepted
+	// tunnel on one leg (LegClient or LegSite) and whether it resumed a
+	// session: under mirror the site leg resumes where the client did.
+	MITMHandshake(leg string, resumed bool)
 }
 
 // Resolver looks up a target's addresses; *net.Resolver implements it, and
@@ -477,6 +487,7 @@ type nopRecorder struct{}
 func (nopRecorder) Request(string, string, time.Duration) {}
 func (nopRecorder) UpstreamFailure(string)                {}
 func (nopRecorder) BytesRelayed(string, int64)            {}
+func (nopRecorder) MITMHandshake(string, bool)            {}
 
 // selectorString renders attribute selectors as sorted k=v pairs for messages.
 func selectorString(sel map[string]string) string {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,23 @@ type testRecorder struct {
 	requests []string // "member outcome"
 	failures map[string]int
 	bytes    map[string]int64
+	// handshakes counts "leg resumed" (resumed true or false).
+	handshakes map[string]int
+}
+
+func (r *testRecorder) MITMHandshake(leg string, resumed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handshakes == nil {
+		r.handshakes = map[string]int{}
+	}
+	r.handshakes[leg+" "+strconv.FormatBool(resumed)]++
+}
+
+func (r *testRecorder) handshakesOf(leg string, resumed bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handshakes[leg+" "+strconv.FormatBool(resumed)]
 }
 
 func (r *testRecorder) Request(member, outcome string, _ time.Duration) {

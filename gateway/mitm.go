@@ -192,6 +192,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
+	g.rec.MITMHandshake(LegClient, tc.ConnectionState().DidResume)
 	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record,
 		lineage: lin.n, resumed: tc.ConnectionState().DidResume}
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {

@@ -283,7 +283,9 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 		return nil, "", siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 	}
 	_ = c.SetDeadline(time.Time{})
-	return u, u.ConnectionState().NegotiatedProtocol, nil
+	st := u.ConnectionState()
+	g.rec.MITMHandshake(LegSite, st.DidResume)
+	return u, st.NegotiatedProtocol, nil
 }
 
 // linkRoundTrip sends out on l and returns the answer; its body gives

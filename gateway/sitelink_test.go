@@ -572,6 +572,17 @@ func TestMITMMirrorResumesWithTheSiteWhereTheClientResumes(t *testing.T) {
 	if d, m := conns[at["/d2"]].Print, conns[at["/a2"]].Print; d.JA3String() != m.JA3String() || d.JA4() != m.JA4() {
 		t.Errorf("a resumed hello through the gateway: JA3 %s JA4 %s; directly JA3 %s JA4 %s", m.JA3String(), m.JA4(), d.JA3String(), d.JA4())
 	}
+	// The metric says the same: through the gateway the clients resumed on
+	// a2, a3 and c2, the site leg on a2 and a3.
+	for _, w := range []struct {
+		leg     string
+		resumed bool
+		want    int
+	}{{LegClient, true, 3}, {LegClient, false, 4}, {LegSite, true, 2}, {LegSite, false, 5}} {
+		if got := e.rec.handshakesOf(w.leg, w.resumed); got != w.want {
+			t.Errorf("MITMHandshake(%s, resumed %v) counted %d, want %d", w.leg, w.resumed, got, w.want)
+		}
+	}
 	// Under go too a client resumes with the gateway on its next tunnel
 	// (the site's connection is the member's pooled one either way).
 	g := client(true, tls.NewLRUClientSessionCache(8), "fp-a")

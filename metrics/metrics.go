@@ -27,6 +27,9 @@ type Metrics struct {
 	probeDuration      *prometheus.HistogramVec
 	probeFailures      *prometheus.CounterVec
 	leaseRequests      *prometheus.CounterVec
+	// mitmHandshakes{leg, resumed}: the four series, resolved once.
+	mitmHandshakes *prometheus.CounterVec
+	handshakes     [2][2]prometheus.Counter
 	// taps also get every request's outcome (the status page's chart).
 	taps []OutcomeTap
 }
@@ -87,12 +90,34 @@ func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 			Help: "Failed health probes through a member.",
 		}, []string{"member"}),
 		leaseRequests: newLeaseRequestsVec(),
-		taps:          nonNil(taps),
+		mitmHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "mitm_handshakes_total",
+			Help: "Completed TLS handshakes of intercepted tunnels, by leg (client: the client's with the gateway; site: the gateway's with the site under --mitm-fingerprint mirror) and whether they resumed a session.",
+		}, []string{"leg", "resumed"}),
+		taps: nonNil(taps),
 	}
 	m.bytesUp, m.bytesDown = m.bytesRelayed.WithLabelValues("up"), m.bytesRelayed.WithLabelValues("down")
+	for i, leg := range []string{"client", "site"} {
+		for j, resumed := range []string{"false", "true"} {
+			m.handshakes[i][j] = m.mitmHandshakes.WithLabelValues(leg, resumed)
+		}
+	}
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
-		m.probeDuration, m.probeFailures, m.leaseRequests)
+		m.probeDuration, m.probeFailures, m.leaseRequests, m.mitmHandshakes)
 	return m
+}
+
+// MITMHandshake counts one completed TLS handshake of an intercepted
+// tunnel on leg ("client" or "site") and whether it resumed a session.
+func (m *Metrics) MITMHandshake(leg string, resumed bool) {
+	i, j := 0, 0
+	if leg == "site" {
+		i = 1
+	}
+	if resumed {
+		j = 1
+	}
+	m.handshakes[i][j].Inc()
 }
 
 // Request records one finished client request or tunnel: which member served

@@ -38,6 +38,24 @@ proxyfleet_gateway_requests_total{member="sq2",outcome="banned"} 1
 `,
 		},
 		{
+			name: "MITM handshakes are counted by leg and resumption",
+			record: func(m *Metrics) {
+				m.MITMHandshake("client", false)
+				m.MITMHandshake("client", true)
+				m.MITMHandshake("client", true)
+				m.MITMHandshake("site", true)
+			},
+			metric: "proxyfleet_gateway_mitm_handshakes_total",
+			want: `
+# HELP proxyfleet_gateway_mitm_handshakes_total Completed TLS handshakes of intercepted tunnels, by leg (client: the client's with the gateway; site: the gateway's with the site under --mitm-fingerprint mirror) and whether they resumed a session.
+# TYPE proxyfleet_gateway_mitm_handshakes_total counter
+proxyfleet_gateway_mitm_handshakes_total{leg="client",resumed="false"} 1
+proxyfleet_gateway_mitm_handshakes_total{leg="client",resumed="true"} 2
+proxyfleet_gateway_mitm_handshakes_total{leg="site",resumed="false"} 0
+proxyfleet_gateway_mitm_handshakes_total{leg="site",resumed="true"} 1
+`,
+		},
+		{
 			name: "upstream failures are counted per member",
 			record: func(m *Metrics) {
 				m.UpstreamFailure("sq1")
