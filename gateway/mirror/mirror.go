@@ -216,7 +216,8 @@ func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) 
 	_, ipErr := netip.ParseAddr(host)
 	isIP := ipErr == nil
 	out := spec.Extensions[:0]
-	for _, e := range spec.Extensions {
+	last := len(spec.Extensions) - 1
+	for i, e := range spec.Extensions {
 		switch e := e.(type) {
 		case *utls.SNIExtension:
 			if isIP {
@@ -224,9 +225,11 @@ func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) 
 			}
 			e.ServerName = host
 		case utls.PreSharedKeyExtension:
-			if offer {
-				// The client's identities and binders are for the
-				// gateway's session; uTLS writes the site's.
+			// The client's identities and binders are for the gateway's
+			// session; uTLS writes the site's. Only in the last place, as
+			// TLS 1.3 requires (uTLS panics on any other, and a hello the
+			// gateway's own server accepted has it there).
+			if offer && i == last {
 				out = append(out, &utls.UtlsPreSharedKeyExtension{})
 			}
 			continue

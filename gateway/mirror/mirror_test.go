@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,4 +186,65 @@ func BenchmarkMirror(b *testing.B) {
 			}
 		}
 	})
+}
+
+// withPSK is msg (a ClientHello handshake message) with a pre_shared_key
+// extension (one identity, one binder) appended last, as a client resuming
+// a session sends it.
+func withPSK(msg []byte) []byte {
+	ext := []byte{0, 41, 0, 47, 0, 10, 0, 4, 't', 'k', 't', '1', 0, 0, 0, 1, 0, 33, 32}
+	return withExt(msg, append(ext, make([]byte, 32)...))
+}
+
+// withExt is msg with the extension ext (type, length, data) appended.
+func withExt(msg, ext []byte) []byte {
+	out := append([]byte(nil), msg...)
+	out = append(out, ext...)
+	n := len(out) - 4
+	out[1], out[2], out[3] = byte(n>>16), byte(n>>8), byte(n)
+	// The extensions' length is the two bytes before the first extension.
+	b := out[4+2+32:]
+	sid := int(b[0])
+	b = b[1+sid:]
+	cs := int(b[0])<<8 | int(b[1])
+	b = b[2+cs:]
+	cm := int(b[0])
+	b = b[1+cm:]
+	el := (int(b[0])<<8 | int(b[1])) + len(ext)
+	b[0], b[1] = byte(el>>8), byte(el)
+	return out
+}
+
+// TestAResumingHelloOffersOnlyAKeptSession: a client's hello that resumes
+// (its pre-shared key last) is built without a pre-shared key unless a
+// kept site session is offered, and otherwise like the client's; the
+// gateway's own PSK never carries the client's identity.
+func TestAResumingHelloOffersOnlyAKeptSession(t *testing.T) {
+	for name, msg := range captured(t) {
+		t.Run(name, func(t *testing.T) {
+			resuming := withPSK(msg)
+			h, err := Parse(asRecord(resuming))
+			if err != nil {
+				t.Fatalf("a resuming hello cannot be mirrored: %v", err)
+			}
+			want := print(t, msg)
+			host := "127.0.0.1"
+			if strings.HasSuffix(name, "-sni") {
+				host = "shop.example"
+			}
+			for _, r := range []Resumption{{}, {Sessions: NewSessions(4), Key: "k"}, {Sessions: NewSessions(4), Key: "k", Offer: true}} {
+				built, err := Built(Config{Host: host, Hello: h, Resumption: r})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := print(t, built)
+				if slices.Contains(got.Extensions, 41) || bytes.Contains(built, []byte("tkt1")) {
+					t.Fatalf("offer %v with nothing kept: the built hello carries a pre-shared key: %v", r.Offer, got.Extensions)
+				}
+				if got.JA4() != want.JA4() || got.Shape() != want.Shape() {
+					t.Fatalf("offer %v: built %s %s, want the client's first-visit hello %s %s", r.Offer, got.JA4(), got.Shape(), want.JA4(), want.Shape())
+				}
+			}
+		})
+	}
 }
