@@ -36,6 +36,22 @@ func asRecord(msg []byte) []byte {
 	return append([]byte{22, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...)
 }
 
+// hostFor is the site a captured hello was sent to: shop.example for the
+// "-sni" ones, the site's IP address for the others.
+func hostFor(name string) string {
+	if strings.HasSuffix(name, "-sni") {
+		return "shop.example"
+	}
+	return "127.0.0.1"
+}
+
+// resumptions are the ways a site connection can keep sessions without
+// one kept to offer: none kept, kept but not offered, offered with
+// nothing kept. None may change the hello a site sees.
+func resumptions() []Resumption {
+	return []Resumption{{}, {Sessions: NewSessions(4), Key: "k"}, {Sessions: NewSessions(4), Key: "k", Offer: true}}
+}
+
 func print(t *testing.T, msg []byte) *tlsfp.HelloPrint {
 	t.Helper()
 	p, err := tlsfp.ParseClientHello(msg)
@@ -59,13 +75,10 @@ func TestMirroredHelloMatchesTheClients(t *testing.T) {
 			if err != nil {
 				t.Fatalf("cannot mirror %s: %v", name, err)
 			}
-			host := "127.0.0.1"
-			if strings.HasSuffix(name, "-sni") {
-				host = "shop.example"
-			}
+			host := hostFor(name)
 			// Keeping the site's sessions, or offering one when none is
 			// kept, changes nothing a site sees.
-			for _, r := range []Resumption{{}, {Sessions: NewSessions(4), Key: "k"}, {Sessions: NewSessions(4), Key: "k", Offer: true}} {
+			for _, r := range resumptions() {
 				built, err := Built(Config{Host: host, Hello: h, Resumption: r})
 				if err != nil {
 					t.Fatal(err)
@@ -228,11 +241,8 @@ func TestAResumingHelloOffersOnlyAKeptSession(t *testing.T) {
 				t.Fatalf("a resuming hello cannot be mirrored: %v", err)
 			}
 			want := print(t, msg)
-			host := "127.0.0.1"
-			if strings.HasSuffix(name, "-sni") {
-				host = "shop.example"
-			}
-			for _, r := range []Resumption{{}, {Sessions: NewSessions(4), Key: "k"}, {Sessions: NewSessions(4), Key: "k", Offer: true}} {
+			host := hostFor(name)
+			for _, r := range resumptions() {
 				built, err := Built(Config{Host: host, Hello: h, Resumption: r})
 				if err != nil {
 					t.Fatal(err)
