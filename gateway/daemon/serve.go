@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/textpages"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
@@ -43,6 +44,13 @@ func (r *run) serve(ctx context.Context, stopSignals func()) error {
 	httpServers := r.serveHTTP(apiLn, metricsLn, &ready, serveErr)
 	ready.Serving()
 	r.started(proxyLn, apiLn, metricsLn)
+	// The start is over: the binary's pages only it used go back to the
+	// page cache (textpages says why that matters beside a crawler pod).
+	if n, err := textpages.Release(); err != nil {
+		log.Debug("start pages not released", "err", err)
+	} else {
+		log.Debug("start pages released", "mappedKiB", n>>10)
+	}
 
 	var runErr error
 	select {
