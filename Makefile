@@ -21,11 +21,17 @@ build:
 ## (static, -trimpath, no symbol table or DWARF: -s -w), so make bench measures that binary. The
 ## same cmd/proxyfleet minus client-go, controller-runtime, gRPC and Redis (docs/injection.md).
 ## urfave_cli_no_docs leaves out the CLI library's man-page and Markdown writers (go-md2man,
-## blackfriday: 0.26 MB) that nothing calls.
-SIDECAR_TAGS := sidecar,urfave_cli_no_docs
-SIDECAR_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags $(SIDECAR_TAGS) -ldflags "-s -w $(LDFLAGS)"
+## blackfriday: 0.26 MB) that nothing calls. Two of them: bin/proxyfleet-sidecar, also without
+## MITM mirroring (nomirror: uTLS, circl, fhttp, 4.3 MB), what a pod without a MITM CA runs, and
+## bin/proxyfleet-sidecar-mitm with it, what the webhook runs for proxyfleet.io/mitm pods.
+SIDECAR_TAGS := sidecar,nomirror,urfave_cli_no_docs
+SIDECAR_MITM_TAGS := sidecar,urfave_cli_no_docs
+SIDECAR_LDFLAGS := -ldflags "-s -w $(LDFLAGS)"
+SIDECAR_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags $(SIDECAR_TAGS) $(SIDECAR_LDFLAGS)
+SIDECAR_MITM_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags $(SIDECAR_MITM_TAGS) $(SIDECAR_LDFLAGS)
 sidecar:
 	$(SIDECAR_BUILD) -o $(BIN)/proxyfleet-sidecar ./cmd/proxyfleet
+	$(SIDECAR_MITM_BUILD) -o $(BIN)/proxyfleet-sidecar-mitm ./cmd/proxyfleet
 
 ## image: the controller and sidecar images as OCI archives (bin/proxyfleet-image.tar,
 ## bin/proxyfleet-sidecar-image.tar) from static binaries, without Docker (hack/image,
@@ -38,10 +44,11 @@ image:
 	@mkdir -p $(BIN)/static
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/static/proxyfleet ./cmd/proxyfleet
 	$(SIDECAR_BUILD) -o $(BIN)/static/proxyfleet-sidecar ./cmd/proxyfleet
+	$(SIDECAR_MITM_BUILD) -o $(BIN)/static/proxyfleet-sidecar-mitm ./cmd/proxyfleet
 	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet --out $(BIN)/proxyfleet-image.tar \
 		--ref $(IMAGE_REPO)/proxyfleet:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
 		--description "proxyfleet: rotating egress gateway and its controller"
-	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet-sidecar --out $(BIN)/proxyfleet-sidecar-image.tar \
+	$(GO) run ./hack/image --binary $(BIN)/static/proxyfleet-sidecar --mitm-binary $(BIN)/static/proxyfleet-sidecar-mitm --out $(BIN)/proxyfleet-sidecar-image.tar \
 		--ref $(IMAGE_REPO)/proxyfleet-sidecar:$(IMAGE_TAG) --version $(VERSION) --revision "$(IMAGE_REVISION)" --created $(IMAGE_CREATED) \
 		--title proxyfleet-sidecar --description "proxyfleet gateway without the controller, for the injected sidecar"
 
@@ -60,12 +67,15 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## vet: go vet (both builds) and staticcheck, pinned (from the Go module proxy, cached after the first run).
+## vet: go vet (every build: full, both sidecars, with their gateway packages' tests) and staticcheck,
+## pinned (from the Go module proxy, cached after the first run).
 STATICCHECK_VERSION := v0.8.2
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags $(SIDECAR_TAGS) ./cmd/proxyfleet
+	$(GO) vet -tags $(SIDECAR_TAGS) ./cmd/proxyfleet ./gateway/...
+	$(GO) vet -tags $(SIDECAR_MITM_TAGS) ./cmd/proxyfleet
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags $(SIDECAR_TAGS) ./gateway/...
 
 unit: deps envtest-bins
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
@@ -110,7 +120,7 @@ guest-image: deps
 	@hack/guest-image.sh $(GUEST_IMAGE)
 
 e2e: deps build sidecar envtest-bins guest-image
-	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_GUEST_IMAGE=$(GUEST_IMAGE) $(GO) test -count=1 -timeout 35m ./e2e/...
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_SIDECAR_MITM_BIN=$(BIN)/proxyfleet-sidecar-mitm PROXYFLEET_GUEST_IMAGE=$(GUEST_IMAGE) $(GO) test -count=1 -timeout 35m ./e2e/...
 
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
@@ -154,7 +164,7 @@ verify-generated:
 ## from creation to Ready on envtest (make test runs the same test with 200).
 bench: deps build sidecar envtest-bins
 	@hack/bench-deps.sh $(BIN)/bench/squid-openssl
-	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar $(GO) run ./e2e/bench
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_SIDECAR_MITM_BIN=$(BIN)/proxyfleet-sidecar-mitm $(GO) run ./e2e/bench
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_FLEET_STARTUP_PROXIES=1000 $(GO) test -count=1 -v -run '^TestManyProxiesReady$$' ./e2e/
 
 clean:

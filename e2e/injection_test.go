@@ -169,7 +169,9 @@ type standInSidecar struct {
 // service-account token the volume asks for (audience, expiry, bound to the
 // pod) and writes it where the mount points, and it gives the container a
 // network of its own by moving the loopback and probe ports to free ones (a
-// pod has its own loopback; this test shares one). It adds
+// pod has its own loopback; this test shares one); bin is the image's
+// entrypoint, and a sidecar whose command is inject.MITMCommand runs the
+// build with mirroring instead. It adds
 // --allow-private-targets only because every target here is loopback.
 func runSidecarAsKubeletStandIn(t *testing.T, env *testenv.Env, bin string, pod *corev1.Pod) standInSidecar {
 	t.Helper()
@@ -178,6 +180,13 @@ func runSidecarAsKubeletStandIn(t *testing.T, env *testenv.Env, bin string, pod 
 		if c.Name == inject.SidecarName {
 			sc = c
 		}
+	}
+	switch {
+	case len(sc.Command) == 0: // the image's entrypoint: the lean build, bin
+	case slices.Equal(sc.Command, []string{inject.MITMCommand}):
+		bin = testutil.BuildSidecarMITMBinary(t)
+	default:
+		t.Fatalf("kubelet stand-in: the sidecar's command %q is no binary of the sidecar image", sc.Command)
 	}
 	root := t.TempDir()
 	mounts := map[string]string{}

@@ -45,12 +45,6 @@ func (r *testRecorder) MITMHandshake(leg string, resumed bool) {
 	r.handshakes[leg+" "+strconv.FormatBool(resumed)]++
 }
 
-func (r *testRecorder) handshakesOf(leg string, resumed bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.handshakes[leg+" "+strconv.FormatBool(resumed)]
-}
-
 func (r *testRecorder) Request(member, outcome string, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,3 +1,5 @@
+//go:build !nomirror
+
 package gateway
 
 import (
@@ -99,6 +101,30 @@ func (p *h2Print) alps() []byte {
 	}
 	return b
 }
+
+// siteH2 is a site link's HTTP/2 connection.
+type siteH2 struct{ cc *fhttp2.ClientConn }
+
+// open starts HTTP/2 over tc, the site's TLS connection, as the client did.
+func (p *h2Print) open(tc net.Conn) (*siteH2, error) {
+	cc, err := p.transport().NewClientConn(tc)
+	if err != nil {
+		return nil, err
+	}
+	return &siteH2{cc: cc}, nil
+}
+
+func (h *siteH2) close()        { _ = h.cc.Close() }
+func (h *siteH2) canTake() bool { return h.cc.CanTakeNewRequest() }
+
+// roundTrip sends out and answers in net/http's types.
+func (h *siteH2) roundTrip(out *http.Request) (*http.Response, error) {
+	return h2RoundTrip(h.cc, out)
+}
+
+// isNoCachedConn is fhttp's answer on an HTTP/2 connection that can take
+// no more requests: the link is stale.
+func isNoCachedConn(err error) bool { return errors.Is(err, fhttp2.ErrNoCachedConn) }
 
 // transport is an fhttp HTTP/2 client that opens connections the way the
 // client did.

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	fhttp2 "github.com/bogdanfinn/fhttp/http2"
-
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
@@ -41,11 +39,18 @@ const (
 	FingerprintGo Fingerprint = "go"
 )
 
-// ParseFingerprint reads a --mitm-fingerprint or X-Proxyfleet-Fingerprint value.
+// ParseFingerprint reads a --mitm-fingerprint or X-Proxyfleet-Fingerprint
+// value. A build without mirroring (mirror.Available false: the lean
+// sidecar) refuses mirror, naming the build that has it.
 func ParseFingerprint(s string) (Fingerprint, error) {
 	switch Fingerprint(s) {
-	case FingerprintMirror, FingerprintGo:
-		return Fingerprint(s), nil
+	case FingerprintMirror:
+		if !mirror.Available {
+			return "", errors.New("fingerprint mirror: this build (the lean sidecar, -tags nomirror) leaves ClientHello mirroring out; use go, or /proxyfleet-mitm of the sidecar image (what the injection webhook runs for proxyfleet.io/mitm pods)")
+		}
+		return FingerprintMirror, nil
+	case FingerprintGo:
+		return FingerprintGo, nil
 	}
 	return "", errors.New("fingerprint " + echo.Quote(s) + ": want mirror or go")
 }
@@ -71,14 +76,14 @@ type siteLinks struct {
 type siteLink struct {
 	member string
 	c      net.Conn
-	br     *bufio.Reader      // HTTP/1.1
-	fh     *fhttp2.ClientConn // HTTP/2, opened with the client's frames (h2Print)
-	busy   bool               // HTTP/1.1: an answer is being read
+	br     *bufio.Reader // HTTP/1.1
+	fh     *siteH2       // HTTP/2, opened with the client's frames (h2Print)
+	busy   bool          // HTTP/1.1: an answer is being read
 }
 
 func (l *siteLink) close() {
 	if l.fh != nil {
-		_ = l.fh.Close()
+		l.fh.close()
 	}
 	_ = l.c.Close()
 }
@@ -103,7 +108,7 @@ func (s *siteLinks) take(member string) (l *siteLink, wait <-chan struct{}, open
 		s.opening[member] = make(chan struct{})
 		return nil, nil, true
 	case l.fh != nil:
-		if l.fh.CanTakeNewRequest() {
+		if l.fh.canTake() {
 			return l, nil, false
 		}
 	case !l.busy:
@@ -221,7 +226,7 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 // closed before the request reached it.
 func staleLink(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || errors.Is(err, fhttp2.ErrNoCachedConn)
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || isNoCachedConn(err)
 }
 
 // openSiteLink connects to the tunnel's site through mc and completes the
@@ -251,7 +256,7 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 		if p == nil {
 			p = goH2Print
 		}
-		if l.fh, err = p.transport().NewClientConn(tc); err != nil {
+		if l.fh, err = p.open(tc); err != nil {
 			_ = tc.Close()
 			return nil, siteFault(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))
 		}
@@ -283,9 +288,8 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 		return nil, "", siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 	}
 	_ = c.SetDeadline(time.Time{})
-	st := u.ConnectionState()
-	g.rec.MITMHandshake(LegSite, st.DidResume)
-	return u, st.NegotiatedProtocol, nil
+	g.rec.MITMHandshake(LegSite, u.Resumed())
+	return u, u.Protocol(), nil
 }
 
 // linkRoundTrip sends out on l and returns the answer; its body gives
@@ -294,7 +298,7 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 	if l.fh != nil {
 		actx, cancel := context.WithCancelCause(out.Context())
 		timer := time.AfterFunc(timeout, func() { cancel(errAnswerTimeout) })
-		resp, err := h2RoundTrip(l.fh, out.WithContext(actx))
+		resp, err := l.fh.roundTrip(out.WithContext(actx))
 		if !timer.Stop() {
 			if err == nil {
 				_ = resp.Body.Close()

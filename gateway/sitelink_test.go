@@ -1,3 +1,5 @@
+//go:build !nomirror
+
 package gateway
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -590,4 +593,12 @@ func TestMITMMirrorResumesWithTheSiteWhereTheClientResumes(t *testing.T) {
 	if first, next := get(g, "/g1"), get(g, "/g2"); first || !next {
 		t.Errorf("under go the client resumed on its first tunnel %v, on its next %v; want false, true", first, next)
 	}
+}
+
+// handshakesOf is how many MITM handshakes of leg (resumed or not) the
+// recorder counted.
+func (r *testRecorder) handshakesOf(leg string, resumed bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handshakes[leg+" "+strconv.FormatBool(resumed)]
 }

@@ -230,6 +230,9 @@ func assertInjected(t *testing.T, p *corev1.Pod) {
 	if s.RestartPolicy == nil || *s.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Errorf("sidecar restartPolicy = %v, want Always (a native sidecar)", s.RestartPolicy)
 	}
+	if _, mitm := p.Annotations[inject.AnnotationMITM]; !mitm && len(s.Command) != 0 {
+		t.Errorf("a pod without MITM has its sidecar run %q, want the image's entrypoint (the lean build)", s.Command)
+	}
 	for _, want := range []string{"gateway", "--listen=127.0.0.1:3128", "--lease-api=http://proxyfleet.proxyfleet-system.svc:8090", "--pool-sa-token-file=" + inject.TokenPath} {
 		if !slices.Contains(s.Args, want) {
 			t.Errorf("sidecar args %q lack %q", s.Args, want)
@@ -397,6 +400,9 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := sidecars(p)[0]
+		if !slices.Equal(s.Command, []string{inject.MITMCommand}) {
+			t.Errorf("a MITM pod's sidecar runs %q, want %s (the build with ClientHello mirroring)", s.Command, inject.MITMCommand)
+		}
 		for _, want := range []string{"--mitm-ca-cert=" + inject.MITMDir + "/tls.crt", "--mitm-ca-key=" + inject.MITMDir + "/tls.key"} {
 			if !slices.Contains(s.Args, want) {
 				t.Errorf("sidecar args %q lack %q", s.Args, want)

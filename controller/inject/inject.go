@@ -82,6 +82,12 @@ const (
 	MITMCADir    = "/etc/proxyfleet/mitm-ca"
 	// MITMCAFile is the CA certificate in the app containers.
 	MITMCAFile = MITMCADir + "/ca.crt"
+	// MITMCommand is the sidecar's binary in a MITM pod. The sidecar
+	// image's entrypoint is built without ClientHello mirroring (uTLS and
+	// its HTTP/2 client: 4.3 MB of binary and every pod's memory), which a
+	// pod without a MITM CA can never use; this one has it. The full image
+	// links the path to its one binary.
+	MITMCommand = "/proxyfleet-mitm"
 	// sidecarUID is the sidecar's user: nobody in particular, not root.
 	sidecarUID = 65532
 )
@@ -505,9 +511,14 @@ func (c Config) sidecar(s settings) corev1.Container {
 	if s.mitm != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: MITMVolume, MountPath: MITMDir, ReadOnly: true})
 	}
+	var command []string
+	if s.mitm != "" {
+		command = []string{MITMCommand}
+	}
 	return corev1.Container{
 		Name:           SidecarName,
 		Image:          c.Image,
+		Command:        command,
 		Args:           c.sidecarArgs(s),
 		RestartPolicy:  ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:          []corev1.ContainerPort{{Name: "pf-metrics", ContainerPort: ProbePort, Protocol: corev1.ProtocolTCP}},

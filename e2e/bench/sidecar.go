@@ -30,7 +30,9 @@ const (
 // (what the injection webhook sets with the default resources, on any
 // node), idle with GOMAXPROCS=64 for reference (a 64-core node without
 // the webhook's setting), the binary's size, and the time from exec to
-// the first request served through it (median of 5 starts).
+// the first request served through it (median of 5 starts); then, with
+// $PROXYFLEET_SIDECAR_MITM_BIN set (make bench sets it), the same memory
+// and size of the build with mirroring, for reference.
 func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]row, error) {
 	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(sidecarBin))
 	scIdle, scTunnels, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
@@ -59,7 +61,7 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	}
 	slices.Sort(starts)
 	start := starts[len(starts)/2]
-	return []row{
+	rows := []row{
 		{"sidecar RSS idle (--lease-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
 		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
 		{"  of it anonymous (heap, stacks, runtime: each pod's own), mean of 10 on one node", mib(anon), "", "", "", true},
@@ -68,7 +70,27 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 		{"sidecar binary size", fmt.Sprintf("%.1f MB", float64(st.Size())/1e6), "", "", "≤ 15 MB", st.Size() <= sidecarBinaryGoal},
 		{"sidecar start to first request served (median of 5)", fmt.Sprintf("%.0f ms", float64(start)/float64(time.Millisecond)),
 			"", "", "≤ 100 ms", start <= sidecarStartGoal},
-	}, nil
+	}
+	mitmBin := os.Getenv("PROXYFLEET_SIDECAR_MITM_BIN")
+	if mitmBin == "" {
+		return rows, nil
+	}
+	// The build with ClientHello mirroring, which the webhook runs for
+	// MITM pods: a reference beside the goals, which are the lean one's.
+	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(mitmBin))
+	mIdle, mTunnels, err := sidecarMemory(mitmBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
+	if err != nil {
+		return nil, err
+	}
+	mst, err := os.Stat(mitmBin)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows,
+		row{"MITM pods' sidecar (with mirroring, reference): RSS idle", mib(mIdle), "", "", "", true},
+		row{"  holding 1000 idle tunnels", mib(mTunnels), "", "", "", true},
+		row{"  binary size", fmt.Sprintf("%.1f MB", float64(mst.Size())/1e6), "", "", "", true},
+	), nil
 }
 
 // sidecarMemory measures what a sidecar costs beside a crawler pod: the

@@ -1,3 +1,5 @@
+//go:build !nomirror
+
 package mirror
 
 import (

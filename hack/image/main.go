@@ -21,6 +21,7 @@ func main() {
 	var o oci.Options
 	var out, created string
 	flag.StringVar(&o.Binary, "binary", "", "static proxyfleet `FILE` (CGO_ENABLED=0) to ship")
+	flag.StringVar(&o.MITMBinary, "mitm-binary", "", "static `FILE` shipped at "+oci.MITMEntrypoint+", what the injection webhook runs for MITM pods (default: a link to the binary)")
 	flag.StringVar(&out, "out", "", "OCI archive `FILE` to write")
 	flag.StringVar(&o.Ref, "ref", "", "image reference recorded in the archive")
 	flag.StringVar(&o.Title, "title", "proxyfleet", "OCI title label")

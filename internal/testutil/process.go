@@ -26,11 +26,20 @@ func BuildBinary(t testing.TB) string {
 	return buildBinary(t, "PROXYFLEET_BIN")
 }
 
-// BuildSidecarBinary is BuildBinary for the sidecar build (-tags sidecar,
-// make sidecar): $PROXYFLEET_SIDECAR_BIN when set.
+// BuildSidecarBinary is BuildBinary for the lean sidecar build (-tags
+// sidecar,nomirror: make sidecar's bin/proxyfleet-sidecar, the sidecar
+// image's entrypoint): $PROXYFLEET_SIDECAR_BIN when set.
 func BuildSidecarBinary(t testing.TB) string {
 	t.Helper()
-	return buildBinary(t, "PROXYFLEET_SIDECAR_BIN", "-tags", "sidecar")
+	return buildBinary(t, "PROXYFLEET_SIDECAR_BIN", "-tags", "sidecar,nomirror")
+}
+
+// BuildSidecarMITMBinary is BuildBinary for the sidecar build with MITM
+// mirroring (-tags sidecar: bin/proxyfleet-sidecar-mitm, what the webhook
+// runs for MITM pods): $PROXYFLEET_SIDECAR_MITM_BIN when set.
+func BuildSidecarMITMBinary(t testing.TB) string {
+	t.Helper()
+	return buildBinary(t, "PROXYFLEET_SIDECAR_MITM_BIN", "-tags", "sidecar")
 }
 
 func buildBinary(t testing.TB, env string, flags ...string) string {

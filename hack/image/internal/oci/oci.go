@@ -35,6 +35,12 @@ import (
 const (
 	// Entrypoint is where the binary lives and what runs.
 	Entrypoint = "/proxyfleet"
+	// MITMEntrypoint is the binary the injection webhook runs for a pod
+	// with a MITM CA (controller/inject's MITMCommand): in the sidecar
+	// image the build with ClientHello mirroring, which the one at
+	// Entrypoint leaves out; in the full image a link to Entrypoint, whose
+	// binary has everything.
+	MITMEntrypoint = "/proxyfleet-mitm"
 	// CABundle is where Go (and OpenSSL) look for the system roots.
 	CABundle = "/etc/ssl/certs/ca-certificates.crt"
 	// UID and GID are the non-root user (the chart and the sidecar run as it).
@@ -48,6 +54,9 @@ const (
 type Options struct {
 	// Binary is the static proxyfleet binary to ship (CGO_ENABLED=0).
 	Binary string
+	// MITMBinary is shipped at MITMEntrypoint; empty: MITMEntrypoint is a
+	// symbolic link to Entrypoint.
+	MITMBinary string
 	// CABundle is the PEM file of CA roots copied in (default the build
 	// machine's /etc/ssl/certs/ca-certificates.crt).
 	CABundle string
@@ -77,11 +86,17 @@ func Build(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image: binary: %w", err)
 	}
+	var mitmBin []byte
+	if o.MITMBinary != "" {
+		if mitmBin, err = os.ReadFile(o.MITMBinary); err != nil {
+			return nil, fmt.Errorf("image: MITM binary: %w", err)
+		}
+	}
 	roots, err := os.ReadFile(o.CABundle)
 	if err != nil {
 		return nil, fmt.Errorf("image: CA roots: %w", err)
 	}
-	layerTar, err := rootfs(bin, roots, o.Created)
+	layerTar, err := rootfs(bin, mitmBin, roots, o.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -126,9 +141,10 @@ func Build(o Options) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// rootfs is the one layer: the binary, the CA roots, and passwd/group
-// entries naming the non-root user (tools that print user names want them).
-func rootfs(bin, roots []byte, mod time.Time) ([]byte, error) {
+// rootfs is the one layer: the binary, the MITM binary (nil: a link to
+// the binary), the CA roots, and passwd/group entries naming the non-root
+// user (tools that print user names want them).
+func rootfs(bin, mitmBin, roots []byte, mod time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string) error {
@@ -151,6 +167,12 @@ func rootfs(bin, roots []byte, mod time.Time) ([]byte, error) {
 		},
 		func() error { return file("etc/group", 0o644, fmt.Appendf(nil, "root:x:0:\nnonroot:x:%d:\n", GID)) },
 		func() error { return file(Entrypoint[1:], 0o755, bin) },
+		func() error {
+			if mitmBin != nil {
+				return file(MITMEntrypoint[1:], 0o755, mitmBin)
+			}
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: MITMEntrypoint[1:], Linkname: Entrypoint[1:], Mode: 0o777, ModTime: mod, Format: tar.FormatPAX})
+		},
 	}
 	for _, s := range steps {
 		if err := s(); err != nil {

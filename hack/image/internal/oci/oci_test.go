@@ -2,31 +2,35 @@ package oci_test
 
 import (
 	"archive/tar"
+	"debug/buildinfo"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/proxyfleet/proxyfleet/controller/inject"
 	"github.com/proxyfleet/proxyfleet/hack/image/internal/oci"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 )
 
-// staticBinary builds the sidecar flavour of cmd/proxyfleet as make image
-// does (CGO_ENABLED=0, so it runs on a scratch base).
-func staticBinary(t *testing.T, version string) string {
+// staticBinary builds cmd/proxyfleet with tags as make image does
+// (CGO_ENABLED=0, so it runs on a scratch base).
+func staticBinary(t *testing.T, version, tags string) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "proxyfleet")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "sidecar", "-ldflags", "-X main.version="+version, "-o", out, "./cmd/proxyfleet")
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", tags, "-ldflags", "-X main.version="+version, "-o", out, "./cmd/proxyfleet")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -74,10 +78,11 @@ func untar(t *testing.T, r io.Reader, dir string, keep func(name string) bool) {
 }
 
 func TestImageArchiveLoadsWithItsEntrypointNonRootUserLabelsAndARunnableBinary(t *testing.T) {
-	bin := staticBinary(t, "image-test")
+	bin := staticBinary(t, "image-test", "sidecar,nomirror")
+	mitmBin := staticBinary(t, "image-test", "sidecar")
 	archive := filepath.Join(t.TempDir(), "proxyfleet-sidecar-image.tar")
 	const ref = "ghcr.io/proxyfleet/proxyfleet-sidecar:image-test"
-	img, err := oci.Build(oci.Options{Binary: bin, Title: "proxyfleet-sidecar", Version: "image-test", Revision: "abc123",
+	img, err := oci.Build(oci.Options{Binary: bin, MITMBinary: mitmBin, Title: "proxyfleet-sidecar", Version: "image-test", Revision: "abc123",
 		Source: "https://github.com/proxyfleet/proxyfleet", Created: time.Unix(1700000000, 0)})
 	if err != nil {
 		t.Fatal(err)
@@ -133,14 +138,7 @@ func TestImageArchiveLoadsWithItsEntrypointNonRootUserLabelsAndARunnableBinary(t
 
 	// The layer holds the binary (executable), the CA roots and passwd; the
 	// binary runs.
-	layers, err := loaded.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %d %v, want one", len(layers), err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := onlyLayer(t, loaded)
 	defer rc.Close()
 	rootfs := t.TempDir()
 	untar(t, rc, rootfs, nil)
@@ -152,10 +150,75 @@ func TestImageArchiveLoadsWithItsEntrypointNonRootUserLabelsAndARunnableBinary(t
 	if passwd, _ := os.ReadFile(filepath.Join(rootfs, "etc/passwd")); !strings.Contains(string(passwd), ":65532:65532:") {
 		t.Errorf("/etc/passwd has no entry for the image's user: %s", passwd)
 	}
-	out, err := exec.Command(filepath.Join(rootfs, "proxyfleet"), "version").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "proxyfleet image-test" {
-		t.Fatalf("/proxyfleet version from the layer: %q %v", out, err)
+	// Both binaries run, the one the webhook runs for MITM pods at the
+	// path it names, and only that one mirrors.
+	for path, mirrors := range map[string]bool{oci.Entrypoint: false, oci.MITMEntrypoint: true} {
+		p := filepath.Join(rootfs, path[1:])
+		out, err := exec.Command(p, "version").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "proxyfleet image-test" {
+			t.Fatalf("%s version from the layer: %q %v", path, out, err)
+		}
+		if got := buildTags(t, p); slices.Contains(got, "nomirror") == mirrors {
+			t.Errorf("%s is built with the tags %v: want it to mirror: %v", path, got, mirrors)
+		}
 	}
+	if oci.MITMEntrypoint != inject.MITMCommand {
+		t.Errorf("the image has the MITM binary at %s, the injection webhook runs %s", oci.MITMEntrypoint, inject.MITMCommand)
+	}
+}
+
+// TestTheFullImageLinksTheMITMPathToItsOneBinary: the full image (no
+// MITMBinary) holds MITMEntrypoint as a link to the binary, so a webhook
+// pointed at it (--gateway-image) runs MITM pods' sidecars too.
+func TestTheFullImageLinksTheMITMPathToItsOneBinary(t *testing.T) {
+	img, err := oci.Build(oci.Options{Binary: "/proc/self/exe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := onlyLayer(t, img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no %s in the layer: %v", oci.MITMEntrypoint, err)
+		}
+		if "/"+h.Name == oci.MITMEntrypoint {
+			if h.Typeflag != tar.TypeSymlink || h.Linkname != oci.Entrypoint[1:] {
+				t.Fatalf("%s: type %c, link %q; want a link to %s", oci.MITMEntrypoint, h.Typeflag, h.Linkname, oci.Entrypoint[1:])
+			}
+			return
+		}
+	}
+}
+
+// onlyLayer is the image's one layer, uncompressed.
+func onlyLayer(t *testing.T, img v1.Image) io.ReadCloser {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d %v, want one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// buildTags are the build tags Go recorded in binary.
+func buildTags(t *testing.T, binary string) []string {
+	t.Helper()
+	bi, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" {
+			return strings.Split(s.Value, ",")
+		}
+	}
+	return nil
 }
 
 func TestImageBuildNamesWhatIsMissing(t *testing.T) {
@@ -166,6 +229,7 @@ func TestImageBuildNamesWhatIsMissing(t *testing.T) {
 	}{
 		{"no binary", oci.Options{}, "no binary"},
 		{"a binary that is not there", oci.Options{Binary: "/nonexistent/proxyfleet"}, "binary"},
+		{"a MITM binary that is not there", oci.Options{Binary: "/proc/self/exe", MITMBinary: "/nonexistent/proxyfleet-mitm"}, "MITM binary"},
 		{"CA roots that are not there", oci.Options{Binary: "/proc/self/exe", CABundle: "/nonexistent/ca.crt"}, "CA roots"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

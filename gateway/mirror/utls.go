@@ -1,0 +1,302 @@
+//go:build !nomirror
+
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+
+	utls "github.com/bogdanfinn/utls"
+)
+
+// Available says this build mirrors: it links uTLS.
+const Available = true
+
+// rawExtensions are the extensions uTLS has no type for that are copied as
+// sent: each is honest to send from a client that does not act on it.
+// post_handshake_auth (49) offers a client certificate after the
+// handshake, which a site asking for one gets refused; encrypt_then_mac
+// (22) only matters for TLS 1.2 CBC suites; trust_anchors (0xca34) lists
+// the roots the client holds, which only steers the site's chain.
+var rawExtensions = map[uint16]bool{22: true, 49: true, 0xca34: true}
+
+// Hello is a crawler's ClientHello, ready to be mirrored. It keeps the
+// record, not a parsed spec: uTLS writes per-connection state (key shares,
+// GREASE values, the server name) into a spec's extensions, so each site
+// connection gets a spec of its own (Spec).
+type Hello struct {
+	record []byte
+	// ALPN is the crawler's ALPN list (nil when it sent none).
+	ALPN []string
+	// first is the spec Parse made, for the first Spec: most tunnels open
+	// one site connection, which then costs one parse, not two.
+	first atomic.Pointer[utls.ClientHelloSpec]
+}
+
+// Parse checks that record (as ReadHello returns it) can be mirrored.
+func Parse(record []byte) (*Hello, error) {
+	h := &Hello{record: record}
+	spec, err := h.spec()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range spec.Extensions {
+		if a, ok := e.(*utls.ALPNExtension); ok {
+			h.ALPN = slices.Clone(a.AlpnProtocols)
+		}
+	}
+	h.first.Store(spec)
+	return h, nil
+}
+
+// spec parses the record afresh and vets every extension.
+func (h *Hello) spec() (*utls.ClientHelloSpec, error) {
+	unknown, err := unknownExtensions(h.record)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range unknown {
+		if !rawExtensions[id] {
+			return nil, fmt.Errorf("extension %d cannot be mirrored", id)
+		}
+	}
+	var spec utls.ClientHelloSpec
+	if err := spec.FromRaw(h.record, true); err != nil {
+		return nil, err
+	}
+	grease := 0
+	for _, e := range spec.Extensions {
+		if _, ok := e.(*utls.UtlsGREASEExtension); ok {
+			grease++
+		}
+	}
+	if grease > 2 {
+		return nil, fmt.Errorf("%d GREASE extensions; at most 2 can be mirrored", grease)
+	}
+	return &spec, nil
+}
+
+// unknownExtensions lists the extension types in record uTLS has no type for.
+func unknownExtensions(record []byte) ([]uint16, error) {
+	if len(record) < 5+4+2+32+1 {
+		return nil, errors.New("ClientHello cut short")
+	}
+	b := record[5+4+2+32:]
+	skip := func(lenBytes int) bool {
+		if len(b) < lenBytes {
+			return false
+		}
+		n := 0
+		for i := range lenBytes {
+			n = n<<8 | int(b[i])
+		}
+		if len(b) < lenBytes+n {
+			return false
+		}
+		b = b[lenBytes+n:]
+		return true
+	}
+	if !skip(1) || !skip(2) || !skip(1) {
+		return nil, errors.New("ClientHello cut short")
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if len(b) < 2 || len(b)-2 < int(binary.BigEndian.Uint16(b)) {
+		return nil, errors.New("ClientHello extensions cut short")
+	}
+	b = b[2 : 2+int(binary.BigEndian.Uint16(b))]
+	var out []uint16
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, errors.New("ClientHello extension cut short")
+		}
+		id := binary.BigEndian.Uint16(b)
+		if utls.ExtensionFromID(id) == nil {
+			out = append(out, id)
+		}
+		b = b[2:]
+		if !skip(2) {
+			return nil, fmt.Errorf("extension %d cut short", id)
+		}
+	}
+	return out, nil
+}
+
+// Spec is a fresh ClientHelloSpec mirroring h for a connection to host,
+// offering the protocols of h's ALPN list that speaks allows (speaks nil:
+// all of them). The server name becomes host (left out for an IP address,
+// as clients do). A pre-shared key is dropped unless offer: then it stays
+// in its place for uTLS to fill from the session cache (left out when
+// there is nothing to fill it with).
+func (h *Hello) Spec(host string, speaks func(proto string) bool, offer bool) (*utls.ClientHelloSpec, error) {
+	spec := h.first.Swap(nil)
+	if spec == nil {
+		var err error
+		if spec, err = h.spec(); err != nil {
+			return nil, err
+		}
+	}
+	fitSpec(spec, host, speaks, offer)
+	return spec, nil
+}
+
+// fitSpec points spec at host and trims its ALPN list to what speaks
+// allows; a pre-shared key stays only if offer.
+func fitSpec(spec *utls.ClientHelloSpec, host string, speaks func(proto string) bool, offer bool) {
+	_, ipErr := netip.ParseAddr(host)
+	isIP := ipErr == nil
+	out := spec.Extensions[:0]
+	last := len(spec.Extensions) - 1
+	for i, e := range spec.Extensions {
+		switch e := e.(type) {
+		case *utls.SNIExtension:
+			if isIP {
+				continue
+			}
+			e.ServerName = host
+		case utls.PreSharedKeyExtension:
+			// The client's identities and binders are for the gateway's
+			// session; uTLS writes the site's. Only in the last place, as
+			// TLS 1.3 requires (uTLS panics on any other, and a hello the
+			// gateway's own server accepted has it there).
+			if offer && i == last {
+				out = append(out, &utls.UtlsPreSharedKeyExtension{})
+			}
+			continue
+		case *utls.ALPNExtension:
+			if speaks != nil {
+				e.AlpnProtocols = slices.DeleteFunc(slices.Clone(e.AlpnProtocols), func(p string) bool { return !speaks(p) })
+				if len(e.AlpnProtocols) == 0 {
+					e.AlpnProtocols = []string{"http/1.1"}
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	spec.Extensions = out
+}
+
+// presetIDs are the uTLS hellos of the presets (presetNames).
+var presetIDs = map[string]utls.ClientHelloID{
+	"chrome-133":  utls.HelloChrome_133,
+	"chrome-131":  utls.HelloChrome_131,
+	"firefox-120": utls.HelloFirefox_120,
+	"safari-16":   utls.HelloSafari_16_0,
+	"ios-16":      utls.HelloIOS_16_0,
+	"edge-85":     utls.HelloEdge_85,
+}
+
+// Sessions keeps the TLS sessions sites gave the gateway's mirrored
+// connections, by lineage (Resumption.Key) and site, at most a fixed
+// number, the least recently used dropped first. A session is taken when
+// offered (used once, as TLS 1.3 asks of clients and browsers do); the
+// connection that resumed it keeps the site's next one.
+type Sessions struct {
+	lru utls.ClientSessionCache
+}
+
+// NewSessions keeps at most capacity sessions.
+func NewSessions(capacity int) *Sessions {
+	return &Sessions{lru: utls.NewLRUClientSessionCache(capacity)}
+}
+
+// scoped is Sessions as one site connection's uTLS session cache: the
+// site's name (uTLS's key) under the connection's lineage.
+type scoped struct {
+	s *Sessions
+	r Resumption
+}
+
+func (c scoped) Get(site string) (*utls.ClientSessionState, bool) {
+	if !c.r.Offer {
+		return nil, false
+	}
+	k := c.r.Key + "\x00" + site
+	cs, ok := c.s.lru.Get(k)
+	if ok {
+		c.s.lru.Put(k, nil) // single use
+	}
+	return cs, ok
+}
+
+func (c scoped) Put(site string, cs *utls.ClientSessionState) {
+	c.s.lru.Put(c.r.Key+"\x00"+site, cs)
+}
+
+// Client performs the TLS handshake with the site over c as cfg says,
+// verifying the site's certificate. On an error c is left to the caller.
+func Client(ctx context.Context, c net.Conn, cfg Config) (Conn, error) {
+	u, err := uclient(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return uconn{u}, nil
+}
+
+// uconn is a uTLS connection as a Conn.
+type uconn struct{ *utls.UConn }
+
+func (u uconn) Resumed() bool    { return u.ConnectionState().DidResume }
+func (u uconn) Protocol() string { return u.ConnectionState().NegotiatedProtocol }
+
+// uclient is a uTLS client over c with cfg's ClientHello applied.
+func uclient(c net.Conn, cfg Config) (*utls.UConn, error) {
+	var spec *utls.ClientHelloSpec
+	if cfg.Hello != nil {
+		var err error
+		if spec, err = cfg.Hello.Spec(cfg.Host, cfg.Speaks, cfg.Resumption.Offer); err != nil {
+			return nil, err
+		}
+	} else {
+		id, ok := presetIDs[cfg.Preset.Name]
+		if !ok {
+			return nil, fmt.Errorf("unknown ClientHello preset %q", cfg.Preset.Name)
+		}
+		s, err := utls.UTLSIdToSpec(id)
+		if err != nil {
+			return nil, fmt.Errorf("the %s ClientHello: %w", cfg.Preset.Name, err)
+		}
+		spec = &s
+		fitSpec(spec, cfg.Host, cfg.Speaks, cfg.Resumption.Offer)
+	}
+	tc := &utls.Config{ServerName: cfg.Host, RootCAs: cfg.Roots, MinVersion: utls.VersionTLS12, ApplicationSettings: cfg.ApplicationSettings}
+	if r := cfg.Resumption; r.Sessions != nil {
+		tc.ClientSessionCache = scoped{s: r.Sessions, r: r}
+		// Nothing kept: the pre-shared key is left out, as a client with no
+		// session leaves it out; a hello without one skips resumption.
+		tc.OmitEmptyPsk = true
+		tc.PreferSkipResumptionOnNilExtension = true
+	}
+	u := utls.UClient(c, tc, utls.HelloCustom, false, false, true)
+	if err := u.ApplyPreset(spec); err != nil {
+		return nil, fmt.Errorf("building the site's ClientHello: %w", err)
+	}
+	return u, nil
+}
+
+// Built returns the ClientHello handshake message Client would send for
+// cfg, without a connection: for tests and benchmarks of the mirroring.
+func Built(cfg Config) ([]byte, error) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	u, err := uclient(a, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.BuildHandshakeState(); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(u.HandshakeState.Hello.Raw), nil
+}
