@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/daemon"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
 
@@ -114,7 +115,8 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ..
 			fmt.Fprintf(os.Stderr, "sidecar exit %d %v\n%s", code, err, sc.Output())
 		}
 	}()
-	idle = settledRSS(sc.PID())
+	time.Sleep(sidecarAtRest)
+	idle = rssBytes(sc.PID())
 	if n == 0 {
 		return idle, idle, nil
 	}
@@ -165,6 +167,12 @@ func sidecarStart(sidecarBin, apiAddr, apiToken, targetURL string) (time.Duratio
 	return 0, fmt.Errorf("the sidecar served no request within 5s of its start")
 }
 
+// sidecarAtRest is how long a sidecar runs before its idle memory is
+// read: past the second time a gateway gives back its binary's start
+// pages (daemon.StartSettle), so that the figure is a sidecar at rest, as
+// crawler pods hold it for hours, not one that has only started.
+const sidecarAtRest = daemon.StartSettle + 2*time.Second
+
 // sidecarsPerNode is how many sidecars sidecarsOnOneNode runs side by side.
 const sidecarsPerNode = 10
 
@@ -194,7 +202,7 @@ func sidecarsOnOneNode(sidecarBin, apiAddr, apiToken string, n int) (anon, pss i
 		}
 		scs = append(scs, sc)
 	}
-	time.Sleep(settleTime) // as settledRSS
+	time.Sleep(sidecarAtRest)
 	for _, sc := range scs {
 		r, err := smapsRollup(sc.PID())
 		if err != nil {
