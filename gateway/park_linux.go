@@ -96,6 +96,7 @@ func park(d *direction) (uint64, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
+	parkCollector.parked()
 	return ticket, true
 }
 

@@ -559,10 +559,20 @@ func latency(cfg config, paths []benchPath, target string) (p50, p90 []time.Dura
 // idleTunnelMemory opens n CONNECT tunnels through the proxy at proxyAddr to
 // the sink, moves a few bytes each way in each (so buffers a relay allocates
 // on first use are counted), holds them idle, and returns the proxy's RSS
-// growth per tunnel. The tunnels are closed before it returns.
+// growth per tunnel settleTime after. The tunnels are closed before it
+// returns.
 func idleTunnelMemory(proxyAddr, sinkAddr string, pid, n int) (int64, error) {
-	settle := func() int64 { return settledRSS(pid) }
-	before := settle()
+	per, err := idleTunnelMemoryAt(proxyAddr, sinkAddr, pid, n, settleTime)
+	if err != nil {
+		return 0, err
+	}
+	return per[0], nil
+}
+
+// idleTunnelMemoryAt is idleTunnelMemory read at each of reads after the
+// tunnels are open (ascending), a growth per tunnel for each.
+func idleTunnelMemoryAt(proxyAddr, sinkAddr string, pid, n int, reads ...time.Duration) ([]int64, error) {
+	before := settledRSS(pid)
 	conns := make([]net.Conn, n)
 	defer func() {
 		for _, c := range conns {
@@ -606,10 +616,15 @@ func idleTunnelMemory(proxyAddr, sinkAddr string, pid, n int) (int64, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return nil, err
 	}
-	after := settle()
-	return (after - before) / int64(n), nil
+	opened := time.Now()
+	var per []int64
+	for _, d := range reads {
+		time.Sleep(time.Until(opened.Add(d)))
+		per = append(per, (rssBytes(pid)-before)/int64(n))
+	}
+	return per, nil
 }
 
 // settleTime is how long settledRSS waits (-settle). The default reads

@@ -36,11 +36,11 @@ const (
 // and size of the build with mirroring, for reference.
 func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]row, error) {
 	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(sidecarBin))
-	scIdle, scTunnels, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
+	sc, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
 	if err != nil {
 		return nil, err
 	}
-	scWide, _, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 0, "GOMAXPROCS=64")
+	wide, err := sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr, 0, "GOMAXPROCS=64")
 	if err != nil {
 		return nil, err
 	}
@@ -63,11 +63,12 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	slices.Sort(starts)
 	start := starts[len(starts)/2]
 	rows := []row{
-		{"sidecar RSS idle (--lease-api, no traffic yet, GOMAXPROCS 2)", mib(scIdle), "", "", "≤ 12 MiB", scIdle <= sidecarIdleGoal},
-		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(scWide), "", "", "", true},
+		{"sidecar RSS idle (--lease-api, no traffic yet, GOMAXPROCS 2)", mib(sc.idle), "", "", "≤ 12 MiB", sc.idle <= sidecarIdleGoal},
+		{"  the same with GOMAXPROCS 64 (a 64-core node, reference)", mib(wide.idle), "", "", "", true},
 		{"  of it anonymous (heap, stacks, runtime: each pod's own), mean of 10 on one node", mib(anon), "", "", "", true},
 		{"  PSS of each of 10 sidecars on one node (the binary's pages are shared page cache)", mib(pss), "", "", "", true},
-		{"sidecar RSS holding 1000 idle tunnels", mib(scTunnels), "", "", "≤ 20 MiB", scTunnels <= sidecarTunnelsGoal},
+		{"sidecar RSS holding 1000 idle tunnels (10 s after they opened)", mib(sc.tunnels), "", "", "≤ 20 MiB", sc.tunnels <= sidecarTunnelsGoal},
+		{fmt.Sprintf("  the same %v after they opened (the burst's peak, reference)", settleTime), mib(sc.tunnelsPeak), "", "", "", true},
 		{"sidecar binary size", fmt.Sprintf("%.1f MB", float64(st.Size())/1e6), "", "", "≤ 15 MB", st.Size() <= sidecarBinaryGoal},
 		{"sidecar start to first request served (median of 5)", fmt.Sprintf("%.0f ms", float64(start)/float64(time.Millisecond)),
 			"", "", "≤ 100 ms", start <= sidecarStartGoal},
@@ -79,7 +80,7 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 	// The build with ClientHello mirroring, which the webhook runs for
 	// MITM pods: a reference beside the goals, which are the lean one's.
 	fmt.Printf("sidecar (%s) idle, then holding 1000 idle tunnels ...\n", filepath.Base(mitmBin))
-	mIdle, mTunnels, err := sidecarMemory(mitmBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
+	mm, err := sidecarMemory(mitmBin, apiAddr, apiToken, sinkAddr, 1000, "GOMAXPROCS=2")
 	if err != nil {
 		return nil, err
 	}
@@ -88,8 +89,8 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 		return nil, err
 	}
 	return append(rows,
-		row{"MITM pods' sidecar (with mirroring, reference): RSS idle", mib(mIdle), "", "", "", true},
-		row{"  holding 1000 idle tunnels", mib(mTunnels), "", "", "", true},
+		row{"MITM pods' sidecar (with mirroring, reference): RSS idle", mib(mm.idle), "", "", "", true},
+		row{"  holding 1000 idle tunnels (10 s after they opened)", mib(mm.tunnels), "", "", "", true},
 		row{"  binary size", fmt.Sprintf("%.1f MB", float64(mst.Size())/1e6), "", "", "", true},
 	), nil
 }
@@ -98,17 +99,18 @@ func sidecarRows(sidecarBin, apiAddr, apiToken, sinkAddr, targetURL string) ([]r
 // gateway binary sidecarBin in --lease-api mode, leasing from the gateway
 // whose lease API is at apiAddr. It returns the sidecar's RSS idle (started,
 // no request yet) and holding n idle CONNECT tunnels to the sink (n 0: idle
-// only). env is added to its environment, as the injection webhook adds
-// GOMAXPROCS.
-func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ...string) (idle, withTunnels int64, err error) {
+// only), at rest (sidecarTunnelsAtRest after they opened) and at the
+// burst's peak (settleTime after). env is added to its environment, as the
+// injection webhook adds GOMAXPROCS.
+func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ...string) (m sidecarMem, err error) {
 	tokenFile, cleanup, err := sidecarToken(apiToken)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	defer cleanup()
 	sc, addrs, err := launchSidecar(sidecarBin, apiAddr, tokenFile, env)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	defer func() {
 		if code, err := sc.Stop(); err != nil || code != 0 {
@@ -116,16 +118,28 @@ func sidecarMemory(sidecarBin, apiAddr, apiToken, sinkAddr string, n int, env ..
 		}
 	}()
 	time.Sleep(sidecarAtRest)
-	idle = rssBytes(sc.PID())
+	m.idle = rssBytes(sc.PID())
 	if n == 0 {
-		return idle, idle, nil
+		return m, nil
 	}
-	perTunnel, err := idleTunnelMemory(addrs[0], sinkAddr, sc.PID(), n)
+	per, err := idleTunnelMemoryAt(addrs[0], sinkAddr, sc.PID(), n, settleTime, sidecarTunnelsAtRest)
 	if err != nil {
-		return 0, 0, fmt.Errorf("idle tunnels through the sidecar: %w", err)
+		return m, fmt.Errorf("idle tunnels through the sidecar: %w", err)
 	}
-	return idle, idle + perTunnel*int64(n), nil
+	m.tunnelsPeak, m.tunnels = m.idle+per[0]*int64(n), m.idle+per[1]*int64(n)
+	return m, nil
 }
+
+// sidecarMem is a sidecar's RSS idle, and holding the tunnels at rest and
+// at their burst's peak.
+type sidecarMem struct{ idle, tunnels, tunnelsPeak int64 }
+
+// sidecarTunnelsAtRest is when the memory of a sidecar holding idle
+// tunnels is read: after they opened, parked (gateway.DefaultTunnelIdleAfter)
+// and the burst's memory was given back (the parker does that a second
+// after the last park of a burst), as a crawler pod holds its idle
+// connections for minutes, not a second after it opened them.
+const sidecarTunnelsAtRest = 10 * time.Second
 
 // sidecarStart is the time from starting the sidecar process to the
 // first plain GET of targetURL answered 200 through it, polled every
