@@ -36,7 +36,7 @@ const (
 const (
 	defaultWebhookService   = "proxyfleet-webhook"
 	defaultLeaseAPIService  = "proxyfleet"
-	defaultSidecarResources = "requests.cpu=10m,requests.memory=12Mi,limits.memory=40Mi"
+	defaultSidecarResources = "requests.cpu=10m,requests.memory=8Mi,limits.memory=40Mi"
 )
 
 // serviceAccountNamespaceFile is where a pod finds its namespace.
