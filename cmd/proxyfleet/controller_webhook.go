@@ -46,7 +46,7 @@ const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccou
 func webhookFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag(flagWebhookListen, ":9443", "`ADDR` serving the sidecar injection webhook (HTTPS) when --gateway-image is set; 0 turns it off"),
-		stringFlag(flagGatewayImage, "", "`IMAGE` of the injected gateway sidecar; without it sidecar injection is off"),
+		stringFlag(flagGatewayImage, "", "`IMAGE` of the injected gateway sidecar (its entrypoint; /proxyfleet-mitm for proxyfleet.io/mitm pods); without it sidecar injection is off"),
 		stringFlag(flagWebhookConfiguration, "proxyfleet-inject", "`NAME` of the MutatingWebhookConfiguration whose caBundle the controller keeps current"),
 		stringFlag(flagWebhookCertSecret, "", "`NAMESPACE/NAME` of the Secret holding the webhook's CA and serving certificate (default: <controller namespace>/proxyfleet-webhook-cert)"),
 		stringFlag(flagWebhookCertHosts, "", "comma-separated DNS names and IPs of the serving certificate (default: the --webhook-service's names)"),
