@@ -192,10 +192,11 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
-	g.rec.MITMHandshake(LegClient, tc.ConnectionState().DidResume)
+	st := tc.ConnectionState()
+	g.rec.MITMHandshake(LegClient, st.DidResume)
 	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record,
-		lineage: lin.n, resumed: tc.ConnectionState().DidResume}
-	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		lineage: lin.n, resumed: st.DidResume}
+	if st.NegotiatedProtocol == "h2" {
 		g.serveMITMH2(tc, t)
 		return
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package gateway
 
 import (
@@ -6,7 +8,7 @@ import (
 	"time"
 )
 
-// Parking gives a relay's goroutine up, but the runtime keeps the stacks
+// Parking (park_linux.go) gives a relay's goroutine up, but the runtime keeps the stacks
 // of goroutines that ended until its next collection, which in a process
 // whose heap is not growing (a sidecar holding idle tunnels) is the forced
 // one every two minutes, and even then the scavenger keeps free memory up

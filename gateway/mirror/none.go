@@ -17,10 +17,7 @@ const Available = false
 var ErrLeftOut = errors.New("this build leaves ClientHello mirroring out (built with the tag nomirror)")
 
 // Hello is a crawler's ClientHello; without mirroring none is parsed.
-type Hello struct {
-	// ALPN is the crawler's ALPN list.
-	ALPN []string
-}
+type Hello struct{}
 
 // Parse refuses: see ErrLeftOut.
 func Parse([]byte) (*Hello, error) { return nil, ErrLeftOut }
@@ -33,6 +30,3 @@ func NewSessions(int) *Sessions { return nil }
 
 // Client refuses: see ErrLeftOut.
 func Client(context.Context, net.Conn, Config) (Conn, error) { return nil, ErrLeftOut }
-
-// Built refuses: see ErrLeftOut.
-func Built(Config) ([]byte, error) { return nil, ErrLeftOut }

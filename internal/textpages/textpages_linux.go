@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Release unmaps the executable's read-only, private file mappings (its
@@ -59,25 +61,15 @@ func readOnlyRegions(maps []byte, dev, ino uint64) ([]region, error) {
 		if i, err := strconv.ParseUint(f[4], 10, 64); err != nil || i != ino || i == 0 {
 			continue
 		}
-		major, minor, ok := strings.Cut(f[3], ":")
+		major, minor, ok := hexPair(f[3], ":", 32)
 		if !ok {
 			return nil, fmt.Errorf("/proc/self/maps: unexpected device %q", f[3])
 		}
-		ma, err1 := strconv.ParseUint(major, 16, 32)
-		mi, err2 := strconv.ParseUint(minor, 16, 32)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("/proc/self/maps: unexpected device %q", f[3])
-		}
-		if mkdev(ma, mi) != dev {
+		if unix.Mkdev(uint32(major), uint32(minor)) != dev {
 			continue
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			return nil, fmt.Errorf("/proc/self/maps: unexpected range %q", f[0])
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
+		start, end, ok := hexPair(f[0], "-", 64)
+		if !ok || end <= start {
 			return nil, fmt.Errorf("/proc/self/maps: unexpected range %q", f[0])
 		}
 		out = append(out, region{start: uintptr(start), end: uintptr(end)})
@@ -90,8 +82,14 @@ type region struct{ start, end uintptr }
 
 func (r region) len() uintptr { return r.end - r.start }
 
-// mkdev is glibc's makedev: the device number stat reports for a major
-// and minor number.
-func mkdev(major, minor uint64) uint64 {
-	return (major&0xfff)<<8 | (major&^0xfff)<<32 | minor&0xff | (minor&^0xff)<<12
+// hexPair reads "a<sep>b", two hexadecimal numbers of at most bits bits,
+// as /proc/self/maps writes an address range and a device.
+func hexPair(s, sep string, bits int) (a, b uint64, ok bool) {
+	x, y, ok := strings.Cut(s, sep)
+	if !ok {
+		return 0, 0, false
+	}
+	a, errA := strconv.ParseUint(x, 16, bits)
+	b, errB := strconv.ParseUint(y, 16, bits)
+	return a, b, errA == nil && errB == nil
 }
