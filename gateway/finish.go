@@ -143,6 +143,10 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		case ReasonOverloaded:
 			h.Set("Retry-After", "1")
 			g.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
+		case ReasonInternal:
+			// An error no rule of judge knows: a bug, so it is said where
+			// an operator looks, not only in the client's answer.
+			g.log.Error("internal failure: the request was answered 500; please report this", "err", err)
 		case ReasonPaced:
 			var pe *pacedError
 			if errors.As(err, &pe) {

@@ -1,17 +1,22 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -92,5 +97,23 @@ func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	}
 	if got := outcomeOf(rotation.ResultRateLimited) + "," + outcomeOf(rotation.ResultBanned) + "," + outcomeOf(rotation.ResultOK); got != "rate_limited,banned,ok" {
 		t.Errorf("delivered outcomes %s", got)
+	}
+}
+
+// An error judge has no rule for is a bug: its 500 says so to the client
+// and the log says so to the operator, who otherwise would never see it.
+func TestAnInternalFailureIsAnsweredAndLogged(t *testing.T) {
+	logs := &testutil.LockedBuffer{}
+	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, pool.StoreOptions{})
+	w := httptest.NewRecorder()
+	e.gw.finish(context.Background(), &request{w: w, start: time.Now()}, errors.New("an unforeseen failure"))
+	if w.Code != http.StatusInternalServerError || w.Header().Get(HeaderReason) != ReasonInternal {
+		t.Fatalf("answered %d %q, want 500 %s", w.Code, w.Header().Get(HeaderReason), ReasonInternal)
+	}
+	if !strings.Contains(w.Body.String(), "an unforeseen failure") {
+		t.Errorf("the body %q does not say what failed", w.Body.String())
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "an unforeseen failure") {
+		t.Errorf("the log does not carry the failure at error:\n%s", l)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 )
 
@@ -29,16 +30,6 @@ const DefaultFilePollInterval = 2 * time.Second
 
 // maxUpstreamsLine bounds one line of an upstreams file.
 const maxUpstreamsLine = 64 << 10
-
-// reservedAttributeKey reports keys that are username parameters, so an
-// attribute with that key could never be selected.
-func reservedAttributeKey(k string) bool {
-	switch k {
-	case "session", "sessttl", "proxy", "rotate":
-		return true
-	}
-	return false
-}
 
 // ParseUpstream parses one upstream proxy URL: http://, https://, socks5://
 // or socks5h://, optionally with user:password, always with an explicit port
@@ -172,7 +163,7 @@ func parseUpstreamLine(fields []string) (Member, error) {
 			m.Name = v
 			continue
 		}
-		if reservedAttributeKey(k) {
+		if params.Reserved(k) {
 			return Member{}, fmt.Errorf("attribute key %q is reserved (a username parameter)", k)
 		}
 		if !validToken(k, "._/-") {

@@ -123,6 +123,7 @@ func TestParseUpstreamsFileErrors(t *testing.T) {
 		{"empty key", "http://127.0.0.1:3128 =eu\n", []string{"line 1:", "empty key"}},
 		{"empty value", "http://127.0.0.1:3128 region=\n", []string{"line 1:", "empty value"}},
 		{"reserved key", "http://127.0.0.1:3128 session=x\n", []string{"line 1:", `"session" is reserved`}},
+		{"every username parameter is reserved", "http://127.0.0.1:3128 pace=2s\nhttp://127.0.0.2:3128 strict=1\n", []string{"line 1:", `"pace" is reserved`, "line 2:", `"strict" is reserved`}},
 		{"bad value characters", "http://127.0.0.1:3128 region=e,u\n", []string{"line 1:", "value"}},
 		{"bad name", "http://127.0.0.1:3128 name=a;b\n", []string{"line 1:", "name"}},
 		{"attribute twice", "http://127.0.0.1:3128 a=1 a=2\n", []string{"line 1:", "given twice"}},

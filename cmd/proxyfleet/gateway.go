@@ -186,7 +186,7 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --lease-api; a key a request names wins"),
 		durationFlag(flagPoolOutageGrace, "5m", "while --lease-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
 		durationFlag(flagPoolRefresh, "30s", "how often a --lease-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
-		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz and /readyz (empty or \"off\": off)"),
+		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz, /readyz and the status page /status (and /status.json) (empty or \"off\": off)"),
 		durationFlag(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		durationFlag(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
 		durationFlag(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),

@@ -236,7 +236,7 @@ func ParseHeaders(h http.Header) (Params, error) {
 				return p, paramErr(HeaderSelect, " item ", echo.Quote(item), " is not key=value")
 			}
 			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-			if isReserved(k) {
+			if Reserved(k) {
 				return p, paramErr(echo.Quote(k), " is not an attribute; use the X-Proxyfleet-", headerSuffix(k), " header or the username parameter")
 			}
 			if err := p.set(k, v, true, HeaderSelect); err != nil {
@@ -470,7 +470,10 @@ func isValueChar(c byte, wide bool) bool {
 	return isAlnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || (wide && c == '-')
 }
 
-func isReserved(k string) bool {
+// Reserved reports whether k is a parameter key with a meaning of its own,
+// not an attribute selector: an upstreams-file attribute with such a key
+// could never be selected, so that file refuses it.
+func Reserved(k string) bool {
 	return k == keySession || k == keySessTTL || k == keyProxy || k == keyRotate || k == keyPace || k == keyStrict
 }
 

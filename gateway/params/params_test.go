@@ -275,7 +275,7 @@ func checkParamsInvariants(t *testing.T, p Params) {
 		t.Fatalf("rotate %q outside the allowed set", p.Rotate)
 	}
 	for k, v := range p.Selector {
-		if isReserved(k) || k == "" || v == "" {
+		if Reserved(k) || k == "" || v == "" {
 			t.Fatalf("selector has bad pair %q=%q", k, v)
 		}
 	}
