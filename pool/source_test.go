@@ -47,7 +47,7 @@ func TestParseUpstream(t *testing.T) {
 		{"malformed with credentials", "http://user:" + secret + "@127.0.0.1:bad", "", "", "malformed URL"},
 		{"bad escape in password", "http://user:%zz" + secret + "@127.0.0.1:3128", "", "", "malformed URL"},
 		{"credentials without scheme", "user:" + secret + "@127.0.0.1:3128", "", "", "missing scheme"},
-		{"malformed without credentials keeps detail", "http://127.0.0.1:bad", "", "", "invalid port"},
+		{"malformed without credentials keeps detail", "http://127.0.0.1:bad", "", "", "a port that is not a number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,8 +22,10 @@
 //     holding '@', '/', '?', '#' or spaces, a list of hosts
 //     (redis+sentinel://:pw@h1:1,h2:2/master) and a string url.Parse refuses
 //     are all masked the same way. Without a scheme, everything before the
-//     last '@' is masked. A string without '@' has no userinfo and is shown
-//     with only its secret parameters masked.
+//     last '@' is masked. A string without '@' has no userinfo, but a
+//     login whose host was left out (http://user:secret) reads as a host
+//     with a port, so a port that is not a number is masked as a password
+//     would be; the rest is shown with only its secret parameters masked.
 //
 // The price of never guessing is over-masking: an '@' in a path or query
 // (https://h/?email=a@b) hides everything before it. Parsed has no such
@@ -50,12 +52,57 @@ func URL(raw string) string {
 		if at := strings.LastIndexByte(raw, '@'); at >= 0 {
 			return Mask + "@" + params(raw[at+1:])
 		}
-		return params(raw)
+		return params(ports(raw))
 	}
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		return scheme + "://" + userinfo(rest[:at]) + "@" + params(rest[at+1:])
 	}
-	return scheme + "://" + params(rest)
+	return scheme + "://" + params(ports(rest))
+}
+
+// ports masks every port of s's authority (up to its first '/', '?' or
+// '#'; a comma-separated host list too) that is not a number: in a string
+// without '@' that is where a password stands whose host was left out.
+func ports(s string) string {
+	end := strings.IndexAny(s, "/?#")
+	if end < 0 {
+		end = len(s)
+	}
+	hosts := strings.Split(s[:end], ",")
+	changed := false
+	for i, h := range hosts {
+		if p := portAt(h); p >= 0 && !digits(h[p+1:]) {
+			hosts[i], changed = h[:p+1]+Mask, true
+		}
+	}
+	if !changed {
+		return s
+	}
+	return strings.Join(hosts, ",") + s[end:]
+}
+
+// portAt is the index of the ':' before h's port, -1 when it has none (an
+// IPv6 literal's colons are in its brackets).
+func portAt(h string) int {
+	from := 0
+	if strings.HasPrefix(h, "[") {
+		if from = strings.IndexByte(h, ']'); from < 0 {
+			return -1
+		}
+	}
+	if c := strings.LastIndexByte(h[from:], ':'); c >= 0 {
+		return from + c
+	}
+	return -1
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Parsed is URL for a parsed URL: the same policy, on the parser's reading
@@ -88,12 +135,20 @@ func Parsed(u *url.URL) string {
 
 // Reason says why url.Parse refused raw without quoting a secret: the
 // parser's own reason (an invalid port, escape or host character) when raw
-// has no '@' and so no userinfo the reason could quote part of, else
-// "malformed URL". url.Parse's error itself holds raw whole and must not be
-// shown.
+// has no '@' and so no userinfo the reason could quote part of, and no
+// port that is not a number (a password whose host was left out: the
+// parser would quote it); else "malformed URL". url.Parse's error itself
+// holds raw whole and must not be shown.
 func Reason(raw string, err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) && !strings.Contains(raw, "@") {
+		rest := raw
+		if _, r, ok := strings.Cut(raw, "://"); ok {
+			rest = r
+		}
+		if ports(rest) != rest {
+			return "malformed URL: a port that is not a number (a login is user:password@host:port)"
+		}
 		return ue.Err.Error()
 	}
 	return "malformed URL"

@@ -23,7 +23,11 @@ func TestURL(t *testing.T) {
 		{"password holding ? and #", "http://u:a?b#c@h:1", "http://u:xxxxx@h:1"},
 		{"unparsable: space in user, @ in password", "http://us er:p@ss@host", "http://us er:xxxxx@host"},
 		{"unparsable: bad port with a login", "http://bob:hunter2@10.0.0.1:port", "http://bob:xxxxx@10.0.0.1:port"},
-		{"unparsable without userinfo shown as is", "http://h:port", "http://h:port"},
+		{"a port that is not a number may be a password whose host was left out", "http://user:secretpw", "http://user:xxxxx"},
+		{"the same in a host list", "redis+cluster://h1:1,h2:pw/0", "redis+cluster://h1:1,h2:xxxxx/0"},
+		{"the same without a scheme", "user:secretpw", "user:xxxxx"},
+		{"an IPv6 literal's colons are no port", "http://[::1]:3128/x", "http://[::1]:3128/x"},
+		{"an IPv6 literal without a port", "http://[fe80::1]/x", "http://[fe80::1]/x"},
 		{"bad escape shown as is", "%zz", "%zz"},
 		{"no scheme: all before @ masked", "bob:hunter2@h:1", "xxxxx@h:1"},
 		{"text before a later :// is no scheme", "u:pw@redis://h", "xxxxx@redis://h"},
@@ -79,7 +83,8 @@ func TestParsed(t *testing.T) {
 
 func TestReason(t *testing.T) {
 	tests := []struct{ name, in, want string }{
-		{"parser's reason without userinfo", "http://h:port", `invalid port ":port" after host`},
+		{"parser's reason without userinfo", "http://h:1/%zz", `invalid URL escape "%zz"`},
+		{"no quote of a port that may be a password", "http://user:secretpw", "malformed URL: a port that is not a number (a login is user:password@host:port)"},
 		{"no detail with userinfo (the reason could quote the password)", "http://u:hunter2@h:port", "malformed URL"},
 		{"no detail for an @ anywhere", "http://u:a/hunter2@h", "malformed URL"},
 	}
