@@ -690,12 +690,17 @@ func TestNeverProxiesToItself(t *testing.T) {
 	if resp.StatusCode != http.StatusLoopDetected || !strings.Contains(b, "own listen address") {
 		t.Fatalf("status %d body %q", resp.StatusCode, b)
 	}
-	_, cresp, err := testutil.ConnectTunnel(e.addr, e.addr, nil, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cresp.StatusCode != http.StatusLoopDetected {
-		t.Fatalf("CONNECT to itself: %d", cresp.StatusCode)
+	_, port, _ := net.SplitHostPort(e.addr)
+	// Every spelling of this host that a connection would reach it by:
+	// an unspecified address goes to the loopback listener.
+	for _, self := range []string{e.addr, "localhost:" + port, "0.0.0.0:" + port, "[::]:" + port, "[::ffff:127.0.0.1]:" + port} {
+		_, cresp, err := testutil.ConnectTunnel(e.addr, self, nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cresp.StatusCode != http.StatusLoopDetected {
+			t.Errorf("CONNECT %s (itself): %d, want 508", self, cresp.StatusCode)
+		}
 	}
 }
 

@@ -180,17 +180,20 @@ func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error
 
 // isSelf reports whether a:port is where this gateway listens (directly, or
 // through an unspecified listen address that covers every local address).
+// An unspecified target (0.0.0.0, ::) is this host too: a connection to it
+// reaches the loopback listener on its port, so any listener on that port
+// counts.
 func (g *Gateway) isSelf(a netip.Addr, port uint16) bool {
 	lp := g.listen.Load()
 	if lp == nil {
 		return false
 	}
-	a = a.WithZone("")
+	a = a.WithZone("").Unmap()
 	for _, l := range *lp {
 		if l.Port() != port {
 			continue
 		}
-		if l.Addr() == a {
+		if l.Addr().Unmap() == a || a.IsUnspecified() {
 			return true
 		}
 		if l.Addr().IsUnspecified() && (a.IsLoopback() || a.IsUnspecified() || isLocalAddr(a)) {
