@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 )
 
@@ -30,6 +29,19 @@ const DefaultFilePollInterval = 2 * time.Second
 
 // maxUpstreamsLine bounds one line of an upstreams file.
 const maxUpstreamsLine = 64 << 10
+
+// ReservedAttributeKey reports keys that are a gateway's username (and
+// header) parameters: session, sessttl, proxy, rotate, pace, strict. An
+// attribute with such a key could never be selected, since the parameter
+// takes the key, so an upstreams file refuses it; the gateway's parameter
+// parser asks this same list.
+func ReservedAttributeKey(k string) bool {
+	switch k {
+	case "session", "sessttl", "proxy", "rotate", "pace", "strict":
+		return true
+	}
+	return false
+}
 
 // ParseUpstream parses one upstream proxy URL: http://, https://, socks5://
 // or socks5h://, optionally with user:password, always with an explicit port
@@ -163,7 +175,7 @@ func parseUpstreamLine(fields []string) (Member, error) {
 			m.Name = v
 			continue
 		}
-		if params.Reserved(k) {
+		if ReservedAttributeKey(k) {
 			return Member{}, fmt.Errorf("attribute key %q is reserved (a username parameter)", k)
 		}
 		if !validToken(k, "._/-") {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -236,7 +237,7 @@ func ParseHeaders(h http.Header) (Params, error) {
 				return p, paramErr(HeaderSelect, " item ", echo.Quote(item), " is not key=value")
 			}
 			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-			if Reserved(k) {
+			if isReserved(k) {
 				return p, paramErr(echo.Quote(k), " is not an attribute; use the X-Proxyfleet-", headerSuffix(k), " header or the username parameter")
 			}
 			if err := p.set(k, v, true, HeaderSelect); err != nil {
@@ -470,12 +471,12 @@ func isValueChar(c byte, wide bool) bool {
 	return isAlnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || (wide && c == '-')
 }
 
-// Reserved reports whether k is a parameter key with a meaning of its own,
-// not an attribute selector: an upstreams-file attribute with such a key
-// could never be selected, so that file refuses it.
-func Reserved(k string) bool {
-	return k == keySession || k == keySessTTL || k == keyProxy || k == keyRotate || k == keyPace || k == keyStrict
-}
+// isReserved reports whether k is a parameter key with a meaning of its
+// own, not an attribute selector. The list is the pool's
+// (pool.ReservedAttributeKey), which refuses an attribute with such a key
+// since no selector could name it; TestEveryParameterKeyIsReserved pins
+// that the two agree.
+func isReserved(k string) bool { return pool.ReservedAttributeKey(k) }
 
 func headerSuffix(k string) string {
 	switch k {

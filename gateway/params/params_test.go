@@ -275,7 +275,7 @@ func checkParamsInvariants(t *testing.T, p Params) {
 		t.Fatalf("rotate %q outside the allowed set", p.Rotate)
 	}
 	for k, v := range p.Selector {
-		if Reserved(k) || k == "" || v == "" {
+		if isReserved(k) || k == "" || v == "" {
 			t.Fatalf("selector has bad pair %q=%q", k, v)
 		}
 	}
@@ -476,5 +476,21 @@ func TestREADMEUsernameExamplesParse(t *testing.T) {
 	raw, _ := os.ReadFile("../../README.md")
 	if !strings.Contains(strings.Join(strings.Fields(string(raw)), " "), "proxyfleet: "+want) {
 		t.Errorf("README no longer quotes %q", want)
+	}
+}
+
+// The pool refuses an attribute the parser would read as a parameter: the
+// two must name the same keys, or an upstreams-file attribute could be
+// accepted and never selectable (pace and strict once were).
+func TestEveryParameterKeyIsReserved(t *testing.T) {
+	for _, k := range []string{keySession, keySessTTL, keyProxy, keyRotate, keyPace, keyStrict} {
+		if !isReserved(k) {
+			t.Errorf("parameter key %q is not a reserved attribute key", k)
+		}
+	}
+	for _, k := range []string{"region", "tier", "name", "zone"} {
+		if isReserved(k) {
+			t.Errorf("attribute key %q is reserved", k)
+		}
 	}
 }
