@@ -7,6 +7,7 @@
 package leaseapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -555,7 +556,12 @@ func (s *apiServer) acquireRequest(w http.ResponseWriter, body leaseRequest) (po
 		IdempotencyKey: body.IdempotencyKey,
 	}
 	if body.Target != "" {
-		req.Target = rotation.TargetKey(body.Target)
+		t, err := rotation.ParseTarget(body.Target)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("target %q %s", body.Target, err))
+			return pool.AcquireRequest{}, false
+		}
+		req.Target = t
 	}
 	return req, true
 }
@@ -589,7 +595,12 @@ func (s *apiServer) report(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := pool.Report{Result: result, RetryAfter: time.Duration(body.RetryAfterSeconds) * time.Second}
 	if body.Target != "" {
-		rep.Target = rotation.TargetKey(body.Target)
+		t, err := rotation.ParseTarget(body.Target)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiErrBadRequest, fmt.Sprintf("target %q %s", body.Target, err))
+			return
+		}
+		rep.Target = t
 	}
 	switch err := s.backend.Report(r.Context(), r.PathValue("id"), rep); {
 	case err == nil:
@@ -623,13 +634,26 @@ func (s *apiServer) backendFailed(w http.ResponseWriter, what string, err error)
 func (s *apiServer) decodeBody(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	// One JSON object and nothing else: a null, an array or a number
+	// would decode into the zero request (a lease for anything) instead
+	// of an error.
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
 	if errors.Is(err, io.EOF) {
 		if allowEmpty {
 			return true
 		}
 		writeError(w, http.StatusBadRequest, apiErrBadRequest, "request body is empty; want a JSON object")
 		return false
+	}
+	if err == nil {
+		if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			writeError(w, http.StatusBadRequest, apiErrBadRequest, "request body is a JSON "+jsonKind(t)+"; want a JSON object")
+			return false
+		}
+		one := json.NewDecoder(bytes.NewReader(raw))
+		one.DisallowUnknownFields()
+		err = one.Decode(v)
 	}
 	if err == nil {
 		// Exactly one value: anything but whitespace after it is an error.
@@ -653,6 +677,23 @@ func (s *apiServer) decodeBody(w http.ResponseWriter, r *http.Request, v any, al
 	}
 	writeError(w, http.StatusBadRequest, apiErrBadRequest, "invalid request body: "+describeJSONError(err))
 	return false
+}
+
+// jsonKind names the JSON value that starts t.
+func jsonKind(t []byte) string {
+	switch {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == 'n':
+		return "null"
+	case t[0] == '[':
+		return "array"
+	case t[0] == '"':
+		return "string"
+	case t[0] == 't' || t[0] == 'f':
+		return "boolean"
+	}
+	return "number"
 }
 
 func describeJSONError(err error) string {

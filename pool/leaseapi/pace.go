@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -68,11 +67,20 @@ type slowedList struct {
 }
 
 // checkPace is what every op needs; a bad request is a sentence naming
-// the field.
-func checkPace(b paceRequest) error {
+// the field. It puts the site in its key form (as the gateway sends it),
+// so Example.COM and example.com are one site's pace.
+func checkPace(b *paceRequest) error {
+	need := map[string][]string{"reserve": {"member"}, "return": {"member"}, "enter": {"holder"}, "leave": {"holder"}, "answer": {"member", "result"}}
+	fields, ok := need[b.Op]
+	if !ok {
+		return fmt.Errorf("op %q: want reserve, return, enter, leave or answer", b.Op)
+	}
+	site, err := rotation.ParseTarget(b.Site)
 	switch {
-	case b.Site == "" || strings.ContainsAny(b.Site, " \t\r\n"):
-		return errors.New("site must be a host (the request's target), without spaces")
+	case b.Site == "":
+		return errors.New("site must be a host (the request's target)")
+	case err != nil:
+		return fmt.Errorf("site %q %s", b.Site, err)
 	case b.MinIntervalMs < 0 || b.MinIntervalMs > maxPaceMillis:
 		return fmt.Errorf("minIntervalMillis %d is out of range (0 to a day)", b.MinIntervalMs)
 	case b.MaxWaitMs < 0 || b.MaxWaitMs > maxPaceMillis:
@@ -80,11 +88,7 @@ func checkPace(b paceRequest) error {
 	case b.Limit < 0:
 		return fmt.Errorf("limit %d must not be negative", b.Limit)
 	}
-	need := map[string][]string{"reserve": {"member"}, "return": {"member"}, "enter": {"holder"}, "leave": {"holder"}, "answer": {"member", "result"}}
-	fields, ok := need[b.Op]
-	if !ok {
-		return fmt.Errorf("op %q: want reserve, return, enter, leave or answer", b.Op)
-	}
+	b.Site = site
 	for _, f := range fields {
 		if (f == "member" && b.Member == "") || (f == "holder" && b.Holder == "") || (f == "result" && b.Result == "") {
 			return fmt.Errorf("op %s needs %s", b.Op, f)
@@ -111,7 +115,7 @@ func (s *apiServer) pace(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &b, false) {
 		return
 	}
-	if err := checkPace(b); err != nil {
+	if err := checkPace(&b); err != nil {
 		writeError(w, http.StatusBadRequest, apiErrBadRequest, err.Error())
 		return
 	}
