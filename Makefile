@@ -110,6 +110,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStatusList$$' -fuzztime $(FUZZTIME) ./rotation
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTarget$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSelector$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRedisURL$$' -fuzztime $(FUZZTIME) ./pool/redisstore
 
