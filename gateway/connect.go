@@ -28,6 +28,14 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 	ctx := r.Context()
 	rq := &request{w: w, start: start}
 	hostport := r.Host
+	if r.RequestURI != hostport {
+		// net/http read the authority as a URL and kept only its host:
+		// a login, a path, a query or an escape was dropped, not refused.
+		// The target is not quoted: a login may be in it.
+		g.finish(ctx, rq, &targetError{reason: ReasonBadRequest,
+			msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
+		return
+	}
 	host, port, err := splitTarget(hostport, "")
 	if err != nil {
 		g.finish(ctx, rq, err)
