@@ -349,9 +349,12 @@ func isHopByHop(k string) bool {
 
 // forwardHeader copies the request headers that travel on: no hop-by-hop
 // header, nothing Connection names, no X-Proxyfleet-* header. Value slices
-// are shared, not copied; neither side modifies them.
+// are shared, not copied; neither side modifies them. A request without a
+// User-Agent goes on without one: every request writer (net/http's, the
+// lean one, HTTP/2's) would add its own Go-http-client, a fingerprint of
+// the gateway the client never sent, unless the field is there and empty.
 func forwardHeader(in http.Header) http.Header {
-	out := make(http.Header, len(in))
+	out := make(http.Header, len(in)+1)
 	conn := in["Connection"]
 	for k, vv := range in {
 		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
@@ -359,8 +362,15 @@ func forwardHeader(in http.Header) http.Header {
 		}
 		out[k] = vv
 	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = noUserAgent
+	}
 	return out
 }
+
+// noUserAgent is the User-Agent of a request that named none: present and
+// empty, so that no writer adds its own (shared, never modified).
+var noUserAgent = []string{""}
 
 // copyResponseHeader copies an answer's end-to-end headers into dst; a
 // site's own X-Proxyfleet-* headers are dropped so they cannot pose as ours.

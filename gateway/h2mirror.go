@@ -202,10 +202,6 @@ func h2RoundTrip(cc *fhttp2.ClientConn, out *http.Request) (*http.Response, erro
 	fr := &fhttp.Request{Method: out.Method, URL: out.URL, Proto: "HTTP/2.0", ProtoMajor: 2,
 		Header: h, Body: out.Body, GetBody: out.GetBody, ContentLength: out.ContentLength,
 		Host: out.Host, Trailer: fhttp.Header(out.Trailer)}
-	if _, ok := fr.Header["User-Agent"]; !ok {
-		// fhttp would send its own; the client sent none.
-		fr.Header["User-Agent"] = []string{""}
-	}
 	fr = fr.WithContext(out.Context())
 	resp, err := cc.RoundTrip(fr)
 	if err != nil {
