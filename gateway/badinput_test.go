@@ -74,3 +74,42 @@ func TestBadRequestsGetA4xxAndChangeNothing(t *testing.T) {
 		})
 	}
 }
+
+// X-Proxyfleet-Mitm is on or off: any other value is a 400 that opens no
+// tunnel, never read as "intercept" (a client keeping a pinned site out
+// with "false" had it intercepted), on a gateway with MITM or without.
+func TestAnXProxyfleetMitmOtherThanOnOrOffIs400(t *testing.T) {
+	ca, _ := newTestCA(t)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	for name, o := range map[string]Options{
+		"MITM":    {AllowPrivateTargets: true, MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintGo}},
+		"no MITM": {AllowPrivateTargets: true},
+	} {
+		e := newEnv(t, o, pool.StoreOptions{}, directMembers(1)...)
+		for _, tc := range []struct {
+			values []string
+			status int
+		}{
+			{[]string{"false"}, http.StatusBadRequest},
+			{[]string{"no"}, http.StatusBadRequest},
+			{[]string{"0"}, http.StatusBadRequest},
+			{[]string{"off", "on"}, http.StatusBadRequest},
+			{[]string{" OFF "}, http.StatusOK},
+			{[]string{"on"}, http.StatusOK},
+		} {
+			c, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), http.Header{HeaderMITM: tc.values}, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != nil {
+				c.Close()
+			}
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s: %s %q: %d, want %d", name, HeaderMITM, tc.values, resp.StatusCode, tc.status)
+			}
+			if tc.status == http.StatusBadRequest && resp.Header.Get(HeaderReason) != ReasonBadRequest {
+				t.Errorf("%s: %q: reason %q", name, tc.values, resp.Header.Get(HeaderReason))
+			}
+		}
+	}
+}

@@ -37,6 +37,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		return
 	}
 	host, port, err := splitTarget(hostport, "")
+	if err == nil {
+		err = checkMITMHeader(r)
+	}
 	if err != nil {
 		g.finish(ctx, rq, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -131,10 +132,29 @@ func (m *mitm) wanted(r *http.Request, host string) bool {
 }
 
 // leftAlone reports a CONNECT whose client said X-Proxyfleet-Mitm: off:
-// its tunnel is a plain one through a member, whatever it carries.
+// its tunnel is a plain one through a member, whatever it carries. The
+// header's value was checked (checkMITMHeader).
 func leftAlone(r *http.Request) bool {
 	v := r.Header[HeaderMITM]
 	return len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), "off")
+}
+
+// checkMITMHeader refuses an X-Proxyfleet-Mitm other than on or off: a
+// client that writes "false" or "no" to keep a pinned site out of
+// interception must hear that it was not understood, not have its
+// tunnel intercepted.
+func checkMITMHeader(r *http.Request) error {
+	v := r.Header[HeaderMITM]
+	for _, s := range v {
+		s = strings.ToLower(strings.TrimSpace(s))
+		if s != "on" && s != "off" {
+			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
+		}
+		if !strings.EqualFold(s, strings.TrimSpace(v[0])) {
+			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " given twice, once on and once off"}
+		}
+	}
+	return nil
 }
 
 // fingerprintOf is the site-facing handshake a CONNECT or a request inside
