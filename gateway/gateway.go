@@ -182,10 +182,14 @@ type Options struct {
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
 // mount it as an http.Handler) and stop it with Shutdown.
 type Gateway struct {
-	pool           pool.Pool
-	later          pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
-	mode           rotation.Mode
-	leaseTTL       time.Duration
+	pool     pool.Pool
+	later    pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
+	mode     rotation.Mode
+	leaseTTL time.Duration
+	// maxSessTTL is the pool's longest lease when it says (0: unknown, as
+	// a --lease-api pool's): acquire refuses a longer sessttl on a pinned
+	// session too, where the pool is not asked.
+	maxSessTTL     time.Duration
 	retries        int
 	classifier     rotation.Classifier
 	tokens         tokenSet
@@ -306,7 +310,12 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: affinity cache: " + err.Error())
 	}
 	later, _ := o.Pool.(pool.LaterReleaser)
+	var maxSessTTL time.Duration
+	if mt, ok := o.Pool.(interface{ MaxTTL() time.Duration }); ok {
+		maxSessTTL = mt.MaxTTL()
+	}
 	g := &Gateway{
+		maxSessTTL:     maxSessTTL,
 		pool:           o.Pool,
 		later:          later,
 		mode:           o.Mode,

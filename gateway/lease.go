@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,11 @@ type held struct {
 func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 	if lr.perRequest {
 		return g.acquireFresh(ctx, lr, false)
+	}
+	if g.maxSessTTL > 0 && lr.p.SessTTL > g.maxSessTTL {
+		// The pool would refuse it on a new lease; a session that holds a
+		// pin gets the same answer, not a silent pass.
+		return held{}, fmt.Errorf("%w: sessttl %s", pool.ErrTTLTooLong, lr.p.SessTTL)
 	}
 	if pin, ok := g.aff.Get(lr.session, lr.target); ok {
 		mc := g.memberByName(pin.Member)
