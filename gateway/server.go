@@ -162,16 +162,16 @@ func (s *Server) checkPoolAPI(ctx context.Context) {
 	var apiErr *leaseapi.APIError
 	switch {
 	case err == nil && len(healthy) == 0:
-		log.Warn("the pool API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", api)
+		log.Warn("the lease API offers no healthy upstream yet; requests get 503 until it does", "poolAPI", api)
 	case err == nil:
-		log.Info("pool API reachable", "poolAPI", api, "healthyUpstreams", len(healthy))
+		log.Info("lease API reachable", "poolAPI", api, "healthyUpstreams", len(healthy))
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
-		log.Error("the pool API refused the token: check --pool-token-file; every request fails until it is fixed", "poolAPI", api, "err", err)
+		log.Error("the lease API refused the token: check --pool-token-file; every request fails until it is fixed", "poolAPI", api, "err", err)
 	case ctx.Err() != nil && !errors.Is(err, pool.ErrUnreachable):
 		// Shutting down, or the check timed out on a reachable API.
-		log.Warn("pool API check did not finish", "poolAPI", api, "err", err)
+		log.Warn("lease API check did not finish", "poolAPI", api, "err", err)
 	default:
-		log.Warn("pool API not reachable; requests that hold no lease get 503 pool_unreachable until it answers", "poolAPI", api, "err", err)
+		log.Warn("lease API not reachable; requests that hold no lease get 503 pool_unreachable until it answers", "poolAPI", api, "err", err)
 	}
 }
 

@@ -27,7 +27,7 @@ func (s *Server) PoolStatus(ctx context.Context) statuspage.PoolSnapshot {
 	if s.o.Remote != nil {
 		list, err := s.o.Remote.List(ctx, leaseapi.ListFilter{})
 		if err != nil {
-			s.o.Logger.Warn("status page: listing the pool API's members failed", "poolAPI", s.o.RemoteURL, "err", err)
+			s.o.Logger.Warn("status page: listing the lease API's members failed", "poolAPI", s.o.RemoteURL, "err", err)
 			return statuspage.PoolSnapshot{Err: "the lease API could not be read (see the gateway's log)", LastKnown: lk.LastKnown}
 		}
 		ms, cs := statuspage.MembersFromAPI(list)

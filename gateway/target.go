@@ -167,7 +167,7 @@ func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error
 		if !g.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
 				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed)"}
+					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
 			}
 		}
 		if g.isSelf(a, port) {

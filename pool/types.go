@@ -203,7 +203,7 @@ var (
 	// ErrTTLTooLong is a TTL above the store's maximum; a 400, never a silent clamp.
 	ErrTTLTooLong = errors.New("ttl above maximum")
 	// ErrUnreachable wraps a failure to reach a remote lease API.
-	ErrUnreachable = errors.New("pool API unreachable")
+	ErrUnreachable = errors.New("lease API unreachable")
 )
 
 // Cooldown is one running cooldown: Member rests for Target (a site key;

@@ -195,7 +195,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 	// pool; B leases per request, with one.
 	gwA := startGateway(t, args("--lease-ttl", "3s", "--pool-outage-grace", "0")...)
 	gwB := startGateway(t, args("--rotation", "per-request")...)
-	if out := gwA.Stderr.String(); !strings.Contains(out, "leasing from the pool API "+api.url) || strings.Contains(out, apiToken) {
+	if out := gwA.Stderr.String(); !strings.Contains(out, "leasing from the lease API "+api.url) || strings.Contains(out, apiToken) {
 		t.Fatalf("startup message should name the pool API and never the token:\n%s", out)
 	}
 
@@ -272,7 +272,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 			t.Fatalf("pinned session right after the API went away: %d from %q %s, want 200 from %s", code, got, body, src)
 		}
 		if code, _, reason, body := sessionGet(t, gwA.Proxy, "new-session", other.URL()); code != http.StatusServiceUnavailable ||
-			reason != "pool_unreachable" || !strings.Contains(body, "pool API unreachable") {
+			reason != "pool_unreachable" || !strings.Contains(body, "lease API unreachable") {
 			t.Fatalf("a session without a lease: %d %s %q, want 503 pool_unreachable", code, reason, body)
 		}
 		// The pin ends with its 3s lease; until then every request works.
@@ -288,7 +288,7 @@ func TestGatewaysSharingTheLeaseAPIShareCooldowns(t *testing.T) {
 		if elapsed := time.Since(pinnedAt); elapsed < 2*time.Second {
 			t.Fatalf("the pinned session failed after %s, before its 3s lease ended", elapsed)
 		}
-		if code503 != http.StatusServiceUnavailable || reason != "pool_unreachable" || !strings.Contains(msg, "pool API unreachable") {
+		if code503 != http.StatusServiceUnavailable || reason != "pool_unreachable" || !strings.Contains(msg, "lease API unreachable") {
 			t.Fatalf("after the lease ended: %d %s %q, want 503 saying the pool API is unreachable", code503, reason, msg)
 		}
 	})
@@ -317,7 +317,7 @@ func TestGatewayWarnsWhenThePoolAPIRefusesItsToken(t *testing.T) {
 	wrong := writeFile(t, "pool-token", "wrong-token\n")
 	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--lease-api", api.url, "--pool-token-file", wrong)
 	poll.Until(t, 20*time.Second, "the warning about the refused token", func() error {
-		if !strings.Contains(g.Stderr.String(), "the pool API refused the token") {
+		if !strings.Contains(g.Stderr.String(), "the lease API refused the token") {
 			return fmt.Errorf("no warning about the refused token yet:\n%s", g.Stderr.String())
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ func mitmCACommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "init",
 			Usage: "write a new CA certificate and key for --mitm-ca-cert and --mitm-ca-key",
-			Description: "Writes an ECDSA P-256 CA (signing certificates only, path length 0). The key file is\n" +
+			Description: "Writes an ECDSA P-256 CA (key usage certificate and CRL signing and digital signature; path length 0). The key file is\n" +
 				"created 0600; existing files are kept unless --force. Crawlers trust the certificate;\n" +
 				"the key stays with the gateway (see docs/mitm.md).",
 			Flags: []cli.Flag{
@@ -55,6 +56,14 @@ func mitmCACommand() *cli.Command {
 				certPath, keyPath := c.Path(flagCACert), c.Path(flagCAKey)
 				if certPath == keyPath {
 					return fmt.Errorf("--%s and --%s name the same file", flagCACert, flagCAKey)
+				}
+				// Both directories before either file: a key written
+				// beside a certificate that cannot be would block the
+				// next try with "exists".
+				for _, f := range []struct{ flag, path string }{{flagCAKey, keyPath}, {flagCACert, certPath}} {
+					if dir := filepath.Dir(f.path); !isDir(dir) {
+						return fmt.Errorf("--%s %s: the directory %s does not exist; create it first (mkdir -p %s)", f.flag, f.path, dir, dir)
+					}
 				}
 				if v := c.Duration(flagCAValidity); v <= 0 {
 					return fmt.Errorf("--%s %s: must be positive", flagCAValidity, v)
@@ -87,6 +96,12 @@ func defaultCACommonName() string {
 		return "proxyfleet MITM CA"
 	}
 	return "proxyfleet MITM CA (" + h + ")"
+}
+
+// isDir reports whether path is a directory.
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }
 
 // writeNew writes data to path with mode, refusing to replace a file unless force.
@@ -141,8 +156,12 @@ func mitmFrom(c *cli.Context) (*gateway.MITMOptions, error) {
 	bypass := c.StringSlice(flagMITMBypass)
 	switch {
 	case certPath == "" && keyPath == "":
-		if len(bypass) > 0 {
-			return nil, fmt.Errorf("--%s without --%s and --%s: MITM is off", flagMITMBypass, flagMITMCACert, flagMITMCAKey)
+		// A MITM setting without MITM is a mistake to say, not to ignore:
+		// its value would not even be checked.
+		for _, f := range []string{flagMITMBypass, flagMITMFingerprint, flagMITMFallbackPreset} {
+			if c.IsSet(f) {
+				return nil, fmt.Errorf("--%s without --%s and --%s: MITM is off", f, flagMITMCACert, flagMITMCAKey)
+			}
 		}
 		return nil, nil
 	case certPath == "" || keyPath == "":

@@ -48,6 +48,14 @@ func TestMITMCAInitWritesAPairTheGatewayLoads(t *testing.T) {
 		t.Fatalf("loaded %+v", cfg.MITM)
 	}
 
+	missing := filepath.Join(dir, "no", "such")
+	if _, err := runMITMCAInit(t, "--cert", filepath.Join(missing, "ca.pem"), "--key", filepath.Join(dir, "k2.pem")); err == nil ||
+		!strings.Contains(err.Error(), "--cert") || !strings.Contains(err.Error(), "mkdir -p "+missing) {
+		t.Fatalf("init into a missing directory: %v, want an error naming --cert and the directory", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "k2.pem")); !os.IsNotExist(err) {
+		t.Fatalf("the key was written although the certificate could not be: %v", err)
+	}
 	if _, err := runMITMCAInit(t, "--cert", cert, "--key", key); err == nil || !strings.Contains(err.Error(), "exists; pass --force") {
 		t.Fatalf("init over existing files: %v, want a refusal naming --force", err)
 	}
@@ -78,6 +86,8 @@ func TestMITMAndBanRuleFlagsRefuseBadInput(t *testing.T) {
 		{"a key that is not one", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", notPEM}, "--mitm-ca-cert " + cert},
 		{"the cert as key", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", cert}, "no PEM PRIVATE KEY block"},
 		{"bypass without MITM", []string{"--mitm-bypass", "example.com"}, "--mitm-bypass without --mitm-ca-cert"},
+		{"a fingerprint without MITM (its value went unchecked)", []string{"--mitm-fingerprint", "bogus"}, "--mitm-fingerprint without --mitm-ca-cert"},
+		{"a fallback preset without MITM", []string{"--mitm-fallback-preset", "bogus"}, "--mitm-fallback-preset without --mitm-ca-cert"},
 		{"a bypass with a port", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-bypass", "example.com:443"}, "--mitm-bypass: host pattern"},
 		{"an unknown fingerprint mode", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-fingerprint", "chrome"}, `--mitm-fingerprint: fingerprint "chrome": want mirror or go`},
 		{"an unknown fallback preset", []string{"--mitm-ca-cert", cert, "--mitm-ca-key", key, "--mitm-fallback-preset", "netscape"}, `--mitm-fallback-preset: unknown ClientHello preset "netscape"`},

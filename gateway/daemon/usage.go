@@ -19,7 +19,7 @@ func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn,
 	}
 	var b strings.Builder
 	if cfg.PoolAPI != "" {
-		fmt.Fprintf(&b, "proxyfleet gateway listening on %s leasing from the pool API %s, rotation %s\n",
+		fmt.Fprintf(&b, "proxyfleet gateway listening on %s leasing from the lease API %s, rotation %s\n",
 			proxyLn.Addr(), cfg.PoolAPI, cfg.Mode)
 	} else {
 		noun := "members"
