@@ -56,7 +56,7 @@ func chartDir(t *testing.T) string {
 // allOn turns every optional part of the chart on.
 func allOn() map[string]any {
 	return map[string]any{
-		"controller": map[string]any{"proxyNamespace": "crawl", "gcAllowNamespaced": true, "replicas": 2,
+		"controller": map[string]any{"proxyNamespace": "crawl", "gcAllowNamespaced": true, "replicas": 2, "defaultProbeURL": "http://probe.example/generate_204",
 			"extraVolumes":      []any{map[string]any{"name": "kvm-ssh", "secret": map[string]any{"secretName": "kvm-ssh"}}},
 			"extraVolumeMounts": []any{map[string]any{"name": "kvm-ssh", "mountPath": "/etc/proxyfleet/kvm-ssh", "readOnly": true}}},
 		"leaseStore":    map[string]any{"url": "redis://redis.proxyfleet.svc:6379/0", "passwordSecret": "redis-password"},
@@ -161,6 +161,7 @@ func TestChartValuesSchemaRejectsMistakes(t *testing.T) {
 		{"a lease user without a namespace", map[string]any{"leaseUsers": []any{map[string]any{"name": "crawler"}}}, "namespace"},
 		{"a lease store that is neither memory nor Redis", map[string]any{"leaseStore": map[string]any{"url": "mysql://db:3306"}}, "url"},
 		{"two replicas on the memory store", map[string]any{"controller": map[string]any{"replicas": 2}}, "leaseStore.url"},
+		{"a default probe URL that is not http(s)", map[string]any{"controller": map[string]any{"defaultProbeURL": "www.gstatic.com/generate_204"}}, "defaultProbeURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.vals)
@@ -456,5 +457,36 @@ func TestREADMEDeployExamplesAreAcceptedByTheAPIServer(t *testing.T) {
 	d := find(objs, "Deployment", "crawler")
 	if v, _, _ := unstructured.NestedString(d.Object, "spec", "template", "metadata", "labels", "proxyfleet.io/inject"); v != "true" {
 		t.Fatal("the README's crawler is not labelled for injection")
+	}
+}
+
+// controllerArgs are the rendered controller container's arguments.
+func controllerArgs(t *testing.T, vals map[string]any) []string {
+	t.Helper()
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find(objects(t, manifest), "Deployment", releaseName)
+	if d == nil {
+		t.Fatal("no controller Deployment")
+	}
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	return args
+}
+
+// A Proxy without healthCheck.url is probed at controller.defaultProbeURL
+// when it is set; unset, the flag is left out (the controller's default:
+// no probe, never offered).
+func TestChartPassesTheDefaultProbeURL(t *testing.T) {
+	const u = "http://probe.example/generate_204"
+	if args := controllerArgs(t, map[string]any{"controller": map[string]any{"defaultProbeURL": u}}); !slices.Contains(args, "--default-probe-url="+u) {
+		t.Errorf("args %q lack --default-probe-url=%s", args, u)
+	}
+	for _, a := range controllerArgs(t, nil) {
+		if strings.HasPrefix(a, "--default-probe-url") {
+			t.Errorf("the defaults pass %s", a)
+		}
 	}
 }
