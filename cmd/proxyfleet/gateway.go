@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon"
@@ -124,13 +126,43 @@ func gatewayCommandWith(run gatewayRunner) *cli.Command {
 var singleDashFlag = regexp.MustCompile(`(flag |for |: )-([a-z][a-z-]*)`)
 
 // usageError is every command's answer to a bad command line: the flag
-// package writes "-name", the flags are documented as "--name", and the
-// message points at the command's --help.
+// package writes "-name", the flags are documented as "--name", its
+// "parse error" says what the value should have been, and the message
+// points at the command's --help.
 func usageError(command string) cli.OnUsageErrorFunc {
-	return func(_ *cli.Context, err error, _ bool) error {
+	return func(c *cli.Context, err error, _ bool) error {
 		msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
+		if m := parseErrorFlag.FindStringSubmatch(msg); m != nil && c != nil && c.Command != nil {
+			if want := wantedValue(c.Command.Flags, m[1]); want != "" {
+				msg = strings.TrimSuffix(msg, "parse error") + want
+			}
+		}
 		return fmt.Errorf("%s (see proxyfleet %s --help)", msg, command)
 	}
+}
+
+// parseErrorFlag finds the flag whose value the flag package could not parse.
+var parseErrorFlag = regexp.MustCompile(`for (?:flag )?--([a-z][a-z0-9-]*): parse error$`)
+
+// wantedValue says what flag name of flags takes, "" when it is not a
+// kind whose parse error needs saying.
+func wantedValue(flags []cli.Flag, name string) string {
+	for _, f := range flags {
+		if !slices.Contains(f.Names(), name) {
+			continue
+		}
+		switch f.(type) {
+		case *cli.DurationFlag, *altsrc.DurationFlag:
+			return "want a duration with a unit, such as 30s, 10m or 1h30m"
+		case *cli.IntFlag, *altsrc.IntFlag, *cli.Int64Flag, *altsrc.Int64Flag, *cli.UintFlag, *altsrc.UintFlag:
+			return "want a whole number"
+		case *cli.BoolFlag, *altsrc.BoolFlag:
+			return "want true or false"
+		case *cli.Float64Flag, *altsrc.Float64Flag:
+			return "want a number"
+		}
+	}
+	return ""
 }
 
 // gatewayFlags are the gateway's flags. Each reads PROXYFLEET_<NAME> from the

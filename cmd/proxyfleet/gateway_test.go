@@ -488,3 +488,26 @@ func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
 		t.Errorf("a token reached the log:\n%s", g.Stderr.String())
 	}
 }
+
+// A value the flag package cannot parse is answered with what the flag
+// wants, on every command: "parse error" alone sent people to the docs
+// (a duration without its unit, the usual slip, read the same as a typo).
+func TestAnUnparsableFlagValueSaysWhatTheFlagWants(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gateway", "--lease-ttl", "5"}, `invalid value "5" for flag --lease-ttl: want a duration with a unit, such as 30s, 10m or 1h30m (see proxyfleet gateway --help)`},
+		{[]string{"gateway", "--retries", "x"}, `--retries: want a whole number`},
+		{[]string{"controller", "--leader-elect=maybe"}, `--leader-elect: want true or false (see proxyfleet controller --help)`},
+		{[]string{"lease", "acquire", "--ttl", "5"}, `--ttl: want a duration with a unit, such as 30s, 10m or 1h30m (see proxyfleet lease acquire --help)`},
+		{[]string{"mitm-ca", "init", "--validity", "5"}, `--validity: want a duration with a unit`},
+	} {
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, io.Discard
+		err := app.Run(append([]string{"proxyfleet"}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

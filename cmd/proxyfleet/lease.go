@@ -61,9 +61,10 @@ func leaseAPIFlags(defaultOutput string) []cli.Flag {
 
 func leaseListCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "list",
-		Usage:     "list the upstreams the API offers",
-		ArgsUsage: " ",
+		Name:         "list",
+		OnUsageError: usageError("lease list"),
+		Usage:        "list the upstreams the API offers",
+		ArgsUsage:    " ",
 		Flags: append(leaseAPIFlags("table"),
 			&cli.StringSliceFlag{Name: "attr", Usage: "only members with attribute `key=value` (repeatable)"},
 			&cli.BoolFlag{Name: "healthy", Usage: "only members whose probes pass"},
@@ -97,9 +98,10 @@ func leaseListCommand() *cli.Command {
 
 func leaseAcquireCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "acquire",
-		Usage:     "lease one upstream; prints the lease with the upstream's URL and credentials",
-		ArgsUsage: " ",
+		Name:         "acquire",
+		OnUsageError: usageError("lease acquire"),
+		Usage:        "lease one upstream; prints the lease with the upstream's URL and credentials",
+		ArgsUsage:    " ",
 		Flags: append(leaseAPIFlags("json"),
 			&cli.StringSliceFlag{Name: "selector", Usage: "attribute `key=value` the upstream must have (repeatable)"},
 			&cli.StringFlag{Name: "target", Usage: "the site the lease is for (`HOST`[:port]); cooldowns are per target"},
@@ -151,10 +153,11 @@ func leaseAcquireCommand() *cli.Command {
 
 func leaseReleaseCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "release",
-		Usage:     "end a lease (releasing an unknown or expired lease is not an error)",
-		ArgsUsage: "LEASE_ID",
-		Flags:     leaseAPIFlags("table"),
+		Name:         "release",
+		OnUsageError: usageError("lease release"),
+		Usage:        "end a lease (releasing an unknown or expired lease is not an error)",
+		ArgsUsage:    "LEASE_ID",
+		Flags:        leaseAPIFlags("table"),
 		Action: func(c *cli.Context) error {
 			id, err := oneLeaseID(c)
 			if err != nil {
@@ -178,9 +181,10 @@ func leaseReleaseCommand() *cli.Command {
 
 func leaseReportCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "report",
-		Usage:     "tell the pool how a leased upstream fared: ok, rate_limited, banned, upstream_failed or target_unreachable",
-		ArgsUsage: "LEASE_ID",
+		Name:         "report",
+		OnUsageError: usageError("lease report"),
+		Usage:        "tell the pool how a leased upstream fared: ok, rate_limited, banned, upstream_failed or target_unreachable",
+		ArgsUsage:    "LEASE_ID",
 		Flags: append(leaseAPIFlags("table"),
 			&cli.StringFlag{Name: "result", Usage: "the `RESULT`: ok, rate_limited, banned, upstream_failed or target_unreachable (required)"},
 			&cli.StringFlag{Name: "target", Usage: "the site (`HOST`[:port]); empty: the lease's target"},

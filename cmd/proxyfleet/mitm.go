@@ -37,8 +37,9 @@ func mitmCACommand() *cli.Command {
 		Name:  "mitm-ca",
 		Usage: "manage the CA the gateway's MITM mode signs per-host certificates with",
 		Subcommands: []*cli.Command{{
-			Name:  "init",
-			Usage: "write a new CA certificate and key for --mitm-ca-cert and --mitm-ca-key",
+			Name:         "init",
+			OnUsageError: usageError("mitm-ca init"),
+			Usage:        "write a new CA certificate and key for --mitm-ca-cert and --mitm-ca-key",
 			Description: "Writes an ECDSA P-256 CA (key usage certificate and CRL signing and digital signature; path length 0). The key file is\n" +
 				"created 0600; existing files are kept unless --force. Crawlers trust the certificate;\n" +
 				"the key stays with the gateway (see docs/mitm.md).",
