@@ -617,3 +617,46 @@ func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
 		t.Fatalf("2xx answer kept %+v", ue)
 	}
 }
+
+// Inside a tunnel the gateway reads as plain HTTP, an absolute URI names
+// the tunnel's site or is a 400: another port of the same host is another
+// site (it was sent to the tunnel's port with the other port's Host).
+func TestARequestInsideAnHTTPTunnelGoesToItsSiteOnly(t *testing.T) {
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+	e := newEnv(t, Options{AllowPrivateTargets: true, ConnectHTTPPorts: []uint16{uint16(tg.Port())}}, pool.StoreOptions{}, directMembers(1)...)
+	c, resp, err := testutil.ConnectTunnel(e.addr, tg.Addr(), nil, 10*time.Second)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, tc := range []struct {
+		uri    string
+		status int
+	}{
+		{"http://" + tg.Addr() + "/same", http.StatusOK},
+		{"/origin-form", http.StatusOK},
+		{"http://" + net.JoinHostPort(tg.Host(), strconv.Itoa(tg.Port()+1)) + "/other-port", http.StatusBadRequest},
+		{"http://127.0.0.250:" + strconv.Itoa(tg.Port()) + "/other-host", http.StatusBadRequest},
+	} {
+		if _, err := io.WriteString(c, "GET "+tc.uri+" HTTP/1.1\r\nHost: "+tg.Addr()+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.uri, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d, want %d", tc.uri, resp.StatusCode, tc.status)
+		}
+		if resp.Close {
+			// A 400 may end the connection: the rest needs a new tunnel.
+			break
+		}
+	}
+	if n := tg.Total(); n != 2 {
+		t.Errorf("the site saw %d requests, want the 2 for it", n)
+	}
+}

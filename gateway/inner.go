@@ -253,8 +253,9 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 		if t.scheme == "http" {
 			defPort = "80"
 		}
-		h, _, err := splitTarget(r.URL.Host, defPort)
-		if err != nil || !strings.EqualFold(h, t.host) || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
+		// Host and port: another port of the same host is another site.
+		h, port, err := splitTarget(r.URL.Host, defPort)
+		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
 			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return

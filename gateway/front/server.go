@@ -397,6 +397,13 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 		return
 	}
 	fc.lr.N = -1
+	if req.ProtoMajor != 1 {
+		// As net/http's server: http.ReadRequest reads any HTTP/x.y, and
+		// an HTTP/2.0 or 3.7 request line sent on as HTTP/1.1 would be a
+		// request the client did not make.
+		fc.reject(http.StatusHTTPVersionNotSupported, "unsupported protocol version "+echo.Quote(req.Proto))
+		return nil, nil, false
+	}
 	if msg := checkRequest(req); msg != "" {
 		fc.reject(http.StatusBadRequest, msg)
 		return nil, nil, false
