@@ -158,6 +158,7 @@ func parseUpstreamLine(fields []string) (Member, error) {
 	if err != nil {
 		return Member{}, err
 	}
+	named := false
 	for _, kv := range fields[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		switch {
@@ -172,7 +173,10 @@ func parseUpstreamLine(fields []string) (Member, error) {
 			if !validToken(v, "._:[]-") {
 				return Member{}, fmt.Errorf("name %q: use letters, digits and . _ : [ ] -", v)
 			}
-			m.Name = v
+			if named {
+				return Member{}, errors.New("name given twice")
+			}
+			m.Name, named = v, true
 			continue
 		}
 		if ReservedAttributeKey(k) {

@@ -127,6 +127,7 @@ func TestParseUpstreamsFileErrors(t *testing.T) {
 		{"bad value characters", "http://127.0.0.1:3128 region=e,u\n", []string{"line 1:", "value"}},
 		{"bad name", "http://127.0.0.1:3128 name=a;b\n", []string{"line 1:", "name"}},
 		{"attribute twice", "http://127.0.0.1:3128 a=1 a=2\n", []string{"line 1:", "given twice"}},
+		{"name twice (the last one won, silently)", "http://127.0.0.1:3128 name=a name=b\n", []string{"line 1:", "name given twice"}},
 		{"duplicate default names", "http://127.0.0.1:3128\n# c\nhttp://127.0.0.1:3128\n", []string{"line 3:", "duplicate member name", "first on line 1"}},
 		{"duplicate explicit names", "http://127.0.0.1:3128 name=x\nhttp://127.0.0.2:3128 name=x\n", []string{"line 2:", `"x"`}},
 		{"every error is reported", "http://a\nhttp://127.0.0.1:3128\nftp://b:1\n", []string{"line 1:", "line 3:"}},
