@@ -139,7 +139,14 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		case ReasonAuth, ReasonBadParams:
 			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
 		case ReasonNoMember:
-			h.Set("Retry-After", "1")
+			// When every member rests for the site the pool says when the
+			// first is back; else (one unhealthy or at capacity, which may
+			// end any moment) a second.
+			retry := int64(1)
+			if nm := (*pool.NoMatchError)(nil); errors.As(err, &nm) && nm.RetryAfterSeconds > 1 {
+				retry = nm.RetryAfterSeconds
+			}
+			h.Set("Retry-After", strconv.FormatInt(retry, 10))
 		case ReasonOverloaded:
 			h.Set("Retry-After", "1")
 			g.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)

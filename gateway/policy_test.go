@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,5 +116,33 @@ func TestAnInternalFailureIsAnsweredAndLogged(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "an unforeseen failure") {
 		t.Errorf("the log does not carry the failure at error:\n%s", l)
+	}
+}
+
+// When every member rests for a site, the 503 no_member says when the
+// first is back (a crawler that honours Retry-After does not ask every
+// second through a ten-minute ban); with one merely unhealthy it stays 1s.
+func TestNoMemberSaysWhenTheFirstMemberIsBack(t *testing.T) {
+	members := directMembers(2)
+	e := newEnv(t, Options{Mode: rotation.ModeRequest, AllowPrivateTargets: true, Retries: 1}, pool.StoreOptions{}, members...)
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.123"})
+	site.SetRule(sourceOf(members[0]), http.StatusTooManyRequests, map[string]string{"Retry-After": "120"})
+	site.SetRule(sourceOf(members[1]), http.StatusTooManyRequests, map[string]string{"Retry-After": "90"})
+	c := e.client("", "")
+	resp, _ := get(t, c, site.URL(), nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the first request: %d, want the site's 429 after both members", resp.StatusCode)
+	}
+	resp, _ = get(t, c, site.URL(), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonNoMember {
+		t.Fatalf("with both resting: %d %q, want 503 no_member", resp.StatusCode, resp.Header.Get(HeaderReason))
+	}
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 85 || ra > 90 {
+		t.Fatalf("Retry-After %q, want about 90 (the first member back)", resp.Header.Get("Retry-After"))
+	}
+	e.store.SetHealth(members[1].Name, false, 0)
+	resp, _ = get(t, c, site.URL(), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("with one unhealthy: %d Retry-After %q, want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }

@@ -391,9 +391,11 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	// second pass over the index: when the walk finds nobody it has judged
 	// every indexed member the selector can match (see memberHeap.best).
 	var nm NoMatchError
+	var back time.Time // the first end of a judged member's cooldown
 	eligible := func(ms *memberState) bool {
-		v := s.judge(ms, req, now)
+		v, until := s.judge(ms, req, now)
 		nm.add(v)
+		back = earlier(back, until)
 		return v == verdictEligible
 	}
 	var ms *memberState
@@ -406,9 +408,10 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	}
 	if ms == nil {
 		if req.Proxy == "" && s.idx.carries(req.Selector) {
-			s.countUnindexed(&nm, req, now)
+			back = earlier(back, s.countUnindexed(&nm, req, now))
 		}
 		refused := nm
+		refused.SetRetryAfter(back.Sub(now))
 		return Lease{}, &refused
 	}
 	s.seq++
@@ -449,18 +452,28 @@ const (
 // judge is the one definition of who may take req: the first matching reason
 // disqualifies (the NoMatchError counts depend on that order). It expects
 // s.advance(now) to have run.
-func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time) verdict {
+func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time) (verdict, time.Time) {
 	switch {
 	case !matchSelector(ms.m.Attributes, req.Selector):
-		return verdictNotSelected
+		return verdictNotSelected, time.Time{}
 	case !ms.healthy:
-		return verdictUnhealthy
-	case ms.cooling(req.Target, now):
-		return verdictInCooldown
-	case s.o.MaxLeasesPerMember > 0 && ms.key.Active >= s.o.MaxLeasesPerMember:
-		return verdictAtCapacity
+		return verdictUnhealthy, time.Time{}
 	}
-	return verdictEligible
+	if until := ms.coolingUntil(req.Target, now); !until.IsZero() {
+		return verdictInCooldown, until
+	}
+	if s.o.MaxLeasesPerMember > 0 && ms.key.Active >= s.o.MaxLeasesPerMember {
+		return verdictAtCapacity, time.Time{}
+	}
+	return verdictEligible, time.Time{}
+}
+
+// earlier is the earlier of two times, a zero one being none.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // add counts a member that judge gave v.
@@ -483,12 +496,15 @@ func (nm *NoMatchError) add(v verdict) {
 // index (unhealthy, or cooling down for every target), which the walk did
 // not see. It runs only on a refusal and is the one scan of every member
 // left in Acquire.
-func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time) {
+func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time) (back time.Time) {
 	for _, ms := range s.order {
 		if !ms.indexed() {
-			nm.add(s.judge(ms, req, now))
+			v, until := s.judge(ms, req, now)
+			nm.add(v)
+			back = earlier(back, until)
 		}
 	}
+	return back
 }
 
 func matchSelector(attrs, sel map[string]string) bool {
@@ -500,17 +516,20 @@ func matchSelector(attrs, sel map[string]string) bool {
 	return true
 }
 
-// cooling reports whether the member rests for target, or for every target.
-func (ms *memberState) cooling(target string, now time.Time) bool {
+// coolingUntil is when the member may serve target again, zero when it
+// does not rest for it: the later end of its cooldown for target and for
+// every target.
+func (ms *memberState) coolingUntil(target string, now time.Time) time.Time {
+	var until time.Time
 	if c := ms.cool[target]; c != nil && now.Before(c.until) {
-		return true
+		until = c.until
 	}
 	if target != "" {
-		if c := ms.cool[""]; c != nil && now.Before(c.until) {
-			return true
+		if c := ms.cool[""]; c != nil && now.Before(c.until) && c.until.After(until) {
+			until = c.until
 		}
 	}
-	return false
+	return until
 }
 
 // Release ends a lease early. It is idempotent and always nil: an unknown or

@@ -111,6 +111,7 @@ func (r *refStore) totalActive(now time.Time) int {
 // the refusal's counts. snap is Store.Members at now.
 func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, now time.Time) (string, NoMatchError) {
 	var nm NoMatchError
+	var back time.Time // the first end of a considered member's cooldown
 	best := -1
 	var cands []rotation.Candidate
 	active := r.active(now)
@@ -130,13 +131,22 @@ func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, now time.Time
 		nm.Considered++
 		m := r.members[st.Name]
 		act := active[identity{m.name, m.gen}]
-		_, coolT := st.Cooldowns[req.Target]
-		_, coolAll := st.Cooldowns[""]
+		untilT, coolT := st.Cooldowns[req.Target]
+		untilAll, coolAll := st.Cooldowns[""]
 		switch {
 		case !st.Healthy:
 			nm.Unhealthy++
 		case coolT || coolAll:
 			nm.InCooldown++
+			// It is back once both its cooldowns (this site's, every
+			// site's) have ended.
+			until := untilT
+			if coolAll && (!coolT || untilAll.After(untilT)) {
+				until = untilAll
+			}
+			if back.IsZero() || until.Before(back) {
+				back = until
+			}
 		case r.maxPer > 0 && act >= r.maxPer:
 			nm.AtCapacity++
 		default:
@@ -147,6 +157,9 @@ func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, now time.Time
 		}
 	}
 	if best < 0 {
+		if nm.Considered > 0 && nm.InCooldown == nm.Considered {
+			nm.RetryAfterSeconds = int64((back.Sub(now) + time.Second - 1) / time.Second)
+		}
 		return "", nm
 	}
 	return cands[best].Name, NoMatchError{}

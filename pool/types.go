@@ -190,6 +190,23 @@ type NoMatchError struct {
 	AtCapacity int `json:"atCapacity"`
 	InCooldown int `json:"inCooldown"`
 	Unhealthy  int `json:"unhealthy"`
+	// RetryAfterSeconds, when every member considered rests for the target,
+	// is how long until the first of them may serve it again (rounded up);
+	// 0 when that is not known (none considered, or one is unhealthy or at
+	// capacity, which may end at any moment). A gateway answers it as the
+	// 503's Retry-After, so a crawler does not ask every second for the
+	// ten minutes of a ban.
+	RetryAfterSeconds int64 `json:"retryAfterSeconds,omitempty"`
+}
+
+// SetRetryAfter sets RetryAfterSeconds from d, the time until the first
+// cooldown of a judged member ends, when the counts say every member
+// considered is cooling down (a store calls it once its counts are done).
+func (e *NoMatchError) SetRetryAfter(d time.Duration) {
+	e.RetryAfterSeconds = 0
+	if e.Considered > 0 && e.InCooldown == e.Considered && d > 0 {
+		e.RetryAfterSeconds = int64((d + time.Second - 1) / time.Second)
+	}
 }
 
 func (e *NoMatchError) Error() string {

@@ -502,6 +502,9 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.As(err, &nm):
 			s.record(LeaseOutcomeNoMatch)
+			if nm.RetryAfterSeconds > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(nm.RetryAfterSeconds, 10))
+			}
 			writeJSON(w, http.StatusConflict, noMatchBody{
 				apiErrorBody: apiErrorBody{Error: apiErrNoMatch, Message: nm.Error()},
 				NoMatchError: *nm,

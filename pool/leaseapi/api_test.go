@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -356,6 +357,23 @@ func TestAPIAcquire409CountsWhyNothingIsUsable(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("every member considered resting: when the first is back", func(t *testing.T) {
+		a := f.call(t, http.MethodPost, "/v1/leases", `{"proxy":"b","target":"example.com"}`)
+		var got struct {
+			RetryAfterSeconds int64 `json:"retryAfterSeconds"`
+		}
+		if err := json.Unmarshal(a.body, &got); err != nil || a.status != http.StatusConflict {
+			t.Fatalf("%d %s %v", a.status, a.body, err)
+		}
+		if got.RetryAfterSeconds < 590 || got.RetryAfterSeconds > 600 || a.header.Get("Retry-After") != strconv.FormatInt(got.RetryAfterSeconds, 10) {
+			t.Errorf("retryAfterSeconds %d, Retry-After %q: want the 10m ban's end, in both", got.RetryAfterSeconds, a.header.Get("Retry-After"))
+		}
+		// With a (unhealthy) and c (at capacity) considered it is unknown.
+		if a := f.call(t, http.MethodPost, "/v1/leases", `{"target":"example.com"}`); strings.Contains(string(a.body), "retryAfterSeconds") || a.header.Get("Retry-After") != "" {
+			t.Errorf("a refusal with an unhealthy member says when: %s %v", a.body, a.header)
+		}
+	})
 
 	t.Run("another target is not blocked by b's cooldown", func(t *testing.T) {
 		if l := f.acquire(t, `{"target":"example.org"}`); l.Proxy.Name != "b" {

@@ -287,10 +287,12 @@ func TestStoreContractCapacityAndExactRefusalCounts(t *testing.T) {
 		if nm := noMatch(t, err); nm != want {
 			t.Fatalf("refusal counts %+v, want %+v", nm, want)
 		}
-		// The same member at capacity and in cooldown counts as in cooldown (judge's order).
+		// The same member at capacity and in cooldown counts as in cooldown
+		// (judge's order); every member considered resting, the refusal
+		// says when the first is back (the default 10m ban).
 		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Proxy: "c", Target: "x.com"})
-		if nm := noMatch(t, err); nm != (pool.NoMatchError{Considered: 1, InCooldown: 1}) {
-			t.Fatalf("pinned refusal %+v", nm)
+		if nm := noMatch(t, err); nm.Considered != 1 || nm.InCooldown != 1 || nm.RetryAfterSeconds < 590 || nm.RetryAfterSeconds > 600 {
+			t.Fatalf("pinned refusal %+v, want 1 considered in cooldown, back in about 600s", nm)
 		}
 		// Another target: c is free there.
 		if l := cAcquire(t, s, pool.AcquireRequest{Target: "y.com"}); l.Member.Name != "c" {
@@ -424,6 +426,43 @@ func TestStoreContractCooldownBackoffAndRetryAfter(t *testing.T) {
 	})
 }
 
+// A refusal says when the first member is back only when that is known:
+// every member considered rests for the target. An unhealthy member, or
+// one at capacity, may be back at any moment, so then it says nothing.
+func TestStoreContractRefusalSaysWhenTheFirstMemberIsBack(t *testing.T) {
+	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
+		o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}, MaxLeasesPerMember: 1}
+		s := mk(o, "a", "b", "c")
+		for _, name := range []string{"a", "b"} {
+			l := cAcquire(t, s, pool.AcquireRequest{Proxy: name, Target: "x.com"})
+			r := pool.Report{Result: rotation.ResultRateLimited, RetryAfter: 30 * time.Second}
+			if name == "b" {
+				r.RetryAfter = 0 // the default minute
+			}
+			cReport(t, s, l.ID, r)
+			cRelease(t, s, l.ID)
+		}
+		held := cAcquire(t, s, pool.AcquireRequest{Proxy: "c", Target: "y.com"})
+		_, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "x.com"})
+		if nm := noMatch(t, err); nm.InCooldown != 2 || nm.AtCapacity != 1 || nm.RetryAfterSeconds != 0 {
+			t.Fatalf("c at capacity: %+v, want no retry-after (c may be released any moment)", nm)
+		}
+		cRelease(t, s, held.ID)
+		s.SetHealth("c", false, 0)
+		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Target: "x.com"})
+		if nm := noMatch(t, err); nm.Unhealthy != 1 || nm.RetryAfterSeconds != 0 {
+			t.Fatalf("c unhealthy: %+v, want no retry-after", nm)
+		}
+		// Without c, every member considered rests: the first is back
+		// when a's 30s end.
+		s.SetMembers([]pool.Member{proxyMember(t, "a"), proxyMember(t, "b")})
+		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Target: "x.com"})
+		if nm := noMatch(t, err); nm.Considered != 2 || nm.InCooldown != 2 || nm.RetryAfterSeconds < 25 || nm.RetryAfterSeconds > 30 {
+			t.Fatalf("a and b resting: %+v, want a back within 30s", nm)
+		}
+	})
+}
+
 func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 	runContract(t, func(t *testing.T, mk func(pool.StoreOptions, ...string) pool.LeaseStore) {
 		o := pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Hour}, FailureWindow: 700 * time.Millisecond}
@@ -452,8 +491,9 @@ func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
 		wantWindow(t, "failure window", cooldownLeft(t, s, "a", ""), 700*time.Millisecond)
 		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
-		if nm := noMatch(t, err); nm != (pool.NoMatchError{Considered: 2, InCooldown: 2}) {
-			t.Fatalf("both out: %+v", nm)
+		if nm := noMatch(t, err); nm.Considered != 2 || nm.InCooldown != 2 || nm.RetryAfterSeconds != 1 {
+			// a is back within its 700ms failure window, b in an hour.
+			t.Fatalf("both out: %+v, want both in cooldown, the first back within 1s", nm)
 		}
 		poll.Until(t, 10*time.Second, "a lease on a once cooling member", func() error {
 			l, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})

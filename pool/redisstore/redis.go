@@ -397,7 +397,12 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 		refused.AtCapacity += nm.AtCapacity
 		refused.InCooldown += nm.InCooldown
 		refused.Unhealthy += nm.Unhealthy
+		// The first member back in any group is the fleet's first back.
+		if r := nm.RetryAfterSeconds; r > 0 && (refused.RetryAfterSeconds == 0 || r < refused.RetryAfterSeconds) {
+			refused.RetryAfterSeconds = r
+		}
 	}
+	refused.SetRetryAfter(time.Duration(refused.RetryAfterSeconds) * time.Second)
 	return pool.Lease{}, &refused
 }
 
@@ -432,12 +437,14 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 	}
 	switch res[0] {
 	case "nomatch":
-		if len(res) != 5 {
+		if len(res) != 6 {
 			return pool.Lease{}, fmt.Errorf("lease store: acquire: malformed refusal %v", res)
 		}
-		return pool.Lease{}, &pool.NoMatchError{
+		nm := &pool.NoMatchError{
 			Considered: toInt(res[1]), AtCapacity: toInt(res[2]), InCooldown: toInt(res[3]), Unhealthy: toInt(res[4]),
 		}
+		nm.SetRetryAfter(time.Duration(toInt(res[5])) * time.Millisecond)
+		return pool.Lease{}, nm
 	case "ok", "dup":
 		if len(res) != 7 {
 			return pool.Lease{}, fmt.Errorf("lease store: acquire: malformed lease %v", res)

@@ -274,7 +274,8 @@ end
 // to release first (the caller's deferred releases, see
 // RedisStore.ReleaseLater), [11+n..] selector pairs. Returns {"ok"|"dup",
 // id, member, def, target, ttl, expiresAt} or {"nomatch", considered,
-// atCapacity, inCooldown, unhealthy}.
+// atCapacity, inCooldown, unhealthy, ms until the first judged member's
+// cooldown ends (0: none)}.
 const redisAcquireLua = redisLuaPrelude + `
 local nrel, keep = tonumber(ARGV[10]), tonumber(ARGV[9])
 for i = 11, 10 + nrel do release(ARGV[i], keep) end
@@ -320,17 +321,24 @@ local function selected(name)
   return true
 end
 -- judge is pool.Store.judge: 0 eligible, 1 not selected, 2 unhealthy, 3 in
--- cooldown, 4 at capacity; the first matching reason counts.
+-- cooldown (with when it ends: the later of the target's and every
+-- target's), 4 at capacity; the first matching reason counts.
 local function judge(name)
   if not selected(name) then return 1 end
   local m = redis.call('HMGET', mkey(name), 'h', 'act')
   if m[1] ~= '1' then return 2 end
-  if cooling(name, target) then return 3 end
+  local vs, back = redis.call('HMGET', ckey(name), target, ''), nil
+  for i = 1, 2 do
+    local u = parsecool(vs[i])
+    if u and now < u and (not back or u > back) then back = u end
+  end
+  if back then return 3, back end
   if cap > 0 and tonumber(m[2]) >= cap then return 4 end
   return 0
 end
-local counts = {0, 0, 0, 0}
-local function count(v)
+local counts, first = {0, 0, 0, 0}, nil
+local function count(v, back)
+  if back and (not first or back < first) then first = back end
   if v == 1 then return end
   counts[1] = counts[1] + 1
   if v == 4 then counts[2] = counts[2] + 1 end
@@ -341,8 +349,8 @@ end
 local chosen, walked = nil, false
 if proxy ~= '' then
   if redis.call('SISMEMBER', MEMBERS, proxy) == 1 then
-    local v = judge(proxy)
-    if v == 0 then chosen = proxy else count(v) end
+    local v, back = judge(proxy)
+    if v == 0 then chosen = proxy else count(v, back) end
   end
 else
   -- Walk sel in rotation.Less order; every member there is healthy and not
@@ -375,7 +383,9 @@ else
   end
 end
 if not chosen then
-  return {'nomatch', counts[1], counts[2], counts[3], counts[4]}
+  local wait = 0
+  if first then wait = first - now end
+  return {'nomatch', counts[1], counts[2], counts[3], counts[4], wait}
 end
 
 local k = mkey(chosen)
