@@ -393,9 +393,8 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	var nm NoMatchError
 	var back time.Time // the first end of a judged member's cooldown
 	eligible := func(ms *memberState) bool {
-		v, until := s.judge(ms, req, now)
+		v := s.judge(ms, req, now, &back)
 		nm.add(v)
-		back = earlier(back, until)
 		return v == verdictEligible
 	}
 	var ms *memberState
@@ -408,7 +407,7 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	}
 	if ms == nil {
 		if req.Proxy == "" && s.idx.carries(req.Selector) {
-			back = earlier(back, s.countUnindexed(&nm, req, now))
+			s.countUnindexed(&nm, req, now, &back)
 		}
 		refused := nm
 		refused.SetRetryAfter(back.Sub(now))
@@ -452,28 +451,26 @@ const (
 // judge is the one definition of who may take req: the first matching reason
 // disqualifies (the NoMatchError counts depend on that order). It expects
 // s.advance(now) to have run.
-func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time) (verdict, time.Time) {
+//
+// A member in cooldown moves *back to its cooldown's end when that is
+// earlier (or *back is zero): what a refusal's RetryAfterSeconds reads.
+func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time, back *time.Time) verdict {
 	switch {
 	case !matchSelector(ms.m.Attributes, req.Selector):
-		return verdictNotSelected, time.Time{}
+		return verdictNotSelected
 	case !ms.healthy:
-		return verdictUnhealthy, time.Time{}
+		return verdictUnhealthy
 	}
 	if until := ms.coolingUntil(req.Target, now); !until.IsZero() {
-		return verdictInCooldown, until
+		if back.IsZero() || until.Before(*back) {
+			*back = until
+		}
+		return verdictInCooldown
 	}
 	if s.o.MaxLeasesPerMember > 0 && ms.key.Active >= s.o.MaxLeasesPerMember {
-		return verdictAtCapacity, time.Time{}
+		return verdictAtCapacity
 	}
-	return verdictEligible, time.Time{}
-}
-
-// earlier is the earlier of two times, a zero one being none.
-func earlier(a, b time.Time) time.Time {
-	if a.IsZero() || !b.IsZero() && b.Before(a) {
-		return b
-	}
-	return a
+	return verdictEligible
 }
 
 // add counts a member that judge gave v.
@@ -496,15 +493,12 @@ func (nm *NoMatchError) add(v verdict) {
 // index (unhealthy, or cooling down for every target), which the walk did
 // not see. It runs only on a refusal and is the one scan of every member
 // left in Acquire.
-func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time) (back time.Time) {
+func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Time, back *time.Time) {
 	for _, ms := range s.order {
 		if !ms.indexed() {
-			v, until := s.judge(ms, req, now)
-			nm.add(v)
-			back = earlier(back, until)
+			nm.add(s.judge(ms, req, now, back))
 		}
 	}
-	return back
 }
 
 func matchSelector(attrs, sel map[string]string) bool {
@@ -521,12 +515,15 @@ func matchSelector(attrs, sel map[string]string) bool {
 // every target.
 func (ms *memberState) coolingUntil(target string, now time.Time) time.Time {
 	var until time.Time
-	if c := ms.cool[target]; c != nil && now.Before(c.until) {
+	c := ms.cool[target]
+	if c != nil && now.Before(c.until) {
 		until = c.until
 	}
-	if target != "" {
-		if c := ms.cool[""]; c != nil && now.Before(c.until) && c.until.After(until) {
-			until = c.until
+	// A member whose one cooldown is target's has none for every target:
+	// no second lookup (a refusal judges every member this way).
+	if target != "" && (c == nil || len(ms.cool) > 1) {
+		if a := ms.cool[""]; a != nil && now.Before(a.until) && a.until.After(until) {
+			until = a.until
 		}
 	}
 	return until
