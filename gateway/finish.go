@@ -178,7 +178,8 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 }
 
 // fail writes an answer the gateway itself produced: a text body saying
-// what is wrong and X-Proxyfleet-Reason with a short cause.
+// what is wrong, X-Proxyfleet-Reason with a short cause and Proxy-Status
+// with its RFC 9209 type (ProxyStatusError).
 func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 	status, _ := answerFor(reason)
 	h := w.Header()
@@ -186,6 +187,7 @@ func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	h.Set(HeaderReason, reason)
+	h.Set("Proxy-Status", proxyStatus(reason))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
 }

@@ -370,7 +370,7 @@ func New(o Options) (*Gateway, error) {
 func (g *Gateway) frontOptions() front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest,
+		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + proxyStatus(ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
 			g.rec.Request("", rejectionOutcome[r], time.Since(start))
 		},

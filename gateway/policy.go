@@ -90,6 +90,51 @@ func AnswerStatus(reason string) int {
 	return http.StatusInternalServerError
 }
 
+// ProxyStatusError is the RFC 9209 error type of the gateway's answer with
+// reason, which it sends as Proxy-Status with the reason as its details:
+// a client, or another gateway that has this one as a member, reads from
+// it whose failure the answer is without knowing proxyfleet's reasons.
+// The types are chosen for what rotation.UpstreamAnswer makes of them, so
+// that a chain of gateways blames as one gateway would: the site's
+// failures (dns, target_unreachable, site_certificate, timeouts) as the
+// site's; the gateway's own trouble (its pool unreachable, every one of
+// its upstreams failed, draining, overloaded, a bug) as that member's;
+// no_member and the request-bound refusals (paced, session_lost) as the
+// site's through that member (destination_unavailable, http_request_denied),
+// since they say nothing of the gateway's other sites.
+func ProxyStatusError(reason string) string {
+	switch reason {
+	case ReasonDNS:
+		return "dns_error"
+	case ReasonTargetUnreachable, ReasonNoMember:
+		return "destination_unavailable"
+	case ReasonSiteCertificate:
+		return "tls_certificate_error"
+	case ReasonTimeout, ReasonMemberTimeout:
+		return "http_response_timeout"
+	case ReasonPrivateTarget:
+		return "destination_ip_prohibited"
+	case ReasonPaced, ReasonSessionLost, ReasonAuth:
+		return "http_request_denied"
+	case ReasonBadRequest, ReasonBadParams, ReasonClientTimeout:
+		return "http_request_error"
+	case ReasonSessionLimit, ReasonOverloaded:
+		return "connection_limit_reached"
+	case ReasonLoop:
+		return "proxy_loop_detected"
+	}
+	// upstream_failed, pool_unreachable, pool_error, shutting_down, internal.
+	return "proxy_internal_error"
+}
+
+// proxyStatusName is the gateway's name in a Proxy-Status list.
+const proxyStatusName = "proxyfleet"
+
+// proxyStatus is the Proxy-Status value of the gateway's answer with reason.
+func proxyStatus(reason string) string {
+	return proxyStatusName + "; error=" + ProxyStatusError(reason) + `; details="` + reason + `"`
+}
+
 // verdict is what a failure means for its request.
 type verdict struct {
 	// reason of the answer to write; "" writes none (the client left).

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -144,5 +145,55 @@ func TestNoMemberSaysWhenTheFirstMemberIsBack(t *testing.T) {
 	resp, _ = get(t, c, site.URL(), nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("with one unhealthy: %d Retry-After %q, want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// Every answer the gateway makes names its RFC 9209 type, and a gateway
+// that has this one as a member reads it as one gateway would blame:
+// the site's failures stay the site's, the gateway's own trouble is that
+// member's, and a refusal bound to a site or request rests only that site
+// through it.
+func TestProxyStatusTellsAChainedGatewayWhoseFailureItIs(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		member bool // the member's failure (rest it for every site), else the site's through it
+	}{
+		{ReasonDNS, false}, {ReasonTargetUnreachable, false}, {ReasonSiteCertificate, false},
+		{ReasonTimeout, false}, {ReasonMemberTimeout, false}, {ReasonPrivateTarget, false},
+		{ReasonNoMember, false}, {ReasonPaced, false}, {ReasonSessionLost, false},
+		{ReasonBadRequest, false},
+		// A 407 is about the credentials the chaining gateway sent: its member's login.
+		{ReasonAuth, true}, {ReasonBadParams, true},
+		{ReasonUpstreamFailed, true}, {ReasonPoolUnreachable, true}, {ReasonPoolError, true},
+		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true},
+		{ReasonLoop, true}, {ReasonInternal, true},
+	} {
+		status := AnswerStatus(tc.reason)
+		f := rotation.UpstreamAnswer(status, rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)})
+		if (f.Fault == rotation.FaultMember) != tc.member {
+			t.Errorf("%s: a chained gateway reads %+v, want member fault %v", tc.reason, f, tc.member)
+		}
+		if !(rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)}).Marked() {
+			t.Errorf("%s: Proxy-Status %q does not mark the answer as the gateway's own", tc.reason, proxyStatus(tc.reason))
+		}
+	}
+}
+
+// A gateway whose member is another proxyfleet gateway reads that
+// gateway's own answers by their Proxy-Status: a 503 no_member from it is
+// not the site's answer to relay but that member unable to reach the
+// site, so the request goes on through another member.
+func TestAChainedGatewaysOwnAnswerIsNotTheSites(t *testing.T) {
+	inner := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, directMembers(1)...)
+	inner.store.SetHealth(directMembers(1)[0].Name, false, 0) // every request: 503 no_member
+	direct := directMembers(2)[1]
+	outer := newEnv(t, Options{Mode: rotation.ModeRequest, AllowPrivateTargets: true, Retries: 2}, pool.StoreOptions{},
+		pool.Member{Name: "a-inner", URL: &url.URL{Scheme: "http", Host: inner.addr}},
+		pool.Member{Name: "z-direct", SourceAddr: direct.SourceAddr})
+	site := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.124"})
+	resp, ans := get(t, outer.client("", ""), site.URL(), nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderProxy) != "z-direct" || resp.Header.Get(HeaderAttempts) != "2" {
+		t.Fatalf("%d via %q (%s attempts, source %s), want 200 through z-direct after a-inner's no_member",
+			resp.StatusCode, resp.Header.Get(HeaderProxy), resp.Header.Get(HeaderAttempts), ans.Source)
 	}
 }

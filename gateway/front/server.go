@@ -77,9 +77,9 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout time.Duration
-	// RejectHeader is a header line ("Name: value", no CRLF) every answer
-	// the Server makes itself carries, so clients tell them from the
-	// handler's; "" adds none.
+	// RejectHeader is header lines ("Name: value", CRLF between two, none
+	// at the end) every answer the Server makes itself carries, so clients
+	// tell them from the handler's; "" adds none.
 	RejectHeader string
 	// Rejected is told of every request the Server ended before the
 	// handler saw it; nil tells nothing.
