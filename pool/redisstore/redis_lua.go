@@ -86,13 +86,15 @@ end
 local function cool(name, target)
   return parsecool(redis.call('HGET', ckey(name), target))
 end
+-- cooling is when the member may serve target again (the later end of its
+-- cooldown for target and for every target), false when it does not rest.
 local function cooling(name, target)
-  local vs = redis.call('HMGET', ckey(name), target, '')
+  local vs, back = redis.call('HMGET', ckey(name), target, ''), false
   for i = 1, 2 do
     local u = parsecool(vs[i])
-    if u and now < u then return true end
+    if u and now < u and (not back or u > back) then back = u end
   end
-  return false
+  return back
 end
 
 -- born gives a pool-wide sorted set an add may just have created (it was
@@ -327,11 +329,7 @@ local function judge(name)
   if not selected(name) then return 1 end
   local m = redis.call('HMGET', mkey(name), 'h', 'act')
   if m[1] ~= '1' then return 2 end
-  local vs, back = redis.call('HMGET', ckey(name), target, ''), nil
-  for i = 1, 2 do
-    local u = parsecool(vs[i])
-    if u and now < u and (not back or u > back) then back = u end
-  end
+  local back = cooling(name, target)
   if back then return 3, back end
   if cap > 0 and tonumber(m[2]) >= cap then return 4 end
   return 0
