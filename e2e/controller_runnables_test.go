@@ -78,7 +78,7 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 		return testutil.ProcessOptions{
 			Name: "controller[" + t.Name() + "]",
 			Args: []string{"controller", "--kubeconfig", kubeconfig, "--providers-config", cfgPath,
-				"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--status-listen", "0",
+				"--metrics-listen", addrs[0], "--health-probe-listen", addrs[1], "--status-listen", "0", "--lease-api-listen", "0",
 				"--gc-interval", "200ms", "--gc-min-age", "2s", "--provider-check-interval", "10s",
 				"--log-format", "text", "--log-level", "debug"},
 			WaitAddrs:       addrs,

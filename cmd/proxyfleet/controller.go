@@ -164,6 +164,9 @@ func controllerConfigFrom(c *cli.Context) (*controllerConfig, error) {
 			return nil, err
 		}
 	}
+	if err := checkLeaseAPIAuth(cfg.LeaseAPI, c.Bool(flagInsecureAllowOpen)); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 

@@ -19,8 +19,17 @@ func TestEveryControllerFlagIsReadFromTheConfigFile(t *testing.T) {
 }
 
 // parseControllerConfig runs `proxyfleet controller args...` in-process
-// with a runner that only captures the validated configuration.
+// with a runner that only captures the validated configuration. The lease
+// API may be open (--insecure-allow-open): these cases are about other
+// flags, and TestControllerLeaseAPIIsNeverOpenByAccident pins the rule.
 func parseControllerConfig(t *testing.T, args ...string) (*controllerConfig, error) {
+	t.Helper()
+	return parseControllerConfigAsIs(t, append([]string{"--" + flagInsecureAllowOpen}, args...)...)
+}
+
+// parseControllerConfigAsIs is parseControllerConfig without the lease
+// API allowed open.
+func parseControllerConfigAsIs(t *testing.T, args ...string) (*controllerConfig, error) {
 	t.Helper()
 	var got *controllerConfig
 	app := newApp()

@@ -33,9 +33,10 @@ const defaultLeaseAPIListen = ":8090"
 func controllerLeaseAPIFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag(flagLeaseAPIListen, defaultLeaseAPIListen, "`ADDR` serving the lease API (GET /v1/proxies, POST /v1/leases, ...) on every replica; 0 turns it off"),
-		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token (exactly one; # comments); without it the API is open, with a WARNING in the log"),
+		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token (exactly one; # comments); a non-loopback --lease-api-listen needs it, --lease-api-token-review or --insecure-allow-open"),
 		boolFlag(flagLeaseAPITokenReview, "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"),
 		stringFlag(flagLeaseAPITokenAudience, leases.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
+		boolFlag(flagInsecureAllowOpen, "serve the lease API on a non-loopback --lease-api-listen without --lease-api-token-file or --lease-api-token-review (anyone who reaches the port can lease and report bans)"),
 		durationFlag(flagLeaseTTL, pool.DefaultLeaseTTL.String(), "lease lifetime when a request gives no ttlSeconds"),
 		durationFlag(flagMaxLeaseTTL, pool.DefaultMaxLeaseTTL.String(), "longest lease granted; a longer ttlSeconds is a 400"),
 		durationFlag(flagCooldown, pool.DefaultCooldown.String(), "how long a Proxy rests for a target after a reported ban, when no retryAfterSeconds came with it"),
@@ -81,4 +82,21 @@ func leaseAPIFrom(c *cli.Context) (manager.LeaseAPI, error) {
 	}
 	s.Listen, err = optionalListen(c, flagLeaseAPIListen)
 	return s, err
+}
+
+// checkLeaseAPIAuth applies the gateway's never-open-by-accident rule to
+// the controller's lease API: an unauthenticated API hands out no logins,
+// but whoever reaches it can still list the fleet, hold its capacity and
+// report bans that rest every member for a site. So a non-loopback address
+// needs a token, token review, or --insecure-allow-open said out loud. It is
+// checked after every other flag, so a wrong flag is named first.
+func checkLeaseAPIAuth(s manager.LeaseAPI, open bool) error {
+	if s.Listen == "" || s.Token != "" || s.TokenReview || open {
+		return nil
+	}
+	if loopback, err := checkListenAddr(flagLeaseAPIListen, s.Listen); err != nil || loopback {
+		return err
+	}
+	return fmt.Errorf("--%s %s is not loopback: set --%s or --%s, --%s 0 to turn the API off, or --%s to serve it without auth",
+		flagLeaseAPIListen, s.Listen, flagLeaseAPITokenFile, flagLeaseAPITokenReview, flagLeaseAPIListen, flagInsecureAllowOpen)
 }

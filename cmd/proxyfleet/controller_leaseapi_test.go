@@ -67,6 +67,57 @@ func leaseAPIContext(t *testing.T, args ...string) *cli.Context {
 	return cli.NewContext(cli.NewApp(), set, nil)
 }
 
+func TestControllerLeaseAPIIsNeverOpenByAccident(t *testing.T) {
+	token := writeFile(t, "token", "s3cret\n")
+	refusal := "--lease-api-listen :8090 is not loopback: set --lease-api-token-file or --lease-api-token-review, --lease-api-listen 0 to turn the API off, or --insecure-allow-open to serve it without auth"
+	tests := []struct {
+		name string
+		args []string
+		want string // "" for accepted
+	}{
+		{name: "the default address without auth is refused", want: refusal},
+		{name: "all interfaces without auth is refused", args: []string{"--lease-api-listen", "0.0.0.0:8090"}, want: "--lease-api-listen 0.0.0.0:8090 is not loopback"},
+		{name: "a pod IP without auth is refused", args: []string{"--lease-api-listen", "10.1.2.3:8090"}, want: "--lease-api-listen 10.1.2.3:8090 is not loopback"},
+		{name: "a token file serves", args: []string{"--lease-api-token-file", token}},
+		{name: "token review alone serves", args: []string{"--lease-api-token-review"}},
+		{name: "told to be open serves", args: []string{"--insecure-allow-open"}},
+		{name: "loopback needs no auth", args: []string{"--lease-api-listen", "127.0.0.1:8090"}},
+		{name: "localhost needs no auth", args: []string{"--lease-api-listen", "localhost:8090"}},
+		{name: "IPv6 loopback needs no auth", args: []string{"--lease-api-listen", "[::1]:8090"}},
+		{name: "off needs no auth", args: []string{"--lease-api-listen", "0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := leaseAPIContext(t, tt.args...)
+			s, err := leaseAPIFrom(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkLeaseAPIAuth(s, c.Bool(flagInsecureAllowOpen))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestControllerWithDefaultFlagsRefusesAnOpenLeaseAPI(t *testing.T) {
+	_, err := parseControllerConfigAsIs(t)
+	if err == nil || !strings.Contains(err.Error(), "--lease-api-listen :8090 is not loopback") {
+		t.Fatalf("error = %v, want the open lease API refused", err)
+	}
+	// A wrong flag is named before the refusal.
+	if _, err := parseControllerConfigAsIs(t, "--drift-poll", "0s"); err == nil || !strings.Contains(err.Error(), "--drift-poll") {
+		t.Fatalf("error = %v, want one naming --drift-poll", err)
+	}
+}
+
 func TestLeaseAPISettings(t *testing.T) {
 	token := writeFile(t, "token", "# the lease API token\ns3cret\n")
 	tests := []struct {
@@ -76,7 +127,7 @@ func TestLeaseAPISettings(t *testing.T) {
 		token  string
 		check  func(pool.StoreOptions) bool
 	}{
-		{name: "defaults serve on :8090 without a token", listen: ":8090",
+		{name: "defaults serve on :8090 with a token", args: []string{"--lease-api-token-file", token}, listen: ":8090", token: "s3cret",
 			check: func(o pool.StoreOptions) bool {
 				return o.DefaultTTL == pool.DefaultLeaseTTL && o.MaxTTL == pool.DefaultMaxLeaseTTL &&
 					o.Cooldown.Default == pool.DefaultCooldown && o.Cooldown.Max == pool.DefaultMaxCooldown &&

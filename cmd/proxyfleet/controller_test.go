@@ -15,11 +15,12 @@ import (
 
 // runControllerArgs runs `proxyfleet controller args...` in-process and
 // returns its error. Every case here must fail before connecting anywhere.
+// The lease API may be open, as in parseControllerConfig.
 func runControllerArgs(t *testing.T, args ...string) error {
 	t.Helper()
 	app := newApp()
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
-	return app.Run(append([]string{"proxyfleet", "controller"}, args...))
+	return app.Run(append([]string{"proxyfleet", "controller", "--" + flagInsecureAllowOpen}, args...))
 }
 
 func TestControllerRejectsBadFlagsNamingTheFlag(t *testing.T) {
