@@ -12,6 +12,8 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
+	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // askedHealth is a fakeHealth that counts Snapshot calls, so a test knows a
@@ -114,5 +116,51 @@ func TestAManagedInstanceAtANewAddressLosesTheOldVerdict(t *testing.T) {
 	})
 	if p.Status.LatencyMillis != 0 || p.Status.Phase != v1alpha1.PhaseProvisioning {
 		t.Errorf("after the address change: latency %d, phase %s; want 0 and Provisioning", p.Status.LatencyMillis, p.Status.Phase)
+	}
+}
+
+// TestProbeVerdictReachesStatusWhileTheProviderCannotBeAsked pins that the
+// health engine's verdict is applied on every pass of a Managed Proxy, not
+// only after a successful look at its instance: a hypervisor that refuses
+// SSH, a cloud API that rate-limits or a spec latched Failed must not keep a
+// Proxy the probe finds down Healthy (and leased). A rate-limited look at a
+// running instance also keeps it Provisioned, as a transient one does.
+func TestProbeVerdictReachesStatusWhileTheProviderCannotBeAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		fail             func(f *providertest.Provider)
+		stillProvisioned bool
+	}{
+		{"the provider's API refuses (transient)", func(f *providertest.Provider) {
+			f.FailAlways(providers.OpGet, providertest.ErrClass(providers.ErrTransient, "ssh: connect: connection refused"))
+		}, true},
+		{"the provider's API rate-limits (quota)", func(f *providertest.Provider) {
+			f.FailAlways(providers.OpGet, providertest.ErrClass(providers.ErrQuotaExceeded, "429 rateLimitExceeded"))
+		}, true},
+		{"the spec is latched Failed (permanent)", func(f *providertest.Provider) {
+			f.FailNext(providers.OpGet, 1, providertest.ErrClass(providers.ErrPermanent, "403 forbidden"))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			events := make(chan event.GenericEvent, 4)
+			health := &askedHealth{}
+			h := start(t, setup{healthEvents: events, health: health})
+			key := types.NamespacedName{Namespace: h.ns, Name: "px"}
+			health.set(key, HealthSnapshot{Known: true, Healthy: true, Message: "200"})
+			h.create(h.managed("px"))
+			h.waitProxy("px", "Ready", func(p *v1alpha1.Proxy) bool { return p.Status.Phase == v1alpha1.PhaseReady })
+
+			tc.fail(h.fake)
+			health.set(key, HealthSnapshot{Known: true, Healthy: false, Message: "dial tcp: connection refused"})
+			events <- event.GenericEvent{Object: h.mustGet("px")}
+			p := h.waitProxy("px", "the probe's verdict in status", func(p *v1alpha1.Proxy) bool {
+				c := p.Condition(v1alpha1.ConditionHealthy)
+				return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonProbeFailed
+			})
+			if got := meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProvisioned); got != tc.stillProvisioned {
+				t.Errorf("Provisioned %v, want %v: %s", got, tc.stillProvisioned, describe(p))
+			}
+		})
 	}
 }

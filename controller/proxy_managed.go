@@ -27,6 +27,11 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, p *v1alpha1.Prox
 			controllerutil.AddFinalizer(p, v1alpha1.Finalizer)
 		})
 	}
+	// The health verdict is about the address, not the provider's API: it is
+	// applied on every pass, before anything that can stop one, so a Proxy
+	// the probe finds down stops being leased while its hypervisor or cloud
+	// API cannot be asked (or its spec is latched Failed).
+	r.applyHealth(p)
 	if latched(p) {
 		return ctrl.Result{}, nil
 	}
@@ -205,7 +210,7 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, p *v1alpha1.Proxy
 // providerFailure turns a provider error on the live path into the Proxy's
 // next step by its class:
 //
-//	QuotaExceeded → condition, wait QuotaRetry, nil error (no error log, never Failed)
+//	QuotaExceeded → condition (unless Provisioned), wait QuotaRetry, nil error (no error log, never Failed)
 //	Permanent     → PermanentError latch for this generation → phase Failed
 //	anything else → returned, so the workqueue retries with backoff
 func (r *ProxyReconciler) providerFailure(ctx context.Context, p *v1alpha1.Proxy, op string, err error) (ctrl.Result, error) {
@@ -213,7 +218,11 @@ func (r *ProxyReconciler) providerFailure(ctx context.Context, p *v1alpha1.Proxy
 	switch providers.Class(err) {
 	case providers.ErrQuotaExceeded:
 		loggerFor(ctx, p).Info("provider quota exhausted; waiting", "op", op, "retryAfter", r.Intervals.QuotaRetry, "reason", err.Error())
-		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
+		// A rate-limited look at a running instance says nothing about it,
+		// as for a transient error below.
+		if !meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProvisioned) {
+			setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
+		}
 		return ctrl.Result{RequeueAfter: r.Intervals.QuotaRetry}, nil
 	case providers.ErrPermanent:
 		loggerFor(ctx, p).Info("provider failed permanently; waiting for a spec edit", "op", op, "reason", err.Error())
