@@ -113,6 +113,7 @@ func start(t *testing.T, s setup) *harness {
 	h.r = &ProxyReconciler{
 		Client:                  h.client,
 		Providers:               provs,
+		Installation:            testInstallation,
 		Intervals:               iv,
 		MaxConcurrentReconciles: s.maxParallel,
 		HealthEvents:            s.healthEvents,
@@ -177,6 +178,10 @@ func (h *harness) ctx() context.Context {
 }
 
 // managed returns a Managed Proxy on the test double.
+// testInstallation is the installation ID of the reconcilers these tests
+// start.
+const testInstallation = "test-installation"
+
 func (h *harness) managed(name string) *v1alpha1.Proxy {
 	return gen.Proxy(name, gen.SetProxyNamespace(h.ns), gen.SetProxyManaged(fakeName),
 		gen.SetProxyPlacement(v1alpha1.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"}))

@@ -64,6 +64,7 @@ func startWithEngine(t *testing.T, ns string, o health.Options) *engineHarness {
 	h.r = &ProxyReconciler{
 		Client:             h.client,
 		Providers:          map[string]providers.Provider{fakeName: h.fake},
+		Installation:       testInstallation,
 		Intervals:          fastIntervals(),
 		SkipNameValidation: true,
 	}

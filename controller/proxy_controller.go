@@ -125,6 +125,11 @@ type ProxyReconciler struct {
 	// Nil means no providers config was given: only External Proxies can be
 	// served and Managed ones fail with a condition saying so.
 	Providers map[string]providers.Provider
+	// Installation is this installation's ID (InstallationID), stamped on
+	// every instance created so the orphan GC of another installation
+	// sharing a provider's backend never deletes it. Required with
+	// Providers.
+	Installation string
 	// Intervals are the requeue delays.
 	Intervals Intervals
 	// MaxConcurrentReconciles bounds parallel reconciles (default 3).
@@ -160,6 +165,9 @@ func (r *ProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 		return errors.New("the Proxy reconciler needs the credentials Secret cache: build the manager with controller.NewManager or set ProxyReconciler.Credentials")
 	}
 	r.apiReader = mgr.GetAPIReader()
+	if r.Providers != nil && r.Installation == "" {
+		return errors.New("the Proxy reconciler needs ProxyReconciler.Installation (InstallationID) to tag the instances it creates")
+	}
 	if r.Intervals == (Intervals{}) {
 		r.Intervals = DefaultIntervals()
 	}

@@ -108,7 +108,9 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 			setSpecHash(p, hash)
 		})
 	}
-	inst, err := prov.Create(ctx, createRequest(p, cloudInit, login))
+	req := createRequest(p, cloudInit, login)
+	req.Installation = r.Installation
+	inst, err := prov.Create(ctx, req)
 	if err != nil {
 		return r.providerFailure(ctx, p, "create", err)
 	}

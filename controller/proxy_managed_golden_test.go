@@ -48,8 +48,9 @@ func newTranscript(t *testing.T, name string) *transcript {
 		fake: fake,
 		key:  types.NamespacedName{Namespace: ns, Name: name},
 		r: &ProxyReconciler{
-			Client:    env.Client,
-			Providers: map[string]providers.Provider{fakeName: fake},
+			Client:       env.Client,
+			Providers:    map[string]providers.Provider{fakeName: fake},
+			Installation: testInstallation,
 			// Distinct intervals, so a result names the wait it chose.
 			Intervals: Intervals{RequeueNow: time.Millisecond, ProvisioningPoll: 2 * time.Millisecond,
 				DeletionPoll: 3 * time.Millisecond, DriftPoll: 4 * time.Millisecond, QuotaRetry: time.Hour},

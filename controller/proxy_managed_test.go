@@ -55,6 +55,9 @@ func TestCreateRunningSetsAddressHashAndCondition(t *testing.T) {
 	if req.Name != wantName || req.OwnerUID != string(p.UID) || req.OwnerName != "px" || req.OwnerNamespace != h.ns {
 		t.Errorf("CreateRequest identity = %q/%q/%q/%q, want %q, the UID, px, %s", req.Name, req.OwnerUID, req.OwnerName, req.OwnerNamespace, wantName, h.ns)
 	}
+	if req.Installation != testInstallation {
+		t.Errorf("CreateRequest installation = %q, want the reconciler's %q (the orphan GC's proof of whose)", req.Installation, testInstallation)
+	}
 	if req.Port != 8080 || req.Placement != (providers.Placement{Zone: "zone-a", MachineType: "small", Image: "squid"}) {
 		t.Errorf("CreateRequest port/placement = %d %+v", req.Port, req.Placement)
 	}

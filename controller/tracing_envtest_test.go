@@ -35,6 +35,7 @@ func TestReconcileProxySpans(t *testing.T) {
 	h.r = &ProxyReconciler{
 		Client:             h.client,
 		Providers:          map[string]providers.Provider{fakeName: providers.WithTracing(h.fake, fakeName)},
+		Installation:       testInstallation,
 		Intervals:          fastIntervals(),
 		SkipNameValidation: true,
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
@@ -44,18 +45,26 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 	if err := c.Create(ctx, live); err != nil {
 		t.Fatal(err)
 	}
-	podFor := func(uid string) providers.Instance {
+	// The binary's installation ID is the cluster's kube-system UID.
+	installation, err := controller.InstallationID(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podOf := func(uid, installation string) providers.Instance {
 		inst, err := prov.Create(ctx, providers.CreateRequest{
-			Name: providers.NameFromUID(uid), OwnerUID: uid, OwnerName: "px", OwnerNamespace: ns, Port: 3128,
+			Name: providers.NameFromUID(uid), OwnerUID: uid, Installation: installation, OwnerName: "px", OwnerNamespace: ns, Port: 3128,
 		})
 		if err != nil {
 			t.Fatalf("create the Pod of uid %s: %v", uid, err)
 		}
 		return inst
 	}
+	podFor := func(uid string) providers.Instance { return podOf(uid, installation) }
 	const goneUID = "5a1e0d1e-0000-4000-8000-00000000f00d"
 	orphan := podFor(goneUID)
 	ofLive := podFor(string(live.UID))
+	// Another cluster's controller sharing the backend made this one.
+	foreign := podOf("5a1e0d1e-0000-4000-8000-0000000f0e16", "another-cluster")
 	untagged := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: "untagged",
 			Labels: map[string]string{kubeprovider.LabelManagedBy: kubeprovider.ManagedBy}},
@@ -122,7 +131,7 @@ func TestControllerGCAndProviderHealth(t *testing.T) {
 		n := strings.Count(proc.Output(), "orphan GC sweep finished")
 		return poll.Check(n >= sweeps+3, "%d sweeps", n)
 	})
-	for _, name := range []string{untagged.Name, ofLive.Name} {
+	for _, name := range []string{untagged.Name, ofLive.Name, foreign.Name} {
 		if gone, _ := podGone(name); gone {
 			t.Errorf("Pod %s was deleted; only the orphan may be", name)
 		}

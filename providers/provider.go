@@ -124,6 +124,11 @@ type CreateRequest struct {
 	// OwnerUID is the owning Proxy's UID; every instance carries it so the
 	// orphan GC can prove ownership.
 	OwnerUID string
+	// Installation is the ID of the controller installation (cluster) that
+	// creates the instance; every instance carries it so the orphan GC of
+	// another installation sharing the backend (a cloud project, a
+	// hypervisor) never takes it for an orphan of its own.
+	Installation string
 	// OwnerName and OwnerNamespace name the owning Proxy, for humans reading
 	// the backend (labels, descriptions).
 	OwnerName      string
@@ -216,6 +221,11 @@ type Instance struct {
 	// OwnerUID is the UID the instance is tagged with; empty when untagged,
 	// which the GC reads as "never delete".
 	OwnerUID string
+	// Installation is the installation ID the instance is tagged with
+	// (CreateRequest.Installation); the GC deletes only its own
+	// installation's instances, so empty (one made before installations
+	// were tagged) is never deleted either.
+	Installation string
 	// CreatedAt is when the backend created the instance; the GC leaves young
 	// instances alone because their Proxy may not have recorded them yet.
 	CreatedAt time.Time

@@ -24,6 +24,7 @@ import (
 const (
 	flagKubeconfig              = "kubeconfig"
 	flagProvidersConfig         = "providers-config"
+	flagInstallationID          = "installation-id"
 	flagLeaderElect             = "leader-elect"
 	flagLeaderElectionNamespace = "leader-election-namespace"
 	flagHealthProbeListen       = "health-probe-listen"
@@ -113,6 +114,7 @@ func controllerFlags() []cli.Flag {
 		configFileFlag(),
 		pathFlag(flagKubeconfig, "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)"),
 		pathFlag(flagProvidersConfig, "providers config `FILE` (YAML); without it Managed Proxies cannot be served"),
+		stringFlag(flagInstallationID, "", "`ID` stamped on every instance this installation creates; the orphan GC deletes only instances with it, so installations sharing a cloud project or hypervisor leave each other's alone (default: the UID of the cluster's kube-system namespace)"),
 		boolFlag(flagLeaderElect, "elect one active replica through a Lease"),
 		stringFlag(flagLeaderElectionNamespace, "", "`NAMESPACE` of the leader-election Lease (default: the pod's namespace, else --proxy-namespace)"),
 		stringFlag(flagMetricsListen, ":8080", "`ADDR` serving Prometheus /metrics; 0 turns it off"),
@@ -144,6 +146,7 @@ type controllerConfig struct {
 var controllerNames = manager.Names{
 	Kubeconfig:      "--" + flagKubeconfig,
 	ProvidersConfig: "--" + flagProvidersConfig,
+	Installation:    "--" + flagInstallationID,
 	DefaultProbeURL: "--" + flagDefaultProbeURL,
 	TraceProbes:     "--" + flagTraceHealthProbes,
 	LeaseAPIListen:  "--" + flagLeaseAPIListen,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/providers"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
@@ -44,7 +45,16 @@ func (cfg *controllerConfig) readProviders(c *cli.Context) (err error) {
 	cfg.Providers.File = c.Path(flagProvidersConfig)
 	cfg.Providers.Config, err = loadProvidersConfig(cfg.Providers.File)
 	cfg.Providers.Constructors = providerConstructors
-	return err
+	if err != nil {
+		return err
+	}
+	if id := c.String(flagInstallationID); id != "" {
+		if err := controller.CheckInstallationID(id); err != nil {
+			return fmt.Errorf("--%s: %w", flagInstallationID, err)
+		}
+		cfg.Providers.Installation = id
+	}
+	return nil
 }
 
 // providerConstructors are the constructors of the types providerDecoders

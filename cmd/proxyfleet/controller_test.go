@@ -46,6 +46,7 @@ func TestControllerRejectsBadFlagsNamingTheFlag(t *testing.T) {
 		{name: "missing providers config", args: []string{"--providers-config", filepath.Join(dir, "absent.yaml")}, want: "--providers-config"},
 		{name: "invalid providers config names the entry", args: []string{"--providers-config", badConfig}, want: "Bad_Name"},
 		{name: "missing kubeconfig", args: []string{"--kubeconfig", filepath.Join(dir, "absent-kubeconfig")}, want: "--kubeconfig"},
+		{name: "an installation ID no backend can carry", args: []string{"--installation-id", "Prod_EU"}, want: `--installation-id: "Prod_EU" is not an installation ID`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,10 @@ const (
 	// keepUntagged: the instance carries no owner UID, so nothing proves that
 	// proxyfleet made it for a Proxy; the GC never touches it.
 	keepUntagged decision = "untagged"
+	// keepForeign: the instance carries another installation's ID, or none
+	// (made before instances were tagged with one): it may be the live
+	// instance of a Proxy in another cluster sharing the backend.
+	keepForeign decision = "foreign"
 	// keepUnknownAge: the provider reported no creation time, so the
 	// instance may be mid-create; age cannot be proven.
 	keepUnknownAge decision = "unknown-age"
@@ -30,11 +34,15 @@ const (
 
 // decide is the GC's whole decision rule, free of I/O so it can be tested as
 // a table: an instance is deleted only when every proof of orphanhood holds.
-// live holds the UIDs of every Proxy the controller can see; now and minAge
-// decide whether the instance is old enough to be past its Create.
-func decide(inst providers.Instance, live map[string]struct{}, now time.Time, minAge time.Duration) decision {
+// live holds the UIDs of every Proxy the controller can see; installation
+// is this controller's installation ID; now and minAge decide whether the
+// instance is old enough to be past its Create.
+func decide(inst providers.Instance, live map[string]struct{}, installation string, now time.Time, minAge time.Duration) decision {
 	if inst.OwnerUID == "" {
 		return keepUntagged
+	}
+	if inst.Installation != installation {
+		return keepForeign
 	}
 	if _, ok := live[inst.OwnerUID]; ok {
 		return keepLive

@@ -55,8 +55,14 @@ func createProxy(t *testing.T, px *v1alpha1.Proxy) *v1alpha1.Proxy {
 // would have, exactly as the reconciler asks for it.
 func instanceFor(t *testing.T, p providers.Provider, uid string) providers.Instance {
 	t.Helper()
+	return instanceOf(t, p, uid, testInstallation)
+}
+
+// instanceOf is instanceFor made by the installation given.
+func instanceOf(t *testing.T, p providers.Provider, uid, installation string) providers.Instance {
+	t.Helper()
 	inst, err := p.Create(testCtx(t), providers.CreateRequest{
-		Name: providers.NameFromUID(uid), OwnerUID: uid, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
+		Name: providers.NameFromUID(uid), OwnerUID: uid, Installation: installation, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
 	})
 	if err != nil {
 		t.Fatalf("provider Create for uid %s: %v", uid, err)
@@ -118,6 +124,9 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 
 	orphan := instanceFor(t, prov, "0e5c6c1e-0000-4000-8000-00000000dead")
 	ofLive := instanceFor(t, prov, string(live.UID))
+	// Another cluster's controller sharing the backend made this one for a
+	// Proxy this cluster has never seen.
+	foreign := instanceOf(t, prov, "0e5c6c1e-0000-4000-8000-0000000f0e16", "another-cluster")
 	ofDeleting := instanceFor(t, prov, string(deleting.UID))
 	untagged := untaggedPod(t, ns)
 
@@ -166,6 +175,7 @@ func TestSweeperOnTheRealAPIServer(t *testing.T) {
 		"the untagged Pod":                       untagged.Name,
 		"the live Proxy's Pod":                   ofLive.Name,
 		"the Pod of a Proxy still being deleted": ofDeleting.Name,
+		"another installation's Pod":             foreign.Name,
 	} {
 		if !podExists(t, ns, name) {
 			t.Errorf("%s (%s) was deleted; log:\n%s", what, name, logs.String())

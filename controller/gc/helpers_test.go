@@ -47,8 +47,15 @@ func (r *proxyReader) listCalls() int {
 }
 
 // newSweeper is New for options a test knows to be valid.
+// testInstallation is the installation ID of the sweepers these tests
+// start (unless a test sets its own) and of the instances they make.
+const testInstallation = "test-installation"
+
 func newSweeper(t *testing.T, o Options) *Sweeper {
 	t.Helper()
+	if o.Installation == "" {
+		o.Installation = testInstallation
+	}
 	s, err := New(o)
 	if err != nil {
 		t.Fatalf("gc.New: %v", err)

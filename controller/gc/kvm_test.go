@@ -79,7 +79,7 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 	t.Cleanup(prov.Close)
 	ctx := testCtx(t)
 	req := func(uid string) providers.CreateRequest {
-		return providers.CreateRequest{Name: providers.NameFromUID(uid), OwnerUID: uid, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
+		return providers.CreateRequest{Name: providers.NameFromUID(uid), OwnerUID: uid, Installation: testInstallation, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
 			ProxyAuth: &providers.BasicAuth{Username: "proxyfleet", Password: "s3cret-" + uid}}
 	}
 	stopped, stray, live := req("uid-stopped"), req("uid-stray"), req("uid-live")
@@ -121,7 +121,11 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 		t.Fatal(err)
 	}
 	unmarked := []string{providers.NameFromUID("uid-nobody") + ".qcow2", "someones-data.qcow2"}
-	for _, n := range unmarked {
+	// What another installation sharing the host left of a guest (its mark
+	// and overlay): never this installation's orphan.
+	foreignGuest := providers.NameFromUID("uid-foreign")
+	foreign := []string{foreignGuest + ".uid-foreign.1700000000.i-another-cluster.mark", foreignGuest + ".qcow2"}
+	for _, n := range append(slices.Clone(unmarked), foreign...) {
 		if _, err := lv.StorageVolCreateXML(pool, `<volume type="file"><name>`+n+`</name><capacity unit="bytes">4096</capacity><target><format type="raw"/></target></volume>`, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +155,7 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 			t.Errorf("volume %s survived the sweep: %v", f, files)
 		}
 	}
-	for _, n := range append(unmarked, live.Name+".qcow2", live.Name+"-seed.iso") {
+	for _, n := range append(append(unmarked, foreign...), live.Name+".qcow2", live.Name+"-seed.iso") {
 		if !slices.Contains(files, n) {
 			t.Errorf("volume %s was removed by the sweep: %v", n, files)
 		}

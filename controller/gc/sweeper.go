@@ -65,6 +65,10 @@ type Options struct {
 	// AllowNamespaced accepts a namespace-restricted view: the operator
 	// asserts that no Proxy outside Namespace uses these providers.
 	AllowNamespaced bool
+	// Installation is this controller's installation ID, the one its
+	// reconciler stamps on every instance it creates: only instances with
+	// it are ever deleted. Required.
+	Installation string
 	// Clock is the time source of ticks and ages; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger receives sweep failures and one WARNING line per deletion.
@@ -107,6 +111,9 @@ func New(o Options) (*Sweeper, error) {
 	}
 	if o.Namespace != "" && !o.AllowNamespaced {
 		return nil, fmt.Errorf("%w (the Proxy view is restricted to namespace %q)", ErrNamespaced, o.Namespace)
+	}
+	if o.Installation == "" {
+		return nil, errors.New("orphan GC: Options.Installation (this installation's ID on its instances) is required")
 	}
 	if o.Interval < 0 || o.MinAge < 0 {
 		return nil, fmt.Errorf("orphan GC: Options.Interval (%s) and Options.MinAge (%s) must not be negative", o.Interval, o.MinAge)
@@ -193,7 +200,7 @@ func (s *Sweeper) sweep(ctx context.Context) sweepResult {
 			continue
 		}
 		for _, inst := range insts {
-			d := decide(inst, live, now, minAge)
+			d := decide(inst, live, s.o.Installation, now, minAge)
 			if d != deleteOrphan {
 				res.kept[d]++
 				continue

@@ -27,7 +27,14 @@ func proxyWithUID(uid string) v1alpha1.Proxy {
 }
 
 func inst(id, uid string, age time.Duration) providers.Instance {
-	return providers.Instance{ProviderID: id, Name: id, OwnerUID: uid, CreatedAt: t0.Add(-age), State: providers.StateRunning}
+	return providers.Instance{ProviderID: id, Name: id, OwnerUID: uid, Installation: testInstallation, CreatedAt: t0.Add(-age), State: providers.StateRunning}
+}
+
+// foreignInst is inst made by another installation sharing the backend.
+func foreignInst(id, uid string, age time.Duration) providers.Instance {
+	i := inst(id, uid, age)
+	i.Installation = "another-cluster"
+	return i
 }
 
 func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
@@ -37,6 +44,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 		inst("a/live", "uid-live", time.Hour),
 		inst("a/untagged", "", time.Hour),
 		inst("a/young", "uid-gone-too", time.Minute),
+		foreignInst("a/foreign", "uid-gone-elsewhere", time.Hour),
 	)
 	b := providertest.NewWith(inst("b/orphan", "uid-gone-b", 11*time.Minute))
 	s := newSweeper(t, Options{
@@ -53,7 +61,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	if got := b.Deleted(); !reflect.DeepEqual(got, []string{"b/orphan"}) {
 		t.Errorf("beta deleted %v, want only b/orphan", got)
 	}
-	wantKept := map[decision]int{keepLive: 1, keepUntagged: 1, keepYoung: 1}
+	wantKept := map[decision]int{keepLive: 1, keepUntagged: 1, keepYoung: 1, keepForeign: 1}
 	if res.skipped || res.errors != 0 || !reflect.DeepEqual(res.kept, wantKept) {
 		t.Errorf("result %+v, want kept %v and no errors", res, wantKept)
 	}
@@ -127,7 +135,7 @@ func TestNewRefusesANamespacedViewUnlessAllowed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &testutil.LogLines{}
 			s, err := New(Options{
-				Reader: &proxyReader{}, Namespace: tc.ns, AllowNamespaced: tc.allow,
+				Reader: &proxyReader{}, Namespace: tc.ns, AllowNamespaced: tc.allow, Installation: testInstallation,
 				Clock: clocktesting.NewFakeClock(t0), Logger: logs.Logger(),
 			})
 			if tc.wantErr {
@@ -160,8 +168,9 @@ func TestNewNamesTheBadOption(t *testing.T) {
 		want string
 	}{
 		{"no reader", Options{}, "Options.Reader"},
-		{"a negative interval", Options{Reader: &proxyReader{}, Interval: -time.Second}, "Options.Interval"},
-		{"a negative minimum age", Options{Reader: &proxyReader{}, MinAge: -time.Second}, "Options.MinAge"},
+		{"no installation", Options{Reader: &proxyReader{}}, "Options.Installation"},
+		{"a negative interval", Options{Reader: &proxyReader{}, Installation: testInstallation, Interval: -time.Second}, "Options.Interval"},
+		{"a negative minimum age", Options{Reader: &proxyReader{}, Installation: testInstallation, MinAge: -time.Second}, "Options.MinAge"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -19,10 +19,11 @@ func TestSweepIsOneSpanWithTheProviderCallsUnderIt(t *testing.T) {
 	sr, _ := spanrec.Record(t)
 	a := providertest.NewWith(inst("a/orphan", "uid-gone", time.Hour))
 	s, err := New(Options{
-		Reader:    &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
-		Providers: map[string]providers.Provider{"alpha": providers.WithTracing(a, "alpha")},
-		Clock:     clocktesting.NewFakeClock(t0),
-		Logger:    (&testutil.LogLines{}).Logger(),
+		Reader:       &proxyReader{proxies: []v1alpha1.Proxy{proxyWithUID("uid-live")}},
+		Providers:    map[string]providers.Provider{"alpha": providers.WithTracing(a, "alpha")},
+		Installation: testInstallation,
+		Clock:        clocktesting.NewFakeClock(t0),
+		Logger:       (&testutil.LogLines{}).Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -85,6 +85,10 @@ type Providers struct {
 	Config *providers.Config
 	// File is where Config was read from, for the errors of building it.
 	File string
+	// Installation is the ID stamped on every instance the providers create
+	// and the only one the orphan GC deletes; "" reads the cluster's
+	// (controller.InstallationID) when there are providers.
+	Installation string
 	// Constructors returns the constructor of every provider type the
 	// binary carries, by type name, given what they may need of the run.
 	Constructors func(Env) map[string]providers.Constructor
@@ -144,6 +148,7 @@ type LeaseAPI struct {
 // reads as the field's name.
 type Names struct {
 	Kubeconfig, ProvidersConfig   string
+	Installation                  string
 	DefaultProbeURL, TraceProbes  string
 	LeaseAPIListen, StatusListen  string
 	WebhookListen, WebhookCertDir string

@@ -104,6 +104,8 @@ func (r *run) setup(ctx context.Context, mgr ctrl.Manager, kube *rest.Config) er
 	}
 	if r.provs = provs; provs == nil {
 		r.log.Info("WARNING: no " + or(r.cfg.Names.ProvidersConfig, "Providers") + " given; only External Proxies will be served, Managed ones fail with ProviderNotConfigured")
+	} else if err := r.resolveInstallation(ctx, mgr); err != nil {
+		return err
 	}
 	if err := r.setupProxyReconciler(ctx, mgr); err != nil {
 		return err
@@ -118,12 +120,29 @@ func (r *run) setup(ctx context.Context, mgr ctrl.Manager, kube *rest.Config) er
 	return r.setupLeasesAndPools(mgr)
 }
 
+// resolveInstallation reads the installation ID from the cluster when none
+// was given: the reconciler stamps it on what it creates and the orphan GC
+// deletes nothing else.
+func (r *run) resolveInstallation(ctx context.Context, mgr ctrl.Manager) error {
+	if r.cfg.Providers.Installation != "" {
+		return nil
+	}
+	id, err := controller.InstallationID(ctx, mgr.GetAPIReader())
+	if err != nil {
+		return fmt.Errorf("%w; set %s", err, or(r.cfg.Names.Installation, "Providers.Installation"))
+	}
+	r.cfg.Providers.Installation = id
+	r.log.Info("installation ID read from the cluster", "installation", id)
+	return nil
+}
+
 // setupProxyReconciler sets up the Proxy reconciler with its health
 // engine, whose events are one of its watches (so the engine comes first).
 func (r *run) setupProxyReconciler(ctx context.Context, mgr ctrl.Manager) error {
 	pr := &controller.ProxyReconciler{
 		Client:                  mgr.GetClient(),
 		Providers:               r.provs,
+		Installation:            r.cfg.Providers.Installation,
 		Intervals:               r.cfg.Intervals,
 		MaxConcurrentReconciles: r.cfg.MaxConcurrentReconciles,
 	}

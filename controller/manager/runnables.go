@@ -23,6 +23,7 @@ func (r *run) addRunnables(mgr ctrl.Manager) (*providerhealth.Monitor, error) {
 			MinAge:          r.cfg.GC.MinAge,
 			Namespace:       r.cfg.Manager.ProxyNamespace,
 			AllowNamespaced: r.cfg.GC.AllowNamespaced,
+			Installation:    r.cfg.Providers.Installation,
 			Logger:          r.log.WithName("gc"),
 			Recorder:        metrics.NewOrphanDeletions(r.reg),
 		})

@@ -46,6 +46,8 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 		return nil, "", perm("instance name %q is not a Compute Engine name", req.Name)
 	case req.OwnerUID == "" || !labelValue.MatchString(req.OwnerUID):
 		return nil, "", perm("owner UID %q is not usable as a label value", req.OwnerUID)
+	case req.Installation != "" && !labelValue.MatchString(req.Installation):
+		return nil, "", perm("installation %q is not usable as a label value", req.Installation)
 	case req.Port < 1 || req.Port > 65535:
 		return nil, "", perm("port %d is out of range", req.Port)
 	}
@@ -65,6 +67,10 @@ func buildInstance(cfg Config, req providers.CreateRequest) (*computepb.Instance
 	}
 	labels[LabelManagedBy] = ManagedBy
 	labels[LabelOwnerUID] = req.OwnerUID
+	delete(labels, LabelInstallation)
+	if req.Installation != "" {
+		labels[LabelInstallation] = req.Installation
+	}
 	delete(labels, LabelOwnerName)
 	if n := req.OwnerName; n != "" && labelValue.MatchString(n) {
 		labels[LabelOwnerName] = n

@@ -46,6 +46,10 @@ const (
 	LabelOwnerUID = "proxyfleet-uid"
 	// LabelOwnerName carries the owning Proxy's name when it is a valid label value.
 	LabelOwnerName = "proxyfleet-name"
+	// LabelInstallation carries the creating controller's installation ID
+	// (providers.CreateRequest.Installation): the orphan GC deletes only its
+	// own installation's VMs, so two clusters may share a project.
+	LabelInstallation = "proxyfleet-installation"
 )
 
 // userDataKey is the metadata key cloud-init reads on Compute Engine.
@@ -130,7 +134,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		if opErr := operationError(op.Proto()); opErr != nil {
 			return providers.Instance{}, p.undo(ctx, id, classify("inserting instance "+id, opErr))
 		}
-		return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID}, nil
+		return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID, Installation: req.Installation}, nil
 	}
 	if !isAlreadyExists(err) {
 		return providers.Instance{}, classify("inserting instance "+id, err)
@@ -301,9 +305,10 @@ func (p *Provider) Check(ctx context.Context) []providers.TargetStatus {
 // address of the configured type once it has one.
 func (p *Provider) instanceOf(ins *computepb.Instance, zone string) providers.Instance {
 	out := providers.Instance{
-		ProviderID: formatProviderID(zone, ins.GetName()),
-		Name:       ins.GetName(),
-		OwnerUID:   ins.GetLabels()[LabelOwnerUID],
+		ProviderID:   formatProviderID(zone, ins.GetName()),
+		Name:         ins.GetName(),
+		OwnerUID:     ins.GetLabels()[LabelOwnerUID],
+		Installation: ins.GetLabels()[LabelInstallation],
 	}
 	if t, err := time.Parse(time.RFC3339, ins.GetCreationTimestamp()); err == nil {
 		out.CreatedAt = t

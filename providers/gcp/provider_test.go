@@ -49,8 +49,9 @@ func testRequest() providers.CreateRequest {
 	return providers.CreateRequest{
 		Name:     providers.NameFromUID(testUID),
 		OwnerUID: testUID, OwnerName: "eu-1", OwnerNamespace: "crawl",
-		Port:      3128,
-		ProxyAuth: &providers.BasicAuth{Username: "proxyfleet", Password: "s3cret-password-for-tests"},
+		Installation: "cluster-a",
+		Port:         3128,
+		ProxyAuth:    &providers.BasicAuth{Username: "proxyfleet", Password: "s3cret-password-for-tests"},
 	}
 }
 
@@ -64,7 +65,7 @@ func TestCreateInsertsTheVMAndReturnsWithoutWaiting(t *testing.T) {
 	p, srv := newTestProvider(t, func(c *Config) {
 		c.Network, c.Subnetwork = "global/networks/crawl", "regions/europe-west1/subnetworks/crawl"
 		c.ServiceAccount = "squid@proxy-project.iam.gserviceaccount.com"
-		c.Labels = map[string]string{"team": "crawl", LabelOwnerUID: "forged"}
+		c.Labels = map[string]string{"team": "crawl", LabelOwnerUID: "forged", LabelInstallation: "forged"}
 	})
 	req := testRequest()
 	req.Labels = map[string]string{"pool": "eu"}
@@ -73,7 +74,7 @@ func TestCreateInsertsTheVMAndReturnsWithoutWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantID := "zones/" + testZone + "/instances/" + req.Name
-	if inst.ProviderID != wantID || inst.State != providers.StateProvisioning || inst.OwnerUID != testUID {
+	if inst.ProviderID != wantID || inst.State != providers.StateProvisioning || inst.OwnerUID != testUID || inst.Installation != "cluster-a" {
 		t.Fatalf("Create = %+v, want %s Provisioning", inst, wantID)
 	}
 	if calls := srv.Calls(); len(calls) != 1 || !strings.HasPrefix(calls[0], "POST /compute/v1/projects/"+testProject+"/zones/"+testZone+"/instances") {
@@ -81,7 +82,7 @@ func TestCreateInsertsTheVMAndReturnsWithoutWaiting(t *testing.T) {
 	}
 	got := srv.Instance(testZone, req.Name)
 	labels := got["labels"].(map[string]any)
-	for k, v := range map[string]string{LabelManagedBy: ManagedBy, LabelOwnerUID: testUID, LabelOwnerName: "eu-1", "team": "crawl", "pool": "eu"} {
+	for k, v := range map[string]string{LabelManagedBy: ManagedBy, LabelOwnerUID: testUID, LabelInstallation: "cluster-a", LabelOwnerName: "eu-1", "team": "crawl", "pool": "eu"} {
 		if labels[k] != v {
 			t.Errorf("label %s = %v, want %s (labels %v)", k, labels[k], v, labels)
 		}
@@ -379,7 +380,7 @@ func TestListByTagFollowsEveryPageAndSkipsWarningScopes(t *testing.T) {
 	zones := []string{"asia-east1-a", "europe-west1-b", "europe-west4-c", "us-central1-a", "us-east1-b"}
 	for i, z := range zones {
 		srv.Put(z, map[string]any{"name": "proxy-" + strings.ReplaceAll(z, "-", ""), "status": "RUNNING",
-			"labels": map[string]any{LabelManagedBy: ManagedBy, LabelOwnerUID: "uid-" + string(rune('a'+i))}})
+			"labels": map[string]any{LabelManagedBy: ManagedBy, LabelOwnerUID: "uid-" + string(rune('a'+i)), LabelInstallation: "cluster-" + string(rune('a'+i))}})
 	}
 	srv.Put("europe-west1-b", map[string]any{"name": "web-1", "status": "RUNNING", "labels": map[string]any{"team": "web"}})
 	srv.AddScopeWarning("zones/europe-north1-a", "NO_RESULTS_ON_PAGE")
@@ -395,8 +396,8 @@ func TestListByTagFollowsEveryPageAndSkipsWarningScopes(t *testing.T) {
 	seen := map[string]bool{}
 	for _, inst := range got {
 		seen[inst.ProviderID] = true
-		if inst.OwnerUID == "" || inst.CreatedAt.IsZero() {
-			t.Errorf("%s lacks owner or creation time: %+v", inst.ProviderID, inst)
+		if inst.OwnerUID == "" || inst.CreatedAt.IsZero() || inst.Installation != "cluster-"+strings.TrimPrefix(inst.OwnerUID, "uid-") {
+			t.Errorf("%s lacks owner, installation or creation time: %+v", inst.ProviderID, inst)
 		}
 	}
 	for _, z := range zones {

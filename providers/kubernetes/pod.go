@@ -25,6 +25,10 @@ const (
 	ManagedBy = "proxyfleet"
 	// LabelOwnerUID carries the owning Proxy's UID: the orphan GC's proof of ownership.
 	LabelOwnerUID = "proxyfleet.io/uid"
+	// LabelInstallation carries the creating controller's installation ID
+	// (providers.CreateRequest.Installation): the orphan GC deletes only its
+	// own installation's Pods.
+	LabelInstallation = "proxyfleet.io/installation"
 	// LabelOwnerName carries the owning Proxy's name when it fits in a label
 	// value (63 characters); AnnotationOwner always has it.
 	LabelOwnerName = "proxyfleet.io/name"
@@ -154,6 +158,10 @@ func podLabels(req providers.CreateRequest) map[string]string {
 	labels[LabelManagedBy] = ManagedBy
 	labels[LabelAppName] = "squid"
 	labels[LabelOwnerUID] = req.OwnerUID
+	delete(labels, LabelInstallation)
+	if req.Installation != "" {
+		labels[LabelInstallation] = req.Installation
+	}
 	delete(labels, LabelOwnerName)
 	if req.OwnerName != "" && len(validation.IsValidLabelValue(req.OwnerName)) == 0 {
 		labels[LabelOwnerName] = req.OwnerName
@@ -206,6 +214,9 @@ func validateRequest(req providers.CreateRequest) error {
 		problems = append(problems, "owner UID is required (it is what proves ownership to the orphan GC)")
 	} else if msgs := validation.IsValidLabelValue(req.OwnerUID); len(msgs) > 0 {
 		problems = append(problems, fmt.Sprintf("owner UID %q is not a label value", req.OwnerUID))
+	}
+	if msgs := validation.IsValidLabelValue(req.Installation); len(msgs) > 0 {
+		problems = append(problems, fmt.Sprintf("installation %q is not a label value", req.Installation))
 	}
 	if req.Port < 1 || req.Port > 65535 {
 		problems = append(problems, fmt.Sprintf("port %d is not in 1-65535", req.Port))
@@ -267,12 +278,13 @@ func stateOf(pod *corev1.Pod) providers.State {
 // instanceOf describes a managed Pod.
 func instanceOf(pod *corev1.Pod) providers.Instance {
 	return providers.Instance{
-		ProviderID: formatProviderID(pod.Namespace, pod.Name),
-		Name:       pod.Name,
-		State:      stateOf(pod),
-		IP:         pod.Status.PodIP,
-		OwnerUID:   pod.Labels[LabelOwnerUID],
-		CreatedAt:  pod.CreationTimestamp.Time,
+		ProviderID:   formatProviderID(pod.Namespace, pod.Name),
+		Name:         pod.Name,
+		State:        stateOf(pod),
+		IP:           pod.Status.PodIP,
+		OwnerUID:     pod.Labels[LabelOwnerUID],
+		Installation: pod.Labels[LabelInstallation],
+		CreatedAt:    pod.CreationTimestamp.Time,
 	}
 }
 

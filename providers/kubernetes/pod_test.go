@@ -19,8 +19,9 @@ func testRequest() providers.CreateRequest {
 		OwnerUID:       "uid-1",
 		OwnerName:      "eu-1",
 		OwnerNamespace: "crawl",
+		Installation:   "cluster-a",
 		Port:           3128,
-		Labels:         map[string]string{"tier": "dc", LabelOwnerUID: "spoofed"},
+		Labels:         map[string]string{"tier": "dc", LabelOwnerUID: "spoofed", LabelInstallation: "spoofed"},
 	}
 }
 
@@ -41,6 +42,8 @@ func TestBuildPod(t *testing.T) {
 		{"managed-by label", pod.Labels[LabelManagedBy] == "proxyfleet"},
 		{"owner UID label, not the spoofed extra label", pod.Labels[LabelOwnerUID] == "uid-1"},
 		{"owner name label", pod.Labels[LabelOwnerName] == "eu-1"},
+		{"installation label, not the spoofed extra label", pod.Labels[LabelInstallation] == "cluster-a"},
+		{"the instance read back carries the installation", instanceOf(pod).Installation == "cluster-a"},
 		{"extra labels kept", pod.Labels["tier"] == "dc"},
 		{"owner annotation", pod.Annotations[AnnotationOwner] == "crawl/eu-1"},
 		{"squid.conf annotation listens on the port", strings.Contains(pod.Annotations[AnnotationSquidConf], "\nhttp_port 3128\n")},

@@ -383,7 +383,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	mark := Mark{Managed: true, UID: req.OwnerUID, CreatedAt: p.now().UTC().Truncate(time.Second)}
+	mark := Mark{Managed: true, UID: req.OwnerUID, CreatedAt: p.now().UTC().Truncate(time.Second), Installation: req.Installation}
 	if req.OwnerName != "" {
 		mark.Proxy = req.OwnerNamespace + "/" + req.OwnerName
 	}
@@ -393,7 +393,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if err := p.build(ctx, pl, pool, base, req.Name, seed, mark); err != nil {
 		return providers.Instance{}, p.undo(ctx, pl.host, req.Name, err)
 	}
-	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID, CreatedAt: mark.CreatedAt}, nil
+	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: req.OwnerUID, Installation: mark.Installation, CreatedAt: mark.CreatedAt}, nil
 }
 
 // build makes the guest's overlay and seed and defines and starts its
@@ -469,7 +469,7 @@ func (p *Provider) adopt(ctx context.Context, h *Host, dom libvirt.Domain, req p
 	case st == libvirt.DomainPaused || st == libvirt.DomainPmsuspended:
 		return providers.Instance{}, fmt.Errorf("%w: domain %s is paused; proxyfleet does not resume a domain someone paused", providers.ErrPermanent, id)
 	}
-	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}, nil
+	return providers.Instance{ProviderID: id, Name: req.Name, State: providers.StateProvisioning, OwnerUID: mark.UID, Installation: mark.Installation, CreatedAt: mark.CreatedAt}, nil
 }
 
 // ProviderIDFor is the providerID Create(req) would return: the host its
@@ -572,7 +572,7 @@ func (p *Provider) Get(ctx context.Context, providerID string) (providers.Instan
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	out := providers.Instance{ProviderID: providerID, Name: name, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}
+	out := providers.Instance{ProviderID: providerID, Name: name, OwnerUID: mark.UID, Installation: mark.Installation, CreatedAt: mark.CreatedAt}
 	ip := ""
 	if st == libvirt.DomainRunning || st == libvirt.DomainBlocked {
 		if ip, err = p.address(ctx, host, dom); err != nil {
@@ -784,7 +784,7 @@ func (p *Provider) listHost(ctx context.Context, h *Host) ([]providers.Instance,
 		if !ours {
 			continue
 		}
-		guests[d.Name] = &providers.Instance{ProviderID: FormatProviderID(h.Name, d.Name), Name: d.Name, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt,
+		guests[d.Name] = &providers.Instance{ProviderID: FormatProviderID(h.Name, d.Name), Name: d.Name, OwnerUID: mark.UID, Installation: mark.Installation, CreatedAt: mark.CreatedAt,
 			Parts: []string{providers.PartDomain}}
 	}
 	vols, err := p.listVolumes(ctx, h)
@@ -799,7 +799,7 @@ func (p *Provider) listHost(ctx context.Context, h *Host) ([]providers.Instance,
 		}
 		marked[guest] = true
 		if guests[guest] == nil {
-			guests[guest] = &providers.Instance{ProviderID: FormatProviderID(h.Name, guest), Name: guest, OwnerUID: mark.UID, CreatedAt: mark.CreatedAt}
+			guests[guest] = &providers.Instance{ProviderID: FormatProviderID(h.Name, guest), Name: guest, OwnerUID: mark.UID, Installation: mark.Installation, CreatedAt: mark.CreatedAt}
 		}
 	}
 	out := make([]providers.Instance, 0, len(guests))

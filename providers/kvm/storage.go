@@ -362,6 +362,9 @@ func (p *Provider) markGuest(ctx context.Context, host string, pool libvirt.Stor
 	if !markUID.MatchString(mark.UID) {
 		return Mark{}, fmt.Errorf("%w: owner UID %q cannot be written into a volume name", providers.ErrPermanent, mark.UID)
 	}
+	if mark.Installation != "" && !markUID.MatchString(mark.Installation) {
+		return Mark{}, fmt.Errorf("%w: installation %q cannot be written into a volume name", providers.ErrPermanent, mark.Installation)
+	}
 	vols, err := p.poolVolumes(ctx, host, pool)
 	if err != nil {
 		return Mark{}, err
@@ -377,7 +380,7 @@ func (p *Provider) markGuest(ctx context.Context, host string, pool libvirt.Stor
 			return Mark{}, fmt.Errorf("%w: mark volume %s on host %s belongs to proxy UID %q, not %q", providers.ErrPermanent, vname, host, old.UID, mark.UID)
 		}
 	}
-	vname := markVolumeName(name, mark.UID, mark.CreatedAt)
+	vname := markVolumeName(name, mark)
 	_, err = rpcV(ctx, p, host, "StorageVolCreateXML", func(a api) (libvirt.StorageVol, error) {
 		return a.StorageVolCreateXML(pool, rawVolumeXML(vname, 0), 0)
 	})

@@ -199,10 +199,10 @@ func TestDomainXML(t *testing.T) {
 }
 
 func TestMarkRoundTripAndTheBareFormLibvirtReturns(t *testing.T) {
-	m := Mark{Managed: true, UID: "u-<1>", CreatedAt: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC), Proxy: "ns/px"}
+	m := Mark{Managed: true, UID: "u-<1>", CreatedAt: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC), Proxy: "ns/px", Installation: "cluster-a"}
 	for name, raw := range map[string]string{
 		"as written":                         renderMark(m),
-		"without the namespace (libvirt 11)": `<instance managed="true" uid="u-&lt;1&gt;" createdAt="2026-05-06T07:08:09Z" proxy="ns/px"/>`,
+		"without the namespace (libvirt 11)": `<instance managed="true" uid="u-&lt;1&gt;" createdAt="2026-05-06T07:08:09Z" proxy="ns/px" installation="cluster-a"/>`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := parseMark(raw)
@@ -213,6 +213,38 @@ func TestMarkRoundTripAndTheBareFormLibvirtReturns(t *testing.T) {
 	}
 	if _, err := parseMark("not xml <"); err == nil {
 		t.Fatal("garbage metadata parsed")
+	}
+}
+
+func TestMarkVolumeNamesRoundTripWithAndWithoutAnInstallation(t *testing.T) {
+	at := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		guest string
+		mark  Mark
+		vol   string
+	}{
+		{"tagged with its installation", "proxy-abc", Mark{Managed: true, UID: "uid-1", CreatedAt: at, Installation: "cluster-a"},
+			"proxy-abc.uid-1.1778051289.i-cluster-a.mark"},
+		{"made before installations were tagged", "proxy-abc", Mark{Managed: true, UID: "uid-1", CreatedAt: at},
+			"proxy-abc.uid-1.1778051289.mark"},
+		{"a guest name with dots, untagged", "a.b", Mark{Managed: true, UID: "uid-1", CreatedAt: at}, "a.b.uid-1.1778051289.mark"},
+		{"a guest name with dots, tagged", "a.b", Mark{Managed: true, UID: "uid-1", CreatedAt: at, Installation: "c"}, "a.b.uid-1.1778051289.i-c.mark"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := markVolumeName(tc.guest, tc.mark); got != tc.vol {
+				t.Fatalf("markVolumeName = %q, want %q", got, tc.vol)
+			}
+			guest, m, ok := parseMarkVolume(tc.vol)
+			if !ok || guest != tc.guest || m != tc.mark {
+				t.Fatalf("parseMarkVolume(%q) = %q %+v %v, want %q %+v", tc.vol, guest, m, ok, tc.guest, tc.mark)
+			}
+		})
+	}
+	for _, bad := range []string{"proxy-abc.uid-1.1778051289.i-.mark", "proxy-abc.uid-1.1778051289.i-a_b.mark", "proxy-abc.uid-1.i-a.mark"} {
+		if _, _, ok := parseMarkVolume(bad); ok {
+			t.Errorf("parseMarkVolume(%q) read a mark", bad)
+		}
 	}
 }
 

@@ -29,6 +29,10 @@ type Mark struct {
 	CreatedAt time.Time
 	// Proxy is namespace/name of the owning Proxy, for humans.
 	Proxy string
+	// Installation is the creating controller's installation ID
+	// (providers.CreateRequest.Installation); empty on guests made before
+	// installations were tagged.
+	Installation string
 }
 
 type markXML struct {
@@ -37,6 +41,8 @@ type markXML struct {
 	UID       string   `xml:"uid,attr"`
 	CreatedAt string   `xml:"createdAt,attr"`
 	Proxy     string   `xml:"proxy,attr,omitempty"`
+	// Installation is the attribute's own name: the GC's proof of whose.
+	Installation string `xml:"installation,attr,omitempty"`
 }
 
 // renderMark is the element as it sits inside <metadata>, namespaced.
@@ -54,6 +60,9 @@ func renderMark(m Mark) string {
 	if m.Proxy != "" {
 		attr("proxy", m.Proxy)
 	}
+	if m.Installation != "" {
+		attr("installation", m.Installation)
+	}
 	b.WriteString("/>")
 	return b.String()
 }
@@ -66,7 +75,7 @@ func parseMark(s string) (Mark, error) {
 	if err := xml.Unmarshal([]byte(s), &m); err != nil {
 		return Mark{}, fmt.Errorf("reading proxyfleet metadata: %w", err)
 	}
-	out := Mark{Managed: m.Managed == "true", UID: m.UID, Proxy: m.Proxy}
+	out := Mark{Managed: m.Managed == "true", UID: m.UID, Proxy: m.Proxy, Installation: m.Installation}
 	if t, err := time.Parse(time.RFC3339, m.CreatedAt); err == nil {
 		out.CreatedAt = t
 	}
@@ -216,16 +225,26 @@ func overlayVolumeName(name string) string { return name + ".qcow2" }
 func seedVolumeName(name string) string    { return name + "-seed.iso" }
 
 // markSuffix ends the name of a guest's mark volume,
-// "<guest>.<owner UID>.<unix seconds>.mark": an empty volume whose name is
-// the mark (who owns the guest, since when), made before anything else of
+// "<guest>.<owner UID>.<unix seconds>[.i-<installation>].mark": an empty
+// volume whose name is the mark (who owns the guest, since when, made by
+// which installation), made before anything else of
 // the guest and removed after everything else, so the orphan GC can prove
 // that an overlay and a seed without a domain are proxyfleet's and whose.
 // The name, not content, carries it: listing the pool reads every mark in
 // one call, with no download stream per guest.
 const markSuffix = ".mark"
 
-func markVolumeName(name, uid string, created time.Time) string {
-	return name + "." + uid + "." + strconv.FormatInt(created.Unix(), 10) + markSuffix
+// markInstallationPrefix starts the installation's segment of a mark
+// volume's name: never all digits, so it cannot be read as the seconds of
+// a mark written before installations were tagged.
+const markInstallationPrefix = "i-"
+
+func markVolumeName(name string, m Mark) string {
+	v := name + "." + m.UID + "." + strconv.FormatInt(m.CreatedAt.Unix(), 10)
+	if m.Installation != "" {
+		v += "." + markInstallationPrefix + m.Installation
+	}
+	return v + markSuffix
 }
 
 // markUID is what an owner UID may hold to be written into a mark
@@ -239,6 +258,14 @@ func parseMarkVolume(vol string) (guest string, m Mark, ok bool) {
 	if !ok {
 		return "", Mark{}, false
 	}
+	installation := ""
+	if i := strings.LastIndexByte(rest, '.'); i >= 0 && strings.HasPrefix(rest[i+1:], markInstallationPrefix) {
+		installation = rest[i+1+len(markInstallationPrefix):]
+		if !markUID.MatchString(installation) {
+			return "", Mark{}, false
+		}
+		rest = rest[:i]
+	}
 	i := strings.LastIndexByte(rest, '.')
 	if i < 0 {
 		return "", Mark{}, false
@@ -249,7 +276,7 @@ func parseMarkVolume(vol string) (guest string, m Mark, ok bool) {
 	if err != nil || j < 0 || !markUID.MatchString(rest[j+1:]) || !domainName.MatchString(rest[:j]) {
 		return "", Mark{}, false
 	}
-	return rest[:j], Mark{Managed: true, UID: rest[j+1:], CreatedAt: time.Unix(secs, 0).UTC()}, true
+	return rest[:j], Mark{Managed: true, UID: rest[j+1:], CreatedAt: time.Unix(secs, 0).UTC(), Installation: installation}, true
 }
 
 // FormatProviderID returns "hosts/<host>/domains/<name>". The host is part

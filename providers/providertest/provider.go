@@ -327,7 +327,7 @@ func (f *Provider) create(req providers.CreateRequest) (providers.Instance, erro
 	}
 	inst := &providers.Instance{
 		ProviderID: id, Name: req.Name, State: f.startState,
-		OwnerUID: req.OwnerUID, CreatedAt: time.Now(),
+		OwnerUID: req.OwnerUID, Installation: req.Installation, CreatedAt: time.Now(),
 	}
 	if inst.State == providers.StateRunning {
 		inst.IP = f.allocIP()
