@@ -33,6 +33,9 @@ var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (th
 // classified failure when the upstream made it itself: a 407 to our
 // credentials, or an error answer carrying a proxy's error header
 // (X-Squid-Error, Proxy-Status, ...). Such an answer is consumed.
+//
+// Only an answer proxyWroteAnswer says the member could have written is
+// asked: a site's own 407 or Proxy-Status over TLS is the site's.
 func upstreamAnswer(resp *http.Response) error {
 	if resp.StatusCode == http.StatusProxyAuthRequired {
 		discard(resp)
@@ -47,6 +50,18 @@ func upstreamAnswer(resp *http.Response) error {
 	}
 	discard(resp)
 	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: echo.Quote(resp.Status), ue: ue}}
+}
+
+// proxyWroteAnswer reports whether the member, not the site, may have
+// written out's answer: only an HTTP proxy member sent a plain http:// URL
+// in absolute form reads the request and answers it itself. An https:// URL
+// (the Transport's CONNECT, or a MITM'd tunnel's site link) is answered over
+// the gateway's own TLS to the site, which the member only relays; a socks5
+// member relays bytes and never answers in HTTP; a direct member is the
+// site. Reading a site's 503 "Proxy-Status: CDN; error=connection_limit_reached"
+// or its 407 as the member's rested every member for every site.
+func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
+	return !mc.m.Direct() && !mc.socks5 && rq.mirror == nil && out.URL.Scheme == "http"
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -240,7 +255,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 		}
 		return nil, rotation.Answer{}, cf
 	}
-	if err == nil && !h.mc.m.Direct() {
+	if err == nil && proxyWroteAnswer(rq, h.mc, out) {
 		err = upstreamAnswer(resp)
 	}
 	var ans rotation.Answer

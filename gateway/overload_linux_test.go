@@ -3,11 +3,6 @@
 package gateway
 
 import (
-	"bufio"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -59,29 +54,8 @@ func TestOutOfDescriptorsIsTheGatewaysOwn503(t *testing.T) {
 	}
 }
 
-// tunnellingUpstream is a minimal CONNECT proxy member: it dials what it is
-// asked for and relays both ways.
-func tunnellingUpstream(t *testing.T) pool.Member {
-	t.Helper()
-	addr := testutil.ServeTCP(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", req.Host)
-		if err != nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
-		}
-		defer up.Close()
-		_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		go func() { _, _ = io.Copy(up, br) }()
-		_, _ = io.Copy(c, up)
-	})
-	return pool.Member{Name: "p1", URL: &url.URL{Scheme: "http", Host: addr}}
-}
+// tunnellingUpstream is a minimal CONNECT proxy member.
+func tunnellingUpstream(t *testing.T) pool.Member { return connectUpstream(t, "p1") }
 
 // overloadedOnce: with every descriptor but two used up, a CONNECT through
 // member is 503 gateway_overloaded; with them free again, the next one goes
