@@ -365,6 +365,41 @@ func TestProxyPoolDeletesADrainingProxyWhenDrainSecondsAreUp(t *testing.T) {
 	}
 }
 
+// TestProxyPoolGivesAHandSetDrainItsDrainSeconds pins that a pool member
+// an operator drains by hand with a value that is no time (`draining=true`)
+// is stamped with the time the pool saw it and waits for its leases like
+// any drain: read as draining since the zero time, it was deleted at once,
+// cutting the leases it held.
+func TestProxyPoolGivesAHandSetDrainItsDrainSeconds(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	ph.newPool("eu", 1, func(p *v1alpha1.ProxyPool) { p.Spec.DrainSeconds = ptr32(600) })
+	_, ps := ph.waitPool("eu", "1 Ready", settled(1))
+	px := ps[0]
+	l := ph.lease(&px) // held
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationDraining+`":"true"}}}`))
+	if err := env.Client.Patch(ph.ctx(), &px, patch); err != nil {
+		t.Fatal(err)
+	}
+	stamped := ph.waitProxy(px.Name, "the hand-set drain stamped with a time", func(p *v1alpha1.Proxy) bool {
+		since, draining := p.DrainingSince()
+		return draining && !since.IsZero()
+	})
+	if since, _ := stamped.DrainingSince(); time.Since(since) > time.Minute {
+		t.Errorf("stamped %s, want about now", since)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := ph.get(px.Name); err != nil {
+			t.Fatalf("Proxy %s deleted while its lease was held and drainSeconds (600) not up: %v", px.Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := ph.leases.Release(ph.ctx(), l.ID); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	ph.waitGone(px.Name)
+}
+
 // watchInvariant samples the pool's Proxies until the test ends, failing it
 // when check reports a violation.
 func (ph *poolHarness) watchInvariant(name string, check func(ps []v1alpha1.Proxy) string) (stop func()) {

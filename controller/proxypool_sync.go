@@ -121,6 +121,14 @@ func (r *ProxyPoolReconciler) applyPlan(ctx context.Context, ps *poolPass) error
 	return nil
 }
 
+// stampDrain writes now into a draining Proxy's annotation that carried no
+// time.
+func (r *ProxyPoolReconciler) stampDrain(ctx context.Context, px *v1alpha1.Proxy, now time.Time) error {
+	before := px.DeepCopy()
+	px.Annotations[v1alpha1.AnnotationDraining] = now.UTC().Format(time.RFC3339Nano)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, px, client.MergeFrom(before)))
+}
+
 // startDrain annotates a Proxy proxyfleet.io/draining: the lease API stops
 // offering it at once, its leases run on for up to drainSeconds.
 func (r *ProxyPoolReconciler) startDrain(ctx context.Context, ps *poolPass, name string) error {
@@ -186,6 +194,16 @@ func (r *ProxyPoolReconciler) finishDrains(ctx context.Context, ps *poolPass) er
 		px := &ps.proxies[i]
 		since, draining := px.DrainingSince()
 		if !draining || !px.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if since.IsZero() {
+			// Set by hand without a time: the drain starts now, not at
+			// the zero time (which would delete it at once, cutting its
+			// leases).
+			if err := r.stampDrain(ctx, px, ps.now); err != nil {
+				return err
+			}
+			ps.wake(ps.now.Add(r.Intervals.DrainPoll))
 			continue
 		}
 		m, inStore := ps.leases[leaseMemberName(px)]

@@ -82,9 +82,10 @@ func (a *PoolAutoscaling) ScaleDownDelay() time.Duration {
 }
 
 // DrainingSince reports whether the proxyfleet.io/draining annotation is set
-// and since when. A value that is no RFC 3339 time still drains (the lease
-// API honours the annotation's presence) and counts as draining since the
-// zero time, so a pool deletes it without waiting.
+// and since when. A value that is no RFC 3339 time (a hand-set "true")
+// still drains (the lease API honours the annotation's presence) and gives
+// the zero time: a pool stamps it with the time it first saw it, so its
+// leases get their drainSeconds as with a drain the pool began.
 func (p *Proxy) DrainingSince() (time.Time, bool) {
 	v, ok := p.Annotations[AnnotationDraining]
 	if !ok {
