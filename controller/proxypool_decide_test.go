@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -277,6 +278,42 @@ func TestPreciseTimeIsNeverEarlierThanTheRealOne(t *testing.T) {
 			}
 			if tc.status != nil && got.Before(actual) {
 				t.Errorf("%s is earlier than the real time %s", got, actual)
+			}
+		})
+	}
+}
+
+// TestMaxAgeSparesAProxyStillComingUp pins which Proxies of the current
+// template count as Updated under maxAge: one still coming up (no verdict)
+// is never aged out, so a maxAge shorter than a boot cannot replace every
+// Proxy before it served; one with a verdict is, healthy or not.
+func TestMaxAgeSparesAProxyStillComingUp(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	pl := gen.ProxyPool("eu")
+	pl.Spec.MaxAge = &metav1.Duration{Duration: time.Minute}
+	healthy := metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded}
+	failed := metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProbeFailed}
+	for _, tc := range []struct {
+		name    string
+		age     time.Duration
+		healthy *metav1.Condition
+		want    bool
+	}{
+		{"a young Ready Proxy is updated", 30 * time.Second, &healthy, true},
+		{"a Ready Proxy past maxAge is replaced", 2 * time.Minute, &healthy, false},
+		{"an unhealthy Proxy past maxAge is replaced", 2 * time.Minute, &failed, false},
+		{"a Proxy still coming up past maxAge is spared", 2 * time.Minute, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			px := gen.Proxy("px")
+			px.Labels = map[string]string{v1alpha1.LabelPoolTemplateHash: "h1"}
+			px.CreationTimestamp = metav1.NewTime(now.Add(-tc.age))
+			if tc.healthy != nil {
+				px.Status.Conditions = []metav1.Condition{*tc.healthy}
+			}
+			ps := &poolPass{pool: pl, now: now, hash: "h1"}
+			if got := ps.updated(px); got != tc.want {
+				t.Fatalf("updated = %v, want %v", got, tc.want)
 			}
 		})
 	}

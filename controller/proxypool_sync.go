@@ -59,7 +59,11 @@ func (ps *poolPass) updated(px *v1alpha1.Proxy) bool {
 	if px.Labels[v1alpha1.LabelPoolTemplateHash] != ps.hash {
 		return false
 	}
-	if maxAge := ps.pool.MaxAge(); maxAge > 0 {
+	if maxAge := ps.pool.MaxAge(); maxAge > 0 && !comingUp(px) {
+		// A Proxy still coming up is not aged out: with a maxAge shorter
+		// than its boot and first probe, every Proxy would be replaced
+		// before it served, creating and deleting instances without end.
+		// Its verdict's status write brings the pass that ages it out.
 		expires := px.CreationTimestamp.Add(maxAge)
 		if !ps.now.Before(expires) {
 			return false
