@@ -126,6 +126,7 @@ type Endpoint struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/') && !self.contains(' ')",message="endpoint.host is a host name or IP address, not a URL (no scheme, path or spaces)"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@') && (!self.contains(':') || isIP(self))",message="endpoint.host is a host name or IP address without a port (set endpoint.port) or a login (set endpoint.credentialsSecretRef)"
 	Host string `json:"host"`
 
 	// Port is the proxy's port.
@@ -185,12 +186,14 @@ type SecretKeyRef struct {
 	// Name is the Secret's name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="cloudInit.secretRef.name must be a Secret name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
 	Name string `json:"name"`
 
 	// Key is the key in the Secret's data that holds the user-data.
 	// +kubebuilder:default=user-data
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",message="cloudInit.secretRef.key must be a Secret key: letters, digits, '-', '_' and '.'"
 	// +optional
 	Key string `json:"key,omitempty"`
 }

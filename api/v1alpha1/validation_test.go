@@ -144,6 +144,26 @@ func TestProxyValidationRejectsInvalidSpecs(t *testing.T) {
 			want: []string{"spec.endpoint.credentialsSecretRef.name: Required value"},
 		},
 		{
+			name: "endpoint host with a port",
+			spec: `{"mode":"External","endpoint":{"host":"gw.vendor.example:8000","port":8000}}`,
+			want: []string{"spec.endpoint.host", "without a port (set endpoint.port)"},
+		},
+		{
+			name: "endpoint host with a login",
+			spec: `{"mode":"External","endpoint":{"host":"user@gw.vendor.example","port":8000}}`,
+			want: []string{"spec.endpoint.host", "or a login (set endpoint.credentialsSecretRef)"},
+		},
+		{
+			name: "cloud-init Secret name that is not a Secret name",
+			spec: `{"provider":"kvm-home","cloudInit":{"secretRef":{"name":"Not_A_Secret_Name"}}}`,
+			want: []string{"spec.cloudInit.secretRef.name", "cloudInit.secretRef.name must be a Secret name"},
+		},
+		{
+			name: "cloud-init Secret key that is not a Secret key",
+			spec: `{"provider":"kvm-home","cloudInit":{"secretRef":{"name":"squid-user-data","key":"user data!"}}}`,
+			want: []string{"spec.cloudInit.secretRef.key", "cloudInit.secretRef.key must be a Secret key"},
+		},
+		{
 			name: "credentialsSecretRef name that is not a Secret name",
 			spec: `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128,"credentialsSecretRef":{"name":"Squid_Login"}}}`,
 			want: []string{"spec.endpoint.credentialsSecretRef.name", "credentialsSecretRef.name must be a Secret name"},
@@ -228,6 +248,7 @@ func TestProxyValidationAcceptsValidSpecs(t *testing.T) {
 		{"minimal Managed", `{"provider":"in-cluster"}`},
 		{"External with an endpoint", `{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128},"attributes":{"region":"eu"}}`},
 		{"External with an IPv6 endpoint", `{"mode":"External","endpoint":{"host":"::1","port":3128}}`},
+		{"External with a full IPv6 endpoint", `{"mode":"External","endpoint":{"host":"2001:db8::1","port":3128}}`},
 		{"External socks5 with a login", `{"mode":"External","endpoint":{"host":"gw.example.net","port":1080,"scheme":"socks5","credentialsSecretRef":{"name":"vendor.login-1"}}}`},
 		{"External https", `{"mode":"External","endpoint":{"host":"gw.example.net","port":443,"scheme":"https"}}`},
 		{"Managed with everything", `{"mode":"Managed","provider":"gcp-eu","port":8080,
