@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,6 +171,14 @@ func (r *ProxyReconciler) replaceInstance(ctx context.Context, p *v1alpha1.Proxy
 // resources; this poll is how every state change is seen.
 func (r *ProxyReconciler) observeInstance(ctx context.Context, p *v1alpha1.Proxy, prov providers.Provider) (ctrl.Result, error) {
 	inst, err := prov.Get(ctx, p.Status.ProviderID)
+	if providers.Class(err) == providers.ErrNotFound && neverRan(p) {
+		wait := r.createRetryAfter(p)
+		loggerFor(ctx, p).Info("instance vanished before it ran; creating it again after a wait", "wait", wait)
+		clearInstance(p)
+		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonCreateFailed,
+			fmt.Sprintf("the provider accepted the create and the instance vanished before it ran (a gcp zone out of capacity does this; the provider's own log or console says why); creating it again in %s", wait))
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if providers.Class(err) == providers.ErrNotFound {
 		loggerFor(ctx, p).Info("instance gone; recreating")
 		clearInstance(p)
@@ -207,6 +216,28 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, p *v1alpha1.Proxy
 		setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonProvisioning, "instance is provisioning")
 		return ctrl.Result{RequeueAfter: r.Intervals.ProvisioningPoll}, nil
 	}
+}
+
+// neverRan reports a Proxy whose current instance was created and has not
+// run yet (not one the reconciler itself deleted, which is Recreating or
+// Replacing): its NotFound is a create the provider dropped.
+func neverRan(p *v1alpha1.Proxy) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonProvisioning
+}
+
+// createRetryAfter is how long a Proxy whose instance vanished before it
+// ran waits before the next create: as long as it has been failing (since
+// Provisioned last turned False), from RequeueNow up to QuotaRetry. The
+// wait doubles with every failed create without a counter to store, and an
+// accepted-then-dropped insert is not repeated every few seconds for as long
+// as a zone stays out of capacity.
+func (r *ProxyReconciler) createRetryAfter(p *v1alpha1.Proxy) time.Duration {
+	wait := r.Intervals.RequeueNow
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned); c != nil {
+		wait = max(wait, time.Since(c.LastTransitionTime.Time).Round(time.Second))
+	}
+	return min(wait, r.Intervals.QuotaRetry)
 }
 
 // providerFailure turns a provider error on the live path into the Proxy's

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/providers"
 	"github.com/proxyfleet/proxyfleet/providers/providertest"
@@ -420,6 +421,55 @@ func TestVanishedInstanceIsRecreated(t *testing.T) {
 	})
 	if n := h.fake.Count(providers.OpDelete); n != 0 {
 		t.Errorf("Delete called %d times for a vanished instance, want 0", n)
+	}
+}
+
+// TestAnInstanceThatVanishesBeforeItRanIsCreatedAgainAfterAWait pins what a
+// create the provider accepted and then dropped (a GCP zone out of
+// capacity) does: the Proxy says so (CreateFailed, phase Pending) and
+// creates again after a wait, where it used to create again at once, every
+// few seconds, for as long as the zone stayed full.
+func TestAnInstanceThatVanishesBeforeItRanIsCreatedAgainAfterAWait(t *testing.T) {
+	t.Parallel()
+	iv := fastIntervals()
+	iv.RequeueNow = 2 * time.Second // the first wait
+	h := start(t, setup{intervals: &iv})
+	h.fake.SetStartState(providers.StateProvisioning)
+	h.create(h.managed("px"))
+	p := h.waitProxy("px", "Provisioning", func(p *v1alpha1.Proxy) bool { return p.Status.ProviderID != "" })
+	h.fake.Vanish(p.Status.ProviderID)
+	p = h.waitProxy("px", "CreateFailed", func(p *v1alpha1.Proxy) bool { return reason(p) == v1alpha1.ReasonCreateFailed })
+	if p.Status.Phase != v1alpha1.PhasePending || p.Status.ProviderID != "" ||
+		!strings.Contains(p.Condition(v1alpha1.ConditionProvisioned).Message, "vanished before it ran") {
+		t.Errorf("after the vanish: %s", describe(p))
+	}
+	if n := h.fake.Count(providers.OpCreate); n != 1 {
+		t.Errorf("Create called %d times right after the vanish, want 1 (the next after a wait)", n)
+	}
+	h.waitProxy("px", "created again", func(p *v1alpha1.Proxy) bool {
+		return h.fake.Count(providers.OpCreate) == 2 && p.Status.ProviderID != ""
+	})
+}
+
+func TestCreateRetryAfterGrowsWithHowLongTheProxyHasBeenFailing(t *testing.T) {
+	r := &ProxyReconciler{Intervals: Intervals{RequeueNow: time.Second, QuotaRetry: 5 * time.Minute}}
+	for _, tc := range []struct {
+		name    string
+		failing time.Duration
+		want    time.Duration
+	}{
+		{"just failed: RequeueNow", 0, time.Second},
+		{"failing for 30s: 30s", 30 * time.Second, 30 * time.Second},
+		{"failing for an hour: QuotaRetry", time.Hour, 5 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := gen.Proxy("px")
+			p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse,
+				Reason: v1alpha1.ReasonProvisioning, LastTransitionTime: metav1.NewTime(time.Now().Add(-tc.failing))}}
+			if got := r.createRetryAfter(p); got != tc.want {
+				t.Fatalf("createRetryAfter = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -293,6 +293,11 @@ const (
 	// ReasonRecreating: the instance vanished or stopped; it is deleted if
 	// needed and created again (instances are cattle).
 	ReasonRecreating = "Recreating"
+	// ReasonCreateFailed: the provider accepted a create and the instance
+	// vanished before it ever ran (a GCP zone out of capacity answers an
+	// insert so); it is created again after a wait that grows with how long
+	// the Proxy has been failing (phase Pending).
+	ReasonCreateFailed = "CreateFailed"
 	// ReasonDeleting: the Proxy is being deleted and the instance with it.
 	ReasonDeleting = "Deleting"
 	// ReasonExternalEndpoint: an External proxy; nothing to provision.
