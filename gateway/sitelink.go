@@ -76,7 +76,8 @@ type siteLinks struct {
 type siteLink struct {
 	member string
 	c      net.Conn
-	br     *bufio.Reader // HTTP/1.1
+	br     *bufio.Reader // HTTP/1.1, reading through hr
+	hr     headReader    // bounds each answer head br reads
 	fh     *siteH2       // HTTP/2, opened with the client's frames (h2Print)
 	busy   bool          // HTTP/1.1: an answer is being read
 }
@@ -262,7 +263,8 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 		}
 		return l, nil
 	}
-	l.br = bufio.NewReaderSize(tc, 4096)
+	l.hr = newHeadReader(tc)
+	l.br = bufio.NewReaderSize(&l.hr, 4096)
 	return l, nil
 }
 
@@ -320,19 +322,15 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 		return nil, err
 	}
 	_ = l.c.SetReadDeadline(time.Now().Add(timeout))
-	var resp *http.Response
-	for {
-		var err error
-		if resp, err = http.ReadResponse(l.br, out); err != nil {
-			stop()
-			if isTimeout(err) && ctx.Err() == nil {
-				return nil, answerTimedOut(timeout, "the request")
-			}
-			return nil, err
+	resp, err := readFinalHead(l.br, &l.hr, out)
+	if err != nil {
+		stop()
+		if isTimeout(err) && ctx.Err() == nil {
+			return nil, answerTimedOut(timeout, "the request")
 		}
-		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
+		// Past the site's TLS the member relays encrypted bytes only: what
+		// they say is the site's.
+		return nil, siteHeadFault(err, true)
 	}
 	_ = l.c.SetReadDeadline(time.Time{})
 	resp.Body = &linkBody{rc: resp.Body, done: func(complete bool) {

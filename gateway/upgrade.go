@@ -180,11 +180,22 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 	if err := g.writeRequest(c, out, proxyForm); err != nil {
 		return socket{}, memberFault("write", err)
 	}
-	br := bufio.NewReader(c)
+	hr := newHeadReader(c)
+	br := bufio.NewReader(&hr)
+	hr.arm()
 	resp, err := http.ReadResponse(br, out)
+	if hr.lift() && err != nil {
+		err = errHeadTooLarge
+	}
 	switch {
 	case err != nil && isTimeout(err) && ctx.Err() == nil:
 		return socket{}, answerTimedOut(answerTimeout, "the WebSocket handshake")
+	case errors.Is(err, errHeadTooLarge):
+		// The site's, as on a MITM'd request; certain when the gateway
+		// read it over its own TLS to the site or from a direct member's
+		// address, else the member relayed it (and MemberEvidence tells a
+		// member that does so for every site).
+		return socket{}, siteHeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
 	case err != nil:
 		return socket{}, memberFault("protocol", err)
 	}

@@ -89,6 +89,10 @@ func (p *Pool) RoundTrip(ctx context.Context, pc *Conn, req *http.Request, o Exc
 	for {
 		resp, err := http.ReadResponse(pc.R, req)
 		switch {
+		case err != nil && pc.lr.N == 0 && o.HeadTooLarge != nil:
+			// Cut by the bound: whatever the parser made of the cut line
+			// ("missing colon" when it fell in a name), the head was too large.
+			return Answer{}, false, o.HeadTooLarge
 		case err != nil:
 			return Answer{}, false, err
 		case resp.StatusCode == http.StatusSwitchingProtocols:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,9 +45,14 @@ func startScripted(t *testing.T, answer string) string {
 // bounded by the answer timeout (not stale: it took the request), a peer
 // that hung up stale (the request may go again), a 101 refused, and the
 // connection pooled again only when its answer was read whole and did not
-// close it.
+// close it. A head past MaxHead is HeadTooLarge, also when the bound cuts
+// a line in its name (which the parser alone reads as a missing colon).
 func TestRoundTripReadsOneAnswerAndKeepsOnlyACleanConnection(t *testing.T) {
 	closedErr := errors.New("closed before answering")
+	tooLarge := errors.New("head too large")
+	// The status line (17 bytes) and the filler fill the 1 KiB bound but
+	// for 2 bytes: the bound falls in the next line's name.
+	cutInName := "HTTP/1.1 200 OK\r\nX-Fill: " + strings.Repeat("a", 1024-17-8-2-2) + "\r\nX-Name: v\r\nContent-Length: 0\r\n\r\n"
 	tests := []struct {
 		name   string
 		answer string
@@ -61,6 +67,8 @@ func TestRoundTripReadsOneAnswerAndKeepsOnlyACleanConnection(t *testing.T) {
 		{name: "a silent peer is an answer timeout, not stale", answer: "", err: ErrAnswerTimeout},
 		{name: "a peer that hung up is stale", answer: "close", err: closedErr, stale: true},
 		{name: "101 is refused", answer: "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", err: ErrSwitched},
+		{name: "a head past the bound is too large", answer: "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 2<<10) + "\r\n\r\n", err: tooLarge},
+		{name: "a head cut by the bound in a name is too large", answer: cutInName, err: tooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +80,7 @@ func TestRoundTripReadsOneAnswerAndKeepsOnlyACleanConnection(t *testing.T) {
 			}
 			req, _ := http.NewRequest(http.MethodGet, "http://example.invalid/x", nil)
 			a, stale, err := p.RoundTrip(t.Context(), pc, req, ExchangeOptions{Proxy: true, MaxHead: 1 << 10,
-				Closed: closedErr, AnswerTimeout: 200 * time.Millisecond, Deadline: time.Now().Add(30 * time.Second)})
+				HeadTooLarge: tooLarge, Closed: closedErr, AnswerTimeout: 200 * time.Millisecond, Deadline: time.Now().Add(30 * time.Second)})
 			if !errors.Is(err, tt.err) || stale != tt.stale {
 				t.Fatalf("RoundTrip: err %v stale %v, want err %v stale %v", err, stale, tt.err, tt.stale)
 			}

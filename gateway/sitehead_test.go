@@ -1,0 +1,175 @@
+//go:build !nomirror
+
+package gateway
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+)
+
+// scriptedSite is a site on a free port of 127.0.0.1 (over TLS with a
+// certificate of its own when roots is asked for) that answers each
+// request it reads with answer, given the number of requests it read so
+// far (1 for the first, across connections); the connection ends when
+// answer returns false.
+func scriptedSite(t *testing.T, withTLS bool, answer func(n int, c net.Conn) (keep bool)) (addr string, roots *x509.CertPool) {
+	t.Helper()
+	var n atomic.Int64
+	serve := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if !answer(int(n.Add(1)), c) {
+				return
+			}
+		}
+	}
+	if !withTLS {
+		return testutil.ServeTCP(t, serve), nil
+	}
+	cert, roots, err := testutil.SelfSignedCert(net.ParseIP("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	return testutil.ServeTCP(t, func(c net.Conn) { serve(tls.Server(c, cfg)) }), roots
+}
+
+// relayingUpstream is an HTTP proxy member that carries a request in
+// absolute form to its host and relays the site's bytes back unread, and
+// tunnels a CONNECT: what the gateway reads is the site's, byte for byte.
+func relayingUpstream(t *testing.T, name string) pool.Member {
+	t.Helper()
+	addr := testutil.ServeTCP(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", req.Host)
+		if err != nil {
+			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+			return
+		}
+		defer up.Close()
+		if req.Method == http.MethodConnect {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		} else if err := req.Write(up); err != nil {
+			return
+		}
+		go func() { _, _ = io.Copy(up, br) }()
+		_, _ = io.Copy(c, up)
+	})
+	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: addr}}
+}
+
+// endlessHead answers with status and then header lines, 16 MiB of them
+// unless the gateway stops reading first.
+func endlessHead(status string) func(int, net.Conn) bool {
+	line := []byte(strings.Repeat("X-Junk: "+strings.Repeat("a", 1014)+"\r\n", 64))
+	return func(_ int, c net.Conn) bool {
+		if _, err := io.WriteString(c, "HTTP/1.1 "+status+"\r\n"); err != nil {
+			return false
+		}
+		for sent := 0; sent < 16<<20; sent += len(line) {
+			if _, err := c.Write(line); err != nil {
+				return false
+			}
+		}
+		return false
+	}
+}
+
+// wsHandshake is a WebSocket opening handshake for target (origin form
+// when target has no scheme).
+func wsHandshake(target, host string) string {
+	return "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+}
+
+// siteExchange sends one request to the site at addr through the gateway:
+// inside a MITM'd tunnel when https (then request is in origin form), else
+// on the proxy port in absolute form; it returns the gateway's answer.
+func siteExchange(t *testing.T, e *env, https bool, addr string, caRoots *x509.CertPool, request func(site string) string) (*http.Response, string) {
+	t.Helper()
+	if https {
+		rc := mitmRawConn(t, e.addr, &url.URL{Scheme: "https", Host: addr}, caRoots)
+		rc.send(request(""))
+		return rc.answer(http.MethodGet)
+	}
+	rc := dialRaw(t, e.addr)
+	rc.send(request("http://" + addr))
+	return rc.answer(http.MethodGet)
+}
+
+// TestSiteAnswerHeadIsBoundedOnEveryPath: a site whose answer head never
+// ends is cut off at 1 MiB on the paths that read a site's head themselves
+// (a MITM'd request on the tunnel's own site link, a WebSocket handshake
+// inside a MITM'd tunnel and in plain ws://), and the client gets 502
+// target_unreachable saying so. It is the site's: no member rests for
+// every site; where the gateway read the head itself (its own TLS to the
+// site, a direct member's address) no member rests even for the site and
+// none other is tried, while a head a proxy member relayed in plain HTTP
+// rests that member for the site only.
+func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
+	tests := []struct {
+		name        string
+		https       bool
+		proxy       bool // through a relaying proxy member, else a direct one
+		request     func(site string) string
+		status      string
+		wantResting int
+	}{
+		{name: "a MITM'd request through a direct member", https: true,
+			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
+		{name: "a MITM'd request through a proxy member", https: true, proxy: true,
+			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
+		{name: "a wss handshake through a proxy member", https: true, proxy: true,
+			request: func(string) string { return wsHandshake("/ws", "x") }, status: "101 Switching Protocols"},
+		{name: "a ws handshake through a direct member",
+			request: func(site string) string { return wsHandshake(site+"/ws", "x") }, status: "101 Switching Protocols"},
+		{name: "a ws handshake a proxy member relays", proxy: true,
+			request: func(site string) string { return wsHandshake(site+"/ws", "x") }, status: "101 Switching Protocols", wantResting: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			site, roots := scriptedSite(t, tt.https, endlessHead(tt.status))
+			member := directMembers(1)[0]
+			if tt.proxy {
+				member = relayingUpstream(t, "p1")
+			}
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, member)
+			resp, b := siteExchange(t, e, tt.https, site, caRoots, tt.request)
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+				!strings.Contains(b, "larger than 1 MiB") {
+				t.Fatalf("got %d %s %q; want 502 %s saying the head is larger than 1 MiB",
+					resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+			}
+			if mw := memberWide(e.store); len(mw) != 0 {
+				t.Fatalf("%v rest for every site; the head was the site's", mw)
+			}
+			if n := restingFor(e.store, "127.0.0.1"); n != tt.wantResting {
+				t.Fatalf("%d members rest for the site, want %d", n, tt.wantResting)
+			}
+		})
+	}
+}
