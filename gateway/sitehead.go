@@ -17,16 +17,20 @@ import (
 // come, so both read through a headReader, armed for one answer head.
 
 // classProtocol is the failure class of a site answer the gateway could
-// not read as HTTP: a head larger than maxResponseHead.
+// not read as HTTP: a head larger than maxResponseHead, or one that does
+// not parse (a garbled status line, two different Content-Lengths).
 const classProtocol = "protocol"
 
 // headReader is what a site connection's bufio.Reader reads through: armed,
 // it fails with errHeadTooLarge once maxResponseHead bytes were read (the
 // same bound as the lean path's and the Transport's, 1xx heads included);
-// lifted, it reads without bound (an answer's body, a relayed socket).
+// lifted, it reads without bound (an answer's body, a relayed socket). It
+// also notes whether the connection itself failed while armed, which
+// tells a head that does not parse from a connection that broke.
 type headReader struct {
-	r io.Reader
-	n int64 // bytes left before errHeadTooLarge; < 0: not armed
+	r      io.Reader
+	n      int64 // bytes left before errHeadTooLarge; < 0: not armed
+	failed bool  // the connection returned an error (io.EOF included) since arm
 }
 
 // newHeadReader returns a lifted headReader over r.
@@ -44,11 +48,14 @@ func (h *headReader) Read(p []byte) (int, error) {
 	}
 	n, err := h.r.Read(p)
 	h.n -= int64(n)
+	if err != nil {
+		h.failed = true
+	}
 	return n, err
 }
 
 // arm bounds what is read from now on to maxResponseHead bytes.
-func (h *headReader) arm() { h.n = maxResponseHead }
+func (h *headReader) arm() { h.n, h.failed = maxResponseHead, false }
 
 // lift ends the bound and reports whether it was reached.
 func (h *headReader) lift() (reached bool) {
@@ -61,14 +68,22 @@ func (h *headReader) lift() (reached bool) {
 // interim 1xx answers are skipped (101 is final), and the whole head, the
 // interim ones included, is bounded. A head cut by the bound is
 // errHeadTooLarge whatever the parser made of the cut (a line cut in its
-// name reads as "missing colon").
+// name reads as "missing colon"); a head the connection delivered whole
+// that does not parse is a *malformedHead.
 func readFinalHead(br *bufio.Reader, h *headReader, out *http.Request) (*http.Response, error) {
 	h.arm()
 	for {
 		resp, err := http.ReadResponse(br, out)
 		if err != nil {
-			if h.lift() {
+			failed := h.failed
+			switch {
+			case h.lift():
 				return nil, errHeadTooLarge
+			case !failed:
+				// net/http's parse errors have no type of their own: an
+				// error while the connection delivered every byte asked
+				// of it is one.
+				return nil, &malformedHead{err: err}
 			}
 			return nil, err
 		}
@@ -79,16 +94,29 @@ func readFinalHead(br *bufio.Reader, h *headReader, out *http.Request) (*http.Re
 	}
 }
 
+// malformedHead is an answer head that does not parse as HTTP/1.1 although
+// the connection delivered it: what was said, not how it travelled.
+type malformedHead struct{ err error }
+
+func (e *malformedHead) Error() string { return "malformed answer: " + e.err.Error() }
+func (e *malformedHead) Unwrap() error { return e.err }
+
 // siteHeadFault gives the failure to read a site's answer head its
-// verdict: a head larger than the bound is the site's. firsthand: the
+// verdict: a head larger than the bound, or one that does not parse, is
+// the site's. firsthand: the
 // gateway spoke to the site itself (over its own TLS to it, which the
 // member only relays encrypted, or from a direct member's address), so
 // another member would read the same head and none is tried. Any other
 // error is returned as it is.
 func siteHeadFault(err error, firsthand bool) error {
-	if errors.Is(err, errHeadTooLarge) {
+	var mh *malformedHead
+	switch {
+	case errors.Is(err, errHeadTooLarge):
 		return &attemptError{f: rotation.Site(classProtocol), firsthand: firsthand,
 			err: &annotated{err: err, msg: "the site's answer head is larger than 1 MiB"}}
+	case errors.As(err, &mh):
+		return &attemptError{f: rotation.Site(classProtocol), firsthand: firsthand,
+			err: &annotated{err: err, msg: "the site's " + mh.Error()}}
 	}
 	return err
 }

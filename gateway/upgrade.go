@@ -184,17 +184,24 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 	br := bufio.NewReader(&hr)
 	hr.arm()
 	resp, err := http.ReadResponse(br, out)
-	if hr.lift() && err != nil {
+	failed, reached := hr.failed, hr.lift()
+	switch {
+	case err != nil && reached:
 		err = errHeadTooLarge
+	case err != nil && !failed:
+		err = &malformedHead{err: err}
 	}
+	var mh *malformedHead
 	switch {
 	case err != nil && isTimeout(err) && ctx.Err() == nil:
 		return socket{}, answerTimedOut(answerTimeout, "the WebSocket handshake")
-	case errors.Is(err, errHeadTooLarge):
+	case errors.Is(err, errHeadTooLarge), errors.As(err, &mh) && !proxyForm:
 		// The site's, as on a MITM'd request; certain when the gateway
 		// read it over its own TLS to the site or from a direct member's
-		// address, else the member relayed it (and MemberEvidence tells a
-		// member that does so for every site).
+		// address. An oversized head a proxy member relayed is the site's
+		// too (MemberEvidence tells a member that does so for every site);
+		// a garbled one may be the member's own answer, as on the plain
+		// path.
 		return socket{}, siteHeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
 	case err != nil:
 		return socket{}, memberFault("protocol", err)
