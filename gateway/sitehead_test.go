@@ -173,3 +173,63 @@ func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
 		})
 	}
 }
+
+// TestMITMSiteLinkWithLeftoverBytesIsNotReused: a site that sends more
+// than its answer (a body on a 304) leaves bytes on the tunnel's site
+// link. Read with the answer, they keep the link from being reused; sent
+// later, after the link was given back, the next request's answer does
+// not parse, and the request goes out once more on a new link (the site
+// is asked once more). Either way the client gets every answer and no
+// member rests.
+func TestMITMSiteLinkWithLeftoverBytesIsNotReused(t *testing.T) {
+	const notModified = "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	tests := []struct {
+		name   string
+		answer func(n int) string
+		asked  int // requests the site reads
+	}{
+		{name: "read with the answer", asked: 3, answer: func(n int) string {
+			if n == 1 {
+				return notModified + "hello"
+			}
+			return ok
+		}},
+		{name: "arriving after the link was given back", asked: 4, answer: func(n int) string {
+			switch n {
+			case 1:
+				return notModified
+			case 2:
+				// Before the second answer, as if late from the first.
+				return "hello" + ok
+			}
+			return ok
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked atomic.Int64
+			site, roots := scriptedSite(t, true, func(n int, c net.Conn) bool {
+				asked.Store(int64(n))
+				_, err := io.WriteString(c, tt.answer(n))
+				return err == nil
+			})
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, relayingUpstream(t, "p1"))
+			c := mitmClient(t, e.addr, caRoots, nil, nil)
+			for i, want := range []int{http.StatusNotModified, http.StatusOK, http.StatusOK} {
+				a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
+				if a.status != want || (want == http.StatusOK && a.body != "ok") {
+					t.Fatalf("request %d: %d %q (%s); want %d", i+1, a.status, a.body, a.header.Get(HeaderReason), want)
+				}
+			}
+			if mw, n := memberWide(e.store), restingFor(e.store, "127.0.0.1"); len(mw) != 0 || n != 0 {
+				t.Fatalf("%v rest for every site and %d for this one; want none", mw, n)
+			}
+			if n := asked.Load(); n != int64(tt.asked) {
+				t.Fatalf("the site was asked %d times, want %d", n, tt.asked)
+			}
+		})
+	}
+}

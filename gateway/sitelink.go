@@ -183,7 +183,8 @@ func (s *siteLinks) closeAll() {
 // sendMirrored is send for a request of a mirroring tunnel: through the
 // tunnel's link for mc's member, opened now when there is none. A request
 // that may be sent again goes out once more on a new link when a reused
-// one turns out closed before answering.
+// one turns out closed before answering, or answers what does not parse
+// (leftover).
 func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	for try := 0; ; try++ {
 		l, wait, opener := t.sites.take(mc.m.Name)
@@ -216,7 +217,7 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 			return resp, nil
 		}
 		t.sites.drop(l)
-		if reused && try == 0 && staleLink(err) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
+		if reused && try == 0 && (staleLink(err) || leftover(err)) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
 			continue
 		}
 		return nil, err
@@ -228,6 +229,16 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 func staleLink(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || isNoCachedConn(err)
+}
+
+// leftover reports an answer on a kept-alive link that does not parse:
+// most likely bytes the site sent after its last answer's end (a body on
+// a 304, more than its Content-Length) that arrived after the link was
+// given back, read as the start of this answer. The keep-alive pool
+// (internal/keepalive) sends again after a stale connection the same way.
+func leftover(err error) bool {
+	var mh *malformedHead
+	return errors.As(err, &mh)
 }
 
 // openSiteLink connects to the tunnel's site through mc and completes the
@@ -335,7 +346,10 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 	_ = l.c.SetReadDeadline(time.Time{})
 	resp.Body = &linkBody{rc: resp.Body, done: func(complete bool) {
 		stop()
-		if complete && !resp.Close {
+		// Bytes read past the answer's end (a site that sends a body on a
+		// 304, or more than its Content-Length) would be read as the start
+		// of the next answer: such a link is not reused.
+		if complete && !resp.Close && l.br.Buffered() == 0 {
 			t.sites.release(l)
 		} else {
 			t.sites.drop(l)
