@@ -210,13 +210,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		if !res.IsBan() {
 			return servedHere, nil
 		}
-		var ra time.Duration
-		if res == rotation.ResultRateLimited {
-			if v := resp.Header["Retry-After"]; len(v) > 0 {
-				ra, _ = rotation.ParseRetryAfter(v[0], time.Now())
-			}
-		}
-		g.drop(ctx, &rq.lr, h, res, ra)
+		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			discard(resp)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -195,6 +196,21 @@ func (g *Gateway) done(ctx context.Context, h held) {
 	if err := g.pool.Release(ctx, h.id); err != nil {
 		g.log.Debug("lease release failed", "lease", h.id, "err", err)
 	}
+}
+
+// siteRetryAfter is the Retry-After of a site's answer with header that
+// the classifier read as res, for drop: honoured for a rate limit only
+// (a ban's cooldown is the gateway's), zero when there is none.
+func siteRetryAfter(res rotation.Result, header http.Header) time.Duration {
+	if res != rotation.ResultRateLimited {
+		return 0
+	}
+	v := header["Retry-After"]
+	if len(v) == 0 {
+		return 0
+	}
+	ra, _ := rotation.ParseRetryAfter(v[0], time.Now())
+	return ra
 }
 
 // drop reports a ban or failure on h, unpins it and releases it, so the

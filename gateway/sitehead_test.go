@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -229,6 +230,73 @@ func TestMITMSiteLinkWithLeftoverBytesIsNotReused(t *testing.T) {
 			}
 			if n := asked.Load(); n != int64(tt.asked) {
 				t.Fatalf("the site was asked %d times, want %d", n, tt.asked)
+			}
+		})
+	}
+}
+
+// TestWebSocketHandshakeIsJudgedAsARequest: a WebSocket handshake's answer
+// is judged as a forwarded request's: interim answers before the 101 are
+// skipped, a ban to a strict session ends it session_lost instead of
+// moving it to another member, and a 429's Retry-After sets the member's
+// rest for the site instead of the default 10 minutes.
+func TestWebSocketHandshakeIsJudgedAsARequest(t *testing.T) {
+	const switched = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+	tests := []struct {
+		name       string
+		user       string
+		answer     func(n int) string
+		status     int
+		reason     string
+		asked      int
+		restsUnder time.Duration // the longest rest for the site, when one is wanted
+	}{
+		{name: "a 103 before the 101 is skipped", answer: func(int) string {
+			return "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + switched
+		}, status: http.StatusSwitchingProtocols, asked: 1},
+		{name: "a ban ends a strict session", user: "crawler-session-ws1-strict-1", answer: func(n int) string {
+			if n == 1 {
+				return "HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno"
+			}
+			return switched
+		}, status: http.StatusBadGateway, reason: ReasonSessionLost, asked: 1},
+		{name: "a rate limit rests the member for its Retry-After", answer: func(int) string {
+			return "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Length: 2\r\n\r\nno"
+		}, status: http.StatusTooManyRequests, asked: 2, restsUnder: time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked atomic.Int64
+			site, _ := scriptedSite(t, false, func(n int, c net.Conn) bool {
+				asked.Store(int64(n))
+				_, err := io.WriteString(c, tt.answer(n))
+				return err == nil
+			})
+			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 1}, pool.StoreOptions{}, directMembers(2)...)
+			rc := dialRaw(t, e.addr)
+			auth := ""
+			if tt.user != "" {
+				auth = "Proxy-Authorization: " + basic(tt.user, "") + "\r\n"
+			}
+			rc.send(strings.Replace(wsHandshake("http://"+site+"/ws", site), "\r\n", "\r\n"+auth, 1))
+			resp, b := rc.answer(http.MethodGet)
+			if resp.StatusCode != tt.status || resp.Header.Get(HeaderReason) != tt.reason {
+				t.Fatalf("got %d %q %q; want %d %q", resp.StatusCode, resp.Header.Get(HeaderReason), b, tt.status, tt.reason)
+			}
+			if n := asked.Load(); n != int64(tt.asked) {
+				t.Fatalf("the site was asked %d times, want %d", n, tt.asked)
+			}
+			if tt.restsUnder == 0 {
+				return
+			}
+			if n := restingFor(e.store, "127.0.0.1"); n != tt.asked {
+				t.Fatalf("%d members rest for the site, want %d", n, tt.asked)
+			}
+			for _, m := range e.store.Members() {
+				if until := m.Cooldowns["127.0.0.1"]; time.Until(until) > tt.restsUnder {
+					t.Fatalf("%s rests for the site %v; want the site's Retry-After (5s)", m.Name, time.Until(until).Round(time.Second))
+				}
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,11 +62,19 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 			return tryAnother, err
 		}
 		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
+		// As forwardWithRetry: a ban cuts the site's pace before anything
+		// else is sent, honours the site's Retry-After, and ends a strict
+		// session rather than moving it to another member.
+		g.paceAnswered(rq, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
-		g.drop(ctx, &rq.lr, h, res, 0)
+		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
 		rq.h = held{}
+		if rq.lr.p.Strict {
+			_ = s.c.Close()
+			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
+		}
 		if attempt < g.retries {
 			if n, err := g.acquire(ctx, &rq.lr); err == nil {
 				_ = s.c.Close()
@@ -182,15 +191,8 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 	}
 	hr := newHeadReader(c)
 	br := bufio.NewReader(&hr)
-	hr.arm()
-	resp, err := http.ReadResponse(br, out)
-	failed, reached := hr.failed, hr.lift()
-	switch {
-	case err != nil && reached:
-		err = errHeadTooLarge
-	case err != nil && !failed:
-		err = &malformedHead{err: err}
-	}
+	// Interim answers (103 Early Hints) come before the 101 or the refusal.
+	resp, err := readFinalHead(br, &hr, out)
 	var mh *malformedHead
 	switch {
 	case err != nil && isTimeout(err) && ctx.Err() == nil:
