@@ -90,15 +90,23 @@ func ParseStatusList(s string) ([]int, error) {
 	return out, nil
 }
 
+// minRetryAfter is the shortest rest a site's Retry-After asks for: "0"
+// and a date at or before now read as this. The site did answer with a
+// rate limit, so the member rests (a zero would read as "no Retry-After"
+// downstream, pool.Report's zero value, and give the 10-minute default
+// the site asked not to have); a second is what "retry now" means for a
+// crawler that would otherwise hammer it.
+const minRetryAfter = time.Second
+
 // ParseRetryAfter reads a Retry-After header value: delta-seconds ("120") or
 // an HTTP-date in any of the three forms http.ParseTime accepts.
 //
 // It returns ok=false for anything else (empty, negative, fractional,
 // garbage), so the caller falls back to its default window. A date at or
-// before now, and "0", are valid and return (0, true): the site asked for no
-// wait, and CooldownPolicy.Window then uses its default window, because the
-// answer was still a ban. Absurdly large values saturate rather than
-// overflow; the cooldown policy caps them.
+// before now, and "0", are valid and return (minRetryAfter, true): the
+// site asked for no wait, which is a short rest, not the default window.
+// Absurdly large values saturate rather than overflow; the cooldown policy
+// caps them.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -110,16 +118,13 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 			// Only a range error is possible for an all-digit string.
 			return time.Duration(math.MaxInt64), true
 		}
-		return time.Duration(secs) * time.Second, true
+		return max(time.Duration(secs)*time.Second, minRetryAfter), true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	if d := t.Sub(now); d > 0 {
-		return d, true
-	}
-	return 0, true
+	return max(t.Sub(now), minRetryAfter), true
 }
 
 func isDigits(s string) bool {
