@@ -332,8 +332,13 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 		}
 	}
 	g.rec.BytesRelayed(DirectionDown, n)
+	conn := resp.Header["Connection"]
 	for k, vv := range resp.Trailer {
-		dst[http.TrailerPrefix+k] = vv
+		// The same filter as the head's: a site's trailer cannot pose as
+		// the gateway's X-Proxyfleet-* headers either.
+		if endToEnd(k, conn) {
+			dst[http.TrailerPrefix+k] = vv
+		}
 	}
 	return true
 }
@@ -386,9 +391,15 @@ var noUserAgent = []string{""}
 func copyResponseHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
-			continue
+		if endToEnd(k, conn) {
+			dst[k] = vv
 		}
-		dst[k] = vv
 	}
+}
+
+// endToEnd reports whether an answer's field k (canonical) goes on to the
+// client: not hop-by-hop, not named by the answer's Connection (conn), not
+// an X-Proxyfleet-* field, which only the gateway writes.
+func endToEnd(k string, conn []string) bool {
+	return !isHopByHop(k) && !strings.HasPrefix(k, headerPrefix) && (len(conn) == 0 || !front.HasToken(conn, k))
 }

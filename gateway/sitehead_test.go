@@ -301,3 +301,43 @@ func TestWebSocketHandshakeIsJudgedAsARequest(t *testing.T) {
 		})
 	}
 }
+
+// TestSiteTrailersAreFilteredAsHeaders: a site's trailers pass the same
+// filter as its header fields: its own X-Proxyfleet-* and hop-by-hop
+// fields do not reach the client, its other trailers do, on the plain
+// path and inside a MITM'd tunnel.
+func TestSiteTrailersAreFilteredAsHeaders(t *testing.T) {
+	const answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Proxyfleet-Proxy, X-Checksum, Keep-Alive\r\n\r\n" +
+		"2\r\nok\r\n0\r\nX-Proxyfleet-Proxy: evil\r\nX-Checksum: abc\r\nKeep-Alive: timeout=5\r\n\r\n"
+	for _, https := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "MITM"}[https], func(t *testing.T) {
+			site, roots := scriptedSite(t, https, func(_ int, c net.Conn) bool {
+				_, err := io.WriteString(c, answer)
+				return err == nil
+			})
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, directMembers(1)...)
+			c, u := e.client("", ""), "http://"+site+"/"
+			if https {
+				c, u = mitmClient(t, e.addr, caRoots, nil, nil), "https://"+site+"/"
+			}
+			resp, err := c.Get(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := body(t, resp); b != "ok" {
+				t.Fatalf("body %q", b)
+			}
+			if got := resp.Trailer.Get("X-Checksum"); got != "abc" {
+				t.Fatalf("trailer X-Checksum %q, want the site's abc (trailers %v)", got, resp.Trailer)
+			}
+			if got := resp.Trailer.Get(HeaderProxy); got == "evil" {
+				t.Fatalf("the site's trailer %s: %s reached the client", HeaderProxy, got)
+			}
+			if _, ok := resp.Trailer["Keep-Alive"]; ok {
+				t.Fatalf("the hop-by-hop trailer Keep-Alive reached the client (trailers %v)", resp.Trailer)
+			}
+		})
+	}
+}
