@@ -240,6 +240,19 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 // dial, or the member's.
 func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
 	resp, err := g.send(rq.mirror, h.mc, out, answerTimeout)
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		// Nothing forwarded here asks for an upgrade (a WebSocket
+		// handshake goes to serveUpgrade, any other Upgrade is dropped as
+		// hop-by-hop): relayed, the client would read the site's next bytes
+		// as its answer. Refused as the lean path refuses it.
+		_ = resp.Body.Close()
+		resp, err = nil, keepalive.ErrSwitched
+	}
+	if errors.Is(err, keepalive.ErrSwitched) {
+		// The site's (certain over the gateway's own TLS to it or from a
+		// direct member's address), as any answer it should not have sent.
+		err = &attemptError{f: rotation.Site(classProtocol), err: err, firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+	}
 	if cf := rq.body.fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
 		// cut request, it is the client's (a Transport may also have

@@ -341,3 +341,45 @@ func TestSiteTrailersAreFilteredAsHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestUnaskedSwitchIsTheSitesFault: a 101 to a request that asked for no
+// upgrade is refused on every path, as the lean path refuses it: 502
+// target_unreachable naming it, nothing of the site's bytes after it
+// relayed, and no member rests for every site.
+func TestUnaskedSwitchIsTheSitesFault(t *testing.T) {
+	const switched = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\nRAWBYTES"
+	tests := []struct {
+		name  string
+		https bool
+		proxy bool
+	}{
+		{name: "plain through a direct member"},
+		{name: "plain through a proxy member (the lean path)", proxy: true},
+		{name: "MITM'd through a proxy member", https: true, proxy: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			site, roots := scriptedSite(t, tt.https, func(_ int, c net.Conn) bool {
+				_, _ = io.WriteString(c, switched)
+				return false
+			})
+			member := directMembers(1)[0]
+			if tt.proxy {
+				member = relayingUpstream(t, "p1")
+			}
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, member)
+			resp, b := siteExchange(t, e, tt.https, site, caRoots, func(site string) string {
+				return "GET " + site + "/x HTTP/1.1\r\nHost: x\r\n\r\n"
+			})
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+				!strings.Contains(b, "101 Switching Protocols") || strings.Contains(b, "RAWBYTES") {
+				t.Fatalf("got %d %s %q; want 502 %s naming the 101", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+			}
+			if mw := memberWide(e.store); len(mw) != 0 {
+				t.Fatalf("%v rest for every site; the 101 was the site's", mw)
+			}
+		})
+	}
+}
