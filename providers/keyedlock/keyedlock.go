@@ -54,6 +54,36 @@ func (l *Locks) Lock(ctx context.Context, key string) (unlock func(), err error)
 	}, nil
 }
 
+// TryLock takes key's slot when it is free and reports whether it did: a
+// caller that would rather do something else than wait (a reconcile worker
+// that must not sit behind a long download) does not queue.
+func (l *Locks) TryLock(key string) (unlock func(), ok bool) {
+	l.mu.Lock()
+	if l.slots == nil {
+		l.slots = map[string]*slot{}
+	}
+	s := l.slots[key]
+	if s == nil {
+		s = &slot{ch: make(chan struct{}, 1)}
+		l.slots[key] = s
+	}
+	s.refs++
+	l.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+		l.drop(key, s)
+		return nil, false
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-s.ch
+			l.drop(key, s)
+		})
+	}, true
+}
+
 func (l *Locks) drop(key string, s *slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

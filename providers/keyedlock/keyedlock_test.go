@@ -70,3 +70,28 @@ func TestWaitEndsWithTheContextAndHoldsNothing(t *testing.T) {
 	}
 	again()
 }
+
+func TestTryLockTakesOnlyAFreeSlotAndNeverWaits(t *testing.T) {
+	var l Locks
+	unlock, ok := l.TryLock("k")
+	if !ok {
+		t.Fatal("TryLock of a free key failed")
+	}
+	if _, ok := l.TryLock("k"); ok {
+		t.Fatal("TryLock of a held key succeeded")
+	}
+	other, ok := l.TryLock("other")
+	if !ok {
+		t.Fatal("TryLock of another key failed")
+	}
+	other()
+	unlock()
+	if l.Len() != 0 {
+		t.Fatalf("%d slots left, want 0", l.Len())
+	}
+	again, ok := l.TryLock("k")
+	if !ok {
+		t.Fatal("TryLock after the unlock failed")
+	}
+	again()
+}

@@ -124,9 +124,14 @@ type cachedBase struct {
 func (p *Provider) ensureImage(ctx context.Context, pl placement, pool libvirt.StoragePool, extra uint64) (cachedBase, error) {
 	host := pl.host.Name
 	name := baseVolumeName(p.cfg.Entry, pl.imageKey, pl.image.Format)
-	unlock, err := p.images.Lock(ctx, host+"/"+name)
-	if err != nil {
-		return cachedBase{}, fmt.Errorf("%w: waiting for the download of %s: %v", providers.ErrTransient, name, err)
+	// Another Create holds the image: most likely downloading it, which may
+	// take up to the ImageTransfer budget. Waiting for it would hold this
+	// reconcile worker too, and with a few Proxies on a new image every
+	// worker, freezing the whole fleet's reconciles (deletes, health) for
+	// the download; a transient error retries with backoff instead.
+	unlock, ok := p.images.TryLock(host + "/" + name)
+	if !ok {
+		return cachedBase{}, fmt.Errorf("%w: base image %s on host %s is being prepared (downloaded) by another Create; retrying", providers.ErrTransient, name, host)
 	}
 	defer unlock()
 

@@ -2,6 +2,7 @@ package kvm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -433,5 +434,33 @@ func TestEOFReaderTurnsASourceErrorIntoEOFAndKeepsIt(t *testing.T) {
 	clean := &eofReader{r: strings.NewReader("ok")}
 	if b, _ := io.ReadAll(clean); string(b) != "ok" || clean.err != nil {
 		t.Fatalf("a clean source reported %v", clean.err)
+	}
+}
+
+// TestAnImageAnotherCreateHoldsIsATransientErrorNotAWait pins that a
+// Create needing a base image another Create is preparing (downloading, for
+// up to the ImageTransfer budget) returns at once with a transient error:
+// waiting held the reconcile worker, and with a few Proxies on a new image
+// every worker, so no other Proxy was reconciled until the download ended.
+func TestAnImageAnotherCreateHoldsIsATransientErrorNotAWait(t *testing.T) {
+	p := &Provider{cfg: Config{Entry: "kvm-eu"}}
+	pl := placement{host: &Host{Name: "hv-1"}, imageKey: "debian", image: Image{Format: "qcow2"}}
+	unlock, ok := p.images.TryLock("hv-1/" + baseVolumeName("kvm-eu", "debian", "qcow2"))
+	if !ok {
+		t.Fatal("lock taken")
+	}
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.ensureImage(context.Background(), pl, libvirt.StoragePool{}, 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "being prepared (downloaded) by another Create") {
+			t.Fatalf("ensureImage = %v, want a transient error saying another Create holds the image", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ensureImage waited for the image another Create holds")
 	}
 }
