@@ -424,6 +424,25 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a hostNetwork pod that asked for the sidecar is refused, saying why", func(t *testing.T) {
+		pod := crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, nil)
+		pod.Spec.HostNetwork = true
+		_, err := in.create(t, pod)
+		if err == nil || !strings.Contains(err.Error(), "hostNetwork pods") || !strings.Contains(err.Error(), "remove the pod's "+inject.LabelInject+" label") {
+			t.Fatalf("create = %v, want the pod denied saying why (it would start with the node's direct egress)", err)
+		}
+	})
+	t.Run("a hostNetwork pod only its namespace opts in is left as it is", func(t *testing.T) {
+		pod := crawlerPod(labelledNS, nil, nil)
+		pod.Spec.HostNetwork = true
+		p, err := in.create(t, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sidecars(p)) != 0 {
+			t.Fatal("a hostNetwork pod was injected")
+		}
+	})
 	t.Run("the controller's own namespace is never injected", func(t *testing.T) {
 		p, err := in.create(t, crawlerPod(in.secret.Namespace, map[string]string{inject.LabelInject: "true"}, nil))
 		if err != nil {

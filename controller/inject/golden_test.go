@@ -39,13 +39,13 @@ func TestMutatedPodsMatchTheGoldenFiles(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if want, _ := cfg.Wanted(tc.pod, nil); !want {
+			if want, _, _ := cfg.Wanted(tc.pod, nil); !want {
 				t.Fatal("the pod is not wanted")
 			}
 			if err := cfg.Mutate(tc.pod); err != nil {
 				t.Fatal(err)
 			}
-			if want, _ := cfg.Wanted(tc.pod, map[string]string{inject.LabelInject: "true"}); want {
+			if want, _, _ := cfg.Wanted(tc.pod, map[string]string{inject.LabelInject: "true"}); want {
 				t.Fatal("an injected pod would be injected again")
 			}
 			got, err := yaml.Marshal(tc.pod)

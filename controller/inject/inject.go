@@ -147,23 +147,28 @@ func (e *AnnotationError) Unwrap() error { return e.Err }
 
 // Wanted reports whether pod asks for injection, given its namespace's
 // labels: its own label decides when present, else the namespace's. It
-// says why not, for the admission answer.
-func (c Config) Wanted(pod *corev1.Pod, nsLabels map[string]string) (bool, string) {
+// says why not, for the admission answer; refuse is set when the pod's own
+// label asks for a sidecar it cannot have, so the pod is denied with why
+// rather than started with direct egress (a namespace-wide opt-in skips
+// such a pod quietly).
+func (c Config) Wanted(pod *corev1.Pod, nsLabels map[string]string) (want bool, why string, refuse bool) {
+	asked := pod.Labels[LabelInject] == "true"
 	switch {
 	case slices.Contains(c.SkipNamespaces, pod.Namespace):
-		return false, "the controller's own namespace is never injected"
+		return false, "the controller's own namespace is never injected", false
 	case pod.Spec.HostNetwork:
-		return false, "hostNetwork pods share the node's loopback and are not injected"
+		return false, "hostNetwork pods share the node's loopback and network and cannot be injected: its gateway would listen on the node; remove the pod's " +
+			LabelInject + " label, or run it without hostNetwork", asked
 	case Injected(pod):
-		return false, "already injected"
+		return false, "already injected", false
 	}
 	if v, ok := pod.Labels[LabelInject]; ok {
-		return v == "true", "pod label " + LabelInject + "=" + v
+		return v == "true", "pod label " + LabelInject + "=" + v, false
 	}
 	if nsLabels[LabelInject] == "true" {
-		return true, "namespace label"
+		return true, "namespace label", false
 	}
-	return false, "not opted in"
+	return false, "not opted in", false
 }
 
 // Injected reports whether pod already has the sidecar.

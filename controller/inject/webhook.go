@@ -55,7 +55,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if err := h.Namespaces.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading namespace %s for its %s label: %w", pod.Namespace, LabelInject, err))
 	}
-	want, why := h.Config.Wanted(pod, ns.Labels)
+	want, why, refuse := h.Config.Wanted(pod, ns.Labels)
+	if refuse {
+		h.Log.Info("pod rejected: it asked for the sidecar and cannot have it", "namespace", pod.Namespace, "pod", podName(pod), "why", why)
+		return admission.Denied(why)
+	}
 	if !want {
 		return admission.Allowed("not injected: " + why)
 	}
