@@ -17,6 +17,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -422,6 +423,25 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 			if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == inject.MITMVolume }) {
 				t.Errorf("container %s mounts the CA key volume", c.Name)
 			}
+		}
+	})
+	t.Run("a proxy variable the container reads from a Secret is the same in both cases", func(t *testing.T) {
+		pod := crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, nil)
+		fromSecret := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "egress"}, Key: "proxy"}}
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "HTTPS_PROXY", ValueFrom: fromSecret})
+		p, err := in.create(t, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"HTTPS_PROXY", "https_proxy"} {
+			i := slices.IndexFunc(p.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == name })
+			if i < 0 || p.Spec.Containers[0].Env[i].Value != "" || !equality.Semantic.DeepEqual(p.Spec.Containers[0].Env[i].ValueFrom, fromSecret) {
+				t.Errorf("%s = %+v, want the container's own Secret key in both cases (clients read one case or the other)", name, p.Spec.Containers[0].Env)
+			}
+		}
+		if v, _ := envOf(p.Spec.Containers[0], "http_proxy"); v != "http://127.0.0.1:3128" {
+			t.Errorf("http_proxy = %q, want the sidecar (the container set only HTTPS_PROXY)", v)
 		}
 	})
 	t.Run("a hostNetwork pod that asked for the sidecar is refused, saying why", func(t *testing.T) {

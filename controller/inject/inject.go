@@ -372,37 +372,43 @@ func (c Config) Mutate(pod *corev1.Pod) error {
 
 // mergeEnv adds ours to a container's env. What the container sets itself
 // wins, kept consistent across the upper- and lower-case forms (a container
-// setting HTTPS_PROXY gets the same https_proxy); NO_PROXY is the union,
-// ours first, so cluster traffic stays direct whatever the pod adds.
+// setting HTTPS_PROXY gets the same https_proxy, from the same Secret or
+// ConfigMap key when it reads it from one: clients read one case or the
+// other, and must not go two ways); NO_PROXY is the union, ours first, so
+// cluster traffic stays direct whatever the pod adds (one read from a
+// Secret or ConfigMap cannot be joined and is kept as the container's).
 func mergeEnv(have, ours []corev1.EnvVar) []corev1.EnvVar {
 	idx := map[string]int{}
 	for i, e := range have {
 		idx[e.Name] = i
 	}
-	own := func(name string) (string, bool) {
+	own := func(name string) (corev1.EnvVar, bool) {
 		for _, n := range []string{strings.ToUpper(name), strings.ToLower(name)} {
-			if i, ok := idx[n]; ok && have[i].ValueFrom == nil {
-				return have[i].Value, true
+			if i, ok := idx[n]; ok {
+				return have[i], true
 			}
 		}
-		return "", false
+		return corev1.EnvVar{}, false
 	}
 	for _, e := range ours {
-		v := e.Value
+		v := corev1.EnvVar{Name: e.Name, Value: e.Value}
 		if mine, ok := own(e.Name); ok {
-			if strings.EqualFold(e.Name, "NO_PROXY") {
-				v = unionList(e.Value, mine)
-			} else {
-				v = mine
+			switch {
+			case mine.ValueFrom != nil:
+				v.Value, v.ValueFrom = "", mine.ValueFrom.DeepCopy()
+			case strings.EqualFold(e.Name, "NO_PROXY"):
+				v.Value = unionList(e.Value, mine.Value)
+			default:
+				v.Value = mine.Value
 			}
 		}
 		if i, ok := idx[e.Name]; ok {
 			if have[i].ValueFrom == nil {
-				have[i].Value = v
+				have[i].Value = v.Value
 			}
 			continue
 		}
-		have = append(have, corev1.EnvVar{Name: e.Name, Value: v})
+		have = append(have, v)
 		idx[e.Name] = len(have) - 1
 	}
 	return have
