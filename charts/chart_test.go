@@ -65,6 +65,7 @@ func allOn() map[string]any {
 		"webhook":       map[string]any{"certManager": map[string]any{"enabled": true}},
 		"leaseUsers":    []any{map[string]any{"namespace": "crawl", "name": "crawler"}},
 		"sharedGateway": map[string]any{"enabled": true},
+		"sidecar":       map[string]any{"noProxy": []any{"10.96.0.0/12", "10.244.0.0/16"}},
 		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true},
 			"grafanaDashboard": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
 	}
@@ -209,6 +210,13 @@ func TestChartManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 				}
 			}
 			checkController(t, objs, bin)
+			if tc.vals != nil {
+				cs, _, _ := unstructured.NestedSlice(find(objs, "Deployment", releaseName).Object, "spec", "template", "spec", "containers")
+				args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+				if !slices.Contains(args, "--sidecar-no-proxy=10.96.0.0/12,10.244.0.0/16") {
+					t.Errorf("controller args %q lack sidecar.noProxy", args)
+				}
+			}
 			checkWebhook(t, objs)
 			for _, o := range objs {
 				gv := o.GroupVersionKind().Group

@@ -111,6 +111,7 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 		{"a certificate Secret without a namespace", []string{"--webhook-cert-secret", "just-a-name"}, "--webhook-cert-secret"},
 		{"a pool API that is not a URL", []string{"--sidecar-lease-api", "ftp://x"}, "--sidecar-lease-api"},
 		{"a bad listen address", []string{"--webhook-listen", "nowhere"}, "--webhook-listen"},
+		{"a no-proxy entry that is no host, domain, IP or CIDR", []string{"--sidecar-no-proxy", "10.96.0.0/12,not a host!"}, `--sidecar-no-proxy: "not a host!"`},
 		{"no namespace to default the Secret to", nil, "--sidecar-lease-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

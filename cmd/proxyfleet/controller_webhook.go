@@ -25,6 +25,7 @@ const (
 	flagSidecarLeaseAPI      = "sidecar-lease-api"
 	flagSidecarResources     = "sidecar-resources"
 	flagClusterDomain        = "cluster-domain"
+	flagSidecarNoProxy       = "sidecar-no-proxy"
 	flagWebhookService       = "webhook-service"
 	flagLeaseAPIService      = "lease-api-service"
 )
@@ -56,6 +57,7 @@ func webhookFlags() []cli.Flag {
 		stringFlag(flagSidecarLeaseAPI, "", "`URL` injected gateways lease from (default: http://<--lease-api-service>.<controller namespace>.svc:8090)"),
 		stringFlag(flagSidecarResources, defaultSidecarResources, "the sidecar's `RESOURCES` (requests.cpu=,requests.memory=,limits.cpu=,limits.memory=); the proxyfleet.io/gateway-resources annotation overrides them"),
 		stringFlag(flagClusterDomain, "cluster.local", "the cluster's DNS `DOMAIN`, kept out of the sidecar's proxy (NO_PROXY)"),
+		listFlag(flagSidecarNoProxy, "`HOSTS` (comma-separated or repeated: hosts, .domains, IPs, CIDRs) every injected pod reaches directly, added to its NO_PROXY: the cluster's service and pod CIDRs, so ClusterIPs and pod IPs do not go to the sidecar (which refuses private targets)"),
 	}
 }
 
@@ -113,7 +115,8 @@ func webhookFrom(c *cli.Context) (inject.Options, error) {
 			Image:         image,
 			PoolAPI:       poolAPI,
 			Resources:     res,
-			ClusterDomain: strings.Trim(c.String(flagClusterDomain), ". "),
+			ClusterDomain:  strings.Trim(c.String(flagClusterDomain), ". "),
+			ClusterNoProxy: splitList(c.StringSlice(flagSidecarNoProxy)),
 		},
 	}
 	if ns != "" {
@@ -152,4 +155,19 @@ func webhookFrom(c *cli.Context) (inject.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// splitList is a list flag's values as entries: comma-separated within one
+// value too (a config file's or the environment's one string), blanks
+// dropped.
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, e := range strings.Split(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }

@@ -45,6 +45,7 @@ func testConfig(skipNS string) inject.Config {
 		PoolAPI:        "http://proxyfleet.proxyfleet-system.svc:8090",
 		ClusterDomain:  "cluster.local",
 		APIServerHosts: []string{"10.96.0.1"},
+		ClusterNoProxy: []string{"10.96.0.0/12", "10.244.0.0/16"},
 		SkipNamespaces: []string{skipNS},
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: mustQuantity("20m"), corev1.ResourceMemory: mustQuantity("24Mi")}},
@@ -267,7 +268,7 @@ func assertInjected(t *testing.T, p *corev1.Pod) {
 			}
 		}
 		np, _ := envOf(c, "NO_PROXY")
-		for _, want := range []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", "10.96.0.1"} {
+		for _, want := range []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", "10.96.0.1", "10.96.0.0/12", "10.244.0.0/16"} {
 			if !slices.Contains(strings.Split(np, ","), want) {
 				t.Errorf("container %s NO_PROXY %q lacks %q", c.Name, np, want)
 			}

@@ -108,6 +108,12 @@ type Config struct {
 	ClusterDomain string
 	// APIServerHosts are the API server's names or addresses, kept out of the proxy.
 	APIServerHosts []string
+	// ClusterNoProxy are more hosts, .domains, IPs and CIDRs every injected
+	// pod reaches directly (--sidecar-no-proxy): the cluster's service and
+	// pod CIDRs, which no API names. Without them a ClusterIP or a pod IP
+	// (a short Service name resolves to one) goes to the sidecar, which
+	// refuses private targets.
+	ClusterNoProxy []string
 	// SkipNamespaces are never injected: the controller's own, whose pods
 	// the webhook must not depend on.
 	SkipNamespaces []string
@@ -122,6 +128,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := leaseapi.NewClient(c.PoolAPI, "", nil); err != nil {
 		return fmt.Errorf("sidecar injection: --sidecar-lease-api: %w", err)
+	}
+	for _, h := range c.ClusterNoProxy {
+		if err := checkNoProxyEntry(h); err != nil {
+			return fmt.Errorf("sidecar injection: --sidecar-no-proxy: %w", err)
+		}
 	}
 	if c.TokenExpirationSeconds != 0 && c.TokenExpirationSeconds < 600 {
 		return fmt.Errorf("sidecar injection: token expiration %ds is below the API server's minimum of 600s", c.TokenExpirationSeconds)
@@ -426,13 +437,14 @@ func unionList(a, b string) string {
 }
 
 // NoProxy is the app containers' NO_PROXY: loopback, the cluster's service
-// names, the API server, then the pod's extras.
+// names, the API server, the cluster's own extras (ClusterNoProxy), then the
+// pod's.
 func (c Config) NoProxy(extra []string) string {
 	list := []string{"localhost", "127.0.0.1", "::1", ".svc", "kubernetes.default"}
 	if d := strings.Trim(c.ClusterDomain, "."); d != "" {
 		list = append(list, "."+d)
 	}
-	for _, h := range append(append([]string{}, c.APIServerHosts...), extra...) {
+	for _, h := range slices.Concat(c.APIServerHosts, c.ClusterNoProxy, extra) {
 		if !slices.Contains(list, h) {
 			list = append(list, h)
 		}
