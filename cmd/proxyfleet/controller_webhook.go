@@ -112,9 +112,9 @@ func webhookFrom(c *cli.Context) (inject.Options, error) {
 		CertDir:       c.Path(flagWebhookCertDir),
 		Configuration: strings.TrimSpace(c.String(flagWebhookConfiguration)),
 		Config: inject.Config{
-			Image:         image,
-			PoolAPI:       poolAPI,
-			Resources:     res,
+			Image:          image,
+			PoolAPI:        poolAPI,
+			Resources:      res,
 			ClusterDomain:  strings.Trim(c.String(flagClusterDomain), ". "),
 			ClusterNoProxy: splitList(c.StringSlice(flagSidecarNoProxy)),
 		},
