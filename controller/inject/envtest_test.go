@@ -445,6 +445,16 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 			t.Errorf("http_proxy = %q, want the sidecar (the container set only HTTPS_PROXY)", v)
 		}
 	})
+	t.Run("a pod declaring a port the sidecar listens on is refused, saying which", func(t *testing.T) {
+		for _, port := range []int32{3128, inject.ProbePort} {
+			pod := crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, nil)
+			pod.Spec.Containers[1].Ports = []corev1.ContainerPort{{ContainerPort: port}}
+			_, err := in.create(t, pod)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("container parser declares port %d, which the injected", port)) {
+				t.Fatalf("create with port %d = %v, want the pod denied naming the container and the port", port, err)
+			}
+		}
+	})
 	t.Run("a hostNetwork pod that asked for the sidecar is refused, saying why", func(t *testing.T) {
 		pod := crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, nil)
 		pod.Spec.HostNetwork = true

@@ -156,6 +156,41 @@ func (e *AnnotationError) Error() string {
 // Unwrap returns the cause.
 func (e *AnnotationError) Unwrap() error { return e.Err }
 
+// PortClashError is an app container declaring a port the sidecar listens
+// on: the pod is rejected with it, as one of the two would fail to bind.
+type PortClashError struct {
+	// Container declares Port.
+	Container string
+	Port      int32
+}
+
+// Error says which container, which port, and what the sidecar uses it for.
+func (e *PortClashError) Error() string {
+	return fmt.Sprintf("container %s declares port %d, which the injected %s sidecar listens on (the proxy on %s, probes and metrics on %d): one of them would fail to bind; move the app to another port",
+		e.Container, e.Port, SidecarName, ProxyAddr, ProbePort)
+}
+
+// sidecarPorts are the ports the sidecar binds in the pod's network.
+func sidecarPorts() []int32 {
+	_, p, _ := net.SplitHostPort(ProxyAddr)
+	proxy, _ := strconv.Atoi(p)
+	return []int32{int32(proxy), ProbePort}
+}
+
+// checkPorts refuses a pod whose containers declare a sidecar port.
+func checkPorts(pod *corev1.Pod) error {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, ct := range cs {
+			for _, p := range ct.Ports {
+				if slices.Contains(sidecarPorts(), p.ContainerPort) {
+					return &PortClashError{Container: ct.Name, Port: p.ContainerPort}
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // Wanted reports whether pod asks for injection, given its namespace's
 // labels: its own label decides when present, else the namespace's. It
 // says why not, for the admission answer; refuse is set when the pod's own
@@ -330,6 +365,9 @@ func ParseResources(s string, base corev1.ResourceRequirements) (corev1.Resource
 func (c Config) Mutate(pod *corev1.Pod) error {
 	s, err := c.parseAnnotations(pod.Annotations)
 	if err != nil {
+		return err
+	}
+	if err := checkPorts(pod); err != nil {
 		return err
 	}
 	sidecar := c.sidecar(s)

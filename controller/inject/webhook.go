@@ -75,6 +75,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			h.Log.Info("pod rejected: bad injection annotation", "namespace", pod.Namespace, "pod", podName(pod), "annotation", ae.Annotation)
 			return admission.Denied(err.Error())
 		}
+		var pe *PortClashError
+		if errors.As(err, &pe) {
+			h.Log.Info("pod rejected: a container declares a sidecar port", "namespace", pod.Namespace, "pod", podName(pod), "container", pe.Container, "port", pe.Port)
+			return admission.Denied(err.Error())
+		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	after, err := json.Marshal(pod)
