@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/statuspage"
 )
@@ -154,13 +156,11 @@ func SetupStatus(mgr manager.Manager, listen string, f FleetStatus) (*StatusServ
 	if err != nil {
 		return nil, fmt.Errorf("status page: cannot listen on %s: %w", listen, err)
 	}
-	s := &StatusServer{ln: ln, log: f.Logger.WithName("status"), srv: &http.Server{
-		Handler: statuspage.Handler(statuspage.HandlerOptions{
-			Title: "proxyfleet controller",
-			View:  func(ctx context.Context) any { return f.View(ctx) },
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}}
+	log := f.Logger.WithName("status")
+	s := &StatusServer{ln: ln, log: log, srv: httpserver.New(statuspage.Handler(statuspage.HandlerOptions{
+		Title: "proxyfleet controller",
+		View:  func(ctx context.Context) any { return f.View(ctx) },
+	}), slog.New(logr.ToSlogHandler(log)), httpserver.Timeouts{})}
 	if err := mgr.Add(s); err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("status page: adding the server: %w", err)

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 )
 
 // Path is where the webhook answers; the MutatingWebhookConfiguration's
@@ -128,16 +128,13 @@ func NewServer(listen string, h *Handler, scheme *runtime.Scheme, certs CertSour
 	mux := http.NewServeMux()
 	mux.Handle(Path, wh)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := httpserver.New(mux, slog.New(logr.ToSlogHandler(log)), httpserver.Timeouts{})
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 	return &Server{
 		ln:    ln,
 		certs: certs,
 		log:   log,
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
-			TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
-		},
+		srv:   srv,
 	}, nil
 }
 

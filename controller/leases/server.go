@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
@@ -70,6 +70,9 @@ type Options struct {
 	// Tracing, when set, gives every request but /healthz a server span
 	// (tracing.Handler); nil adds nothing to the handler.
 	Tracing trace.TracerProvider
+	// HTTPTimeouts bound the server's connections (zero fields:
+	// httpserver's defaults; tests shrink them).
+	HTTPTimeouts httpserver.Timeouts
 }
 
 // API is the controller's lease API: the store, the Source feeding it from
@@ -129,17 +132,13 @@ func New(o Options) (*API, error) {
 		grace:    o.ShutdownGrace,
 		log:      log,
 		refusals: refusals,
-		srv: &http.Server{
-			Handler: tracing.Handler(leaseapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, leaseapi.APIOptions{
-				Token:    o.Token,
-				Logger:   slog.New(logr.ToSlogHandler(log)),
-				Recorder: o.Recorder,
-				Reviewer: o.Reviewer,
-				Pacer:    pacerOf(store),
-			}), o.Tracing, "leaseapi"),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          logging.ServerErrorLog(slog.New(logr.ToSlogHandler(log))),
-		},
+		srv: httpserver.New(tracing.Handler(leaseapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, leaseapi.APIOptions{
+			Token:    o.Token,
+			Logger:   slog.New(logr.ToSlogHandler(log)),
+			Recorder: o.Recorder,
+			Reviewer: o.Reviewer,
+			Pacer:    pacerOf(store),
+		}), o.Tracing, "leaseapi"), slog.New(logr.ToSlogHandler(log)), o.HTTPTimeouts),
 	}, nil
 }
 

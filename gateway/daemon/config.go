@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/pool/leasestore"
@@ -76,6 +77,10 @@ type Config struct {
 	Pacing              gateway.PacingOptions
 	// ShutdownGrace bounds the drain of in-flight requests and tunnels.
 	ShutdownGrace time.Duration
+	// HTTPTimeouts bound the lease API's and the metrics address's
+	// connections (zero fields: httpserver's defaults, which the command
+	// leaves as they are; tests shrink them).
+	HTTPTimeouts httpserver.Timeouts
 
 	// Logs (LogJSON: JSON records, else text, with the usage block) and
 	// console spans go to Stderr.

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/logging"
+	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/internal/textpages"
 	"github.com/proxyfleet/proxyfleet/internal/tracing"
 	"github.com/proxyfleet/proxyfleet/metrics"
@@ -101,11 +101,8 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 		if r.cfg.APIToken == "" {
 			r.log.Warn("lease API has no token ("+or(n.APIToken, "APIToken")+"): any process that can reach it can lease and report", "addr", apiLn.Addr().String())
 		}
-		api := &http.Server{
-			Handler:           tracing.Handler(leaseapi.NewAPIServer(r.store, leaseapi.APIOptions{Token: r.cfg.APIToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          logging.ServerErrorLog(r.log),
-		}
+		api := httpserver.New(tracing.Handler(leaseapi.NewAPIServer(r.store, leaseapi.APIOptions{Token: r.cfg.APIToken, Logger: r.log, Recorder: r.rec}), r.tr.TracerProvider(), "leaseapi"),
+			r.log, r.cfg.HTTPTimeouts)
 		servers = append(servers, api)
 		go func() { serveErr <- serveErrOf(or(n.APIListen, "APIListen"), api.Serve(apiLn)) }()
 	}
@@ -113,7 +110,7 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 		// The metrics address also serves the status page, read from srv.
 		handler := statuspage.GatewayHandler(statuspage.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
 			Paces: r.gw.PaceStatus, Next: metrics.Handler(r.reg, ready.Ready)})
-		ms := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerErrorLog(r.log)}
+		ms := httpserver.New(handler, r.log, r.cfg.HTTPTimeouts)
 		servers = append(servers, ms)
 		go func() { serveErr <- serveErrOf(or(n.MetricsListen, "MetricsListen"), ms.Serve(metricsLn)) }()
 	}

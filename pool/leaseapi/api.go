@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -272,7 +273,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.Handle("/v1/pace", methodNotAllowed("POST"))
 	mux.Handle("/v1/pace/slowed", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		refuse(w, r, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	return s.recoverer(s.requestLog(limitBody(s.authenticate(mux))))
 }
@@ -280,7 +281,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 func methodNotAllowed(allow string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, apiErrMethod,
+		refuse(w, r, http.StatusMethodNotAllowed, apiErrMethod,
 			fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
 	})
 }
@@ -322,6 +323,10 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
+// Unwrap lets http.ResponseController reach the connection (refuse sets
+// its read deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // requestLog logs each request at Debug; it costs nothing when Debug is off.
 func (s *apiServer) requestLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -340,7 +345,7 @@ func (s *apiServer) requestLog(next http.Handler) http.Handler {
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxAPIBodyBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, apiErrTooLarge,
+			refuse(w, r, http.StatusRequestEntityTooLarge, apiErrTooLarge,
 				fmt.Sprintf("request body of %d bytes is above the limit of %d bytes", r.ContentLength, MaxAPIBodyBytes))
 			return
 		}
@@ -357,7 +362,7 @@ func (s *apiServer) authenticate(next http.Handler) http.Handler {
 		}
 		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			unauthorized(w, "missing bearer token: send Authorization: Bearer <token>")
+			unauthorized(w, r, "missing bearer token: send Authorization: Bearer <token>")
 			return
 		}
 		// Hashing first makes the comparison constant-time in the token's length too.
@@ -368,26 +373,26 @@ func (s *apiServer) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if s.reviewer == nil {
-			unauthorized(w, "invalid bearer token")
+			unauthorized(w, r, "invalid bearer token")
 			return
 		}
 		switch err := s.reviewer.ReviewToken(r.Context(), token); {
 		case err == nil:
 			next.ServeHTTP(w, r)
 		case errors.Is(err, ErrTokenInvalid):
-			unauthorized(w, err.Error())
+			unauthorized(w, r, err.Error())
 		case errors.Is(err, ErrTokenForbidden):
-			writeError(w, http.StatusForbidden, apiErrForbidden, err.Error())
+			refuse(w, r, http.StatusForbidden, apiErrForbidden, err.Error())
 		default:
 			s.log.Error("lease API: token review failed", "err", err)
-			writeError(w, http.StatusServiceUnavailable, apiErrAuthDown, "cannot verify the token now: "+err.Error())
+			refuse(w, r, http.StatusServiceUnavailable, apiErrAuthDown, "cannot verify the token now: "+err.Error())
 		}
 	})
 }
 
-func unauthorized(w http.ResponseWriter, msg string) {
+func unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="proxyfleet"`)
-	writeError(w, http.StatusUnauthorized, apiErrUnauthorized, msg)
+	refuse(w, r, http.StatusUnauthorized, apiErrUnauthorized, msg)
 }
 
 func (s *apiServer) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -740,6 +745,57 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apiErrorBody{Error: code, Message: msg})
+}
+
+// refuse answers an error before the request's body is read (a 401, a
+// 404, a 405, a 413 announced by Content-Length), and when one was
+// announced, closes the connection without waiting for the body. Left to
+// itself net/http reads the rest of an unread body before it answers, or
+// after, to keep the connection: a client that announced a body and sends
+// it slowly, or never, would hold the connection until the server's read
+// timeout instead of getting its refusal. So the answer goes out with
+// Connection: close and the connection is taken from the server and
+// closed by lingerClose.
+func refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	unread := r.ContentLength != 0 // -1: chunked, length unknown
+	if unread {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, status, code, msg)
+	if !unread {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() == nil {
+		if conn, _, err := rc.Hijack(); err == nil {
+			go lingerClose(conn)
+			return
+		}
+	}
+	// No connection to take (HTTP/2, a test recorder): make the server
+	// give up the rest of the body at once.
+	_ = rc.SetReadDeadline(time.Now())
+}
+
+// refuseLinger is how long a refused connection is drained before it is
+// closed: long enough for an honest client that is still sending its body
+// (a 70 KiB one on a near network) to finish and read the answer, short
+// enough that a client sending nothing holds nothing for long.
+const refuseLinger = time.Second
+
+// lingerClose closes a connection whose answer is sent while its client
+// may still be sending: it stops writing (FIN), reads and drops what
+// arrives for up to refuseLinger, then closes. Closing at once with
+// unread bytes makes the kernel reset the connection, and the client
+// would see the reset (a broken pipe) instead of the answer, as
+// net/http's own closeWriteAndWait avoids.
+func lingerClose(c net.Conn) {
+	defer c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(refuseLinger))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 4*MaxAPIBodyBytes))
 }
 
 // memberURL is the member's address with credentials (lease answers only).
