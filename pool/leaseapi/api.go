@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
@@ -63,6 +64,9 @@ const (
 	apiErrMethod        = "method_not_allowed"
 	apiErrInternal      = "internal"
 	apiErrUnavailable   = "store_unavailable"
+	apiErrMediaType     = "unsupported_media_type"
+	apiErrBrowser       = "browser_request"
+	apiErrHost          = "host_not_allowed"
 )
 
 // LeaseRecorder counts lease requests by outcome (a Prometheus counter in
@@ -241,8 +245,10 @@ type apiServer struct {
 }
 
 // NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
-// recover → request log → 64 KiB body limit → bearer auth (/healthz exempt)
-// → routes. The handler holds no state of its own; leases live in b.
+// recover → request log → no browsers (and, without auth, no Host but
+// localhost or an IP address) → 64 KiB body limit → bearer auth (/healthz
+// exempt) → JSON bodies only → routes. The handler holds no state of its
+// own; leases live in b.
 func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil, pacer: o.Pacer}
 	if s.pacer == nil {
@@ -275,7 +281,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	return s.recoverer(s.requestLog(limitBody(s.authenticate(mux))))
+	return s.recoverer(s.requestLog(s.noBrowsers(limitBody(s.authenticate(requireJSON(mux))))))
 }
 
 func methodNotAllowed(allow string) http.Handler {
@@ -350,6 +356,69 @@ func limitBody(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxAPIBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// noBrowsers refuses what a web page in a browser could send, so that a
+// page the API's user opens cannot use it (docs/api.md, "Browsers"):
+//
+//   - a request with an Origin header, or Sec-Fetch-Site cross-site or
+//     same-site: browsers send them, programs do not, and a POST a page
+//     sends needs no CORS preflight when its Content-Type is text/plain,
+//     so it would reach the handlers (report bans, take the pace's places);
+//   - without authentication, a Host that is neither localhost nor an IP
+//     address: a DNS rebinding page (its own name resolving to 127.0.0.1)
+//     is same-origin with the API and could read lease answers, which
+//     carry members' passwords. An IP literal cannot be rebound (the
+//     page's origin would be that very address, which serves no pages), so
+//     an open API on a non-loopback address, reached by its IP, still
+//     answers. With a token a rebinding page has nothing to send.
+func (s *apiServer) noBrowsers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site"); o != "" || site == "cross-site" || site == "same-site" {
+			refuse(w, r, http.StatusForbidden, apiErrBrowser,
+				"requests from web pages are refused (the request carries Origin or Sec-Fetch-Site): the lease API is for programs")
+			return
+		}
+		if !s.authOn && !localOrIPHost(r.Host) {
+			refuse(w, r, http.StatusForbidden, apiErrHost,
+				fmt.Sprintf("Host %q refused: an API without a token answers only requests addressed to localhost or an IP address (a guard against DNS rebinding); use http://127.0.0.1:<port>, or give the API a token", r.Host))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// localOrIPHost reports whether a Host header (with or without a port) is
+// localhost or an IP literal.
+func localOrIPHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	_, err := netip.ParseAddr(host)
+	return err == nil
+}
+
+// requireJSON refuses a request body that is not application/json (any
+// parameters, such as charset, allowed) with a 415. A browser sends a
+// text/plain or form body cross-origin without asking first (no CORS
+// preflight); application/json it may not, so this also keeps pages out
+// where an old browser sends no Origin.
+func requireJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: chunked, a body of unknown length
+			ct := r.Header.Get("Content-Type")
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				refuse(w, r, http.StatusUnsupportedMediaType, apiErrMediaType,
+					fmt.Sprintf("Content-Type %q: request bodies must be sent as application/json", ct))
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -25,7 +25,7 @@ func FuzzLeaseAPIBodies(f *testing.F) {
 		store.SetMembers([]pool.Member{{Name: "a", URL: u, Attributes: map[string]string{"region": "eu"}}})
 		h := NewAPIServer(store, APIOptions{})
 		do := func(method, path, query, body string) int {
-			req := httptest.NewRequest(method, "http://api.test"+path, strings.NewReader(body))
+			req := httptest.NewRequest(method, "http://127.0.0.1:8090"+path, strings.NewReader(body))
 			req.URL.RawQuery = query // as a client sent it, unescaped
 			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
@@ -64,7 +64,8 @@ func FuzzPaceAPIBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		store := pool.NewStore(pool.StoreOptions{})
 		h := NewAPIServer(store, APIOptions{})
-		req := httptest.NewRequest(http.MethodPost, "http://api.test/v1/pace", strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8090/v1/pace", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {

@@ -109,6 +109,9 @@ func (f *apiFixture) call(t testing.TB, method, path, body string, hdr ...string
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -679,6 +682,7 @@ func TestAPIOversizedChunkedBodyIs413(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := f.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,9 @@ func TestLeaseAPIRequestIsOneServerSpanParentedOnTraceparent(t *testing.T) {
 	do := func(method, path, body string, hdr map[string]string) int {
 		t.Helper()
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
