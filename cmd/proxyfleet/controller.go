@@ -170,6 +170,9 @@ func controllerConfigFrom(c *cli.Context) (*controllerConfig, error) {
 	if err := checkLeaseAPIAuth(cfg.LeaseAPI, c.Bool(flagInsecureAllowOpen)); err != nil {
 		return nil, err
 	}
+	if err := checkStatusOpen(cfg.StatusListen, c.Bool(flagInsecureAllowOpen)); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 

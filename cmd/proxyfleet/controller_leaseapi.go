@@ -36,7 +36,7 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token (exactly one; # comments); a non-loopback --lease-api-listen needs it, --lease-api-token-review or --insecure-allow-open"),
 		boolFlag(flagLeaseAPITokenReview, "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"),
 		stringFlag(flagLeaseAPITokenAudience, leases.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
-		boolFlag(flagInsecureAllowOpen, "serve the lease API on a non-loopback --lease-api-listen without --lease-api-token-file or --lease-api-token-review (anyone who reaches the port can lease and report bans)"),
+		boolFlag(flagInsecureAllowOpen, "serve the lease API on a non-loopback --lease-api-listen without --lease-api-token-file or --lease-api-token-review (anyone who reaches the port can lease and report bans), and the status page on a non-loopback --status-listen (anyone who reaches it sees the fleet)"),
 		durationFlag(flagLeaseTTL, pool.DefaultLeaseTTL.String(), "lease lifetime when a request gives no ttlSeconds"),
 		durationFlag(flagMaxLeaseTTL, pool.DefaultMaxLeaseTTL.String(), "longest lease granted; a longer ttlSeconds is a 400"),
 		durationFlag(flagCooldown, pool.DefaultCooldown.String(), "how long a Proxy rests for a target after a reported ban, when no retryAfterSeconds came with it"),

@@ -53,3 +53,36 @@ func TestStatusListenDefaultsToLoopbackAndZeroTurnsItOff(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerStatusPageIsNeverOpenByAccident: the page has no
+// authentication and lists the fleet, so a non-loopback --status-listen
+// is refused at start unless --insecure-allow-open says so.
+func TestControllerStatusPageIsNeverOpenByAccident(t *testing.T) {
+	refusal := "--status-listen :8082 is not loopback"
+	for _, tc := range []struct {
+		name, listen string
+		open         bool
+		want         string // "" for accepted
+	}{
+		{"every interface is refused", ":8082", false, refusal},
+		{"a pod IP is refused", "10.1.2.3:8082", false, "--status-listen 10.1.2.3:8082 is not loopback"},
+		{"told to be open serves", ":8082", true, ""},
+		{"the default loopback address serves", "127.0.0.1:8082", false, ""},
+		{"localhost serves", "localhost:8082", false, ""},
+		{"IPv6 loopback serves", "[::1]:8082", false, ""},
+		{"off needs nothing", "", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkStatusOpen(tc.listen, tc.open)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--insecure-allow-open") {
+				t.Fatalf("error = %v, want one containing %q and naming --insecure-allow-open", err, tc.want)
+			}
+		})
+	}
+}

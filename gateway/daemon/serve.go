@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -107,14 +108,53 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 		go func() { serveErr <- serveErrOf(or(n.APIListen, "APIListen"), api.Serve(apiLn)) }()
 	}
 	if metricsLn != nil {
-		// The metrics address also serves the status page, read from srv.
-		handler := statuspage.GatewayHandler(statuspage.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
-			Paces: r.gw.PaceStatus, Next: metrics.Handler(r.reg, ready.Ready)})
-		ms := httpserver.New(handler, r.log, r.cfg.HTTPTimeouts)
+		ms := httpserver.New(r.metricsHandler(metricsLn, ready), r.log, r.cfg.HTTPTimeouts)
 		servers = append(servers, ms)
 		go func() { serveErr <- serveErrOf(or(n.MetricsListen, "MetricsListen"), ms.Serve(metricsLn)) }()
 	}
 	return servers
+}
+
+// metricsHandler serves /metrics, /healthz and /readyz, and on a
+// loopback address the status page, read from srv. The page has no
+// authentication and shows what the lease API gives only to token
+// holders (the fleet's members with their hosts and attributes, its
+// cooldowns by site, the API's URL), so an address others reach (the
+// sidecar's :15090 on the pod network, which the kubelet's probes and
+// Prometheus need) serves the probes and metrics only; the metrics carry
+// no member address and at most 20 sites by name, which a scraper may see.
+func (r *run) metricsHandler(metricsLn net.Listener, ready *metrics.Readiness) http.Handler {
+	next := metrics.Handler(r.reg, ready.Ready)
+	if !StatusServedOn(metricsLn.Addr()) {
+		return withholdStatus(next, or(r.cfg.Names.MetricsListen, "MetricsListen"))
+	}
+	return statuspage.GatewayHandler(statuspage.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
+		Paces: r.gw.PaceStatus, Next: next})
+}
+
+// StatusServedOn reports whether the gateway serves its status page on
+// the metrics address a: only on loopback (an unspecified address such as
+// ":15090" listens on every interface and is not).
+func StatusServedOn(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// withholdStatus answers the status page's paths with a 404 that says why
+// and how to see the page, and passes every other path to next.
+func withholdStatus(next http.Handler, flag string) http.Handler {
+	msg := "status: the status page is served only on a loopback " + flag + " (it lists the fleet's members and cooldowns and has no authentication);" +
+		" run the gateway with " + flag + " 127.0.0.1:PORT and open it there, through kubectl port-forward in a cluster\n"
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == statuspage.PagePath || req.URL.Path == statuspage.JSONPath {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, msg)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // started prints the usage block (text logs) and logs the start record,

@@ -47,7 +47,11 @@ func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn,
 	}
 	if metricsLn != nil {
 		fmt.Fprintf(&b, "  metrics:   http://%s/metrics\n", reachableAddr(metricsLn.Addr()))
-		fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(metricsLn.Addr()))
+		if StatusServedOn(metricsLn.Addr()) {
+			fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(metricsLn.Addr()))
+		} else {
+			fmt.Fprintf(&b, "  status:    not served: %s is not loopback\n", or(cfg.Names.MetricsListen, "MetricsListen"))
+		}
 	}
 	_, _ = io.WriteString(w, b.String())
 }
