@@ -153,6 +153,8 @@ function members(d, title) {
     ["paced 503", (p) => p.refused, null, true],
     ["limit", (p) => p.limit || ""]
   ], d.paces || [], "no site is paced");
+  const more = (d.pacesTotal || 0) - (d.paces || []).length;
+  if (more > 0) $("paces").append(el("p", "and " + more + " more paced sites (the page shows the " + d.paces.length + " most held)", "empty"));
 }
 
 function summary(parts) {

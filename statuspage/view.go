@@ -131,13 +131,23 @@ type GatewayView struct {
 	Outage *Outage `json:"outage,omitempty"`
 	// LastKnown is the list the gateway falls back on during an outage.
 	LastKnown *LastKnown `json:"lastKnown,omitempty"`
-	// Paces are the sites with a pace (explicit or learnt), most held first.
-	Paces []SitePace `json:"paces"`
+	// Paces are the sites with a pace (explicit or learnt), most held
+	// first, at most MaxPaceRows (PacesTotal counts them all).
+	Paces      []SitePace `json:"paces"`
+	PacesTotal int        `json:"pacesTotal"`
 	// Requests are the gateway's requests by outcome.
 	Requests Chart    `json:"requests"`
 	Errors   []string `json:"errors"`
 	Notes    []string `json:"notes"`
 }
+
+// MaxPaceRows bounds the paced sites a gateway view carries, as
+// maxCooldownRows bounds its cooldowns: a crawl of 100,000 sites, each
+// with a pace, made a 20 MB status.json rebuilt at every 2-second poll.
+// The first ones of GatewayInput.Paces (the most held) are kept, and
+// GatewayView.PacesTotal counts them all; 50 is more than a person reads
+// on the page, and a script wanting every site reads the metrics.
+const MaxPaceRows = 50
 
 // GatewayInput is everything the gateway page is made of.
 type GatewayInput struct {
@@ -145,7 +155,9 @@ type GatewayInput struct {
 	// PoolAPI is the --lease-api address ("" for an own pool).
 	PoolAPI  string
 	Requests Chart
-	Paces    []SitePace
+	// Paces are the paced sites, most held first (gateway.PaceStatus's
+	// order); the view keeps the first MaxPaceRows.
+	Paces []SitePace
 }
 
 // Gateway builds the gateway page's view at now.
@@ -153,10 +165,13 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 	v := GatewayView{
 		Kind: KindGateway, GeneratedAt: now.UTC(), RefreshSeconds: RefreshSeconds, Pool: "own",
 		Members:  Members(in.Pool.Members),
-		Requests: in.Requests, Errors: []string{}, Notes: []string{}, Paces: in.Paces,
+		Requests: in.Requests, Errors: []string{}, Notes: []string{}, Paces: in.Paces, PacesTotal: len(in.Paces),
 	}
 	if v.Paces == nil {
 		v.Paces = []SitePace{}
+	}
+	if len(v.Paces) > MaxPaceRows {
+		v.Paces = v.Paces[:MaxPaceRows:MaxPaceRows]
 	}
 	v.Cooldowns, v.CooldownsTotal, v.CooldownSites = cooldownRows(in.Pool.Cooldowns, now)
 	for _, m := range v.Members {
