@@ -218,7 +218,9 @@ func runSidecarAsKubeletStandIn(t *testing.T, env *testenv.Env, bin string, pod 
 		}
 	}
 	var out standInSidecar
-	_, addrs := testutil.StartProcessOnFreePorts(t, bin, 2, func(addrs []string) testutil.ProcessOptions {
+	// The pod's ports are the host's here: each listener moves to a free one
+	// (the stand-in waits for all three, the status page's included).
+	_, addrs := testutil.StartProcessOnFreePorts(t, bin, 3, func(addrs []string) testutil.ProcessOptions {
 		args := make([]string, 0, len(sc.Args)+1)
 		for _, a := range sc.Args {
 			for mp, dir := range mounts {
@@ -226,6 +228,7 @@ func runSidecarAsKubeletStandIn(t *testing.T, env *testenv.Env, bin string, pod 
 			}
 			a = strings.Replace(a, "--listen="+inject.ProxyAddr, "--listen="+addrs[0], 1)
 			a = strings.Replace(a, fmt.Sprintf("--metrics-listen=:%d", inject.ProbePort), "--metrics-listen="+addrs[1], 1)
+			a = strings.Replace(a, "--status-listen="+inject.StatusAddr, "--status-listen="+addrs[2], 1)
 			args = append(args, a)
 		}
 		args = append(args, "--allow-private-targets")

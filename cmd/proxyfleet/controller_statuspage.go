@@ -9,9 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// flagStatusListen is where the controller serves its status page.
-const flagStatusListen = "status-listen"
-
 // defaultStatusListen is loopback: the page is for `kubectl port-forward`,
 // not for the cluster network.
 const defaultStatusListen = "127.0.0.1:8082"

@@ -67,19 +67,22 @@ const (
 	flagPoolOutageGrace       = "pool-outage-grace"
 	flagPoolRefresh           = "pool-refresh-interval"
 	flagMetricsListen         = "metrics-listen"
-	flagShutdownGrace         = "shutdown-grace"
-	flagDialTimeout           = "dial-timeout"
-	flagRequestTimeout        = "request-timeout"
-	flagMemberAnswerTimeout   = "member-answer-timeout"
-	flagSiteAnswerTimeout     = "site-answer-timeout"
-	flagSiteMinInterval       = "site-min-interval"
-	flagSiteMaxConcurrency    = "site-max-concurrency"
-	flagSitePace              = "site-pace"
-	flagPacing                = "pacing"
-	flagPacingMaxWait         = "pacing-max-wait"
-	flagConfig                = "config"
-	flagLogLevel              = "log-level"
-	flagLogFormat             = "log-format"
+	// flagStatusListen is where a status page is served: the controller's
+	// (controller_statuspage.go), or a gateway's on an address of its own.
+	flagStatusListen        = "status-listen"
+	flagShutdownGrace       = "shutdown-grace"
+	flagDialTimeout         = "dial-timeout"
+	flagRequestTimeout      = "request-timeout"
+	flagMemberAnswerTimeout = "member-answer-timeout"
+	flagSiteAnswerTimeout   = "site-answer-timeout"
+	flagSiteMinInterval     = "site-min-interval"
+	flagSiteMaxConcurrency  = "site-max-concurrency"
+	flagSitePace            = "site-pace"
+	flagPacing              = "pacing"
+	flagPacingMaxWait       = "pacing-max-wait"
+	flagConfig              = "config"
+	flagLogLevel            = "log-level"
+	flagLogFormat           = "log-format"
 )
 
 // gatewayCommand is `proxyfleet gateway`: the standalone rotating gateway.
@@ -218,7 +221,8 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --lease-api; a key a request names wins"),
 		durationFlag(flagPoolOutageGrace, "5m", "while --lease-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
 		durationFlag(flagPoolRefresh, "30s", "how often a --lease-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
-		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz, /readyz and the status page /status (and /status.json) (empty or \"off\": off)"),
+		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz, /readyz and, on a loopback address without --status-listen, the status page /status (and /status.json) (empty or \"off\": off)"),
+		stringFlag(flagStatusListen, "", "`ADDR` (host:port) serving the status page /status (and /status.json) alone, where --metrics-listen is an address others reach (a sidecar's probe port); a non-loopback address needs --insecure-allow-open (empty: on a loopback --metrics-listen)"),
 		durationFlag(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
 		durationFlag(flagDialTimeout, "10s", "timeout for connecting to an upstream or a target"),
 		durationFlag(flagMemberAnswerTimeout, "15s", "how long a member may take to answer one attempt (a plain request's answer head, the answer to CONNECT); then an idempotent request or a CONNECT tries another member, and the member is asked at once whether it answers anything at all"),
@@ -246,6 +250,7 @@ var gatewayNames = daemon.Names{
 	Listen:        "--" + flagListen,
 	APIListen:     "--" + flagLeaseAPIListen,
 	MetricsListen: "--" + flagMetricsListen,
+	StatusListen:  "--" + flagStatusListen,
 	Static:        "--" + flagUpstream + "/--" + flagEgressAddr,
 	UpstreamsFile: "--" + flagUpstreamsFile,
 	Probe:         "--" + flagProbeURL,
@@ -415,6 +420,17 @@ func (cfg *gatewayConfig) readOutput(c *cli.Context) (err error) {
 			return err
 		}
 		cfg.MetricsListen = m
+	}
+	if s := strings.TrimSpace(c.String(flagStatusListen)); s != "" {
+		loopback, err := checkListenAddr(flagStatusListen, s)
+		if err != nil {
+			return err
+		}
+		if !loopback && !c.Bool(flagInsecureAllowOpen) {
+			return fmt.Errorf("--%s %s is not loopback: the status page lists the fleet's members and cooldowns without authentication; give a loopback address (kubectl port-forward reaches it in a pod), or --%s",
+				flagStatusListen, s, flagInsecureAllowOpen)
+		}
+		cfg.StatusListen = s
 	}
 
 	cfg.LogLevel, cfg.LogJSON, err = readLogFlags(c)

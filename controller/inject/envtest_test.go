@@ -446,7 +446,7 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 		}
 	})
 	t.Run("a pod declaring a port the sidecar listens on is refused, saying which", func(t *testing.T) {
-		for _, port := range []int32{3128, inject.ProbePort} {
+		for _, port := range []int32{3128, inject.ProbePort, 15091} {
 			pod := crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, nil)
 			pod.Spec.Containers[1].Ports = []corev1.ContainerPort{{ContainerPort: port}}
 			_, err := in.create(t, pod)

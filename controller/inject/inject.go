@@ -66,6 +66,10 @@ const (
 	// pod IP, where the kubelet's probes reach it (they cannot reach the
 	// pod's loopback).
 	ProbePort = 15090
+	// StatusAddr serves the sidecar's status page on the pod's loopback,
+	// which kubectl port-forward reaches and the pod network does not: the
+	// page lists the fleet's members and cooldowns without authentication.
+	StatusAddr = "127.0.0.1:15091"
 	// TokenAudience is the audience of the projected token and of the lease
 	// API's TokenReview.
 	TokenAudience = "proxyfleet"
@@ -166,15 +170,19 @@ type PortClashError struct {
 
 // Error says which container, which port, and what the sidecar uses it for.
 func (e *PortClashError) Error() string {
-	return fmt.Sprintf("container %s declares port %d, which the injected %s sidecar listens on (the proxy on %s, probes and metrics on %d): one of them would fail to bind; move the app to another port",
-		e.Container, e.Port, SidecarName, ProxyAddr, ProbePort)
+	return fmt.Sprintf("container %s declares port %d, which the injected %s sidecar listens on (the proxy on %s, probes and metrics on %d, the status page on %s): one of them would fail to bind; move the app to another port",
+		e.Container, e.Port, SidecarName, ProxyAddr, ProbePort, StatusAddr)
 }
 
 // sidecarPorts are the ports the sidecar binds in the pod's network.
 func sidecarPorts() []int32 {
-	_, p, _ := net.SplitHostPort(ProxyAddr)
-	proxy, _ := strconv.Atoi(p)
-	return []int32{int32(proxy), ProbePort}
+	out := []int32{ProbePort}
+	for _, a := range []string{ProxyAddr, StatusAddr} {
+		_, p, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		out = append(out, int32(port))
+	}
+	return out
 }
 
 // checkPorts refuses a pod whose containers declare a sidecar port.
@@ -513,6 +521,7 @@ func (c Config) sidecarArgs(s settings) []string {
 		"--lease-api=" + c.PoolAPI,
 		"--pool-sa-token-file=" + TokenPath,
 		"--metrics-listen=:" + strconv.Itoa(ProbePort),
+		"--status-listen=" + StatusAddr,
 		"--log-format=json",
 	}
 	if s.selector != "" {

@@ -36,6 +36,11 @@ type Config struct {
 	// ("" off) and MetricsListen /metrics, /healthz, /readyz and the status
 	// page ("" off).
 	Listen, APIListen, MetricsListen string
+	// StatusListen serves the status page on an address of its own (a
+	// loopback one, which kubectl port-forward reaches in a pod) where the
+	// metrics address is one others reach (a sidecar's probe port); ""
+	// serves it on a loopback MetricsListen only.
+	StatusListen string
 
 	// The gateway's own pool: Static members, the UpstreamsFile (reloaded
 	// every ReloadInterval; it holds the static members too), or with
@@ -106,7 +111,7 @@ type ProbeConfig struct {
 // or the usage block points at: a command's flags, such as --listen. An
 // empty one reads as the field's name.
 type Names struct {
-	Listen, APIListen, MetricsListen string
+	Listen, APIListen, MetricsListen, StatusListen string
 	// Static names every setting Static comes from.
 	Static               string
 	UpstreamsFile, Probe string

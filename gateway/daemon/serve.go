@@ -24,11 +24,12 @@ import (
 func (r *run) serve(ctx context.Context, stopSignals func()) error {
 	cfg, log, n := r.cfg, r.log, r.cfg.Names
 	proxyName, apiName, metricsName := or(n.Listen, "Listen"), or(n.APIListen, "APIListen"), or(n.MetricsListen, "MetricsListen")
-	lns, err := listenAll([]listenAddr{{proxyName, cfg.Listen}, {apiName, cfg.APIListen}, {metricsName, cfg.MetricsListen}})
+	lns, err := listenAll([]listenAddr{{proxyName, cfg.Listen}, {apiName, cfg.APIListen}, {metricsName, cfg.MetricsListen},
+		{or(n.StatusListen, "StatusListen"), cfg.StatusListen}})
 	if err != nil {
 		return err
 	}
-	proxyLn, apiLn, metricsLn := lns[0], lns[1], lns[2]
+	proxyLn, apiLn, metricsLn, statusLn := lns[0], lns[1], lns[2], lns[3]
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	bgDone := make(chan struct{})
 	go func() {
@@ -39,12 +40,12 @@ func (r *run) serve(ctx context.Context, stopSignals func()) error {
 		stopBackground()
 		<-bgDone
 	}()
-	serveErr := make(chan error, 3)
+	serveErr := make(chan error, 4)
 	go func() { serveErr <- serveErrOf(proxyName, r.gw.Serve(proxyLn)) }()
 	var ready metrics.Readiness
-	httpServers := r.serveHTTP(apiLn, metricsLn, &ready, serveErr)
+	httpServers := r.serveHTTP(apiLn, metricsLn, statusLn, &ready, serveErr)
 	ready.Serving()
-	r.started(proxyLn, apiLn, metricsLn)
+	r.started(proxyLn, apiLn, metricsLn, statusLn)
 	r.releaseStartPages()
 	settled := time.AfterFunc(StartSettle, r.releaseStartPages)
 	defer settled.Stop()
@@ -92,10 +93,11 @@ func (r *run) releaseStartPages() {
 	}
 }
 
-// serveHTTP serves the lease API (when listened for) and the metrics and
-// status page, and returns their servers in the order they drain: the
-// metrics server last, so /readyz answers 503 while everything else drains.
-func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness, serveErr chan<- error) []*http.Server {
+// serveHTTP serves the lease API (when listened for), the status page on
+// its own address (when listened for) and the metrics, and returns their
+// servers in the order they drain: the metrics server last, so /readyz
+// answers 503 while everything else drains.
+func (r *run) serveHTTP(apiLn, metricsLn, statusLn net.Listener, ready *metrics.Readiness, serveErr chan<- error) []*http.Server {
 	n := r.cfg.Names
 	var servers []*http.Server
 	if apiLn != nil {
@@ -107,8 +109,13 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 		servers = append(servers, api)
 		go func() { serveErr <- serveErrOf(or(n.APIListen, "APIListen"), api.Serve(apiLn)) }()
 	}
+	if statusLn != nil {
+		ss := httpserver.New(r.statusHandler(http.NotFoundHandler()), r.log, r.cfg.HTTPTimeouts)
+		servers = append(servers, ss)
+		go func() { serveErr <- serveErrOf(or(n.StatusListen, "StatusListen"), ss.Serve(statusLn)) }()
+	}
 	if metricsLn != nil {
-		ms := httpserver.New(r.metricsHandler(metricsLn, ready), r.log, r.cfg.HTTPTimeouts)
+		ms := httpserver.New(r.metricsHandler(metricsLn, statusLn != nil, ready), r.log, r.cfg.HTTPTimeouts)
 		servers = append(servers, ms)
 		go func() { serveErr <- serveErrOf(or(n.MetricsListen, "MetricsListen"), ms.Serve(metricsLn)) }()
 	}
@@ -116,18 +123,25 @@ func (r *run) serveHTTP(apiLn, metricsLn net.Listener, ready *metrics.Readiness,
 }
 
 // metricsHandler serves /metrics, /healthz and /readyz, and on a
-// loopback address the status page, read from srv. The page has no
-// authentication and shows what the lease API gives only to token
-// holders (the fleet's members with their hosts and attributes, its
-// cooldowns by site, the API's URL), so an address others reach (the
-// sidecar's :15090 on the pod network, which the kubelet's probes and
-// Prometheus need) serves the probes and metrics only; the metrics carry
-// no member address and at most 20 sites by name, which a scraper may see.
-func (r *run) metricsHandler(metricsLn net.Listener, ready *metrics.Readiness) http.Handler {
+// loopback address the status page, unless the page has an address of its
+// own (elsewhere). The page has no authentication and shows what the
+// lease API gives only to token holders (the fleet's members with their
+// hosts and attributes, its cooldowns by site, the API's URL), so an
+// address others reach (the sidecar's :15090 on the pod network, which the
+// kubelet's probes and Prometheus need) serves the probes and metrics
+// only; the metrics carry no member address and at most 20 sites by name,
+// which a scraper may see.
+func (r *run) metricsHandler(metricsLn net.Listener, elsewhere bool, ready *metrics.Readiness) http.Handler {
 	next := metrics.Handler(r.reg, ready.Ready)
-	if !StatusServedOn(metricsLn.Addr()) {
-		return withholdStatus(next, or(r.cfg.Names.MetricsListen, "MetricsListen"))
+	if elsewhere || !StatusServedOn(metricsLn.Addr()) {
+		return withholdStatus(next, r.cfg.Names, elsewhere)
 	}
+	return r.statusHandler(next)
+}
+
+// statusHandler serves the status page, read from srv, and passes every
+// other path to next.
+func (r *run) statusHandler(next http.Handler) http.Handler {
 	return statuspage.GatewayHandler(statuspage.GatewayOptions{Pool: r.srv, PoolAPI: r.cfg.PoolAPI, Requests: r.requests,
 		Paces: r.gw.PaceStatus, Next: next})
 }
@@ -141,10 +155,15 @@ func StatusServedOn(a net.Addr) bool {
 }
 
 // withholdStatus answers the status page's paths with a 404 that says why
-// and how to see the page, and passes every other path to next.
-func withholdStatus(next http.Handler, flag string) http.Handler {
-	msg := "status: the status page is served only on a loopback " + flag + " (it lists the fleet's members and cooldowns and has no authentication);" +
-		" run the gateway with " + flag + " 127.0.0.1:PORT and open it there, through kubectl port-forward in a cluster\n"
+// and how to see the page (on its own address when elsewhere), and passes
+// every other path to next.
+func withholdStatus(next http.Handler, n Names, elsewhere bool) http.Handler {
+	status := or(n.StatusListen, "StatusListen")
+	msg := "status: the status page is served only on a loopback address (it lists the fleet's members and cooldowns and has no authentication);" +
+		" run the gateway with " + status + " 127.0.0.1:PORT and open it there, through kubectl port-forward in a cluster\n"
+	if elsewhere {
+		msg = "status: the status page is served on the " + status + " address, not here\n"
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == statuspage.PagePath || req.URL.Path == statuspage.JSONPath {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -160,10 +179,10 @@ func withholdStatus(next http.Handler, flag string) http.Handler {
 // started prints the usage block (text logs) and logs the start record,
 // which carries every address the block prints: with JSON logs it is the
 // only place they are written.
-func (r *run) started(proxyLn, apiLn, metricsLn net.Listener) {
+func (r *run) started(proxyLn, apiLn, metricsLn, statusLn net.Listener) {
 	cfg := r.cfg
 	if !cfg.LogJSON { // JSON logs are read by machines: every line on stderr is a record
-		printUsage(r.stderr, cfg, r.members, proxyLn, apiLn, metricsLn)
+		printUsage(r.stderr, cfg, r.members, proxyLn, apiLn, metricsLn, statusLn)
 	}
 	started := []any{"listen", proxyLn.Addr().String()}
 	if apiLn != nil {
@@ -171,6 +190,9 @@ func (r *run) started(proxyLn, apiLn, metricsLn net.Listener) {
 	}
 	if metricsLn != nil {
 		started = append(started, "metricsListen", metricsLn.Addr().String())
+	}
+	if statusLn != nil {
+		started = append(started, "statusListen", statusLn.Addr().String())
 	}
 	started = append(started, "rotation", string(cfg.Mode), "auth", len(cfg.Tokens) > 0)
 	if r.remote != nil {

@@ -21,7 +21,7 @@ func TestStatusPageOnlyOnALoopbackMetricsAddress(t *testing.T) {
 		bodyHas      string
 	}{
 		{"a loopback address serves the page", "127.0.0.1:0", http.StatusOK, `"members"`},
-		{"every interface withholds it", ":0", http.StatusNotFound, "served only on a loopback MetricsListen"},
+		{"every interface withholds it", ":0", http.StatusNotFound, "served only on a loopback address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -41,5 +41,32 @@ func TestStatusPageOnlyOnALoopbackMetricsAddress(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStatusPageOnItsOwnLoopbackAddress: with a status address of its own
+// (what an injected sidecar gets, reached by kubectl port-forward), the
+// page is served there, and the metrics address, on every interface for
+// the kubelet's probes, points to it.
+func TestStatusPageOnItsOwnLoopbackAddress(t *testing.T) {
+	cfg := testConfig()
+	cfg.MetricsListen, cfg.StatusListen = ":0", "127.0.0.1:0"
+	g := startGateway(t, cfg)
+	if g.Status == "" || g.Status == g.Metrics {
+		t.Fatalf("usage block names the status page at %q (metrics %q):\n%s", g.Status, g.Metrics, g.Stderr.String())
+	}
+	if code, body := daemontest.Get(t, http.DefaultClient, "http://"+g.Status+"/status.json"); code != http.StatusOK || !strings.Contains(body, `"members"`) {
+		t.Fatalf("status address: %d %.200s", code, body)
+	}
+	if code, _ := daemontest.Get(t, http.DefaultClient, "http://"+g.Status+"/metrics"); code != http.StatusNotFound {
+		t.Fatalf("status address serves /metrics: %d", code)
+	}
+	_, port, _ := net.SplitHostPort(g.Metrics)
+	metrics := "http://" + net.JoinHostPort("127.0.0.1", port)
+	if code, body := daemontest.Get(t, http.DefaultClient, metrics+"/status.json"); code != http.StatusNotFound || !strings.Contains(body, "served on the StatusListen address") {
+		t.Fatalf("metrics address /status.json: %d %.200s", code, body)
+	}
+	if code, _ := daemontest.Get(t, http.DefaultClient, metrics+"/healthz"); code != http.StatusOK {
+		t.Fatalf("metrics address /healthz: %d", code)
 	}
 }

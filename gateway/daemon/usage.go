@@ -11,7 +11,7 @@ import (
 
 // printUsage tells the person who just started the gateway how to use it.
 // It shows where the token goes, never a token.
-func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn, metricsLn net.Listener) {
+func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn, metricsLn, statusLn net.Listener) {
 	addr := reachableAddr(proxyLn.Addr())
 	proxyURL := "http://" + addr
 	if len(cfg.Tokens) > 0 {
@@ -47,11 +47,14 @@ func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn,
 	}
 	if metricsLn != nil {
 		fmt.Fprintf(&b, "  metrics:   http://%s/metrics\n", reachableAddr(metricsLn.Addr()))
-		if StatusServedOn(metricsLn.Addr()) {
-			fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(metricsLn.Addr()))
-		} else {
-			fmt.Fprintf(&b, "  status:    not served: %s is not loopback\n", or(cfg.Names.MetricsListen, "MetricsListen"))
-		}
+	}
+	switch {
+	case statusLn != nil:
+		fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(statusLn.Addr()))
+	case metricsLn != nil && StatusServedOn(metricsLn.Addr()):
+		fmt.Fprintf(&b, "  status:    http://%s/status\n", reachableAddr(metricsLn.Addr()))
+	case metricsLn != nil:
+		fmt.Fprintf(&b, "  status:    not served: %s is not loopback (give %s)\n", or(cfg.Names.MetricsListen, "MetricsListen"), or(cfg.Names.StatusListen, "StatusListen"))
 	}
 	_, _ = io.WriteString(w, b.String())
 }

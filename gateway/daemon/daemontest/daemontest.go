@@ -29,6 +29,8 @@ type Gateway struct {
 	API string
 	// Metrics is the metrics listener's host:port, or "" when it is off.
 	Metrics string
+	// Status is where the usage block says the status page is, or "".
+	Status string
 
 	cancel context.CancelFunc
 	done   chan error
@@ -39,6 +41,7 @@ var (
 	listeningRE = regexp.MustCompile(`proxyfleet gateway listening on (\S+) `)
 	apiRE       = regexp.MustCompile(`lease API: http://(\S+)/v1/proxies`)
 	metricsRE   = regexp.MustCompile(`metrics: +http://(\S+)/metrics`)
+	statusRE    = regexp.MustCompile(`status: +http://(\S+)/status`)
 )
 
 // Start calls run with a context and the stderr it must write to, returns
@@ -68,6 +71,9 @@ func Start(t testing.TB, run func(ctx context.Context, stderr io.Writer) error) 
 			}
 			if m := metricsRE.FindStringSubmatch(out); m != nil {
 				g.Metrics = m[1]
+			}
+			if m := statusRE.FindStringSubmatch(out); m != nil {
+				g.Status = m[1]
 			}
 			return g
 		}
