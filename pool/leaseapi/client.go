@@ -454,6 +454,12 @@ func (c *Client) doOnce(ctx context.Context, base, method, path string, hasBody 
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	if p := c.lean[base]; p != nil {
+		// The lean path writes on a kept connection without looking at
+		// ctx first: a call whose caller already gave up would still take
+		// a lease nobody holds. (net/http's Transport checks it itself.)
+		if err := ctx.Err(); err != nil {
+			return 0, nil, fmt.Errorf("%w: %s %s: %w", pool.ErrUnreachable, method, base, err)
+		}
 		status, raw, err := leanDo(ctx, p, req)
 		if err != nil {
 			return 0, nil, fmt.Errorf("%w: %s %s: %w", pool.ErrUnreachable, method, base, err)
