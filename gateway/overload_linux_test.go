@@ -54,8 +54,8 @@ func TestOutOfDescriptorsIsTheGatewaysOwn503(t *testing.T) {
 	}
 }
 
-// tunnellingUpstream is a minimal CONNECT proxy member.
-func tunnellingUpstream(t *testing.T) pool.Member { return connectUpstream(t, "p1") }
+// tunnellingUpstream is a CONNECT proxy member.
+func tunnellingUpstream(t *testing.T) pool.Member { return relayingUpstream(t, "p1") }
 
 // overloadedOnce: with every descriptor but two used up, a CONNECT through
 // member is 503 gateway_overloaded; with them free again, the next one goes

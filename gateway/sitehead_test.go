@@ -3,8 +3,6 @@
 package gateway
 
 import (
-	"bufio"
-	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"net"
@@ -15,71 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
-
-// scriptedSite is a site on a free port of 127.0.0.1 (over TLS with a
-// certificate of its own when roots is asked for) that answers each
-// request it reads with answer, given the number of requests it read so
-// far (1 for the first, across connections); the connection ends when
-// answer returns false.
-func scriptedSite(t *testing.T, withTLS bool, answer func(n int, c net.Conn) (keep bool)) (addr string, roots *x509.CertPool) {
-	t.Helper()
-	var n atomic.Int64
-	serve := func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if !answer(int(n.Add(1)), c) {
-				return
-			}
-		}
-	}
-	if !withTLS {
-		return testutil.ServeTCP(t, serve), nil
-	}
-	cert, roots, err := testutil.SelfSignedCert(net.ParseIP("127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
-	return testutil.ServeTCP(t, func(c net.Conn) { serve(tls.Server(c, cfg)) }), roots
-}
-
-// relayingUpstream is an HTTP proxy member that carries a request in
-// absolute form to its host and relays the site's bytes back unread, and
-// tunnels a CONNECT: what the gateway reads is the site's, byte for byte.
-func relayingUpstream(t *testing.T, name string) pool.Member {
-	t.Helper()
-	addr := testutil.ServeTCP(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", req.Host)
-		if err != nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
-		}
-		defer up.Close()
-		if req.Method == http.MethodConnect {
-			_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		} else if err := req.Write(up); err != nil {
-			return
-		}
-		go func() { _, _ = io.Copy(up, br) }()
-		_, _ = io.Copy(c, up)
-	})
-	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: addr}}
-}
 
 // endlessHead answers with status and then header lines, 16 MiB of them
 // unless the gateway stops reading first.
@@ -170,6 +105,43 @@ func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
 			}
 			if n := restingFor(e.store, "127.0.0.1"); n != tt.wantResting {
 				t.Fatalf("%d members rest for the site, want %d", n, tt.wantResting)
+			}
+		})
+	}
+}
+
+// TestMalformedSiteAnswerIsTheSitesFault: an answer that does not parse
+// (a garbled status line, two different Content-Lengths) read over the
+// gateway's own TLS to the site is the site's: the member only relayed
+// encrypted bytes. The client gets 502 target_unreachable saying so, no
+// member rests and none other is tried (the site is asked once); read as
+// the member's, each member it went through rested for every site.
+func TestMalformedSiteAnswerIsTheSitesFault(t *testing.T) {
+	for name, raw := range map[string]string{
+		"a garbled status line":         "HTTP/1.1 two hundred OK\r\nContent-Length: 2\r\n\r\nok",
+		"two different Content-Lengths": "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var asked atomic.Int64
+			site, roots := scriptedSite(t, true, func(_ int, c net.Conn) bool {
+				asked.Add(1)
+				_, _ = io.WriteString(c, raw)
+				return false
+			})
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
+				relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
+			resp, b := siteExchange(t, e, true, site, caRoots, func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" })
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+				!strings.Contains(b, "the site's malformed answer") {
+				t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+			}
+			if mw := memberWide(e.store); len(mw) != 0 {
+				t.Errorf("%v rest for every site; the answer was the site's", mw)
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
 			}
 		})
 	}

@@ -2,82 +2,16 @@ package gateway
 
 import (
 	"bufio"
-	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
-
-// scriptedTLSSite serves raw, byte for byte, as the answer to every
-// request head on a TLS listener of its own; roots trust its certificate.
-func scriptedTLSSite(t *testing.T, raw string) (addr string, roots *x509.CertPool) {
-	t.Helper()
-	cert, roots, err := testutil.SelfSignedCert(net.ParseIP("127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, raw); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), roots
-}
-
-// connectUpstream is a minimal CONNECT proxy member named name: it dials
-// what it is asked for and relays both ways, and writes no answer of its
-// own beyond the CONNECT's.
-func connectUpstream(t *testing.T, name string) pool.Member {
-	t.Helper()
-	addr := testutil.ServeTCP(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", req.Host)
-		if err != nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
-		}
-		defer up.Close()
-		_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		go func() { _, _ = io.Copy(up, br) }()
-		_, _ = io.Copy(c, up)
-	})
-	return pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: addr}}
-}
 
 // TestASitesErrorAnswerOverTLSIsNeverTheMembers pins that an answer read
 // over the gateway's own TLS to the site is the site's, whatever proxy
@@ -117,7 +51,10 @@ func TestASitesErrorAnswerOverTLSIsNeverTheMembers(t *testing.T) {
 	for pathName, get := range paths {
 		for name, raw := range answers {
 			t.Run(pathName+"/"+name, func(t *testing.T) {
-				site, roots := scriptedTLSSite(t, raw)
+				site, roots := scriptedSite(t, true, func(_ int, c net.Conn) bool {
+					_, err := io.WriteString(c, raw)
+					return err == nil
+				})
 				ca, caRoots := newTestCA(t)
 				fp := FingerprintMirror
 				if pathName == "MITM, Go's hello" {
@@ -127,7 +64,7 @@ func TestASitesErrorAnswerOverTLSIsNeverTheMembers(t *testing.T) {
 				if pathName != "GET https:// in absolute form" {
 					o.MITM = &MITMOptions{CA: ca, Fingerprint: fp}
 				}
-				e := newEnv(t, o, pool.StoreOptions{}, connectUpstream(t, "p1"), connectUpstream(t, "p2"), connectUpstream(t, "p3"))
+				e := newEnv(t, o, pool.StoreOptions{}, relayingUpstream(t, "p1"), relayingUpstream(t, "p2"), relayingUpstream(t, "p3"))
 				want, err := http.ReadResponse(bufio.NewReader(strings.NewReader(raw)), nil)
 				if err != nil {
 					t.Fatal(err)

@@ -27,38 +27,34 @@ type slot struct {
 // Lock waits for key's slot, or for ctx to end (then it returns ctx's error
 // and holds nothing). The returned func releases the slot; call it once.
 func (l *Locks) Lock(ctx context.Context, key string) (unlock func(), err error) {
-	l.mu.Lock()
-	if l.slots == nil {
-		l.slots = map[string]*slot{}
-	}
-	s := l.slots[key]
-	if s == nil {
-		s = &slot{ch: make(chan struct{}, 1)}
-		l.slots[key] = s
-	}
-	s.refs++
-	l.mu.Unlock()
-
+	s := l.ref(key)
 	select {
 	case s.ch <- struct{}{}:
 	case <-ctx.Done():
 		l.drop(key, s)
 		return nil, ctx.Err()
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-s.ch
-			l.drop(key, s)
-		})
-	}, nil
+	return l.releaser(key, s), nil
 }
 
 // TryLock takes key's slot when it is free and reports whether it did: a
 // caller that would rather do something else than wait (a reconcile worker
 // that must not sit behind a long download) does not queue.
 func (l *Locks) TryLock(key string) (unlock func(), ok bool) {
+	s := l.ref(key)
+	select {
+	case s.ch <- struct{}{}:
+	default:
+		l.drop(key, s)
+		return nil, false
+	}
+	return l.releaser(key, s), true
+}
+
+// ref returns key's slot, made on demand, counted as held or waited for.
+func (l *Locks) ref(key string) *slot {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.slots == nil {
 		l.slots = map[string]*slot{}
 	}
@@ -68,20 +64,18 @@ func (l *Locks) TryLock(key string) (unlock func(), ok bool) {
 		l.slots[key] = s
 	}
 	s.refs++
-	l.mu.Unlock()
-	select {
-	case s.ch <- struct{}{}:
-	default:
-		l.drop(key, s)
-		return nil, false
-	}
+	return s
+}
+
+// releaser frees key's slot s once, however often it is called.
+func (l *Locks) releaser(key string, s *slot) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			<-s.ch
 			l.drop(key, s)
 		})
-	}, true
+	}
 }
 
 func (l *Locks) drop(key string, s *slot) {
