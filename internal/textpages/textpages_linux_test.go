@@ -104,7 +104,12 @@ func TestReleaseUnmapsTheExecutablesStartPages(t *testing.T) {
 	if before < 1<<20 {
 		t.Fatalf("the child has only %d KiB of its executable mapped after its start: nothing to measure", before>>10)
 	}
-	if after > before/2 {
+	// Not "half": the child runs between Release and the reading (it
+	// answers, its runtime's goroutines wake), and every page it touches
+	// faults 64 KiB back in. With the race detector's runtime that was 40-44 %
+	// of the start's pages on a quiet machine and 52 % on a busy one (CI
+	// failed on it); a Release that gave nothing back leaves them all.
+	if after > before*2/3 {
 		t.Errorf("after Release %d KiB of the executable are still mapped (before %d KiB): the start's pages were not given back", after>>10, before>>10)
 	}
 	if first != second || first == "" {
