@@ -86,6 +86,13 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 		}
 		return resp, err
 	}
+	var st *siteTrace
+	if out.URL.Scheme == "https" {
+		// Over the gateway's own TLS to the site: what fails once the
+		// request is written may be the site's answer (siteTrace).
+		st = new(siteTrace)
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.trace()))
+	}
 	if timeout == g.answerTimeout {
 		// The default: the Transport's own ResponseHeaderTimeout, set to
 		// it (newMemberConn), bounds the answer from the request's write,
@@ -94,7 +101,10 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 		if err != nil && isTimeout(err) && out.Context().Err() == nil {
 			return nil, answerTimedOut(timeout, "the request")
 		}
-		return resp, err
+		if err != nil {
+			return nil, st.verdict(out.Context(), err)
+		}
+		return resp, nil
 	}
 	// A site's own answer timeout: its attempts go through a copy of the
 	// Transport without ResponseHeaderTimeout, bounded by a timer of their
@@ -121,7 +131,7 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 	}
 	if err != nil {
 		cancel(nil)
-		return nil, err
+		return nil, st.verdict(out.Context(), err)
 	}
 	// actx lives on with the body; it ends with the request's context.
 	return resp, nil

@@ -2,9 +2,16 @@ package gateway
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -119,4 +126,54 @@ func siteHeadFault(err error, firsthand bool) error {
 			err: &annotated{err: err, msg: "the site's " + mh.Error()}}
 	}
 	return err
+}
+
+// siteTrace follows one round trip through a member's Transport to an
+// https:// URL, where the Transport speaks TLS to the site itself through
+// the member's CONNECT (a MITM'd tunnel under the go fingerprint, an
+// https:// absolute URI). Once it has its connection (the CONNECT answered
+// and the TLS handshake done: GotConn comes after both) and the request is
+// written, a failure that is no connection failure is what the site said:
+// a head that does not parse, or one past MaxResponseHeaderBytes. The
+// member only relays encrypted bytes there, so neither is its fault.
+type siteTrace struct{ conn, wrote atomic.Bool }
+
+func (st *siteTrace) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { st.conn.Store(true) },
+		WroteRequest: func(w httptrace.WroteRequestInfo) { st.wrote.Store(w.Err == nil) },
+	}
+}
+
+// transportHeadTooLarge is how net/http's Transport words an answer head
+// past MaxResponseHeaderBytes (it has no error value of its own).
+const transportHeadTooLarge = "server response headers exceeded"
+
+// verdict gives err, the failed round trip st followed (nil: none), its
+// verdict: the site's, firsthand (siteHeadFault), when the site's answer
+// was being read and the connection itself did not fail; else err as it is.
+func (st *siteTrace) verdict(ctx context.Context, err error) error {
+	if st == nil || !st.conn.Load() || !st.wrote.Load() || ctx.Err() != nil || connFailure(err) {
+		return err
+	}
+	if strings.Contains(err.Error(), transportHeadTooLarge) {
+		return siteHeadFault(errHeadTooLarge, true)
+	}
+	return siteHeadFault(&malformedHead{err: err}, true)
+}
+
+// connFailure reports whether err is a connection's failure rather than
+// something said on it: a close or a reset, a timeout, a broken TLS record
+// (a relay that changed a byte), a cancelled attempt, or the Transport's
+// word for a kept connection the far end had closed.
+func connFailure(err error) bool {
+	var (
+		ne  net.Error
+		rhe tls.RecordHeaderError
+		no  syscall.Errno
+	)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) || errors.As(err, &rhe) || errors.As(err, &no) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }

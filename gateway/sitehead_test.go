@@ -72,10 +72,20 @@ func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
 		request     func(site string) string
 		status      string
 		wantResting int
+		// fingerprint is the MITM's (default mirror); go reads the site
+		// through the member's Transport.
+		fingerprint Fingerprint
+		// absoluteHTTPS sends GET https://site/ on the proxy port: the
+		// Transport's own TLS to the site, no MITM.
+		absoluteHTTPS bool
 	}{
 		{name: "a MITM'd request through a direct member", https: true,
 			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
 		{name: "a MITM'd request through a proxy member", https: true, proxy: true,
+			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
+		{name: "a MITM'd request through a proxy member under the go fingerprint", https: true, proxy: true, fingerprint: FingerprintGo,
+			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
+		{name: "an https:// absolute URI through a proxy member", proxy: true, absoluteHTTPS: true,
 			request: func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" }, status: "200 OK"},
 		{name: "a wss handshake through a proxy member", https: true, proxy: true,
 			request: func(string) string { return wsHandshake("/ws", "x") }, status: "101 Switching Protocols"},
@@ -86,15 +96,27 @@ func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			site, roots := scriptedSite(t, tt.https, endlessHead(tt.status))
+			site, roots := scriptedSite(t, tt.https || tt.absoluteHTTPS, endlessHead(tt.status))
 			member := directMembers(1)[0]
 			if tt.proxy {
 				member = relayingUpstream(t, "p1")
 			}
+			fp := tt.fingerprint
+			if fp == "" {
+				fp = FingerprintMirror
+			}
 			ca, caRoots := newTestCA(t)
 			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
-				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, member)
-			resp, b := siteExchange(t, e, tt.https, site, caRoots, tt.request)
+				MITM: &MITMOptions{CA: ca, Fingerprint: fp}}, pool.StoreOptions{}, member)
+			var resp *http.Response
+			var b string
+			if tt.absoluteHTTPS {
+				rc := dialRaw(t, e.addr)
+				rc.send("GET https://" + site + "/ HTTP/1.1\r\nHost: " + site + "\r\n\r\n")
+				resp, b = rc.answer(http.MethodGet)
+			} else {
+				resp, b = siteExchange(t, e, tt.https, site, caRoots, tt.request)
+			}
 			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
 				!strings.Contains(b, "larger than 1 MiB") {
 				t.Fatalf("got %d %s %q; want 502 %s saying the head is larger than 1 MiB",
@@ -120,30 +142,35 @@ func TestMalformedSiteAnswerIsTheSitesFault(t *testing.T) {
 	for name, raw := range map[string]string{
 		"a garbled status line":         "HTTP/1.1 two hundred OK\r\nContent-Length: 2\r\n\r\nok",
 		"two different Content-Lengths": "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!",
+		"a header line without a colon": "HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nok",
 	} {
-		t.Run(name, func(t *testing.T) {
-			var asked atomic.Int64
-			site, roots := scriptedSite(t, true, func(_ int, c net.Conn) bool {
-				asked.Add(1)
-				_, _ = io.WriteString(c, raw)
-				return false
-			})
-			ca, caRoots := newTestCA(t)
-			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
-				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
-				relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
-			resp, b := siteExchange(t, e, true, site, caRoots, func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" })
-			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
-				!strings.Contains(b, "the site's malformed answer") {
-				t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
-			}
-			if mw := memberWide(e.store); len(mw) != 0 {
-				t.Errorf("%v rest for every site; the answer was the site's", mw)
-			}
-			if n := asked.Load(); n != 1 {
-				t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
-			}
-		})
+		for _, fp := range []Fingerprint{FingerprintMirror, FingerprintGo} {
+			t.Run(name+"/"+string(fp), func(t *testing.T) { malformedSiteAnswer(t, raw, fp) })
+		}
+	}
+}
+
+func malformedSiteAnswer(t *testing.T, raw string, fp Fingerprint) {
+	var asked atomic.Int64
+	site, roots := scriptedSite(t, true, func(_ int, c net.Conn) bool {
+		asked.Add(1)
+		_, _ = io.WriteString(c, raw)
+		return false
+	})
+	ca, caRoots := newTestCA(t)
+	e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
+		MITM: &MITMOptions{CA: ca, Fingerprint: fp}}, pool.StoreOptions{},
+		relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
+	resp, b := siteExchange(t, e, true, site, caRoots, func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" })
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+		!strings.Contains(b, "the site's malformed answer") {
+		t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+	}
+	if mw := memberWide(e.store); len(mw) != 0 {
+		t.Errorf("%v rest for every site; the answer was the site's", mw)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
 	}
 }
 
