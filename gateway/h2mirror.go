@@ -117,9 +117,48 @@ func (p *h2Print) open(tc net.Conn) (*siteH2, error) {
 func (h *siteH2) close()        { _ = h.cc.Close() }
 func (h *siteH2) canTake() bool { return h.cc.CanTakeNewRequest() }
 
-// roundTrip sends out and answers in net/http's types.
+// roundTrip sends out and answers in net/http's types. A failure fhttp
+// found in the site's frames is the site's (h2SiteFault).
 func (h *siteH2) roundTrip(out *http.Request) (*http.Response, error) {
-	return h2RoundTrip(h.cc, out)
+	resp, err := h2RoundTrip(h.cc, out)
+	if err != nil && out.Context().Err() == nil {
+		err = h2SiteFault(err)
+	}
+	return resp, err
+}
+
+// fhttp's words for answer heads it refuses, which have no error values
+// of their own outside the package.
+const (
+	h2HeadTooLarge   = "http2: response header list larger than advertised limit"
+	h2Malformed      = "malformed response from server"
+	h2TooManyInterim = "http2: too many 1xx informational responses"
+)
+
+// h2SiteFault gives a failed HTTP/2 round trip on a site link its verdict.
+// Past the site's TLS the member relays encrypted bytes only, so what
+// fhttp itself found wrong in the frames is the site's, firsthand: a
+// protocol violation that ends the connection (ConnectionError) or a
+// stream (a StreamError fhttp raised with its reason: a reset the site
+// sent carries none), an answer head without a valid :status, more 1xx
+// heads than it takes, or one past the header list size the connection
+// advertised (the client's own SETTINGS_MAX_HEADER_LIST_SIZE, mirrored;
+// 10 MiB when it sent none). Anything else (the connection closed or
+// reset, a reset or GOAWAY from the site) is returned as it is.
+func h2SiteFault(err error) error {
+	var (
+		ce fhttp2.ConnectionError
+		se fhttp2.StreamError
+	)
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, h2HeadTooLarge):
+		return siteHeadFault(&malformedHead{err: errors.New("its head is larger than the HTTP/2 connection's header list size")}, true)
+	case errors.As(err, &ce), errors.As(err, &se) && se.Cause != nil,
+		strings.HasPrefix(msg, h2Malformed), msg == h2TooManyInterim:
+		return siteHeadFault(&malformedHead{err: err}, true)
+	}
+	return err
 }
 
 // isNoCachedConn is fhttp's answer on an HTTP/2 connection that can take

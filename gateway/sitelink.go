@@ -217,7 +217,7 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 			return resp, nil
 		}
 		t.sites.drop(l)
-		if reused && try == 0 && (staleLink(err) || leftover(err)) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
+		if reused && try == 0 && (staleLink(err) || (l.fh == nil && leftover(err))) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
 			continue
 		}
 		return nil, err

@@ -1,0 +1,157 @@
+//go:build !nomirror
+
+package gateway
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	fhttp2 "github.com/bogdanfinn/fhttp/http2"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/proxyfleet/proxyfleet/internal/testutil"
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// scriptedH2Site is a site on a free port of 127.0.0.1 that speaks HTTP/2
+// only (ALPN h2, a certificate of its own) and answers each request's
+// HEADERS with answer, which writes the stream's frames itself; asked
+// counts the requests it read.
+func scriptedH2Site(t *testing.T, answer func(fr *http2.Framer, stream uint32)) (addr string, roots *x509.CertPool, asked *atomic.Int64) {
+	t.Helper()
+	cert, roots, err := testutil.SelfSignedCert(net.ParseIP("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked = new(atomic.Int64)
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	addr = testutil.ServeTCP(t, func(c net.Conn) {
+		tc := tls.Server(c, cfg)
+		defer tc.Close()
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(tc, preface); err != nil || string(preface) != http2.ClientPreface {
+			return
+		}
+		fr := http2.NewFramer(tc, tc)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		if fr.WriteSettings() != nil {
+			return
+		}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() && fr.WriteSettingsAck() != nil {
+					return
+				}
+			case *http2.MetaHeadersFrame:
+				asked.Add(1)
+				answer(fr, f.StreamID)
+			}
+		}
+	})
+	return addr, roots, asked
+}
+
+// headersBlock is fields encoded as one HPACK block.
+func headersBlock(fields ...string) []byte {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for i := 0; i+1 < len(fields); i += 2 {
+		_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	return b.Bytes()
+}
+
+// TestMalformedHTTP2SiteAnswerIsTheSitesFault: on a MITM tunnel's HTTP/2
+// site link, what fhttp finds wrong in the site's frames (an answer
+// without :status, a frame no HTTP/2 peer may send) is the site's: the
+// member relayed encrypted bytes only. The client gets 502
+// target_unreachable saying so, no member rests and none other is tried;
+// read as the member's, each member it went through rested for every site.
+func TestMalformedHTTP2SiteAnswerIsTheSitesFault(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(fr *http2.Framer, stream uint32)
+	}{
+		{name: "an answer without :status", answer: func(fr *http2.Framer, stream uint32) {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: headersBlock("content-length", "0"),
+				EndStream: true, EndHeaders: true})
+		}},
+		{name: "a non-numeric :status", answer: func(fr *http2.Framer, stream uint32) {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: headersBlock(":status", "ok"),
+				EndStream: true, EndHeaders: true})
+		}},
+		{name: "a DATA frame on a stream never opened", answer: func(fr *http2.Framer, stream uint32) {
+			_ = fr.WriteData(stream+2, true, []byte("x"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			site, roots, asked := scriptedH2Site(t, tt.answer)
+			ca, caRoots := newTestCA(t)
+			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
+				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
+				relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
+			c := mitmClient(t, e.addr, caRoots, nil, nil)
+			c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+			a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
+			if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable ||
+				!strings.Contains(a.body, "the site's malformed answer") {
+				t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable)
+			}
+			if mw := memberWide(e.store); len(mw) != 0 {
+				t.Errorf("%v rest for every site; the answer was the site's", mw)
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
+			}
+		})
+	}
+}
+
+// TestHTTP2SiteFaultReadsOnlyWhatFHTTPFoundWrong pins h2SiteFault's
+// reading of fhttp's errors: its own findings are the site's, a closed or
+// reset connection and a reset the site sent stay as they are.
+func TestHTTP2SiteFaultReadsOnlyWhatFHTTPFoundWrong(t *testing.T) {
+	tests := []struct {
+		name  string
+		err   error
+		sites bool
+	}{
+		{"a protocol violation that ended the connection", fhttp2.ConnectionError(fhttp2.ErrCodeProtocol), true},
+		{"a stream fhttp reset with its reason", fhttp2.StreamError{StreamID: 1, Code: fhttp2.ErrCodeProtocol, Cause: errors.New("invalid header field value")}, true},
+		{"no :status", errors.New("malformed response from server: missing status pseudo header"), true},
+		{"too many 1xx heads", errors.New("http2: too many 1xx informational responses"), true},
+		{"a head past the header list size", errors.New("http2: response header list larger than advertised limit"), true},
+		{"a reset the site sent", fhttp2.StreamError{StreamID: 1, Code: fhttp2.ErrCodeRefusedStream}, false},
+		{"the connection closed", io.ErrUnexpectedEOF, false},
+		{"the connection reset", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, false},
+		{"a GOAWAY", fhttp2.GoAwayError{LastStreamID: 1, ErrCode: fhttp2.ErrCodeNo}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := h2SiteFault(tt.err)
+			ae, ok := got.(*attemptError)
+			if sites := ok && ae.firsthand && ae.f.Fault == rotation.FaultSite; sites != tt.sites {
+				t.Fatalf("h2SiteFault(%v) = %#v; the site's, firsthand: %v, want %v", tt.err, got, sites, tt.sites)
+			}
+			if !tt.sites && got != tt.err {
+				t.Fatalf("h2SiteFault(%v) = %v; want it as it is", tt.err, got)
+			}
+		})
+	}
+}
