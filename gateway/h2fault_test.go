@@ -155,3 +155,121 @@ func TestHTTP2SiteFaultReadsOnlyWhatFHTTPFoundWrong(t *testing.T) {
 		})
 	}
 }
+
+// endlessContinuation opens the stream's answer head with a HEADERS frame
+// and then sends CONTINUATION frames of valid HPACK, 64 MiB of them unless
+// the gateway stops reading first; sent counts the bytes written.
+func endlessContinuation(sent *atomic.Int64) func(fr *http2.Framer, stream uint32) {
+	chunk := headersBlock("x-junk", strings.Repeat("a", 16000))
+	return func(fr *http2.Framer, stream uint32) {
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: headersBlock(":status", "200")}) != nil {
+			return
+		}
+		for sent.Store(0); sent.Load() < 64<<20; sent.Add(int64(len(chunk))) {
+			if fr.WriteContinuation(stream, false, chunk) != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestHTTP2SiteHeaderBlockIsBounded: a site that sends CONTINUATION frames
+// for ever is cut off once its header block passes 1 MiB (fhttp alone
+// would read and decode them until the answer timeout): 502
+// target_unreachable saying so, no member rests, the site asked once, and
+// it could write little more than the bound before its connection ended.
+func TestHTTP2SiteHeaderBlockIsBounded(t *testing.T) {
+	var sent atomic.Int64
+	site, roots, asked := scriptedH2Site(t, endlessContinuation(&sent))
+	ca, caRoots := newTestCA(t)
+	e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
+		MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
+		relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
+	c := mitmClient(t, e.addr, caRoots, nil, nil)
+	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
+	if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable ||
+		!strings.Contains(a.body, "larger than 1 MiB") {
+		t.Fatalf("got %d %s %q; want 502 %s saying the head is larger than 1 MiB", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable)
+	}
+	if mw := memberWide(e.store); len(mw) != 0 {
+		t.Errorf("%v rest for every site; the head was the site's", mw)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the site was asked %d times, want 1", n)
+	}
+	// What the socket buffers on the way hold comes on top of the bound.
+	if n := sent.Load(); n > 16<<20 {
+		t.Errorf("the site wrote %d MiB of one header block; the gateway kept reading", n>>20)
+	}
+}
+
+// frameBytes is one HTTP/2 frame of type typ with flags and a payload of n bytes.
+func frameBytes(typ http2.FrameType, flags http2.Flags, n int) []byte {
+	b := []byte{byte(n >> 16), byte(n >> 8), byte(n), byte(typ), byte(flags), 0, 0, 0, 1}
+	return append(b, make([]byte, n)...)
+}
+
+// readerConn is a net.Conn whose reads come from r.
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// TestHeaderBlockGuardCountsHeaderFramesOnly: the guard adds up HEADERS,
+// PUSH_PROMISE and CONTINUATION payloads until END_HEADERS, whatever
+// the reads' sizes; other frames, however long, count for nothing, and a
+// block that ends starts the next count at zero.
+func TestHeaderBlockGuardCountsHeaderFramesOnly(t *testing.T) {
+	const max = maxResponseHead
+	var within, over bytes.Buffer
+	for _, b := range [][]byte{
+		frameBytes(http2.FrameSettings, 0, 18),
+		frameBytes(http2.FrameHeaders, 0, max/2),
+		frameBytes(http2.FrameContinuation, http2.FlagContinuationEndHeaders, max/2),
+		frameBytes(http2.FrameData, 0, 1<<24-1),
+		frameBytes(http2.FramePushPromise, http2.FlagPushPromiseEndHeaders, max),
+		frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders, max),
+	} {
+		within.Write(b)
+	}
+	over.Write(within.Bytes())
+	over.Write(frameBytes(http2.FrameHeaders, 0, max-10))
+	over.Write(frameBytes(http2.FrameContinuation, 0, 11))
+	over.Write(frameBytes(http2.FrameContinuation, http2.FlagContinuationEndHeaders, 1))
+	for _, chunk := range []int{1, 7, 9, 4096, 1 << 20} {
+		g := &headerBlockGuard{Conn: readerConn{r: &chunked{b: within.Bytes(), n: chunk}}}
+		if n, err := io.Copy(io.Discard, g); err != nil || n != int64(within.Len()) {
+			t.Fatalf("reads of %d: %d of %d bytes, %v; want every block within the bound through", chunk, n, within.Len(), err)
+		}
+		g = &headerBlockGuard{Conn: readerConn{r: &chunked{b: over.Bytes(), n: chunk}}}
+		n, err := io.Copy(io.Discard, g)
+		if !errors.Is(err, errHeadTooLarge) {
+			t.Fatalf("reads of %d: %v after %d bytes; want errHeadTooLarge", chunk, err, n)
+		}
+		if stop := int64(within.Len() + 2*9 + max); n > stop+int64(chunk) {
+			t.Fatalf("reads of %d: %d bytes passed, want at most %d (the frame header that passed the bound)", chunk, n, stop+int64(chunk))
+		}
+		if _, err := g.Read(make([]byte, 1)); !errors.Is(err, errHeadTooLarge) {
+			t.Fatalf("a read after the bound: %v; want errHeadTooLarge again", err)
+		}
+	}
+}
+
+// chunked reads b n bytes at a time.
+type chunked struct {
+	b []byte
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	k := min(c.n, len(p), len(c.b))
+	copy(p, c.b[:k])
+	c.b = c.b[k:]
+	return k, nil
+}

@@ -105,9 +105,10 @@ func (p *h2Print) alps() []byte {
 // siteH2 is a site link's HTTP/2 connection.
 type siteH2 struct{ cc *fhttp2.ClientConn }
 
-// open starts HTTP/2 over tc, the site's TLS connection, as the client did.
+// open starts HTTP/2 over tc, the site's TLS connection, as the client
+// did, its header blocks bounded by headerBlockGuard.
 func (p *h2Print) open(tc net.Conn) (*siteH2, error) {
-	cc, err := p.transport().NewClientConn(tc)
+	cc, err := p.transport().NewClientConn(&headerBlockGuard{Conn: tc})
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +126,58 @@ func (h *siteH2) roundTrip(out *http.Request) (*http.Response, error) {
 		err = h2SiteFault(err)
 	}
 	return resp, err
+}
+
+// headerBlockGuard bounds what a site may send as one header block
+// (a HEADERS or PUSH_PROMISE frame and its CONTINUATIONs) to
+// maxResponseHead bytes, as every other path bounds an answer head. fhttp
+// itself reads CONTINUATION frames for as long as they come, decoding
+// them after its header list size is passed (x/net's fix for that,
+// CVE-2023-45288, is not in it): a site could keep a gateway's core busy
+// until the answer timeout. The guard follows the frame headers in the
+// bytes fhttp reads, nothing else, and fails the read with errHeadTooLarge
+// once a block passes the bound; fhttp ends the connection with it.
+type headerBlockGuard struct {
+	net.Conn
+	hdr   [9]byte // the frame header being read
+	hn    int     // bytes of it read
+	skip  int     // payload bytes of the current frame still to come
+	block int     // header block bytes so far
+	err   error   // errHeadTooLarge once a block passed the bound
+}
+
+func (g *headerBlockGuard) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	n, err := g.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if g.skip > 0 {
+			k := min(g.skip, len(b))
+			g.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(g.hdr[g.hn:], b)
+		g.hn += k
+		b = b[k:]
+		if g.hn < len(g.hdr) {
+			break
+		}
+		g.hn = 0
+		g.skip = int(g.hdr[0])<<16 | int(g.hdr[1])<<8 | int(g.hdr[2])
+		switch http2.FrameType(g.hdr[3]) {
+		case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
+			if g.block += g.skip; g.block > maxResponseHead {
+				g.err = errHeadTooLarge
+				return n, g.err
+			}
+			if http2.Flags(g.hdr[4]).Has(http2.FlagHeadersEndHeaders) {
+				g.block = 0
+			}
+		}
+	}
+	return n, err
 }
 
 // fhttp's words for answer heads it refuses, which have no error values
@@ -152,6 +205,8 @@ func h2SiteFault(err error) error {
 	)
 	msg := err.Error()
 	switch {
+	case errors.Is(err, errHeadTooLarge):
+		return siteHeadFault(err, true)
 	case strings.Contains(msg, h2HeadTooLarge):
 		return siteHeadFault(&malformedHead{err: errors.New("its head is larger than the HTTP/2 connection's header list size")}, true)
 	case errors.As(err, &ce), errors.As(err, &se) && se.Cause != nil,
