@@ -4,7 +4,9 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -76,4 +78,46 @@ func TestH2PrintReadsChromiumsStart(t *testing.T) {
 	if a := fmt.Sprintf("%x", p.alps()); a != "000100010000"+"000200000000"+"000400600000"+"000600040000" {
 		t.Fatalf("ALPS data %s", a)
 	}
+}
+
+// FuzzHeaderBlockGuard feeds headerBlockGuard a site's bytes in reads of
+// any size: it never panics, and it fails (with errHeadTooLarge) exactly
+// when a reference walk of the whole stream finds a header block past the
+// bound, on the read that brought the frame header passing it.
+func FuzzHeaderBlockGuard(f *testing.F) {
+	f.Add(frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders, 3), uint16(1))
+	f.Add([]byte{0xff, 0xff, 0xff, byte(http2.FrameContinuation), 0, 0, 0, 0, 1}, uint16(4))
+	f.Add(append(frameBytes(http2.FrameData, 0, 9), 0x10, 0, 0, byte(http2.FrameHeaders)), uint16(7))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint16) {
+		n := int(chunk%64) + 1
+		fail := -1 // the offset just past the frame header that passes the bound
+		for off, block := 0, 0; off+9 <= len(in); {
+			h := in[off : off+9]
+			size := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+			switch http2.FrameType(h[3]) {
+			case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
+				block += size
+				if http2.Flags(h[4]).Has(http2.FlagHeadersEndHeaders) && block <= maxResponseHead {
+					block = 0
+				}
+			}
+			if block > maxResponseHead {
+				fail = off + 9
+				break
+			}
+			off += 9 + size
+		}
+		g := &headerBlockGuard{Conn: readerConn{r: &chunked{b: in, n: n}}}
+		got, err := io.Copy(io.Discard, g)
+		switch {
+		case fail < 0 && err != nil:
+			t.Fatalf("%v after %d bytes; no block passes the bound", err, got)
+		case fail < 0 && got != int64(len(in)):
+			t.Fatalf("%d of %d bytes through", got, len(in))
+		case fail >= 0 && !errors.Is(err, errHeadTooLarge):
+			t.Fatalf("%v after %d bytes; the frame header ending at %d passes the bound", err, got, fail)
+		case fail >= 0 && (got < int64(fail) || got >= int64(fail+n)):
+			t.Fatalf("failed after %d bytes in reads of %d; the frame header passing the bound ends at %d", got, n, fail)
+		}
+	})
 }
