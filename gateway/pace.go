@@ -128,6 +128,8 @@ type pacer struct {
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
 	log      *slog.Logger
 	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
+	// givingBack counts the give-backs in flight (giveBackLater).
+	givingBack atomic.Int32
 
 	mu    sync.Mutex
 	sites map[string]*sitePace
@@ -437,6 +439,13 @@ func (g *Gateway) waitPlace(ctx, client context.Context, rq *request, sp *sitePa
 		in, err := by.EnterSite(ctx, target, holder, limit)
 		if err != nil {
 			p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)
+			// The store may have taken the place before the call failed
+			// (its answer lost, this request's context ended mid-call):
+			// give it back, or the site counts it in flight for
+			// pool.PaceHold. A fresh holder goes on, so the give-back
+			// never takes a place a later call got.
+			p.giveBackLater(target, holder)
+			holder = newHolder()
 			by = p.own
 			in, _ = by.EnterSite(ctx, target, holder, limit)
 		}
@@ -477,6 +486,30 @@ func (g *Gateway) waitPlace(ctx, client context.Context, rq *request, sp *sitePa
 		}
 		pollT.Stop()
 	}
+}
+
+// maxGivingBack bounds the give-backs (giveBackLater) in flight at once:
+// while the store is down every request with a place to wait for fails
+// one, and past it a place is left to expire after pool.PaceHold rather
+// than pile up calls on a store that does not answer.
+const maxGivingBack = 64
+
+// giveBackLater leaves, in the background, a place the store may hold for
+// holder after a call that failed; a failure (or too many give-backs at
+// once) leaves it to expire after pool.PaceHold.
+func (p *pacer) giveBackLater(site, holder string) {
+	if p.givingBack.Add(1) > maxGivingBack {
+		p.givingBack.Add(-1)
+		return
+	}
+	go func() {
+		defer p.givingBack.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
+		defer cancel()
+		if err := p.store.LeaveSite(ctx, site, holder); err != nil {
+			p.log.Debug("pacing: giving back a place a failed call may have taken failed; it counts until it expires", "site", site, "err", err)
+		}
+	}()
 }
 
 // leavePace ends rq's place in flight and wakes the requests waiting

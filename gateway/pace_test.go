@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -301,5 +302,62 @@ func TestASiteSlowedElsewhereIsPacedAndSaysSo(t *testing.T) {
 	p.applySlowed(nil, time.Now())
 	if p.paced(0) {
 		t.Fatal("a slow-down the fleet ended still paces")
+	}
+}
+
+// lostReplyPacer is a store whose EnterSite takes the place and then
+// fails, as a call whose answer is lost (a connection cut after the
+// script ran, the request's context ended mid-call) does.
+type lostReplyPacer struct {
+	*pool.Paces
+	mu   sync.Mutex
+	lose int // EnterSite calls still to fail after taking the place
+}
+
+func (s *lostReplyPacer) EnterSite(ctx context.Context, site, holder string, limit int) (bool, error) {
+	in, err := s.Paces.EnterSite(ctx, site, holder, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.lose > 0 {
+		s.lose--
+		return false, errors.New("connection reset by peer")
+	}
+	return in, err
+}
+
+func TestAPlaceInFlightWhoseStoreCallFailedIsGivenBackToTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose int
+	}{
+		{"the store's first answer lost", 1},
+		{"every answer lost (the gateway paces alone)", 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &lostReplyPacer{Paces: pool.NewPaces(nil), lose: tc.lose}
+			o := paceOptions(PacingOptions{Default: rotation.PaceLimits{MaxConcurrency: 1}, MaxWait: 2 * time.Second})
+			o.Pacer = store
+			e := newEnv(t, o, pool.StoreOptions{}, directMembers(1)...)
+			tg := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.181"})
+			if resp, _ := get(t, e.client("", ""), tg.URL(), nil); resp.StatusCode != 200 {
+				t.Fatalf("status %d %s", resp.StatusCode, resp.Header.Get(HeaderReason))
+			}
+			store.mu.Lock()
+			store.lose = 0
+			store.mu.Unlock()
+			// The request is over: the site's only place is free in the
+			// store again, not held for pool.PaceHold by the place the
+			// failed call took.
+			poll.Until(t, 10*time.Second, "the site's place free in the store", func() error {
+				in, err := store.Paces.EnterSite(context.Background(), "127.0.0.181", "probe", 1)
+				if err != nil {
+					return err
+				}
+				if !in {
+					return errors.New("the site's place is still held")
+				}
+				return store.Paces.LeaveSite(context.Background(), "127.0.0.181", "probe")
+			})
+		})
 	}
 }
