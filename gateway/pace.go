@@ -24,7 +24,8 @@ import (
 const DefaultPacingMaxWait = 30 * time.Second
 
 // maxPaceSites bounds the sites the pacer keeps a view of; past it, sites
-// with nothing in flight, nothing queued and nothing learnt are forgotten.
+// with nothing in flight, nothing queued and nothing learnt are forgotten,
+// the next time when the sites kept have doubled since.
 const maxPaceSites = 10_000
 
 // slowedRefresh is how often a gateway on a shared pace asks which sites
@@ -131,8 +132,10 @@ type pacer struct {
 	// givingBack counts the give-backs in flight (giveBackLater).
 	givingBack atomic.Int32
 
-	mu    sync.Mutex
-	sites map[string]*sitePace
+	mu      sync.Mutex
+	sites   map[string]*sitePace
+	sweepAt int // sites kept at which the next sweep comes (at least maxPaceSites)
+	sweeps  int // sweeps made (tests)
 }
 
 // newPacer makes the pacer on store (nil: a pace of its own). A store not
@@ -204,7 +207,7 @@ func (p *pacer) paced(client time.Duration) bool {
 func (p *pacer) site(target string) *sitePace {
 	sp := p.sites[target]
 	if sp == nil {
-		if len(p.sites) >= maxPaceSites {
+		if len(p.sites) >= max(p.sweepAt, maxPaceSites) {
 			p.sweep()
 		}
 		sp = &sitePace{wake: make(chan struct{})}
@@ -213,14 +216,19 @@ func (p *pacer) site(target string) *sitePace {
 	return sp
 }
 
-// sweep forgets the sites with nothing in flight, waiting or learnt.
+// sweep forgets the sites with nothing in flight, waiting or learnt. The
+// next sweep comes when the sites kept have doubled since, so a sweep that
+// frees little (the fleet slowed thousands of sites) costs O(1) per new
+// site, not a pass over them all at each.
 func (p *pacer) sweep() {
+	p.sweeps++
 	now := time.Now()
 	for k, sp := range p.sites {
 		if sp.inflight == 0 && sp.queued == 0 && !sp.learnt.Decayed(now).Slowed() {
 			delete(p.sites, k)
 		}
 	}
+	p.sweepAt = 2 * len(p.sites)
 }
 
 // learntFor is target's learnt pace in the view now (p.mu held).

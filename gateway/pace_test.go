@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -359,5 +360,24 @@ func TestAPlaceInFlightWhoseStoreCallFailedIsGivenBackToTheStore(t *testing.T) {
 				return store.Paces.LeaveSite(context.Background(), "127.0.0.181", "probe")
 			})
 		})
+	}
+}
+
+func TestPacerViewPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.T) {
+	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil)
+	// The fleet slowed three times as many sites as the view's bound (a
+	// broad crawl that met many 429s): none can be forgotten, and taking
+	// them in must not sweep the whole view at every new one, under the
+	// mutex every paced request takes.
+	sites := make([]string, 3*maxPaceSites)
+	for i := range sites {
+		sites[i] = "s" + strconv.Itoa(i) + ".example"
+	}
+	p.applySlowed(sites, time.Now())
+	if len(p.sites) != len(sites) || p.learnt.Load() != int64(len(sites)) {
+		t.Fatalf("view of %d sites, %d slowed; want all %d", len(p.sites), p.learnt.Load(), len(sites))
+	}
+	if p.sweeps > 2 {
+		t.Fatalf("%d sweeps for %d slowed sites, want one per doubling past %d", p.sweeps, len(sites), maxPaceSites)
 	}
 }

@@ -16,7 +16,8 @@ import (
 const PaceHold = 10 * time.Minute
 
 // maxPaceSites bounds the sites a Paces keeps; past it, sites with nothing
-// in flight, no slot ahead and nothing learnt are forgotten.
+// in flight, no slot ahead and nothing learnt are forgotten, the next time
+// when the sites kept have doubled since (at most twice the busy ones).
 const maxPaceSites = 10_000
 
 // SitePacer keeps the pace of sites where the leases are kept, so that
@@ -110,8 +111,10 @@ func BanSent(p rotation.LearntPace, seenCuts int, now time.Time) time.Time {
 type Paces struct {
 	clock clock.PassiveClock
 
-	mu    sync.Mutex
-	sites map[string]*paceSite
+	mu      sync.Mutex
+	sites   map[string]*paceSite
+	sweepAt int // sites kept at which the next sweep comes (at least maxPaceSites)
+	sweeps  int // sweeps made (tests)
 }
 
 type paceSite struct {
@@ -138,7 +141,7 @@ func NewPaces(c clock.PassiveClock) *Paces {
 func (p *Paces) site(site string, now time.Time) *paceSite {
 	ps := p.sites[site]
 	if ps == nil {
-		if len(p.sites) >= maxPaceSites {
+		if len(p.sites) >= max(p.sweepAt, maxPaceSites) {
 			p.sweep(now)
 		}
 		ps = &paceSite{slots: map[string]slotState{}, holders: map[string]time.Time{}}
@@ -148,12 +151,17 @@ func (p *Paces) site(site string, now time.Time) *paceSite {
 }
 
 // sweep forgets the sites with nothing in flight, ahead or learnt.
+// The next sweep comes when the sites kept have doubled since, so a
+// sweep that frees little (every site busy) costs O(1) per new site, not
+// a pass over them all at each.
 func (p *Paces) sweep(now time.Time) {
+	p.sweeps++
 	for k, ps := range p.sites {
 		if !ps.busy(now) {
 			delete(p.sites, k)
 		}
 	}
+	p.sweepAt = 2 * len(p.sites)
 }
 
 func (ps *paceSite) busy(now time.Time) bool {

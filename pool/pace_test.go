@@ -87,3 +87,55 @@ func BenchmarkPacesDecision(b *testing.B) {
 		}
 	})
 }
+
+func TestPacesPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		busy func(p *Paces, site string)
+	}{
+		{"learnt paces", func(p *Paces, site string) {
+			_, _ = p.SiteAnswered(ctx, SiteAnswer{Site: site, Member: "m", Result: rotation.ResultRateLimited})
+		}},
+		{"places in flight", func(p *Paces, site string) { _, _ = p.EnterSite(ctx, site, "h", 1) }},
+		{"slots ahead", func(p *Paces, site string) {
+			for range 2 {
+				_, _ = p.ReserveSlot(ctx, SlotRequest{Site: site, Member: "m", MinInterval: time.Hour, MaxWait: 2 * time.Hour})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPaces(testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)))
+			const n = 3 * maxPaceSites
+			for i := range n {
+				tc.busy(p, "s"+strconv.Itoa(i)+".example")
+			}
+			if len(p.sites) != n {
+				t.Fatalf("%d sites kept, want all %d (every one busy)", len(p.sites), n)
+			}
+			// Every site is busy, so no sweep frees one: sweeping at every
+			// new site past the bound is quadratic, under the mutex every
+			// decision of every site takes.
+			if p.sweeps > 2 {
+				t.Fatalf("%d sweeps for %d busy sites, want one per doubling past %d", p.sweeps, n, maxPaceSites)
+			}
+		})
+	}
+}
+
+func TestPacesForgetsIdleSitesPastMaxPaceSites(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	p := NewPaces(clk)
+	for i := range 3 * maxPaceSites {
+		_, _ = p.SiteAnswered(ctx, SiteAnswer{Site: "s" + strconv.Itoa(i) + ".example", Member: "m", Result: rotation.ResultBanned})
+	}
+	clk.Step(rotation.PaceQuiet)
+	for i := range 3 * maxPaceSites {
+		_, _ = p.EnterSite(ctx, "t"+strconv.Itoa(i)+".example", "h", 1)
+		_ = p.LeaveSite(ctx, "t"+strconv.Itoa(i)+".example", "h")
+	}
+	if len(p.sites) > 2*maxPaceSites {
+		t.Fatalf("%d sites kept, want at most %d once the learnt paces decayed", len(p.sites), 2*maxPaceSites)
+	}
+}
