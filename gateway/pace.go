@@ -225,6 +225,7 @@ func (p *pacer) sweep() {
 	now := time.Now()
 	for k, sp := range p.sites {
 		if sp.inflight == 0 && sp.queued == 0 && !sp.learnt.Decayed(now).Slowed() {
+			p.setLearnt(sp, rotation.LearntPace{}) // a decayed one leaves the count
 			delete(p.sites, k)
 		}
 	}

@@ -381,3 +381,19 @@ func TestPacerViewPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.
 		t.Fatalf("%d sweeps for %d slowed sites, want one per doubling past %d", p.sweeps, len(sites), maxPaceSites)
 	}
 }
+
+func TestPacerViewSweepForgettingADecayedSiteEndsItsSlowDownCount(t *testing.T) {
+	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil)
+	sites := make([]string, maxPaceSites)
+	for i := range sites {
+		sites[i] = "s" + strconv.Itoa(i) + ".example"
+	}
+	// Slowed long enough ago to have decayed; no request asked since.
+	p.applySlowed(sites, time.Now().Add(-rotation.PaceQuiet-time.Second))
+	p.mu.Lock()
+	p.site("new.example") // past the bound: the sweep forgets them all
+	p.mu.Unlock()
+	if n := p.learnt.Load(); n != 0 || p.paced(0) {
+		t.Fatalf("%d sites counted slowed after the sweep forgot every decayed one; want 0 and the fast path back", n)
+	}
+}
