@@ -123,6 +123,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 		cancel(errRequestTimeout)
 	})
 	defer deadline.Stop()
+	rq.pace.due = start.Add(g.requestTimeout)
 	addrs, err := g.checkTarget(ctx, host, port)
 	if err != nil {
 		g.finish(ctx, rq, err)

@@ -318,8 +318,10 @@ type paceTicket struct {
 	sp       *sitePace      // the site's view, while the request holds a place in flight
 	placeBy  pool.SitePacer // where the place is held
 	holder   string         // the place's id
-	deadline time.Time      // when waiting must end: MaxWait after the first wait
+	deadline time.Time      // when waiting must end: MaxWait after the first wait, or due
 	started  bool           // the deadline is set
+	due      time.Time      // the request's own deadline (--request-timeout, plain HTTP); zero for none
+	dueHeld  bool           // due, not MaxWait, set deadline
 	cuts     int            // the learnt pace's cuts the last attempt was paced under
 }
 
@@ -350,6 +352,11 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 	t := &rq.pace
 	if !t.started {
 		t.deadline, t.started = now.Add(p.o.MaxWait), true
+		if !t.due.IsZero() && t.due.Before(t.deadline) {
+			// A wait past the request's own deadline could only end in
+			// a 504: the slot is refused at once, 503 paced.
+			t.deadline, t.dueHeld = t.due, true
+		}
 	}
 	t.cuts = learnt.Cuts
 	if lim.MaxConcurrency > 0 && t.sp == nil {
@@ -381,7 +388,7 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		sp.refused++
 		sp.lastLimit = limit
 		p.mu.Unlock()
-		return h, &pacedError{retryAfter: slot.Wait, msg: "paced: " + limit + "; the next slot is in " + slot.Wait.Round(time.Millisecond).String() + ", past --pacing-max-wait " + p.o.MaxWait.String()}
+		return h, &pacedError{retryAfter: slot.Wait, msg: "paced: " + limit + "; the next slot is in " + slot.Wait.Round(time.Millisecond).String() + ", past " + p.waitBound(t)}
 	}
 	if err := p.waitSlot(ctx, client, sp, target, h.mc.m.Name, slot, by, limit); err != nil {
 		return h, err
@@ -408,6 +415,15 @@ func (p *pacer) reserve(ctx context.Context, req pool.SlotRequest, sp *sitePace)
 		p.mu.Unlock()
 	}
 	return slot, by
+}
+
+// waitBound names what ended t's wait: --pacing-max-wait, or the
+// request's own deadline.
+func (p *pacer) waitBound(t *paceTicket) string {
+	if t.dueHeld {
+		return "the request's deadline (--request-timeout)"
+	}
+	return "--pacing-max-wait " + p.o.MaxWait.String()
 }
 
 func concSource(src string) string {
@@ -482,7 +498,7 @@ func (g *Gateway) waitPlace(ctx, client context.Context, rq *request, sp *sitePa
 			p.mu.Lock()
 			sp.refused++
 			p.mu.Unlock()
-			return &pacedError{retryAfter: time.Second, msg: "paced: " + why + "; no place came free within --pacing-max-wait " + p.o.MaxWait.String()}
+			return &pacedError{retryAfter: time.Second, msg: "paced: " + why + "; no place came free within " + p.waitBound(t)}
 		case <-client.Done():
 			pollT.Stop()
 			return errClientGone

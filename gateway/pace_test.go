@@ -397,3 +397,30 @@ func TestPacerViewSweepForgettingADecayedSiteEndsItsSlowDownCount(t *testing.T) 
 		t.Fatalf("%d sites counted slowed after the sweep forgot every decayed one; want 0 and the fast path back", n)
 	}
 }
+
+func TestASlotPastTheRequestTimeoutIsPacedAtOnceNotATimeout(t *testing.T) {
+	o := paceOptions(PacingOptions{Sites: mustSitePaces(t, "127.0.0.182 min-interval=3s"), MaxWait: 10 * time.Second})
+	o.RequestTimeout = time.Second
+	e := newEnv(t, o, pool.StoreOptions{}, directMembers(1)...)
+	tg := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.182"})
+	c := e.client("", "")
+	if resp, _ := get(t, c, tg.URL(), nil); resp.StatusCode != 200 {
+		t.Fatalf("first: status %d", resp.StatusCode)
+	}
+	// The next slot is 3s away: within --pacing-max-wait, past the
+	// request's own deadline. Waiting for it could only end in a 504.
+	start := time.Now()
+	resp, b := getText(t, c, tg.URL(), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonPaced {
+		t.Fatalf("second: %d %q %s, want 503 paced", resp.StatusCode, resp.Header.Get(HeaderReason), b)
+	}
+	if d := time.Since(start); d > 700*time.Millisecond {
+		t.Errorf("the refusal took %v, want it at once", d)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "3" && ra != "2" {
+		t.Errorf("Retry-After %q, want the next slot (3s)", ra)
+	}
+	if !strings.Contains(b, "--request-timeout") {
+		t.Errorf("body %q does not say the request's deadline held it", b)
+	}
+}
