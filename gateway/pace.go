@@ -378,6 +378,13 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 	if slot.Wait > time.Millisecond && rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
 		h, slot, by = g.soonerMember(ctx, rq, at, h, sp, req, slot, by)
 	}
+	if req.Auto {
+		// The cut the request goes out under is the store's, as it set
+		// the slot: the view's may be older (cut since by another
+		// gateway, or known only from the list of slowed sites), and a
+		// ban to the request would pass for one in flight at the cut.
+		t.cuts = slot.Learnt.Cuts
+	}
 	isrc := src
 	if slot.Learnt.Interval > lim.MinInterval {
 		isrc = "learnt after a " + string(slot.Learnt.Cause) + " answer at " + slot.Learnt.CutAt.UTC().Format(time.TimeOnly) + " (--pacing auto)"

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -422,5 +423,48 @@ func TestASlotPastTheRequestTimeoutIsPacedAtOnceNotATimeout(t *testing.T) {
 	}
 	if !strings.Contains(b, "--request-timeout") {
 		t.Errorf("body %q does not say the request's deadline held it", b)
+	}
+}
+
+func TestABanIsJudgedByTheCutItsSlotWasPacedUnder(t *testing.T) {
+	const site = "cuts.example"
+	for _, tc := range []struct {
+		name string
+		view func(p *pacer) // what this gateway knew before the request
+	}{
+		{"known only from the fleet's list of slowed sites", func(p *pacer) { p.applySlowed([]string{site}, time.Now()) }},
+		{"cut again elsewhere since this gateway's last request", func(p *pacer) {
+			p.mu.Lock()
+			p.setLearnt(p.site(site), rotation.LearntPace{Interval: rotation.PaceFirstCut, CutInterval: rotation.PaceFirstCut, Cause: rotation.ResultBanned, CutAt: time.Now(), Cuts: 1})
+			p.mu.Unlock()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := pool.NewPaces(nil)
+			// Another gateway's requests cut the site (twice in the
+			// second case) before this one's request is paced.
+			cut, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m0", Result: rotation.ResultBanned})
+			if strings.Contains(tc.name, "again") {
+				cut, _ = store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m9", Result: rotation.ResultBanned, SeenCuts: 1})
+			}
+			// The store as one in another process is (a Redis, a lease API).
+			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil)
+			defer p.close()
+			tc.view(p)
+			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
+			h := held{mc: &memberConn{m: pool.Member{Name: "m1"}}}
+			if _, err := g.pace(ctx, ctx, rq, &attempts{}, h); err != nil {
+				t.Fatal(err)
+			}
+			// The request went out under the store's pace: a ban to it,
+			// through a member never banned, is news and doubles it.
+			g.paceAnswered(rq, rotation.ResultBanned)
+			l, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK})
+			if l.Cuts != cut.Cuts+1 {
+				t.Fatalf("after a ban to a request paced under cut %d: %d cuts (%v), want %d", cut.Cuts, l.Cuts, l, cut.Cuts+1)
+			}
+		})
 	}
 }
