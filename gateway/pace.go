@@ -237,7 +237,11 @@ func (p *pacer) learntFor(sp *sitePace, now time.Time) rotation.LearntPace {
 	if sp == nil {
 		return rotation.LearntPace{}
 	}
-	if sp.learnt.Slowed() && !sp.learnt.Decayed(now).Slowed() {
+	// A store in another process decays a pace by its own clock, which
+	// its cut time is on: the view of it ends when the store's list of
+	// slowed sites drops it (refreshSlowed) or a decision of the store
+	// says so, never by this gateway's clock.
+	if sp.learnt.Slowed() && p.stop == nil && !sp.learnt.Decayed(now).Slowed() {
 		p.setLearnt(sp, rotation.LearntPace{})
 	}
 	return sp.learnt

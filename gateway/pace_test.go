@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	testingclock "k8s.io/utils/clock/testing"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -464,6 +465,64 @@ func TestABanIsJudgedByTheCutItsSlotWasPacedUnder(t *testing.T) {
 			l, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK})
 			if l.Cuts != cut.Cuts+1 {
 				t.Fatalf("after a ban to a request paced under cut %d: %d cuts (%v), want %d", cut.Cuts, l.Cuts, l, cut.Cuts+1)
+			}
+		})
+	}
+}
+
+func TestASiteTheFleetStillSlowsStaysPacedPastTheQuietPeriodOfItsFirstListing(t *testing.T) {
+	p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{pool.NewPaces(nil)}, nil)
+	defer p.close()
+	const site = "still.example"
+	for _, tc := range []struct {
+		name   string
+		listed time.Time // when the view took the site in
+	}{
+		{"listed just now", time.Now()},
+		{"listed a quiet period ago, cut again by the fleet since", time.Now().Add(-rotation.PaceQuiet - time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p.applySlowed(nil, time.Now())
+			p.applySlowed([]string{site}, tc.listed)
+			// The store still lists it at this second's refresh.
+			p.applySlowed([]string{site}, time.Now())
+			p.mu.Lock()
+			l := p.learntFor(p.sites[site], time.Now())
+			p.mu.Unlock()
+			if !l.Slowed() || !p.paced(0) {
+				t.Fatalf("view %+v: a site the store lists as slowed goes out unpaced", l)
+			}
+		})
+	}
+}
+
+func TestAViewOfTheFleetsPaceDoesNotDecayByThisGatewaysClock(t *testing.T) {
+	const site = "skew.example"
+	for _, tc := range []struct {
+		name string
+		skew time.Duration // how far the store's clock is behind this gateway's
+	}{
+		{"clocks agree", 0},
+		{"the store's clock a quiet period behind", rotation.PaceQuiet + time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := pool.NewPaces(testingclock.NewFakeClock(time.Now().Add(-tc.skew)))
+			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil)
+			defer p.close()
+			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
+			g.paceAnswered(rq, rotation.ResultRateLimited)
+			if l, _ := store.SiteAnswered(context.Background(), pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK}); !l.Slowed() {
+				t.Fatalf("the store did not slow the site: %+v", l)
+			}
+			// The store slows the site; the view must not call it over
+			// because its cut time, on the store's clock, reads as long ago
+			// on this one's: the next request would go out unpaced.
+			p.mu.Lock()
+			l := p.learntFor(p.sites[site], time.Now())
+			p.mu.Unlock()
+			if !l.Slowed() || !p.paced(0) {
+				t.Fatalf("view %+v: the site the store slows goes out unpaced", l)
 			}
 		})
 	}
