@@ -149,6 +149,9 @@ type poolPass struct {
 	// created and drained are this pass's actions, counted into status.
 	created int
 	drained map[string]bool
+	// createErr is the API server's refusal of a Proxy this pass tried to
+	// create, for the Ready condition; nil when none was refused.
+	createErr error
 	// recycling maps the members this pass recycles to the sites that
 	// banned them.
 	recycling map[string][]string

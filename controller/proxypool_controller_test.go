@@ -517,3 +517,38 @@ func TestProxyPoolDeletionDeletesItsProxies(t *testing.T) {
 }
 
 func ptr32(v int32) *int32 { return &v }
+
+// A pool whose Proxies the API server refuses to create (here a template
+// label that is no valid label value; a ResourceQuota or an admission
+// webhook refuse the same way) says so in its Ready condition, quoting the
+// refusal: it only logged the error and said Scaling, for ever.
+func TestProxyPoolSaysWhyItCannotCreateItsProxies(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	ph.newPool("refused", 2, func(p *v1alpha1.ProxyPool) {
+		p.Spec.Template.Metadata.Labels = map[string]string{"team": "crawl eu"}
+	})
+	p, ps := ph.waitPool("refused", "Ready=False FailedCreate", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		c := p.Condition(v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonFailedCreate
+	})
+	if len(ps) != 0 {
+		t.Errorf("Proxies %v exist, want none (the API server refuses them)", proxyNames(ps))
+	}
+	msg := p.Condition(v1alpha1.ConditionReady).Message
+	for _, want := range []string{"0 of 2 Proxies Ready", "creating a Proxy failed", "metadata.labels", "crawl eu"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message %q does not contain %q", msg, want)
+		}
+	}
+
+	// Fixed, the pool creates its Proxies and the reason goes.
+	poll.Until(t, wait, "fix the template", func() error {
+		p := ph.getPool("refused")
+		p.Spec.Template.Metadata.Labels = map[string]string{"team": "crawl-eu"}
+		return env.Client.Update(ph.ctx(), p)
+	})
+	ph.waitPool("refused", "2 Ready, AllReady", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		c := p.Condition(v1alpha1.ConditionReady)
+		return settled(2)(p, ps) && c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAllReady
+	})
+}

@@ -76,6 +76,9 @@ func (ps *poolPass) stageStatus() {
 	if c.draining > 0 {
 		parts = append(parts, fmt.Sprintf("%d draining", c.draining))
 	}
+	if ps.createErr != nil {
+		parts = append(parts, "creating a Proxy failed: "+ps.createErr.Error())
+	}
 	msg := strings.Join(parts, "; ")
 	status := metav1.ConditionFalse
 	if c.ready >= want {
@@ -83,6 +86,8 @@ func (ps *poolPass) stageStatus() {
 	}
 	reason := v1alpha1.ReasonAllReady
 	switch {
+	case ps.createErr != nil:
+		reason = v1alpha1.ReasonFailedCreate
 	case c.replicas-c.updated > 0:
 		reason = v1alpha1.ReasonRollingOut
 	case c.replicas != want || c.draining > 0:

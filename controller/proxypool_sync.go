@@ -183,6 +183,9 @@ func (r *ProxyPoolReconciler) createProxy(ctx context.Context, ps *poolPass) err
 		return fmt.Errorf("owner reference for a Proxy of pool %s: %w", p.Name, err)
 	}
 	if err := r.Client.Create(ctx, px); err != nil {
+		// Staged for the Ready condition: otherwise only the log would
+		// say why the pool never gets its Proxies.
+		ps.createErr = err
 		return fmt.Errorf("creating a Proxy for pool %s: %w", p.Name, err)
 	}
 	log.FromContext(ctx).Info("created Proxy", "proxy", px.Name, "templateHash", ps.hash)

@@ -87,6 +87,10 @@ const (
 	ReasonNotReady = "NotReady"
 	// ReasonDeletingPool: the pool is being deleted with its Proxies.
 	ReasonDeletingPool = "Deleting"
+	// ReasonFailedCreate: the API server refused the last Proxy the pool
+	// tried to create (a template label it does not accept, a
+	// ResourceQuota, an admission webhook); the message quotes it.
+	ReasonFailedCreate = "FailedCreate"
 
 	// ReasonSucceededRescale: the autoscaler changed spec.replicas.
 	ReasonSucceededRescale = "SucceededRescale"
