@@ -149,6 +149,11 @@ type poolPass struct {
 	// created and drained are this pass's actions, counted into status.
 	created int
 	drained map[string]bool
+	// firstCreated is the API server's creation time of the first Proxy
+	// this pass created; healed says the pass began a round of replacing
+	// unhealthy Proxies.
+	firstCreated time.Time
+	healed       bool
 	// createErr is the API server's refusal of a Proxy this pass tried to
 	// create, for the Ready condition; nil when none was refused.
 	createErr error

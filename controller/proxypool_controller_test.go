@@ -76,7 +76,15 @@ type poolSetup struct {
 	noLeases bool            // no lease API: the pool sees no leases
 	recycles RecycleRecorder // counts recycles, when set
 	comingUp time.Duration   // how long a new Proxy has no health verdict
+	skew     time.Duration   // how far the pool reconciler's clock runs ahead of the API server's
 }
+
+// skewedClock is the real clock moved by skew: a controller on a node whose
+// clock is not the control plane's.
+type skewedClock struct{ skew time.Duration }
+
+func (c skewedClock) Now() time.Time                  { return time.Now().Add(c.skew) }
+func (c skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func startPool(t *testing.T, o poolSetup) *poolHarness {
 	t.Helper()
@@ -92,6 +100,9 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 				Intervals:          PoolIntervals{DrainPoll: 50 * time.Millisecond, Autoscale: 100 * time.Millisecond, Recycle: 100 * time.Millisecond},
 				Recycles:           o.recycles,
 				SkipNameValidation: true,
+			}
+			if o.skew != 0 {
+				pr.Clock = skewedClock{o.skew}
 			}
 			if !o.noLeases {
 				api, err := leases.Setup(mgr, leases.Options{Listen: "127.0.0.1:0", Store: o.store, Backend: o.backend, Logger: mgr.GetLogger()})

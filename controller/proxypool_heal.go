@@ -58,6 +58,7 @@ func (ps *poolPass) heal(members []poolMember) []poolMember {
 	if !d.LastReplacement.IsZero() {
 		p.Status.LastReplacementTime = &metav1.Time{Time: d.LastReplacement}
 	}
+	ps.healed = len(d.Replace) > 0
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionHealing, Status: d.Status, Reason: d.Reason, Message: d.Message, ObservedGeneration: p.Generation,
 	})

@@ -151,3 +151,46 @@ func TestProxyPoolBacksOffWhenEveryReplacementFails(t *testing.T) {
 		t.Fatalf("%d Proxies in service, want 2 (replicas): %s", len(live(ps)), describePool(ph.getPool("broken"), ps))
 	}
 }
+
+// A round of replacements is judged by whether a Proxy made since became
+// Ready. The Proxies' creation times are the API server's, so the round's
+// time must be too: with the controller's clock a few seconds ahead, every
+// Ready replacement looked older than its round, each later round counted
+// as failed, and the pool backed off towards an hour, saying the provider
+// kept failing when every replacement had worked.
+func TestProxyPoolJudgesAReplacementRoundByTheAPIServersClock(t *testing.T) {
+	tests := []struct {
+		name string
+		skew time.Duration
+	}{
+		{"controller clock 3s ahead of the API server", 3 * time.Second},
+		{"controller clock 3s behind the API server", -3 * time.Second},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ph := startPool(t, poolSetup{skew: tc.skew})
+			name := fmt.Sprintf("skew-%d", i)
+			ph.newPool(name, 1, func(p *v1alpha1.ProxyPool) {
+				p.Spec.ReplaceUnhealthyAfter = &metav1.Duration{Duration: time.Second}
+			})
+			_, ps := ph.waitPool(name, "1 Ready", settled(1))
+			sick := []string{ps[0].Name}
+			for round := 1; round <= 2; round++ {
+				ph.health.set(types.NamespacedName{Namespace: ph.ns, Name: sick[len(sick)-1]},
+					HealthSnapshot{Known: true, Healthy: false, Message: "probe: connection refused", CheckedAt: time.Now()})
+				_, ps = ph.waitPool(name, fmt.Sprintf("round %d: the unhealthy Proxy replaced by a Ready one", round),
+					func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+						return settled(1)(p, ps) && !slices.Contains(sick, ps[0].Name)
+					})
+				sick = append(sick, ps[0].Name)
+			}
+			p, _ := ph.waitPool(name, "no failed round: every replacement became Ready", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+				c := p.Condition(v1alpha1.ConditionHealing)
+				return c != nil && c.Reason == v1alpha1.ReasonNoneUnhealthy && p.Status.FailedReplacementRounds == 0
+			})
+			if last := p.Status.LastReplacementTime; last == nil || last.After(ps[0].CreationTimestamp.Time) {
+				t.Errorf("lastReplacementTime %v is after the replacement's creation %v", last, ps[0].CreationTimestamp)
+			}
+		})
+	}
+}

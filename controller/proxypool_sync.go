@@ -122,6 +122,14 @@ func (r *ProxyPoolReconciler) applyPlan(ctx context.Context, ps *poolPass) error
 			return err
 		}
 	}
+	if ps.healed && ps.created > 0 {
+		// The next round asks whether a Proxy made since this one became
+		// Ready, reading the Proxies' creation times: the API server's
+		// clock. The round's time is taken on the same clock, or a
+		// controller clock ahead of it would make every replacement look
+		// older than its round, and every round a failed one.
+		p.Status.LastReplacementTime = &metav1.Time{Time: ps.firstCreated}
+	}
 	return nil
 }
 
@@ -189,6 +197,9 @@ func (r *ProxyPoolReconciler) createProxy(ctx context.Context, ps *poolPass) err
 		return fmt.Errorf("creating a Proxy for pool %s: %w", p.Name, err)
 	}
 	log.FromContext(ctx).Info("created Proxy", "proxy", px.Name, "templateHash", ps.hash)
+	if ps.created == 0 {
+		ps.firstCreated = px.CreationTimestamp.Time
+	}
 	ps.created++
 	return nil
 }

@@ -336,7 +336,10 @@ type ProxyPoolStatus struct {
 	// +optional
 	FailedReplacementRounds int32 `json:"failedReplacementRounds,omitempty"`
 
-	// LastReplacementTime is when the pool last replaced an unhealthy Proxy.
+	// LastReplacementTime is when the pool last replaced an unhealthy
+	// Proxy: the creation time of that round's first replacement (the API
+	// server's clock, as the Proxies' creation times the next round judges
+	// it by), or the controller's time when no replacement could be created.
 	// +optional
 	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
 
