@@ -155,3 +155,47 @@ func TestProxyPoolAutoscalingWithoutALeaseStoreSaysSo(t *testing.T) {
 		t.Errorf("replicas %d, want the user's 2 left alone", p.Replicas())
 	}
 }
+
+// A step up waits for the previous one to land, and the requests refused
+// while it came up were refused for want of it: once it is Ready they do
+// not count again. A crawler retrying while the first Proxy of an idle pool
+// booted got the pool a second Proxy it did not need (until
+// scaleDownDelaySeconds took it away again).
+func TestProxyPoolAutoscalingIgnoresRefusalsFromBeforeTheLastStepLanded(t *testing.T) {
+	ph := startPool(t, poolSetup{store: pool.StoreOptions{MaxLeasesPerMember: 100}, comingUp: 3 * time.Second})
+	ph.newPool("cold", 0, func(p *v1alpha1.ProxyPool) {
+		p.Spec.Autoscaling = &v1alpha1.PoolAutoscaling{MinReplicas: ptr32(0), MaxReplicas: 3, TargetLeasesPerProxy: 100, ScaleDownDelaySeconds: ptr32(3600)}
+	})
+	refused := func() {
+		t.Helper()
+		_, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Selector: map[string]string{"pool": "cold"}})
+		var nm *pool.NoMatchError
+		if !errors.As(err, &nm) {
+			t.Fatalf("acquire = %v, want a 409", err)
+		}
+	}
+	refused()
+	ph.waitPool("cold", "1 Proxy coming up after a refusal", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		return p.Replicas() == 1 && len(ps) == 1
+	})
+	// The crawler retries while the Proxy boots.
+	for range 3 {
+		refused()
+		time.Sleep(100 * time.Millisecond)
+	}
+	ph.waitPool("cold", "the Proxy Ready", settled(1))
+	ph.acquireFor("cold", 1)
+	deadline := time.Now().Add(2 * time.Second) // 20 autoscale intervals
+	for time.Now().Before(deadline) {
+		if p := ph.getPool("cold"); p.Replicas() != 1 {
+			t.Fatalf("replicas %d after the Proxy landed and served, want 1: %s", p.Replicas(), poolCondition(p, v1alpha1.ConditionAbleToScale))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A refusal after it landed still steps up.
+	ph.acquireFor("cold", 99)
+	refused()
+	ph.waitPool("cold", "2 Proxies after a refusal once the first landed", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		return p.Replicas() == 2
+	})
+}

@@ -164,6 +164,10 @@ type autoscaleInput struct {
 	// ComingUp counts the pool's Proxies without a health verdict yet: a
 	// refusal-driven step waits until the previous one has landed.
 	ComingUp int
+	// LastLanded is when a Proxy of the pool last turned Ready; zero when
+	// none is. A refusal from before it was made without that Proxy, so it
+	// does not count: it would step up again for a step that has landed.
+	LastLanded time.Time
 	// ScaleDownSince is when a smaller size was first computed; zero when not.
 	ScaleDownSince time.Time
 	// Now is the decision time.
@@ -187,14 +191,15 @@ type autoscaleDecision struct {
 
 // decideAutoscale computes the pool's size from its leases: ⌈active leases ÷
 // target⌉, or one more than now when a matching request was refused after
-// the last change and nothing is still coming up, clamped to [min, max].
+// the last change and after the last Proxy turned Ready, and nothing is
+// still coming up, clamped to [min, max].
 // A larger size applies at once; a smaller one only after it has been
 // computed for ScaleDownDelay without interruption.
 func decideAutoscale(in autoscaleInput) autoscaleDecision {
 	byLeases := int32((in.ActiveLeases + int(in.Target) - 1) / int(in.Target))
 	want := byLeases
 	why := fmt.Sprintf("%d active leases at a target of %d per Proxy need %d", in.ActiveLeases, in.Target, byLeases)
-	refused := !in.LastRefusal.IsZero() && in.LastRefusal.After(in.LastScaleTime)
+	refused := !in.LastRefusal.IsZero() && in.LastRefusal.After(in.LastScaleTime) && in.LastRefusal.After(in.LastLanded)
 	switch {
 	case refused && in.ComingUp > 0:
 		why += fmt.Sprintf("; lease requests were refused, but %d Proxies are still coming up", in.ComingUp)

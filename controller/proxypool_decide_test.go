@@ -215,6 +215,12 @@ func TestDecideAutoscale(t *testing.T) {
 		{name: "a refusal while a Proxy is still coming up waits", in: with(func(in *autoscaleInput) {
 			in.ActiveLeases, in.LastRefusal, in.ComingUp = 20, t0.Add(-time.Second), 1
 		}), want: 2, reason: v1alpha1.ReasonReadyForNewScale, msgContains: "still coming up"},
+		{name: "a refusal from before the last step's Proxy turned Ready does not step again", in: with(func(in *autoscaleInput) {
+			in.ActiveLeases, in.LastScaleTime, in.LastRefusal, in.LastLanded = 20, t0.Add(-time.Minute), t0.Add(-30*time.Second), t0.Add(-20*time.Second)
+		}), want: 2, reason: v1alpha1.ReasonReadyForNewScale},
+		{name: "a refusal after the last step's Proxy turned Ready steps up by one", in: with(func(in *autoscaleInput) {
+			in.ActiveLeases, in.LastScaleTime, in.LastLanded, in.LastRefusal = 20, t0.Add(-time.Minute), t0.Add(-30*time.Second), t0.Add(-20*time.Second)
+		}), want: 3, reason: v1alpha1.ReasonSucceededRescale, msgContains: "refused"},
 		{name: "a refusal at an empty pool with min 0 brings the first Proxy", in: with(func(in *autoscaleInput) {
 			in.Current, in.Min, in.LastRefusal = 0, 0, t0.Add(-time.Second)
 		}), want: 1, reason: v1alpha1.ReasonSucceededRescale},

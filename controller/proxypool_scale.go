@@ -36,8 +36,16 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 		px := &ps.proxies[i]
 		names[leaseMemberName(px)] = true
 		in.ActiveLeases += ps.leases[leaseMemberName(px)].ActiveLeases
-		if px.DeletionTimestamp.IsZero() && !px.IsDraining() && comingUp(px) {
+		if !px.DeletionTimestamp.IsZero() || px.IsDraining() {
+			continue
+		}
+		if comingUp(px) {
 			in.ComingUp++
+		}
+		// The transition time is to the second, truncated: a refusal in
+		// the second a Proxy landed, just before it, may still count.
+		if c := px.Condition(v1alpha1.ConditionHealthy); c != nil && c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(in.LastLanded) {
+			in.LastLanded = c.LastTransitionTime.Time
 		}
 	}
 	attrs := p.Spec.Template.Spec.Attributes
