@@ -8,8 +8,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -198,4 +201,40 @@ func TestProxyPoolAutoscalingIgnoresRefusalsFromBeforeTheLastStepLanded(t *testi
 	ph.waitPool("cold", "2 Proxies after a refusal once the first landed", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
 		return p.Replicas() == 2
 	})
+}
+
+// A request pinned to a Proxy the pool is draining (scaled down, replaced,
+// or drained by hand) is refused because that Proxy is on its way out; no
+// new Proxy can serve it, so it is no demand for one. It stepped the pool
+// up: a crawler whose sticky session was on a Proxy the autoscaler had
+// just drained scaled the pool straight back up.
+func TestProxyPoolAutoscalingIgnoresRequestsPinnedToADrainingProxy(t *testing.T) {
+	ph := startPool(t, poolSetup{store: pool.StoreOptions{MaxLeasesPerMember: 100}})
+	ph.newPool("sticky", 2, func(p *v1alpha1.ProxyPool) {
+		p.Spec.DrainSeconds = ptr32(600)
+		p.Spec.Autoscaling = &v1alpha1.PoolAutoscaling{MinReplicas: ptr32(2), MaxReplicas: 4, TargetLeasesPerProxy: 100, ScaleDownDelaySeconds: ptr32(3600)}
+	})
+	_, ps := ph.waitPool("sticky", "2 Ready", settled(2))
+	px := ps[0]
+	ph.lease(&px) // held, so the drain lasts
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationDraining+`":"true"}}}`))
+	if err := env.Client.Patch(ph.ctx(), &px, patch); err != nil {
+		t.Fatal(err)
+	}
+	ph.waitPool("sticky", "a replacement Ready beside the draining one", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+		return len(ps) == 3 && readyCount(ps) == 2 && p.Status.DrainingReplicas == 1
+	})
+	// The crawler's sticky session asks for its Proxy again.
+	poll.Until(t, wait, "a request pinned to the draining Proxy refused", func() error {
+		_, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Proxy: ph.ns + "/" + px.Name})
+		var nm *pool.NoMatchError
+		return poll.Check(errors.As(err, &nm), "acquire = %v, want a 409", err)
+	})
+	deadline := time.Now().Add(2 * time.Second) // 20 autoscale intervals
+	for time.Now().Before(deadline) {
+		if p := ph.getPool("sticky"); p.Replicas() != 2 {
+			t.Fatalf("replicas %d after a request pinned to a draining Proxy, want 2: %s", p.Replicas(), poolCondition(p, v1alpha1.ConditionAbleToScale))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -34,11 +34,13 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 	}
 	for i := range ps.proxies {
 		px := &ps.proxies[i]
-		names[leaseMemberName(px)] = true
 		in.ActiveLeases += ps.leases[leaseMemberName(px)].ActiveLeases
 		if !px.DeletionTimestamp.IsZero() || px.IsDraining() {
+			// A request pinned to a Proxy on its way out is refused
+			// because it is going: no new Proxy could serve it.
 			continue
 		}
+		names[leaseMemberName(px)] = true
 		if comingUp(px) {
 			in.ComingUp++
 		}
