@@ -100,26 +100,33 @@ func TestMalformedHTTP2SiteAnswerIsTheSitesFault(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			site, roots, asked := scriptedH2Site(t, tt.answer)
-			ca, caRoots := newTestCA(t)
-			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
-				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
-				relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
-			c := mitmClient(t, e.addr, caRoots, nil, nil)
-			c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
-			a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
-			if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable ||
-				!strings.Contains(a.body, "the site's malformed answer") {
-				t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable)
-			}
-			if mw := memberWide(e.store); len(mw) != 0 {
-				t.Errorf("%v rest for every site; the answer was the site's", mw)
-			}
-			if n := asked.Load(); n != 1 {
-				t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { h2SitesFault(t, tt.answer, "the site's malformed answer") })
+	}
+}
+
+// h2SitesFault asks the scripted HTTP/2 site once, through a MITM'd
+// tunnel whose client speaks HTTP/2, with two relaying members to go
+// through: the client gets 502 target_unreachable whose body has want, no
+// member rests for every site and the site is asked once (another member
+// would read the same answer).
+func h2SitesFault(t *testing.T, answer func(fr *http2.Framer, stream uint32), want string) {
+	t.Helper()
+	site, roots, asked := scriptedH2Site(t, answer)
+	ca, caRoots := newTestCA(t)
+	e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
+		MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
+		relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
+	c := mitmClient(t, e.addr, caRoots, nil, nil)
+	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
+	if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable || !strings.Contains(a.body, want) {
+		t.Fatalf("got %d %s %q; want 502 %s saying %q", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable, want)
+	}
+	if mw := memberWide(e.store); len(mw) != 0 {
+		t.Errorf("%v rest for every site; the answer was the site's", mw)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the site was asked %d times, want 1 (another member reads the same answer)", n)
 	}
 }
 
@@ -180,24 +187,7 @@ func endlessContinuation(sent *atomic.Int64) func(fr *http2.Framer, stream uint3
 // it could write little more than the bound before its connection ended.
 func TestHTTP2SiteHeaderBlockIsBounded(t *testing.T) {
 	var sent atomic.Int64
-	site, roots, asked := scriptedH2Site(t, endlessContinuation(&sent))
-	ca, caRoots := newTestCA(t)
-	e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 2, SiteRoots: roots,
-		MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{},
-		relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
-	c := mitmClient(t, e.addr, caRoots, nil, nil)
-	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
-	a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
-	if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable ||
-		!strings.Contains(a.body, "larger than 1 MiB") {
-		t.Fatalf("got %d %s %q; want 502 %s saying the head is larger than 1 MiB", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable)
-	}
-	if mw := memberWide(e.store); len(mw) != 0 {
-		t.Errorf("%v rest for every site; the head was the site's", mw)
-	}
-	if n := asked.Load(); n != 1 {
-		t.Errorf("the site was asked %d times, want 1", n)
-	}
+	h2SitesFault(t, endlessContinuation(&sent), "the site's answer head is larger than 1 MiB")
 	// What the socket buffers on the way hold comes on top of the bound.
 	if n := sent.Load(); n > 16<<20 {
 		t.Errorf("the site wrote %d MiB of one header block; the gateway kept reading", n>>20)
