@@ -51,6 +51,19 @@ func scriptedSite(t *testing.T, withTLS bool, answer func(n int, c net.Conn) (ke
 	return testutil.ServeTCP(t, func(c net.Conn) { serve(tls.Server(c, cfg)) }), roots
 }
 
+// writes is a scriptedSite answer that writes what answer returns for the
+// n-th request and keeps the connection while writing succeeds; asked,
+// when not nil, holds the number of requests read.
+func writes(asked *atomic.Int64, answer func(n int) string) func(int, net.Conn) bool {
+	return func(n int, c net.Conn) bool {
+		if asked != nil {
+			asked.Store(int64(n))
+		}
+		_, err := io.WriteString(c, answer(n))
+		return err == nil
+	}
+}
+
 // relayingUpstream is an HTTP proxy member that carries a request in
 // absolute form to its host and relays the site's bytes back unread, and
 // tunnels a CONNECT: what the gateway reads is the site's, byte for byte.

@@ -209,11 +209,7 @@ func TestMITMSiteLinkWithLeftoverBytesIsNotReused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var asked atomic.Int64
-			site, roots := scriptedSite(t, true, func(n int, c net.Conn) bool {
-				asked.Store(int64(n))
-				_, err := io.WriteString(c, tt.answer(n))
-				return err == nil
-			})
+			site, roots := scriptedSite(t, true, writes(&asked, tt.answer))
 			ca, caRoots := newTestCA(t)
 			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
 				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, relayingUpstream(t, "p1"))
@@ -267,11 +263,7 @@ func TestWebSocketHandshakeIsJudgedAsARequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var asked atomic.Int64
-			site, _ := scriptedSite(t, false, func(n int, c net.Conn) bool {
-				asked.Store(int64(n))
-				_, err := io.WriteString(c, tt.answer(n))
-				return err == nil
-			})
+			site, _ := scriptedSite(t, false, writes(&asked, tt.answer))
 			e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 1}, pool.StoreOptions{}, directMembers(2)...)
 			rc := dialRaw(t, e.addr)
 			auth := ""
@@ -310,10 +302,7 @@ func TestSiteTrailersAreFilteredAsHeaders(t *testing.T) {
 		"2\r\nok\r\n0\r\nX-Proxyfleet-Proxy: evil\r\nX-Checksum: abc\r\nKeep-Alive: timeout=5\r\n\r\n"
 	for _, https := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "MITM"}[https], func(t *testing.T) {
-			site, roots := scriptedSite(t, https, func(_ int, c net.Conn) bool {
-				_, err := io.WriteString(c, answer)
-				return err == nil
-			})
+			site, roots := scriptedSite(t, https, writes(nil, func(int) string { return answer }))
 			ca, caRoots := newTestCA(t)
 			e := newEnv(t, Options{AllowPrivateTargets: true, SiteRoots: roots,
 				MITM: &MITMOptions{CA: ca, Fingerprint: FingerprintMirror}}, pool.StoreOptions{}, directMembers(1)...)

@@ -51,10 +51,7 @@ func TestASitesErrorAnswerOverTLSIsNeverTheMembers(t *testing.T) {
 	for pathName, get := range paths {
 		for name, raw := range answers {
 			t.Run(pathName+"/"+name, func(t *testing.T) {
-				site, roots := scriptedSite(t, true, func(_ int, c net.Conn) bool {
-					_, err := io.WriteString(c, raw)
-					return err == nil
-				})
+				site, roots := scriptedSite(t, true, writes(nil, func(int) string { return raw }))
 				ca, caRoots := newTestCA(t)
 				fp := FingerprintMirror
 				if pathName == "MITM, Go's hello" {
