@@ -10,6 +10,7 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
+	"github.com/proxyfleet/proxyfleet/pool"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -320,6 +321,53 @@ func TestMaxAgeSparesAProxyStillComingUp(t *testing.T) {
 			ps := &poolPass{pool: pl, now: now, hash: "h1"}
 			if got := ps.updated(px); got != tc.want {
 				t.Fatalf("updated = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// refusedAt is a lease store whose last refusal matching any pool is at.
+type refusedAt time.Time
+
+func (refusedAt) Members() []pool.MemberStatus { return nil }
+func (r refusedAt) LastRefusal(func(map[string]string, string) bool) time.Time {
+	return time.Time(r)
+}
+
+// TestARefusalInTheSecondAProxyLandedDoesNotStepAgain pins how the
+// autoscaler reads a landing known only to the second (a Proxy's Healthy
+// transition time is truncated): the pool stepped from 0 to 1 at S+0.1 for a
+// refusal, a client asked again at S+0.5 while that Proxy was still coming
+// up (refused), and the Proxy turned Ready at S+0.8, which status keeps as
+// S. That refusal was made without the Proxy and must not step the pool to
+// 2; one made after the second of the landing does.
+func TestARefusalInTheSecondAProxyLandedDoesNotStepAgain(t *testing.T) {
+	s := t0.Add(17 * time.Second)
+	stepped := s.Add(100 * time.Millisecond)
+	landed := metav1.NewTime(s.Add(800 * time.Millisecond).Truncate(time.Second)) // what status keeps
+	pl := gen.ProxyPool("eu", gen.SetProxyPoolReplicas(1))
+	pl.Spec.Autoscaling = &v1alpha1.PoolAutoscaling{MaxReplicas: 5}
+	lastScale := metav1.NewTime(stepped.Truncate(time.Second))
+	pl.Status.LastScaleTime = &lastScale
+	px := gen.Proxy("eu-1")
+	px.Status.Conditions = []metav1.Condition{{
+		Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, LastTransitionTime: landed,
+	}}
+	for _, tc := range []struct {
+		name    string
+		refusal time.Time
+		mem     autoscaleTimes
+		want    int32
+	}{
+		{"a refusal while the step's Proxy came up, in the second it landed, does not step again", s.Add(500 * time.Millisecond), autoscaleTimes{lastScale: stepped}, 1},
+		{"the same after a controller restart (the step's time from status)", s.Add(500 * time.Millisecond), autoscaleTimes{}, 1},
+		{"a refusal in the second after the landing steps up by one", s.Add(1300 * time.Millisecond), autoscaleTimes{lastScale: stepped}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := &poolPass{pool: pl, now: s.Add(2 * time.Second), proxies: []v1alpha1.Proxy{*px}}
+			in := ps.autoscaleInput(refusedAt(tc.refusal), tc.mem)
+			if d := decideAutoscale(in); d.Replicas != tc.want {
+				t.Errorf("replicas %d (%s), want %d; landed %s, refusal %s", d.Replicas, d.Message, tc.want, in.LastLanded, tc.refusal)
 			}
 		})
 	}

@@ -19,7 +19,6 @@ import (
 // decision goes into AbleToScale and ScalingLimited.
 func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error {
 	p := ps.pool
-	a := p.Spec.Autoscaling
 	ps.wake(ps.now.Add(r.Intervals.Autoscale))
 	if r.Leases == nil {
 		setPoolCondition(p, v1alpha1.ConditionAbleToScale, metav1.ConditionFalse, v1alpha1.ReasonNoLeaseStore,
@@ -27,45 +26,8 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionScalingLimited)
 		return nil
 	}
-	names := map[string]bool{}
-	in := autoscaleInput{
-		Current: p.Replicas(), Min: a.Min(), Max: a.MaxReplicas, Target: a.Target(),
-		ScaleDownDelay: a.ScaleDownDelay(), Now: ps.now,
-	}
-	for i := range ps.proxies {
-		px := &ps.proxies[i]
-		in.ActiveLeases += ps.leases[leaseMemberName(px)].ActiveLeases
-		if !px.DeletionTimestamp.IsZero() || px.IsDraining() {
-			// A request pinned to a Proxy on its way out is refused
-			// because it is going: no new Proxy could serve it.
-			continue
-		}
-		names[leaseMemberName(px)] = true
-		if comingUp(px) {
-			in.ComingUp++
-		}
-		// The transition time is to the second, truncated: a refusal in
-		// the second a Proxy landed, just before it, may still count.
-		if c := px.Condition(v1alpha1.ConditionHealthy); c != nil && c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(in.LastLanded) {
-			in.LastLanded = c.LastTransitionTime.Time
-		}
-	}
-	attrs := p.Spec.Template.Spec.Attributes
-	in.LastRefusal = r.Leases.LastRefusal(func(sel map[string]string, proxy string) bool {
-		if proxy != "" {
-			return names[proxy]
-		}
-		for k, v := range sel {
-			if got, ok := attrs[k]; !ok || got != v {
-				return false
-			}
-		}
-		return true
-	})
 	mem := r.autoscaleTimes(p)
-	in.LastScaleTime = preciseTime(p.Status.LastScaleTime, mem.lastScale)
-	in.ScaleDownSince = preciseTime(p.Status.ScaleDownSince, mem.downSince)
-
+	in := ps.autoscaleInput(r.Leases, mem)
 	d := decideAutoscale(in)
 	if d.Replicas != in.Current {
 		if err := r.writeScale(ctx, p, d.Replicas); err != nil {
@@ -97,6 +59,51 @@ func (r *ProxyPoolReconciler) autoscale(ctx context.Context, ps *poolPass) error
 	return nil
 }
 
+// autoscaleInput gathers what decideAutoscale weighs for the pass's pool:
+// its Proxies as read, the lease store's counts and last refusal, and the
+// autoscaler's own times (mem, at full resolution where this process made
+// them).
+func (ps *poolPass) autoscaleInput(leases LeaseStats, mem autoscaleTimes) autoscaleInput {
+	p := ps.pool
+	a := p.Spec.Autoscaling
+	in := autoscaleInput{
+		Current: p.Replicas(), Min: a.Min(), Max: a.MaxReplicas, Target: a.Target(),
+		ScaleDownDelay: a.ScaleDownDelay(), Now: ps.now,
+	}
+	names := map[string]bool{}
+	for i := range ps.proxies {
+		px := &ps.proxies[i]
+		in.ActiveLeases += ps.leases[leaseMemberName(px)].ActiveLeases
+		if !px.DeletionTimestamp.IsZero() || px.IsDraining() {
+			// A request pinned to a Proxy on its way out is refused
+			// because it is going: no new Proxy could serve it.
+			continue
+		}
+		names[leaseMemberName(px)] = true
+		if comingUp(px) {
+			in.ComingUp++
+		}
+		if t := landedAt(px); t.After(in.LastLanded) {
+			in.LastLanded = t
+		}
+	}
+	attrs := p.Spec.Template.Spec.Attributes
+	in.LastRefusal = leases.LastRefusal(func(sel map[string]string, proxy string) bool {
+		if proxy != "" {
+			return names[proxy]
+		}
+		for k, v := range sel {
+			if got, ok := attrs[k]; !ok || got != v {
+				return false
+			}
+		}
+		return true
+	})
+	in.LastScaleTime = preciseTime(p.Status.LastScaleTime, mem.lastScale)
+	in.ScaleDownSince = preciseTime(p.Status.ScaleDownSince, mem.downSince)
+	return in
+}
+
 // autoscaleTimes are the autoscaler's own times for one pool at full
 // resolution: status holds them as metav1.Time, to the second, which would
 // let a refusal from just before a step count again after it, or end a
@@ -124,6 +131,23 @@ func preciseTime(status *metav1.Time, remembered time.Time) time.Time {
 		return remembered
 	}
 	return status.Add(time.Second)
+}
+
+// landedAt is when a Proxy turned Ready (Healthy true), judged
+// conservatively: zero when it is not Ready. Its condition's transition time
+// is kept to the second, truncated, so a Proxy that landed "at second S" is
+// taken to have landed at the end of S: no refusal from within S counts as
+// made after it, and a refusal in the second before a landing can no longer
+// step the pool up a second time for a step that has landed. What this gives
+// up: a refusal genuinely made after the landing within the same second does
+// not count; the pool steps up on the next refusal instead, at most a
+// second later for a client that keeps asking.
+func landedAt(px *v1alpha1.Proxy) time.Time {
+	c := px.Condition(v1alpha1.ConditionHealthy)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return time.Time{}
+	}
+	return c.LastTransitionTime.Truncate(time.Second).Add(time.Second)
 }
 
 // writeScale sets spec.replicas through the scale subresource: read the
