@@ -4,6 +4,7 @@ package mirror
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -48,4 +49,49 @@ func FuzzParseHello(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzServerShare feeds a site's first bytes (outside input) to the
+// reading of its ServerHello's key share: it never panics, and a
+// ServerHello whose key share names a group is read as that group
+// however its records split it.
+func FuzzServerShare(f *testing.F) {
+	f.Add(serverHelloRecords(0x001d, 0), uint8(0))
+	f.Add(serverHelloRecords(0x0017, 3), uint8(7))
+	f.Add([]byte{21, 3, 3, 0, 2, 2, 40}, uint8(0))
+	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
+		_, _ = serverShare(in)
+		_ = keyShareOf(in)
+		g := binary.BigEndian.Uint16(append(bytes.Clone(in), 0, 0))
+		if g == 0 {
+			return
+		}
+		rec := serverHelloRecords(g, int(split))
+		got, whole := serverShare(rec)
+		if !whole || uint16(got) != g {
+			t.Fatalf("a ServerHello choosing %#04x split at %d: read %#04x (whole %v)", g, split, got, whole)
+		}
+		if _, whole := serverShare(rec[:len(rec)-1]); whole {
+			t.Fatal("a ServerHello cut short was read as whole")
+		}
+	})
+}
+
+// serverHelloRecords is a TLS 1.3 ServerHello choosing group (with a
+// 32-byte share), in two handshake records split at split bytes of the
+// message (one record when split is 0 or past its end).
+func serverHelloRecords(group uint16, split int) []byte {
+	body := []byte{3, 3}
+	body = append(body, bytes.Repeat([]byte{7}, 32)...)
+	body = append(body, 0, 0x13, 0x01, 0)
+	ext := []byte{0, 43, 0, 2, 3, 4, 0, 51, 0, 36, byte(group >> 8), byte(group), 0, 32}
+	ext = append(ext, make([]byte, 32)...)
+	body = append(body, byte(len(ext)>>8), byte(len(ext)))
+	body = append(body, ext...)
+	msg := append([]byte{2, 0, byte(len(body) >> 8), byte(len(body))}, body...)
+	rec := func(b []byte) []byte { return append([]byte{22, 3, 3, byte(len(b) >> 8), byte(len(b))}, b...) }
+	if split <= 0 || split >= len(msg) {
+		return rec(msg)
+	}
+	return append(rec(msg[:split]), rec(msg[split:])...)
 }
