@@ -84,6 +84,9 @@ type innerTunnel struct {
 	record    []byte
 	helloOnce sync.Once
 	hello     *mirror.Hello // nil: the fallback preset
+	// fb: the site handshake with the client's hello failed on the
+	// gateway's side, and the tunnel goes on with a preset.
+	fb helloFallback
 	// lineage is the client's TLS session with the gateway (0: the client
 	// got no ticket); resumed, whether this connection resumed it.
 	lineage uint64

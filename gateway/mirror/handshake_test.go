@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net"
 	"slices"
@@ -148,5 +149,116 @@ func TestMirroredHandshakesComplete(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestOnlyTheGatewaysOwnFailuresAreOwnErrors: a mirrored handshake that
+// fails because the gateway's TLS library cannot do what the hello it
+// built offered is an *OwnError saying what; one that fails because of
+// what the site did (an alert, a certificate that does not verify, a
+// closed connection) is not, so the gateway judges it as the site's.
+func TestOnlyTheGatewaysOwnFailuresAreOwnErrors(t *testing.T) {
+	hellos := captured(t)
+	for _, tc := range []struct {
+		name, hello string
+		cfg         *tls.Config
+		roots       func(*handshakeSite) *x509.CertPool
+		hangUp      bool
+		own         string // the OwnError's reason; "" none
+	}{
+		// Go 1.26 lists SecP256r1MLKEM768 without a share for it; a site
+		// insisting on it asks in a HelloRetryRequest.
+		{name: "a group uTLS cannot do, asked for", hello: "go-1.26", cfg: &tls.Config{CurvePreferences: []tls.CurveID{tls.SecP256r1MLKEM768}}, own: "group"},
+		{name: "the site's alert: no group in common", hello: "chromium-156", cfg: &tls.Config{CurvePreferences: []tls.CurveID{tls.CurveP521}}},
+		{name: "a certificate that does not verify", hello: "curl-7.88-openssl-3.0", cfg: &tls.Config{},
+			roots: func(*handshakeSite) *x509.CertPool { return x509.NewCertPool() }},
+		{name: "the site hangs up", hello: "wget-1.21-gnutls-3.7", cfg: &tls.Config{}, hangUp: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var site *handshakeSite
+			if tc.hangUp {
+				site = startHangUpSite(t)
+			} else {
+				site = startHandshakeSite(t, tc.cfg)
+			}
+			roots := site.roots
+			if tc.roots != nil {
+				roots = tc.roots(site)
+			}
+			h, err := Parse(asRecord(hellos[tc.hello]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := net.Dial("tcp", site.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err = Client(ctx, c, Config{Host: "127.0.0.1", Roots: roots, Hello: h})
+			if err == nil {
+				t.Fatal("the handshake completed")
+			}
+			var oe *OwnError
+			switch {
+			case tc.own == "" && errors.As(err, &oe):
+				t.Fatalf("the site's doing (%v) was taken for the gateway's own failure (%s)", err, oe.Reason)
+			case tc.own != "" && !errors.As(err, &oe):
+				t.Fatalf("%v: want the gateway's own failure", err)
+			case tc.own != "" && oe.Reason != tc.own:
+				t.Fatalf("%v: reason %s, want %s", err, oe.Reason, tc.own)
+			}
+		})
+	}
+}
+
+// startHangUpSite is a site that reads the ClientHello and closes the
+// connection without a word.
+func startHangUpSite(t *testing.T) *handshakeSite {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _, _ = tlsfp.ReadClientHello(c)
+			c.Close()
+		}
+	}()
+	return &handshakeSite{addr: ln.Addr().String(), roots: x509.NewCertPool()}
+}
+
+// TestClosestPreset: a client whose hello cannot be completed falls back
+// to the preset closest to it: Chromium to Chrome's, the others (no
+// GREASE, many suites) not to Chrome's; the configured preset leads among
+// equals and when there is no hello to compare.
+func TestClosestPreset(t *testing.T) {
+	hellos := captured(t)
+	def := Preset{DefaultPreset}
+	for name, want := range map[string]func(string) bool{
+		"chromium-156": func(p string) bool { return p == "chrome-133" },
+		"wget-1.21-gnutls-3.7": func(p string) bool {
+			return p != "chrome-133" && p != "chrome-131"
+		},
+		"curl-7.88-openssl-3.0": func(p string) bool { return p != "chrome-133" && p != "chrome-131" },
+	} {
+		h, err := Parse(asRecord(hellos[name]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := Closest(h, def)
+		if len(order) != len(Presets()) || !want(order[0].Name) {
+			t.Fatalf("%s falls back to %v", name, order)
+		}
+	}
+	if order := Closest(nil, Preset{"safari-16"}); order[0].Name != "safari-16" || len(order) != len(Presets()) {
+		t.Fatalf("without a hello: %v, want the given preset first, then the others", order)
 	}
 }

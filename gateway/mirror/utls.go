@@ -76,8 +76,15 @@ func (h *Hello) spec() (*utls.ClientHelloSpec, error) {
 	}
 	grease := 0
 	for _, e := range spec.Extensions {
-		if _, ok := e.(*utls.UtlsGREASEExtension); ok {
+		switch e := e.(type) {
+		case *utls.UtlsGREASEExtension:
 			grease++
+		case *utls.KeyShareExtension:
+			for _, s := range e.KeyShares {
+				if !makesKeyShare(s.Group) {
+					return nil, fmt.Errorf("a key share for group %d, which the gateway cannot make", s.Group)
+				}
+			}
 		}
 	}
 	if grease > 2 {
@@ -235,13 +242,17 @@ func (c scoped) Put(site string, cs *utls.ClientSessionState) {
 }
 
 // Client performs the TLS handshake with the site over c as cfg says,
-// verifying the site's certificate. On an error c is left to the caller.
+// verifying the site's certificate. On an error c is left to the caller;
+// an *OwnError when the failure is the gateway's own (see OwnError).
 func Client(ctx context.Context, c net.Conn, cfg Config) (Conn, error) {
 	u, err := uclient(c, cfg)
 	if err != nil {
-		return nil, err
+		return nil, &OwnError{Reason: "build", Err: err}
 	}
 	if err := u.HandshakeContext(ctx); err != nil {
+		if oe := own(err); oe != nil && ctx.Err() == nil {
+			return nil, oe
+		}
 		return nil, err
 	}
 	return uconn{u}, nil
@@ -364,6 +375,14 @@ func ownKeyShares(spec *utls.ClientHelloSpec, rnd io.Reader) (*shareKeys, error)
 		ks.KeyShares[i].Data = k.PublicKey().Bytes()
 	}
 	return keys, nil
+}
+
+// makesKeyShare reports a key-share group uTLS makes a key for: the
+// classical curves and the X25519 hybrids. (Go 1.26 clients list
+// SecP256r1MLKEM768 and may send a share for it; uTLS has no such key.)
+func makesKeyShare(g utls.CurveID) bool {
+	_, classical := ecdhCurve(g)
+	return classical || isGrease(uint16(g)) || g == utls.X25519MLKEM768 || g == utls.X25519Kyber768Draft00
 }
 
 // ecdhCurve is the ECDHE curve of a classical key-share group.
