@@ -275,7 +275,7 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 	}
 	l := &siteLink{member: mc.m.Name, c: tc, busy: true}
 	if proto == "h2" {
-		p := t.h2
+		p := t.h2.Load()
 		if p == nil {
 			p = goH2Print
 		}
@@ -302,8 +302,8 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 	hello, preset := t.siteHello(g)
 	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: hello, Preset: preset, Speaks: speaks,
 		Resumption: t.siteResumption(g, member)}
-	if t.h2 != nil {
-		cfg.ApplicationSettings = map[string][]byte{"h2": t.h2.alps()}
+	if p := t.h2.Load(); p != nil {
+		cfg.ApplicationSettings = map[string][]byte{"h2": p.alps()}
 	}
 	u, err := mirror.Client(hctx, c, cfg)
 	if err != nil {
