@@ -30,7 +30,7 @@ type handshakeSite struct {
 	states chan tls.ConnectionState
 }
 
-func startHandshakeSite(t *testing.T, cfg *tls.Config) *handshakeSite {
+func startHandshakeSite(t testing.TB, cfg *tls.Config) *handshakeSite {
 	t.Helper()
 	cert, _, err := testutil.SelfSignedCert(net.IPv4(127, 0, 0, 1))
 	if err != nil {
@@ -95,7 +95,8 @@ var siteGroups = map[string][]tls.CurveID{
 }
 
 // TestMirroredHandshakesComplete is the differential test over the
-// corpus: every recorded ClientHello is mirrored against a TLS site of the
+// corpus: every recorded ClientHello (testdata/*.hello, and the presets'
+// hellos) is mirrored against a TLS site of the
 // test's own, whichever of the client's groups the site prefers (the key
 // share the client sent first, another it sent, one it only listed, which
 // takes a HelloRetryRequest) and over TLS 1.3 and 1.2. The handshake must
@@ -104,7 +105,16 @@ var siteGroups = map[string][]tls.CurveID{
 // then x25519; a site preferring x25519 failed the mirrored handshake with
 // "tls: invalid server key share".)
 func TestMirroredHandshakesComplete(t *testing.T) {
-	for name, msg := range captured(t) {
+	corpus := captured(t)
+	for _, name := range Presets() {
+		p, _ := PresetByName(name)
+		built, err := Built(Config{Host: "127.0.0.1", Preset: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		corpus["preset-"+name] = built
+	}
+	for name, msg := range corpus {
 		if hostFor(name) != "127.0.0.1" {
 			continue // the site's certificate is for its IP address
 		}
