@@ -41,6 +41,15 @@ type h2Print struct {
 // client's increment is sent as 15663105 (Chromium's) instead.
 const minMirroredConnFlow = 8 << 20
 
+// minMirroredStreamWindow is the smallest SETTINGS_INITIAL_WINDOW_SIZE
+// mirrored: fhttp's client gives a stream window back only as its body is
+// read, so a site told a window of 0 (or a few bytes) would send the
+// gateway nothing more of an answer and the request would stall; a client
+// that says less (h2spec does; no browser or HTTP library here does) is
+// sent as 65535, the protocol's default. Towards the client the gateway's
+// own server keeps to the client's window, whatever the site's is.
+const minMirroredStreamWindow = 65535
+
 // maxMirroredTable bounds the HPACK table the gateway offers a site: a
 // client's larger SETTINGS_HEADER_TABLE_SIZE would let the site make the
 // gateway hold that much per connection.
@@ -237,6 +246,8 @@ func (p *h2Print) transport() *fhttp2.Transport {
 			s.Val = 0 // the gateway takes no pushes, whatever the client would
 		case s.ID == fhttp2.SettingHeaderTableSize && s.Val > maxMirroredTable:
 			s.Val = maxMirroredTable
+		case s.ID == fhttp2.SettingInitialWindowSize && s.Val < minMirroredStreamWindow:
+			s.Val = minMirroredStreamWindow
 		case s.ID == fhttp2.SettingInitialWindowSize && s.Val > 1<<31-1,
 			s.ID == fhttp2.SettingMaxFrameSize && (s.Val < 1<<14 || s.Val > 1<<24-1):
 			continue // invalid: the site would end the connection
@@ -289,9 +300,22 @@ type h2Tap struct {
 	done bool
 }
 
+// errNoH2Preface ends a connection that chose h2 and does not start with
+// the HTTP/2 client preface: RFC 9113 3.4 has the server close it (the
+// inner server, which also speaks HTTP/1.1, would answer it as a request).
+var errNoH2Preface = errors.New("the client chose h2 but sent no HTTP/2 connection preface")
+
 func (c *h2Tap) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.done && n > 0 {
+		if i := len(c.seen); i < len(http2.ClientPreface) {
+			k := min(n, len(http2.ClientPreface)-i)
+			if string(p[:k]) != http2.ClientPreface[i:i+k] {
+				c.done, c.seen = true, nil
+				_ = c.Conn.Close()
+				return 0, errNoH2Preface
+			}
+		}
 		c.seen = append(c.seen, p[:n]...)
 		switch pr, whole := readH2Start(c.seen); {
 		case whole:
