@@ -51,6 +51,20 @@ http.request({host: ph, port: pp, method: "CONNECT", path: u.host}).on("connect"
   }).on("error", (e) => { console.log("error", e.message); process.exit(1); });
 }).end();`)
 		}},
+		{"aiohttp", "fp-aiohttp", func(t *testing.T, proxy, caFile, _, url string) {
+			run(t, append(env, "P="+proxy, "U="+url, "CA="+caFile), pythonWith(t, "aiohttp"), "-c", `import asyncio, os, ssl, aiohttp
+async def main():
+    ctx = ssl.create_default_context(cafile=os.environ["CA"])
+    async with aiohttp.ClientSession() as s:
+        async with s.get(os.environ["U"], proxy=os.environ["P"], ssl=ctx, headers={"User-Agent": "fp-aiohttp"}) as r:
+            await r.read()
+            assert r.status == 200, r.status
+asyncio.run(main())`)
+		}},
+		{"git", "git/", func(t *testing.T, proxy, caFile, _, url string) {
+			// git ls-remote over libcurl-gnutls, to an (empty) repository.
+			run(t, append(env, "https_proxy="+proxy, "GIT_SSL_CAINFO="+caFile, "GIT_TERMINAL_PROMPT=0"), "git", "ls-remote", url+"repo.git")
+		}},
 		{"wget", "fp-wget", func(t *testing.T, proxy, caFile, _, url string) {
 			// GnuTLS: key shares for P-256, then x25519.
 			run(t, append(env, "https_proxy="+proxy), "wget", "-q", "-O", "/dev/null", "-T", "30", "-t", "1", "-U", "fp-wget",
@@ -96,7 +110,7 @@ func fpSeen(t *testing.T, site *fpsite.Site, from int, ua string) []*fpsite.Conn
 }
 
 // fpUAs are the clients' User-Agents (Chromium's names itself).
-var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "fp-wget", "fp-java", "fp-go", "HeadlessChrome"}
+var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "fp-aiohttp", "git/", "fp-wget", "fp-java", "fp-go", "HeadlessChrome"}
 
 // javaGet is a Java program that GETs args[1] through the proxy at
 // args[0] (host:port) with Java's own HttpClient (JSSE), as a crawler on
@@ -194,9 +208,9 @@ func certSPKI(t *testing.T, certPEM []byte) string {
 	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
-// TestMITMFingerprintMirroring: curl, Python requests, Node, wget
-// (GnuTLS), Java's HttpClient (JSSE), Go's net/http and headless Chromium,
-// one after another, load a page from a TLS site that records
+// TestMITMFingerprintMirroring: curl, Python requests, Node, aiohttp,
+// git ls-remote (libcurl-gnutls), wget (GnuTLS), Java's HttpClient (JSSE),
+// Go's net/http and headless Chromium, one after another, load a page from a TLS site that records
 // each connection's raw ClientHello and first HTTP/2 frames: directly
 // (through a Squid tunnel), through the MITM gateway (mirror, the
 // default) and through one started with --mitm-fingerprint go. Through
