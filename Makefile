@@ -94,6 +94,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzClientRequest$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUpstreamsFile$$' -fuzztime $(FUZZTIME) ./pool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHello$$' -fuzztime $(FUZZTIME) ./gateway/mirror
+	$(GO) test -run '^$$' -fuzz '^FuzzServerShare$$' -fuzztime $(FUZZTIME) ./gateway/mirror
+	$(GO) test -run '^$$' -fuzz '^FuzzMirroredHandshake$$' -fuzztime $(FUZZTIME) ./gateway/mirror
 	$(GO) test -run '^$$' -fuzz '^FuzzH2Print$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaderBlockGuard$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi

@@ -2,13 +2,19 @@ package e2e
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testkit/fpsite"
 )
@@ -45,6 +51,31 @@ http.request({host: ph, port: pp, method: "CONNECT", path: u.host}).on("connect"
   }).on("error", (e) => { console.log("error", e.message); process.exit(1); });
 }).end();`)
 		}},
+		{"aiohttp", "fp-aiohttp", func(t *testing.T, proxy, caFile, _, url string) {
+			run(t, append(env, "P="+proxy, "U="+url, "CA="+caFile), pythonWith(t, "aiohttp"), "-c", `import asyncio, os, ssl, aiohttp
+async def main():
+    ctx = ssl.create_default_context(cafile=os.environ["CA"])
+    async with aiohttp.ClientSession() as s:
+        async with s.get(os.environ["U"], proxy=os.environ["P"], ssl=ctx, headers={"User-Agent": "fp-aiohttp"}) as r:
+            await r.read()
+            assert r.status == 200, r.status
+asyncio.run(main())`)
+		}},
+		{"git", "git/", func(t *testing.T, proxy, caFile, _, url string) {
+			// git ls-remote over libcurl-gnutls, to an (empty) repository.
+			run(t, append(env, "https_proxy="+proxy, "GIT_SSL_CAINFO="+caFile, "GIT_TERMINAL_PROMPT=0"), "git", "ls-remote", url+"repo.git")
+		}},
+		{"wget", "fp-wget", func(t *testing.T, proxy, caFile, _, url string) {
+			// GnuTLS: key shares for P-256, then x25519.
+			run(t, append(env, "https_proxy="+proxy), "wget", "-q", "-O", "/dev/null", "-T", "30", "-t", "1", "-U", "fp-wget",
+				"--ca-certificate="+caFile, url)
+		}},
+		{"java", "fp-java", func(t *testing.T, proxy, caFile, _, url string) {
+			runJava(t, env, proxy, caFile, url)
+		}},
+		{"go", "fp-go", func(t *testing.T, proxy, caFile, _, url string) {
+			getWithGo(t, proxy, caFile, url)
+		}},
 		{"chromium", "HeadlessChrome", func(t *testing.T, proxy, _, spki, url string) {
 			// Chromium's own background requests (updates, sign-in) are
 			// refused by the Squids by name (fpSquidAccess), before any
@@ -79,7 +110,79 @@ func fpSeen(t *testing.T, site *fpsite.Site, from int, ua string) []*fpsite.Conn
 }
 
 // fpUAs are the clients' User-Agents (Chromium's names itself).
-var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "HeadlessChrome"}
+var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "fp-aiohttp", "git/", "fp-wget", "fp-java", "fp-go", "HeadlessChrome"}
+
+// javaGet is a Java program that GETs args[1] through the proxy at
+// args[0] (host:port) with Java's own HttpClient (JSSE), as a crawler on
+// the JVM does: HTTP/2 where the site offers it.
+const javaGet = `import java.net.*; import java.net.http.*; import java.time.Duration;
+public class Get { public static void main(String[] a) throws Exception {
+  String[] p = a[0].split(":");
+  HttpClient c = HttpClient.newBuilder().proxy(ProxySelector.of(new InetSocketAddress(p[0], Integer.parseInt(p[1]))))
+    .connectTimeout(Duration.ofSeconds(30)).build();
+  HttpResponse<Void> r = c.send(HttpRequest.newBuilder(URI.create(a[1])).header("User-Agent", "fp-java")
+    .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.discarding());
+  if (r.statusCode() != 200) { System.out.println("status " + r.statusCode()); System.exit(1); }
+}}`
+
+// runJava runs javaGet with a trust store holding the certificates of
+// caFile (PEM), made with keytool.
+func runJava(t *testing.T, env []string, proxy, caFile, url string) {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "Get.java")
+	writeFile(t, src, javaGet)
+	raw, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "trust.p12")
+	for i := 0; ; i++ {
+		var b *pem.Block
+		if b, raw = pem.Decode(raw); b == nil {
+			break
+		}
+		one := filepath.Join(dir, fmt.Sprintf("ca%d.pem", i))
+		writeFile(t, one, string(pem.EncodeToMemory(b)))
+		run(t, env, "keytool", "-importcert", "-noprompt", "-alias", fmt.Sprintf("ca%d", i), "-file", one,
+			"-keystore", store, "-storetype", "PKCS12", "-storepass", "changeit")
+	}
+	run(t, env, "java", "-Djavax.net.ssl.trustStore="+store, "-Djavax.net.ssl.trustStorePassword=changeit",
+		"-Djavax.net.ssl.trustStoreType=PKCS12", src, strings.TrimPrefix(proxy, "http://"), url)
+}
+
+// getWithGo GETs url with Go's own net/http client (crypto/tls, HTTP/2
+// where the site offers it), as a Go crawler does, through proxy,
+// trusting caFile.
+func getWithGo(t *testing.T, proxy, caFile, target string) {
+	t.Helper()
+	raw, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(raw)
+	pu, err := neturl.Parse(proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", "fp-go")
+	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("Go's client: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Go's client got %d", resp.StatusCode)
+	}
+}
 
 // clientsOn are the clients whose requests a site connection carried.
 func clientsOn(sc *fpsite.Conn) map[string]bool {
@@ -105,8 +208,9 @@ func certSPKI(t *testing.T, certPEM []byte) string {
 	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
-// TestMITMFingerprintMirroring: curl, Python requests, Node and headless
-// Chromium, one after another, load a page from a TLS site that records
+// TestMITMFingerprintMirroring: curl, Python requests, Node, aiohttp,
+// git ls-remote (libcurl-gnutls), wget (GnuTLS), Java's HttpClient (JSSE),
+// Go's net/http and headless Chromium, one after another, load a page from a TLS site that records
 // each connection's raw ClientHello and first HTTP/2 frames: directly
 // (through a Squid tunnel), through the MITM gateway (mirror, the
 // default) and through one started with --mitm-fingerprint go. Through
@@ -115,7 +219,8 @@ func certSPKI(t *testing.T, certPEM []byte) string {
 // shuffles them per connection), hello fields and HTTP/2 fingerprint
 // (SETTINGS, WINDOW_UPDATE, PRIORITY, pseudo-header order) as directly;
 // through the go gateway it computes Go's. Chromium's requests reach the
-// site over HTTP/2. docs/mitm.md shows what this logs.
+// site over HTTP/2. Afterwards no member rests for the site, none failed
+// and no hello fell back to a preset. docs/mitm.md shows what this logs.
 func TestMITMFingerprintMirroring(t *testing.T) {
 	site := fpsite.Start(t, "127.0.0.223")
 	goSite := fpsite.Start(t, "127.0.0.224")
@@ -180,7 +285,43 @@ func TestMITMFingerprintMirroring(t *testing.T) {
 	if !shared {
 		t.Fatal("through the go gateway no site connection carried two clients: its pool was not seen")
 	}
-	if strings.Contains(m.g.Output(), "cannot mirror") {
+	if strings.Contains(m.g.Output(), "cannot mirror") || strings.Contains(m.g.Output(), "failed on the gateway's side") {
 		t.Fatalf("the gateway could not mirror a client:\n%s", tail(m.g.Output(), 20))
 	}
+	// After every client, every member is still in service for the site:
+	// none rests for it, none failed, no hello fell back to a preset.
+	// (Chromium's background requests to named hosts, which the Squids
+	// refuse, may rest a member for those hosts.)
+	siteHost := strings.Split(site.Addr(), ":")[0]
+	if lines := metricLines(t, m.g.metricsAddr, "proxyfleet_site_cooldowns"); strings.Contains(strings.Join(lines, "\n"), `site="`+siteHost+`"`) {
+		t.Fatalf("after all the clients a member rests for the site:\n%s", strings.Join(lines, "\n"))
+	}
+	for _, name := range []string{"proxyfleet_gateway_upstream_failures_total", "proxyfleet_gateway_mitm_hello_fallbacks_total"} {
+		if n := counterSum(t, m.g.metricsAddr, name); n != 0 {
+			t.Fatalf("after all the clients the mirroring gateway reports %s %v, want 0:\n%s", name, n, tail(m.g.Output(), 30))
+		}
+	}
+}
+
+// metricLines are the sample lines of a metric on the gateway's /metrics.
+func metricLines(t *testing.T, metricsAddr, name string) []string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			out = append(out, line)
+		}
+	}
+	return out
 }

@@ -207,7 +207,10 @@ func (g *Gateway) dialConnect(ctx context.Context, mc *memberConn, hostport, hos
 	// The client leaving aborts any step: a deadline in the past ends the
 	// I/O. answerTimeout bounds the member's answer (a SOCKS5 reply comes
 	// once the member reached the site too).
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
+	// The function gets the connection, not c: on a failure the deferred
+	// function below sets c to nil, perhaps while the function runs.
+	conn := c
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(keepalive.ALongTimeAgo) })
 	defer func() {
 		if !stop() || err != nil {
 			if c != nil {

@@ -57,6 +57,11 @@ const (
 	LegSite   = "site"   // the gateway's with the site, on a mirroring tunnel's own connection
 )
 
+// FallbackUnmirrorable is the Recorder.MITMHelloFallback reason of a
+// ClientHello that cannot be mirrored at all (it does not parse, or
+// carries an extension uTLS cannot send).
+const FallbackUnmirrorable = "unmirrorable"
+
 const (
 	// serverMaxHeaderBytes matches Squid's request_header_max_size; larger
 	// request heads get net/http's 431.
@@ -85,6 +90,11 @@ type Recorder interface {
 	// tunnel on one leg (LegClient or LegSite) and whether it resumed a
 	// session: under mirror the site leg resumes where the client did.
 	MITMHandshake(leg string, resumed bool)
+	// MITMHelloFallback counts one tunnel whose site connections stopped
+	// mirroring its client's ClientHello and sent a preset instead, by why:
+	// FallbackUnmirrorable, or a mirror.OwnReasons value (the site
+	// handshake with the mirrored hello failed on the gateway's side).
+	MITMHelloFallback(reason string)
 }
 
 // Resolver looks up a target's addresses; *net.Resolver implements it, and
@@ -497,6 +507,7 @@ func (nopRecorder) Request(string, string, time.Duration) {}
 func (nopRecorder) UpstreamFailure(string)                {}
 func (nopRecorder) BytesRelayed(string, int64)            {}
 func (nopRecorder) MITMHandshake(string, bool)            {}
+func (nopRecorder) MITMHelloFallback(string)              {}
 
 // selectorString renders attribute selectors as sorted k=v pairs for messages.
 func selectorString(sel map[string]string) string {

@@ -34,6 +34,17 @@ type testRecorder struct {
 	bytes    map[string]int64
 	// handshakes counts "leg resumed" (resumed true or false).
 	handshakes map[string]int
+	// fallbacks counts MITMHelloFallback by reason.
+	fallbacks map[string]int
+}
+
+func (r *testRecorder) MITMHelloFallback(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fallbacks == nil {
+		r.fallbacks = map[string]int{}
+	}
+	r.fallbacks[reason]++
 }
 
 func (r *testRecorder) MITMHandshake(leg string, resumed bool) {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	fhttp "github.com/bogdanfinn/fhttp"
 	fhttp2 "github.com/bogdanfinn/fhttp/http2"
@@ -18,12 +17,13 @@ import (
 )
 
 // HTTP/2 on both sides of a mirroring tunnel: a client that offers h2 gets
-// HTTP/2 from the gateway (x/net/http2's server, every stream a request on
-// the plain-HTTP path), and the gateway reads the client's first frames
-// before serving: its SETTINGS (values and order), connection
-// WINDOW_UPDATE, PRIORITY frames, and the first HEADERS' priority and
-// pseudo-header order. A site that picks h2 then gets those, through
-// bogdanfinn/fhttp's HTTP/2 client, which writes them as told.
+// HTTP/2 from the gateway (net/http's server, every stream a request on
+// the plain-HTTP path), which speaks at once, and the gateway reads the
+// client's first frames as the server reads them (h2Tap): its SETTINGS
+// (values and order), connection WINDOW_UPDATE, PRIORITY frames, and the
+// first HEADERS' priority and pseudo-header order. A site that picks h2
+// then gets those, through bogdanfinn/fhttp's HTTP/2 client, which writes
+// them as told.
 
 // h2Print is what a client's first HTTP/2 frames said.
 type h2Print struct {
@@ -40,6 +40,15 @@ type h2Print struct {
 // leave the site waiting for a WINDOW_UPDATE that never comes. Such a
 // client's increment is sent as 15663105 (Chromium's) instead.
 const minMirroredConnFlow = 8 << 20
+
+// minMirroredStreamWindow is the smallest SETTINGS_INITIAL_WINDOW_SIZE
+// mirrored: fhttp's client gives a stream window back only as its body is
+// read, so a site told a window of 0 (or a few bytes) would send the
+// gateway nothing more of an answer and the request would stall; a client
+// that says less (h2spec does; no browser or HTTP library here does) is
+// sent as 65535, the protocol's default. Towards the client the gateway's
+// own server keeps to the client's window, whatever the site's is.
+const minMirroredStreamWindow = 65535
 
 // maxMirroredTable bounds the HPACK table the gateway offers a site: a
 // client's larger SETTINGS_HEADER_TABLE_SIZE would let the site make the
@@ -237,6 +246,8 @@ func (p *h2Print) transport() *fhttp2.Transport {
 			s.Val = 0 // the gateway takes no pushes, whatever the client would
 		case s.ID == fhttp2.SettingHeaderTableSize && s.Val > maxMirroredTable:
 			s.Val = maxMirroredTable
+		case s.ID == fhttp2.SettingInitialWindowSize && s.Val < minMirroredStreamWindow:
+			s.Val = minMirroredStreamWindow
 		case s.ID == fhttp2.SettingInitialWindowSize && s.Val > 1<<31-1,
 			s.ID == fhttp2.SettingMaxFrameSize && (s.Val < 1<<14 || s.Val > 1<<24-1):
 			continue // invalid: the site would end the connection
@@ -263,17 +274,86 @@ func (p *h2Print) transport() *fhttp2.Transport {
 // stream is then a request served as serveInnerRequest serves one over
 // HTTP/1.1.
 func (g *Gateway) serveMITMH2(tc net.Conn, t *innerTunnel) {
-	var rec bytes.Buffer
-	_ = tc.SetReadDeadline(time.Now().Add(serverReadHeader))
-	p, err := readH2Print(io.TeeReader(tc, &rec))
-	if err != nil {
-		g.log.Debug("the client's HTTP/2 start could not be read", "target", t.host, "err", err)
-		_ = tc.Close()
-		return
+	t.speaksH2 = true
+	g.inner.serve(&h2Tap{Conn: tc, t: t}, t)
+}
+
+// maxH2Start bounds what h2Tap keeps of a client's first bytes while it
+// waits for the first complete HEADERS: a client preface, its SETTINGS,
+// WINDOW_UPDATE and PRIORITY frames and a header block of up to
+// serverMaxHeaderBytes fit many times over. Past it the client's frames
+// are not mirrored (its site connections open as Go's would).
+const maxH2Start = 4 * serverMaxHeaderBytes
+
+// h2Tap is a mirroring tunnel's client connection as its HTTP/2 server
+// reads it: the server speaks at once (its SETTINGS go out as soon as the
+// client's preface is in, as RFC 9113 3.4 has it, for a client that waits
+// for them before sending more), and the tap reads the client's first
+// frames as they pass, up to the first complete HEADERS, into the
+// tunnel's h2Print. It reads them on the server's own read, before the
+// server sees them, so the print is whole before any request the client
+// sent can open a site connection.
+type h2Tap struct {
+	net.Conn
+	t    *innerTunnel
+	seen []byte
+	done bool
+}
+
+// errNoH2Preface ends a connection that chose h2 and does not start with
+// the HTTP/2 client preface: RFC 9113 3.4 has the server close it (the
+// inner server, which also speaks HTTP/1.1, would answer it as a request).
+var errNoH2Preface = errors.New("the client chose h2 but sent no HTTP/2 connection preface")
+
+func (c *h2Tap) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done && n > 0 {
+		if i := len(c.seen); i < len(http2.ClientPreface) {
+			k := min(n, len(http2.ClientPreface)-i)
+			if string(p[:k]) != http2.ClientPreface[i:i+k] {
+				c.done, c.seen = true, nil
+				_ = c.Conn.Close()
+				return 0, errNoH2Preface
+			}
+		}
+		c.seen = append(c.seen, p[:n]...)
+		switch pr, whole := readH2Start(c.seen); {
+		case whole:
+			c.done, c.seen = true, nil
+			if pr != nil {
+				c.t.h2.Store(pr)
+			}
+		case len(c.seen) > maxH2Start:
+			c.done, c.seen = true, nil
+		}
 	}
-	_ = tc.SetReadDeadline(time.Time{})
-	t.h2 = p
-	g.inner.serve(&prefixConn{Conn: tc, prefix: rec.Bytes()}, t)
+	return n, err
+}
+
+// readH2Start reads the client's start from b, the bytes it sent so far:
+// whole is false while it may still come (b ends inside it); the print is
+// nil when b is whole but no start the gateway can mirror.
+func readH2Start(b []byte) (*h2Print, bool) {
+	r := &eofReader{r: bytes.NewReader(b)}
+	p, err := readH2Print(r)
+	if err != nil && r.eof {
+		return nil, false
+	}
+	return p, true
+}
+
+// eofReader notes reaching the end of r.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
 }
 
 // goH2Print opens a site's HTTP/2 connection for a client that spoke

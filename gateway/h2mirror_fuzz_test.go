@@ -33,14 +33,24 @@ func h2Start(t testing.TB) []byte {
 
 // FuzzH2Print feeds a client's first HTTP/2 bytes (outside input) to
 // readH2Print: it never panics, and what it reads makes a transport whose
-// SETTINGS keep the client's order without duplicates, with a usable
-// connection window and the four pseudo-headers.
+// SETTINGS keep the client's order without duplicates, with usable
+// connection and stream windows and the four pseudo-headers.
 func FuzzH2Print(f *testing.F) {
 	f.Add(h2Start(f))
 	f.Add([]byte(http2.ClientPreface))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	// h2spec's: an initial window of 0 after Chromium's SETTINGS, before
+	// the first request.
+	start := h2Start(f)
+	settingsEnd := len(http2.ClientPreface) + 9 + 4*6
+	zero := append(bytes.Clone(start[:settingsEnd]), 0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0)
+	f.Add(append(zero, start[settingsEnd:]...))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		sp, whole := readH2Start(in)
 		p, err := readH2Print(bytes.NewReader(in))
+		if err == nil && (!whole || sp == nil) {
+			t.Fatalf("a start readH2Print reads was not read by the tap (whole %v)", whole)
+		}
 		if err != nil {
 			return
 		}
@@ -54,6 +64,9 @@ func FuzzH2Print(f *testing.F) {
 		}
 		if tr.Settings[2] != 0 || tr.Settings[1] > maxMirroredTable || tr.Settings[4] > 1<<31-1 {
 			t.Fatalf("settings %v: push on, a table too large or a window the site refuses", tr.Settings)
+		}
+		if w, ok := tr.Settings[4]; ok && (w < minMirroredStreamWindow || tr.InitialWindowSize != w) {
+			t.Fatalf("settings %v, initial window %d: a stream window under %d would stall the site's answers", tr.Settings, tr.InitialWindowSize, minMirroredStreamWindow)
 		}
 		if len(seen) != len(tr.Settings) {
 			t.Fatalf("order %v, settings %v", tr.SettingsOrder, tr.Settings)

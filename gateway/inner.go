@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
@@ -84,13 +85,18 @@ type innerTunnel struct {
 	record    []byte
 	helloOnce sync.Once
 	hello     *mirror.Hello // nil: the fallback preset
+	// fb: the site handshake with the client's hello failed on the
+	// gateway's side, and the tunnel goes on with a preset.
+	fb helloFallback
 	// lineage is the client's TLS session with the gateway (0: the client
 	// got no ticket); resumed, whether this connection resumed it.
 	lineage uint64
 	resumed bool
-	// h2 is what the client's first HTTP/2 frames said, when it spoke
-	// HTTP/2 to the gateway (set before its first request).
-	h2 *h2Print
+	// speaksH2: the client speaks HTTP/2 to the gateway; h2 is what its
+	// first frames said (h2Tap stores it before its first request reaches
+	// a handler; nil when they could not be read).
+	speaksH2 bool
+	h2       atomic.Pointer[h2Print]
 	// sites are the tunnel's own site connections when it mirrors.
 	sites siteLinks
 }
@@ -148,7 +154,7 @@ func (g *Gateway) newInner() *inner {
 // its protocol; c is closed when the gateway is shutting down.
 func (in *inner) serve(c net.Conn, t *innerTunnel) {
 	ic := &innerConn{Conn: c, t: t}
-	if t.scheme == "https" && t.h2 == nil {
+	if t.scheme == "https" && !t.speaksH2 {
 		go in.h1.ServeConn(ic)
 		return
 	}

@@ -253,6 +253,7 @@ func (t *innerTunnel) helloFor(g *Gateway) *mirror.Hello {
 		if err != nil {
 			g.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
 				"target", t.host, "preset", g.mitm.preset.Name, "err", err)
+			g.rec.MITMHelloFallback(FallbackUnmirrorable)
 			return
 		}
 		t.hello = h

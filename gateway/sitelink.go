@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -248,26 +249,37 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok && ca.host == t.host {
 		addrs = ca.addrs
 	}
-	c, early, err := g.dialConnect(ctx, mc, t.hostport, t.host, t.port, addrs, timeout)
-	if err != nil {
-		return nil, err
-	}
-	// TLS records to and from the site without a runtime system call each
-	// (internal/rawio), as the client's side of the tunnel.
-	c = rawio.Wrap(c)
-	if len(early) > 0 {
-		c = &prefixConn{Conn: c, prefix: early}
-	}
-	tc, proto, err := g.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
-	if err != nil {
-		return nil, err
+	var (
+		tc    net.Conn
+		proto string
+	)
+	for {
+		c, early, err := g.dialConnect(ctx, mc, t.hostport, t.host, t.port, addrs, timeout)
+		if err != nil {
+			return nil, err
+		}
+		// TLS records to and from the site without a runtime system call each
+		// (internal/rawio), as the client's side of the tunnel.
+		c = rawio.Wrap(c)
+		if len(early) > 0 {
+			c = &prefixConn{Conn: c, prefix: early}
+		}
+		tc, proto, err = g.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
+		if errors.Is(err, errFellBack) {
+			continue // a new connection through the same member, with a preset
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	l := &siteLink{member: mc.m.Name, c: tc, busy: true}
 	if proto == "h2" {
-		p := t.h2
+		p := t.h2.Load()
 		if p == nil {
 			p = goH2Print
 		}
+		var err error
 		if l.fh, err = p.open(tc); err != nil {
 			_ = tc.Close()
 			return nil, siteFault(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))
@@ -287,14 +299,19 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 	hctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	_ = c.SetDeadline(time.Now().Add(g.dialTimeout))
-	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: t.helloFor(g), Preset: g.mitm.preset, Speaks: speaks,
+	hello, preset := t.siteHello(g)
+	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: hello, Preset: preset, Speaks: speaks,
 		Resumption: t.siteResumption(g, member)}
-	if t.h2 != nil {
-		cfg.ApplicationSettings = map[string][]byte{"h2": t.h2.alps()}
+	if p := t.h2.Load(); p != nil {
+		cfg.ApplicationSettings = map[string][]byte{"h2": p.alps()}
 	}
 	u, err := mirror.Client(hctx, c, cfg)
 	if err != nil {
 		_ = c.Close()
+		var oe *mirror.OwnError
+		if errors.As(err, &oe) {
+			return nil, "", g.ownHandshakeFailed(t, member, hello, preset, oe)
+		}
 		if isCertError(err) {
 			return nil, "", siteCertificateFault(t.host, err)
 		}
@@ -303,6 +320,87 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 	_ = c.SetDeadline(time.Time{})
 	g.rec.MITMHandshake(LegSite, u.Resumed())
 	return u, u.Protocol(), nil
+}
+
+// errFellBack is a site handshake the gateway's TLS library could not
+// complete with the hello it built (mirror.OwnError): the tunnel has
+// moved on to a preset and the caller opens a new connection through the
+// same member at once. It blames no one: judge never sees it.
+var errFellBack = errors.New("the site handshake falls back to a preset")
+
+// classOwnTLS is the failure class of a site handshake the gateway's TLS
+// library could complete with none of the hellos it tried: the gateway's
+// own failure, which rests no member or site and tries no other member.
+const classOwnTLS = "tls_gateway"
+
+// maxPresetTries bounds the presets one tunnel tries after its client's
+// hello could not be completed (each costs a connection through the
+// member); a preset completing against a site that took the client's
+// hello is the rule, the second one the exception.
+const maxPresetTries = 2
+
+// helloFallback is where a mirroring tunnel stands after a site handshake
+// its hello could not complete: the preset its site connections use from
+// then on, and the next ones to try.
+type helloFallback struct {
+	mu   sync.Mutex
+	on   bool
+	cur  mirror.Preset
+	next []mirror.Preset
+}
+
+// siteHello is the hello of the tunnel's next site connection: the
+// client's, mirrored (preset unused), or a preset (hello nil) once the
+// client's could not be mirrored or completed.
+func (t *innerTunnel) siteHello(g *Gateway) (*mirror.Hello, mirror.Preset) {
+	t.fb.mu.Lock()
+	on, cur := t.fb.on, t.fb.cur
+	t.fb.mu.Unlock()
+	if on {
+		return nil, cur
+	}
+	return t.helloFor(g), g.mitm.preset
+}
+
+// ownHandshakeFailed answers a site handshake through member that failed
+// on the gateway's side (oe) with hello (nil: preset): the tunnel moves
+// on to the closest preset not tried, saying so in the log and the
+// metric, and errFellBack has the caller try it at once; with none left it
+// is the gateway's own failure, a 502 that blames no one.
+func (g *Gateway) ownHandshakeFailed(t *innerTunnel, member string, hello *mirror.Hello, preset mirror.Preset, oe *mirror.OwnError) error {
+	t.fb.mu.Lock()
+	if !t.fb.on {
+		var order []mirror.Preset
+		if hello != nil {
+			order = mirror.Closest(hello, g.mitm.preset)
+		} else {
+			// The fallback preset of an unmirrorable hello failed itself.
+			order = slices.DeleteFunc(mirror.Closest(nil, preset), func(p mirror.Preset) bool { return p == preset })
+		}
+		t.fb.on, t.fb.cur, t.fb.next = true, preset, order[:min(len(order), maxPresetTries)]
+	} else if hello != nil || t.fb.cur != preset {
+		// Another of the tunnel's connections moved on already.
+		t.fb.mu.Unlock()
+		return errFellBack
+	}
+	if len(t.fb.next) == 0 {
+		t.fb.mu.Unlock()
+		g.log.Warn("the gateway's TLS library completed no hello it tried with the site: answered 502, blaming no member and no site",
+			"target", t.host, "member", member, "preset", preset.Name, "reason", oe.Reason, "err", oe.Err)
+		return &attemptError{f: rotation.Site(classOwnTLS), firsthand: true,
+			err: errors.New("the gateway's TLS to the site could not complete its own handshake: " + oe.Err.Error())}
+	}
+	t.fb.cur, t.fb.next = t.fb.next[0], t.fb.next[1:]
+	next := t.fb.cur
+	t.fb.mu.Unlock()
+	from := "preset " + preset.Name
+	if hello != nil {
+		from = "the client's (JA3 " + hello.JA3() + ")"
+	}
+	g.log.Info("the site handshake with the hello the gateway built failed on the gateway's side: going on through the same member with a preset, blaming no one",
+		"target", t.host, "member", member, "hello", from, "preset", next.Name, "reason", oe.Reason, "err", oe.Err)
+	g.rec.MITMHelloFallback(oe.Reason)
+	return errFellBack
 }
 
 // linkRoundTrip sends out on l and returns the answer; its body gives

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -32,8 +33,8 @@ import (
 )
 
 // helloClient is an HTTP client whose TLS is uTLS with a browser preset's
-// ClientHello (its ALPN list replaced by alpn unless nil, plus extra
-// extensions), so the site can tell its handshake from Go's: through the
+// ClientHello (its ALPN list replaced by alpn unless nil; each of extra
+// in place of the preset's extension of its type, or added), so the site can tell its handshake from Go's: through the
 // gateway (gw set, CONNECT by hand) or directly. It speaks the protocol
 // ALPN chose: HTTP/2 on one connection, or HTTP/1.1 kept alive.
 func helloClient(t *testing.T, gw string, connectHeader http.Header, roots *x509.CertPool, preset string, alpn []string, extra ...utls.TLSExtension) *http.Client {
@@ -68,7 +69,7 @@ func helloClient(t *testing.T, gw string, connectHeader http.Header, roots *x509
 		if err != nil {
 			return nil, err
 		}
-		spec.Extensions = append(spec.Extensions[:len(spec.Extensions):len(spec.Extensions)], extra...)
+		spec.Extensions = withExtensions(spec.Extensions, extra)
 		u := utls.UClient(c, &utls.Config{ServerName: host, RootCAs: roots}, utls.HelloCustom, false, false, true)
 		if err := u.ApplyPreset(&spec); err != nil {
 			return nil, err
@@ -90,6 +91,21 @@ func helloClient(t *testing.T, gw string, connectHeader http.Header, roots *x509
 	rt.h1only = len(alpn) == 1 && alpn[0] == "http/1.1"
 	t.Cleanup(rt.close)
 	return &http.Client{Transport: rt, Timeout: 30 * time.Second}
+}
+
+// withExtensions is exts with each of extra in place of the one of its
+// type, or appended when there is none.
+func withExtensions(exts, extra []utls.TLSExtension) []utls.TLSExtension {
+	out := slices.Clone(exts)
+	for _, e := range extra {
+		i := slices.IndexFunc(out, func(o utls.TLSExtension) bool { return fmt.Sprintf("%T", o) == fmt.Sprintf("%T", e) })
+		if _, generic := e.(*utls.GenericExtension); i < 0 || generic {
+			out = append(out, e)
+			continue
+		}
+		out[i] = e
+	}
+	return out
 }
 
 // helloRT is helloClient's RoundTripper.

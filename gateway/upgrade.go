@@ -126,6 +126,18 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 // own TLS to the site, verified as a MITM'd request's is. Errors are
 // classified as an attempt's.
 func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+	for {
+		s, err := g.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
+		if !errors.Is(err, errFellBack) {
+			return s, err
+		}
+		// The gateway's own TLS failed with the client's hello: a new
+		// connection through the same member, with a preset.
+	}
+}
+
+// handshakeOnce is one connection of handshake.
+func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
 	var (
 		c   net.Conn

@@ -11,6 +11,11 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # Real clients load pages through the MITM gateway in the e2e tests.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+# wget and git (GnuTLS) and Java's HttpClient (JSSE; keytool makes its trust store)
+# are among the TLS stacks mirrored through the MITM gateway in the e2e tests.
+command -v wget >/dev/null 2>&1 || need+=(wget)
+command -v git >/dev/null 2>&1 || need+=(git)
+{ command -v java && command -v keytool && command -v javac; } >/dev/null 2>&1 || need+=(default-jdk-headless)
 # The kvm provider's tests run a private libvirtd (in namespaces of its own)
 # driving real QEMU with OVMF, reached through a private sshd.
 kvm_pkgs=()

@@ -30,6 +30,9 @@ type Metrics struct {
 	// mitmHandshakes{leg, resumed}: the four series, resolved once.
 	mitmHandshakes *prometheus.CounterVec
 	handshakes     [2][2]prometheus.Counter
+	// helloFallbacks{reason}: tunnels whose site connections sent a preset
+	// instead of the client's hello.
+	helloFallbacks *prometheus.CounterVec
 	// taps also get every request's outcome (the status page's chart).
 	taps []OutcomeTap
 }
@@ -94,6 +97,10 @@ func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 			Namespace: Namespace, Subsystem: "gateway", Name: "mitm_handshakes_total",
 			Help: "Completed TLS handshakes of intercepted tunnels, by leg (client: the client's with the gateway; site: the gateway's with the site under --mitm-fingerprint mirror) and whether they resumed a session.",
 		}, []string{"leg", "resumed"}),
+		helloFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "mitm_hello_fallbacks_total",
+			Help: "MITM tunnels whose site connections sent a browser preset instead of the client's mirrored ClientHello, by reason (unmirrorable: the hello cannot be mirrored; otherwise what the gateway's TLS library could not complete with the site: build, key_share, group, cipher_suite, signature, version, extension, other).",
+		}, []string{"reason"}),
 		taps: nonNil(taps),
 	}
 	m.bytesUp, m.bytesDown = m.bytesRelayed.WithLabelValues("up"), m.bytesRelayed.WithLabelValues("down")
@@ -103,7 +110,7 @@ func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 		}
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
-		m.probeDuration, m.probeFailures, m.leaseRequests, m.mitmHandshakes)
+		m.probeDuration, m.probeFailures, m.leaseRequests, m.mitmHandshakes, m.helloFallbacks)
 	return m
 }
 
@@ -118,6 +125,12 @@ func (m *Metrics) MITMHandshake(leg string, resumed bool) {
 		j = 1
 	}
 	m.handshakes[i][j].Inc()
+}
+
+// MITMHelloFallback counts one tunnel that fell back from its client's
+// ClientHello to a preset, by reason.
+func (m *Metrics) MITMHelloFallback(reason string) {
+	m.helloFallbacks.WithLabelValues(reason).Inc()
 }
 
 // Request records one finished client request or tunnel: which member served

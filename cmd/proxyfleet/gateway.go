@@ -193,7 +193,7 @@ func gatewayFlags() []cli.Flag {
 		listFlag(flagMITMBypass, "`HOST` (name, *.domain or IP) kept as a plain tunnel under MITM (pinned or mutual-TLS sites); repeatable"),
 		stringFlag(flagConnectHTTPPorts, "80", "comma-separated `PORTS` whose CONNECT tunnels the gateway answers itself and reads as plain HTTP, sending each request (a WebSocket handshake too) through a member as a plain one: browsers open ws:// with CONNECT to port 80, which Squids refuse; empty turns it off"),
 		stringFlag(flagMITMFingerprint, string(gateway.FingerprintMirror), "the TLS handshake a MITM'd site sees: `MODE` mirror (the client's own ClientHello, a site connection per client connection) or go (Go's crypto/tls, connections pooled across clients)"),
-		stringFlag(flagMITMFallbackPreset, mirror.DefaultPreset, "the browser ClientHello `PRESET` a site sees when the client's cannot be mirrored: "+strings.Join(mirror.Presets(), ", ")),
+		stringFlag(flagMITMFallbackPreset, mirror.DefaultPreset, "the browser ClientHello `PRESET` a site sees when the client's cannot be mirrored, and the first among equally close presets when the gateway cannot complete the client's with a site: "+strings.Join(mirror.Presets(), ", ")),
 		pathFlag(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		intFlag(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),

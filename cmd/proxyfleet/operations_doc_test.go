@@ -63,6 +63,7 @@ func gatewayMetrics() *prometheus.Registry {
 	m.Request("a", "ok", time.Millisecond)
 	m.UpstreamFailure("a")
 	m.BytesRelayed("up", 1)
+	m.MITMHelloFallback("key_share")
 	m.ObserveProbe("a", time.Millisecond, false)
 	m.LeaseRequest("granted")
 	metrics.NewLeaseStoreCalls(reg).Observe("acquire", time.Millisecond, nil)

@@ -148,3 +148,23 @@ type Conn interface {
 	// Protocol is the ALPN protocol the site chose ("" none).
 	Protocol() string
 }
+
+// OwnError is a site handshake that failed on the gateway's side: the TLS
+// library could not build the ClientHello it was to send, or could not
+// complete what that hello offered (a key share, a group, a cipher suite,
+// a signature scheme, an extension) once the site answered it. Neither
+// the site nor the member did anything wrong: the gateway built the hello.
+// What the site or the member did (an alert from the site, a certificate
+// that does not verify, a connection closed or reset) is never one.
+type OwnError struct {
+	// Reason is a short class of what failed, for a metric's label: one
+	// of OwnReasons.
+	Reason string
+	Err    error
+}
+
+func (e *OwnError) Error() string { return e.Err.Error() }
+func (e *OwnError) Unwrap() error { return e.Err }
+
+// OwnReasons are the values of OwnError.Reason.
+var OwnReasons = []string{"build", "key_share", "group", "cipher_suite", "signature", "version", "extension", "other"}

@@ -149,9 +149,18 @@ func TestUnmirrorableHellos(t *testing.T) {
 		t.Fatal("no padding extension in curl's hello")
 	}
 	odd[i], odd[i+1] = 0x77, 0x77
+	// A key share for SecP256r1MLKEM768 (which uTLS cannot make) in place
+	// of curl's x25519 one.
+	pq := bytes.Clone(msg)
+	i = bytes.Index(pq, []byte{0x00, 0x33, 0x00, 0x26, 0x00, 0x24, 0x00, 0x1d, 0x00, 0x20})
+	if i < 0 {
+		t.Fatal("no x25519 key share in curl's hello")
+	}
+	pq[i+6], pq[i+7] = 0x11, 0xeb
 	for name, rec := range map[string][]byte{
 		"cut short":         asRecord(msg)[:60],
 		"unknown extension": asRecord(odd),
+		"unmade key share":  asRecord(pq),
 		"not a hello":       {22, 3, 1, 0, 4, 2, 0, 0, 0},
 	} {
 		if _, err := Parse(rec); err == nil {

@@ -5,9 +5,12 @@ package mirror
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -73,8 +76,15 @@ func (h *Hello) spec() (*utls.ClientHelloSpec, error) {
 	}
 	grease := 0
 	for _, e := range spec.Extensions {
-		if _, ok := e.(*utls.UtlsGREASEExtension); ok {
+		switch e := e.(type) {
+		case *utls.UtlsGREASEExtension:
 			grease++
+		case *utls.KeyShareExtension:
+			for _, s := range e.KeyShares {
+				if !makesKeyShare(s.Group) {
+					return nil, fmt.Errorf("a key share for group %d, which the gateway cannot make", s.Group)
+				}
+			}
 		}
 	}
 	if grease > 2 {
@@ -232,13 +242,17 @@ func (c scoped) Put(site string, cs *utls.ClientSessionState) {
 }
 
 // Client performs the TLS handshake with the site over c as cfg says,
-// verifying the site's certificate. On an error c is left to the caller.
+// verifying the site's certificate. On an error c is left to the caller;
+// an *OwnError when the failure is the gateway's own (see OwnError).
 func Client(ctx context.Context, c net.Conn, cfg Config) (Conn, error) {
 	u, err := uclient(c, cfg)
 	if err != nil {
-		return nil, err
+		return nil, &OwnError{Reason: "build", Err: err}
 	}
 	if err := u.HandshakeContext(ctx); err != nil {
+		if oe := own(err); oe != nil && ctx.Err() == nil {
+			return nil, oe
+		}
 		return nil, err
 	}
 	return uconn{u}, nil
@@ -278,11 +292,214 @@ func uclient(c net.Conn, cfg Config) (*utls.UConn, error) {
 		tc.OmitEmptyPsk = true
 		tc.PreferSkipResumptionOnNilExtension = true
 	}
+	keys, err := ownKeyShares(spec, tc.Rand)
+	if err != nil {
+		return nil, fmt.Errorf("building the site's ClientHello: %w", err)
+	}
+	var sc *shareConn
+	if keys != nil {
+		sc = &shareConn{Conn: c}
+		c = sc
+	}
 	u := utls.UClient(c, tc, utls.HelloCustom, false, false, true)
 	if err := u.ApplyPreset(spec); err != nil {
 		return nil, fmt.Errorf("building the site's ClientHello: %w", err)
 	}
+	if keys != nil {
+		ks := u.HandshakeState.State13.KeyShareKeys
+		ks.Ecdhe = keys.first
+		sc.chosen = func(g utls.CurveID) {
+			if k := keys.by[g]; k != nil {
+				ks.Ecdhe = k
+			}
+		}
+	}
 	return u, nil
+}
+
+// shareKeys are the gateway's private keys for the classical (ECDHE) key
+// shares of a hello that sends more than one.
+type shareKeys struct {
+	first *ecdh.PrivateKey // the first share's: uTLS's until the server chooses
+	by    map[utls.CurveID]*ecdh.PrivateKey
+}
+
+// ownKeyShares fills in the key shares of spec with keys of the gateway's
+// own when it sends more than one classical (ECDHE) share, and returns
+// their private keys; nil when it sends one or none (uTLS makes that key
+// itself). uTLS keeps the private key of the first classical share only,
+// so a site that takes another the client offered (GnuTLS sends P-256 and
+// then x25519; a Go or OpenSSL site takes x25519) failed the handshake with
+// "tls: invalid server key share". Hybrid shares (X25519MLKEM768) stay
+// uTLS's, which keeps their keys apart.
+func ownKeyShares(spec *utls.ClientHelloSpec, rnd io.Reader) (*shareKeys, error) {
+	var ks *utls.KeyShareExtension
+	for _, e := range spec.Extensions {
+		if k, ok := e.(*utls.KeyShareExtension); ok {
+			ks = k
+		}
+	}
+	if ks == nil {
+		return nil, nil
+	}
+	classical := 0
+	for _, s := range ks.KeyShares {
+		if _, ok := ecdhCurve(s.Group); ok {
+			classical++
+		}
+	}
+	if classical < 2 {
+		return nil, nil
+	}
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	keys := &shareKeys{by: map[utls.CurveID]*ecdh.PrivateKey{}}
+	for i, s := range ks.KeyShares {
+		curve, ok := ecdhCurve(s.Group)
+		if !ok {
+			continue
+		}
+		if keys.by[s.Group] != nil {
+			return nil, fmt.Errorf("two key shares for group %d", s.Group)
+		}
+		k, err := curve.GenerateKey(rnd)
+		if err != nil {
+			return nil, err
+		}
+		keys.by[s.Group] = k
+		if keys.first == nil {
+			keys.first = k
+		}
+		// A share with data is left alone by uTLS.
+		ks.KeyShares[i].Data = k.PublicKey().Bytes()
+	}
+	return keys, nil
+}
+
+// makesKeyShare reports a key-share group uTLS makes a key for: the
+// classical curves and the X25519 hybrids. (Go 1.26 clients list
+// SecP256r1MLKEM768 and may send a share for it; uTLS has no such key.)
+func makesKeyShare(g utls.CurveID) bool {
+	_, classical := ecdhCurve(g)
+	return classical || isGrease(uint16(g)) || g == utls.X25519MLKEM768 || g == utls.X25519Kyber768Draft00
+}
+
+// ecdhCurve is the ECDHE curve of a classical key-share group.
+func ecdhCurve(g utls.CurveID) (ecdh.Curve, bool) {
+	switch g {
+	case utls.X25519:
+		return ecdh.X25519(), true
+	case utls.CurveP256:
+		return ecdh.P256(), true
+	case utls.CurveP384:
+		return ecdh.P384(), true
+	case utls.CurveP521:
+		return ecdh.P521(), true
+	}
+	return nil, false
+}
+
+// shareConn is a site connection whose hello sent several classical key
+// shares: it reads the site's ServerHello as it passes (it is not
+// encrypted) and, before uTLS computes the shared secret from it, points
+// uTLS at the private key of the share the site chose. uTLS reads the
+// ServerHello on the handshake's goroutine, which calls Read, so chosen
+// runs there, before uTLS takes its key.
+type shareConn struct {
+	net.Conn
+	chosen func(utls.CurveID)
+	seen   []byte // what was read, until the ServerHello is whole
+	done   bool
+}
+
+func (c *shareConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done && n > 0 {
+		c.seen = append(c.seen, p[:n]...)
+		if g, whole := serverShare(c.seen); whole || len(c.seen) > maxServerHello {
+			c.done, c.seen = true, nil
+			if g != 0 {
+				c.chosen(g)
+			}
+		}
+	}
+	return n, err
+}
+
+// maxServerHello bounds what shareConn keeps while it waits for the
+// ServerHello (a real one is under 200 bytes; a post-quantum one about
+// 1.2 KiB): past it uTLS refuses the message anyway.
+const maxServerHello = 64 << 10
+
+// helloRetryRandom is the random of a HelloRetryRequest (RFC 8446 4.1.3).
+var helloRetryRandom = []byte{
+	0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91,
+	0xC2, 0xA2, 0x11, 0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
+}
+
+// serverShare reads the group of the key share in the ServerHello at the
+// start of b (the site's first bytes, TLS records): whole is false until
+// the message is; the group is 0 when there is none to take (a TLS 1.2
+// ServerHello, a HelloRetryRequest, which uTLS answers with a key of its
+// own, or bytes that are not a ServerHello, which uTLS refuses itself).
+func serverShare(b []byte) (group utls.CurveID, whole bool) {
+	var msg []byte
+	for len(b) > 0 {
+		if len(b) < 5 {
+			return 0, false
+		}
+		if b[0] != 22 {
+			return 0, true
+		}
+		n := int(binary.BigEndian.Uint16(b[3:]))
+		if len(b) < 5+n {
+			return 0, false
+		}
+		msg = append(msg, b[5:5+n]...)
+		b = b[5+n:]
+		if len(msg) >= 4 {
+			if msg[0] != 2 {
+				return 0, true
+			}
+			need := 4 + (int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3]))
+			if len(msg) >= need {
+				return keyShareOf(msg[4:need]), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// keyShareOf is the key share's group in a ServerHello's body, 0 when it
+// has none or is a HelloRetryRequest.
+func keyShareOf(body []byte) utls.CurveID {
+	if len(body) < 2+32+1 || bytes.Equal(body[2:34], helloRetryRandom) {
+		return 0
+	}
+	b := body[34:]
+	sid := int(b[0])
+	if len(b) < 1+sid+2+1+2 {
+		return 0
+	}
+	b = b[1+sid+2+1:]
+	el := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if len(b) < el {
+		return 0
+	}
+	b = b[:el]
+	for len(b) >= 4 {
+		typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
+		if len(b) < 4+n {
+			return 0
+		}
+		if typ == 51 && n >= 2 {
+			return utls.CurveID(binary.BigEndian.Uint16(b[4:]))
+		}
+		b = b[4+n:]
+	}
+	return 0
 }
 
 // Built returns the ClientHello handshake message Client would send for

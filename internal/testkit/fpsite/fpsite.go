@@ -33,8 +33,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil/tlsfp"
 )
 
-// Site is a TLS site on a loopback address that records, per
-// connection, the raw ClientHello (read off the socket before crypto/tls
+// Site is a TLS site on a loopback address (answering a Git smart-HTTP
+// ref advertisement of an empty repository, so git ls-remote succeeds,
+// and a page or JSON otherwise) that records, per connection, the raw ClientHello (read off the socket before crypto/tls
 // sees it), the protocol ALPN chose, the first HTTP/2 frames (SETTINGS,
 // WINDOW_UPDATE, PRIORITY, the first HEADERS' pseudo-header order) and
 // every request. It offers h2 and http/1.1, as a CDN front does.
@@ -272,6 +273,15 @@ func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sc.mu.Lock()
 		sc.Requests = append(sc.Requests, Request{Path: r.URL.Path, UserAgent: r.UserAgent(), Proto: r.Proto, Status: status})
 		sc.mu.Unlock()
+	}
+	if strings.HasSuffix(r.URL.Path, "/info/refs") && r.URL.Query().Get("service") == "git-upload-pack" {
+		// An empty Git repository, over smart HTTP: git ls-remote succeeds.
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(status)
+		caps := strings.Repeat("0", 40) + " capabilities^{}\x00report-status agent=fpsite\n"
+		fmt.Fprintf(w, "001e# service=git-upload-pack\n0000%04x%s0000", len(caps)+4, caps)
+		return
 	}
 	if r.URL.Path == "/" || strings.HasSuffix(r.URL.Path, ".html") {
 		w.Header().Set("Content-Type", "text/html")
