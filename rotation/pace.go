@@ -57,6 +57,103 @@ const (
 	PaceQuiet = 10 * time.Minute
 )
 
+// PaceRule is the automatic slow-down's rule for what a site's first ban
+// teaches the whole pool (--pacing-pause, --pacing-increase-steps). A burst
+// at a site never seen leaves every member about as close to the site's
+// limit as the one it banned: only the site's window ending cools them,
+// and no answer says how long that is. So a cut pauses the whole site for
+// Pause (the longest window the rule protects the pool against), then
+// restarts each member at the pace the banned one was allowed: its
+// requests before the refusal, spread over Pause. Answers without a ban
+// raise it additively, never back to the rate that was refused.
+type PaceRule struct {
+	// Pause is how long a cut stops every request to the site, and the
+	// span the banned member's allowance is spread over at the restart.
+	Pause time.Duration
+	// IncreaseSteps is how many answered requests add the restart's rate
+	// once more (additive increase).
+	IncreaseSteps int
+}
+
+// Bounds and defaults of PaceRule (docs/architecture.md argues them).
+const (
+	// DefaultPacePause covers the per-minute windows that are the longest
+	// common ones: after a burst no member that was within the limit
+	// crosses it at a site whose window is a minute or less.
+	DefaultPacePause = time.Minute
+	// DefaultPaceIncreaseSteps doubles the restart's rate after 50
+	// answers, as the fixed first cut did.
+	DefaultPaceIncreaseSteps = PaceIncreaseSteps
+	// MaxPacePause bounds Pause to half of PaceQuiet, which would forget
+	// the cut during a longer one.
+	MaxPacePause = PaceQuiet / 2
+	// MaxPaceIncreaseSteps bounds IncreaseSteps (a rise this slow is none).
+	MaxPaceIncreaseSteps = 1_000_000
+	// paceFloorMargin keeps the learnt interval a tenth above the
+	// interval that was refused.
+	paceFloorMargin = 10
+)
+
+// DefaultPaceRule is the rule with its defaults.
+var DefaultPaceRule = PaceRule{Pause: DefaultPacePause, IncreaseSteps: DefaultPaceIncreaseSteps}
+
+// BanEvidence is what the gateway saw the banned member do at the site
+// before its ban: the requests it sent there within the rule's Pause (the
+// refused one included), and the span from the first of them to the
+// refused one.
+type BanEvidence struct {
+	Sent int
+	Span time.Duration
+}
+
+// Cut is what a site's first cut sets (PaceRule.FirstCut); the zero value
+// is the fixed first cut (PaceFirstCut, no pause, PaceIncreaseSteps).
+type Cut struct {
+	// Interval is the restart's interval per member.
+	Interval time.Duration
+	// Pause stops the site after this and every later cut.
+	Pause time.Duration
+	// Floor is the shortest interval the additive increase reaches: a
+	// tenth above the interval at which the banned member was refused.
+	Floor time.Duration
+	// Steps is PaceRule.IncreaseSteps.
+	Steps int
+}
+
+// FirstCut is the cut a site's first ban makes under r, from what the
+// banned member did. It allowed Sent-1 requests within the Span, so every
+// member may make at most Sent-2 (a margin of one for a site counting the
+// refused request, or a boundary of a fixed window) in any Pause: the
+// interval Pause/(Sent-2), and never as fast as the banned member went.
+// Without evidence (the member's first request was refused: the site
+// bans it for something else, or counts many members as one) the restart
+// is one request per member per Pause/2.
+func (r PaceRule) FirstCut(ev BanEvidence) Cut {
+	c := Cut{Pause: r.Pause, Steps: r.IncreaseSteps, Interval: PaceFirstCut}
+	if r.Pause <= 0 {
+		// No pause: the fixed first cut, the rate still derived.
+		if ev.Sent >= 2 {
+			c.Floor = refusedFloor(ev)
+			c.Interval = max(c.Interval, c.Floor)
+		}
+		return c
+	}
+	allowed := max(ev.Sent-2, 1)
+	if ev.Sent < 2 {
+		allowed = 2
+	} else {
+		c.Floor = refusedFloor(ev)
+	}
+	c.Interval = min(max(r.Pause/time.Duration(allowed), c.Floor, PaceUnlimitedInterval), PaceMaxInterval)
+	return c
+}
+
+// refusedFloor is a tenth above the banned member's mean interval.
+func refusedFloor(ev BanEvidence) time.Duration {
+	iv := ev.Span / time.Duration(ev.Sent-1)
+	return min(iv+iv/paceFloorMargin, PaceMaxInterval)
+}
+
 // LearntPace is one site's automatic slow-down: the interval per member
 // AIMD has reached. It is a value; the gateway keeps one per site and
 // replaces it with what Ban, Answered and Decayed return. The zero value is a
@@ -66,7 +163,7 @@ type LearntPace struct {
 	// member; 0 is none.
 	Interval time.Duration
 	// CutInterval is Interval right after the last cut: the additive
-	// increase adds its rate back in PaceIncreaseSteps steps.
+	// increase adds its rate back in Steps steps.
 	CutInterval time.Duration
 	// Cause is the answer that made the last cut (ResultRateLimited or
 	// ResultBanned), CutAt when it came, Cuts how many cuts there were
@@ -74,37 +171,68 @@ type LearntPace struct {
 	Cause Result
 	CutAt time.Time
 	Cuts  int
+	// Pause stops every request to the site for this long after each cut
+	// (no member's slot comes before CutAt+Pause); 0 is none.
+	Pause time.Duration
+	// Floor is the shortest interval the increase reaches: above the
+	// rate a ban refused. 0 is none.
+	Floor time.Duration
+	// Steps is the additive increase's steps (0: PaceIncreaseSteps).
+	Steps int
 }
 
 // Slowed reports whether the site is paced now.
 func (p LearntPace) Slowed() bool { return p.Interval > 0 }
 
-// Ban is the pace after the site answered res (a ban signal) to a request
-// sent at sent, now; known says the member it went through was banned by
-// the site since the last cut already. Multiplicative decrease: the first
-// ban sets PaceFirstCut, a later one doubles the interval, up to
-// PaceMaxInterval. A ban that is no news changes nothing: one to a request
-// sent before the last cut (it was in flight when the site was slowed), or
-// through a member the site had banned since (its ban is older than the
-// pace). So one burst's bans cut once, not once per request.
+// PausedUntil is when the pause of the last cut ends (zero: no pause).
+func (p LearntPace) PausedUntil() time.Time {
+	if !p.Slowed() || p.Pause <= 0 {
+		return time.Time{}
+	}
+	return p.CutAt.Add(p.Pause)
+}
+
+// Ban is BanWith the fixed first cut (Cut{}).
 func (p LearntPace) Ban(res Result, sent, now time.Time, known bool) LearntPace {
+	return p.BanWith(res, sent, now, known, Cut{})
+}
+
+// BanWith is the pace after the site answered res (a ban signal) to a
+// request sent at sent, now; known says the member it went through was
+// banned by the site since the last cut already. Multiplicative decrease:
+// the first ban sets first (PaceRule.FirstCut; the zero Cut is
+// PaceFirstCut), a later one doubles the interval, up to PaceMaxInterval,
+// pauses the site again and puts the floor above the interval it refused.
+// A ban that is no news changes nothing: one to a request sent before the
+// last cut (it was in flight when the site was slowed), or through a
+// member the site had banned since (its ban is older than the pace). So
+// one burst's bans cut once, not once per request.
+func (p LearntPace) BanWith(res Result, sent, now time.Time, known bool, first Cut) LearntPace {
 	if !res.IsBan() {
 		return p
 	}
 	if p.Slowed() && (sent.Before(p.CutAt) || known) {
 		return p
 	}
-	next := PaceFirstCut
-	if p.Slowed() {
-		next = min(2*p.Interval, PaceMaxInterval)
+	if !p.Slowed() {
+		next := first.Interval
+		if next <= 0 {
+			next = PaceFirstCut
+		}
+		next = min(next, PaceMaxInterval)
+		return LearntPace{Interval: next, CutInterval: next, Cause: res, CutAt: now, Cuts: p.Cuts + 1,
+			Pause: first.Pause, Floor: min(first.Floor, next), Steps: first.Steps}
 	}
-	return LearntPace{Interval: next, CutInterval: next, Cause: res, CutAt: now, Cuts: p.Cuts + 1}
+	next := min(2*p.Interval, PaceMaxInterval)
+	floor := min(max(p.Floor, p.Interval+p.Interval/paceFloorMargin), next)
+	return LearntPace{Interval: next, CutInterval: next, Cause: res, CutAt: now, Cuts: p.Cuts + 1,
+		Pause: p.Pause, Floor: floor, Steps: p.Steps}
 }
 
 // Answered is the pace after a request to the site was answered without
 // a ban signal. Additive increase: the rate (1/Interval) grows by
-// 1/(CutInterval*PaceIncreaseSteps); below PaceUnlimitedInterval the site
-// is unlimited again.
+// 1/(CutInterval*Steps), never past 1/Floor; below PaceUnlimitedInterval
+// the site is unlimited again.
 func (p LearntPace) Answered() LearntPace {
 	if !p.Slowed() {
 		return p
@@ -113,9 +241,13 @@ func (p LearntPace) Answered() LearntPace {
 	if cut <= 0 {
 		cut = p.Interval
 	}
+	steps := p.Steps
+	if steps <= 0 {
+		steps = PaceIncreaseSteps
+	}
 	// 1/next = 1/Interval + 1/(cut*steps), in float seconds.
-	rate := 1/p.Interval.Seconds() + 1/(cut.Seconds()*PaceIncreaseSteps)
-	next := time.Duration(float64(time.Second) / rate)
+	rate := 1/p.Interval.Seconds() + 1/(cut.Seconds()*float64(steps))
+	next := max(time.Duration(float64(time.Second)/rate), p.Floor)
 	if next < PaceUnlimitedInterval {
 		return LearntPace{}
 	}
@@ -137,5 +269,9 @@ func (p LearntPace) String() string {
 	if !p.Slowed() {
 		return "unlimited"
 	}
-	return "one request per " + p.Interval.Round(time.Millisecond).String() + " per member (cut " + strconv.Itoa(p.Cuts) + "x, last by " + string(p.Cause) + ")"
+	s := "one request per " + p.Interval.Round(time.Millisecond).String() + " per member (cut " + strconv.Itoa(p.Cuts) + "x, last by " + string(p.Cause)
+	if p.Pause > 0 {
+		s += ", the site paused " + p.Pause.String() + " at each cut"
+	}
+	return s + ")"
 }
