@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: node-bins squid-rootfs cluster-test guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -74,6 +74,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags $(SIDECAR_TAGS) ./cmd/proxyfleet ./gateway/...
 	$(GO) vet -tags $(SIDECAR_MITM_TAGS) ./cmd/proxyfleet
+	$(GO) vet -tags cluster ./internal/testkit/node/ ./e2e/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags $(SIDECAR_TAGS) ./gateway/...
 
@@ -129,6 +130,26 @@ e2e: deps build sidecar envtest-bins guest-image
 ## envtest-bins: build kube-apiserver and etcd for envtest into bin/k8s/ (minutes, once; reused until the pins change).
 envtest-bins:
 	@GO="$(GO)" hack/envtest-bins.sh $(ENVTEST_BIN_DIR)
+
+## node-bins: kubelet, kube-proxy, kube-scheduler, kube-controller-manager and kubectl for the
+## single-node cluster tests into bin/node/ (one go build from e2e/tools/node; minutes, once; reused
+## until the pins change). etcd and kube-apiserver are envtest-bins'.
+NODE_BIN_DIR := $(BIN)/node
+node-bins:
+	@GO="$(GO)" hack/node-bins.sh $(NODE_BIN_DIR)
+
+## squid-rootfs: Debian's squid in a minimal root (mmdebstrap) at bin/squid-rootfs.tar, the Squid
+## image the cluster tests import into their node; cached under the sha256 of its recipe.
+SQUID_ROOTFS := $(BIN)/squid-rootfs.tar
+squid-rootfs: deps
+	@hack/squid-rootfs.sh $(SQUID_ROOTFS)
+
+## cluster-test: the tests on a real single-node cluster (internal/testkit/node: etcd, kube-apiserver,
+## kube-controller-manager, kube-scheduler, containerd, runc, CNI, kubelet, kube-proxy), built with
+## -tags cluster. Root; see docs/operations.md "A cluster on one machine".
+cluster-test: deps build envtest-bins node-bins squid-rootfs
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SQUID_ROOTFS=$(SQUID_ROOTFS) $(GO) test -tags cluster -count=1 -timeout 30m \
+		-run '^(TestNode|TestCluster)' ./internal/testkit/node/ ./e2e/
 
 ## helm: the helm CLI from the Go module proxy into bin/tools/ (the tests use the Helm SDK
 ## directly; this is for humans: bin/tools/helm-v3.22.0 install ...).

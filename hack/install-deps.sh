@@ -34,6 +34,16 @@ command -v mkfs.ext4 >/dev/null 2>&1 || [ -x /usr/sbin/mkfs.ext4 ] || need+=(e2f
 command -v mkfs.vfat >/dev/null 2>&1 || [ -x /usr/sbin/mkfs.vfat ] || need+=(dosfstools)
 command -v mcopy >/dev/null 2>&1 || need+=(mtools)
 need+=("${kvm_pkgs[@]}")
+# The cluster tests run a single-node Kubernetes (internal/testkit/node):
+# Debian's containerd and runc, the CNI plugins in /usr/lib/cni, iptables
+# for kube-proxy and portmap, conntrack for kube-proxy's UDP clean-up.
+node_pkgs=()
+[ -x /usr/bin/containerd ] || node_pkgs+=(containerd)
+[ -x /usr/sbin/runc ] || node_pkgs+=(runc)
+[ -x /usr/lib/cni/bridge ] || node_pkgs+=(containernetworking-plugins)
+command -v iptables-save >/dev/null 2>&1 || [ -x /usr/sbin/iptables-save ] || node_pkgs+=(iptables)
+command -v conntrack >/dev/null 2>&1 || [ -x /usr/sbin/conntrack ] || node_pkgs+=(conntrack)
+need+=("${node_pkgs[@]}")
 # Python clients (requests; aiohttp for WebSockets) go through the gateway in the e2e tests.
 if ! { python3 -c 'import aiohttp' || /usr/bin/python3 -c 'import aiohttp'; } >/dev/null 2>&1; then need+=(python3-aiohttp); fi
 if ! { python3 -c 'import requests' || /usr/bin/python3 -c 'import requests'; } >/dev/null 2>&1; then need+=(python3-requests); fi
@@ -72,6 +82,12 @@ if [ ${#need[@]} -gt 0 ]; then
 				if command -v systemctl >/dev/null 2>&1; then systemctl disable --now "$unit" >/dev/null 2>&1 || true; fi
 			done
 			for svc in libvirtd virtlogd virtlockd ssh; do service "$svc" stop >/dev/null 2>&1 || true; done
+		fi
+		# containerd's package starts a system containerd; the node tests
+		# run their own, in namespaces of their own.
+		if [ ${#node_pkgs[@]} -gt 0 ]; then
+			if command -v systemctl >/dev/null 2>&1; then systemctl disable --now containerd >/dev/null 2>&1 || true; fi
+			service containerd stop >/dev/null 2>&1 || true
 		fi
 	else
 		echo "install-deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}' or run make test as root" >&2

@@ -49,7 +49,44 @@ var netnsSetup = [][]string{
 // never reach the machine's network, so a test may give them any range.
 func InNetNS(t *testing.T) bool {
 	t.Helper()
+	return InNamespaces(t, Namespaces{})
+}
+
+// Namespaces chooses the namespaces, besides a network namespace, that
+// InNamespaces gives the test's child.
+type Namespaces struct {
+	// MountAndPID adds a mount namespace whose mounts are private (nothing
+	// mounted there shows on the machine, and all of it goes with the
+	// namespace) and a PID namespace of which the child is init, with a
+	// /proc of its own: every process the child leaves behind, however it
+	// was started (a container runtime's shims daemonize), is killed by
+	// the kernel when the child ends. For tests that run a Kubernetes node.
+	MountAndPID bool
+}
+
+// InNamespacesChild reports whether t is running in the child that
+// InNetNS or InNamespaces started for it (their "true" side), for
+// helpers that prepare the parent before the child starts.
+func InNamespacesChild(t *testing.T) bool {
+	return os.Getenv(netnsEnv) == t.Name()
+}
+
+// InNamespaces is InNetNS with the namespaces of ns as well.
+func InNamespaces(t *testing.T, ns Namespaces) bool {
+	t.Helper()
 	if os.Getenv(netnsEnv) == t.Name() {
+		if ns.MountAndPID {
+			// The mounts were copied from the machine's, and those that are
+			// shared would pass new mounts back: make all of them private
+			// before anything is mounted, then give the namespace a /proc
+			// that shows its own processes.
+			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+				t.Fatalf("netns: making the mounts private: %v", err)
+			}
+			if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+				t.Fatalf("netns: mounting /proc for the PID namespace: %v", err)
+			}
+		}
 		for _, args := range netnsSetup {
 			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 				t.Fatalf("netns: ip %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -69,7 +106,11 @@ func InNetNS(t *testing.T) bool {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), netnsEnv+"="+t.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	flags := uintptr(syscall.CLONE_NEWNET)
+	if ns.MountAndPID {
+		flags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWPID
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

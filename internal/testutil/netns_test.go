@@ -1,10 +1,13 @@
 package testutil
 
 import (
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -52,5 +55,47 @@ func TestInNetNSRunsTheTestInANamespaceOfItsOwn(t *testing.T) {
 	tg := StartTarget(t, TargetOptions{Host: NetNSDefaultAddr})
 	if tg.Host() != NetNSDefaultAddr {
 		t.Fatalf("Target on %s, want %s", tg.Host(), NetNSDefaultAddr)
+	}
+}
+
+// TestInNamespacesMountAndPIDLeaveNothing runs the rest of the test in
+// mount and PID namespaces as well: there the test is init with a /proc of
+// its own, it mounts a tmpfs and leaves a daemonized process behind; once
+// the child is done the parent sees neither the mount nor the process.
+func TestInNamespacesMountAndPIDLeaveNothing(t *testing.T) {
+	const markEnv = "PROXYFLEET_TEST_NS_MARK"
+	if !InNamespacesChild(t) {
+		dir := t.TempDir()
+		t.Setenv(markEnv, dir)
+		t.Cleanup(func() {
+			mounts, err := os.ReadFile("/proc/self/mounts")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(mounts), dir) {
+				t.Errorf("the child's mount on %s shows in the parent", dir)
+			}
+			out, _ := exec.Command("pgrep", "-f", "sleep 3600.5").CombinedOutput()
+			if len(strings.TrimSpace(string(out))) > 0 {
+				t.Errorf("the child's daemonized process outlived it: pids %s", out)
+			}
+		})
+	}
+	if !InNamespaces(t, Namespaces{MountAndPID: true}) {
+		return
+	}
+	if os.Getpid() != 1 {
+		t.Fatalf("the child is pid %d in its PID namespace, want 1", os.Getpid())
+	}
+	if err := syscall.Mount("tmpfs", os.Getenv(markEnv), "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "3600.5")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", cmd.Process.Pid)); err != nil {
+		t.Fatalf("the namespace's /proc does not show its own process %d: %v", cmd.Process.Pid, err)
 	}
 }
