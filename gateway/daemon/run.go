@@ -135,6 +135,7 @@ func (r *run) build() error {
 		MITM:                cfg.MITM,
 		ConnectHTTPPorts:    cfg.ConnectHTTPPorts,
 		AffinityEntries:     cfg.MaxSessions,
+		FailureWindow:       cfg.Store.FailureWindow,
 		Metrics:             r.rec,
 		Logger:              r.log,
 		Tracer:              NewGatewayTracer(r.tr.TracerProvider()),
