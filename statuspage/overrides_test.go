@@ -42,3 +42,14 @@ func TestGatewayViewSaysWhenRestingMembersAreTriedAnyway(t *testing.T) {
 		})
 	}
 }
+
+func TestGatewayViewNamesTheStoreItRidesOut(t *testing.T) {
+	now := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	o := &Outage{Since: now.Add(-time.Minute), ListAt: now.Add(-2 * time.Minute), GraceEnds: now.Add(4 * time.Minute)}
+	for poolAPI, want := range map[string]string{"": "The lease store has not answered", "http://controller:8090": "The lease API has not answered"} {
+		v := Gateway(GatewayInput{Pool: PoolSnapshot{Outage: o}, PoolAPI: poolAPI}, now)
+		if got := strings.Join(v.Errors, "\n"); !strings.Contains(got, want) {
+			t.Fatalf("pool API %q: errors %q, want %q", poolAPI, got, want)
+		}
+	}
+}

@@ -210,19 +210,25 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 	v.LastKnown = in.Pool.LastKnown
 	if o := in.Pool.Outage; o != nil {
 		v.Outage = o
+		// A gateway on a shared lease store (Redis) rides out its store
+		// as a --lease-api gateway rides out the lease API.
+		who, grace := "The lease API", "--pool-outage-grace"
+		if in.PoolAPI == "" {
+			who, grace = "The lease store", "the outage grace"
+		}
 		switch {
 		case o.Refusing && o.ListAt.IsZero():
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
 				" and no member list was ever received from it: requests get 503 pool_unreachable.")
 		case o.Refusing:
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
-				", longer than --pool-outage-grace after its last answer ("+o.LastAnswer.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+				", longer than "+grace+" after its last answer ("+o.LastAnswer.UTC().Format(time.RFC3339)+
 				"): requests get 503 pool_unreachable.")
 		default:
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
 				"; the gateway leases from its last-known members (listed at "+o.ListAt.UTC().Format(time.RFC3339)+
-				") until "+o.GraceEnds.UTC().Format(time.RFC3339)+" (--pool-outage-grace).")
-			v.Notes = append(v.Notes, "Members and cooldowns below are the gateway's last-known pool, with its own leases and what it learnt during the outage; they are told to the lease API when it answers again.")
+				") until "+o.GraceEnds.UTC().Format(time.RFC3339)+" ("+grace+").")
+			v.Notes = append(v.Notes, "Members and cooldowns below are the gateway's last-known pool, with its own leases and what it learnt during the outage; they are told to "+strings.ToLower(who[:1])+who[1:]+" when it answers again.")
 		}
 	}
 	if in.Pool.Err != "" {

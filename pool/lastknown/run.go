@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // trackedSlack is how long past its end a lease's member is remembered: a
@@ -54,7 +53,7 @@ func (p *Pool) refresh(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 		return
-	case err != nil && leaseapi.IsOutage(err):
+	case err != nil && isOutage(err):
 		p.begin(err)
 		return
 	case err != nil:
@@ -97,6 +96,7 @@ func (p *Pool) refresh(ctx context.Context) {
 	}
 	told, ok := p.tell(ctx)
 	if ok {
+		p.releaseHeld(ctx)
 		p.end(told)
 	}
 }
@@ -144,7 +144,7 @@ func (p *Pool) tell(ctx context.Context) (told int, ok bool) {
 		case err == nil:
 			told++
 			p.forget(k)
-		case leaseapi.IsOutage(err):
+		case isOutage(err):
 			return told, false
 		default:
 			var nm *pool.NoMatchError
