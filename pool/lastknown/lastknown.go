@@ -474,6 +474,17 @@ func (p *Pool) learn(member, target string, res rotation.Result) {
 		}
 		return
 	}
+	if res == rotation.ResultAnswered {
+		// The member answered: a failure of it learnt meanwhile is no
+		// longer news (its rest has ended here); nothing else changes.
+		for lk, l := range p.learnt {
+			if lk.member == member && l.result == rotation.ResultUpstreamFailed {
+				delete(p.learnt, lk)
+			}
+		}
+		p.pending.Store(int64(len(p.learnt)))
+		return
+	}
 	if l := p.learnt[k]; l != nil {
 		l.result, l.attempts = res, 0
 		return

@@ -411,3 +411,42 @@ func TestAStoreOutageIsAnOutage(t *testing.T) {
 		t.Fatalf("with the store away: lease %+v, %v; want the gateway's own", l, err)
 	}
 }
+
+// TestAStoresFailureRestsStayFailureRestsDuringItsOutage: the last-known
+// pool of a store remote takes the store's cooldowns with their reasons,
+// so with every member resting for its own failures when the store goes
+// away, the least recently failed is still leased (rotation.FailureRest),
+// not refused as if banned.
+func TestAStoresFailureRestsStayFailureRestsDuringItsOutage(t *testing.T) {
+	st := &storeDown{Store: pool.NewStore(pool.StoreOptions{FailureRest: rotation.FailureRest{MaxPercent: 100}})}
+	st.SetMembers(members(2))
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		l, err := st.Store.Acquire(ctx, pool.AcquireRequest{Proxy: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := lastknown.New(lastknown.Options{Remote: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); lk.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, 10*time.Second, "the member list", func() error {
+		if lk.Status().ListAt.IsZero() {
+			return errors.New("no list yet")
+		}
+		return nil
+	})
+	st.down.Store(true)
+	l, err := lk.Acquire(ctx, pool.AcquireRequest{Target: "site.example"})
+	if err != nil || !local(l) || !l.FailureRest {
+		t.Fatalf("every member resting for its failures, store away: lease %+v, %v; want the gateway's own override", l, err)
+	}
+}

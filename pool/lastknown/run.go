@@ -45,6 +45,12 @@ func (p *Pool) Run(ctx context.Context) {
 	}
 }
 
+// cooldownLister is a Remote that lists its cooldowns with their reasons
+// (a lease store; the lease API's list has none).
+type cooldownLister interface {
+	ListCooldowns(ctx context.Context) ([]pool.Cooldown, error)
+}
+
 // refresh reads the member list once and applies what it says.
 func (p *Pool) refresh(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, max(p.o.CallTimeout, 10*time.Second))
@@ -80,6 +86,15 @@ func (p *Pool) refresh(ctx context.Context) {
 		for target, until := range m.Cooldowns {
 			cds = append(cds, pool.Cooldown{Member: m.Name, Target: target, Until: until})
 		}
+	}
+	if lc, ok := p.o.Remote.(cooldownLister); ok {
+		// A store says why each cooldown runs: the local store then
+		// tells a failure rest from a ban (rotation.FailureRest).
+		cctx, cancel := context.WithTimeout(ctx, max(p.o.CallTimeout, 10*time.Second))
+		if withWhy, err := lc.ListCooldowns(cctx); err == nil {
+			cds = withWhy
+		}
+		cancel()
 	}
 	p.local.SetMembersHealth(health)
 	p.local.MergeCooldowns(cds)
