@@ -179,6 +179,14 @@ func (g *Gateway) checkAlive(ctx context.Context, h held, target string) {
 		defer g.alive.end(mc.m.Name)
 		err := g.aliveness(mc)
 		if err == nil {
+			// It answers: if it rests for its own failures, that ends.
+			if rec, ok := g.failed.take(mc.m.Name); ok {
+				rctx, cancel := bgCtx(ctx)
+				defer cancel()
+				if err := g.pool.Report(rctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+					g.log.Debug("lease report failed", "lease", rec.leaseID, "result", string(rotation.ResultAnswered), "err", err)
+				}
+			}
 			return
 		}
 		g.log.Warn("member answers nothing, not even a request it needs no site for: out of service for every site",
@@ -189,6 +197,7 @@ func (g *Gateway) checkAlive(ctx context.Context, h held, target string) {
 		if err := g.pool.Report(rctx, h.id, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
 			g.log.Warn("lease report failed", "lease", h.id, "member", mc.m.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
 		}
+		g.memberFailed(h, classAnswerTimeout)
 	}()
 }
 

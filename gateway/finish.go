@@ -128,6 +128,9 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 	if rq.h.mc != nil {
 		if v.report != "" {
 			g.drop(ctx, &rq.lr, rq.h, v.report, 0)
+			if v.report == rotation.ResultUpstreamFailed {
+				g.memberFailed(rq.h, failureOf(err).f.Class)
+			}
 		} else {
 			g.done(ctx, rq.h)
 		}

@@ -182,6 +182,11 @@ type Options struct {
 	// Pacing is how fast requests go to each site; the zero value paces
 	// nothing (the CLI turns the automatic slow-down on by default).
 	Pacing PacingOptions
+	// FailureWindow is how long a member the gateway reported failed
+	// rests (the lease store's --failure-cooldown), so how long the
+	// gateway asks a silent one whether it is back (default
+	// pool.DefaultFailureWindow).
+	FailureWindow time.Duration
 	// Pacer is where the pace of sites is decided and kept: a lease
 	// store's (the Redis store, the lease API client), so that every
 	// gateway on it paces a site together. Nil is Pool's when it is a
@@ -233,6 +238,14 @@ type Gateway struct {
 	readers  bufpool.Readers // for upstream CONNECT answers
 	writers  bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
 	dns      dnsCache
+
+	// failed and overrides are the gateway's side of failure rests
+	// (rests.go); stopping ends the rechecks at Shutdown.
+	failed        failedSet
+	overrides     overrides
+	failureWindow time.Duration
+	stopping      chan struct{}
+	stopOnce      sync.Once
 
 	membersMu sync.RWMutex
 	members   map[string]*memberConn
@@ -349,6 +362,11 @@ func New(o Options) (*Gateway, error) {
 		aff:            aff,
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
+		failureWindow:  o.FailureWindow,
+		stopping:       make(chan struct{}),
+	}
+	if g.failureWindow <= 0 {
+		g.failureWindow = pool.DefaultFailureWindow
 	}
 	g.front = front.New(g.ServeHTTP, g.frontOptions())
 	if o.Pacing.MaxWait < 0 {
@@ -412,6 +430,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.stopOnce.Do(func() { close(g.stopping) })
 	err := g.front.Shutdown(ctx)
 	// Requests inside tunnels the gateway answered drain like plain ones.
 	if ierr := g.inner.shutdown(ctx); err == nil {

@@ -38,6 +38,9 @@ type held struct {
 	// pinned: the lease is (or was) the (session, target) pin, so it is kept
 	// after the request; otherwise the request releases it when done.
 	pinned bool
+	// resting: the pool leased the member although it rests for its own
+	// failures (pool.Lease.FailureRest); an answer through it is reported.
+	resting bool
 }
 
 // acquire returns the lease a request should use: the live pin of its
@@ -132,7 +135,8 @@ func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (hel
 			}
 		}
 	}
-	return held{id: l.ID, mc: mc, pinned: pin}, nil
+	g.leased(l, lr.target)
+	return held{id: l.ID, mc: mc, pinned: pin, resting: l.FailureRest}, nil
 }
 
 // sessionLimitError refuses a new sticky session while the gateway holds

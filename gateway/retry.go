@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // retryRule is how far a request may go on to other members after a
@@ -56,6 +58,11 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
 			g.release(ctx, &rq.lr, h)
+			if h.resting {
+				// The override's least recently failed member is one
+				// this request failed on: every other rests too.
+				return at.giveUp("; no other member: the members left rest for their own failures and this request tried them")
+			}
 			return at.giveUp("")
 		}
 		// A site not slowed: no member but its leader goes past what the
@@ -72,6 +79,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		s, err := try(h, attempt)
 		if err == nil {
 			// The site answered through this member, whatever it said.
+			g.memberAnswered(ctx, h)
 			g.reached(ctx, rq.member, rq.lr.target, at.fails)
 			at.fails = nil
 			if s == servedHere {
@@ -89,6 +97,9 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			g.checkAlive(ctx, h, rq.lr.target)
 		}
 		g.drop(ctx, &rq.lr, h, v.report, 0)
+		if v.report == rotation.ResultUpstreamFailed {
+			g.memberFailed(h, ae.f.Class)
+		}
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			return g.lostSession(rq, h, "failed ("+err.Error()+")")

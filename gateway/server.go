@@ -47,8 +47,9 @@ type ServerOptions struct {
 	Remote *leaseapi.Client
 	// RemoteURL is Remote's address, for the log (it never holds credentials).
 	RemoteURL string
-	// LastKnown is Remote's last-known pool (the Gateway's Pool then), which
-	// the server runs and the status page shows during an outage; nil when
+	// LastKnown is Remote's last-known pool, or a shared Store's (the
+	// Gateway's Pool then), which the server runs and the status page
+	// shows during an outage; nil for an in-process store, or when
 	// --pool-outage-grace is 0.
 	LastKnown *lastknown.Pool
 	// RemoteIdle is DefaultRemoteMemberIdle when zero.

@@ -18,6 +18,15 @@ const statusReadTimeout = 5 * time.Second
 // reason. A read that fails is logged and shown as a fixed phrase, since
 // store and API errors may name addresses the page does not show.
 func (s *Server) PoolStatus(ctx context.Context) statuspage.PoolSnapshot {
+	snap := s.poolStatus(ctx)
+	if o := s.o.Gateway.FailureRestOverrides(); !o.Since.IsZero() {
+		snap.Overrides = &statuspage.Overrides{Since: o.Since, Last: o.Last, Count: o.Count, Member: o.Member, Over: o.Over}
+	}
+	return snap
+}
+
+// poolStatus is PoolStatus without the gateway's own override episode.
+func (s *Server) poolStatus(ctx context.Context) statuspage.PoolSnapshot {
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
 	lk, down := s.outageStatus(ctx)

@@ -20,6 +20,7 @@ type Metrics struct {
 	requests         *prometheus.CounterVec
 	requestDuration  *prometheus.HistogramVec
 	upstreamFailures *prometheus.CounterVec
+	failureOverrides prometheus.Counter
 	bytesRelayed     *prometheus.CounterVec
 	// bytesUp and bytesDown are bytesRelayed's two series, resolved once:
 	// BytesRelayed runs for every request and tunnel.
@@ -79,6 +80,10 @@ func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 			Namespace: Namespace, Subsystem: "gateway", Name: "upstream_failures_total",
 			Help: "Member-wide upstream failures (refused, reset, timed out, TLS or SOCKS5 handshake, 407, broken for sites other members reach), by member; an answer that a site is unreachable is none.",
 		}, []string{"member"}),
+		failureOverrides: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "gateway", Name: "failure_rest_overrides_total",
+			Help: "Leases of members resting for their own failures, taken because every member that could serve the request rested so (the least recently failed is tried anyway).",
+		}),
 		bytesRelayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "bytes_relayed_total",
 			Help: "Bytes relayed between clients and upstreams, by direction (up: client to target; down: target to client).",
@@ -109,7 +114,7 @@ func New(reg prometheus.Registerer, taps ...OutcomeTap) *Metrics {
 			m.handshakes[i][j] = m.mitmHandshakes.WithLabelValues(leg, resumed)
 		}
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.bytesRelayed,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstreamFailures, m.failureOverrides, m.bytesRelayed,
 		m.probeDuration, m.probeFailures, m.leaseRequests, m.mitmHandshakes, m.helloFallbacks)
 	return m
 }
@@ -148,6 +153,10 @@ func (m *Metrics) Request(member, outcome string, d time.Duration) {
 func (m *Metrics) UpstreamFailure(member string) {
 	m.upstreamFailures.WithLabelValues(member).Inc()
 }
+
+// FailureRestOverride counts one lease of a member resting for its own
+// failures, taken because no other member could serve.
+func (m *Metrics) FailureRestOverride() { m.failureOverrides.Inc() }
 
 // BytesRelayed adds n bytes relayed in direction ("up": client to target,
 // "down": target to client). Non-positive n is ignored, so callers can pass a copy's

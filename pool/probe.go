@@ -29,6 +29,14 @@ type HealthSink interface {
 	SetHealth(name string, healthy bool, latency time.Duration)
 }
 
+// AnswerSink is a HealthSink that also hears of every passing probe, not
+// only the verdict (which waits for SuccessThreshold): a member that
+// answered a probe ends its rest for its own failures at once
+// (rotation.FailureRest). The lease stores implement it.
+type AnswerSink interface {
+	Answered(name string)
+}
+
 // ProbeRecorder observes every probe (a metrics histogram and failure
 // counter in cmd); the pool package does not import the metrics package.
 type ProbeRecorder interface {
@@ -217,6 +225,9 @@ func (p *Prober) record(m Member, d time.Duration, err error) {
 	st.verdict.Observe(ok, p.o.SuccessThreshold, p.o.FailureThreshold)
 	healthy, _ := st.verdict.Verdict()
 	p.sink.SetHealth(m.Name, healthy, st.latency)
+	if as, isAS := p.sink.(AnswerSink); ok && isAS {
+		as.Answered(m.Name)
+	}
 	if !known || was != healthy {
 		attrs := []any{"member", m.Name, "upstream", m.Redacted(), "healthy", healthy, "latency", d}
 		if err != nil {

@@ -455,3 +455,32 @@ func TestProberHTTPSProbeTunnelsThroughRealSquid(t *testing.T) {
 		t.Error("probe with an unverifiable certificate counted as healthy")
 	}
 }
+
+// TestProberPassingProbeEndsFailureRest: a member resting for its own
+// failures comes back at its first passing probe, before its window ends
+// and whatever the success threshold; a failing probe leaves it resting.
+func TestProberPassingProbeEndsFailureRest(t *testing.T) {
+	target := startSwitchTarget(t)
+	s := NewStore(StoreOptions{FailureWindow: time.Hour})
+	s.SetMembers([]Member{DirectMember()})
+	p := mustProber(t, staticMembers(DirectMember()), s, ProberOptions{URL: target.srv.URL, SuccessThreshold: 3})
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, AcquireRequest{Target: "a.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Report(ctx, l.ID, Report{Result: "upstream_failed"}); err != nil {
+		t.Fatal(err)
+	}
+	resting := func() bool { return !s.Members()[0].Cooldowns[""].IsZero() }
+	target.status.Store(http.StatusServiceUnavailable)
+	p.ProbeAll(ctx)
+	if !resting() {
+		t.Fatal("a failing probe ended the failure rest")
+	}
+	target.status.Store(http.StatusOK)
+	p.ProbeAll(ctx)
+	if resting() {
+		t.Fatal("a passing probe did not end the failure rest")
+	}
+}

@@ -54,6 +54,10 @@ type StoreOptions struct {
 	// FailureWindow is how long an upstream failure takes a member out for
 	// every target (default 30s).
 	FailureWindow time.Duration
+	// FailureRest bounds how much of the pool rests for its own failures at
+	// once and when such a member is leased anyway (rotation.FailureRest;
+	// the zero value is its default, 50%).
+	FailureRest rotation.FailureRest
 	// SiteFailureRest is how long a {member, target} pair rests after the
 	// member answered that it cannot reach the target (default 10s): short,
 	// because the site is usually just as dead through every member, and
@@ -406,6 +410,12 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 		ms = s.idx.best(req.Selector, eligible)
 	}
 	if ms == nil {
+		if ms = s.override(req, now); ms != nil {
+			s.seq++
+			ms.key.LastChosen = s.seq
+			ms.key.Active++
+			return s.grant(ms, nonce, req, ttl, now, true), nil
+		}
 		if req.Proxy == "" && s.idx.carries(req.Selector) {
 			s.countUnindexed(&nm, req, now, &back)
 		}
@@ -417,18 +427,19 @@ func (s *Store) Acquire(_ context.Context, req AcquireRequest) (Lease, error) {
 	ms.key.LastChosen = s.seq
 	ms.key.Active++
 	s.idx.rekeyed(ms)
-	return s.grant(ms, nonce, req, ttl, now), nil
+	return s.grant(ms, nonce, req, ttl, now, false), nil
 }
 
 // grant records a lease of ms for req: a slot in the slab (whose number
 // the ID carries, so the slot is the ID's and no map is needed), a place
-// in the expiry heap, the target interned.
-func (s *Store) grant(ms *memberState, nonce [2]uint64, req AcquireRequest, ttl time.Duration, now time.Time) Lease {
+// in the expiry heap, the target interned. override marks a lease of a
+// member resting for its own failures (Store.override).
+func (s *Store) grant(ms *memberState, nonce [2]uint64, req AcquireRequest, ttl time.Duration, now time.Time, override bool) Lease {
 	slot := s.slab.alloc()
 	e := s.slab.at(slot)
 	*e = leaseEntry{nonce: nonce, ms: ms, end: addSat(s.rel(now), ttl), bits: s.targets.ref(req.Target)}
 	s.live.push(slot)
-	l := Lease{ID: leaseID(nonce, slot), Member: ms.m, Target: req.Target, TTL: ttl, ExpiresAt: now.Add(ttl)}
+	l := Lease{ID: leaseID(nonce, slot), Member: ms.m, Target: req.Target, TTL: ttl, ExpiresAt: now.Add(ttl), FailureRest: override}
 	if req.IdempotencyKey != "" {
 		e.bits |= leaseIdem
 		s.idem[req.IdempotencyKey] = idemLease{slot: slot, lease: l}
@@ -652,6 +663,9 @@ func (s *Store) reportLocked(ms *memberState, target string, r Report, now time.
 		if c := ms.cool[target]; c != nil {
 			c.strikes = 0
 		}
+		s.endFailureRest(ms, now)
+	case r.Result == rotation.ResultAnswered:
+		s.endFailureRest(ms, now)
 	case r.Result.IsBan():
 		c := ms.cool[target]
 		if c == nil || !now.Before(c.until.Add(s.o.Cooldown.Max)) {
@@ -676,7 +690,17 @@ func (s *Store) reportLocked(ms *memberState, target string, r Report, now time.
 			c = &coolState{}
 			ms.cool[""] = c
 		}
-		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now, r.Result)
+		why := r.Result
+		switch {
+		case now.Before(c.until) && c.reason != rotation.ResultUpstreamFailed:
+			// A ban or site rest for every target runs: the failure may
+			// lengthen it but does not make it a failure rest, which an
+			// answer would end.
+			why = c.reason
+		case !ms.failureResting(now):
+			s.admitFailureRest(ms, now)
+		}
+		s.coolUntil(ms, "", c, now.Add(s.o.FailureWindow), now, why)
 	}
 }
 

@@ -107,9 +107,11 @@ func (r *refStore) totalActive(now time.Time) int {
 	return n
 }
 
-// choose is the reference selection: the best member by rotation.Less, or
-// the refusal's counts. snap is Store.Members at now.
-func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, now time.Time) (string, NoMatchError) {
+// choose is the reference selection: the best member by rotation.Less,
+// else the override (a member resting only for its own failures), or the
+// refusal's counts. snap is Store.Members at now; failed names the members
+// whose cooldown for every target is a failure rest.
+func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, failed map[string]bool, now time.Time) (string, NoMatchError) {
 	var nm NoMatchError
 	var back time.Time // the first end of a considered member's cooldown
 	best := -1
@@ -157,12 +159,47 @@ func (r *refStore) choose(req AcquireRequest, snap []MemberStatus, now time.Time
 		}
 	}
 	if best < 0 {
+		if name := r.override(req, snap, failed, now); name != "" {
+			return name, NoMatchError{}
+		}
 		if nm.Considered > 0 && nm.InCooldown == nm.Considered {
 			nm.RetryAfterSeconds = int64((back.Sub(now) + time.Second - 1) / time.Second)
 		}
 		return "", nm
 	}
 	return cands[best].Name, NoMatchError{}
+}
+
+// override is the reference of rotation.FailureRest's override: among the
+// members that are selected, healthy, not resting for the target and below
+// capacity, but rest for their own failures, the least recently failed.
+func (r *refStore) override(req AcquireRequest, snap []MemberStatus, failed map[string]bool, now time.Time) string {
+	var best *rotation.Rested
+	active := r.active(now)
+	for _, st := range snap {
+		if (req.Proxy != "" && st.Name != req.Proxy) || !st.Healthy || !failed[st.Name] {
+			continue
+		}
+		match := true
+		for k, v := range req.Selector {
+			if got, ok := st.Attributes[k]; !ok || got != v {
+				match = false
+			}
+		}
+		m := r.members[st.Name]
+		act := active[identity{m.name, m.gen}]
+		if _, coolT := st.Cooldowns[req.Target]; !match || (req.Target != "" && coolT) || (r.maxPer > 0 && act >= r.maxPer) {
+			continue
+		}
+		c := rotation.Rested{Candidate: rotation.Candidate{Name: m.name, Active: act, LastChosen: m.lastChosen, Latency: st.Latency}, Until: st.Cooldowns[""]}
+		if best == nil || rotation.OverrideLess(c, *best) {
+			best = &c
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Name
 }
 
 // propertyWorld is one random pool: the names, attributes and endpoints a
@@ -227,7 +264,7 @@ func (w *propertyWorld) target() string { return w.targets[w.rng.IntN(len(w.targ
 // names the seed and step that reproduce it.
 func TestStoreSelectionMatchesReference(t *testing.T) {
 	const cases, steps = 3000, 120
-	results := []rotation.Result{rotation.ResultOK, rotation.ResultRateLimited, rotation.ResultBanned, rotation.ResultUpstreamFailed, rotation.ResultTargetUnreachable}
+	results := []rotation.Result{rotation.ResultOK, rotation.ResultRateLimited, rotation.ResultBanned, rotation.ResultUpstreamFailed, rotation.ResultTargetUnreachable, rotation.ResultAnswered}
 	for seed := range uint64(cases) {
 		rng := rand.New(rand.NewPCG(seed, 17))
 		w := &propertyWorld{rng: rng, targets: []string{"", "a.com", "b.com", "c.com"}}
@@ -317,9 +354,18 @@ func TestStoreSelectionMatchesReference(t *testing.T) {
 					req.Proxy = fmt.Sprintf("m%03d", rng.IntN(len(w.names)+1))
 				}
 				log = append(log, fmt.Sprintf("Acquire %+v", req))
+				// The cooldowns as they were before the acquire: it changes
+				// none of them.
+				cds, _ := s.ListCooldowns(ctx)
+				failed := map[string]bool{}
+				for _, cd := range cds {
+					if cd.Target == "" && cd.Reason == rotation.ResultUpstreamFailed {
+						failed[cd.Member] = true
+					}
+				}
 				l, err := s.Acquire(ctx, req)
 				snap := s.Members()
-				wantName, wantNM := ref.choose(req, snap, now)
+				wantName, wantNM := ref.choose(req, snap, failed, now)
 				var nm *NoMatchError
 				switch {
 				case wantName == "" && !errors.As(err, &nm):

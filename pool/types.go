@@ -99,6 +99,11 @@ type Lease struct {
 	Target    string
 	TTL       time.Duration
 	ExpiresAt time.Time
+	// FailureRest says the member rests for its own failures and was
+	// leased anyway, because no member that does not could serve the
+	// request (rotation.FailureRest's override). A holder that gets an
+	// answer through it reports ok or answered, which ends the rest.
+	FailureRest bool
 }
 
 // Report is feedback on a lease: a ban or failure starts a cooldown, ok resets

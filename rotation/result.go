@@ -12,7 +12,8 @@ import "fmt"
 type Result string
 
 const (
-	// ResultOK resets the ban backoff of {member, target}.
+	// ResultOK resets the ban backoff of {member, target}; the member
+	// answered, so a rest for its own failures ends too.
 	ResultOK Result = "ok"
 	// ResultRateLimited (429 by default) cools {member, target} down, for Retry-After when given.
 	ResultRateLimited Result = "rate_limited"
@@ -28,15 +29,20 @@ const (
 	// fact about the site, so only {member, target} rests, briefly, and
 	// the member's ban backoff is left alone.
 	ResultTargetUnreachable Result = "target_unreachable"
+	// ResultAnswered means the member answered something (a request it
+	// carried, a passing probe, a liveness check): a rest for its own
+	// failures ends at once (see FailureRest). Bans and site rests stay,
+	// and so do ban strikes. ResultOK ends a failure rest too.
+	ResultAnswered Result = "answered"
 )
 
 // ParseResult validates a wire value.
 func ParseResult(s string) (Result, error) {
 	switch r := Result(s); r {
-	case ResultOK, ResultRateLimited, ResultBanned, ResultUpstreamFailed, ResultTargetUnreachable:
+	case ResultOK, ResultRateLimited, ResultBanned, ResultUpstreamFailed, ResultTargetUnreachable, ResultAnswered:
 		return r, nil
 	}
-	return "", fmt.Errorf("invalid result %q: want one of ok, rate_limited, banned, upstream_failed, target_unreachable", s)
+	return "", fmt.Errorf("invalid result %q: want one of ok, rate_limited, banned, upstream_failed, target_unreachable, answered", s)
 }
 
 // IsBan reports whether r cools a {member, target} pair down.

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,7 +86,28 @@ type PoolSnapshot struct {
 	Outage *Outage
 	// LastKnown is a --lease-api gateway's last-known list, when it keeps one.
 	LastKnown *LastKnown
+	// Overrides is the gateway's latest episode of leases of members
+	// resting for their own failures; nil when there was none.
+	Overrides *Overrides
 }
+
+// Overrides is an episode of leases of members that rest for their own
+// failures, taken because no other member could serve
+// (rotation.FailureRest).
+type Overrides struct {
+	// Since is the episode's first such lease, Last its latest.
+	Since time.Time `json:"since"`
+	Last  time.Time `json:"last"`
+	// Count is the leases in the episode; Member the latest one's member.
+	Count  int64  `json:"count"`
+	Member string `json:"member"`
+	// Over: a member that does not rest served since.
+	Over bool `json:"over"`
+}
+
+// overridesShown is how long after its end an override episode is still
+// noted on the page.
+const overridesShown = 10 * time.Minute
 
 // LastKnown is the member list a --lease-api gateway would fall back on.
 type LastKnown struct {
@@ -131,6 +153,10 @@ type GatewayView struct {
 	Outage *Outage `json:"outage,omitempty"`
 	// LastKnown is the list the gateway falls back on during an outage.
 	LastKnown *LastKnown `json:"lastKnown,omitempty"`
+	// FailureRestOverrides is the latest episode of leases of members
+	// resting for their own failures (shown while it runs and for
+	// overridesShown after).
+	FailureRestOverrides *Overrides `json:"failureRestOverrides,omitempty"`
 	// Paces are the sites with a pace (explicit or learnt), most held
 	// first, at most MaxPaceRows (PacesTotal counts them all).
 	Paces      []SitePace `json:"paces"`
@@ -184,25 +210,48 @@ func Gateway(in GatewayInput, now time.Time) GatewayView {
 	v.LastKnown = in.Pool.LastKnown
 	if o := in.Pool.Outage; o != nil {
 		v.Outage = o
+		// A gateway on a shared lease store (Redis) rides out its store
+		// as a --lease-api gateway rides out the lease API.
+		who, grace := "The lease API", "--pool-outage-grace"
+		if in.PoolAPI == "" {
+			who, grace = "The lease store", "the outage grace"
+		}
 		switch {
 		case o.Refusing && o.ListAt.IsZero():
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
 				" and no member list was ever received from it: requests get 503 pool_unreachable.")
 		case o.Refusing:
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
-				", longer than --pool-outage-grace after its last answer ("+o.LastAnswer.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+				", longer than "+grace+" after its last answer ("+o.LastAnswer.UTC().Format(time.RFC3339)+
 				"): requests get 503 pool_unreachable.")
 		default:
-			v.Errors = append(v.Errors, "The lease API has not answered since "+o.Since.UTC().Format(time.RFC3339)+
+			v.Errors = append(v.Errors, who+" has not answered since "+o.Since.UTC().Format(time.RFC3339)+
 				"; the gateway leases from its last-known members (listed at "+o.ListAt.UTC().Format(time.RFC3339)+
-				") until "+o.GraceEnds.UTC().Format(time.RFC3339)+" (--pool-outage-grace).")
-			v.Notes = append(v.Notes, "Members and cooldowns below are the gateway's last-known pool, with its own leases and what it learnt during the outage; they are told to the lease API when it answers again.")
+				") until "+o.GraceEnds.UTC().Format(time.RFC3339)+" ("+grace+").")
+			v.Notes = append(v.Notes, "Members and cooldowns below are the gateway's last-known pool, with its own leases and what it learnt during the outage; they are told to "+strings.ToLower(who[:1])+who[1:]+" when it answers again.")
 		}
 	}
 	if in.Pool.Err != "" {
 		v.Errors = append(v.Errors, in.Pool.Err)
 	}
+	overrideNotes(&v, in.Pool.Overrides, now)
 	return v
+}
+
+// overrideNotes says on the page that requests go to members resting for
+// their own failures: an error while it lasts, a note for a while after.
+func overrideNotes(v *GatewayView, o *Overrides, now time.Time) {
+	if o == nil || o.Since.IsZero() || (o.Over && now.Sub(o.Last) > overridesShown) {
+		return
+	}
+	v.FailureRestOverrides = o
+	counts := strconv.FormatInt(o.Count, 10) + " leases, the latest on " + o.Member + " at " + o.Last.UTC().Format(time.RFC3339)
+	if !o.Over {
+		v.Errors = append(v.Errors, "Every member that could serve rests for its own failures since "+o.Since.UTC().Format(time.RFC3339)+
+			": the gateway tries them anyway, least recently failed first ("+counts+"); see --max-failure-rest-percent.")
+		return
+	}
+	v.Notes = append(v.Notes, "From "+o.Since.UTC().Format(time.RFC3339)+" every member that could serve rested for its own failures, and the gateway tried them anyway ("+counts+"); members that do not rest serve again.")
 }
 
 // Members converts store members into page rows, sorted by name.

@@ -11,6 +11,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/leases"
 	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // Flags of the controller's lease API. The store flags (--lease-ttl,
@@ -44,6 +45,7 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		durationFlag(flagFailureCooldown, pool.DefaultFailureWindow.String(), "how long a Proxy reported as failing (upstream_failed) is out for every target"),
 		durationFlag(flagSiteFailureCooldown, pool.DefaultSiteFailureRest.String(), "how long a Proxy rests for one target after a target_unreachable report (it could not reach that site)"),
 		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per Proxy (0: unlimited)"),
+		intFlag(flagMaxFailureRestPercent, rotation.DefaultMaxFailureRestPercent, failureRestUsage),
 		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
 		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),
 		stringFlag(flagLeaseStorePrefix, pool.DefaultRedisPrefix, leaseStorePrefixUsage),

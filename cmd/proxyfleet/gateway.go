@@ -50,6 +50,7 @@ const (
 	flagUpstreamCAFile        = "upstream-ca-file"
 	flagRetries               = "retries"
 	flagMaxLeasesPerMember    = "max-leases-per-member"
+	flagMaxFailureRestPercent = "max-failure-rest-percent"
 	flagAuthTokenFile         = "auth-token-file"
 	flagInsecureAllowOpen     = "insecure-allow-open"
 	flagAllowPrivateTargets   = "allow-private-targets"
@@ -199,6 +200,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagUpstreamCAFile, "PEM `FILE` of CAs trusted for sites' certificates besides the system roots (MITM and https:// URIs)"),
 		intFlag(flagRetries, 2, "how many other upstreams an idempotent request is retried on after a ban or an upstream failure"),
 		intFlag(flagMaxLeasesPerMember, 0, "cap on active leases per upstream (0: unlimited)"),
+		intFlag(flagMaxFailureRestPercent, rotation.DefaultMaxFailureRestPercent, failureRestUsage),
 		intFlag(flagMaxSessions, int(gateway.DefaultAffinityEntries), "most live sticky sessions ((session, site) pins) the gateway holds: a new one beyond it is answered 503 session_limit, a live one is never evicted"),
 		stringFlag(flagLeaseStore, "memory", leaseStoreUsage),
 		pathFlag(flagLeaseStorePasswordFile, leaseStorePasswordUsage),

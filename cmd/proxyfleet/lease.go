@@ -183,10 +183,10 @@ func leaseReportCommand() *cli.Command {
 	return &cli.Command{
 		Name:         "report",
 		OnUsageError: usageError("lease report"),
-		Usage:        "tell the pool how a leased upstream fared: ok, rate_limited, banned, upstream_failed or target_unreachable",
+		Usage:        "tell the pool how a leased upstream fared: ok, rate_limited, banned, upstream_failed, target_unreachable or answered",
 		ArgsUsage:    "LEASE_ID",
 		Flags: append(leaseAPIFlags("table"),
-			&cli.StringFlag{Name: "result", Usage: "the `RESULT`: ok, rate_limited, banned, upstream_failed or target_unreachable (required)"},
+			&cli.StringFlag{Name: "result", Usage: "the `RESULT`: ok, rate_limited, banned, upstream_failed, target_unreachable or answered (required)"},
 			&cli.StringFlag{Name: "target", Usage: "the site (`HOST`[:port]); empty: the lease's target"},
 			&cli.DurationFlag{Name: "retry-after", Usage: "the site's Retry-After `DURATION`, when it sent one"},
 		),
@@ -196,7 +196,7 @@ func leaseReportCommand() *cli.Command {
 				return err
 			}
 			if c.String("result") == "" {
-				return errors.New("--result is required: ok, rate_limited, banned, upstream_failed or target_unreachable")
+				return errors.New("--result is required: ok, rate_limited, banned, upstream_failed, target_unreachable or answered")
 			}
 			result, err := rotation.ParseResult(c.String("result"))
 			if err != nil {

@@ -17,7 +17,7 @@ import (
 // storeOptionsFrom reads the lease store flags the gateway and the
 // controller share (--lease-ttl, --max-lease-ttl, --cooldown,
 // --max-cooldown, --failure-cooldown, --site-failure-cooldown,
-// --max-leases-per-member), naming the
+// --max-leases-per-member, --max-failure-rest-percent), naming the
 // flag that is wrong.
 func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 	var o pool.StoreOptions
@@ -47,6 +47,11 @@ func storeOptionsFrom(c *cli.Context) (pool.StoreOptions, error) {
 	if o.MaxLeasesPerMember = c.Int(flagMaxLeasesPerMember); o.MaxLeasesPerMember < 0 {
 		return o, fmt.Errorf("--%s %d: must be 0 (unlimited) or more", flagMaxLeasesPerMember, o.MaxLeasesPerMember)
 	}
+	if p := c.Int(flagMaxFailureRestPercent); p < 1 || p > 100 {
+		return o, fmt.Errorf("--%s %d: must be a percentage from 1 to 100", flagMaxFailureRestPercent, p)
+	} else {
+		o.FailureRest.MaxPercent = p
+	}
 	return o, nil
 }
 
@@ -57,7 +62,7 @@ var poolAPIConflicts = []string{flagUpstream, flagUpstreamsFile, flagEgressAddr,
 // poolAPIStoreFlags configure a lease store, which a --lease-api gateway does
 // not have: the controller's own flags decide. Accepting and ignoring them
 // would let an operator believe a cooldown was changed when it was not.
-var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember,
+var poolAPIStoreFlags = []string{flagMaxLeaseTTL, flagCooldown, flagMaxCooldown, flagFailureCooldown, flagSiteFailureCooldown, flagMaxLeasesPerMember, flagMaxFailureRestPercent,
 	flagLeaseStore, flagLeaseStorePasswordFile, flagLeaseStorePrefix, flagLeaseStoreCAFile, flagLeaseStoreCertFile, flagLeaseStoreKeyFile, flagLeaseStoreShards}
 
 // poolAPIFrom reads --lease-api and --pool-token-file: a valid lease API URL
@@ -101,6 +106,11 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	}
 	return apiURL, token, nil
 }
+
+// failureRestUsage is --max-failure-rest-percent's help, the same for the
+// gateway and the controller.
+const failureRestUsage = "most `PERCENT` (1-100) of the healthy members that rest for their own failures (--failure-cooldown) at once; " +
+	"a further failure ends the rest of the member that failed longest ago, and when only resting members are left the least recently failed is tried anyway"
 
 // The lease store flags the gateway and the controller share.
 const (

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -8,7 +9,6 @@ import (
 	"github.com/proxyfleet/proxyfleet/metrics"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
-	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // localPool loads the members of a gateway that holds its own pool (the
@@ -69,9 +69,40 @@ func localPool(cfg *Config, store pool.LeaseStore, reload func([]pool.Member), r
 	return members, fileSource, prober, nil
 }
 
-// newLastKnown wraps the lease API client in the last-known pool that rides
-// out its outages, with its outage metrics.
-func newLastKnown(cfg *Config, remote *leaseapi.Client, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
+// storeRemote is a shared lease store (Redis) as the last-known pool's
+// remote: a gateway rides out its store as a --lease-api gateway rides out
+// the controller, with the same pool.
+type storeRemote struct{ pool.LeaseStore }
+
+// Members is the store's member list, credentials included.
+func (s storeRemote) Members(ctx context.Context) ([]pool.MemberStatus, error) {
+	return s.ListMembers(ctx)
+}
+
+// storeRemoteLater is a storeRemote whose store releases later
+// (pool.LaterReleaser), as the Redis store does.
+type storeRemoteLater struct {
+	storeRemote
+	later pool.LaterReleaser
+}
+
+func (s storeRemoteLater) ReleaseLater(id string) { s.later.ReleaseLater(id) }
+
+// rideOutStore wraps a shared lease store in the last-known pool: while the
+// store does not answer (Redis restarting, loading its AOF, failing over)
+// the gateway leases from the members, cooldowns and health it last read,
+// and tells the store what it learnt when it is back.
+func rideOutStore(cfg *Config, store pool.LeaseStore, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
+	var remote lastknown.Remote = storeRemote{store}
+	if lr, ok := store.(pool.LaterReleaser); ok {
+		remote = storeRemoteLater{storeRemote{store}, lr}
+	}
+	return newLastKnown(cfg, remote, reg, log.With("pool", "lease store"))
+}
+
+// newLastKnown wraps the lease API client (or a shared store) in the
+// last-known pool that rides out its outages, with its outage metrics.
+func newLastKnown(cfg *Config, remote lastknown.Remote, reg prometheus.Registerer, log *slog.Logger) (*lastknown.Pool, error) {
 	var lk *lastknown.Pool
 	rec := metrics.NewPoolOutages(reg, func() (bool, bool) {
 		st := lk.Status()
@@ -83,7 +114,7 @@ func newLastKnown(cfg *Config, remote *leaseapi.Client, reg prometheus.Registere
 		Refresh:  cfg.PoolRefresh,
 		Store:    cfg.Store,
 		Recorder: rec,
-		Logger:   log.With("poolAPI", cfg.PoolAPI),
+		Logger:   log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", or(cfg.Names.OutageGrace, "OutageGrace"), err)

@@ -86,7 +86,7 @@ func (r *run) openPool() (func(), error) {
 	if cfg.PoolAPI != "" {
 		r.remote, r.leases = cfg.PoolClient, cfg.PoolClient
 		if cfg.OutageGrace > 0 {
-			lk, err := newLastKnown(cfg, r.remote, r.reg, r.log)
+			lk, err := newLastKnown(cfg, r.remote, r.reg, r.log.With("poolAPI", cfg.PoolAPI))
 			if err != nil {
 				return nil, err
 			}
@@ -100,6 +100,15 @@ func (r *run) openPool() (func(), error) {
 	}
 	r.reg.MustRegister(metrics.NewPoolCollector(store), metrics.NewSiteCooldownCollector(store, 0))
 	r.store, r.leases = store, store
+	if _, inProcess := store.(*pool.Store); !inProcess {
+		// A shared store (Redis) may not answer for a while: ride it out.
+		lk, err := rideOutStore(cfg, store, r.reg, r.log)
+		if err != nil {
+			closeStore()
+			return nil, err
+		}
+		r.lastKnown, r.leases = lk, lk
+	}
 	return closeStore, nil
 }
 
@@ -115,6 +124,8 @@ func (r *run) build() error {
 	var pacer pool.SitePacer
 	if r.remote != nil {
 		pacer = r.remote
+	} else {
+		pacer, _ = r.store.(pool.SitePacer)
 	}
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
@@ -135,6 +146,7 @@ func (r *run) build() error {
 		MITM:                cfg.MITM,
 		ConnectHTTPPorts:    cfg.ConnectHTTPPorts,
 		AffinityEntries:     cfg.MaxSessions,
+		FailureWindow:       cfg.Store.FailureWindow,
 		Metrics:             r.rec,
 		Logger:              r.log,
 		Tracer:              NewGatewayTracer(r.tr.TracerProvider()),

@@ -6,6 +6,11 @@
 // told what the gateway learnt meanwhile (bans and failures), and leasing
 // goes back to it; cooldowns of both sides are kept, the longer winning.
 //
+// A gateway on a shared Redis lease store uses the same pool with the store
+// as its remote (the store's ListMembers as the list, its
+// pool.ErrStoreUnavailable as the outage): a Redis restart, AOF load or
+// failover is ridden out the same way.
+//
 // It is the data plane's answer to a control-plane outage, in the way of
 // Envoy's last-known configuration: a controller restart, an upgrade or a
 // failover of its store must not fail a crawler's request when the members
@@ -145,6 +150,10 @@ type Pool struct {
 	noList  string    // why the API gives no list (an old controller), logged once
 	tracked map[string]tracked
 	learnt  map[learntKey]*learnt
+	// unreleased are the remote's leases released while it was away,
+	// released there when it is back (so they stop counting as active
+	// before their TTL ends); at most maxLearnt.
+	unreleased []string
 }
 
 // tracked is a lease's member and target, so a report that names only the
@@ -202,6 +211,27 @@ func New(o Options) (*Pool, error) {
 
 var _ pool.Pool = (*Pool)(nil)
 
+// isOutage reports whether err says the remote is away: the lease API's
+// (no answer, a 5xx: leaseapi.IsOutage) or a shared lease store's
+// (pool.ErrStoreUnavailable: Redis down, failing over, loading its AOF),
+// for a gateway that rides out its Redis store the same way.
+func isOutage(err error) bool {
+	return leaseapi.IsOutage(err) || errors.Is(err, pool.ErrStoreUnavailable)
+}
+
+// ReleaseLater is pool.LaterReleaser: a lease of a remote that can release
+// later (the Redis store, which sends it with its next acquire) is given
+// back that way while the remote answers; any other lease is released at
+// once, as Release does.
+func (p *Pool) ReleaseLater(leaseID string) {
+	if lr, ok := p.o.Remote.(pool.LaterReleaser); ok && p.down.Load() == 0 && !strings.HasPrefix(leaseID, localPrefix) {
+		p.untrack(leaseID)
+		lr.ReleaseLater(leaseID)
+		return
+	}
+	_ = p.Release(context.Background(), leaseID)
+}
+
 // Acquire leases from the API while it answers. On an outage (no answer or
 // a 5xx, leaseapi.IsOutage) it leases from the last-known members instead,
 // that call included, until the grace after the API's last answer ends;
@@ -219,7 +249,7 @@ func (p *Pool) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease
 	if err == nil {
 		return l, nil
 	}
-	if !leaseapi.IsOutage(err) || ctx.Err() != nil {
+	if !isOutage(err) || ctx.Err() != nil {
 		return pool.Lease{}, err
 	}
 	p.begin(err)
@@ -279,11 +309,34 @@ func (p *Pool) Release(ctx context.Context, leaseID string) error {
 		return p.local.Release(ctx, id)
 	}
 	if p.down.Load() != 0 {
+		p.mu.Lock()
+		if len(p.unreleased) < maxLearnt {
+			p.unreleased = append(p.unreleased, leaseID)
+		}
+		p.mu.Unlock()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
 	defer cancel()
 	return p.o.Remote.Release(ctx, leaseID)
+}
+
+// releaseHeld releases at the remote, now it answers again, the leases
+// released while it was away; ones it cannot take now end by their TTL.
+func (p *Pool) releaseHeld(ctx context.Context) int {
+	p.mu.Lock()
+	ids := p.unreleased
+	p.unreleased = nil
+	p.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		cctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
+		if p.o.Remote.Release(cctx, id) == nil {
+			n++
+		}
+		cancel()
+	}
+	return n
 }
 
 // Report applies feedback to the local store at once (so the last-known
@@ -313,7 +366,7 @@ func (p *Pool) Report(ctx context.Context, leaseID string, r pool.Report) error 
 		cctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
 		err := p.o.Remote.Report(cctx, leaseID, r)
 		cancel()
-		if err == nil || !leaseapi.IsOutage(err) || !known {
+		if err == nil || !isOutage(err) || !known {
 			return err
 		}
 	}
@@ -419,6 +472,17 @@ func (p *Pool) learn(member, target string, res rotation.Result) {
 			delete(p.learnt, k)
 			p.pending.Store(int64(len(p.learnt)))
 		}
+		return
+	}
+	if res == rotation.ResultAnswered {
+		// The member answered: a failure of it learnt meanwhile is no
+		// longer news (its rest has ended here); nothing else changes.
+		for lk, l := range p.learnt {
+			if lk.member == member && l.result == rotation.ResultUpstreamFailed {
+				delete(p.learnt, lk)
+			}
+		}
+		p.pending.Store(int64(len(p.learnt)))
 		return
 	}
 	if l := p.learnt[k]; l != nil {

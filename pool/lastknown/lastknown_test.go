@@ -3,6 +3,7 @@ package lastknown_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -334,5 +335,118 @@ func TestARefusalIsNoOutage(t *testing.T) {
 	}
 	if st := f.lk.Status(); st.Down || f.rec.outages.Load() != 0 {
 		t.Fatalf("a 409 started an outage: %+v", st)
+	}
+}
+
+// TestALeaseLetGoDuringTheOutageIsReleasedOnTheReturn: a lease of the API
+// the gateway released while the API was away stops counting as active
+// there once it answers, not only when its TTL ends.
+func TestALeaseLetGoDuringTheOutageIsReleasedOnTheReturn(t *testing.T) {
+	f := start(t, lastknown.Options{}, true)
+	held := f.acquire(t, "site.example")
+	f.state.Store(apiGone)
+	if own := f.acquire(t, "site.example"); !local(own) {
+		t.Fatalf("lease %s during the outage is not the gateway's own", own.ID)
+	}
+	f.lk.ReleaseLater(held.ID)
+	if n := f.api.ActiveLeases(); n != 1 {
+		t.Fatalf("the API holds %d active leases during the outage, want the one let go", n)
+	}
+	f.state.Store(apiUp)
+	poll.Until(t, 10*time.Second, "the lease let go during the outage released at the API", func() error {
+		if n := f.api.ActiveLeases(); n != 0 {
+			return errors.New("still active")
+		}
+		return nil
+	})
+}
+
+// storeDown is a lease store as a Remote whose calls fail as the Redis
+// store's do while Redis is away (pool.ErrStoreUnavailable) when down is
+// set. The real Redis outage is gateway/daemon's TestARedisRestartCostsNoRequest.
+type storeDown struct {
+	*pool.Store
+	down atomic.Bool
+}
+
+var errAway = fmt.Errorf("%w: acquire: connection refused", pool.ErrStoreUnavailable)
+
+func (s *storeDown) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease, error) {
+	if s.down.Load() {
+		return pool.Lease{}, errAway
+	}
+	return s.Store.Acquire(ctx, req)
+}
+
+func (s *storeDown) Members(context.Context) ([]pool.MemberStatus, error) {
+	if s.down.Load() {
+		return nil, errAway
+	}
+	return s.Store.Members(), nil
+}
+
+// TestAStoreOutageIsAnOutage: a shared store that does not answer (a
+// Redis restart under a --lease-store gateway) is ridden out as the lease
+// API is.
+func TestAStoreOutageIsAnOutage(t *testing.T) {
+	st := &storeDown{Store: pool.NewStore(pool.StoreOptions{})}
+	st.SetMembers(members(2))
+	lk, err := lastknown.New(lastknown.Options{Remote: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); lk.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, 10*time.Second, "the member list", func() error {
+		if lk.Status().ListAt.IsZero() {
+			return errors.New("no list yet")
+		}
+		return nil
+	})
+	st.down.Store(true)
+	l, err := lk.Acquire(ctx, pool.AcquireRequest{Target: "site.example"})
+	if err != nil || !local(l) {
+		t.Fatalf("with the store away: lease %+v, %v; want the gateway's own", l, err)
+	}
+}
+
+// TestAStoresFailureRestsStayFailureRestsDuringItsOutage: the last-known
+// pool of a store remote takes the store's cooldowns with their reasons,
+// so with every member resting for its own failures when the store goes
+// away, the least recently failed is still leased (rotation.FailureRest),
+// not refused as if banned.
+func TestAStoresFailureRestsStayFailureRestsDuringItsOutage(t *testing.T) {
+	st := &storeDown{Store: pool.NewStore(pool.StoreOptions{FailureRest: rotation.FailureRest{MaxPercent: 100}})}
+	st.SetMembers(members(2))
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		l, err := st.Store.Acquire(ctx, pool.AcquireRequest{Proxy: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := lastknown.New(lastknown.Options{Remote: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); lk.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, 10*time.Second, "the member list", func() error {
+		if lk.Status().ListAt.IsZero() {
+			return errors.New("no list yet")
+		}
+		return nil
+	})
+	st.down.Store(true)
+	l, err := lk.Acquire(ctx, pool.AcquireRequest{Target: "site.example"})
+	if err != nil || !local(l) || !l.FailureRest {
+		t.Fatalf("every member resting for its failures, store away: lease %+v, %v; want the gateway's own override", l, err)
 	}
 }

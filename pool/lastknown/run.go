@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
-	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
 // trackedSlack is how long past its end a lease's member is remembered: a
@@ -46,6 +45,12 @@ func (p *Pool) Run(ctx context.Context) {
 	}
 }
 
+// cooldownLister is a Remote that lists its cooldowns with their reasons
+// (a lease store; the lease API's list has none).
+type cooldownLister interface {
+	ListCooldowns(ctx context.Context) ([]pool.Cooldown, error)
+}
+
 // refresh reads the member list once and applies what it says.
 func (p *Pool) refresh(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, max(p.o.CallTimeout, 10*time.Second))
@@ -54,7 +59,7 @@ func (p *Pool) refresh(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 		return
-	case err != nil && leaseapi.IsOutage(err):
+	case err != nil && isOutage(err):
 		p.begin(err)
 		return
 	case err != nil:
@@ -82,6 +87,15 @@ func (p *Pool) refresh(ctx context.Context) {
 			cds = append(cds, pool.Cooldown{Member: m.Name, Target: target, Until: until})
 		}
 	}
+	if lc, ok := p.o.Remote.(cooldownLister); ok {
+		// A store says why each cooldown runs: the local store then
+		// tells a failure rest from a ban (rotation.FailureRest).
+		cctx, cancel := context.WithTimeout(ctx, max(p.o.CallTimeout, 10*time.Second))
+		if withWhy, err := lc.ListCooldowns(cctx); err == nil {
+			cds = withWhy
+		}
+		cancel()
+	}
 	p.local.SetMembersHealth(health)
 	p.local.MergeCooldowns(cds)
 	p.mu.Lock()
@@ -97,6 +111,7 @@ func (p *Pool) refresh(ctx context.Context) {
 	}
 	told, ok := p.tell(ctx)
 	if ok {
+		p.releaseHeld(ctx)
 		p.end(told)
 	}
 }
@@ -144,7 +159,7 @@ func (p *Pool) tell(ctx context.Context) (told int, ok bool) {
 		case err == nil:
 			told++
 			p.forget(k)
-		case leaseapi.IsOutage(err):
+		case isOutage(err):
 			return told, false
 		default:
 			var nm *pool.NoMatchError

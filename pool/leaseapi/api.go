@@ -170,6 +170,10 @@ type LeaseInfo struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// TTLSeconds is the granted lifetime.
 	TTLSeconds int64 `json:"ttlSeconds"`
+	// FailureRest is true when the member rests for its own failures and
+	// was leased anyway, because no other member could serve the request
+	// (pool.Lease.FailureRest); report ok or answered once it answers.
+	FailureRest bool `json:"failureRest,omitempty"`
 }
 
 // LeaseProxy is the member inside a LeaseInfo. A direct member's URL is
@@ -192,9 +196,10 @@ func NewLeaseInfo(l pool.Lease) LeaseInfo {
 			URL:        memberURL(l.Member),
 			Attributes: nonNilAttrs(l.Member.Attributes),
 		},
-		Target:     l.Target,
-		ExpiresAt:  l.ExpiresAt.UTC(),
-		TTLSeconds: ceilSeconds(l.TTL),
+		Target:      l.Target,
+		ExpiresAt:   l.ExpiresAt.UTC(),
+		TTLSeconds:  ceilSeconds(l.TTL),
+		FailureRest: l.FailureRest,
 	}
 }
 

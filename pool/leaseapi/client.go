@@ -272,9 +272,10 @@ func leaseFromInfo(info LeaseInfo) (pool.Lease, error) {
 			SourceAddr: src,
 			Attributes: info.Proxy.Attributes,
 		},
-		Target:    info.Target,
-		TTL:       time.Duration(info.TTLSeconds) * time.Second,
-		ExpiresAt: info.ExpiresAt,
+		Target:      info.Target,
+		TTL:         time.Duration(info.TTLSeconds) * time.Second,
+		ExpiresAt:   info.ExpiresAt,
+		FailureRest: info.FailureRest,
 	}, nil
 }
 

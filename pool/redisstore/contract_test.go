@@ -490,18 +490,18 @@ func TestStoreContractReportTargetFallbackAndGlobalWindows(t *testing.T) {
 		// upstream_failed takes a out for every target for FailureWindow, then it returns.
 		cReport(t, s, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed})
 		wantWindow(t, "failure window", cooldownLeft(t, s, "a", ""), 700*time.Millisecond)
-		_, err = s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
-		if nm := noMatch(t, err); nm.Considered != 2 || nm.InCooldown != 2 || nm.RetryAfterSeconds != 1 {
-			// a is back within its 700ms failure window, b in an hour.
-			t.Fatalf("both out: %+v, want both in cooldown, the first back within 1s", nm)
+		// b is banned for every target and a rests for its own failure: a
+		// is leased anyway (rotation.FailureRest's override), marked; b never.
+		if ol := cAcquire(t, s, pool.AcquireRequest{Target: "fresh.com"}); ol.Member.Name != "a" || !ol.FailureRest {
+			t.Fatalf("both out: leased %s (FailureRest %v), want a as an override", ol.Member.Name, ol.FailureRest)
 		}
 		poll.Until(t, 10*time.Second, "a lease on a once cooling member", func() error {
 			l, err := s.Acquire(context.Background(), pool.AcquireRequest{Target: "fresh.com"})
 			if err != nil {
 				return err
 			}
-			if l.Member.Name != "a" {
-				return fmt.Errorf("leased %s", l.Member.Name)
+			if l.Member.Name != "a" || l.FailureRest {
+				return fmt.Errorf("leased %s (FailureRest %v)", l.Member.Name, l.FailureRest)
 			}
 			return nil
 		})

@@ -131,7 +131,7 @@ type RedisStore struct {
 }
 
 var redisScripts = struct {
-	acquire, release, report, setMembers, setHealth, members *redis.Script
+	acquire, release, report, setMembers, setHealth, members, answered *redis.Script
 }{
 	redis.NewScript(redisAcquireLua),
 	redis.NewScript(redisReleaseLua),
@@ -139,6 +139,7 @@ var redisScripts = struct {
 	redis.NewScript(redisSetMembersLua),
 	redis.NewScript(redisSetHealthLua),
 	redis.NewScript(redisMembersLua),
+	redis.NewScript(redisAnsweredLua),
 }
 
 // NewRedisStore connects (lazily: a Redis that is down now makes calls fail
@@ -446,7 +447,8 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 		nm.SetRetryAfter(time.Duration(toInt(res[5])) * time.Millisecond)
 		return pool.Lease{}, nm
 	case "ok", "dup":
-		if len(res) != 7 {
+		// A retry's answer ("dup") has no override flag.
+		if len(res) != 7 && len(res) != 8 {
 			return pool.Lease{}, fmt.Errorf("lease store: acquire: malformed lease %v", res)
 		}
 		m, err := s.member(toString(res[2]), toString(res[3]))
@@ -454,11 +456,12 @@ func (s *RedisStore) acquireIn(ctx context.Context, g int, req pool.AcquireReque
 			return pool.Lease{}, err
 		}
 		return pool.Lease{
-			ID:        toString(res[1]),
-			Member:    m,
-			Target:    toString(res[4]),
-			TTL:       time.Duration(toInt(res[5])) * time.Millisecond,
-			ExpiresAt: time.UnixMilli(int64(toInt(res[6]))),
+			ID:          toString(res[1]),
+			Member:      m,
+			Target:      toString(res[4]),
+			TTL:         time.Duration(toInt(res[5])) * time.Millisecond,
+			ExpiresAt:   time.UnixMilli(int64(toInt(res[6]))),
+			FailureRest: len(res) == 8 && toString(res[7]) == "1",
 		}, nil
 	}
 	return pool.Lease{}, fmt.Errorf("lease store: acquire: unexpected reply %v", res[0])
@@ -499,7 +502,7 @@ func (s *RedisStore) Report(ctx context.Context, leaseID string, r pool.Report) 
 	if _, err := rotation.ParseResult(string(r.Result)); err != nil {
 		return fmt.Errorf("%w: %v", pool.ErrInvalidResult, err)
 	}
-	argv := s.args(leaseID, string(r.Result), r.Target, s.o.FailureWindow.Milliseconds(), s.o.SiteFailureRest.Milliseconds())
+	argv := s.args(leaseID, string(r.Result), r.Target, s.o.FailureWindow.Milliseconds(), s.o.SiteFailureRest.Milliseconds(), s.failurePercent())
 	argv = append(argv, s.banWindows(max(r.RetryAfter, 0))...)
 	// A ban or a cooldown waits for a replica's acknowledgement (WAIT) on
 	// Sentinel and Cluster, so a failover right after cannot lose it; an ok
@@ -512,6 +515,19 @@ func (s *RedisStore) Report(ctx context.Context, leaseID string, r pool.Report) 
 		return fmt.Errorf("%w %q", pool.ErrUnknownLease, leaseID)
 	}
 	return nil
+}
+
+// failurePercent is rotation.FailureRest.MaxPercent with its default,
+// for the report script.
+func (s *RedisStore) failurePercent() int {
+	p := s.o.FailureRest.MaxPercent
+	switch {
+	case p <= 0:
+		return rotation.DefaultMaxFailureRestPercent
+	case p > 100:
+		return 100
+	}
+	return p
 }
 
 // banWindows lists Cooldown.Window(retryAfter, n) in ms for n = 1, 2, ...
@@ -705,6 +721,18 @@ func (s *RedisStore) SetHealth(name string, healthy bool, latency time.Duration)
 		s.mu.Lock()
 		s.dirty = s.haveWant
 		s.mu.Unlock()
+	}
+}
+
+// Answered is Store.Answered (pool.AnswerSink): the member answered a
+// probe, so its rest for its own failures ends. Unknown names are
+// ignored; a store that cannot be reached loses only the early end (the
+// rest still ends with its window).
+func (s *RedisStore) Answered(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.runIn(ctx, "answered", s.shards[s.shardOf(name)], redisScripts.answered, s.args(name)...).Err(); err != nil {
+		s.log.Warn("lease store: ending a member's failure rest after a passing probe failed", "member", name, "error", s.wrap("answered", err))
 	}
 }
 

@@ -251,6 +251,18 @@ local function setcool(name, field, u, s, r)
   if redis.call('PTTL', ck) < want then redis.call('PEXPIRE', ck, want) end
 end
 
+-- endrest ends name's rest for its own failures (a cooldown for every
+-- target whose reason is upstream_failed), as pool.Store.endFailureRest;
+-- a ban or site rest is left alone.
+local function endrest(name)
+  local u, s, r = cool(name, '')
+  if u and now < u and r == 'upstream_failed' then
+    setcool(name, '', now, s, r)
+    redis.call('ZREM', REST, name)
+    place(name)
+  end
+end
+
 local function sethealth(name, h, lat)
   local k = mkey(name)
   local m = redis.call('HMGET', k, 'h', 'lat', 'seq', 'ent', 'act', 'ap')
@@ -380,6 +392,35 @@ else
     for _, name in ipairs(redis.call('SMEMBERS', MEMBERS)) do count(judge(name)) end
   end
 end
+-- rotation.FailureRest's override: with nobody eligible, the member whose
+-- only bar is a rest for its own failures, least recently failed first
+-- (then in rotation.Less order: active leases, then its sel entry).
+local override = '0'
+if not chosen then
+  local cands = {}
+  if proxy ~= '' then
+    if redis.call('SISMEMBER', MEMBERS, proxy) == 1 then cands = {proxy} end
+  else
+    cands = redis.call('ZRANGE', REST, 0, -1)
+  end
+  local bu, bact, bent
+  for _, name in ipairs(cands) do
+    local u, _, r = cool(name, '')
+    if u and now < u and r == 'upstream_failed' and selected(name) then
+      local m = redis.call('HMGET', mkey(name), 'h', 'act', 'ent')
+      local act, site = tonumber(m[2]), false
+      if target ~= '' then
+        local x = cool(name, target)
+        site = x and now < x
+      end
+      if m[1] == '1' and not site and (cap <= 0 or act < cap) and
+          (not chosen or u < bu or (u == bu and (act < bact or (act == bact and m[3] < bent)))) then
+        chosen, bu, bact, bent = name, u, act, m[3]
+      end
+    end
+  end
+  if chosen then override = '1' end
+end
 if not chosen then
   local wait = 0
   if first then wait = first - now end
@@ -406,7 +447,7 @@ if idem ~= '' then redis.call('SET', B .. 'i:' .. idem, id, 'PX', ttl) end
 -- The TTL refresh is due at most once a minute; asking (a PTTL) on every
 -- 64th choice is often enough for keys that live a day.
 if seq % 64 == 0 then touch(false) end
-return {'ok', id, chosen, m[4], target, ttl, exp}
+return {'ok', id, chosen, m[4], target, ttl, exp, override}
 `
 
 // redisReleaseLua: ARGV[3] released leases kept reportable (see retain),
@@ -418,7 +459,8 @@ return n
 `
 
 // redisReportLua: ARGV[3] lease id, [4] result, [5] target, [6] failure
-// window ms, [7] site-failure rest ms, [8..] ban windows by strike count
+// window ms, [7] site-failure rest ms, [8] rotation.FailureRest's
+// MaxPercent, [9..] ban windows by strike count
 // (rotation.CooldownPolicy.Window for strikes 1, 2, ... up to the cap; the
 // last one repeats). Returns "ok", "stale" (the member is gone or a new
 // upstream: nothing changed) or "unknown".
@@ -434,15 +476,35 @@ local function global(u)
   if m[1] then idxrem(pairkeys(m[2]), m[1]) end
   place(name)
 end
-if res == 'ok' then
-  local u, _, r = cool(name, target)
-  if u then setcool(name, target, u, 0, r) end
+-- admit is rotation.FailureRest.Admit over the healthy members: when the
+-- ones resting for their own failures are the share allowed, the least
+-- recently failed comes back to make room for name.
+local function admit()
+  local pct, healthy, resting, oldest, ou = tonumber(ARGV[8]), 0, 0, nil, nil
+  for _, n in ipairs(redis.call('SMEMBERS', MEMBERS)) do
+    if redis.call('HGET', mkey(n), 'h') == '1' then
+      healthy = healthy + 1
+      local u, _, r = cool(n, '')
+      if n ~= name and u and now < u and r == 'upstream_failed' then
+        resting = resting + 1
+        if not oldest or u < ou or (u == ou and n < oldest) then oldest, ou = n, u end
+      end
+    end
+  end
+  if oldest and resting * 100 >= pct * healthy then endrest(oldest) end
+end
+if res == 'ok' or res == 'answered' then
+  if res == 'ok' then
+    local u, _, r = cool(name, target)
+    if u then setcool(name, target, u, 0, r) end
+  end
+  endrest(name)
 elseif res == 'rate_limited' or res == 'banned' then
   local u, s, r = cool(name, target)
   if not u or now >= u + COOLMAX then u, s, r = 0, 0, '' end
   if now >= u or s == 0 then s = s + 1 end
-  local nwin = #ARGV - 7
-  local nu = now + tonumber(ARGV[7 + math.min(s, nwin)])
+  local nwin = #ARGV - 8
+  local nu = now + tonumber(ARGV[8 + math.min(s, nwin)])
   local extended = nu > u
   if extended then u, r = nu, res end
   setcool(name, target, u, s, r)
@@ -456,11 +518,19 @@ elseif res == 'target_unreachable' then
     if target == '' then global() end
   end
 elseif res == 'upstream_failed' then
-  local u, s = cool(name, '')
-  if not u then u, s = 0, 0 end
+  local u, s, r = cool(name, '')
+  if not u then u, s, r = 0, 0, '' end
+  local why = res
+  if now < u and r ~= 'upstream_failed' then
+    -- A ban or site rest for every target runs: the failure may lengthen
+    -- it but does not make it a failure rest, which an answer would end.
+    why = r
+  elseif not (now < u) then
+    admit()
+  end
   local nu = now + tonumber(ARGV[6])
   if nu > u then
-    setcool(name, '', nu, s, res)
+    setcool(name, '', nu, s, why)
     global()
   end
 end
@@ -536,6 +606,15 @@ const redisSetHealthLua = redisLuaPrelude + `
 if redis.call('SISMEMBER', MEMBERS, ARGV[3]) == 0 then return 0 end
 advance()
 sethealth(ARGV[3], ARGV[4], tonumber(ARGV[5]))
+return 1
+`
+
+// redisAnsweredLua: ARGV[3] name. A passing probe: the member's rest for
+// its own failures ends (pool.Store.Answered).
+const redisAnsweredLua = redisLuaPrelude + `
+if redis.call('SISMEMBER', MEMBERS, ARGV[3]) == 0 then return 0 end
+advance()
+endrest(ARGV[3])
 return 1
 `
 

@@ -1,0 +1,155 @@
+//go:build !sidecar
+
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
+	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leasestore"
+	"github.com/proxyfleet/proxyfleet/pool/redisstore"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// TestARedisRestartCostsNoRequest: a gateway on a Redis lease store (AOF)
+// whose Redis is killed -9 and restarted keeps serving every request from
+// what it holds (its members, cooldowns and its own leases, recorded
+// locally), says so on its metrics, and tells Redis a ban it learnt
+// meanwhile once Redis is back.
+func TestARedisRestartCostsNoRequest(t *testing.T) {
+	rd := redis.Start(t, redis.Options{})
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The ban site refuses the member on 127.0.0.2 only.
+		if r.URL.Path == "/ban" && strings.HasPrefix(r.RemoteAddr, "127.0.0.2:") {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer site.Close()
+	_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
+
+	cfg := testConfig()
+	cfg.MetricsListen, cfg.AllowPrivateTargets, cfg.Mode = "127.0.0.1:0", true, rotation.ModeRequest
+	cfg.Static = []pool.Member{
+		{Name: "d2", SourceAddr: netip.MustParseAddr("127.0.0.2")},
+		{Name: "d3", SourceAddr: netip.MustParseAddr("127.0.0.3")},
+	}
+	cfg.LeaseStore = leasestore.Config{URL: rd.URL(), Prefix: "outage"}
+	g := startGateway(t, cfg)
+	proxyURL, _ := url.Parse("http://" + g.Proxy)
+	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	for range 4 {
+		if code, body := daemontest.Get(t, viaProxy, site.URL+"/warm"); code != http.StatusOK {
+			t.Fatalf("before the restart: %d %q", code, body)
+		}
+	}
+
+	// Requests all along, one after another; every answer must be the site's.
+	var served, failed atomic.Int64
+	var firstFail atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := viaProxy.Get(site.URL + "/load")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != http.StatusOK {
+				failed.Add(1)
+				msg := fmt.Sprint(err)
+				if resp != nil {
+					msg = resp.Status + " " + resp.Header.Get("X-Proxyfleet-Reason")
+				}
+				firstFail.CompareAndSwap(nil, msg)
+				continue
+			}
+			served.Add(1)
+		}
+	})
+	time.Sleep(500 * time.Millisecond)
+	if err := rd.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Down: a ban learnt now (d2 refused by the ban site; the request is
+	// retried on d3 and served).
+	poll.Until(t, 20*time.Second, "the gateway to notice the outage", func() error {
+		_, body := daemontest.Get(t, plain, "http://"+g.Metrics+"/metrics")
+		return poll.Check(regexp.MustCompile(`proxyfleet_gateway_pool_outage [12]`).MatchString(body), "outage gauge not set")
+	})
+	banSite := "http://localhost:" + port
+	for range 4 {
+		if code, body := daemontest.Get(t, viaProxy, banSite+"/ban"); code != http.StatusOK {
+			t.Fatalf("the ban site during the outage: %d %q", code, body)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	rd.Start()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed across the Redis restart; the first: %v", n, n+served.Load(), firstFail.Load())
+	}
+	if served.Load() < 10 {
+		t.Fatalf("only %d requests went through during the test", served.Load())
+	}
+
+	// Redis is back: the ban learnt meanwhile is in it, and the gauge is 0.
+	peek, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: rd.URL(), Prefix: "outage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peek.Close()
+	poll.Until(t, 30*time.Second, "the ban learnt during the outage to reach Redis", func() error {
+		cds, err := peek.ListCooldowns(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, cd := range cds {
+			if cd.Member == "d2" && cd.Target == "localhost" {
+				return nil
+			}
+		}
+		return fmt.Errorf("cooldowns in Redis: %+v", cds)
+	})
+	poll.Until(t, 30*time.Second, "the outage to end on the metrics", func() error {
+		_, body := daemontest.Get(t, plain, "http://"+g.Metrics+"/metrics")
+		return poll.Check(strings.Contains(body, "proxyfleet_gateway_pool_outage 0") &&
+			regexp.MustCompile(`proxyfleet_gateway_pool_outages_total [1-9]`).MatchString(body), "outage metrics: %s", grepLines(body, "pool_outage"))
+	})
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
+)
+
+// The gateway's side of rotation.FailureRest: the pool decides who rests
+// and when a resting member is leased anyway (pool.Lease.FailureRest); the
+// gateway tells the pool when a member answers again, asks a member whose
+// connection failed whether it is back, and says when it serves from
+// resting members.
+
+const (
+	// recheckEvery is how often a member resting after its connection
+	// failed is asked whether it answers (aliveness): a Squid back after a
+	// restart serves within a second, not after --failure-cooldown.
+	recheckEvery = time.Second
+	// overrideLogEvery bounds the override warnings while an episode lasts.
+	overrideLogEvery = 10 * time.Second
+	// maxFailed bounds failedSet; when full it starts over, which only
+	// means a rest ends by its window instead of by an answer.
+	maxFailed = 16384
+)
+
+// FailureRestRecorder is an optional part of a Recorder: it counts leases
+// of members that rest for their own failures, taken because no other
+// member could serve (proxyfleet_gateway_failure_rest_overrides_total).
+type FailureRestRecorder interface {
+	FailureRestOverride()
+}
+
+// silentClass reports whether a member failure of this class means the
+// member gave no answer at all (a refused, reset or timed-out connection,
+// a handshake cut off, a silence): only then does an answer to the
+// aliveness question say it is back. A member that answers wrongly (407,
+// a garbled answer, its own error name, broken for sites others reach)
+// would answer that question too, and stays resting for its window.
+func silentClass(class string) bool {
+	switch class {
+	case "dial", "timeout", "write", "tls", "error", classAnswerTimeout:
+		return true
+	}
+	return false
+}
+
+// failedSet remembers the members this gateway reported failed, with the
+// lease each failed on, while their rest may run: an answer through one
+// of them is reported (answered) so the pool ends its rest.
+type failedSet struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	m  map[string]failedRec
+}
+
+type failedRec struct {
+	leaseID   string
+	at        time.Time
+	rechecked bool // a recheck goroutine runs for it
+}
+
+// add records member's failure on leaseID; it reports whether a recheck
+// should start (none runs for the member yet).
+func (s *failedSet) add(member, leaseID string, recheck bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= maxFailed {
+		s.m = make(map[string]failedRec)
+	}
+	prev := s.m[member]
+	start := recheck && !prev.rechecked
+	s.m[member] = failedRec{leaseID: leaseID, at: time.Now(), rechecked: prev.rechecked || recheck}
+	s.n.Store(int64(len(s.m)))
+	return start
+}
+
+// take forgets member and reports whether it was there. The common case
+// (nothing failed) is one atomic load.
+func (s *failedSet) take(member string) (failedRec, bool) {
+	if s.n.Load() == 0 {
+		return failedRec{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[member]
+	if ok {
+		delete(s.m, member)
+		s.n.Store(int64(len(s.m)))
+	}
+	return r, ok
+}
+
+// recheckDue reports whether member's recheck goes on: its record is
+// there and its latest failure is less than window ago. When not, the
+// record's recheck mark is cleared under the same lock, so a failure
+// after this starts a recheck of its own.
+func (s *failedSet) recheckDue(member string, window time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[member]
+	if !ok {
+		return false
+	}
+	if time.Since(r.at) >= window {
+		r.rechecked = false
+		s.m[member] = r
+		return false
+	}
+	return true
+}
+
+// overrides is the state of the current episode of override leases.
+type overrides struct {
+	mu     sync.Mutex
+	since  time.Time // first override of the episode; zero: none runs
+	last   time.Time // latest override
+	logged time.Time // last warning
+	count  int64     // overrides in the episode
+	member string    // the latest overridden member
+	active atomic.Bool
+}
+
+// OverrideStatus is the current (or latest) episode of leases of members
+// resting for their own failures, for the status page.
+type OverrideStatus struct {
+	// Since is the episode's first override, Last its latest; zero Since
+	// means there was none.
+	Since, Last time.Time
+	// Count is the overrides in the episode, Member the latest one's.
+	Count  int64
+	Member string
+	// Over: a lease since Last went to a member that does not rest.
+	Over bool
+}
+
+// FailureRestOverrides reports the latest override episode.
+func (g *Gateway) FailureRestOverrides() OverrideStatus {
+	o := &g.overrides
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return OverrideStatus{Since: o.since, Last: o.last, Count: o.count, Member: o.member, Over: !o.active.Load()}
+}
+
+// leased notes how the pool leased l for target: an override (every
+// usable member rests for its own failures) is counted and said; the
+// first ordinary lease after an episode ends it.
+func (g *Gateway) leased(l pool.Lease, target string) {
+	o := &g.overrides
+	if !l.FailureRest {
+		if o.active.Load() {
+			o.mu.Lock()
+			if o.active.Load() {
+				o.active.Store(false)
+				g.log.Info("a member that does not rest for its own failures serves again: overrides over",
+					"overrides", o.count, "since", o.since)
+			}
+			o.mu.Unlock()
+		}
+		return
+	}
+	if fr, ok := g.rec.(FailureRestRecorder); ok {
+		fr.FailureRestOverride()
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.active.Load() {
+		o.active.Store(true)
+		o.since, o.count, o.logged = now, 0, time.Time{}
+	}
+	o.last, o.member = now, l.Member.Name
+	o.count++
+	if now.Sub(o.logged) >= overrideLogEvery {
+		o.logged = now
+		g.log.Warn("every usable member rests for its own failures: trying the least recently failed anyway",
+			"member", l.Member.Name, "target", target, "overrides", o.count, "since", o.since)
+	}
+}
+
+// memberAnswered runs when h's member answered an attempt: if it rests
+// for its own failures (leased as an override, or this gateway reported it
+// failed), the pool hears it answered, which ends the rest.
+func (g *Gateway) memberAnswered(ctx context.Context, h held) {
+	_, failed := g.failed.take(h.mc.m.Name)
+	if !h.resting && !failed {
+		return
+	}
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
+	if err := g.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+		g.log.Debug("lease report failed", "lease", h.id, "result", string(rotation.ResultAnswered), "err", err)
+	}
+}
+
+// memberFailed runs after h's member failure was reported (upstream_failed)
+// with class: it is remembered, and when the member gave no answer at all
+// it is asked every recheckEvery whether it answers again.
+func (g *Gateway) memberFailed(h held, class string) {
+	recheck := silentClass(class) && !h.mc.m.Direct()
+	if g.failed.add(h.mc.m.Name, h.id, recheck) {
+		go g.recheck(h.mc)
+	}
+}
+
+// recheck asks mc whether it answers (aliveness) every recheckEvery while
+// its latest failure is less than the failure window ago, and tells the
+// pool once it does. It stops early when something else ended the rest (a
+// request it carried) or the gateway shuts down.
+func (g *Gateway) recheck(mc *memberConn) {
+	t := time.NewTicker(recheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stopping:
+			return
+		case <-t.C:
+		}
+		if !g.failed.recheckDue(mc.m.Name, g.failureWindow) {
+			return
+		}
+		if g.aliveness(mc) != nil {
+			continue
+		}
+		rec, ok := g.failed.take(mc.m.Name)
+		if !ok {
+			return
+		}
+		g.log.Info("member answers again: its failure rest ends", "member", mc.m.Name, "failedAt", rec.at)
+		ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
+		if err := g.pool.Report(ctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+			g.log.Warn("lease report failed", "lease", rec.leaseID, "member", mc.m.Name, "result", string(rotation.ResultAnswered), "err", err)
+		}
+		cancel()
+		return
+	}
+}
