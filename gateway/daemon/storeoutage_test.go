@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -28,15 +30,18 @@ import (
 )
 
 // TestARedisRestartCostsNoRequest: a gateway on a Redis lease store (AOF)
-// whose Redis is killed -9 and restarted keeps serving every request from
+// whose Redis is killed -9 and restarted (reading a long AOF, so answering
+// LOADING for a while) keeps serving every request from
 // what it holds (its members, cooldowns and its own leases, recorded
 // locally), says so on its metrics, and tells Redis a ban it learnt
 // meanwhile once Redis is back.
 func TestARedisRestartCostsNoRequest(t *testing.T) {
 	rd := redis.Start(t, redis.Options{})
+	var refused atomic.Int64
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The ban site refuses the member on 127.0.0.2 only.
 		if r.URL.Path == "/ban" && strings.HasPrefix(r.RemoteAddr, "127.0.0.2:") {
+			refused.Add(1)
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
@@ -92,6 +97,7 @@ func TestARedisRestartCostsNoRequest(t *testing.T) {
 		}
 	})
 	time.Sleep(500 * time.Millisecond)
+	ballast(t, rd.Addr())
 	if err := rd.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +108,23 @@ func TestARedisRestartCostsNoRequest(t *testing.T) {
 		return poll.Check(regexp.MustCompile(`proxyfleet_gateway_pool_outage [12]`).MatchString(body), "outage gauge not set")
 	})
 	banSite := "http://localhost:" + port
-	for range 4 {
+	for i := 0; refused.Load() == 0; i++ {
+		if i == 20 {
+			t.Fatal("20 requests to the ban site and d2 carried none")
+		}
 		if code, body := daemontest.Get(t, viaProxy, banSite+"/ban"); code != http.StatusOK {
 			t.Fatalf("the ban site during the outage: %d %q", code, body)
 		}
 	}
 	time.Sleep(1500 * time.Millisecond)
+	// Back from its AOF, which the ballast makes long enough to read that
+	// Redis answers LOADING for a while: that costs no request either.
+	loading := make(chan bool, 1)
+	go func() { loading <- sawLoading(rd.Addr(), 60*time.Second) }()
 	rd.Start()
+	if !<-loading {
+		t.Fatal("Redis never answered LOADING while it read its AOF: the ballast is too small to test that")
+	}
 	time.Sleep(3 * time.Second)
 	close(stop)
 	wg.Wait()
@@ -142,6 +158,41 @@ func TestARedisRestartCostsNoRequest(t *testing.T) {
 		return poll.Check(strings.Contains(body, "proxyfleet_gateway_pool_outage 0") &&
 			regexp.MustCompile(`proxyfleet_gateway_pool_outages_total [1-9]`).MatchString(body), "outage metrics: %s", grepLines(body, "pool_outage"))
 	})
+}
+
+// ballast fills Redis with keys no store uses, about 60 MB of AOF, so
+// that a restart reads its AOF for a noticeable time (answering LOADING).
+func ballast(t *testing.T, addr string) {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	ctx := context.Background()
+	val := strings.Repeat("x", 256)
+	for batch := range 40 {
+		p := c.Pipeline()
+		for i := range 5000 {
+			p.Set(ctx, fmt.Sprintf("ballast:%d:%d", batch, i), val, 0)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatalf("writing the ballast: %v", err)
+		}
+	}
+}
+
+// sawLoading pings addr until it answers PONG (or within passes) and
+// reports whether it answered LOADING on the way.
+func sawLoading(addr string, within time.Duration) bool {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	saw := false
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return saw
+		}
+		saw = saw || strings.HasPrefix(err.Error(), "LOADING")
+	}
+	return saw
 }
 
 func grepLines(s, sub string) string {
