@@ -396,10 +396,12 @@ func (g *Gateway) ownHandshakeFailed(t *innerTunnel, member string, hello *mirro
 	from := "preset " + preset.Name
 	if hello != nil {
 		from = "the client's (JA3 " + hello.JA3() + ")"
+		// The metric counts tunnels that left their client's hello; a
+		// preset after a preset is in the log only.
+		g.rec.MITMHelloFallback(oe.Reason)
 	}
 	g.log.Info("the site handshake with the hello the gateway built failed on the gateway's side: going on through the same member with a preset, blaming no one",
 		"target", t.host, "member", member, "hello", from, "preset", next.Name, "reason", oe.Reason, "err", oe.Err)
-	g.rec.MITMHelloFallback(oe.Reason)
 	return errFellBack
 }
 

@@ -402,6 +402,12 @@ func TestMITMUnmirrorableHelloGetsAPreset(t *testing.T) {
 	if got := conns[0].Print; got.JA4() != want.JA4() {
 		t.Fatalf("the site saw JA4 %s, want the %s preset's %s", got.JA4(), mirror.DefaultPreset, want.JA4())
 	}
+	e.rec.mu.Lock()
+	unmirrorable := e.rec.fallbacks[FallbackUnmirrorable]
+	e.rec.mu.Unlock()
+	if unmirrorable != 1 {
+		t.Fatalf("MITMHelloFallback(%s) counted %d, want 1", FallbackUnmirrorable, unmirrorable)
+	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "cannot mirror the client's ClientHello") || !strings.Contains(logs, "preset="+mirror.DefaultPreset) ||
 		!strings.Contains(logs, "30583") {

@@ -15,6 +15,9 @@ command -v node >/dev/null 2>&1 || need+=(nodejs)
 # are among the TLS stacks mirrored through the MITM gateway in the e2e tests.
 command -v wget >/dev/null 2>&1 || need+=(wget)
 command -v git >/dev/null 2>&1 || need+=(git)
+# Headless Firefox (NSS; certutil fills its profile's trust store) too.
+command -v firefox-esr >/dev/null 2>&1 || need+=(firefox-esr)
+command -v certutil >/dev/null 2>&1 || need+=(libnss3-tools)
 { command -v java && command -v keytool && command -v javac; } >/dev/null 2>&1 || need+=(default-jdk-headless)
 # The kvm provider's tests run a private libvirtd (in namespaces of its own)
 # driving real QEMU with OVMF, reached through a private sshd.
