@@ -339,6 +339,15 @@ type paceTicket struct {
 	due      time.Time      // the request's own deadline (--request-timeout, plain HTTP); zero for none
 	dueHeld  bool           // due, not MaxWait, set deadline
 	cuts     int            // the learnt pace's cuts the last attempt was paced under
+	// seesAnswers: the site's answers to the request are the gateway's
+	// to see (plain HTTP, a MITM'd request, a WebSocket handshake), not a
+	// CONNECT's: only then does it take part in a site's leader (trail).
+	seesAnswers bool
+	// retryAllowance is set when this request's ban made its site's first
+	// cut: its retry goes at once, without the pause, through a member
+	// that has sent the site fewer than this (what the site served the
+	// banned member), so it makes no more than the site allowed. 0: none.
+	retryAllowance int
 }
 
 // pace is the pacing step of tryMembers: before an attempt through h, wait
@@ -352,6 +361,16 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		return h, nil
 	}
 	target := rq.lr.target
+	if a := rq.pace.retryAllowance; a > 0 {
+		// The retry of the request whose ban paused the site: it goes
+		// now through a member with room left under what the site
+		// allowed, as a retry always went, or waits like the rest.
+		rq.pace.retryAllowance = 0
+		if lim, _ := p.explicitFor(target, rq.lr.p.Pace); lim.IsZero() && p.sends.Evidence(target, h.mc.m.Name, time.Now()).Sent < a {
+			rq.sentAt = time.Now()
+			return h, nil
+		}
+	}
 	lim, src := p.explicitFor(target, rq.lr.p.Pace)
 	now := time.Now()
 	p.mu.Lock()
@@ -604,7 +623,7 @@ func (g *Gateway) trail(ctx context.Context, rq *request, at *attempts, h held) 
 	if p == nil || p.sends == nil {
 		return h
 	}
-	if !rq.lr.perRequest || rq.lr.p.Proxy != "" || rq.lr.p.Strict || rq.lr.p.Pace > 0 || p.slowedOrLimited(target) {
+	if !rq.pace.seesAnswers || !rq.lr.perRequest || rq.lr.p.Proxy != "" || rq.lr.p.Strict || rq.lr.p.Pace > 0 || p.slowedOrLimited(target) {
 		p.sent(target, h.mc.m.Name)
 		return h
 	}
@@ -669,10 +688,13 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: rq.member, Result: res, SeenCuts: rq.pace.cuts}
+	var allowed int
 	if res.IsBan() && !was.Slowed() {
 		// What the banned member did is the lesson; the store takes it
 		// only when the ban is the site's first cut.
-		a.FirstCut = p.o.Rule.FirstCut(p.sends.Evidence(target, rq.member, now))
+		ev := p.sends.Evidence(target, rq.member, now)
+		a.FirstCut = p.o.Rule.FirstCut(ev)
+		allowed = ev.Served
 	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {
@@ -685,6 +707,9 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	}
 	p.setLearnt(sp, l)
 	p.mu.Unlock()
+	if allowed > 0 && l.Cuts == 1 && l.Pause > 0 && !l.PausedUntil().Before(now) {
+		rq.pace.retryAllowance = allowed
+	}
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
 		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
 	}

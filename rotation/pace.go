@@ -70,8 +70,8 @@ type PaceRule struct {
 	// Pause is how long a cut stops every request to the site, and the
 	// span the banned member's allowance is spread over at the restart.
 	Pause time.Duration
-	// IncreaseSteps is how many answered requests add the restart's rate
-	// once more (additive increase).
+	// IncreaseSteps is how many answered requests per member add a cut's
+	// rate once more (additive increase).
 	IncreaseSteps int
 }
 
@@ -81,8 +81,8 @@ const (
 	// common ones: after a burst no member that was within the limit
 	// crosses it at a site whose window is a minute or less.
 	DefaultPacePause = time.Minute
-	// DefaultPaceIncreaseSteps doubles the restart's rate after 50
-	// answers, as the fixed first cut did.
+	// DefaultPaceIncreaseSteps doubles a cut's rate after 50 answers of
+	// each member, as the fixed first cut did (per answer, pool-wide).
 	DefaultPaceIncreaseSteps = PaceIncreaseSteps
 	// MaxPacePause bounds Pause to half of PaceQuiet, which would forget
 	// the cut during a longer one.
@@ -97,13 +97,19 @@ const (
 // DefaultPaceRule is the rule with its defaults.
 var DefaultPaceRule = PaceRule{Pause: DefaultPacePause, IncreaseSteps: DefaultPaceIncreaseSteps}
 
-// BanEvidence is what the gateway saw the banned member do at the site
-// before its ban: the requests it sent there within the rule's Pause (the
-// refused one included), and the span from the first of them to the
-// refused one.
+// BanEvidence is what the gateway saw at a site before a member's ban:
+// the requests of the banned member the site answered without a ban
+// within the rule's Pause (what it allows; one still in flight then is
+// not counted, which errs on the slow side), the span from that member's
+// first request in it to the ban, and the members that sent to the site
+// in it.
 type BanEvidence struct {
+	Served  int
+	Span    time.Duration
+	Members int
+	// Sent is the banned member's requests to the site within the pause,
+	// the refused one included.
 	Sent int
-	Span time.Duration
 }
 
 // Cut is what a site's first cut sets (PaceRule.FirstCut); the zero value
@@ -121,36 +127,51 @@ type Cut struct {
 }
 
 // FirstCut is the cut a site's first ban makes under r, from what the
-// banned member did. It allowed Sent-1 requests within the Span, so every
-// member may make at most Sent-2 (a margin of one for a site counting the
-// refused request, or a boundary of a fixed window) in any Pause: the
-// interval Pause/(Sent-2), and never as fast as the banned member went.
-// Without evidence (the member's first request was refused: the site
-// bans it for something else, or counts many members as one) the restart
-// is one request per member per Pause/2.
+// banned member did. The site served it Served requests before refusing
+// the next, so every member may make at most Served-1 (a margin of one
+// for a site counting the refused request, or a boundary of a fixed
+// window) in any Pause: the interval Pause/(Served-1), which is also the
+// floor (the most a window as long as the pause allows, with a request's
+// jitter), and never the rate the banned member went at. A member
+// refused after at most one answer, nothing else in flight, crossed no
+// rate: the fixed cut, no pause. The
+// rise's steps are per member: IncreaseSteps answers of each member that
+// sent to the site add the restart's rate once more.
 func (r PaceRule) FirstCut(ev BanEvidence) Cut {
-	c := Cut{Pause: r.Pause, Steps: r.IncreaseSteps, Interval: PaceFirstCut}
-	if r.Pause <= 0 {
-		// No pause: the fixed first cut, the rate still derived.
-		if ev.Sent >= 2 {
-			c.Floor = refusedFloor(ev)
-			c.Interval = max(c.Interval, c.Floor)
-		}
-		return c
-	}
-	allowed := max(ev.Sent-2, 1)
-	if ev.Sent < 2 {
-		allowed = 2
-	} else {
+	c := Cut{Pause: r.Pause, Steps: min(r.IncreaseSteps*max(ev.Members, 1), MaxPaceIncreaseSteps), Interval: PaceFirstCut}
+	if ev.Served >= 1 {
 		c.Floor = refusedFloor(ev)
 	}
+	if ev.Served < 2 && ev.Sent <= ev.Served+1 {
+		// The site refused the member after at most one answer, with
+		// nothing else of it in flight: that is an address the site bans
+		// (or a limit used up before the span), not a rate crossed, and
+		// a limit of one per window is no burst to learn from. The fixed
+		// cut, no pause: the request's retry through another member goes
+		// at once, as a ban's retry always did.
+		c.Pause = 0
+		return c
+	}
+	if r.Pause <= 0 {
+		// No pause: the fixed first cut, the rate still derived.
+		c.Interval = max(c.Interval, c.Floor)
+		return c
+	}
+	// Served 0 of several sent: the answers are still in flight; one per
+	// Pause until a second cut says more.
+	allowed := max(ev.Served-1, 1)
+	// No rise past the restart: a request one slot late and the next on
+	// time put W/interval+1 in a window, so Served-1 per Pause is the
+	// most a site whose window is as long as the pause allows.
+	c.Floor = min(max(c.Floor, r.Pause/time.Duration(allowed)), PaceMaxInterval)
 	c.Interval = min(max(r.Pause/time.Duration(allowed), c.Floor, PaceUnlimitedInterval), PaceMaxInterval)
 	return c
 }
 
-// refusedFloor is a tenth above the banned member's mean interval.
+// refusedFloor is a tenth above the banned member's mean interval (its
+// served requests and the refused one over the span).
 func refusedFloor(ev BanEvidence) time.Duration {
-	iv := ev.Span / time.Duration(ev.Sent-1)
+	iv := ev.Span / time.Duration(ev.Served)
 	return min(iv+iv/paceFloorMargin, PaceMaxInterval)
 }
 

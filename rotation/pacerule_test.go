@@ -14,18 +14,26 @@ func TestPaceRuleFirstCut(t *testing.T) {
 		ev   BanEvidence
 		want Cut
 	}{
-		{"a burst refused at the 6th: 4 per pause per member", r, BanEvidence{Sent: 6, Span: 50 * ms},
-			Cut{Interval: 15 * time.Second, Pause: time.Minute, Floor: 11 * ms, Steps: 50}},
-		{"refused at the 2nd: one per pause", r, BanEvidence{Sent: 2, Span: 10 * ms},
-			Cut{Interval: time.Minute, Pause: time.Minute, Floor: 11 * ms, Steps: 50}},
-		{"no evidence: two per pause", r, BanEvidence{},
-			Cut{Interval: 30 * time.Second, Pause: time.Minute, Steps: 50}},
-		{"a slow crawl refused: never as fast as the refused member", r, BanEvidence{Sent: 101, Span: 100 * time.Second},
+		{"a burst refused after 5 served: 4 per pause per member, no rise past it, the steps per member", r, BanEvidence{Served: 5, Sent: 9, Span: 50 * ms, Members: 3},
+			Cut{Interval: 15 * time.Second, Pause: time.Minute, Floor: 15 * time.Second, Steps: 150}},
+		{"refused after 2 served: one per pause", r, BanEvidence{Served: 2, Sent: 3, Span: 10 * ms, Members: 1},
+			Cut{Interval: time.Minute, Pause: time.Minute, Floor: time.Minute, Steps: 50}},
+		{"refused after 1 served, nothing in flight: an address ban, the fixed cut", r, BanEvidence{Served: 1, Sent: 2, Span: 10 * ms, Members: 1},
+			Cut{Interval: PaceFirstCut, Floor: 11 * ms, Steps: 50}},
+		{"its first request refused: no rate crossed, the fixed cut, no pause", r, BanEvidence{Sent: 1, Members: 2},
+			Cut{Interval: PaceFirstCut, Steps: 100}},
+		{"several sent, none answered yet: one per pause", r, BanEvidence{Sent: 8, Span: 5 * ms, Members: 1},
+			Cut{Interval: time.Minute, Pause: time.Minute, Floor: time.Minute, Steps: 50}},
+		{"a slow crawl refused: never as fast as the refused member", r, BanEvidence{Served: 100, Sent: 101, Span: 100 * time.Second, Members: 1},
 			Cut{Interval: 1100 * ms, Pause: time.Minute, Floor: 1100 * ms, Steps: 50}},
-		{"a large limit: a short interval, not below the unlimited", PaceRule{Pause: 100 * ms, IncreaseSteps: 50}, BanEvidence{Sent: 1000, Span: 0},
-			Cut{Interval: PaceUnlimitedInterval, Pause: 100 * ms, Steps: 50}},
-		{"no pause: the fixed first cut, the floor still learnt", PaceRule{IncreaseSteps: 50}, BanEvidence{Sent: 6, Span: 5 * time.Second},
+		{"a slow crawl at a long window: no rise past the restart", r, BanEvidence{Served: 20, Sent: 21, Span: 10 * time.Second, Members: 1},
+			Cut{Interval: 60 * time.Second / 19, Pause: time.Minute, Floor: 60 * time.Second / 19, Steps: 50}},
+		{"a large limit: a short interval, not below the unlimited", PaceRule{Pause: 100 * ms, IncreaseSteps: 50}, BanEvidence{Served: 1000, Sent: 1001, Members: 2},
+			Cut{Interval: PaceUnlimitedInterval, Pause: 100 * ms, Floor: 100 * ms / 999, Steps: 100}},
+		{"no pause: the fixed first cut, the floor still learnt", PaceRule{IncreaseSteps: 50}, BanEvidence{Served: 5, Sent: 6, Span: 5 * time.Second, Members: 1},
 			Cut{Interval: 1100 * ms, Floor: 1100 * ms, Steps: 50}},
+		{"the steps are bounded", PaceRule{Pause: time.Minute, IncreaseSteps: MaxPaceIncreaseSteps}, BanEvidence{Served: 5, Sent: 6, Span: time.Second, Members: 3},
+			Cut{Interval: 15 * time.Second, Pause: time.Minute, Floor: 15 * time.Second, Steps: MaxPaceIncreaseSteps}},
 	} {
 		if got := tc.r.FirstCut(tc.ev); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
@@ -63,14 +71,19 @@ func TestSendLogEvidence(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	l := NewSendLog(16 * time.Second) // 1s buckets
 	for i := range 5 {
-		l.Sent("a.example", "m1", t0.Add(time.Duration(i)*100*time.Millisecond))
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.Sent("a.example", "m1", at)
+		if i < 3 {
+			l.Answered("a.example", "m1", at)
+		}
 	}
 	l.Sent("a.example", "m2", t0)
 	l.Sent("b.example", "m1", t0)
-	if ev := l.Evidence("a.example", "m1", t0.Add(400*time.Millisecond)); ev != (BanEvidence{Sent: 5, Span: 400 * time.Millisecond}) {
+	// 5 sent, 3 answered (the rest in flight or refused): the site served 3.
+	if ev := l.Evidence("a.example", "m1", t0.Add(400*time.Millisecond)); ev != (BanEvidence{Served: 3, Sent: 5, Span: 400 * time.Millisecond, Members: 2}) {
 		t.Errorf("burst: %+v", ev)
 	}
-	if ev := l.Evidence("a.example", "m2", t0.Add(time.Second)); ev.Sent != 1 {
+	if ev := l.Evidence("a.example", "m2", t0.Add(time.Second)); ev.Served != 0 || ev.Members != 2 {
 		t.Errorf("another member: %+v", ev)
 	}
 	if ev := l.Evidence("a.example", "m1", t0.Add(17*time.Second)); ev != (BanEvidence{}) {
@@ -82,9 +95,11 @@ func TestSendLogEvidence(t *testing.T) {
 	// Across buckets: the older part leaves first.
 	l2 := NewSendLog(16 * time.Second)
 	for i := range 20 {
-		l2.Sent("s", "m", t0.Add(time.Duration(i)*time.Second))
+		at := t0.Add(time.Duration(i) * time.Second)
+		l2.Sent("s", "m", at)
+		l2.Answered("s", "m", at)
 	}
-	if ev := l2.Evidence("s", "m", t0.Add(19*time.Second)); ev.Sent != 16 || ev.Span != 15*time.Second {
+	if ev := l2.Evidence("s", "m", t0.Add(19*time.Second)); ev.Served != 16 || ev.Span != 15*time.Second {
 		t.Errorf("a steady crawl: %+v, want the last 16 in 15s", ev)
 	}
 	var nilLog *SendLog
@@ -124,7 +139,7 @@ func TestSendLogTrail(t *testing.T) {
 	if ok, lead := l.Trail("s", "c", t0); !ok || lead != "c" {
 		t.Fatalf("after Lead: ok %v leader %q", ok, lead)
 	}
-	if ev := l.Evidence("s", "c", t0); ev.Sent != 2 {
+	if ev := l.Evidence("s", "c", t0); ev.Sent != 2 || ev.Members != 3 {
 		t.Fatalf("Lead and Trail record the request: %+v", ev)
 	}
 	// The counts go with the span: past it the leader explores again.

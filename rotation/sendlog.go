@@ -250,15 +250,20 @@ func (l *SendLog) Evidence(site, member string, now time.Time) BanEvidence {
 	var ev BanEvidence
 	oldest := int64(-1)
 	for i := b - sendBuckets + 1; i <= b; i++ {
-		if n := m.counts[((i%sendBuckets)+sendBuckets)%sendBuckets]; n > 0 {
-			ev.Sent += int(n)
-			if oldest < 0 {
-				oldest = i
-			}
+		k := ((i % sendBuckets) + sendBuckets) % sendBuckets
+		ev.Served += int(m.oks[k])
+		ev.Sent += int(m.counts[k])
+		if m.counts[k] > 0 && oldest < 0 {
+			oldest = i
 		}
 	}
-	if ev.Sent == 0 {
+	if oldest < 0 {
 		return BanEvidence{}
+	}
+	for _, o := range ss.members {
+		if o.lastAt.After(now.Add(-l.span)) {
+			ev.Members++
+		}
 	}
 	// The first request still counted, or, once its bucket left the
 	// span, the start of the oldest bucket kept.

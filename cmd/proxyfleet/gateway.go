@@ -237,7 +237,7 @@ func gatewayFlags() []cli.Flag {
 		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
 		durationFlag(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
 		durationFlag(flagPacingPause, "1m", "with --pacing auto, how long a site's ban stops every request to the site (the longest window of a site's limit the pool is kept from crossing), and the span the banned member's allowance is spread over at the restart (0: no pause, the fixed first cut of one request per second per member; at most 5m)"),
-		intFlag(flagPacingSteps, rotation.DefaultPaceIncreaseSteps, "with --pacing auto, how many answers without a ban add the restart's rate once more (additive increase; 1 to 1000000)"),
+		intFlag(flagPacingSteps, rotation.DefaultPaceIncreaseSteps, "with --pacing auto, how many answers without a ban, per member that sent to the site, add the cut's rate once more after a second cut (additive increase; 1 to 1000000)"),
 		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
 	}, logFlags("text")...)

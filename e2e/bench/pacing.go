@@ -50,10 +50,12 @@ type pacingRow struct {
 	c                  pacingCase
 	auto, none, oracle pacebench.Result
 	oracleIv           time.Duration
+	errs               [3]error
 }
 
-// pacingBench runs every case three ways, the cases one after another
-// (each case's runs at once): automatic pacing (the defaults), no pacing
+// pacingBench runs every case three ways, all at once (each crawl on a
+// site and a gateway of its own, the Squids shared: the site counts per
+// source, so runs never meet): automatic pacing (the defaults), no pacing
 // (--pacing off), and the oracle (the best fixed --site-min-interval).
 func pacingBench(bin string, only string) error {
 	sq, err := pacebench.LaunchSquids(10)
@@ -61,28 +63,33 @@ func pacingBench(bin string, only string) error {
 		return err
 	}
 	defer sq.Close()
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "shape\tmembers×conc, requests\tautomatic: served, banned, time\tno pacing\toracle (best --site-min-interval)\tauto vs oracle: served, time")
+	var rows []*pacingRow
+	var wg sync.WaitGroup
 	for _, c := range pacingCases() {
 		if only != "" && !strings.Contains(c.shape.String(), only) {
 			continue
 		}
-		r := pacingRow{c: c}
-		var wg sync.WaitGroup
-		var errAuto, errNone, errOracle error
+		r := &pacingRow{c: c}
+		rows = append(rows, r)
 		wg.Add(3)
-		go func() { defer wg.Done(); r.auto, errAuto = pacebench.Run(bin, sq, c.shape, c.crawl) }()
-		go func() { defer wg.Done(); r.none, errNone = pacebench.Run(bin, sq, c.shape, c.crawl, "--pacing", "off") }()
-		go func() { defer wg.Done(); r.oracleIv, r.oracle, errOracle = pacebench.Oracle(bin, sq, c.shape, c.crawl) }()
-		wg.Wait()
-		for _, e := range []error{errAuto, errNone, errOracle} {
+		go func() { defer wg.Done(); r.auto, r.errs[0] = pacebench.Run(bin, sq, c.shape, c.crawl) }()
+		go func() {
+			defer wg.Done()
+			r.none, r.errs[1] = pacebench.Run(bin, sq, c.shape, c.crawl, "--pacing", "off")
+		}()
+		go func() { defer wg.Done(); r.oracleIv, r.oracle, r.errs[2] = pacebench.Oracle(bin, sq, c.shape, c.crawl) }()
+	}
+	wg.Wait()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "shape	members×conc, requests	automatic: served, banned, time	no pacing	oracle (best --site-min-interval)	auto vs oracle: served, time")
+	for _, r := range rows {
+		for _, e := range r.errs {
 			if e != nil {
-				return fmt.Errorf("%s: %w", c.shape, e)
+				return fmt.Errorf("%s: %w", r.c.shape, e)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d×%d, %d\t%s\t%s\t%s at %s\t%s\n", c.shape, c.crawl.Members, c.crawl.Conc, c.crawl.N,
+		fmt.Fprintf(tw, "%s\t%d×%d, %d\t%s\t%s\t%s at %s\t%s\n", r.c.shape, r.c.crawl.Members, r.c.crawl.Conc, r.c.crawl.N,
 			cell(r.auto), cell(r.none), cell(r.oracle), r.oracleIv, ratio(r.auto, r.oracle))
-		_ = tw.Flush()
 	}
 	return tw.Flush()
 }
