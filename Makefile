@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: node-bins squid-rootfs cluster-test guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: node-bins squid-rootfs crawler-rootfs cluster-test guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -144,11 +144,19 @@ SQUID_ROOTFS := $(BIN)/squid-rootfs.tar
 squid-rootfs: deps
 	@hack/squid-rootfs.sh $(SQUID_ROOTFS)
 
+## crawler-rootfs: Debian's curl, python3 and python3-requests in a minimal root at
+## bin/crawler-rootfs.tar, the crawler image of the cluster tests; cached like squid-rootfs.
+CRAWLER_ROOTFS := $(BIN)/crawler-rootfs.tar
+crawler-rootfs: deps
+	@hack/crawler-rootfs.sh $(CRAWLER_ROOTFS)
+
 ## cluster-test: the tests on a real single-node cluster (internal/testkit/node: etcd, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, containerd, runc, CNI, kubelet, kube-proxy), built with
-## -tags cluster. Root; see docs/operations.md "A cluster on one machine".
-cluster-test: deps build envtest-bins node-bins squid-rootfs
-	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SQUID_ROOTFS=$(SQUID_ROOTFS) $(GO) test -tags cluster -count=1 -timeout 30m \
+## -tags cluster. Root; see docs/cluster.md.
+## The chart is installed with the controller and sidecar images of make image, named proxyfleet.local/*:dev.
+cluster-test: deps build envtest-bins node-bins squid-rootfs crawler-rootfs
+	$(MAKE) image IMAGE_REPO=proxyfleet.local IMAGE_TAG=dev
+	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SQUID_ROOTFS=$(SQUID_ROOTFS) PROXYFLEET_CRAWLER_ROOTFS=$(CRAWLER_ROOTFS) $(GO) test -tags cluster -count=1 -timeout 30m \
 		-run '^(TestNode|TestCluster)' ./internal/testkit/node/ ./e2e/
 
 ## helm: the helm CLI from the Go module proxy into bin/tools/ (the tests use the Helm SDK

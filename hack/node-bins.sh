@@ -2,8 +2,9 @@
 # Builds the node binaries of the single-node cluster the cluster tests run
 # (internal/testkit/node): kubelet, kube-proxy, kube-scheduler,
 # kube-controller-manager and kubectl, from the pinned k8s.io/kubernetes in
-# e2e/tools/node, into bin/node/ (or $1). etcd and kube-apiserver are the
-# envtest builds (hack/envtest-bins.sh, bin/k8s).
+# e2e/tools/node, and the cluster DNS, CoreDNS with the plugins a kubeadm
+# Corefile uses, from e2e/tools/coredns, into bin/node/ (or $1). etcd and
+# kube-apiserver are the envtest builds (hack/envtest-bins.sh, bin/k8s).
 #
 # All five are built by one `go build` so they share one compile of what
 # they have in common (client-go, the API types, component-base), and with
@@ -17,17 +18,20 @@ go=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bin/node}
 tools=$root/e2e/tools/node
+dns=$root/e2e/tools/coredns
 bins=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
 mkdir -p "$out"
 
 kube_version=$(cd "$tools" && "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
-stamp_want="node-bins 1
+coredns_version=$(cd "$dns" && "$go" list -m -f '{{.Version}}' github.com/coredns/coredns)
+stamp_want="node-bins 2
 kubernetes $kube_version
+coredns $coredns_version
 $("$go" env GOVERSION)
-$(cd "$tools" && cat go.mod go.sum | sha256sum | cut -d' ' -f1)"
+$(cat "$tools/go.mod" "$tools/go.sum" "$dns/go.mod" "$dns/go.sum" "$dns/main.go" | sha256sum | cut -d' ' -f1)"
 
 up_to_date() {
-	for b in "${bins[@]}"; do
+	for b in "${bins[@]}" coredns; do
 		[ -x "$out/$b" ] || return 1
 	done
 	[ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp_want" ]
@@ -54,9 +58,12 @@ start=$SECONDS
 	-ldflags="-s -w -X $vpkg.gitVersion=$kube_version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean" \
 	-o "$tmp/" "${pkgs[@]}")
 echo "node-bins: built in $((SECONDS - start))s"
+start=$SECONDS
+(cd "$dns" && CGO_ENABLED=0 "$go" build -trimpath -ldflags="-s -w" -o "$tmp/coredns" .)
+echo "node-bins: coredns $coredns_version built in $((SECONDS - start))s"
 
 rm -f "$out/.stamp"
-for b in "${bins[@]}"; do
+for b in "${bins[@]}" coredns; do
 	mv -f "$tmp/$b" "$out/"
 done
 printf '%s\n' "$stamp_want" >"$out/.stamp"

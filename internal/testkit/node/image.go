@@ -151,27 +151,48 @@ func tarFiles(path string, files map[string]string) error {
 // SquidImageRef names the Squid image SquidImage builds.
 const SquidImageRef = "proxyfleet.local/squid:dev"
 
+// CrawlerImageRef names the crawler image CrawlerImage builds.
+const CrawlerImageRef = "proxyfleet.local/crawler:dev"
+
 // SquidImage returns an image archive named SquidImageRef of the Squid
 // root file system hack/squid-rootfs.sh builds (Debian's squid;
-// $PROXYFLEET_SQUID_ROOTFS, else bin/squid-rootfs.tar), failing the test
-// with how to build it when it is missing. The image has no entrypoint of
-// its own: the kubernetes provider's Pod names /usr/sbin/squid.
+// $PROXYFLEET_SQUID_ROOTFS, else bin/squid-rootfs.tar). It has no
+// entrypoint of its own: the kubernetes provider's Pod names
+// /usr/sbin/squid.
 func SquidImage(t testing.TB) string {
 	t.Helper()
-	rootfs := os.Getenv("PROXYFLEET_SQUID_ROOTFS")
+	return rootfsImage(t, SquidImageRef, "PROXYFLEET_SQUID_ROOTFS", "squid-rootfs.tar", "make squid-rootfs", ImageConfig{Cmd: []string{"/usr/sbin/squid", "-N"}})
+}
+
+// CrawlerImage returns an image archive named CrawlerImageRef of the
+// crawler root file system hack/crawler-rootfs.sh builds (Debian's curl,
+// python3 and python3-requests; $PROXYFLEET_CRAWLER_ROOTFS, else
+// bin/crawler-rootfs.tar).
+func CrawlerImage(t testing.TB) string {
+	t.Helper()
+	return rootfsImage(t, CrawlerImageRef, "PROXYFLEET_CRAWLER_ROOTFS", "crawler-rootfs.tar", "make crawler-rootfs",
+		ImageConfig{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}})
+}
+
+// rootfsImage writes an image archive named ref of the root file system
+// tar at $env (else bin/file), failing the test with the make target that
+// builds it when it is missing.
+func rootfsImage(t testing.TB, ref, env, file, target string, cfg ImageConfig) string {
+	t.Helper()
+	rootfs := os.Getenv(env)
 	if rootfs == "" {
 		root, err := testutil.ModuleRoot()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rootfs = filepath.Join(root, "bin", "squid-rootfs.tar")
+		rootfs = filepath.Join(root, "bin", file)
 	}
 	if _, err := os.Stat(rootfs); err != nil {
-		t.Fatalf("node: the Squid root file system is missing (make squid-rootfs builds bin/squid-rootfs.tar): %v", err)
+		t.Fatalf("node: the root file system of %s is missing (%s builds bin/%s): %v", ref, target, file, err)
 	}
-	archive := filepath.Join(t.TempDir(), "squid.tar")
-	if err := WriteImage(archive, SquidImageRef, rootfs, ImageConfig{Cmd: []string{"/usr/sbin/squid", "-N"}}); err != nil {
-		t.Fatalf("node: the Squid image: %v", err)
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := WriteImage(archive, ref, rootfs, cfg); err != nil {
+		t.Fatalf("node: the image %s: %v", ref, err)
 	}
 	return archive
 }

@@ -316,6 +316,7 @@ func Start(t *testing.T) *Cluster {
 		_, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 		return err
 	})
+	c.startDNS()
 	return c
 }
 
@@ -622,11 +623,15 @@ func (c *Cluster) CreateNamespace(t testing.TB, name string, labels map[string]s
 // output, failing the test when it fails.
 func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(c.Bins, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+	out, err := c.kubectl(args...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+func (c *Cluster) kubectl(args ...string) ([]byte, error) {
+	return exec.Command(filepath.Join(c.Bins, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
 }
 
 // firstServiceIP is the kubernetes Service's address: the first of
@@ -661,7 +666,7 @@ func binDirs(t testing.TB) (bins, k8s string) {
 		k8s = filepath.Join(root, "bin", "k8s")
 	}
 	for _, f := range []string{filepath.Join(bins, "kubelet"), filepath.Join(bins, "kube-proxy"), filepath.Join(bins, "kube-scheduler"),
-		filepath.Join(bins, "kube-controller-manager"), filepath.Join(bins, "kubectl")} {
+		filepath.Join(bins, "kube-controller-manager"), filepath.Join(bins, "kubectl"), filepath.Join(bins, "coredns")} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("node: %v (make node-bins builds the node's binaries into bin/node)", err)
 		}
