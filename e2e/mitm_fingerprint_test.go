@@ -76,6 +76,9 @@ asyncio.run(main())`)
 		{"go", "fp-go", func(t *testing.T, proxy, caFile, _, url string) {
 			getWithGo(t, proxy, caFile, url)
 		}},
+		{"firefox", "Firefox/", func(t *testing.T, proxy, caFile, _, url string) {
+			firefox(t, strings.TrimPrefix(proxy, "http://"), caFile, url)
+		}},
 		{"chromium", "HeadlessChrome", func(t *testing.T, proxy, _, spki, url string) {
 			// Chromium's own background requests (updates, sign-in) are
 			// refused by the Squids by name (fpSquidAccess), before any
@@ -110,7 +113,7 @@ func fpSeen(t *testing.T, site *fpsite.Site, from int, ua string) []*fpsite.Conn
 }
 
 // fpUAs are the clients' User-Agents (Chromium's names itself).
-var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "fp-aiohttp", "git/", "fp-wget", "fp-java", "fp-go", "HeadlessChrome"}
+var fpUAs = []string{"fp-curl", "fp-python", "fp-node", "fp-aiohttp", "git/", "fp-wget", "fp-java", "fp-go", "Firefox/", "HeadlessChrome"}
 
 // javaGet is a Java program that GETs args[1] through the proxy at
 // args[0] (host:port) with Java's own HttpClient (JSSE), as a crawler on
@@ -210,7 +213,8 @@ func certSPKI(t *testing.T, certPEM []byte) string {
 
 // TestMITMFingerprintMirroring: curl, Python requests, Node, aiohttp,
 // git ls-remote (libcurl-gnutls), wget (GnuTLS), Java's HttpClient (JSSE),
-// Go's net/http and headless Chromium, one after another, load a page from a TLS site that records
+// Go's net/http, headless Firefox (NSS) and headless Chromium, one after
+// another, load a page from a TLS site that records
 // each connection's raw ClientHello and first HTTP/2 frames: directly
 // (through a Squid tunnel), through the MITM gateway (mirror, the
 // default) and through one started with --mitm-fingerprint go. Through

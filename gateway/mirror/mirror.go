@@ -11,9 +11,13 @@
 // by one of the gateway's own sessions with the site when the caller
 // offers one (Resumption), and dropped otherwise; an ECH extension is sent
 // as GREASE; a session ticket is sent empty unless a kept session is
-// offered. A ClientHello that cannot be mirrored (unparseable, or with an
-// extension uTLS cannot send) is answered with a named browser preset
-// instead (Presets), never with Go's own handshake.
+// offered. A ClientHello that cannot be mirrored (unparseable, with an
+// extension uTLS cannot send or a key share it cannot make) is answered
+// with a named browser preset instead (Presets), never with Go's own
+// handshake. A mirrored handshake that uTLS cannot complete once the site
+// answered (a group, a suite, a signature scheme it offered but cannot
+// do) fails with an *OwnError, the gateway's failure and no one else's,
+// and Closest names the presets to go on with.
 //
 // It imports bogdanfinn/utls and nothing of proxyfleet. Built with the tag
 // nomirror (the lean sidecar, make sidecar) it links no uTLS: the reading
