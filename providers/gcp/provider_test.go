@@ -342,16 +342,16 @@ func TestErrorsAreClassified(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, srv := newTestProvider(t, nil)
 			srv.Fail(computeapi.OpInsert, tt.err)
-			start := time.Now()
 			_, err := p.Create(ctx(t), testRequest())
 			if got := providers.Class(err); got != tt.want {
 				t.Fatalf("Class(%v) = %v, want %v", err, got, tt.want)
 			}
+			// Create has returned, so a retry loop in the SDK would have
+			// sent the insert again: one insert says the error went
+			// straight to the reconciler (a wall-clock bound said the same
+			// and failed a busy make test at 8s).
 			if n := srv.CallCount("POST "); n != 1 {
 				t.Fatalf("inserts = %d: the SDK retried instead of handing the error to the reconciler", n)
-			}
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("Create took %s: no SDK retry loop may hold the reconcile", time.Since(start))
 			}
 		})
 	}
