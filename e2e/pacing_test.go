@@ -174,23 +174,20 @@ func TestGatewayPacingStopsTheWaterfall(t *testing.T) {
 			t.Fatalf("%d requests served, want at most the site's allowance (%d per member)", got[200], k)
 		}
 	})
-	t.Run("nothing configured: one member banned, the rest held back 503 paced", func(t *testing.T) {
+	t.Run("nothing configured: at most the members in flight at the first ban", func(t *testing.T) {
 		t.Parallel()
 		got, banned, inFlight, d := run(t, "paceauto", "127.0.0.185", []string{"127.0.0.174", "127.0.0.175", "127.0.0.176"})
 		t.Logf("pacing auto: answers %v, banned %v, in flight at the first ban %v, %v", got, banned, inFlight, d)
-		if len(banned) > 1 {
-			t.Fatalf("banned %v, want at most one member (the site's leader)", banned)
-		}
 		for _, b := range banned {
 			if !strings.Contains(strings.Join(inFlight, " "), b) {
 				t.Fatalf("%s was banned but had no request in flight at the first ban (%v): the slow-down came too late", b, inFlight)
 			}
 		}
-		// The first ban pauses the site for --pacing-pause (1m), past
-		// --pacing-max-wait (30s): what is not served is answered 503
-		// paced with the pause's end, for the crawler to come back.
-		if got[200] < k || got[200]+got[503] != n {
-			t.Fatalf("answers %v: want the site's allowance served and every other request 503 paced", got)
+		if len(banned) == 3 {
+			t.Fatalf("all three members banned: %v", banned)
+		}
+		if got[200] < n-conc {
+			t.Fatalf("%d of %d requests served (%v), want nearly all", got[200], n, got)
 		}
 	})
 	t.Run("--site-min-interval below the limit: all served, no ban", func(t *testing.T) {

@@ -200,7 +200,6 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		used held
 		res  rotation.Result
 	)
-	rq.pace.seesAnswers = true
 	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		got, ans, err := g.forwardOnce(ctx, r, rq, out, h, deadline, answerTimeout)
 		if err != nil {

@@ -57,11 +57,6 @@ type PacingOptions struct {
 	// MaxWait bounds a request's wait for its slot (default
 	// DefaultPacingMaxWait); past it the answer is 503 paced.
 	MaxWait time.Duration
-	// Rule is what a site's first ban teaches the pool with Auto
-	// (--pacing-pause, --pacing-increase-steps): a pause of the whole
-	// site, a restart derived from what the banned member did. The zero
-	// value is the fixed first cut (rotation.PaceFirstCut, no pause).
-	Rule rotation.PaceRule
 }
 
 // SitePaces are explicit paces per site (--site-pace PATTERN
@@ -132,12 +127,8 @@ type pacer struct {
 	learnt   atomic.Int64 // sites slowed in the view now
 	store    pool.SitePacer
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
-	// sends is what each member sent to each site within the rule's
-	// pause: the evidence a site's first ban is judged by (nil without
-	// Auto or a pause).
-	sends *rotation.SendLog
-	log   *slog.Logger
-	stop  context.CancelFunc // ends the refresh of slowed sites; nil when there is none
+	log      *slog.Logger
+	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
 	// givingBack counts the give-backs in flight (giveBackLater).
 	givingBack atomic.Int32
 
@@ -158,9 +149,6 @@ func newPacer(o PacingOptions, store pool.SitePacer, log *slog.Logger) *pacer {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &pacer{o: o, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
-	if o.Auto && o.Rule.Pause > 0 {
-		p.sends = rotation.NewSendLog(o.Rule.Pause)
-	}
 	p.store = store
 	switch store.(type) {
 	case nil:
@@ -339,15 +327,6 @@ type paceTicket struct {
 	due      time.Time      // the request's own deadline (--request-timeout, plain HTTP); zero for none
 	dueHeld  bool           // due, not MaxWait, set deadline
 	cuts     int            // the learnt pace's cuts the last attempt was paced under
-	// seesAnswers: the site's answers to the request are the gateway's
-	// to see (plain HTTP, a MITM'd request, a WebSocket handshake), not a
-	// CONNECT's: only then does it take part in a site's leader (trail).
-	seesAnswers bool
-	// retryAllowance is set when this request's ban made its site's first
-	// cut: its retry goes at once, without the pause, through a member
-	// that has sent the site fewer than this (what the site served the
-	// banned member), so it makes no more than the site allowed. 0: none.
-	retryAllowance int
 }
 
 // pace is the pacing step of tryMembers: before an attempt through h, wait
@@ -361,16 +340,6 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		return h, nil
 	}
 	target := rq.lr.target
-	if a := rq.pace.retryAllowance; a > 0 {
-		// The retry of the request whose ban paused the site: it goes
-		// now through a member with room left under what the site
-		// allowed, as a retry always went, or waits like the rest.
-		rq.pace.retryAllowance = 0
-		if lim, _ := p.explicitFor(target, rq.lr.p.Pace); lim.IsZero() && p.sends.Evidence(target, h.mc.m.Name, time.Now()).Sent < a {
-			rq.sentAt = time.Now()
-			return h, nil
-		}
-	}
 	lim, src := p.explicitFor(target, rq.lr.p.Pace)
 	now := time.Now()
 	p.mu.Lock()
@@ -601,79 +570,13 @@ func (g *Gateway) leavePace(rq *request) {
 	sp.wake = make(chan struct{})
 }
 
-// sent logs an attempt through member to target: a site's first ban is
-// judged by it. Without Auto it costs one load.
-func (p *pacer) sent(target, member string) {
-	if p != nil && p.sends != nil {
-		p.sends.Sent(target, member, time.Now())
-	}
-}
-
-// trail is the step before pacing on a site not slowed: a member may not
-// go past what the site has answered any member unless it is the site's
-// leader (rotation.SendLog.Trail), so a burst's first refusal finds only
-// the leader over the limit. A member that may not go is swapped for the
-// leader; when the pool will not give the leader (it rests for the site,
-// or left), the member leads instead. It logs the attempt (sent) and
-// returns the lease to use. Requests that name their member (a session,
-// a proxy pin, a strict session) and sites with a pace go as they are.
-func (g *Gateway) trail(ctx context.Context, rq *request, at *attempts, h held) held {
-	p := g.pacer
-	target := rq.lr.target
-	if p == nil || p.sends == nil {
-		return h
-	}
-	if !rq.pace.seesAnswers || !rq.lr.perRequest || rq.lr.p.Proxy != "" || rq.lr.p.Strict || rq.lr.p.Pace > 0 || p.slowedOrLimited(target) {
-		p.sent(target, h.mc.m.Name)
-		return h
-	}
-	now := time.Now()
-	ok, leader := p.sends.Trail(target, h.mc.m.Name, now)
-	if ok {
-		return h
-	}
-	if !at.triedBefore(leader) {
-		pin := *rq.lr.p
-		pin.Proxy = leader
-		lr := rq.lr
-		lr.p = &pin
-		if lh, err := g.acquireFresh(ctx, &lr, false); err == nil {
-			g.done(ctx, h)
-			p.sent(target, leader)
-			return lh
-		}
-	}
-	p.sends.Lead(target, h.mc.m.Name, now)
-	return h
-}
-
-// slowedOrLimited reports whether target has a pace: an explicit one, or
-// a learnt one in the view.
-func (p *pacer) slowedOrLimited(target string) bool {
-	if lim, _ := p.explicitFor(target, 0); !lim.IsZero() {
-		return true
-	}
-	if p.learnt.Load() == 0 {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.learntFor(p.sites[target], time.Now()).Slowed()
-}
-
 // paceAnswered feeds a site's answer into its learnt pace: a ban signal
 // cuts it at once, before the next request to the site is paced; any
 // other answer raises it a step. Answers of a site the view does not
 // know as slowed cost nothing.
 func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	p := g.pacer
-	if p == nil || !p.o.Auto {
-		return
-	}
-	if !res.IsBan() && p.sends != nil {
-		p.sends.Answered(rq.lr.target, rq.member, time.Now())
-	}
-	if !res.IsBan() && p.learnt.Load() == 0 {
+	if p == nil || !p.o.Auto || (!res.IsBan() && p.learnt.Load() == 0) {
 		return
 	}
 	target := rq.lr.target
@@ -688,14 +591,6 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: rq.member, Result: res, SeenCuts: rq.pace.cuts}
-	var allowed int
-	if res.IsBan() && !was.Slowed() {
-		// What the banned member did is the lesson; the store takes it
-		// only when the ban is the site's first cut.
-		ev := p.sends.Evidence(target, rq.member, now)
-		a.FirstCut = p.o.Rule.FirstCut(ev)
-		allowed = ev.Served
-	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {
 		p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)
@@ -707,9 +602,6 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	}
 	p.setLearnt(sp, l)
 	p.mu.Unlock()
-	if allowed > 0 && l.Cuts == 1 && l.Pause > 0 && !l.PausedUntil().Before(now) {
-		rq.pace.retryAllowance = allowed
-	}
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
 		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/params"
-	"github.com/proxyfleet/proxyfleet/internal/testkit/ratesite"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -526,49 +525,5 @@ func TestAViewOfTheFleetsPaceDoesNotDecayByThisGatewaysClock(t *testing.T) {
 				t.Fatalf("view %+v: the site the store slows goes out unpaced", l)
 			}
 		})
-	}
-}
-
-// TestAutoPacingFirstBanPausesTheWholeSiteAndRestartsAtTheBannedMembersAllowance:
-// with a rule, a site's first ban stops every member's requests to it for
-// the pause, and the learnt interval is what the banned member was
-// allowed (3 within the window: 3-1 per pause), not the fixed first cut.
-// The banned request's own retry goes at once through the other member,
-// which has room under what the site allowed (it sent nothing there).
-func TestAutoPacingFirstBanPausesTheWholeSiteAndRestartsAtTheBannedMembersAllowance(t *testing.T) {
-	const pause = 2 * time.Second
-	members := directMembers(2)
-	o := paceOptions(PacingOptions{Auto: true, Rule: rotation.PaceRule{Pause: pause, IncreaseSteps: 50}})
-	o.Retries = 2
-	e := newEnv(t, o, pool.StoreOptions{}, members...)
-	site := ratesite.Start(t, "127.0.0.177", ratesite.Shape{Limit: 3, Window: time.Minute, Sliding: true, Ban: time.Minute})
-	c := e.client("", "")
-	c.Timeout = time.Minute
-	for i := 0; i < 10 && len(site.Stats().Bans) == 0; i++ {
-		start := time.Now()
-		resp, _ := get(t, c, site.URL+"/page-"+strconv.Itoa(i), nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: %d, want 200 (the ban's retry through the other member)", i, resp.StatusCode)
-		}
-		if d := time.Since(start); d > pause/2 {
-			t.Fatalf("request %d took %v: the banned request's retry waited for the pause", i, d)
-		}
-	}
-	banned := time.Now()
-	if st := site.Stats(); len(st.Bans) != 1 {
-		t.Fatalf("bans %+v, want one within 10 requests", st.Bans)
-	}
-	if resp, _ := get(t, c, site.URL+"/after", nil); resp.StatusCode != 200 {
-		t.Fatalf("after the ban: %d", resp.StatusCode)
-	}
-	if d := time.Since(banned); d < pause-200*time.Millisecond {
-		t.Errorf("the next request came %v after the ban, want the pause (%v)", d, pause)
-	}
-	e.gw.pacer.mu.Lock()
-	l := e.gw.pacer.sites["127.0.0.177"].learnt
-	e.gw.pacer.mu.Unlock()
-	// The banned member was served 3, the 4th refused: 2 per pause.
-	if l.Pause != pause || l.CutInterval != pause/2 || l.Cuts != 1 {
-		t.Errorf("learnt %+v, want a pause of %v and an interval of %v", l, pause, pause/2)
 	}
 }

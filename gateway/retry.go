@@ -65,11 +65,8 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			}
 			return at.giveUp("")
 		}
-		// A site not slowed: no member but its leader goes past what the
-		// site answered (trail). Pacing: wait for the site's slot on this
-		// member, or take another member free sooner, or end the request
-		// paced.
-		h = g.trail(ctx, rq, at, h)
+		// Pacing: wait for the site's slot on this member, or take another
+		// member free sooner, or end the request paced.
 		var err error
 		if h, err = g.pace(ctx, client, rq, at, h); err != nil {
 			g.done(ctx, h)

@@ -56,7 +56,6 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		used held
 		res  rotation.Result
 	)
-	rq.pace.seesAnswers = true
 	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		var err error
 		if s, err = g.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {

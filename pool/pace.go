@@ -92,11 +92,6 @@ type SiteAnswer struct {
 	// (0 when it was not): a ban to a request paced under an older cut was
 	// in flight when the site was cut, and is no news.
 	SeenCuts int
-	// FirstCut is what the ban sets when it is the site's first cut
-	// (rotation.PaceRule.FirstCut of what the gateway saw the member do);
-	// the zero value is the fixed first cut. A later cut keeps the rule
-	// the first one set.
-	FirstCut rotation.Cut
 }
 
 // BanSent maps SeenCuts to the send time rotation.LearntPace.Ban wants:
@@ -218,10 +213,6 @@ func (p *Paces) ReserveSlot(_ context.Context, req SlotRequest) (Slot, error) {
 			at = next
 		}
 	}
-	if until := out.Learnt.PausedUntil(); until.After(at) {
-		// The site is paused after a cut: no member's slot before its end.
-		at = until
-	}
 	out.Wait = at.Sub(now)
 	if out.Wait > max(req.MaxWait, 0) {
 		return out, nil
@@ -312,7 +303,7 @@ func (p *Paces) SiteAnswered(_ context.Context, a SiteAnswer) (rotation.LearntPa
 		ps = p.site(a.Site, now)
 	}
 	was := ps.learntNow(now)
-	ps.learnt = was.BanWith(a.Result, BanSent(was, a.SeenCuts, now), now, ps.struck[a.Member], a.FirstCut)
+	ps.learnt = was.Ban(a.Result, BanSent(was, a.SeenCuts, now), now, ps.struck[a.Member])
 	if ps.learnt.Cuts != was.Cuts || ps.struck == nil {
 		ps.struck = map[string]bool{}
 	}

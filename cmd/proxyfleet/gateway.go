@@ -81,8 +81,6 @@ const (
 	flagSitePace            = "site-pace"
 	flagPacing              = "pacing"
 	flagPacingMaxWait       = "pacing-max-wait"
-	flagPacingPause         = "pacing-pause"
-	flagPacingSteps         = "pacing-increase-steps"
 	flagConfig              = "config"
 	flagLogLevel            = "log-level"
 	flagLogFormat           = "log-format"
@@ -236,8 +234,6 @@ func gatewayFlags() []cli.Flag {
 		listFlag(flagSitePace, "`ENTRY`: PATTERN (a host, *.domain or IP) then min-interval=DURATION and/or max-concurrency=N: --site-min-interval and --site-max-concurrency for the sites a pattern names, e.g. \"*.example.com min-interval=2s max-concurrency=4\"; repeatable"),
 		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
 		durationFlag(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
-		durationFlag(flagPacingPause, "1m", "with --pacing auto, how long a site's ban stops every request to the site (the longest window of a site's limit the pool is kept from crossing), and the span the banned member's allowance is spread over at the restart (0: no pause, the fixed first cut of one request per second per member; at most 5m)"),
-		intFlag(flagPacingSteps, rotation.DefaultPaceIncreaseSteps, "with --pacing auto, how many answers without a ban, per member that sent to the site, add the cut's rate once more after a second cut (additive increase; 1 to 1000000)"),
 		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
 	}, logFlags("text")...)
@@ -506,13 +502,6 @@ func pacingFrom(c *cli.Context) (gateway.PacingOptions, error) {
 	}
 	if o.MaxWait = c.Duration(flagPacingMaxWait); o.MaxWait <= 0 {
 		return o, fmt.Errorf("--%s %s: must be positive", flagPacingMaxWait, o.MaxWait)
-	}
-	o.Rule = rotation.PaceRule{Pause: c.Duration(flagPacingPause), IncreaseSteps: c.Int(flagPacingSteps)}
-	if o.Rule.Pause < 0 || o.Rule.Pause > rotation.MaxPacePause {
-		return o, fmt.Errorf("--%s %s: must be 0 to %s", flagPacingPause, o.Rule.Pause, rotation.MaxPacePause)
-	}
-	if o.Rule.IncreaseSteps < 1 || o.Rule.IncreaseSteps > rotation.MaxPaceIncreaseSteps {
-		return o, fmt.Errorf("--%s %d: must be 1 to %d", flagPacingSteps, o.Rule.IncreaseSteps, rotation.MaxPaceIncreaseSteps)
 	}
 	return o, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
-	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // runConfig runs `proxyfleet gateway args...` in-process with a runner that
@@ -100,7 +99,6 @@ upstream:
 auth-token-file: `+tokens+`
 insecure-allow-open: false
 probe-url: http://example.com/
-pacing-pause: 20s
 `)
 	t.Setenv("PROXYFLEET_LEASE_TTL", "2m")
 	t.Setenv("PROXYFLEET_RETRIES", "3")
@@ -122,8 +120,6 @@ pacing-pause: 20s
 		{"ban-status from a YAML list", fmt.Sprint(cfg.Classifier.Ban), "[403 451]"},
 		{"rate-limit-status from a YAML number", fmt.Sprint(cfg.Classifier.RateLimit), "[429]"},
 		{"upstreams from a YAML list", len(cfg.Static), 2},
-		{"pacing-pause: file beats default", cfg.Pacing.Rule.Pause, 20 * time.Second},
-		{"pacing-increase-steps: default", cfg.Pacing.Rule.IncreaseSteps, rotation.DefaultPaceIncreaseSteps},
 		{"tokens from the file named in the config", strings.Join(cfg.Tokens, ","), "s3cret-a,s3cret-b"},
 		{"probe on", cfg.Probe != nil && cfg.Probe.URL == "http://example.com/", true},
 		{"probe-interval default", cfg.Probe != nil && cfg.Probe.Interval == 10*time.Second, true},
@@ -277,10 +273,6 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "site answer timeout with a bad pattern", args: []string{"--site-answer-timeout", "a/b=3s"}, want: []string{"--site-answer-timeout", "host pattern"}},
 		{name: "site answer timeout given twice", args: []string{"--site-answer-timeout", "a.example=3s", "--site-answer-timeout", "A.example.=4s"}, want: []string{"given twice"}},
 		{name: "duration from the environment", env: map[string]string{"PROXYFLEET_FAILURE_COOLDOWN": "abc"}, want: []string{"failure-cooldown", "PROXYFLEET_FAILURE_COOLDOWN"}},
-		{name: "pacing pause past its bound", args: []string{"--pacing-pause", "6m"}, want: []string{"--pacing-pause 6m0s: must be 0 to 5m0s"}},
-		{name: "negative pacing pause", args: []string{"--pacing-pause", "-1s"}, want: []string{"--pacing-pause -1s"}},
-		{name: "pacing increase steps zero", args: []string{"--pacing-increase-steps", "0"}, want: []string{"--pacing-increase-steps 0: must be 1 to 1000000"}},
-		{name: "pacing pause from the environment", env: map[string]string{"PROXYFLEET_PACING_PAUSE": "1h"}, want: []string{"--pacing-pause 1h0m0s"}},
 		{name: "negative retries", args: []string{"--retries", "-1"}, want: []string{"--retries -1: must be 0 or more"}},
 		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-3"}, want: []string{"--max-leases-per-member -3"}},
 		{name: "bad status list", args: []string{"--rate-limit-status", "429,abc"}, want: []string{"--rate-limit-status", "abc"}},

@@ -54,7 +54,6 @@ type config struct {
 	latencyN    int
 	idleTunnels int
 	only        string
-	pacingShape string
 }
 
 func main() {
@@ -72,8 +71,7 @@ func main() {
 	flag.IntVar(&cfg.latencyN, "latency-requests", 2000, "sequential requests per path for the latency figure")
 	flag.IntVar(&cfg.idleTunnels, "idle-tunnels", 2000, "idle CONNECT tunnels held open for the memory figure")
 	flag.DurationVar(&settleTime, "settle", settleTime, "how long a process is left alone before its RSS is read for the memory rows; 150s lets the runtime's forced collection (every 2 minutes) and its scavenger give back what parked idle tunnels no longer use")
-	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; floor: only the plain keep-alive and new-tunnel rows with the relay beside the gateway (the speed goals' ratios); tunnels: only the gateway's memory per idle tunnel (-idle-tunnels of them, a direct member, no Squid); redis: only the Redis store rows; mitm: only the MITM rows; pacing: only the pacing sweep (docs/performance.md)")
-	flag.StringVar(&cfg.pacingShape, "pacing-shape", "", "with -only pacing: only the shapes whose name contains this")
+	flag.StringVar(&cfg.only, "only", "", "sidecar: only the sidecar rows (RSS, binary size, start), without Squid; floor: only the plain keep-alive and new-tunnel rows with the relay beside the gateway (the speed goals' ratios); tunnels: only the gateway's memory per idle tunnel (-idle-tunnels of them, a direct member, no Squid); redis: only the Redis store rows; mitm: only the MITM rows")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -108,8 +106,6 @@ func run(cfg config) error {
 			return err
 		}
 		return printRows(rows)
-	case "pacing":
-		return pacingBench(bin, cfg.pacingShape)
 	case "redis":
 		rows, err := redisBench()
 		if err != nil {
@@ -117,7 +113,7 @@ func run(cfg config) error {
 		}
 		return printRows(rows)
 	default:
-		return fmt.Errorf("-only %q: want sidecar, tunnels, redis, pacing, mitm or floor", cfg.only)
+		return fmt.Errorf("-only %q: want sidecar, tunnels, redis, mitm or floor", cfg.only)
 	}
 
 	sq, err := squid.Launch(squid.Options{Name: "bench", OutgoingAddr: "127.0.0.2"})

@@ -32,53 +32,6 @@ type paceRequest struct {
 	Limit         int    `json:"limit,omitempty"`
 	Result        string `json:"result,omitempty"`
 	SeenCuts      int    `json:"seenCuts,omitempty"`
-	// FirstCut is what an answer sets when it is the site's first cut.
-	FirstCut *cutWire `json:"firstCut,omitempty"`
-}
-
-// cutWire is a rotation.Cut on the wire.
-type cutWire struct {
-	IntervalMs int64 `json:"intervalMillis,omitempty"`
-	PauseMs    int64 `json:"pauseMillis,omitempty"`
-	FloorMs    int64 `json:"floorMillis,omitempty"`
-	Steps      int   `json:"steps,omitempty"`
-}
-
-func toCutWire(c rotation.Cut) *cutWire {
-	if c == (rotation.Cut{}) {
-		return nil
-	}
-	return &cutWire{IntervalMs: ceilMillis(c.Interval), PauseMs: ceilMillis(c.Pause), FloorMs: ceilMillis(c.Floor), Steps: c.Steps}
-}
-
-func (w *cutWire) cut() rotation.Cut {
-	if w == nil {
-		return rotation.Cut{}
-	}
-	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
-	return rotation.Cut{Interval: ms(w.IntervalMs), Pause: ms(w.PauseMs), Floor: ms(w.FloorMs), Steps: w.Steps}
-}
-
-// check names what is out of range in a cut.
-func (w *cutWire) check() error {
-	if w == nil {
-		return nil
-	}
-	for _, f := range []struct {
-		name string
-		v    int64
-		max  int64
-	}{{"firstCut.intervalMillis", w.IntervalMs, rotation.PaceMaxInterval.Milliseconds()},
-		{"firstCut.pauseMillis", w.PauseMs, rotation.MaxPacePause.Milliseconds()},
-		{"firstCut.floorMillis", w.FloorMs, rotation.PaceMaxInterval.Milliseconds()}} {
-		if f.v < 0 || f.v > f.max {
-			return fmt.Errorf("%s %d is out of range (0 to %d)", f.name, f.v, f.max)
-		}
-	}
-	if w.Steps < 0 || w.Steps > rotation.MaxPaceIncreaseSteps {
-		return fmt.Errorf("firstCut.steps %d is out of range (0 to %d)", w.Steps, rotation.MaxPaceIncreaseSteps)
-	}
-	return nil
 }
 
 // learntWire is a rotation.LearntPace on the wire.
@@ -88,19 +41,14 @@ type learntWire struct {
 	Cause         string    `json:"cause,omitempty"`
 	CutAt         time.Time `json:"cutAt,omitzero"`
 	Cuts          int       `json:"cuts,omitempty"`
-	PauseNs       int64     `json:"pauseNanos,omitempty"`
-	FloorNs       int64     `json:"floorNanos,omitempty"`
-	Steps         int       `json:"steps,omitempty"`
 }
 
 func toLearntWire(l rotation.LearntPace) learntWire {
-	return learntWire{IntervalNs: int64(l.Interval), CutIntervalNs: int64(l.CutInterval), Cause: string(l.Cause), CutAt: l.CutAt, Cuts: l.Cuts,
-		PauseNs: int64(l.Pause), FloorNs: int64(l.Floor), Steps: l.Steps}
+	return learntWire{IntervalNs: int64(l.Interval), CutIntervalNs: int64(l.CutInterval), Cause: string(l.Cause), CutAt: l.CutAt, Cuts: l.Cuts}
 }
 
 func (w learntWire) learnt() rotation.LearntPace {
-	return rotation.LearntPace{Interval: time.Duration(w.IntervalNs), CutInterval: time.Duration(w.CutIntervalNs), Cause: rotation.Result(w.Cause), CutAt: w.CutAt, Cuts: w.Cuts,
-		Pause: time.Duration(w.PauseNs), Floor: time.Duration(w.FloorNs), Steps: w.Steps}
+	return rotation.LearntPace{Interval: time.Duration(w.IntervalNs), CutInterval: time.Duration(w.CutIntervalNs), Cause: rotation.Result(w.Cause), CutAt: w.CutAt, Cuts: w.Cuts}
 }
 
 // paceAnswer is the body of a POST /v1/pace answer.
@@ -139,9 +87,6 @@ func checkPace(b *paceRequest) error {
 		return fmt.Errorf("maxWaitMillis %d is out of range (0 to a day)", b.MaxWaitMs)
 	case b.Limit < 0:
 		return fmt.Errorf("limit %d must not be negative", b.Limit)
-	}
-	if err := b.FirstCut.check(); err != nil {
-		return err
 	}
 	b.Site = site
 	for _, f := range fields {
@@ -196,7 +141,7 @@ func (s *apiServer) pace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var l rotation.LearntPace
-		l, err = p.SiteAnswered(ctx, pool.SiteAnswer{Site: b.Site, Member: b.Member, Result: res, SeenCuts: b.SeenCuts, FirstCut: b.FirstCut.cut()})
+		l, err = p.SiteAnswered(ctx, pool.SiteAnswer{Site: b.Site, Member: b.Member, Result: res, SeenCuts: b.SeenCuts})
 		out.Learnt = toLearntWire(l)
 	}
 	if err != nil {
@@ -273,7 +218,7 @@ func (c *Client) LeaveSite(ctx context.Context, site, holder string) error {
 
 // SiteAnswered is pool.SitePacer.SiteAnswered.
 func (c *Client) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotation.LearntPace, error) {
-	out, err := c.pace(ctx, paceRequest{Op: "answer", Site: a.Site, Member: a.Member, Result: string(a.Result), SeenCuts: a.SeenCuts, FirstCut: toCutWire(a.FirstCut)})
+	out, err := c.pace(ctx, paceRequest{Op: "answer", Site: a.Site, Member: a.Member, Result: string(a.Result), SeenCuts: a.SeenCuts})
 	return out.Learnt.learnt(), err
 }
 

@@ -57,15 +57,6 @@ func TestClientPacesThroughTheServersStore(t *testing.T) {
 	if s, _ := c.ReserveSlot(ctx, pool.SlotRequest{Site: "b.example", Member: "a", Auto: true}); s.Interval != rotation.PaceFirstCut || s.Learnt.Cuts != 1 {
 		t.Fatalf("learnt slot %+v", s)
 	}
-	// A first cut the caller derived goes to the server's store whole.
-	cut := rotation.Cut{Interval: 1500 * time.Millisecond, Pause: 20 * time.Second, Floor: 30 * time.Millisecond, Steps: 7}
-	l, err = c.SiteAnswered(ctx, pool.SiteAnswer{Site: "c.example", Member: "a", Result: rotation.ResultRateLimited, FirstCut: cut})
-	if err != nil || l.Interval != cut.Interval || l.Pause != cut.Pause || l.Floor != cut.Floor || l.Steps != cut.Steps {
-		t.Fatalf("first cut over the API %+v, %v, want %+v", l, err, cut)
-	}
-	if s, _ := c.ReserveSlot(ctx, pool.SlotRequest{Site: "c.example", Member: "b", Auto: true, MaxWait: time.Minute}); !s.Reserved || s.Wait < cut.Pause-time.Second {
-		t.Fatalf("slot during the pause %+v, want one at its end", s)
-	}
 }
 
 func TestPaceRejectsBadInputNamingTheField(t *testing.T) {
@@ -82,9 +73,6 @@ func TestPaceRejectsBadInputNamingTheField(t *testing.T) {
 		{`{"op":"enter","site":"x","holder":"h","limit":-2}`, "limit"},
 		{`{"op":"answer","site":"x","member":"a","result":"meh"}`, "meh"},
 		{`{"op":"reserve","site":"x","member":"a","extra":1}`, "extra"},
-		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"pauseMillis":3600000}}`, "firstCut.pauseMillis"},
-		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"intervalMillis":-5}}`, "firstCut.intervalMillis"},
-		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"steps":-1}}`, "firstCut.steps"},
 	} {
 		a := f.call(t, http.MethodPost, "/v1/pace", tc.body)
 		if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), tc.want) {

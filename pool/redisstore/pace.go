@@ -121,10 +121,8 @@ func (s *RedisStore) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotat
 	if _, err := rotation.ParseResult(string(a.Result)); err != nil {
 		return rotation.LearntPace{}, fmt.Errorf("%w: %v", pool.ErrInvalidResult, err)
 	}
-	c := a.FirstCut
 	res, err := s.runPace(ctx, "answer", a.Site, a.Member, string(a.Result), a.SeenCuts,
-		c.Interval.Nanoseconds(), rotation.PaceMaxInterval.Nanoseconds(), rotation.PaceIncreaseSteps, rotation.PaceUnlimitedInterval.Nanoseconds(),
-		c.Pause.Nanoseconds(), c.Floor.Nanoseconds(), c.Steps, rotation.PaceFirstCut.Nanoseconds()).Slice()
+		rotation.PaceFirstCut.Nanoseconds(), rotation.PaceMaxInterval.Nanoseconds(), rotation.PaceIncreaseSteps, rotation.PaceUnlimitedInterval.Nanoseconds()).Slice()
 	if err != nil {
 		return rotation.LearntPace{}, s.wrap("pace", err)
 	}
@@ -183,20 +181,16 @@ func parseLearnt(v string) (rotation.LearntPace, error) {
 		return rotation.LearntPace{}, nil
 	}
 	f := strings.Split(v, ":")
-	if len(f) == 5 {
-		f = append(f, "0", "0", "0") // written by an older gateway
-	}
-	if len(f) != 8 {
+	if len(f) != 5 {
 		return rotation.LearntPace{}, fmt.Errorf("lease store: pace: malformed learnt pace %q", v)
 	}
-	var n [7]int64
-	for i, j := range []int{0, 1, 3, 4, 5, 6, 7} {
+	var n [4]int64
+	for i, j := range []int{0, 1, 3, 4} {
 		x, err := strconv.ParseInt(f[j], 10, 64)
 		if err != nil {
 			return rotation.LearntPace{}, fmt.Errorf("lease store: pace: malformed learnt pace %q", v)
 		}
 		n[i] = x
 	}
-	return rotation.LearntPace{Interval: time.Duration(n[0]), CutInterval: time.Duration(n[1]), Cause: rotation.Result(f[2]), CutAt: time.UnixMicro(n[2]), Cuts: int(n[3]),
-		Pause: time.Duration(n[4]), Floor: time.Duration(n[5]), Steps: int(n[6])}, nil
+	return rotation.LearntPace{Interval: time.Duration(n[0]), CutInterval: time.Duration(n[1]), Cause: rotation.Result(f[2]), CutAt: time.UnixMicro(n[2]), Cuts: int(n[3])}, nil
 }

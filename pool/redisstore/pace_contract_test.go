@@ -192,34 +192,3 @@ func TestPaceContractLearntPaceIsAIMDSharedByAll(t *testing.T) {
 		}
 	})
 }
-
-// TestPaceContractFirstCutPausesAndCarriesTheRule: a first ban sets the
-// caller's cut (rotation.PaceRule.FirstCut) for every member: no slot
-// before the pause ends, the rise stops at the floor, a later cut doubles
-// and pauses again, on every backend alike.
-func TestPaceContractFirstCutPausesAndCarriesTheRule(t *testing.T) {
-	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
-		const site = "learns.example"
-		cut := rotation.Cut{Interval: 3 * time.Second, Pause: 20 * time.Second, Floor: 2 * time.Second, Steps: 1}
-		first := answered(t, p, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultRateLimited, FirstCut: cut})
-		if first.Interval != cut.Interval || first.Pause != cut.Pause || first.Floor != cut.Floor || first.Steps != 1 {
-			t.Fatalf("first cut %+v, want the caller's %+v", first, cut)
-		}
-		// A member that never sent waits for the pause too.
-		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m2", Auto: true, MaxWait: time.Minute}); !s.Reserved || !near(s.Wait, cut.Pause) {
-			t.Fatalf("slot during the pause %+v, want one at its end (%v)", s, cut.Pause)
-		}
-		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m3", Auto: true, MaxWait: time.Second}); s.Reserved {
-			t.Fatalf("slot within 1s during a 20s pause: %+v", s)
-		}
-		// One step of 1 doubles the rate, capped at the floor.
-		l := answered(t, p, pool.SiteAnswer{Site: site, Member: "m2", Result: rotation.ResultOK})
-		if l.Interval != cut.Floor {
-			t.Fatalf("after an ok: %v, want the floor %v", l.Interval, cut.Floor)
-		}
-		second := answered(t, p, pool.SiteAnswer{Site: site, Member: "m4", Result: rotation.ResultBanned, SeenCuts: 1, FirstCut: rotation.Cut{Interval: time.Hour}})
-		if second.Interval != 2*cut.Floor || second.Floor != cut.Floor+cut.Floor/10 || second.Pause != cut.Pause || second.Cuts != 2 {
-			t.Fatalf("second cut %+v, want %v, floor %v, the first's pause", second, 2*cut.Floor, cut.Floor+cut.Floor/10)
-		}
-	})
-}

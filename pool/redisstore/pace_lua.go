@@ -6,9 +6,8 @@ package redisstore
 // different Cluster slots and spreads over a Cluster's shards:
 //
 //	S.."h"  HASH  l = the learnt pace "<interval ns>:<cut interval ns>:
-//	              <cause>:<cut at µs>:<cuts>:<pause ns>:<floor ns>:<steps>"
-//	              (absent: never slowed, or decayed; the last three absent
-//	              in a pace an older gateway wrote: none, none, default); s:<member> = "<slot µs>:<previous slot µs>"
+//	              <cause>:<cut at µs>:<cuts>" (absent: never slowed, or
+//	              decayed); s:<member> = "<slot µs>:<previous slot µs>"
 //	              (the member's last reserved slot, and the one before it
 //	              for a slot given back; empty once given back to)
 //	S.."k"  SET   members the site banned since its last cut
@@ -34,20 +33,18 @@ end
 local function learnt()
   local v = redis.call('HGET', H, 'l')
   if not v then return nil, false end
-  local iv, cut, cause, at, cuts, rest = string.match(v, '^(%d+):(%d+):([^:]*):(%d+):(%d+)(.*)$')
-  local pause, floor, steps = string.match(rest, '^:(%d+):(%d+):(%d+)$')
+  local iv, cut, cause, at, cuts = string.match(v, '^(%d+):(%d+):([^:]*):(%d+):(%d+)$')
   at = tonumber(at)
   if now - at >= QUIET then
     redis.call('HDEL', H, 'l')
     redis.call('DEL', K)
     return nil, true
   end
-  return {iv = tonumber(iv), cut = tonumber(cut), cause = cause, at = at, cuts = tonumber(cuts),
-    pause = tonumber(pause or '0'), floor = tonumber(floor or '0'), steps = tonumber(steps or '0')}, false
+  return {iv = tonumber(iv), cut = tonumber(cut), cause = cause, at = at, cuts = tonumber(cuts)}, false
 end
 local function enc(L)
   if not L then return '' end
-  return string.format('%d:%d:%s:%d:%d:%d:%d:%d', L.iv, L.cut, L.cause, L.at, L.cuts, L.pause, L.floor, L.steps)
+  return string.format('%d:%d:%s:%d:%d', L.iv, L.cut, L.cause, L.at, L.cuts)
 end
 local function save(L)
   redis.call('HSET', H, 'l', enc(L))
@@ -70,8 +67,6 @@ if op == 'reserve' then
     local nx = tonumber(prev) + iv
     if nx > now then at = nx end
   end
-  -- The site is paused after a cut: no member's slot before its end.
-  if L and L.pause > 0 and L.at + math.ceil(L.pause / 1000) > at then at = L.at + math.ceil(L.pause / 1000) end
   if at - now > maxwait then return {0, at - now, 0, enc(L), dflag} end
   redis.call('HSET', H, 's:' .. m, string.format('%d:%s', at, prev))
   keep(H, at - now + iv + 60000000)
@@ -100,10 +95,7 @@ elseif op == 'leave' then
   return redis.call('ZREM', F, ARGV[3])
 elseif op == 'answer' then
   -- [3] member, [4] result, [5] seen cuts, [6] first cut ns, [7] max
-  -- interval ns, [8] increase steps (when the pace names none), [9]
-  -- unlimited below ns, [10] first cut's pause ns, [11] its floor ns,
-  -- [12] its steps (0: none named), [13] the fixed first cut ns (when
-  -- [6] is 0).
+  -- interval ns, [8] increase steps, [9] unlimited below ns.
   -- Returns {learnt, transition}: 1 cut (the caller indexes the site),
   -- -1 unlimited again (the caller drops it), 0 neither.
   local m, res, seen = ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -114,10 +106,8 @@ elseif op == 'answer' then
     -- Additive increase, as rotation.LearntPace.Answered.
     local cut = L.cut
     if cut <= 0 then cut = L.iv end
-    local steps = L.steps
-    if steps <= 0 then steps = tonumber(ARGV[8]) end
-    local rate = 1 / (L.iv / 1e9) + 1 / ((cut / 1e9) * steps)
-    local nx = math.max(math.floor(1e9 / rate), L.floor)
+    local rate = 1 / (L.iv / 1e9) + 1 / ((cut / 1e9) * tonumber(ARGV[8]))
+    local nx = math.floor(1e9 / rate)
     if nx < tonumber(ARGV[9]) then
       redis.call('HDEL', H, 'l')
       redis.call('DEL', K)
@@ -134,23 +124,9 @@ elseif op == 'answer' then
     redis.call('SADD', K, m)
     return {enc(L), 0}
   end
-  -- As rotation.LearntPace.BanWith: the first cut is the caller's, a
-  -- later one doubles, pauses again and keeps the rise above what it
-  -- refused (a tenth above the interval the ban came at).
-  local maxiv = tonumber(ARGV[7])
-  local nx, pause, floor, steps
-  if L then
-    nx = math.min(2 * L.iv, maxiv)
-    pause, steps = L.pause, L.steps
-    floor = math.min(math.max(L.floor, L.iv + math.floor(L.iv / 10)), nx)
-  else
-    nx = tonumber(ARGV[6])
-    if nx <= 0 then nx = tonumber(ARGV[13]) end
-    nx = math.min(nx, maxiv)
-    pause, steps = tonumber(ARGV[10]), tonumber(ARGV[12])
-    floor = math.min(tonumber(ARGV[11]), nx)
-  end
-  L = {iv = nx, cut = nx, cause = res, at = now, cuts = (L and L.cuts or 0) + 1, pause = pause, floor = floor, steps = steps}
+  local nx = tonumber(ARGV[6])
+  if L then nx = math.min(2 * L.iv, tonumber(ARGV[7])) end
+  L = {iv = nx, cut = nx, cause = res, at = now, cuts = (L and L.cuts or 0) + 1}
   save(L)
   redis.call('DEL', K)
   redis.call('SADD', K, m)

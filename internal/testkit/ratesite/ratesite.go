@@ -89,7 +89,6 @@ type Site struct {
 	start time.Time
 	// URL is the site's base URL (http://127.0.0.x:port).
 	URL string
-	srv *http.Server
 
 	mu       sync.Mutex
 	seen     map[string][]time.Time // sliding: sends in the window; fixed: sends in the current window
@@ -104,32 +103,16 @@ type Site struct {
 // port until the test ends.
 func Start(t testing.TB, host string, shape Shape) *Site {
 	t.Helper()
-	s, err := Launch(host, shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-// Launch is Start outside a test (the benchmark); the caller must Close it.
-func Launch(host string, shape Shape) (*Site, error) {
 	s := New(shape)
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
 	s.URL = "http://" + ln.Addr().String()
-	return s, nil
-}
-
-// Close stops a site Launch started.
-func (s *Site) Close() {
-	if s.srv != nil {
-		_ = s.srv.Close()
-	}
+	return s
 }
 
 // New is a site of shape not yet serving (Start serves one); its windows
