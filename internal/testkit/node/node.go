@@ -238,6 +238,10 @@ func Start(t *testing.T) *Cluster {
 		"--tls-cert-file", serving.CertFile, "--tls-private-key-file", serving.KeyFile,
 		"--client-ca-file", authority.File,
 		"--kubelet-client-certificate", kubeletClient.CertFile, "--kubelet-client-key", kubeletClient.KeyFile,
+		// The node's name resolves nowhere (the namespace has no DNS
+		// for it): reach the kubelet (logs, exec, port-forward) by its
+		// address.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", ServiceCIDR,
