@@ -305,6 +305,7 @@ kind: ProxyPool
 metadata: {name: demo, namespace: fleet}
 spec:
   replicas: 3
+  drainSeconds: 10
   template:
     spec:
       provider: in-cluster
@@ -399,6 +400,75 @@ true`, site.URL(), leaseScript))
 		t.Errorf("a crawler without the lease binding was not refused (want lease 403 and no 200):\n%s", out)
 	}
 
+	// kubectl scale: to five, whose two new Squid pods then carry the
+	// crawler's traffic, and to two, draining three, while a crawler loops
+	// idempotent GETs the whole time and sees none fail.
+	startCrawler(t, c, "looper", "crawler", fmt.Sprintf(`n=0; fail=0
+while [ ! -e /tmp/stop ]; do
+  n=$((n+1)); code=$(curl -s -o /dev/null -w '%%{http_code}' %s/loop/$n)
+  [ "$code" = 200 ] || { fail=$((fail+1)); echo "GET $n: $code"; }
+  sleep 0.2
+done
+echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
+	c.WaitPodRunning(t, "crawlers", "looper", clusterTimeout)
+	c.Kubectl(t, "-n", "fleet", "scale", "proxypool/demo", "--replicas", "5")
+	waitSquids := func(n int) map[string]bool {
+		t.Helper()
+		ips := map[string]bool{}
+		err := poll.Wait(clusterTimeout, fmt.Sprintf("%d Ready Proxies and %d running Squid pods", n, n), func() error {
+			out := c.Kubectl(t, "get", "proxies", "-n", "fleet", "-o", "jsonpath={range .items[*]}{.status.phase} {end}")
+			if strings.Count(out, "Ready") != n || len(strings.Fields(out)) != n {
+				return fmt.Errorf("Proxy phases: %q", out)
+			}
+			pods, err := c.Client.CoreV1().Pods("egress").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			clear(ips)
+			for _, p := range pods.Items {
+				if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+					return fmt.Errorf("Squid pod %s: %s", p.Name, p.Status.Phase)
+				}
+				ips[p.Status.PodIP] = true
+			}
+			if len(ips) != n {
+				return fmt.Errorf("%d Squid pods", len(ips))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, c.DescribePods("egress"))
+		}
+		return ips
+	}
+	five := waitSquids(5)
+	var fresh []string
+	for ip := range five {
+		if !squidIPs[ip] {
+			fresh = append(fresh, ip)
+		}
+	}
+	err = poll.Wait(clusterTimeout, "the new Squid pods to carry the looping crawler's GETs", func() error {
+		for _, ip := range fresh {
+			carried := false
+			for _, r := range site.Requests() {
+				if r.Source == ip && strings.HasPrefix(r.URI, "/loop/") {
+					carried = true
+				}
+			}
+			if !carried {
+				return fmt.Errorf("no GET through new Squid pod %s yet", ip)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "-n", "fleet", "scale", "proxypool/demo", "--replicas", "2")
+	waitSquids(2)
+	c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "touch", "/tmp/stop")
+	t.Logf("the looping crawler: %s", waitCrawler(t, c, "looper"))
 }
 
 // leaseScript asks the chart's lease API, by its Service name, for a lease
@@ -410,6 +480,13 @@ const leaseScript = `curl -s -o /dev/null -w 'lease %{http_code}\n' -X POST -d '
 // ends and returns its log; a script that fails fails the test with the
 // log and the pod's state.
 func runCrawler(t *testing.T, c *node.Cluster, name, sa, script string) string {
+	t.Helper()
+	startCrawler(t, c, name, sa, script)
+	return waitCrawler(t, c, name)
+}
+
+// startCrawler creates the pod runCrawler runs, without waiting.
+func startCrawler(t *testing.T, c *node.Cluster, name, sa, script string) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -435,6 +512,13 @@ func runCrawler(t *testing.T, c *node.Cluster, name, sa, script string) string {
 	if _, err := c.Client.CoreV1().Pods("crawlers").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitCrawler waits until crawler pod name ends and returns its log,
+// failing the test when its script failed.
+func waitCrawler(t *testing.T, c *node.Cluster, name string) string {
+	t.Helper()
+	ctx := context.Background()
 	var phase corev1.PodPhase
 	err := poll.Wait(clusterTimeout, "crawler pod "+name+" to finish", func() error {
 		p, err := c.Client.CoreV1().Pods("crawlers").Get(ctx, name, metav1.GetOptions{})
