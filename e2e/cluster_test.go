@@ -306,6 +306,7 @@ metadata: {name: demo, namespace: fleet}
 spec:
   replicas: 3
   drainSeconds: 10
+  replaceUnhealthyAfter: 10s
   template:
     spec:
       provider: in-cluster
@@ -466,7 +467,26 @@ echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
 		t.Fatal(err)
 	}
 	c.Kubectl(t, "-n", "fleet", "scale", "proxypool/demo", "--replicas", "2")
-	waitSquids(2)
+	two := waitSquids(2)
+
+	// A Squid pod deleted under that load: its Proxy is replaced by one
+	// with a new pod, and still no GET of the looping crawler fails.
+	pods, err = c.Client.CoreV1().Pods("egress").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := pods.Items[0]
+	c.Kubectl(t, "-n", "egress", "delete", "pod", victim.Name, "--wait=false")
+	err = poll.Wait(clusterTimeout, "the deleted Squid pod's replacement", func() error {
+		now := waitSquids(2)
+		if now[victim.Status.PodIP] {
+			return fmt.Errorf("the deleted pod's address %s is still a Squid's (%v)", victim.Status.PodIP, now)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v (before: %v)\n%s", err, two, c.DescribePods("egress"))
+	}
 	c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "touch", "/tmp/stop")
 	t.Logf("the looping crawler: %s", waitCrawler(t, c, "looper"))
 }

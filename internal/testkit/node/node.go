@@ -295,7 +295,7 @@ func Start(t *testing.T) *Cluster {
 				if cond.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return errors.New("no Ready condition yet")
