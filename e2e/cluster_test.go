@@ -487,6 +487,31 @@ echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
 	if err != nil {
 		t.Fatalf("%v (before: %v)\n%s", err, two, c.DescribePods("egress"))
 	}
+	// A Squid container killed through containerd under that load: the
+	// kubelet restarts it in its pod, and still no GET fails.
+	pods, err = c.Client.CoreV1().Pods("egress").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := pods.Items[0]
+	if len(killed.Status.ContainerStatuses) != 1 || !strings.HasPrefix(killed.Status.ContainerStatuses[0].ContainerID, "containerd://") {
+		t.Fatalf("Squid pod %s has container statuses %+v", killed.Name, killed.Status.ContainerStatuses)
+	}
+	c.Ctr(t, "tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(killed.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	err = poll.Wait(clusterTimeout, "the kubelet to restart the killed Squid container", func() error {
+		p, err := c.Client.CoreV1().Pods("egress").Get(ctx, killed.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := p.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount < 1 || !st[0].Ready {
+			return fmt.Errorf("container statuses %+v", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.DescribePods("egress"))
+	}
+	waitSquids(2)
 	c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "touch", "/tmp/stop")
 	t.Logf("the looping crawler: %s", waitCrawler(t, c, "looper"))
 }
