@@ -99,7 +99,9 @@ type Cluster struct {
 // namespaces of its own (testutil.InNamespaces) and returns true there,
 // where the test goes on to Start the cluster; in the parent it returns
 // false once the child is done, after putting back the kernel settings the
-// kubelet changed and removing the cgroups it made:
+// kubelet changed and removing the cgroups it made. Nodes on one machine
+// take turns (a lock file in the temp directory), as the kernel settings
+// are the machine's:
 //
 //	if !node.InNamespaces(t) {
 //		return
@@ -110,10 +112,22 @@ func InNamespaces(t *testing.T) bool {
 	if testutil.InNamespacesChild(t) {
 		return testutil.InNamespaces(t, testutil.Namespaces{MountAndPID: true})
 	}
+	// One node at a time on the machine: the kernel settings are
+	// machine-wide, so a node whose test began while another node's
+	// kubelet had changed them would save, and later put back, the
+	// kubelet's values (two packages' tests run at once under go test).
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "proxyfleet-node.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("node: waiting for the machine's other node: %v", err)
+	}
 	saved := readSysctls()
 	root := cgroupRootName()
 	t.Setenv(cgroupRootEnv, root)
 	t.Cleanup(func() {
+		defer lock.Close() // releases the lock
 		if err := restoreSysctls(saved); err != nil {
 			t.Errorf("node: putting back the kernel settings: %v", err)
 		}
@@ -238,6 +252,10 @@ func Start(t *testing.T) *Cluster {
 		"--tls-cert-file", serving.CertFile, "--tls-private-key-file", serving.KeyFile,
 		"--client-ca-file", authority.File,
 		"--kubelet-client-certificate", kubeletClient.CertFile, "--kubelet-client-key", kubeletClient.KeyFile,
+		// The node's name resolves nowhere (the namespace has no DNS
+		// for it): reach the kubelet (logs, exec, port-forward) by its
+		// address.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", ServiceCIDR,
@@ -291,7 +309,7 @@ func Start(t *testing.T) *Cluster {
 				if cond.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("node Ready=%s: %s", cond.Status, cond.Message)
+				return fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return errors.New("no Ready condition yet")
