@@ -162,11 +162,14 @@ verify-generated:
 	@hack/verify-generated.sh $(MAKE) --no-print-directory generate
 
 ## bench: the gateway against Squid side by side, the floor relay, the MITM references (Squid
-## ssl-bump, mitmproxy: hack/bench-deps.sh), the lease store, and a thousand External Proxies
+## ssl-bump, mitmproxy: hack/bench-deps.sh), the lease store, the pacing sweep (a burst crawl
+## against each shape of rate limit, automatic pacing beside none and the best fixed interval:
+## up to 15 minutes), and a thousand External Proxies
 ## from creation to Ready on envtest (make test runs the same test with 200).
 bench: deps build sidecar envtest-bins
 	@hack/bench-deps.sh $(BIN)/bench/squid-openssl
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SIDECAR_BIN=$(BIN)/proxyfleet-sidecar PROXYFLEET_SIDECAR_MITM_BIN=$(BIN)/proxyfleet-sidecar-mitm $(GO) run ./e2e/bench
+	PROXYFLEET_BIN=$(PROXYFLEET) $(GO) run ./e2e/bench -only pacing
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_FLEET_STARTUP_PROXIES=1000 $(GO) test -count=1 -v -run '^TestManyProxiesReady$$' ./e2e/
 
 clean:

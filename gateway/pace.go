@@ -195,6 +195,9 @@ type sitePace struct {
 	waitedFor time.Duration
 	refused   uint64
 	lastLimit string // the limit that held the last waiting request
+	// retryCut is the last cut whose banned request's retry went
+	// without the pause (paceTicket.retryAllowance): one per cut.
+	retryCut int
 }
 
 // explicitFor is the operator's pace for target, met with the client's own.
@@ -706,10 +709,13 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 		sp = p.site(target)
 	}
 	p.setLearnt(sp, l)
-	p.mu.Unlock()
-	if allowed > 0 && l.Cuts == 1 && l.Pause > 0 && !l.PausedUntil().Before(now) {
+	if allowed > 0 && l.Cuts == 1 && l.Pause > 0 && sp.retryCut < l.Cuts {
+		// One retry per cut goes without the pause: a burst's other
+		// refusals, answered while the cut was made, wait like the rest.
+		sp.retryCut = l.Cuts
 		rq.pace.retryAllowance = allowed
 	}
+	p.mu.Unlock()
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
 		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
 	}

@@ -288,6 +288,27 @@ func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
 	}
 }
 
+// BenchmarkPaceSiteWithoutLimitsLearning is BenchmarkPaceSiteWithoutLimits
+// with the CLI's rule (--pacing-pause 1m): every request to a site not
+// slowed also passes the leader's check and is logged, its answer counted
+// (rotation.SendLog: one sharded lock each).
+//
+//	go test -run x -bench BenchmarkPaceSiteWithoutLimits ./gateway/
+func BenchmarkPaceSiteWithoutLimitsLearning(b *testing.B) {
+	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true, Rule: rotation.DefaultPaceRule}, nil, nil)}
+	ctx := context.Background()
+	rq := &request{lr: leaseReq{p: &params.Params{}, target: "example.com", perRequest: true}, member: "m1"}
+	rq.pace.seesAnswers = true
+	h := held{mc: &memberConn{m: pool.Member{Name: "m1"}}}
+	for b.Loop() {
+		g.trail(ctx, rq, &attempts{}, h)
+		if _, err := g.pace(ctx, ctx, rq, nil, h); err != nil {
+			b.Fatal(err)
+		}
+		g.paceAnswered(rq, rotation.ResultOK)
+	}
+}
+
 func TestASiteSlowedElsewhereIsPacedAndSaysSo(t *testing.T) {
 	store := pool.NewStore(pool.StoreOptions{})
 	p := newPacer(PacingOptions{Auto: true}, store, nil)

@@ -61,6 +61,8 @@ func FuzzPaceAPIBodies(f *testing.F) {
 	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":-5}`)
 	f.Add(`{"op":"leave"}`)
 	f.Add(`[{"op":"reserve"}]`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"rate_limited","firstCut":{"intervalMillis":15000,"pauseMillis":60000,"floorMillis":15000,"steps":150}}`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"banned","firstCut":{"pauseMillis":-1,"steps":99999999}}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		store := pool.NewStore(pool.StoreOptions{})
 		h := NewAPIServer(store, APIOptions{})
