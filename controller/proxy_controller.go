@@ -289,7 +289,14 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	}
 	base := p.DeepCopy()
 	defer func() {
-		if perr := r.patchStatusIfChanged(ctx, base, &p); perr != nil {
+		perr := r.patchStatusIfChanged(ctx, base, &p)
+		switch {
+		case errors.Is(perr, errStaleRead) && err == nil:
+			// Not an error: the cache lags behind a write. Come back
+			// soon, from an object that has caught up.
+			log.FromContext(ctx).V(1).Info("status write refused: the Proxy changed since it was read; requeueing")
+			res = ctrl.Result{RequeueAfter: r.Intervals.RequeueNow}
+		case perr != nil:
 			err = errors.Join(err, perr)
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
@@ -109,6 +110,14 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 			setSpecHash(p, hash)
 		})
 	}
+	// The providerID of the instance about to exist is the one fact a later
+	// pass cannot look up again, and its status write is refused if this
+	// pass read an outdated object (patchStatusIfChanged). So the read is
+	// confirmed with the API server first: when the cache lags, this pass
+	// creates nothing and the next one, from the newer object, does.
+	if current, err := r.readIsCurrent(ctx, p); err != nil || !current {
+		return ctrl.Result{RequeueAfter: r.Intervals.RequeueNow}, err
+	}
 	req := createRequest(p, cloudInit, login)
 	req.Installation = r.Installation
 	inst, err := prov.Create(ctx, req)
@@ -119,6 +128,25 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, p *v1alpha1.Proxy,
 	p.Status.ProviderID = inst.ProviderID
 	setProvisioned(p, metav1.ConditionFalse, v1alpha1.ReasonProvisioning, "instance "+inst.Name+" created, waiting for it to run")
 	return ctrl.Result{RequeueAfter: r.Intervals.ProvisioningPoll}, nil
+}
+
+// readIsCurrent reports whether p is the Proxy as the API server stores it
+// now, by resourceVersion (one uncached GET). A reconciler built without a
+// manager reads the API server directly and asks its client.
+func (r *ProxyReconciler) readIsCurrent(ctx context.Context, p *v1alpha1.Proxy) (bool, error) {
+	reader := r.apiReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var live v1alpha1.Proxy
+	err := reader.Get(ctx, client.ObjectKeyFromObject(p), &live)
+	if isNotFound(err) {
+		return false, nil // deleted meanwhile: its next pass is the delete
+	}
+	if err != nil {
+		return false, fmt.Errorf("confirming the Proxy before creating its instance: %w", err)
+	}
+	return live.ResourceVersion == p.ResourceVersion, nil
 }
 
 // createRequest maps a Proxy onto the provider's request; the name derives

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,10 +15,26 @@ import (
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 )
 
+// errStaleRead says the API server refused a status write because the Proxy
+// changed after this pass read it: the manager's cache had not yet seen a
+// write (most often this reconciler's own previous one). Reconcile turns it
+// into a quiet requeue; the next pass reads the newer object.
+var errStaleRead = errors.New("the Proxy changed since this pass read it")
+
 // patchStatusIfChanged is the one place Proxy status is written. It stamps the
 // observed generation and the phase derived from the conditions, and patches
 // the status subresource only when the result differs from what was read at
 // the start of the reconcile, so a steady Proxy costs no API writes.
+//
+// The patch carries the resourceVersion the pass read (optimistic locking).
+// A merge patch replaces the conditions list whole, so a pass that read a
+// cached object older than the stored one would otherwise write its stale
+// view back: a Healthy condition another pass had just set would vanish and,
+// with the spec latched Failed, no later pass would restore it. Such a write
+// is refused (errStaleRead) instead. What the refused pass learnt from the
+// provider is learnt again by the next one: the only fact it cannot look up
+// again, the providerID of an instance it just created, is guarded in
+// createInstance, and Create is idempotent by name besides.
 func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, base, p *v1alpha1.Proxy) error {
 	if !p.DeletionTimestamp.IsZero() && len(p.Finalizers) == 0 {
 		// The last finalizer is gone, so the object is gone with it.
@@ -31,10 +48,11 @@ func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, base, p *v1a
 	// Diff status only: metadata changes went through patchMeta already.
 	from := p.DeepCopy()
 	from.Status = base.Status
-	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(from)); err != nil {
-		return client.IgnoreNotFound(err)
+	err := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(from, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return errStaleRead
 	}
-	return nil
+	return client.IgnoreNotFound(err)
 }
 
 // setProvisioned stages the Provisioned condition for this generation.
