@@ -139,16 +139,16 @@ node-bins:
 	@GO="$(GO)" hack/node-bins.sh $(NODE_BIN_DIR)
 
 ## squid-rootfs: Debian's squid in a minimal root (mmdebstrap) at bin/squid-rootfs.tar, the Squid
-## image the cluster tests import into their node; cached under the sha256 of its recipe.
+## image the cluster tests import into their node (hack/rootfs.sh); cached under the sha256 of its recipe.
 SQUID_ROOTFS := $(BIN)/squid-rootfs.tar
 squid-rootfs: deps
-	@hack/squid-rootfs.sh $(SQUID_ROOTFS)
+	@hack/rootfs.sh squid $(SQUID_ROOTFS)
 
 ## crawler-rootfs: Debian's curl, python3 and python3-requests in a minimal root at
 ## bin/crawler-rootfs.tar, the crawler image of the cluster tests; cached like squid-rootfs.
 CRAWLER_ROOTFS := $(BIN)/crawler-rootfs.tar
 crawler-rootfs: deps
-	@hack/crawler-rootfs.sh $(CRAWLER_ROOTFS)
+	@hack/rootfs.sh crawler $(CRAWLER_ROOTFS)
 
 ## cluster-test: the tests on a real single-node cluster (internal/testkit/node: etcd, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, containerd, runc, CNI, kubelet, kube-proxy), built with

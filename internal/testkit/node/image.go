@@ -155,7 +155,7 @@ const SquidImageRef = "proxyfleet.local/squid:dev"
 const CrawlerImageRef = "proxyfleet.local/crawler:dev"
 
 // SquidImage returns an image archive named SquidImageRef of the Squid
-// root file system hack/squid-rootfs.sh builds (Debian's squid;
+// root file system `hack/rootfs.sh squid` builds (Debian's squid;
 // $PROXYFLEET_SQUID_ROOTFS, else bin/squid-rootfs.tar). It has no
 // entrypoint of its own: the kubernetes provider's Pod names
 // /usr/sbin/squid.
@@ -165,7 +165,7 @@ func SquidImage(t testing.TB) string {
 }
 
 // CrawlerImage returns an image archive named CrawlerImageRef of the
-// crawler root file system hack/crawler-rootfs.sh builds (Debian's curl,
+// crawler root file system `hack/rootfs.sh crawler` builds (Debian's curl,
 // python3 and python3-requests; $PROXYFLEET_CRAWLER_ROOTFS, else
 // bin/crawler-rootfs.tar).
 func CrawlerImage(t testing.TB) string {
