@@ -397,8 +397,8 @@ true`, site.URL(), leaseScript))
 		}
 	}
 	t.Logf("the crawler without the lease binding:\n%s", out)
-	if !strings.Contains(out, "lease 403") || strings.Contains(out, "code 200") {
-		t.Errorf("a crawler without the lease binding was not refused (want lease 403 and no 200):\n%s", out)
+	if !strings.Contains(out, "lease 403") || !strings.Contains(out, "code 403") {
+		t.Errorf("a crawler without the lease binding was not refused (want lease 403, and its sidecar's 403 pool_forbidden):\n%s", out)
 	}
 
 	// kubectl scale: to five, whose two new Squid pods then carry the

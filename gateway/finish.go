@@ -247,6 +247,8 @@ func (g *Gateway) poolRefusal(lr *leaseReq, err error) error {
 		return &annotated{err: err, msg: msg}
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
+	case errors.Is(err, pool.ErrForbidden):
+		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
 	}
 	var sm *sessionLimitError
 	if errors.As(err, &sm) {

@@ -904,6 +904,48 @@ func TestRequestTimeoutBoundsTheHeadNotTheBody(t *testing.T) {
 	}
 }
 
+// TestALeaseAPIThatRefusesTheGatewaysIdentityIsA403 pins what a crawler
+// behind a sidecar whose service account lacks the lease binding sees: the
+// lease API's 403 passed on as the gateway's own 403 pool_forbidden with
+// the API's reason, not a 503 that reads as an outage to retry, and the
+// site never reached.
+func TestALeaseAPIThatRefusesTheGatewaysIdentityIsA403(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers(directMembers(2))
+	refuse := reviewerFunc(func(context.Context, string) error {
+		return fmt.Errorf("%w: service account crawlers/unbound has no lease binding", leaseapi.ErrTokenForbidden)
+	})
+	api := httptest.NewServer(leaseapi.NewAPIServer(store, leaseapi.APIOptions{Token: "api-token", Reviewer: refuse}))
+	defer api.Close()
+	client, err := leaseapi.NewClient(api.URL, "projected-token", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(Options{Pool: client, Retries: 2, AllowPrivateTargets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw.Serve(gln)
+	defer gw.Shutdown(context.Background())
+	tg := testutil.StartTarget(t, testutil.TargetOptions{})
+
+	resp, err := testutil.MustProxyClient(t, "http://"+gln.Addr().String(), nil).Get(tg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := body(t, resp)
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != ReasonPoolForbidden || !strings.Contains(b, "no lease binding") {
+		t.Errorf("a gateway the lease API refuses answered %d %s %q; want 403 pool_forbidden naming the API's reason", resp.StatusCode, resp.Header.Get(HeaderReason), b)
+	}
+	if n := tg.Total(); n != 0 {
+		t.Errorf("the site was reached %d times through a gateway the pool refuses", n)
+	}
+}
+
 func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 	store := pool.NewStore(pool.StoreOptions{})
 	members := directMembers(2)
@@ -974,3 +1016,8 @@ func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 		t.Fatalf("new target without the API: %d %q", resp.StatusCode, b)
 	}
 }
+
+// reviewerFunc adapts a function to leaseapi.TokenReviewer.
+type reviewerFunc func(ctx context.Context, token string) error
+
+func (f reviewerFunc) ReviewToken(ctx context.Context, token string) error { return f(ctx, token) }

@@ -47,6 +47,7 @@ const (
 	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
 	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --lease-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
+	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease API refused this gateway's identity the right to lease
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
 	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
@@ -72,7 +73,7 @@ func AnswerStatus(reason string) int {
 		return http.StatusBadRequest
 	case ReasonClientTimeout:
 		return http.StatusRequestTimeout
-	case ReasonPrivateTarget:
+	case ReasonPrivateTarget, ReasonPoolForbidden:
 		return http.StatusForbidden
 	case ReasonAuth, ReasonBadParams:
 		return http.StatusProxyAuthRequired
@@ -98,7 +99,8 @@ func AnswerStatus(reason string) int {
 // that a chain of gateways blames as one gateway would: the site's
 // failures (dns, target_unreachable, site_certificate, timeouts) as the
 // site's; the gateway's own trouble (its pool unreachable, every one of
-// its upstreams failed, draining, overloaded, a bug) as that member's;
+// its upstreams failed, its pool refusing its identity, draining,
+// overloaded, a bug) as that member's;
 // no_member and the request-bound refusals (paced, session_lost) as the
 // site's through that member (destination_unavailable, http_request_denied),
 // since they say nothing of the gateway's other sites.
@@ -249,6 +251,11 @@ func judge(err error) verdict {
 		return answer(ReasonBadParams)
 	case errors.Is(err, pool.ErrUnreachable):
 		return answer(ReasonPoolUnreachable)
+	case errors.Is(err, pool.ErrForbidden):
+		// The client is refused for what it is (a sidecar's service
+		// account without the lease binding), not for want of a member:
+		// no retry, no member blamed.
+		return answer(ReasonPoolForbidden)
 	case errors.Is(err, errLeaseFailed):
 		return answer(ReasonPoolError)
 	}

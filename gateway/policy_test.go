@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -66,6 +67,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"the gateway's own lease TTL above the maximum is 503 pool_error", &poolConfigError{err: errors.New("x")}, 503, ReasonPoolError, ReasonPoolError, "", false},
 		{"an unreachable pool API is 503 pool_unreachable", fmt.Errorf("%w: dial", pool.ErrUnreachable), 503, ReasonPoolUnreachable, ReasonPoolUnreachable, "", false},
 		{"any other pool failure is 503 pool_error", &annotated{err: errLeaseFailed, msg: "lease failed"}, 503, ReasonPoolError, ReasonPoolError, "", false},
+		{"a pool API refusing the gateway's identity is 403 pool_forbidden, not retried", &annotated{err: &leaseapi.APIError{Status: 403, Code: "forbidden", Message: "sa crawl/x may not"}, msg: "refused"}, 403, ReasonPoolForbidden, ReasonPoolForbidden, "", false},
 		{"the gateway out of descriptors is its own 503, no member reported or tried", &attemptError{f: rotation.Member("dial"), err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
 		{"the system out of descriptors, even behind a direct member's site verdict, is the gateway's", &attemptError{f: rotation.Site("connect"), err: os.NewSyscallError("socket", syscall.ENFILE), firsthand: true}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
 		{"a connect(2) without buffer space is the gateway's too", memberFault("dial", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENOBUFS)}), 503, ReasonOverloaded, ReasonOverloaded, "", false},
@@ -91,7 +93,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{ReasonBadRequest, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS, ReasonTargetUnreachable,
-		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout, ReasonPaced, ReasonSessionLost, ReasonSessionLimit, ReasonOverloaded}
+		ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonPoolForbidden, ReasonShuttingDown, ReasonTimeout, ReasonLoop, ReasonClientTimeout, ReasonMemberTimeout, ReasonPaced, ReasonSessionLost, ReasonSessionLimit, ReasonOverloaded}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)
@@ -165,6 +167,8 @@ func TestProxyStatusTellsAChainedGatewayWhoseFailureItIs(t *testing.T) {
 		// A 407 is about the credentials the chaining gateway sent: its member's login.
 		{ReasonAuth, true}, {ReasonBadParams, true},
 		{ReasonUpstreamFailed, true}, {ReasonPoolUnreachable, true}, {ReasonPoolError, true},
+		// A gateway its pool refuses serves no site: its own trouble.
+		{ReasonPoolForbidden, true},
 		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true},
 		{ReasonLoop, true}, {ReasonInternal, true},
 	} {

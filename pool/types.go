@@ -226,6 +226,10 @@ var (
 	ErrTTLTooLong = errors.New("ttl above maximum")
 	// ErrUnreachable wraps a failure to reach a remote lease API.
 	ErrUnreachable = errors.New("lease API unreachable")
+	// ErrForbidden wraps a remote lease API's refusal of the caller's
+	// identity: a valid token whose service account has no right to lease
+	// (a 403). Asking again changes nothing until someone grants it.
+	ErrForbidden = errors.New("not allowed to lease")
 )
 
 // Cooldown is one running cooldown: Member rests for Target (a site key;

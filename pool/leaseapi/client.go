@@ -47,11 +47,14 @@ func (e *APIError) Error() string {
 }
 
 // Unwrap makes a gateway-style answer (502, 503, 504 from something between
-// us and the API) count as ErrUnreachable.
+// us and the API) count as ErrUnreachable, and a 403 (an identity without
+// the right to lease) as ErrForbidden.
 func (e *APIError) Unwrap() error {
 	switch e.Status {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return pool.ErrUnreachable
+	case http.StatusForbidden:
+		return pool.ErrForbidden
 	}
 	return nil
 }
