@@ -26,6 +26,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
+	"github.com/proxyfleet/proxyfleet/internal/fieldorder"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 )
@@ -211,7 +212,8 @@ func (f *Server) newConn(c net.Conn) *frontConn {
 		fc.ctx = f.o.ConnContext(f.ctx, c)
 	}
 	fc.io = rawio.Wrap(c)
-	fc.lr.R = fc.io
+	fc.rec.R = fc.io
+	fc.lr.R = &fc.rec
 	f.mu.Lock()
 	if f.shutting.Load() {
 		f.mu.Unlock()
@@ -297,9 +299,12 @@ type frontConn struct {
 	remote string
 	state  atomic.Int32
 	lr     keepalive.LimitReader // caps the request head; lifted for bodies
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	w      frontWriter
+	// rec, under lr, sees each request head's bytes as the client sent
+	// them, for the order and case of its fields (fieldorder).
+	rec fieldorder.Recorder
+	br  *bufio.Reader
+	bw  *bufio.Writer
+	w   frontWriter
 	// ctx is every request's context on this connection.
 	ctx context.Context
 	// body is the current request's body, nil when it has none. A
@@ -356,12 +361,16 @@ func (fc *frontConn) serve() {
 		if !fc.state.CompareAndSwap(connIdle, connActive) {
 			return
 		}
-		req, body, ok := fc.readRequest()
+		req, order, body, ok := fc.readRequest()
 		if !ok {
 			return
 		}
 		req.RemoteAddr = fc.remote
-		req = req.WithContext(fc.ctx)
+		if order.Len() > 0 {
+			req = req.WithContext(fieldorder.NewContext(fc.ctx, order))
+		} else {
+			req = req.WithContext(fc.ctx)
+		}
 		w := &fc.w
 		w.reset(fc, req)
 		f.handler(w, req)
@@ -387,11 +396,21 @@ func (fc *frontConn) serve() {
 // readRequest reads the next request head and checks it, answering a
 // head that does not read or check itself (the connection then ends). A
 // body is guarded, and with Expect: 100-continue asks for itself on first
-// read (body is then its expectBody).
-func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool) {
+// read (body is then its expectBody). order is the head's fields as the
+// client wrote them (none for a CONNECT, which is not sent on).
+func (fc *frontConn) readRequest() (req *http.Request, order fieldorder.Order, body *expectBody, ok bool) {
 	fc.start, fc.body = time.Now(), nil
 	_ = fc.c.SetReadDeadline(fc.start.Add(fc.f.o.ReadHeaderTimeout))
+	// The head starts with what the reader holds already (at least the
+	// byte serve peeked at).
+	buffered, _ := fc.br.Peek(fc.br.Buffered())
+	fc.rec.Start(buffered)
 	req, err := http.ReadRequest(fc.br)
+	if err != nil || req.Method == http.MethodConnect {
+		fc.rec.Abort()
+	} else {
+		order = fc.rec.Stop(fc.br.Buffered())
+	}
 	if err != nil {
 		fc.badRequest(err)
 		return
@@ -402,11 +421,11 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 		// an HTTP/2.0 or 3.7 request line sent on as HTTP/1.1 would be a
 		// request the client did not make.
 		fc.reject(http.StatusHTTPVersionNotSupported, "unsupported protocol version "+echo.Quote(req.Proto))
-		return nil, nil, false
+		return nil, order, nil, false
 	}
 	if msg := checkRequest(req); msg != "" {
 		fc.reject(http.StatusBadRequest, msg)
-		return nil, nil, false
+		return nil, order, nil, false
 	}
 	if req.Body != http.NoBody {
 		// A body may stream for as long as it takes (the request
@@ -415,7 +434,7 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 		if e := req.Header["Expect"]; len(e) > 0 {
 			if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
 				fc.reject(http.StatusExpectationFailed, "unsupported Expect header")
-				return nil, nil, false
+				return nil, order, nil, false
 			}
 			body = &expectBody{rc: req.Body, fc: fc}
 			req.Body = body
@@ -439,7 +458,7 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 			req.Close = true
 		}
 	}
-	return req, body, true
+	return req, order, body, true
 }
 
 // checkRequest is what the front end checks beyond net/http's parser,
