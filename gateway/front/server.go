@@ -366,7 +366,10 @@ func (fc *frontConn) serve() {
 			return
 		}
 		req.RemoteAddr = fc.remote
-		if order.Len() > 0 {
+		if req.Method != http.MethodConnect {
+			// Even a head without fields: what goes on adds none the
+			// client did not write (net/http would add Content-Length: 0
+			// to a POST).
 			req = req.WithContext(fieldorder.NewContext(fc.ctx, order))
 		} else {
 			req = req.WithContext(fc.ctx)

@@ -113,6 +113,7 @@ func TestWriteOrderedKeepsTheClientsOrderAndNames(t *testing.T) {
 		{"a User-Agent the client did not send is none", "GET / HTTP/1.1\r\nHost: h\r\n\r\n", false, nil, "GET / HTTP/1.1\r\nHost: h\r\n\r\n"},
 		{"an empty User-Agent the client sent is sent", "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent:\r\n\r\n", false, nil,
 			"GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: \r\n\r\n"},
+		{"a head without fields gets Host alone", "POST http://h.example/ HTTP/1.0\r\n\r\n", false, nil, "POST / HTTP/1.1\r\nHost: h.example\r\n\r\n"},
 		{"a bodiless POST without a length gets none", "POST / HTTP/1.1\r\nHost: h\r\n\r\n", false, nil, "POST / HTTP/1.1\r\nHost: h\r\n\r\n"},
 		{"a bodiless POST with a length keeps it", "POST / HTTP/1.1\r\ncontent-length: 0\r\nHost: h\r\n\r\n", false, nil,
 			"POST / HTTP/1.1\r\ncontent-length: 0\r\nHost: h\r\n\r\n"},
