@@ -138,10 +138,10 @@ func headFor(t *testing.T, site *headsite.Site, from int, path string) string {
 // (Behind a Squid member the site sees Squid's head: Squid moves Host
 // after the other fields and adds its own; docs/mitm.md.)
 func TestHeaderOrderAsTheClientWroteIt(t *testing.T) {
-	tlsSite := headsite.Start(t, "127.0.0.243", true)
-	plainSite := headsite.Start(t, "127.0.0.244", false)
-	proxySite := headsite.Start(t, "127.0.0.245", false)
-	m := startMITMSetupWith(t, "order", []string{"127.0.0.241", "127.0.0.242"}, fpSquidAccess, tlsSite.CertPEM())
+	tlsSite := headsite.Start(t, "127.0.0.163", true)
+	plainSite := headsite.Start(t, "127.0.0.164", false)
+	proxySite := headsite.Start(t, "127.0.0.165", false)
+	m := startMITMSetupWith(t, "order", []string{"127.0.0.166", "127.0.0.167"}, fpSquidAccess, tlsSite.CertPEM())
 	direct := startGateway(t, m.bin, gwConfig{})
 	member := startGateway(t, m.bin, gwConfig{upstreams: []string{proxySite.URL()}})
 	siteCA := filepath.Join(t.TempDir(), "site.pem")
@@ -160,7 +160,7 @@ func TestHeaderOrderAsTheClientWroteIt(t *testing.T) {
 	}{
 		{"mitm", tlsSite, tlsSite.URL(), "", m.g, true, siteCA, m.caFile},
 		{"plain-direct-member", plainSite, plainSite.URL(), "", direct, false, "", ""},
-		{"plain-proxy-member", proxySite, "http://127.0.0.246:9", proxySite.URL(), member, false, "", ""},
+		{"plain-proxy-member", proxySite, "http://127.0.0.168:9", proxySite.URL(), member, false, "", ""},
 	} {
 		for _, c := range orderClients(t, tc.chromium) {
 			t.Run(tc.name+"/"+c.name, func(t *testing.T) {
