@@ -91,7 +91,17 @@ type Options struct {
 	// (every request on it carries it) from the Server's; nil keeps the
 	// Server's.
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
+	// HTTP2, when set, is given a connection that starts with HTTP/2's
+	// connection preface (PRI * HTTP/2.0: HTTP/2 with prior knowledge,
+	// h2c), with the bytes read from it so far put back in read, and
+	// reports whether it took the connection (the Server then forgets
+	// it). nil, or false, answers 505 as to any other HTTP/2 request line.
+	HTTP2 func(c net.Conn, read []byte) bool
 }
+
+// h2Preface is the head of HTTP/2's connection preface as the request
+// parser reads it (its "SM" line follows).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\n"
 
 // Rejection is why the Server ended a request before its handler saw it.
 type Rejection int
@@ -313,6 +323,10 @@ type frontConn struct {
 	body *guardBody
 	// start is when the current request's head began to arrive.
 	start time.Time
+	// requests is how many requests the connection carried; handedOff,
+	// that it went to Options.HTTP2.
+	requests  int
+	handedOff bool
 }
 
 func (fc *frontConn) serve() {
@@ -363,8 +377,14 @@ func (fc *frontConn) serve() {
 		}
 		req, order, body, ok := fc.readRequest()
 		if !ok {
+			if fc.handedOff {
+				hijacked = true
+				f.readers.Put(fc.br)
+				f.writers.Put(fc.bw)
+			}
 			return
 		}
+		fc.requests++
 		req.RemoteAddr = fc.remote
 		if req.Method != http.MethodConnect {
 			// Even a head without fields: what goes on adds none the
@@ -419,6 +439,9 @@ func (fc *frontConn) readRequest() (req *http.Request, order fieldorder.Order, b
 		return
 	}
 	fc.lr.N = -1
+	if req.ProtoMajor != 1 && fc.handOff(req, order) {
+		return nil, order, nil, false
+	}
 	if req.ProtoMajor != 1 {
 		// As net/http's server: http.ReadRequest reads any HTTP/x.y, and
 		// an HTTP/2.0 or 3.7 request line sent on as HTTP/1.1 would be a
@@ -462,6 +485,25 @@ func (fc *frontConn) readRequest() (req *http.Request, order fieldorder.Order, b
 		}
 	}
 	return req, order, body, true
+}
+
+// handOff gives the connection to Options.HTTP2 when req, its first, is
+// the HTTP/2 preface's head (no fields): the preface's head and what the
+// reader holds behind it are put back for the HTTP/2 server to read.
+func (fc *frontConn) handOff(req *http.Request, order fieldorder.Order) bool {
+	if fc.f.o.HTTP2 == nil || fc.requests > 0 || req.Method != "PRI" || req.RequestURI != "*" ||
+		req.ProtoMajor != 2 || req.ProtoMinor != 0 || order.Len() != 0 {
+		return false
+	}
+	buffered, _ := fc.br.Peek(fc.br.Buffered())
+	read := append([]byte(h2Preface), buffered...)
+	_ = fc.c.SetReadDeadline(time.Time{})
+	fc.f.forget(fc)
+	if !fc.f.o.HTTP2(fc.c, read) {
+		return false
+	}
+	fc.handedOff = true
+	return true
 }
 
 // checkRequest is what the front end checks beyond net/http's parser,
