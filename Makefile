@@ -113,6 +113,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead
+	$(GO) test -run '^$$' -fuzz '^FuzzWriteOrdered$$' -fuzztime $(FUZZTIME) ./internal/httphead
+	$(GO) test -run '^$$' -fuzz '^FuzzReorder$$' -fuzztime $(FUZZTIME) ./internal/httphead
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/fieldorder
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStatusList$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTarget$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSelector$$' -fuzztime $(FUZZTIME) ./pool

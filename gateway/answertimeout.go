@@ -86,6 +86,7 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 		}
 		return resp, err
 	}
+	out = withOrder(out, mc)
 	var st *siteTrace
 	if out.URL.Scheme == "https" {
 		// Over the gateway's own TLS to the site: what fails once the

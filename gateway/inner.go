@@ -61,8 +61,11 @@ func ParsePorts(s string) ([]uint16, error) {
 // keep-alive request's CPU, measured with perf). A client that leaves
 // while its request is with the site is then noticed when its answer is
 // written, as on the proxy port; RequestTimeout bounds the wait.
-// HTTP/2 (a MITM'd client that chose h2, or h2c with prior knowledge in a
-// port-80 tunnel) and every port-80 tunnel stay on net/http's server, srv.
+// A port-80 tunnel goes to h1 too, so that its requests keep their
+// client's header order and case (internal/fieldorder), which net/http's
+// server loses. HTTP/2 (a MITM'd client that chose h2, and h2c with prior
+// knowledge in a port-80 tunnel, which h1 hands over at its preface) is
+// served by net/http's server, srv.
 type inner struct {
 	srv    *http.Server
 	ln     *connListener
@@ -146,6 +149,15 @@ func (g *Gateway) newInner() *inner {
 	o.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, innerTunnelKey{}, c.(*innerConn).t)
 	}
+	o.HTTP2 = func(c net.Conn, read []byte) bool {
+		// Prior knowledge is for plain HTTP only: a MITM'd client chose
+		// its protocol in ALPN.
+		ic, ok := c.(*innerConn)
+		if !ok || ic.t.scheme != "http" {
+			return false
+		}
+		return in.ln.push(&innerConn{Conn: &prefixConn{Conn: ic.Conn, prefix: read}, t: ic.t})
+	}
 	in.h1 = front.New(g.serveInnerRequest, o)
 	return in
 }
@@ -154,7 +166,7 @@ func (g *Gateway) newInner() *inner {
 // its protocol; c is closed when the gateway is shutting down.
 func (in *inner) serve(c net.Conn, t *innerTunnel) {
 	ic := &innerConn{Conn: c, t: t}
-	if t.scheme == "https" && !t.speaksH2 {
+	if !t.speaksH2 {
 		go in.h1.ServeConn(ic)
 		return
 	}

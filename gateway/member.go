@@ -182,7 +182,7 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 			mc.local = &net.TCPAddr{IP: m.SourceAddr.AsSlice(), Zone: m.SourceAddr.Zone()}
 		}
 		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return wrapRaw(g.dialDirectAddr(ctx, mc, addr))
+			return wrapOrder(wrapRaw(g.dialDirectAddr(ctx, mc, addr)))
 		}
 		return mc, nil
 	}
@@ -208,7 +208,7 @@ func (g *Gateway) newMemberConn(m pool.Member) (*memberConn, error) {
 	mc.upstreamAddr = net.JoinHostPort(u.Hostname(), port)
 	fwd := &net.Dialer{Timeout: g.dialTimeout}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return wrapRaw(fwd.DialContext(ctx, network, addr))
+		return wrapOrder(wrapRaw(fwd.DialContext(ctx, network, addr)))
 	}
 	proxyURL := *u
 	tr.Proxy = http.ProxyURL(&proxyURL)

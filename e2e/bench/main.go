@@ -258,6 +258,11 @@ func run(cfg config) error {
 		return err
 	}
 	rows = append(rows, allocs...)
+	orderRows, err := headOrderRows()
+	if err != nil {
+		return err
+	}
+	rows = append(rows, orderRows...)
 
 	mitmRows, err := mitmBench(cfg, bin, sq, tlsTarget, gwURL, gw.PID(), relay.path())
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
+	"github.com/proxyfleet/proxyfleet/internal/fieldorder"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 )
@@ -90,7 +91,17 @@ type Options struct {
 	// (every request on it carries it) from the Server's; nil keeps the
 	// Server's.
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
+	// HTTP2, when set, is given a connection that starts with HTTP/2's
+	// connection preface (PRI * HTTP/2.0: HTTP/2 with prior knowledge,
+	// h2c), with the bytes read from it so far put back in read, and
+	// reports whether it took the connection (the Server then forgets
+	// it). nil, or false, answers 505 as to any other HTTP/2 request line.
+	HTTP2 func(c net.Conn, read []byte) bool
 }
+
+// h2Preface is the head of HTTP/2's connection preface as the request
+// parser reads it (its "SM" line follows).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\n"
 
 // Rejection is why the Server ended a request before its handler saw it.
 type Rejection int
@@ -211,7 +222,8 @@ func (f *Server) newConn(c net.Conn) *frontConn {
 		fc.ctx = f.o.ConnContext(f.ctx, c)
 	}
 	fc.io = rawio.Wrap(c)
-	fc.lr.R = fc.io
+	fc.rec.R = fc.io
+	fc.lr.R = &fc.rec
 	f.mu.Lock()
 	if f.shutting.Load() {
 		f.mu.Unlock()
@@ -297,9 +309,12 @@ type frontConn struct {
 	remote string
 	state  atomic.Int32
 	lr     keepalive.LimitReader // caps the request head; lifted for bodies
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	w      frontWriter
+	// rec, under lr, sees each request head's bytes as the client sent
+	// them, for the order and case of its fields (fieldorder).
+	rec fieldorder.Recorder
+	br  *bufio.Reader
+	bw  *bufio.Writer
+	w   frontWriter
 	// ctx is every request's context on this connection.
 	ctx context.Context
 	// body is the current request's body, nil when it has none. A
@@ -308,6 +323,10 @@ type frontConn struct {
 	body *guardBody
 	// start is when the current request's head began to arrive.
 	start time.Time
+	// requests is how many requests the connection carried; handedOff,
+	// that it went to Options.HTTP2.
+	requests  int
+	handedOff bool
 }
 
 func (fc *frontConn) serve() {
@@ -356,12 +375,25 @@ func (fc *frontConn) serve() {
 		if !fc.state.CompareAndSwap(connIdle, connActive) {
 			return
 		}
-		req, body, ok := fc.readRequest()
+		req, order, body, ok := fc.readRequest()
 		if !ok {
+			if fc.handedOff {
+				hijacked = true
+				f.readers.Put(fc.br)
+				f.writers.Put(fc.bw)
+			}
 			return
 		}
+		fc.requests++
 		req.RemoteAddr = fc.remote
-		req = req.WithContext(fc.ctx)
+		if req.Method != http.MethodConnect {
+			// Even a head without fields: what goes on adds none the
+			// client did not write (net/http would add Content-Length: 0
+			// to a POST).
+			req = req.WithContext(fieldorder.NewContext(fc.ctx, order))
+		} else {
+			req = req.WithContext(fc.ctx)
+		}
 		w := &fc.w
 		w.reset(fc, req)
 		f.handler(w, req)
@@ -387,26 +419,39 @@ func (fc *frontConn) serve() {
 // readRequest reads the next request head and checks it, answering a
 // head that does not read or check itself (the connection then ends). A
 // body is guarded, and with Expect: 100-continue asks for itself on first
-// read (body is then its expectBody).
-func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool) {
+// read (body is then its expectBody). order is the head's fields as the
+// client wrote them (none for a CONNECT, which is not sent on).
+func (fc *frontConn) readRequest() (req *http.Request, order fieldorder.Order, body *expectBody, ok bool) {
 	fc.start, fc.body = time.Now(), nil
 	_ = fc.c.SetReadDeadline(fc.start.Add(fc.f.o.ReadHeaderTimeout))
+	// The head starts with what the reader holds already (at least the
+	// byte serve peeked at).
+	buffered, _ := fc.br.Peek(fc.br.Buffered())
+	fc.rec.Start(buffered)
 	req, err := http.ReadRequest(fc.br)
+	if err != nil || req.Method == http.MethodConnect {
+		fc.rec.Abort()
+	} else {
+		order = fc.rec.Stop(fc.br.Buffered())
+	}
 	if err != nil {
 		fc.badRequest(err)
 		return
 	}
 	fc.lr.N = -1
+	if req.ProtoMajor != 1 && fc.handOff(req, order) {
+		return nil, order, nil, false
+	}
 	if req.ProtoMajor != 1 {
 		// As net/http's server: http.ReadRequest reads any HTTP/x.y, and
 		// an HTTP/2.0 or 3.7 request line sent on as HTTP/1.1 would be a
 		// request the client did not make.
 		fc.reject(http.StatusHTTPVersionNotSupported, "unsupported protocol version "+echo.Quote(req.Proto))
-		return nil, nil, false
+		return nil, order, nil, false
 	}
 	if msg := checkRequest(req); msg != "" {
 		fc.reject(http.StatusBadRequest, msg)
-		return nil, nil, false
+		return nil, order, nil, false
 	}
 	if req.Body != http.NoBody {
 		// A body may stream for as long as it takes (the request
@@ -415,7 +460,7 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 		if e := req.Header["Expect"]; len(e) > 0 {
 			if !req.ProtoAtLeast(1, 1) || len(e) > 1 || !strings.EqualFold(e[0], "100-continue") {
 				fc.reject(http.StatusExpectationFailed, "unsupported Expect header")
-				return nil, nil, false
+				return nil, order, nil, false
 			}
 			body = &expectBody{rc: req.Body, fc: fc}
 			req.Body = body
@@ -439,7 +484,26 @@ func (fc *frontConn) readRequest() (req *http.Request, body *expectBody, ok bool
 			req.Close = true
 		}
 	}
-	return req, body, true
+	return req, order, body, true
+}
+
+// handOff gives the connection to Options.HTTP2 when req, its first, is
+// the HTTP/2 preface's head (no fields): the preface's head and what the
+// reader holds behind it are put back for the HTTP/2 server to read.
+func (fc *frontConn) handOff(req *http.Request, order fieldorder.Order) bool {
+	if fc.f.o.HTTP2 == nil || fc.requests > 0 || req.Method != "PRI" || req.RequestURI != "*" ||
+		req.ProtoMajor != 2 || req.ProtoMinor != 0 || order.Len() != 0 {
+		return false
+	}
+	buffered, _ := fc.br.Peek(fc.br.Buffered())
+	read := append([]byte(h2Preface), buffered...)
+	_ = fc.c.SetReadDeadline(time.Time{})
+	fc.f.forget(fc)
+	if !fc.f.o.HTTP2(fc.c, read) {
+		return false
+	}
+	fc.handedOff = true
+	return true
 }
 
 // checkRequest is what the front end checks beyond net/http's parser,

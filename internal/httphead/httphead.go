@@ -2,15 +2,19 @@
 // without net/http's allocations, for the exchanges the gateway writes on
 // its own goroutine: the lean path to an http:// upstream, the lease API
 // client, a MITM'd request on a tunnel's site link and a WebSocket
-// handshake; and it says which field names are tokens (ValidFieldName),
-// the names it writes and the front end lets a request carry. It imports
-// the standard library only.
+// handshake; or, for a request that carries the order of the head its
+// client sent (internal/fieldorder), in that order and with the client's
+// names (writeOrdered). It says which field names are tokens
+// (ValidFieldName), the names it writes and the front end lets a request
+// carry. It imports the standard library and internal/fieldorder only.
 package httphead
 
 import (
 	"bufio"
 	"net/http"
 	"strings"
+
+	"github.com/proxyfleet/proxyfleet/internal/fieldorder"
 )
 
 // maxSortedFields is how many header fields writeHead sorts on the stack;
@@ -22,13 +26,21 @@ const maxSortedFields = 48
 // never shows on the wire.
 const defaultUserAgent = "Go-http-client/1.1"
 
-// WriteRequest writes req's head, and its body when it has one, to w as
-// net/http does (req.WriteProxy when proxy, in absolute form for a forward
-// proxy, else req.Write); the caller flushes w, its buffer on the
-// connection. A request without a body, the common one, is written
-// by writeHead, byte for byte what net/http writes but without its
-// allocations; anything else goes through net/http.
+// WriteRequest writes req's head, and its body when it has one, to w (in
+// absolute form for a forward proxy when proxy, else in origin form); the
+// caller flushes w, its buffer on the connection. A request whose context
+// carries its client's field order (fieldorder.FromContext) is written in
+// that order by writeOrdered, the client's field names as written. Any
+// other is written as net/http does (req.WriteProxy or req.Write): one
+// without a body, the common one, by writeHead, byte for byte what
+// net/http writes but without its allocations; anything else, and what
+// writeOrdered declines, through net/http.
 func WriteRequest(w *bufio.Writer, req *http.Request, proxy bool) error {
+	if o, ok := fieldorder.FromContext(req.Context()); ok {
+		if done, err := writeOrdered(w, req, proxy, o); done {
+			return err
+		}
+	}
 	if writeHead(w, req, proxy) {
 		return nil
 	}
