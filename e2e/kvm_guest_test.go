@@ -316,9 +316,7 @@ func waitGuestReady(t *testing.T, c client.Client, host *libvirtd.GuestHost, ctl
 // Squid status and journal when Squid does not start), the tail of its QEMU
 // log, and the controller's last lines.
 func guestReport(host *libvirtd.GuestHost, ctl *controllerProc, domain string) string {
-	return "--- serial console of " + domain + " (cloud-init and Squid) ---\n" + lastLines(host.Consoles.Log(domain), 200) +
-		"\n--- QEMU log ---\n" + host.Libvirtd.GuestLog(domain) +
-		"\n--- controller ---\n" + lastLines(ctl.Output(), 60)
+	return host.Libvirtd.GuestReport(domain) + "\n--- controller ---\n" + lastLines(ctl.Output(), 60)
 }
 
 // lastLines is the last n lines of s.

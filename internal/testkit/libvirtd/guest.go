@@ -51,7 +51,7 @@ func (d *Daemon) BootSeeded(t testing.TB, name, imagePath string, userData []byt
 		t.Fatalf("defining the guest %s: %v", name, err)
 	}
 	if err := lv.DomainCreate(dom); err != nil {
-		t.Fatalf("starting the guest %s: %v\n%s", name, err, d.GuestLog(name))
+		t.Fatalf("starting the guest %s: %v\n%s", name, err, d.GuestReport(name))
 	}
 }
 
@@ -82,7 +82,7 @@ func (d *Daemon) LeasedAddr(t testing.TB, name string, timeout time.Duration) st
 		return fmt.Errorf("no lease for %s yet", name)
 	})
 	if err != nil {
-		t.Fatalf("the guest %s got no address by DHCP within %s: %v\n%s", name, timeout, err, d.GuestLog(name))
+		t.Fatalf("the guest %s got no address by DHCP within %s: %v\n%s", name, timeout, err, d.GuestReport(name))
 	}
 	return addr
 }

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -54,6 +55,8 @@ type Daemon struct {
 	DomainType, KVMReason string
 
 	proc *testutil.Process
+	// consoles is what RecordConsoles records, for GuestReport.
+	consoles atomic.Pointer[Consoles]
 }
 
 // libvirtdRun is the namespace's init script: private state directories,
@@ -216,7 +219,7 @@ func (d *Daemon) RequireRunning(t testing.TB, lv *libvirt.Libvirt, name string) 
 		t.Fatalf("the domain was not defined: %v", err)
 	}
 	if st, _, err := lv.DomainGetState(dom, 0); err != nil || libvirt.DomainState(st) != libvirt.DomainRunning {
-		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, d.GuestLog(name))
+		t.Fatalf("domain state %d (err %v), want running\n%s", st, err, d.GuestReport(name))
 	}
 }
 
@@ -232,6 +235,17 @@ func (d *Daemon) PoolFiles(t testing.TB) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// GuestReport is what a failure about a domain shows: the tail of its
+// serial console when RecordConsoles records it (the kernel, systemd,
+// cloud-init: how far the guest got) and the tail of its QEMU log.
+func (d *Daemon) GuestReport(name string) string {
+	var console string
+	if c := d.consoles.Load(); c != nil {
+		console = "--- serial console of " + name + " ---\n" + c.Tail(name, 200) + "\n"
+	}
+	return console + "--- QEMU log of " + name + " ---\n" + d.GuestLog(name)
 }
 
 // GuestLog is the tail of a domain's QEMU log.
@@ -323,6 +337,7 @@ type Consoles struct {
 func (d *Daemon) RecordConsoles(t testing.TB) *Consoles {
 	t.Helper()
 	c := &Consoles{logs: map[string]*testutil.TailBuffer{}}
+	d.consoles.Store(c)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(stop); wg.Wait() })
@@ -404,6 +419,15 @@ func (c *Consoles) buffer(name string) *testutil.TailBuffer {
 		c.logs[name] = b
 	}
 	return b
+}
+
+// Tail is the last n lines of Log(name), carriage returns dropped.
+func (c *Consoles) Tail(name string, n int) string {
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(c.Log(name), "\r", ""), "\n "), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Log is what domain name's console printed so far (the tail), "" when it
