@@ -126,6 +126,9 @@ type Server struct {
 	seq       int
 	pageSize  int
 	vpc       string // the default VPC's ID
+	// bootIP, when set, makes new instances start running at this public
+	// address (LaunchRunning).
+	bootIP string
 }
 
 // Call is one request the server answered (or held).
@@ -208,6 +211,16 @@ func (s *Server) HangAfter(action string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hangs[action] += n
+}
+
+// LaunchRunning makes every instance launched from now on start running at
+// the public address ip (and 10.0.0.x privately), as if EC2 had booted it
+// at once: for tests about many instances rather than one's boot. "" stops
+// it.
+func (s *Server) LaunchRunning(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bootIP = ip
 }
 
 // SetPageSize bounds how many reservations one DescribeInstances page holds.
@@ -561,6 +574,9 @@ func (s *Server) runInstances(f url.Values) (any, *Error) {
 		default:
 			return nil, badParam("'%s' is not a valid taggable resource type for this operation.", rt)
 		}
+	}
+	if s.bootIP != "" {
+		in.State, in.PublicIP, in.PrivateIP = StateRunning, s.bootIP, fmt.Sprintf("10.0.0.%d", 1+s.seq%250)
 	}
 	s.instances[in.ID] = in
 	if token != "" {
