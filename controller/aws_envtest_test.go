@@ -20,8 +20,8 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/providers"
-	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 	awsprovider "github.com/proxyfleet/proxyfleet/providers/aws"
+	"github.com/proxyfleet/proxyfleet/providers/bootstrap"
 )
 
 const awsRegion = "eu-west-1"
