@@ -119,3 +119,39 @@ func TestConstructorUsesTheBlocksClientOptions(t *testing.T) {
 		t.Fatalf("DescribeInstances = %d, want 1", n)
 	}
 }
+
+// FuzzReadConfig: the aws block is outside input. What ParseConfig accepts,
+// ReadConfig and New accept too, and every tag and range it accepted is
+// one Create and the security group take.
+func FuzzReadConfig(f *testing.F) {
+	f.Add([]byte("providers: [{name: a, type: aws, aws: {region: eu-west-1, defaults: {zone: eu-west-1a, machineType: t3.micro}, sourceRanges: [203.0.113.0/24]}}]"))
+	f.Add([]byte("providers:\n- name: a\n  type: aws\n  aws:\n    region: us-east-1\n    securityGroupIDs: [sg-0123456789abcdef0]\n    subnetID: subnet-0123456789abcdef0\n    tags: {team: crawl}\n    endpoint: http://127.0.0.1:1\n    noAuth: true\n    hourlyPrice: 0.01\n"))
+	f.Add([]byte("providers: [{name: a, type: aws, aws: {region: eu-west-1, sourceRanges: ['2001:db8::/32'], sshSourceRanges: [192.0.2.1/32], credentials: {accessKeyIDFile: /a, secretAccessKeyFile: /b}}}]"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		cfg, err := parse(string(in))
+		if err != nil {
+			return
+		}
+		for _, e := range cfg.Providers {
+			got, err := ReadConfig(e)
+			if err != nil {
+				t.Fatalf("ParseConfig accepted what ReadConfig refuses: %v", err)
+			}
+			if got.Credentials == nil {
+				got.NoAuth = true // never the machine's ambient chain in a fuzz run
+			}
+			if _, err := New(context.Background(), got); err != nil {
+				t.Fatalf("New refuses an accepted entry in %q: %v", in, err)
+			}
+			for k, v := range got.Tags {
+				if checkTag(k, v) != "" {
+					t.Fatalf("accepted a tag Create refuses: %s=%q", k, v)
+				}
+			}
+			add, _ := ingressChanges(nil, 3128, got.SourceRanges, got.SSHSourceRanges)
+			if len(got.SecurityGroupIDs) == 0 && len(add) == 0 {
+				t.Fatalf("accepted source ranges %v that open nothing", got.SourceRanges)
+			}
+		}
+	})
+}
