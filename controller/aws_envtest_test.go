@@ -31,6 +31,13 @@ const awsRegion = "eu-west-1"
 // Secret holds it.
 func newAWS(t *testing.T) (*awsprovider.Provider, *ec2api.Server) {
 	t.Helper()
+	p, srv, _ := newAWSWithKey(t)
+	return p, srv
+}
+
+// newAWSWithKey is newAWS, also returning the key files.
+func newAWSWithKey(t *testing.T) (*awsprovider.Provider, *ec2api.Server, *awsprovider.Credentials) {
+	t.Helper()
 	srv := ec2api.Start(t, awsRegion)
 	dir := t.TempDir()
 	creds := &awsprovider.Credentials{AccessKeyIDFile: filepath.Join(dir, "access-key-id"), SecretAccessKeyFile: filepath.Join(dir, "secret-access-key")}
@@ -48,7 +55,7 @@ func newAWS(t *testing.T) (*awsprovider.Provider, *ec2api.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return prov, srv
+	return prov, srv, creds
 }
 
 // TestAWSManagedProxyBootsWithItsOwnLoginAndCleansUp runs a Managed Proxy
@@ -175,5 +182,40 @@ func TestAWSProxyPoolScalesItsInstances(t *testing.T) {
 	}
 	if n := len(srv.Instances()); n != 5 {
 		t.Fatalf("instances ever launched = %d, want 5", n)
+	}
+}
+
+// TestAWSRefusalsReachTheProxysCondition: a key EC2 does not know fails
+// the Proxy Permanent with EC2's own words in its Provisioned condition
+// and launches nothing; an account at its instance limit keeps a Proxy
+// waiting on quota, not Failed, with EC2's words too.
+func TestAWSRefusalsReachTheProxysCondition(t *testing.T) {
+	prov, srv, creds := newAWSWithKey(t)
+	if err := os.WriteFile(creds.AccessKeyIDFile, []byte("AKIDUNKNOWN000000000"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, setup{providers: map[string]providers.Provider{"aws-eu": prov}})
+	h.create(gen.Proxy("bad-key", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("aws-eu")))
+	h.waitProxy("bad-key", "Failed with EC2's message", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseFailed && reason(p) == v1alpha1.ReasonPermanentError &&
+			strings.Contains(message(p), "AuthFailure") && strings.Contains(message(p), "AWS was not able to validate the provided access credentials")
+	})
+	if n := srv.CallCount(ec2api.RunInstances); n != 0 || len(srv.Instances()) != 0 {
+		t.Fatalf("RunInstances calls %d, instances %d: a refused key must launch nothing", n, len(srv.Instances()))
+	}
+	if strings.Contains(h.logs.dump(), "test-secret-access-key") {
+		t.Fatal("the controller logged the secret key")
+	}
+
+	if err := os.WriteFile(creds.AccessKeyIDFile, []byte(ec2api.DefaultAccessKeyID), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.Fail(ec2api.RunInstances, ec2api.Error{Status: 400, Code: "InstanceLimitExceeded", Message: "You have requested more instances (21) than your current instance limit of 20 allows"})
+	h.create(gen.Proxy("at-limit", gen.SetProxyNamespace(h.ns), gen.SetProxyManaged("aws-eu")))
+	p := h.waitProxy("at-limit", "waiting on quota with EC2's message", func(p *v1alpha1.Proxy) bool {
+		return reason(p) == v1alpha1.ReasonQuotaExceeded && strings.Contains(message(p), "current instance limit of 20")
+	})
+	if p.Status.Phase == v1alpha1.PhaseFailed {
+		t.Fatalf("a Proxy at the instance limit is Failed: %s", describe(p))
 	}
 }
