@@ -745,3 +745,27 @@ func TestNetworkErrorsAreTransient(t *testing.T) {
 		t.Fatalf("err = %v, want Transient", err)
 	}
 }
+
+// TestCreateRetriedWithOtherParametersAdoptsItsInstance: the launch's
+// answer was lost, and by the retry the image filter resolves to a newer
+// AMI. EC2 answers the token IdempotentParameterMismatch; Create finds the
+// instance the token made and returns it instead of launching another.
+func TestCreateRetriedWithOtherParametersAdoptsItsInstance(t *testing.T) {
+	p, srv := newTestProvider(t, nil)
+	srv.FailAfter(ec2api.RunInstances, ec2api.Error{Status: 500, Code: "InternalError", Message: "An internal error has occurred"})
+	if _, err := p.Create(ctx(t), testRequest()); providers.Class(err) != providers.ErrTransient {
+		t.Fatalf("lost answer: %v, want Transient", err)
+	}
+	srv.AddImage(ec2api.Image{ID: "ami-0de12a00000000009", Name: "debian-12-amd64-20261206-0100", Owner: DebianOwner, Architecture: "x86_64", Created: time.Now()})
+	inst, err := p.Create(ctx(t), testRequest())
+	if err != nil {
+		t.Fatalf("retried Create: %v", err)
+	}
+	all := srv.Instances()
+	if len(all) != 1 || all[0].ImageID != ec2api.DebianAMD64 || inst.ProviderID != formatProviderID(testZone, all[0].ID) {
+		t.Fatalf("instances %+v, Create %+v: want the one instance of the first attempt", all, inst)
+	}
+	if n := srv.CallCount(ec2api.RunInstances); n != 2 {
+		t.Fatalf("RunInstances = %d, want 2 (the lost one, the mismatched retry)", n)
+	}
+}

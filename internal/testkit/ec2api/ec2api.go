@@ -117,6 +117,9 @@ type Server struct {
 	keys      map[string]bool
 	instances map[string]*Instance
 	tokens    map[string]string // client token → instance ID
+	// launched is what each token's launch asked for (image and type):
+	// a repeat asking for something else is IdempotentParameterMismatch.
+	launched map[string]string
 	groups    map[string]*SecurityGroup
 	images    []Image
 	failures  map[string][]Error
@@ -159,7 +162,7 @@ const DefaultAccessKeyID = "AKIDPROXYFLEETTEST01"
 func Start(t testing.TB, region string) *Server {
 	t.Helper()
 	s := &Server{Region: region, keys: map[string]bool{DefaultAccessKeyID: true},
-		instances: map[string]*Instance{}, tokens: map[string]string{}, groups: map[string]*SecurityGroup{},
+		instances: map[string]*Instance{}, tokens: map[string]string{}, launched: map[string]string{}, groups: map[string]*SecurityGroup{},
 		failures: map[string][]Error{}, after: map[string][]Error{}, hangs: map[string]int{},
 		pageSize: 1000, vpc: "vpc-0default0000000001"}
 	s.images = []Image{
@@ -513,6 +516,9 @@ func (s *Server) runInstances(f url.Values) (any, *Error) {
 	token := f.Get("ClientToken")
 	if id, ok := s.tokens[token]; ok && token != "" {
 		in := s.instances[id]
+		if s.launched[token] != f.Get("ImageId")+" "+f.Get("InstanceType") {
+			return nil, &Error{Status: 400, Code: "IdempotentParameterMismatch", Message: "The client token you have provided is associated with a resource that is already deleted or with different parameters"}
+		}
 		if in == nil || in.State == StateTerminated {
 			return nil, &Error{Status: 400, Code: "IdempotentInstanceTerminated", Message: "The client token you provided is associated with a resource that is already deleted. Please use a different client token."}
 		}
@@ -581,6 +587,7 @@ func (s *Server) runInstances(f url.Values) (any, *Error) {
 	s.instances[in.ID] = in
 	if token != "" {
 		s.tokens[token] = in.ID
+		s.launched[token] = f.Get("ImageId") + " " + f.Get("InstanceType")
 	}
 	return s.reservation(in), nil
 }
