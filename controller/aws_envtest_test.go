@@ -41,7 +41,7 @@ func newAWSWithKey(t *testing.T) (*awsprovider.Provider, *ec2api.Server, *awspro
 	srv := ec2api.Start(t, awsRegion)
 	dir := t.TempDir()
 	creds := &awsprovider.Credentials{AccessKeyIDFile: filepath.Join(dir, "access-key-id"), SecretAccessKeyFile: filepath.Join(dir, "secret-access-key")}
-	for f, v := range map[string]string{creds.AccessKeyIDFile: ec2api.DefaultAccessKeyID, creds.SecretAccessKeyFile: "test-secret-access-key"} {
+	for f, v := range map[string]string{creds.AccessKeyIDFile: ec2api.DefaultAccessKeyID, creds.SecretAccessKeyFile: ec2api.DefaultSecretAccessKey} {
 		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestAWSManagedProxyBootsWithItsOwnLoginAndCleansUp(t *testing.T) {
 	if target.Count("127.0.0.45") == 0 {
 		t.Fatal("Ready, but the probe target never saw a request from the instance Squid's outgoing address")
 	}
-	if logs := h.logs.dump(); strings.Contains(logs, pass) || strings.Contains(logs, "test-secret-access-key") {
+	if logs := h.logs.dump(); strings.Contains(logs, pass) || strings.Contains(logs, ec2api.DefaultSecretAccessKey) {
 		t.Fatal("the controller logged the proxy password or the AWS secret key")
 	}
 	if n := len(srv.Instances()); n != 1 {
@@ -203,7 +203,7 @@ func TestAWSRefusalsReachTheProxysCondition(t *testing.T) {
 	if n := srv.CallCount(ec2api.RunInstances); n != 0 || len(srv.Instances()) != 0 {
 		t.Fatalf("RunInstances calls %d, instances %d: a refused key must launch nothing", n, len(srv.Instances()))
 	}
-	if strings.Contains(h.logs.dump(), "test-secret-access-key") {
+	if strings.Contains(h.logs.dump(), ec2api.DefaultSecretAccessKey) {
 		t.Fatal("the controller logged the secret key")
 	}
 

@@ -77,7 +77,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	ec2 := ec2api.Start(t, ec2Region)
 	keyID, secretKey := filepath.Join(t.TempDir(), "aws-access-key-id"), filepath.Join(t.TempDir(), "aws-secret-access-key")
 	writeFile(t, keyID, ec2api.DefaultAccessKeyID+"\n")
-	writeFile(t, secretKey, "e2e-secret-access-key\n")
+	writeFile(t, secretKey, ec2api.DefaultSecretAccessKey+"\n")
 	config := filepath.Join(t.TempDir(), "providers.yaml")
 	writeFile(t, config, host.Config+`  - name: gcp-test
     type: gcp

@@ -28,7 +28,7 @@ func TestSweepTerminatesThisInstallationsAWSOrphansOnly(t *testing.T) {
 	srv := ec2api.Start(t, "eu-west-1")
 	dir := t.TempDir()
 	creds := &awsprovider.Credentials{AccessKeyIDFile: filepath.Join(dir, "id"), SecretAccessKeyFile: filepath.Join(dir, "secret")}
-	for f, v := range map[string]string{creds.AccessKeyIDFile: ec2api.DefaultAccessKeyID, creds.SecretAccessKeyFile: "test-secret"} {
+	for f, v := range map[string]string{creds.AccessKeyIDFile: ec2api.DefaultAccessKeyID, creds.SecretAccessKeyFile: ec2api.DefaultSecretAccessKey} {
 		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ const (
 	testRegion = "eu-west-1"
 	testZone   = "eu-west-1b"
 	testUID    = "0b6f2a3c-1111-4222-8333-444455556666"
-	testSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	testSecret = ec2api.DefaultSecretAccessKey
 )
 
 // keyFiles writes an access key's two files, as a mounted Secret holds
@@ -767,5 +767,23 @@ func TestCreateRetriedWithOtherParametersAdoptsItsInstance(t *testing.T) {
 	}
 	if n := srv.CallCount(ec2api.RunInstances); n != 2 {
 		t.Fatalf("RunInstances = %d, want 2 (the lost one, the mismatched retry)", n)
+	}
+}
+
+// TestAWrongSecretIsRefusedBySignature: the key ID is known but the secret
+// is not its own, so the SigV4 signature does not match; EC2's refusal is
+// Permanent with its message, and nothing is launched.
+func TestAWrongSecretIsRefusedBySignature(t *testing.T) {
+	var creds *Credentials
+	p, srv := newTestProvider(t, func(c *Config) { creds = c.Credentials })
+	if err := os.WriteFile(creds.SecretAccessKeyFile, []byte("not-the-secret-of-this-key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Create(ctx(t), testRequest())
+	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "AWS was not able to validate the provided access credentials") {
+		t.Fatalf("Create signed with a wrong secret: %v, want Permanent with the cloud's message", err)
+	}
+	if len(srv.Instances()) != 0 || len(srv.SecurityGroups()) != 0 {
+		t.Fatal("a request signed with a wrong secret changed the cloud")
 	}
 }

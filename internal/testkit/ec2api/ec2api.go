@@ -6,9 +6,9 @@
 // shapes and error bodies, for the real aws-sdk-go-v2 client to talk to
 // through its BaseEndpoint. It keeps RunInstances' ClientToken promise (a
 // repeated token answers the instance it made, or
-// IdempotentInstanceTerminated once that instance is gone), demands a SigV4
-// Authorization header naming a known access key, fails and hangs on cue,
-// and records every call.
+// IdempotentInstanceTerminated once that instance is gone), checks every
+// request's SigV4 signature against the known access keys, fails and hangs
+// on cue, and records every call.
 //
 // It imports the standard library only: nothing of ours (never the aws
 // provider it stands in for) and no AWS library, so a test links the
@@ -16,9 +16,13 @@
 package ec2api
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -114,7 +118,7 @@ type Server struct {
 	Region string
 
 	mu        sync.Mutex
-	keys      map[string]bool
+	keys      map[string]string // access key ID → secret access key
 	instances map[string]*Instance
 	tokens    map[string]string // client token → instance ID
 	// launched is what each token's launch asked for (image and type):
@@ -153,15 +157,19 @@ const (
 	LookalikeAMD64 = "ami-0bad0000000000004"
 )
 
-// DefaultAccessKeyID is the access key Start accepts.
-const DefaultAccessKeyID = "AKIDPROXYFLEETTEST01"
+// DefaultAccessKeyID and DefaultSecretAccessKey are the access key Start
+// accepts.
+const (
+	DefaultAccessKeyID     = "AKIDPROXYFLEETTEST01"
+	DefaultSecretAccessKey = "proxyfleet/test/secret/access/key/0000001"
+)
 
 // Start starts the server on 127.0.0.1 for region, accepting
 // DefaultAccessKeyID, and closes it at cleanup. It knows one Debian image
 // per architecture and a default VPC.
 func Start(t testing.TB, region string) *Server {
 	t.Helper()
-	s := &Server{Region: region, keys: map[string]bool{DefaultAccessKeyID: true},
+	s := &Server{Region: region, keys: map[string]string{DefaultAccessKeyID: DefaultSecretAccessKey},
 		instances: map[string]*Instance{}, tokens: map[string]string{}, launched: map[string]string{}, groups: map[string]*SecurityGroup{},
 		failures: map[string][]Error{}, after: map[string][]Error{}, hangs: map[string]int{},
 		pageSize: 1000, vpc: "vpc-0default0000000001"}
@@ -176,11 +184,11 @@ func Start(t testing.TB, region string) *Server {
 	return s
 }
 
-// AddAccessKey makes the server accept another access key ID.
-func (s *Server) AddAccessKey(id string) {
+// AddAccessKey makes the server accept another access key.
+func (s *Server) AddAccessKey(id, secret string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys[id] = true
+	s.keys[id] = secret
 }
 
 // AddImage adds an image DescribeImages may answer.
@@ -408,15 +416,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Error{Status: 400, Code: "InvalidAction", Message: "EC2 takes form-encoded POSTs"})
 		return
 	}
-	if err := r.ParseForm(); err != nil {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
 		writeError(w, Error{Status: 400, Code: "MalformedQueryString", Message: err.Error()})
 		return
 	}
-	form := r.PostForm
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		writeError(w, Error{Status: 400, Code: "MalformedQueryString", Message: err.Error()})
+		return
+	}
 	action := form.Get("Action")
 	s.mu.Lock()
 	s.calls = append(s.calls, Call{Action: action, Form: form, Authorization: r.Header.Get("Authorization")})
-	if e, ok := s.authenticate(r); !ok {
+	if e, ok := s.authenticate(r, body); !ok {
 		s.mu.Unlock()
 		writeError(w, e)
 		return
@@ -432,7 +445,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, q[0])
 		return
 	}
-	body, e := s.do(action, form)
+	answer, e := s.do(action, form)
 	var after *Error
 	if q := s.after[action]; e == nil && len(q) > 0 {
 		s.after[action] = q[1:]
@@ -455,14 +468,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
 		_, _ = w.Write([]byte(xml.Header))
-		_ = xml.NewEncoder(w).Encode(body)
+		_ = xml.NewEncoder(w).Encode(answer)
 	}
 }
 
-// authenticate checks that the request carries a SigV4 Authorization
-// header whose credential scope names a known access key, this region and
-// ec2, as AWS checks before anything else.
-func (s *Server) authenticate(r *http.Request) (Error, bool) {
+// authenticate checks the request's SigV4 signature as AWS does before
+// anything else: an Authorization header whose credential scope names a
+// known access key, this region and ec2, and whose signature is the one
+// that key's secret gives the request.
+func (s *Server) authenticate(r *http.Request, body []byte) (Error, bool) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
 		return Error{Status: 401, Code: "MissingAuthenticationToken", Message: "Request is missing Authentication Token"}, false
@@ -473,16 +487,66 @@ func (s *Server) authenticate(r *http.Request) (Error, bool) {
 	}
 	cred, _, _ := strings.Cut(strings.TrimPrefix(auth, alg), ",")
 	parts := strings.Split(cred, "/")
-	if len(parts) != 5 || !s.keys[parts[0]] {
+	if len(parts) != 5 || s.keys[parts[0]] == "" {
 		return Error{Status: 401, Code: "AuthFailure", Message: "AWS was not able to validate the provided access credentials"}, false
 	}
 	if parts[2] != s.Region || parts[3] != "ec2" || parts[4] != "aws4_request" {
 		return Error{Status: 401, Code: "AuthFailure", Message: fmt.Sprintf("Credential should be scoped to a valid region (%s), service ec2", s.Region)}, false
 	}
-	if r.Header.Get("X-Amz-Date") == "" {
-		return Error{Status: 400, Code: "IncompleteSignature", Message: "X-Amz-Date header missing"}, false
+	date := r.Header.Get("X-Amz-Date")
+	if date == "" || !strings.HasPrefix(date, parts[1]) {
+		return Error{Status: 400, Code: "IncompleteSignature", Message: "X-Amz-Date header missing or not of the credential's day"}, false
 	}
-	return Error{}, true
+	if sigV4(r, body, auth, s.keys[parts[0]], strings.Join(parts[1:], "/"), date) {
+		return Error{}, true
+	}
+	return Error{Status: 401, Code: "AuthFailure", Message: "AWS was not able to validate the provided access credentials"}, false
+}
+
+// sigV4 recomputes the request's AWS Signature Version 4 with secret and
+// compares it with the one in auth.
+func sigV4(r *http.Request, body []byte, auth, secret, scope, date string) bool {
+	field := func(name string) string {
+		i := strings.Index(auth, name+"=")
+		if i < 0 {
+			return ""
+		}
+		v, _, _ := strings.Cut(auth[i+len(name)+1:], ",")
+		return strings.TrimSpace(v)
+	}
+	signed, signature := field("SignedHeaders"), field("Signature")
+	var canon strings.Builder
+	for _, h := range strings.Split(signed, ";") {
+		var v string
+		switch h {
+		case "host":
+			v = r.Host
+		case "content-length":
+			v = strconv.FormatInt(r.ContentLength, 10)
+		default:
+			v = strings.Join(r.Header.Values(h), ",")
+		}
+		canon.WriteString(h + ":" + strings.Join(strings.Fields(v), " ") + "\n")
+	}
+	payload := sha256.Sum256(body)
+	path := r.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	request := strings.Join([]string{r.Method, path, r.URL.RawQuery, canon.String(), signed, hex.EncodeToString(payload[:])}, "\n")
+	reqHash := sha256.Sum256([]byte(request))
+	toSign := "AWS4-HMAC-SHA256\n" + date + "\n" + scope + "\n" + hex.EncodeToString(reqHash[:])
+	key := []byte("AWS4" + secret)
+	for _, part := range strings.Split(scope, "/") {
+		key = hmacSHA256(key, part)
+	}
+	return hmac.Equal([]byte(hex.EncodeToString(hmacSHA256(key, toSign))), []byte(signature))
+}
+
+func hmacSHA256(key []byte, data string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(data))
+	return m.Sum(nil)
 }
 
 // do carries out action under s.mu and returns its answer body.
