@@ -124,15 +124,15 @@ type Server struct {
 	// launched is what each token's launch asked for (image and type):
 	// a repeat asking for something else is IdempotentParameterMismatch.
 	launched map[string]string
-	groups    map[string]*SecurityGroup
-	images    []Image
-	failures  map[string][]Error
-	after     map[string][]Error // answered after the action took effect
-	hangs     map[string]int     // actions whose answer never comes, after taking effect
-	calls     []Call
-	seq       int
-	pageSize  int
-	vpc       string // the default VPC's ID
+	groups   map[string]*SecurityGroup
+	images   []Image
+	failures map[string][]Error
+	after    map[string][]Error // answered after the action took effect
+	hangs    map[string]int     // actions whose answer never comes, after taking effect
+	calls    []Call
+	seq      int
+	pageSize int
+	vpc      string // the default VPC's ID
 	// bootIP, when set, makes new instances start running at this public
 	// address (LaunchRunning).
 	bootIP string
