@@ -35,9 +35,10 @@ func groupName(entry, installation string) string {
 // ingress: the proxy port of req from SourceRanges, port 22 from
 // SSHSourceRanges, nothing else (a rule added by hand is revoked). Ports of
 // other Proxies opened to SourceRanges stay, as those Proxies may still
-// use them. made reports that the group was created by this call, so a
-// RunInstances that does not see it yet is retried, not failed.
-func (p *Provider) securityGroups(ctx context.Context, req providers.CreateRequest) (ids []string, made bool, err error) {
+// use them. managed reports the managed group: it was seen or made a
+// moment ago, so a RunInstances that does not see it yet (EC2 is
+// eventually consistent) is retried, not failed.
+func (p *Provider) securityGroups(ctx context.Context, req providers.CreateRequest) (ids []string, managed bool, err error) {
 	if len(p.cfg.SecurityGroupIDs) > 0 {
 		return p.cfg.SecurityGroupIDs, false, nil
 	}
@@ -50,7 +51,6 @@ func (p *Provider) securityGroups(ctx context.Context, req providers.CreateReque
 		if g, err = p.createGroup(ctx, name, req.Installation); err != nil {
 			return nil, false, err
 		}
-		made = true
 	}
 	id := awssdk.ToString(g.GroupId)
 	add, revoke := ingressChanges(g.IpPermissions, req.Port, p.cfg.SourceRanges, p.cfg.SSHSourceRanges)
@@ -69,7 +69,7 @@ func (p *Provider) securityGroups(ctx context.Context, req providers.CreateReque
 			return nil, false, classify("opening port "+fmt.Sprint(req.Port)+" in security group "+name, err)
 		}
 	}
-	return []string{id}, made, nil
+	return []string{id}, true, nil
 }
 
 // findGroup looks the managed group up by name (in the entry's VPC, or the

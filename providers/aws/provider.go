@@ -112,7 +112,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if err != nil {
 		return providers.Instance{}, err
 	}
-	groups, groupMade, err := p.securityGroups(ctx, req)
+	groups, managedGroup, err := p.securityGroups(ctx, req)
 	if err != nil {
 		return providers.Instance{}, err
 	}
@@ -138,8 +138,8 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 				continue
 			}
 			return p.owned(inst, req)
-		case code == "InvalidGroup.NotFound" && groupMade:
-			return providers.Instance{}, fmt.Errorf("%w: the security group made a moment ago is not visible to RunInstances yet: %w", providers.ErrTransient, err)
+		case code == "InvalidGroup.NotFound" && managedGroup:
+			return providers.Instance{}, fmt.Errorf("%w: the managed security group, seen a moment ago, is not visible to RunInstances yet: %w", providers.ErrTransient, err)
 		case err != nil:
 			return providers.Instance{}, classify("launching instance "+req.Name, err)
 		}

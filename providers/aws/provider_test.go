@@ -787,3 +787,37 @@ func TestAWrongSecretIsRefusedBySignature(t *testing.T) {
 		t.Fatal("a request signed with a wrong secret changed the cloud")
 	}
 }
+
+// TestAGroupRunInstancesCannotSeeYet: EC2 is eventually consistent, so a
+// launch may not see the managed group the provider saw or made a moment
+// ago: Transient, retried. A group of the operator's EC2 does not know is
+// a configuration error: Permanent.
+func TestAGroupRunInstancesCannotSeeYet(t *testing.T) {
+	notFound := ec2api.Error{Status: 400, Code: "InvalidGroup.NotFound", Message: "The security group 'sg-0aaaaaaaaaaaaaaa1' does not exist"}
+	p, srv := newTestProvider(t, nil)
+	srv.Fail(ec2api.RunInstances, notFound)
+	if _, err := p.Create(ctx(t), testRequest()); providers.Class(err) != providers.ErrTransient {
+		t.Fatalf("the managed group not visible yet: %v, want Transient", err)
+	}
+	p, srv = newTestProvider(t, func(c *Config) { c.SourceRanges, c.SecurityGroupIDs = nil, []string{"sg-0aaaaaaaaaaaaaaa1"} })
+	srv.Fail(ec2api.RunInstances, notFound)
+	if _, err := p.Create(ctx(t), testRequest()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), notFound.Message) {
+		t.Fatalf("the operator's group does not exist: %v, want Permanent with EC2's message", err)
+	}
+}
+
+// TestAGroupOfThatNameNotProxyfleetsIsNeverTakenOver: a group named as the
+// managed one but without proxyfleet's tag belongs to someone else; Create
+// fails Permanent naming it and changes none of its rules.
+func TestAGroupOfThatNameNotProxyfleetsIsNeverTakenOver(t *testing.T) {
+	p, srv := newTestProvider(t, nil)
+	open := []ec2api.Permission{{Protocol: "tcp", FromPort: 22, ToPort: 22, CIDRs: []string{"0.0.0.0/0"}}}
+	srv.PutSecurityGroup(ec2api.SecurityGroup{Name: "proxyfleet-aws-eu-cluster-a", Description: "someone's", Ingress: open})
+	_, err := p.Create(ctx(t), testRequest())
+	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "proxyfleet-aws-eu-cluster-a exists but is not proxyfleet's") {
+		t.Fatalf("err = %v, want Permanent naming the group", err)
+	}
+	if g := srv.SecurityGroups(); len(g) != 1 || !equalPerms(g[0].Ingress, open) || len(srv.Instances()) != 0 {
+		t.Fatalf("groups %+v, instances %d: someone's group must stay as it was and nothing launch", g, len(srv.Instances()))
+	}
+}
