@@ -125,10 +125,10 @@ func buildSpec(cfg Config, req providers.CreateRequest) (spec, error) {
 }
 
 // runInput is the RunInstances request of s: one instance, the given
-// image (an AMI ID) and security groups, on one network interface with a
+// image (its root volume deleted with it) and security groups, on one network interface with a
 // public address unless the entry asks for the private one, tagged with
 // its volume and interface, the token making it idempotent.
-func runInput(cfg Config, s spec, image string, groups []string, token string) *ec2.RunInstancesInput {
+func runInput(cfg Config, s spec, img image, groups []string, token string) *ec2.RunInstancesInput {
 	nic := types.InstanceNetworkInterfaceSpecification{
 		DeviceIndex:         awssdk.Int32(0),
 		DeleteOnTermination: awssdk.Bool(true),
@@ -146,7 +146,7 @@ func runInput(cfg Config, s spec, image string, groups []string, token string) *
 	in := &ec2.RunInstancesInput{
 		MinCount:          awssdk.Int32(1),
 		MaxCount:          awssdk.Int32(1),
-		ImageId:           awssdk.String(image),
+		ImageId:           awssdk.String(img.id),
 		InstanceType:      types.InstanceType(s.instanceType),
 		ClientToken:       awssdk.String(token),
 		UserData:          awssdk.String(s.userData),
@@ -158,6 +158,11 @@ func runInput(cfg Config, s spec, image string, groups []string, token string) *
 		// A shutdown from inside the guest ends the instance, so nothing
 		// stopped keeps its volume billing.
 		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
+	}
+	if img.rootDevice != "" {
+		// The root volume goes with the instance whatever the AMI's own
+		// mapping says: a volume left behind would bill on unseen.
+		in.BlockDeviceMappings = []types.BlockDeviceMapping{{DeviceName: awssdk.String(img.rootDevice), Ebs: &types.EbsBlockDevice{DeleteOnTermination: awssdk.Bool(true)}}}
 	}
 	if s.zone != "" {
 		in.Placement = &types.Placement{AvailabilityZone: awssdk.String(s.zone)}

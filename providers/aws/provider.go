@@ -186,28 +186,37 @@ func (p *Provider) byToken(ctx context.Context, token string) (ins types.Instanc
 	return types.Instance{}, false, nil
 }
 
-// resolveImage returns ref when it is an AMI ID, else the newest available
+// image is the AMI an instance boots and its root volume's device name.
+type image struct {
+	id, rootDevice string
+}
+
+// resolveImage looks ref up: the AMI it names, or the newest available
 // image whose name matches the filter ref among the configured owners'.
-func (p *Provider) resolveImage(ctx context.Context, ref string) (string, error) {
-	if amiPattern.MatchString(ref) {
-		return ref, nil
-	}
+// An AMI ID is described too, for its root device name (so the launch can
+// make the root volume go with the instance whatever the AMI says) and to
+// refuse one that does not exist before anything is launched.
+func (p *Provider) resolveImage(ctx context.Context, ref string) (image, error) {
+	in := &ec2.DescribeImagesInput{ImageIds: []string{ref}}
 	owners := p.cfg.ImageOwners
 	if len(owners) == 0 {
 		owners = []string{DebianOwner}
 	}
-	out, err := p.client.DescribeImages(ctx, &ec2.DescribeImagesInput{
-		Owners: owners,
-		Filters: []types.Filter{
+	if !amiPattern.MatchString(ref) {
+		in = &ec2.DescribeImagesInput{Owners: owners, Filters: []types.Filter{
 			{Name: awssdk.String("name"), Values: []string{ref}},
 			{Name: awssdk.String("state"), Values: []string{"available"}},
-		},
-	})
-	if err != nil {
-		return "", classify("looking up image "+ref, err)
+		}}
 	}
-	if len(out.Images) == 0 {
-		return "", fmt.Errorf("%w: no available image named %q owned by %s in %s", providers.ErrPermanent, ref, strings.Join(owners, ", "), p.cfg.Region)
+	out, err := p.client.DescribeImages(ctx, in)
+	if err != nil {
+		return image{}, classify("looking up image "+ref, err)
+	}
+	switch {
+	case len(out.Images) == 0 && amiPattern.MatchString(ref):
+		return image{}, fmt.Errorf("%w: image %s does not exist in %s", providers.ErrPermanent, ref, p.cfg.Region)
+	case len(out.Images) == 0:
+		return image{}, fmt.Errorf("%w: no available image named %q owned by %s in %s", providers.ErrPermanent, ref, strings.Join(owners, ", "), p.cfg.Region)
 	}
 	imgs := out.Images
 	sort.Slice(imgs, func(i, j int) bool {
@@ -217,7 +226,7 @@ func (p *Provider) resolveImage(ctx context.Context, ref string) (string, error)
 		}
 		return awssdk.ToString(imgs[i].ImageId) < awssdk.ToString(imgs[j].ImageId)
 	})
-	return awssdk.ToString(imgs[0].ImageId), nil
+	return image{id: awssdk.ToString(imgs[0].ImageId), rootDevice: awssdk.ToString(imgs[0].RootDeviceName)}, nil
 }
 
 // Get observes the instance providerID names. A missing or terminated

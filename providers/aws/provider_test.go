@@ -140,6 +140,9 @@ func TestCreateLaunchesOneTaggedInstanceBootingTheBootstrap(t *testing.T) {
 			}
 		}
 	}
+	if got.RootDevice != "/dev/xvda" || got.RootDeleteOnTermination != "true" {
+		t.Errorf("root volume mapping %q delete-on-termination %q: want the AMI's root device deleted with the instance", got.RootDevice, got.RootDeleteOnTermination)
+	}
 	if got.Type != "t3.micro" || got.Zone != testZone || got.AssociatePublicIP != "true" || got.IPv6AddressCount != 0 {
 		t.Errorf("launched %s in %s, public address %q, IPv6 %d", got.Type, got.Zone, got.AssociatePublicIP, got.IPv6AddressCount)
 	}
@@ -421,8 +424,24 @@ func TestImageByIDOrByNameAndOwner(t *testing.T) {
 		if _, err := p.Create(ctx(t), testRequest()); err != nil {
 			t.Fatal(err)
 		}
-		if srv.CallCount(ec2api.DescribeImages) != 0 || srv.Live()[0].ImageID != ec2api.DebianAMD64Old {
-			t.Fatalf("calls %v, image %s", srv.Actions(), srv.Live()[0].ImageID)
+		var described []string
+		for _, c := range srv.Calls() {
+			if c.Action == ec2api.DescribeImages {
+				described = append(described, c.Form.Get("ImageId.1")+"/"+c.Form.Get("Owner.1"))
+			}
+		}
+		if !slices.Equal(described, []string{ec2api.DebianAMD64Old + "/"}) || srv.Live()[0].ImageID != ec2api.DebianAMD64Old {
+			t.Fatalf("images described %v, image %s: want the AMI described by ID (for its root device) and launched", described, srv.Live()[0].ImageID)
+		}
+	})
+	t.Run("an AMI ID that does not exist is permanent and launches nothing", func(t *testing.T) {
+		p, srv := newTestProvider(t, func(c *Config) { c.Defaults.Image = "ami-0ffffffffffffffff" })
+		_, err := p.Create(ctx(t), testRequest())
+		if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "InvalidAMIID.NotFound") {
+			t.Fatalf("err = %v, want Permanent with EC2's InvalidAMIID.NotFound", err)
+		}
+		if srv.CallCount(ec2api.RunInstances) != 0 {
+			t.Fatal("launched an image that does not exist")
 		}
 	})
 	t.Run("a name filter under the configured owners", func(t *testing.T) {

@@ -74,6 +74,9 @@ type Instance struct {
 	// VolumeTags and NICTags are the request's tags for the instance's
 	// volumes and network interfaces.
 	VolumeTags, NICTags map[string]string
+	// RootDevice and RootDeleteOnTermination are the request's block
+	// device mapping of the root volume ("" when it sent none).
+	RootDevice, RootDeleteOnTermination string
 	// UserData is the decoded user-data.
 	UserData    string
 	ClientToken string
@@ -84,6 +87,8 @@ type Instance struct {
 type Image struct {
 	ID, Name, Owner, Architecture string
 	Created                       time.Time
+	// RootDevice is the root volume's device name; /dev/xvda when empty.
+	RootDevice string
 }
 
 // Permission is one ingress rule of a security group: a protocol, a port

@@ -17,6 +17,11 @@ func (s *Server) describeImages(f url.Values) (any, *Error) {
 	}
 	owners := indexed(f, "Owner")
 	ids := indexed(f, "ImageId")
+	for _, id := range ids {
+		if !s.imageExists(id) {
+			return nil, &Error{Status: 400, Code: "InvalidAMIID.NotFound", Message: fmt.Sprintf("The image id '[%s]' does not exist", id)}
+		}
+	}
 	resp := describeImagesResponse{Xmlns: xmlns, RequestID: s.requestID()}
 	for _, img := range s.images {
 		if len(owners) > 0 && !slices.Contains(owners, img.Owner) || len(ids) > 0 && !slices.Contains(ids, img.ID) {
@@ -38,8 +43,12 @@ func (s *Server) describeImages(f url.Values) (any, *Error) {
 			}
 		}
 		if ok {
+			root := img.RootDevice
+			if root == "" {
+				root = "/dev/xvda"
+			}
 			resp.Images = append(resp.Images, imageXML{ID: img.ID, Name: img.Name, Owner: img.Owner, Architecture: img.Architecture,
-				Created: img.Created.Format("2006-01-02T15:04:05.000Z"), State: "available"})
+				Created: img.Created.Format("2006-01-02T15:04:05.000Z"), State: "available", RootDevice: root})
 		}
 	}
 	return resp, nil

@@ -47,6 +47,7 @@ func (s *Server) runInstances(f url.Values) (any, *Error) {
 		}
 		in.UserData = string(b)
 	}
+	in.RootDevice, in.RootDeleteOnTermination = f.Get("BlockDeviceMapping.1.DeviceName"), f.Get("BlockDeviceMapping.1.Ebs.DeleteOnTermination")
 	in.SubnetID = f.Get("NetworkInterface.1.SubnetId")
 	in.AssociatePublicIP = f.Get("NetworkInterface.1.AssociatePublicIpAddress")
 	in.IPv6AddressCount, _ = strconv.Atoi(f.Get("NetworkInterface.1.Ipv6AddressCount"))

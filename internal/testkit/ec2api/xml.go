@@ -120,6 +120,7 @@ type imageXML struct {
 	State        string `xml:"imageState"`
 	Architecture string `xml:"architecture"`
 	Created      string `xml:"creationDate"`
+	RootDevice   string `xml:"rootDeviceName"`
 }
 
 type describeImagesResponse struct {
