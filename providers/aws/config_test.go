@@ -155,3 +155,24 @@ func FuzzReadConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestWithoutKeyFilesTheAmbientChainSigns: an entry without credentials
+// signs with what the SDK's default chain finds; here the environment's
+// key (on EKS it would be IRSA's web identity or the node's role).
+func TestWithoutKeyFilesTheAmbientChainSigns(t *testing.T) {
+	srv := ec2api.Start(t, testRegion)
+	dir := t.TempDir()
+	t.Setenv("AWS_ACCESS_KEY_ID", ec2api.DefaultAccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", ec2api.DefaultSecretAccessKey)
+	t.Setenv("AWS_CONFIG_FILE", dir+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", dir+"/none")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	p, err := New(context.Background(), Config{Region: testRegion, SourceRanges: []string{"203.0.113.0/24"}, Endpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ListByTag(ctx(t)); err != nil {
+		t.Fatalf("ListByTag signed by the ambient chain: %v", err)
+	}
+	checkSigned(t, srv)
+}
