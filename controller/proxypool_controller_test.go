@@ -77,6 +77,8 @@ type poolSetup struct {
 	recycles RecycleRecorder // counts recycles, when set
 	comingUp time.Duration   // how long a new Proxy has no health verdict
 	skew     time.Duration   // how far the pool reconciler's clock runs ahead of the API server's
+	// providers replace the fake provider (setup.providers).
+	providers map[string]providers.Provider
 }
 
 // skewedClock is the real clock moved by skew: a controller on a node whose
@@ -94,7 +96,8 @@ func startPool(t *testing.T, o poolSetup) *poolHarness {
 		t.Fatal(err)
 	}
 	ph.harness = start(t, setup{
-		health: ph.health,
+		providers: o.providers,
+		health:    ph.health,
 		onManager: func(h *harness, mgr manager.Manager) {
 			pr := &ProxyPoolReconciler{
 				Intervals:          PoolIntervals{DrainPoll: 50 * time.Millisecond, Autoscale: 100 * time.Millisecond, Recycle: 100 * time.Millisecond},

@@ -21,6 +21,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/ec2api"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
@@ -46,7 +47,9 @@ const guestBootTimeout = 8 * time.Minute
 // Ready. Beside it the same image boots the gcp provider's bootstrap: a
 // gcp entry on the in-test Compute Engine inserts an instance, whose
 // user-data metadata becomes a second guest's NoCloud seed, and that Proxy
-// turns Ready the same way. A --lease-api gateway then carries requests to
+// turns Ready the same way; and the aws provider's: an aws entry on the
+// in-test EC2 launches an instance whose UserData becomes a third guest's
+// seed. A --lease-api gateway then carries requests to
 // a target on the guests' network, which sees a guest's address as the
 // source, and each guest's Squid refuses a request without the login (407),
 // a CONNECT to a port other than 443, and the metadata address and a
@@ -71,6 +74,10 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	target := testutil.StartTarget(t, testutil.TargetOptions{Host: host.BridgeIP})
 
 	compute := computeapi.Start(t, "proxy-project")
+	ec2 := ec2api.Start(t, ec2Region)
+	keyID, secretKey := filepath.Join(t.TempDir(), "aws-access-key-id"), filepath.Join(t.TempDir(), "aws-secret-access-key")
+	writeFile(t, keyID, ec2api.DefaultAccessKeyID+"\n")
+	writeFile(t, secretKey, ec2api.DefaultSecretAccessKey+"\n")
 	config := filepath.Join(t.TempDir(), "providers.yaml")
 	writeFile(t, config, host.Config+`  - name: gcp-test
     type: gcp
@@ -80,6 +87,15 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
       noAuth: true
       addressType: internal
       defaults: {zone: `+gceZone+`, machineType: e2-micro, image: projects/debian-cloud/global/images/family/debian-12}
+  - name: aws-test
+    type: aws
+    aws:
+      region: `+ec2Region+`
+      endpoint: `+ec2.URL+`
+      credentials: {accessKeyIDFile: `+keyID+`, secretAccessKeyFile: `+secretKey+`}
+      addressType: private
+      sourceRanges: [`+libvirtd.GuestSubnet.String()+`]
+      defaults: {machineType: t3.micro}
 `)
 	const apiToken = "e2e-guest-token"
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
@@ -90,7 +106,9 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 		gen.SetProxyHealthCheck(v1alpha1.HealthCheck{URL: target.URL() + "/health", IntervalSeconds: 5, TimeoutSeconds: 5}))
 	gx := px.DeepCopy()
 	gx.Name, gx.Spec.Provider = "gce-1", "gcp-test"
-	for _, p := range []*v1alpha1.Proxy{px, gx} {
+	ax := px.DeepCopy()
+	ax.Name, ax.Spec.Provider = "ec2-1", "aws-test"
+	for _, p := range []*v1alpha1.Proxy{px, gx, ax} {
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -99,6 +117,7 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	// from the same image with the user-data of its metadata as the seed,
 	// its DHCP address reported as Compute Engine reports a VPC address.
 	gceName := bootGCEInstance(t, env.Client, compute, lvd, image, ns, "gce-1")
+	ec2Name := bootEC2Instance(t, env.Client, ec2, lvd, image, ns, "ec2-1")
 
 	p := waitGuestReady(t, env.Client, host, ctl, ns, "vm-1")
 	name := providers.NameFromUID(string(p.UID))
@@ -116,10 +135,17 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 		t.Fatalf("gce-1 is Ready, but the target saw no probe from its guest's address %s (sources %v)", g.Status.IP, target.Sources())
 	}
 	requireGuestSquid(t, net.JoinHostPort(g.Status.IP, "3128"), guestLogin(t, env.Client, g), target, host.BridgeIP)
+
+	a := waitGuestReady(t, env.Client, host, ctl, ns, "ec2-1")
+	t.Logf("the aws bootstrap's guest %s is Ready at %s, %s after the test began", ec2Name, a.Status.IP, time.Since(started).Round(time.Second))
+	if target.Count(a.Status.IP) == 0 {
+		t.Fatalf("ec2-1 is Ready, but the target saw no probe from its guest's address %s (sources %v)", a.Status.IP, target.Sources())
+	}
+	requireGuestSquid(t, net.JoinHostPort(a.Status.IP, "3128"), guestLogin(t, env.Client, a), target, host.BridgeIP)
 	poolToken := filepath.Join(t.TempDir(), "pool-token")
 	writeFile(t, poolToken, apiToken+"\n")
 	gw := startGateway(t, bin, gwConfig{args: []string{"--lease-api", "http://" + ctl.leaseAPIAddr, "--pool-token-file", poolToken}})
-	guests := map[string]string{ns + "/vm-1": p.Status.IP, ns + "/gce-1": g.Status.IP}
+	guests := map[string]string{ns + "/vm-1": p.Status.IP, ns + "/gce-1": g.Status.IP, ns + "/ec2-1": a.Status.IP}
 	for i := range 4 {
 		var r getResult
 		poll.Until(t, 60*time.Second, "a request through a guest", func() error {
@@ -133,14 +159,21 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 			t.Fatalf("the request reached the target from %s via %q, want a guest's address as the source (%v)", r.source, r.proxy, guests)
 		}
 	}
-	if err := env.Client.Delete(ctx, g); err != nil {
-		t.Fatal(err)
+	for _, cloud := range []*v1alpha1.Proxy{g, a} {
+		if err := env.Client.Delete(ctx, cloud); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lv := lvd.Connect(t)
 	defer func() { _ = lv.Disconnect() }()
-	if dom, err := lv.DomainLookupByName(gceName); err == nil {
-		_ = lv.DomainDestroy(dom)
+	for _, vm := range []string{gceName, ec2Name} {
+		if dom, err := lv.DomainLookupByName(vm); err == nil {
+			_ = lv.DomainDestroy(dom)
+		}
 	}
+	poll.Until(t, 2*time.Minute, "the ec2-1 instance terminated", func() error {
+		return poll.Check(len(ec2.Live()) == 0, "instances not terminated: %+v", ec2.Live())
+	})
 
 	// The spec edit: a bootstrap of the Proxy's own, the generated one with
 	// an option Squid does not know on its http_port.
@@ -283,6 +316,38 @@ func bootGCEInstance(t *testing.T, c client.Client, compute *computeapi.Server, 
 	ip := lvd.LeasedAddr(t, vm, guestBootTimeout)
 	compute.SetAddresses(gceZone, vm, ip, "")
 	compute.SetStatus(gceZone, vm, "RUNNING")
+	return vm
+}
+
+// ec2Region is the region of the aws entry.
+const ec2Region = "eu-west-1"
+
+// bootEC2Instance waits for the instance the aws provider launches for
+// Proxy ns/name, boots it here: the guest image with the instance's
+// UserData as its NoCloud seed, and reports the guest's DHCP address as
+// the instance's private address with state running, as EC2 would. It
+// returns the guest's (the instance's Name tag) name.
+func bootEC2Instance(t *testing.T, c client.Client, ec2 *ec2api.Server, lvd *libvirtd.Daemon, image, ns, name string) string {
+	t.Helper()
+	var inst ec2api.Instance
+	poll.Until(t, pollTimeout, name+": its instance launched", func() error {
+		var p v1alpha1.Proxy
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		for _, in := range ec2.Live() {
+			if in.Tags["proxyfleet.io/proxy-uid"] == string(p.UID) {
+				inst = in
+				return poll.Check(in.UserData != "", "instance %s has no user-data", in.ID)
+			}
+		}
+		return fmt.Errorf("instances: %+v", ec2.Instances())
+	})
+	vm := inst.Tags["Name"]
+	lvd.BootSeeded(t, vm, image, []byte(inst.UserData))
+	ip := lvd.LeasedAddr(t, vm, guestBootTimeout)
+	ec2.SetAddresses(inst.ID, ip, "", "")
+	ec2.SetState(inst.ID, ec2api.StateRunning)
 	return vm
 }
 

@@ -6,7 +6,8 @@ import "testing"
 // the file's shape, which this package reads: it never panics, and a config
 // it accepts has entries with unique, non-empty names, each of a known type
 // and with its block. Each provider package fuzzes its own block
-// (FuzzReadConfig in providers/kubernetes, providers/gcp, providers/kvm).
+// (FuzzReadConfig in providers/kubernetes, providers/gcp, providers/kvm,
+// providers/aws).
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(docsExample))
 	f.Add([]byte("providers:\n- name: a\n  type: kubernetes\n"))

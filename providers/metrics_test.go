@@ -95,3 +95,20 @@ func TestWithMetricsPreservesChecker(t *testing.T) {
 		t.Fatal("decorator claims Checker for a provider that has none")
 	}
 }
+
+type pricedProvider struct {
+	providers.Provider
+	price float64
+}
+
+func (p pricedProvider) HourlyPrice() float64 { return p.price }
+
+func TestHourlyPriceOfLooksThroughDecorators(t *testing.T) {
+	priced := pricedProvider{Provider: providertest.New(), price: 0.0104}
+	if got := providers.HourlyPriceOf(providers.WithTracing(providers.WithMetrics(priced, "aws-eu", &countingRecorder{}), "aws-eu")); got != 0.0104 {
+		t.Fatalf("HourlyPriceOf(decorated) = %v, want 0.0104", got)
+	}
+	if got := providers.HourlyPriceOf(providers.WithMetrics(providertest.New(), "x", &countingRecorder{})); got != 0 {
+		t.Fatalf("HourlyPriceOf(no Pricer) = %v, want 0", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller"
 	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/providers"
+	awsprovider "github.com/proxyfleet/proxyfleet/providers/aws"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -23,6 +24,7 @@ func providerDecoders() map[string]providers.Decoder {
 		kubeprovider.Type: providers.DecoderOf(kubeprovider.ReadConfig),
 		gcpprovider.Type:  providers.DecoderOf(gcpprovider.ReadConfig),
 		kvmprovider.Type:  providers.DecoderOf(kvmprovider.ReadConfig),
+		awsprovider.Type:  providers.DecoderOf(awsprovider.ReadConfig),
 	}
 }
 
@@ -64,5 +66,6 @@ func providerConstructors(env manager.Env) map[string]providers.Constructor {
 		kubeprovider.Type: kubeprovider.Constructor(env.Client),
 		gcpprovider.Type:  gcpprovider.Constructor(env.Context),
 		kvmprovider.Type:  kvmprovider.Constructor(env.Logger.WithName("kvm")),
+		awsprovider.Type:  awsprovider.Constructor(env.Context),
 	}
 }

@@ -67,14 +67,16 @@ func TestProvidersConfigNamesEveryBrokenEntry(t *testing.T) {
 - {name: a, type: gcp, gcp: {}}
 - {name: b, type: kubernetes, kubernetes: {}}
 - {name: c, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k}, hosts: []}}
-- {name: d, type: aws}
+- {name: d, type: azure}
+- {name: e, type: aws, aws: {region: eu-west-1}}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := loadProvidersConfig(path)
 	for _, want := range []string{"--providers-config: providers config " + path,
 		"providers[0] (a): gcp.project is required", "providers[1] (b): kubernetes.namespace is required",
-		"providers[2] (c): kvm.hosts needs at least one host", `providers[3] (d): type "aws" is unknown (want one of gcp, kubernetes, kvm)`} {
+		"providers[2] (c): kvm.hosts needs at least one host", `providers[3] (d): type "azure" is unknown (want one of aws, gcp, kubernetes, kvm)`,
+		"providers[4] (e): aws.sourceRanges is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}

@@ -52,6 +52,12 @@ func (onePhase) ProxiesByPhase(context.Context) (map[string]int, error) {
 	return map[string]int{"Ready": 1}, nil
 }
 
+type onePrice struct{}
+
+func (onePrice) ProxyHourlyPrices(context.Context) ([]metrics.ProxyPrice, error) {
+	return []metrics.ProxyPrice{{Namespace: "crawl", Name: "eu-1", Provider: "aws-eu", Price: 0.0104}}, nil
+}
+
 // gatewayMetrics and controllerMetrics register what the two commands
 // register (daemon.Run; setupLeaseAPI, setupHealth, buildProviders, the
 // provider health monitor and registerProxyCollector), with one event
@@ -96,7 +102,7 @@ func controllerMetrics() *prometheus.Registry {
 	metrics.NewOrphanDeletions(reg).OrphanDeleted("in-cluster", "pod")
 	metrics.NewPoolRecycles(reg).Recycled("crawl", "eu")
 	reg.MustRegister(metrics.NewPoolCollector(onePool{}), metrics.NewSiteCooldownCollector(onePool{}, 0),
-		metrics.NewProviderHealthCollector(oneProvider{}), metrics.NewProxyCollector(onePhase{}, 0))
+		metrics.NewProviderHealthCollector(oneProvider{}), metrics.NewProxyCollector(onePhase{}, 0), metrics.NewProxyPriceCollector(onePrice{}, 0))
 	return reg
 }
 

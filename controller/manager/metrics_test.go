@@ -17,6 +17,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
+	"github.com/proxyfleet/proxyfleet/metrics"
+	"github.com/proxyfleet/proxyfleet/providers"
+	"github.com/proxyfleet/proxyfleet/providers/providertest"
 )
 
 // TestProxyCollectorCountsTheCacheByPhase wires the collector as the
@@ -103,5 +106,74 @@ proxyfleet_proxies{phase="Unhealthy"} %d
 		poll.Until(t, 30*time.Second, "the phase change and the deletion in the scrape", func() error {
 			return testutil.GatherAndCompare(reg, strings.NewReader(expect(3, 0, 0)), "proxyfleet_proxies")
 		})
+	})
+}
+
+// pricedProvider is a provider entry whose config gives a price.
+type pricedProvider struct {
+	providers.Provider
+	price float64
+}
+
+func (p pricedProvider) HourlyPrice() float64 { return p.price }
+
+// TestPriceCollectorReportsEveryManagedProxyWithAnInstance wires the price
+// collector as the controller does, over a real manager cache: a Managed
+// Proxy with an instance on a priced entry is reported at the entry's
+// price (through the metrics decorator, as the run wraps providers); one
+// without an instance yet, one on an entry without a price and an External
+// one are not.
+func TestPriceCollectorReportsEveryManagedProxyWithAnInstance(t *testing.T) {
+	env := testenv.Start(t)
+	ns := env.Namespace(t)
+	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{ProxyNamespace: ns, MetricsAddr: "0", Logger: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	provs := map[string]providers.Provider{
+		"aws-eu": providers.WithMetrics(pricedProvider{Provider: providertest.New(), price: 0.0104}, "aws-eu", metrics.NewProviderRequests(reg)),
+		"pods":   providertest.New(),
+	}
+	if err := registerPriceCollector(mgr, reg, provs); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	create := func(name, provider, providerID string) *v1alpha1.Proxy {
+		t.Helper()
+		p := gen.Proxy(name, gen.SetProxyNamespace(ns), gen.SetProxyManaged(provider))
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if providerID != "" {
+			p.Status.ProviderID = providerID
+			if err := env.Client.Status().Update(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	create("eu-1", "aws-eu", "aws:///eu-west-1a/i-0123456789abcdef0")
+	create("eu-2", "aws-eu", "")
+	create("pod-1", "pods", "egress/proxy-abc")
+	if err := env.Client.Create(ctx, gen.Proxy("ext", gen.SetProxyNamespace(ns), gen.SetProxyEndpoint("127.0.0.9", 3128))); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	want := fmt.Sprintf(`
+# HELP proxyfleet_proxy_hourly_price Configured hourly price of each Managed Proxy's instance (its provider entry's hourlyPrice), for cost accounting.
+# TYPE proxyfleet_proxy_hourly_price gauge
+proxyfleet_proxy_hourly_price{namespace=%q,provider="aws-eu",proxy="eu-1"} 0.0104
+`, ns)
+	poll.Until(t, 30*time.Second, "the priced Proxy's series", func() error {
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), "proxyfleet_proxy_hourly_price")
 	})
 }

@@ -114,6 +114,9 @@ func (r *run) setup(ctx context.Context, mgr ctrl.Manager, kube *rest.Config) er
 	if err := registerProxyCollector(mgr, r.reg); err != nil {
 		return err
 	}
+	if err := registerPriceCollector(mgr, r.reg, r.provs); err != nil {
+		return err
+	}
 	if _, err := r.addRunnables(mgr); err != nil {
 		return err
 	}
