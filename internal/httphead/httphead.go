@@ -50,6 +50,30 @@ func WriteRequest(w *bufio.Writer, req *http.Request, proxy bool) error {
 	return req.Write(w)
 }
 
+// writeRequestLine writes the request line, "METHOD target HTTP/1.1" and
+// its CRLF: the target in absolute form (http://host/path) to a proxy, in
+// origin form (/path) to a site; an empty method is GET, as net/http's.
+// It returns the method written.
+func writeRequestLine(w *bufio.Writer, req *http.Request, proxy bool, host, path string, query bool) (method string) {
+	method = req.Method
+	if method == "" {
+		method = "GET"
+	}
+	w.WriteString(method)
+	w.WriteByte(' ')
+	if proxy {
+		w.WriteString("http://")
+		w.WriteString(host)
+	}
+	w.WriteString(path)
+	if query {
+		w.WriteByte('?')
+		w.WriteString(req.URL.RawQuery)
+	}
+	w.WriteString(" HTTP/1.1\r\n")
+	return method
+}
+
 // writeHead writes req's head, in absolute form when proxy, byte for byte
 // what net/http's writer writes, for the common request that carries no
 // body: it reports false, having written nothing, for anything else (a
@@ -97,22 +121,8 @@ func writeHead(w *bufio.Writer, req *http.Request, proxy bool) bool {
 	}
 	sortStrings(keys[:n])
 
-	method := req.Method
-	if method == "" {
-		method = "GET"
-	}
-	w.WriteString(method)
-	w.WriteByte(' ')
-	if proxy {
-		w.WriteString("http://")
-		w.WriteString(host)
-	}
-	w.WriteString(path)
-	if query {
-		w.WriteByte('?')
-		w.WriteString(req.URL.RawQuery)
-	}
-	w.WriteString(" HTTP/1.1\r\nHost: ")
+	method := writeRequestLine(w, req, proxy, host, path, query)
+	w.WriteString("Host: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
 	ua := defaultUserAgent

@@ -123,22 +123,7 @@ func writeOrdered(w *bufio.Writer, req *http.Request, proxy bool, o fieldorder.O
 	}
 	sortStrings(rest[:n])
 
-	method := req.Method
-	if method == "" {
-		method = "GET"
-	}
-	w.WriteString(method)
-	w.WriteByte(' ')
-	if proxy {
-		w.WriteString("http://")
-		w.WriteString(host)
-	}
-	w.WriteString(path)
-	if query {
-		w.WriteByte('?')
-		w.WriteString(req.URL.RawQuery)
-	}
-	w.WriteString(" HTTP/1.1\r\n")
+	writeRequestLine(w, req, proxy, host, path, query)
 	if l.count("Host", l.n) == 0 {
 		writeField(w, "Host", host)
 	}
