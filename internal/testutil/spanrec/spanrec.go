@@ -1,7 +1,7 @@
 // Package spanrec records the spans code under test makes: Record installs
 // an always-sampling tracer provider with an in-memory recorder as
 // OpenTelemetry's global one for the rest of a test, Provider makes the same
-// for code that is handed its provider, and Names and Attr read the spans.
+// for code that is handed its provider, and Names, Attr and RequireClientChild read the spans.
 //
 // It imports OpenTelemetry's SDK and nothing of ours; it is a package of
 // its own so that a test or program that records no spans (e2e/bench) does
@@ -10,12 +10,15 @@ package spanrec
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Record installs, for the rest of t, a tracer provider that samples
@@ -65,4 +68,34 @@ func Attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 		}
 	}
 	return attribute.Value{}, false
+}
+
+// RequireClientChild fails t unless sr has an ended span named parent that
+// is not marked failed and, under it, a client span with an attribute
+// naming host: how a provider's test pins that its cloud SDK's HTTP
+// requests report to the process's tracer below the provider call.
+func RequireClientChild(t testing.TB, sr *tracetest.SpanRecorder, parent, host string) {
+	t.Helper()
+	var p sdktrace.ReadOnlySpan
+	for _, s := range sr.Ended() {
+		if s.Name() == parent {
+			p = s
+		}
+	}
+	if p == nil {
+		t.Fatalf("no %s span; spans: %v", parent, Names(sr.Ended()))
+	}
+	if p.Status().Code == codes.Error {
+		t.Errorf("%s is marked failed: %v", parent, p.Status())
+	}
+	for _, s := range sr.Ended() {
+		if s.SpanKind() == trace.SpanKindClient && s.Parent().SpanID() == p.SpanContext().SpanID() {
+			for _, kv := range s.Attributes() {
+				if strings.Contains(kv.Value.String(), host) {
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("no HTTP client span to %s under %s; spans: %v", host, parent, Names(sr.Ended()))
 }
