@@ -111,8 +111,11 @@ func (p *h2Print) alps() []byte {
 	return b
 }
 
-// siteH2 is a site link's HTTP/2 connection.
-type siteH2 struct{ cc *fhttp2.ClientConn }
+// siteH2 is a site link's HTTP/2 connection: fhttp's client over conn.
+type siteH2 struct {
+	cc   *fhttp2.ClientConn
+	conn net.Conn
+}
 
 // open starts HTTP/2 over tc, the site's TLS connection, as the client
 // did, its header blocks bounded by headerBlockGuard.
@@ -121,10 +124,17 @@ func (p *h2Print) open(tc net.Conn) (*siteH2, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &siteH2{cc: cc}, nil
+	return &siteH2{cc: cc, conn: tc}, nil
 }
 
-func (h *siteH2) close()        { _ = h.cc.Close() }
+// close ends the link by closing its connection, not with fhttp's
+// ClientConn.Close: in fhttp v0.6.2 that closes every stream's body pipe
+// from the caller's goroutine while the read loop may be assigning the
+// pipe of a stream whose answer is arriving (handleResponse writes
+// cs.bufPipe outside the connection's lock), a data race -race reported
+// in TestMITMH2ConformsAsTheSiteDoes. With the connection closed, the read
+// loop fails its next read and ends every stream itself.
+func (h *siteH2) close()        { _ = h.conn.Close() }
 func (h *siteH2) canTake() bool { return h.cc.CanTakeNewRequest() }
 
 // roundTrip sends out and answers in net/http's types. A failure fhttp
