@@ -15,6 +15,9 @@ set -euo pipefail
 go=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bin/k8s}
+# The builds run in the tools modules' directories: a relative $1 is made
+# absolute first, or they would write into those directories.
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 tools=$root/e2e/tools
 mkdir -p "$out"
 

@@ -17,6 +17,9 @@ set -euo pipefail
 go=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bin/node}
+# The builds run in the tools modules' directories: a relative $1 is made
+# absolute first, or they would write into those directories.
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 tools=$root/e2e/tools/node
 dns=$root/e2e/tools/coredns
 bins=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
