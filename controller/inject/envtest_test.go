@@ -389,6 +389,9 @@ func TestWebhookInjectsOptedInPodsOnTheRealAPIServer(t *testing.T) {
 			{inject.AnnotationGatewayResources, "limits.memory=lots"},
 			{inject.AnnotationNoProxy, "bad host!"},
 			{inject.AnnotationMITM, "Not_A_Secret"},
+			{inject.AnnotationUpstreamCA, "Not_A_ConfigMap"},
+			{inject.AnnotationUpstreamCA, "site-roots/bad key!"},
+			{inject.AnnotationUpstreamCA, "site-roots/"},
 		} {
 			_, err := in.create(t, crawlerPod(plainNS, map[string]string{inject.LabelInject: "true"}, map[string]string{tc.key: tc.value}))
 			if err == nil || !strings.Contains(err.Error(), "annotation "+tc.key) {

@@ -31,7 +31,8 @@ func TestMutatedPodsMatchTheGoldenFiles(t *testing.T) {
 		{"annotated-mitm-with-init", &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: "crawl", Labels: map[string]string{inject.LabelInject: "true"},
 				Annotations: map[string]string{inject.AnnotationSelector: "tier=dc,region=eu", inject.AnnotationRotation: "per-request",
-					inject.AnnotationNoProxy: ".internal.example", inject.AnnotationGatewayResources: "limits.cpu=200m", inject.AnnotationMITM: "crawl-mitm-ca"}},
+					inject.AnnotationNoProxy: ".internal.example", inject.AnnotationGatewayResources: "limits.cpu=200m", inject.AnnotationMITM: "crawl-mitm-ca",
+					inject.AnnotationUpstreamCA: "site-roots/bundle.pem"}},
 			Spec: corev1.PodSpec{ServiceAccountName: "crawler",
 				InitContainers: []corev1.Container{{Name: "migrate", Image: "migrate:1"}},
 				Containers: []corev1.Container{{Name: "crawler", Image: "crawler:1",

@@ -54,6 +54,14 @@ const (
 	// the certificate only (never the key) and the variables that make common
 	// clients trust it.
 	AnnotationMITM = "proxyfleet.io/mitm"
+	// AnnotationUpstreamCA names a ConfigMap in the pod's namespace holding
+	// CA certificates (PEM) the sidecar trusts for sites' certificates
+	// besides its image's roots, as NAME (key ca.crt) or NAME/KEY: a site
+	// with a private CA (staging, an intranet) crawled under MITM or through
+	// https:// absolute URIs, where the sidecar itself checks the site.
+	// The sidecar's --upstream-ca-file; trust-manager's bundles are such
+	// ConfigMaps.
+	AnnotationUpstreamCA = "proxyfleet.io/upstream-ca"
 )
 
 // Names and paths the injected pod spec uses.
@@ -86,6 +94,11 @@ const (
 	MITMCADir    = "/etc/proxyfleet/mitm-ca"
 	// MITMCAFile is the CA certificate in the app containers.
 	MITMCAFile = MITMCADir + "/ca.crt"
+	// UpstreamCAVolume and UpstreamCADir hold the AnnotationUpstreamCA
+	// ConfigMap's key in the sidecar, as UpstreamCAFile.
+	UpstreamCAVolume = "proxyfleet-upstream-ca"
+	UpstreamCADir    = "/etc/proxyfleet/upstream-ca"
+	UpstreamCAFile   = UpstreamCADir + "/ca.crt"
 	// MITMCommand is the sidecar's binary in a MITM pod. The sidecar
 	// image's entrypoint is built without ClientHello mirroring (uTLS and
 	// its HTTP/2 client: 4.3 MB of binary and every pod's memory), which a
@@ -247,6 +260,8 @@ type settings struct {
 	noProxy   []string
 	resources corev1.ResourceRequirements
 	mitm      string
+	// upstreamCA is the AnnotationUpstreamCA ConfigMap and its key.
+	upstreamCA, upstreamCAKey string
 }
 
 // parseAnnotations reads the pod's annotations, naming the bad one.
@@ -299,7 +314,30 @@ func (c Config) parseAnnotations(a map[string]string) (settings, error) {
 		}
 		s.mitm = v
 	}
+	if v, ok := a[AnnotationUpstreamCA]; ok {
+		name, key, err := parseConfigMapKey(v, "ca.crt")
+		if err != nil {
+			return s, &AnnotationError{AnnotationUpstreamCA, err}
+		}
+		s.upstreamCA, s.upstreamCAKey = name, key
+	}
 	return s, nil
+}
+
+// parseConfigMapKey reads NAME or NAME/KEY (key def without one): a
+// ConfigMap name and one of its keys.
+func parseConfigMapKey(v, def string) (name, key string, err error) {
+	name, key, hasKey := strings.Cut(v, "/")
+	if !hasKey {
+		key = def
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", "", fmt.Errorf("%q: %q is not a ConfigMap name: %s; want NAME or NAME/KEY", v, name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsConfigMapKey(key); len(errs) > 0 {
+		return "", "", fmt.Errorf("%q: %q is not a ConfigMap key: %s; want NAME or NAME/KEY", v, key, strings.Join(errs, "; "))
+	}
+	return name, key, nil
 }
 
 // checkNoProxyEntry accepts a host name, a .domain, an IP or a CIDR,
@@ -397,6 +435,14 @@ func (c Config) Mutate(pod *corev1.Pod) error {
 			}}},
 		}},
 	})
+	if s.upstreamCA != "" {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: UpstreamCAVolume, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: s.upstreamCA},
+				Items:                []corev1.KeyToPath{{Key: s.upstreamCAKey, Path: "ca.crt"}},
+			},
+		}})
+	}
 	env := c.proxyEnv(s)
 	if s.mitm != "" {
 		pod.Spec.Volumes = append(pod.Spec.Volumes,
@@ -533,6 +579,9 @@ func (c Config) sidecarArgs(s settings) []string {
 	if s.mitm != "" {
 		args = append(args, "--mitm-ca-cert="+MITMDir+"/"+corev1.TLSCertKey, "--mitm-ca-key="+MITMDir+"/"+corev1.TLSPrivateKeyKey)
 	}
+	if s.upstreamCA != "" {
+		args = append(args, "--upstream-ca-file="+UpstreamCAFile)
+	}
 	return args
 }
 
@@ -580,6 +629,9 @@ func (c Config) sidecar(s settings) corev1.Container {
 	mounts := []corev1.VolumeMount{{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}}
 	if s.mitm != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: MITMVolume, MountPath: MITMDir, ReadOnly: true})
+	}
+	if s.upstreamCA != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: UpstreamCAVolume, MountPath: UpstreamCADir, ReadOnly: true})
 	}
 	var command []string
 	if s.mitm != "" {
