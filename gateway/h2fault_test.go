@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	fhttp2 "github.com/bogdanfinn/fhttp/http2"
 	"golang.org/x/net/http2"
@@ -288,4 +289,80 @@ func (c *chunked) Read(p []byte) (int, error) {
 	copy(p, c.b[:k])
 	c.b = c.b[k:]
 	return k, nil
+}
+
+// TestASiteLinkWhoseWritesFailEndsItsRoundTripsFromTheReadLoop: a write
+// the site's connection refuses closes the connection and is not handed to
+// fhttp as its write error, on which its RoundTrip would close the
+// connection from the caller's goroutine while the read loop may be
+// handing another stream its answer (a data race in fhttp v0.6.2, see
+// headerBlockGuard.Write). The round trip still fails, as a lost
+// connection, and nothing waits for ever.
+func TestASiteLinkWhoseWritesFailEndsItsRoundTripsFromTheReadLoop(t *testing.T) {
+	client, site := net.Pipe()
+	g := &headerBlockGuard{Conn: client}
+	_ = site.Close()
+	if n, err := g.Write([]byte("PRI")); n != 3 || err != nil {
+		t.Fatalf("a write to a closed site: %d, %v; want 3, nil (the connection closed instead)", n, err)
+	}
+	if _, err := g.Read(make([]byte, 1)); !errors.Is(err, io.ErrClosedPipe) {
+		t.Fatalf("a read after a failed write: %v; want the connection closed by the guard", err)
+	}
+
+	// The site takes the client's preface and SETTINGS, sends its own, and
+	// goes away without reading the request.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		site, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer site.Close()
+		if _, err := io.ReadFull(site, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(site, site)
+		if _, err := fr.ReadFrame(); err != nil {
+			return
+		}
+		_ = fr.WriteSettings()
+	}()
+	done := make(chan error, 1)
+	go func() {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			done <- err
+			return
+		}
+		link, err := goH2Print.open(conn)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer link.close()
+		for range 3 {
+			req, _ := http.NewRequest(http.MethodGet, "https://site.test/", nil)
+			resp, err := link.roundTrip(req)
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a round trip over a connection the site closed succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a round trip over a connection the site closed did not end within 30 s")
+	}
 }

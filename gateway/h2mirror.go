@@ -128,11 +128,7 @@ func (p *h2Print) open(tc net.Conn) (*siteH2, error) {
 }
 
 // close ends the link by closing its connection, not with fhttp's
-// ClientConn.Close: in fhttp v0.6.2 that closes every stream's body pipe
-// from the caller's goroutine while the read loop may be assigning the
-// pipe of a stream whose answer is arriving (handleResponse writes
-// cs.bufPipe outside the connection's lock), a data race -race reported
-// in TestMITMH2ConformsAsTheSiteDoes. With the connection closed, the read
+// ClientConn.Close, for the reason headerBlockGuard.Write gives: the read
 // loop fails its next read and ends every stream itself.
 func (h *siteH2) close()        { _ = h.conn.Close() }
 func (h *siteH2) canTake() bool { return h.cc.CanTakeNewRequest() }
@@ -197,6 +193,25 @@ func (g *headerBlockGuard) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// Write passes fhttp's writes on; a write that fails closes the
+// connection and is reported to fhttp as done. fhttp v0.6.2 keeps a
+// connection's first write error, and a RoundTrip that meets one closes
+// the connection from the caller's goroutine (ClientConn.Close), which
+// closes every stream's body pipe while the read loop may be assigning the
+// pipe of another stream whose answer is arriving (handleResponse writes
+// cs.bufPipe outside the connection's lock): a data race, and a lock
+// overwritten while held. -race found it in TestMITMH2ConformsAsTheSiteDoes
+// after a link was dropped (close) while requests still came for it. With
+// the connection closed instead, the read loop fails its next read and
+// ends every stream itself, in its own goroutine, and the round trip fails
+// as a lost connection, as it would have a moment later.
+func (g *headerBlockGuard) Write(p []byte) (int, error) {
+	if _, err := g.Conn.Write(p); err != nil {
+		_ = g.Conn.Close()
+	}
+	return len(p), nil
 }
 
 // fhttp's words for answer heads it refuses, which have no error values
