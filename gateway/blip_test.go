@@ -20,10 +20,12 @@ import (
 
 // deadPort stands in for a Squid that never returns, on its port: it
 // takes connections and closes them at once (a member that answers
-// nothing), and counts the ones that carried a client's request: a
-// CONNECT or an absolute-URI request, not the gateway's liveness
-// question (an origin-form GET, which a forward proxy would refuse).
-func deadPort(t *testing.T, addr string) *atomic.Int64 {
+// nothing), and counts the ones that carried a client's request for
+// site (host:port): a CONNECT to it or an absolute URI naming it, not the
+// gateway's liveness question (an origin-form GET, which a forward proxy
+// would refuse) and not a probe, which asks a site of its own: the prober
+// goes on asking a dead member whether it is back, as it should.
+func deadPort(t *testing.T, addr, site string) *atomic.Int64 {
 	t.Helper()
 	var ln net.Listener
 	poll.Until(t, 30*time.Second, "the killed Squid's port to be free", func() (err error) {
@@ -42,7 +44,7 @@ func deadPort(t *testing.T, addr string) *atomic.Int64 {
 				defer c.Close()
 				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				line, _ := bufio.NewReader(c).ReadString('\n')
-				if f := strings.Fields(line); len(f) > 1 && !strings.HasPrefix(f[1], "/") {
+				if f := strings.Fields(line); len(f) > 1 && !strings.HasPrefix(f[1], "/") && strings.Contains(f[1], site) {
 					carried.Add(1)
 				}
 			}()
@@ -83,8 +85,11 @@ func fleetBlip(t *testing.T, probes bool) {
 		pool.StoreOptions{FailureWindow: window}, members...)
 	live := testutil.StartTLSTarget(t, testutil.TargetOptions{})
 	if probes {
+		// The probes ask a site of their own, so the dead Squid's port can
+		// tell them from the clients' requests.
+		probed := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: "127.0.0.2"})
 		p, err := pool.NewProber(func() []pool.Member { return members }, e.store,
-			pool.ProberOptions{URL: live.URL() + "/probe", Interval: 2 * time.Second, TLSConfig: live.ClientTLSConfig()})
+			pool.ProberOptions{URL: probed.URL() + "/probe", Interval: 2 * time.Second, TLSConfig: probed.ClientTLSConfig()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +111,7 @@ func fleetBlip(t *testing.T, probes bool) {
 		s.Kill()
 	}
 	dead := squids[3]
-	carried := deadPort(t, dead.Addr())
+	carried := deadPort(t, dead.Addr(), live.Addr())
 	// The fleet is down: requests fail, and every member fails some.
 	for i := range 6 {
 		if resp, _, err := testutil.GetAnswer(c, live.URL()+"/down", nil); err == nil && resp.StatusCode == http.StatusOK {
