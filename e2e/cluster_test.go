@@ -4,16 +4,22 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli"
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,10 +28,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/controller/inject"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/node"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
+	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/statuspage"
+)
+
+// The addresses of the sites beside the node's own (the namespace's
+// TEST-NET-1 interface): one that bans a Squid, another, and an HTTPS one
+// with a private CA crawled under MITM.
+const (
+	strictSiteIP = "192.0.2.2"
+	otherSiteIP  = "192.0.2.3"
+	mitmSiteIP   = "192.0.2.4"
 )
 
 // clusterTimeout is how long a step on the node may take: pods start in
@@ -164,6 +182,9 @@ const (
 	controllerImageRepo = "proxyfleet.local/proxyfleet"
 	sidecarImageRepo    = "proxyfleet.local/proxyfleet-sidecar"
 	localImageTag       = "dev"
+	// upgradeImageTag is the controller image helm upgrade moves to: the
+	// same image under another tag, which changes the pod template.
+	upgradeImageTag = "dev-upgraded"
 )
 
 // localImages imports the controller and sidecar images of make image
@@ -196,6 +217,31 @@ func localImages(t *testing.T, c *node.Cluster) {
 // local Squid image in namespace egress.
 func helmInstall(t *testing.T, c *node.Cluster) {
 	t.Helper()
+	cfg, ch := helmChart(t, c)
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace, in.CreateNamespace = "proxyfleet", "proxyfleet-system", true
+	in.Wait, in.Timeout = true, clusterTimeout
+	if _, err := in.Run(ch, chartValues(localImageTag)); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, c.DescribePods("proxyfleet-system"))
+	}
+}
+
+// helmUpgrade upgrades release proxyfleet to the controller image tagged
+// controllerTag, as `helm upgrade --wait` does.
+func helmUpgrade(t *testing.T, c *node.Cluster, controllerTag string) {
+	t.Helper()
+	cfg, ch := helmChart(t, c)
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Wait, up.Timeout = "proxyfleet-system", true, clusterTimeout
+	if _, err := up.Run("proxyfleet", ch, chartValues(controllerTag)); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, c.DescribePods("proxyfleet-system"))
+	}
+}
+
+// helmChart loads charts/proxyfleet and a Helm action configuration for
+// the cluster's namespace proxyfleet-system.
+func helmChart(t *testing.T, c *node.Cluster) (*action.Configuration, *chart.Chart) {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -210,19 +256,20 @@ func helmInstall(t *testing.T, c *node.Cluster) {
 	if err := cfg.Init(settings.RESTClientGetter(), "proxyfleet-system", "secret", t.Logf); err != nil {
 		t.Fatal(err)
 	}
-	in := action.NewInstall(cfg)
-	in.ReleaseName, in.Namespace, in.CreateNamespace = "proxyfleet", "proxyfleet-system", true
-	in.Wait, in.Timeout = true, clusterTimeout
-	vals := map[string]any{
-		"image":   map[string]any{"repository": controllerImageRepo, "tag": localImageTag, "pullPolicy": "Never"},
+	return cfg, ch
+}
+
+// chartValues are the chart's values on the node: the local images (the
+// controller's tagged controllerTag) and a kubernetes provider of Squid
+// Pods in namespace egress.
+func chartValues(controllerTag string) map[string]any {
+	return map[string]any{
+		"image":   map[string]any{"repository": controllerImageRepo, "tag": controllerTag, "pullPolicy": "Never"},
 		"sidecar": map[string]any{"image": map[string]any{"repository": sidecarImageRepo, "tag": localImageTag}},
 		"providers": map[string]any{"providers": []any{map[string]any{
 			"name": "in-cluster", "type": "kubernetes",
 			"kubernetes": map[string]any{"namespace": "egress", "image": node.SquidImageRef},
 		}}},
-	}
-	if _, err := in.Run(ch, vals); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, c.DescribePods("proxyfleet-system"))
 	}
 }
 
@@ -366,7 +413,7 @@ sys.exit(0 if n == 12 else 1)
 PY
 %[2]s
 [ "$ok" = 12 ]`, site.URL(), leaseScript)
-	out := runCrawler(t, c, "crawler", "crawler", script)
+	out := runCrawler(t, c, "crawler", "crawler", script, nil)
 	sources := map[string]int{}
 	for _, r := range site.Requests() {
 		if strings.HasPrefix(r.URI, "/crawl/crawler/") {
@@ -390,7 +437,7 @@ PY
 	// API answers its token 403, and its requests never reach the site.
 	out = runCrawler(t, c, "unbound", "unbound", fmt.Sprintf(`curl -s -w '\ncode %%{http_code}\n' %s/crawl/$POD/curl
 %s
-true`, site.URL(), leaseScript))
+true`, site.URL(), leaseScript), nil)
 	for _, r := range site.Requests() {
 		if strings.HasPrefix(r.URI, "/crawl/unbound/") {
 			t.Errorf("a crawler without the lease binding reached the site: %s from %s", r.URI, r.Source)
@@ -399,6 +446,128 @@ true`, site.URL(), leaseScript))
 	t.Logf("the crawler without the lease binding:\n%s", out)
 	if !strings.Contains(out, "lease 403") || !strings.Contains(out, "code 403") {
 		t.Errorf("a crawler without the lease binding was not refused (want lease 403, and its sidecar's 403 pool_forbidden):\n%s", out)
+	}
+
+	// A site that bans two of the three Squids' addresses: the sidecar
+	// rests a banned member for that site only, through the real data path.
+	// A ban is retried on another member (a GET), so the crawler sees 200
+	// every time; the site asks each banned Squid once at most, and the
+	// Squids it banned go on carrying another site; the cooldowns are the
+	// lease API's, for that site only, shared with every gateway. (Two are banned because the
+	// per-request rotation prefers members without leases, and a finished
+	// pod's lease may still hold one.) Two sites need two hosts (the target
+	// key drops the port); the pool's probes stay on the first site, which
+	// bans nobody.
+	testutil.AddNetNSAddr(t, strictSiteIP)
+	testutil.AddNetNSAddr(t, otherSiteIP)
+	strict := testutil.StartTarget(t, testutil.TargetOptions{Host: strictSiteIP})
+	other := testutil.StartTarget(t, testutil.TargetOptions{Host: otherSiteIP})
+	bannedIPs := []string{pods.Items[0].Status.PodIP, pods.Items[1].Status.PodIP}
+	for _, ip := range bannedIPs {
+		strict.SetRule(ip, http.StatusForbidden, nil)
+	}
+	out = runCrawler(t, c, "banned", "crawler", fmt.Sprintf(`ok=0
+for i in $(seq 1 12); do code=$(curl -s -o /dev/null -w '%%{http_code}' %[1]s/ban/$i); echo "strict $i $code"; [ "$code" = 200 ] && ok=$((ok+1)); done
+for i in $(seq 1 12); do code=$(curl -s -o /dev/null -w '%%{http_code}' %[2]s/other/$i); echo "other $i $code"; [ "$code" = 200 ] && ok=$((ok+1)); done
+%[3]s
+[ "$ok" = 24 ]`, strict.URL(), other.URL(), proxiesScript), nil)
+	asked, carried := map[string]int{}, map[string]int{}
+	for _, r := range strict.Requests() {
+		if strings.HasPrefix(r.URI, "/ban/") {
+			asked[r.Source]++
+		}
+	}
+	for _, r := range other.Requests() {
+		if strings.HasPrefix(r.URI, "/other/") {
+			carried[r.Source]++
+		}
+	}
+	resting := map[string]bool{}
+	for _, p := range leaseAPIProxies(t, out) {
+		for _, cd := range p.Cooldowns {
+			rested := false
+			for _, ip := range bannedIPs {
+				if strings.Contains(p.URL, ip+":") && cd.Target == strictSiteIP {
+					resting[ip], rested = true, true
+				}
+			}
+			if !rested {
+				t.Errorf("the lease API shows %s resting for %q; only a banned Squid should rest, for %s", p.URL, cd.Target, strictSiteIP)
+			}
+		}
+	}
+	// A banned Squid without a lease of the finished crawler's carries
+	// some of the other site's requests (the rotation prefers those).
+	banSeen, carriedOn := false, false
+	for _, ip := range bannedIPs {
+		if asked[ip] > 1 {
+			t.Errorf("the strict site asked Squid %s, which it bans, %d times; want 1 at most (the ban rests it there)", ip, asked[ip])
+		}
+		if asked[ip] == 1 {
+			banSeen = true
+			if !resting[ip] {
+				t.Errorf("Squid %s was banned by %s, and the lease API shows no cooldown of it there", ip, strictSiteIP)
+			}
+			carriedOn = carriedOn || carried[ip] > 0
+		}
+	}
+	if !banSeen {
+		t.Errorf("no request to the strict site went through a Squid it bans (%v); the test saw no ban", bannedIPs)
+	} else if !carriedOn {
+		t.Errorf("no Squid the strict site banned carried a request to %s: %v", otherSiteIP, carried)
+	}
+	t.Logf("the strict site asked %v, the other site saw %v; resting for %s: %v", asked, carried, strictSiteIP, resting)
+	if t.Failed() {
+		t.Fatalf("the banning site's crawler:\n%s", out)
+	}
+
+	// A MITM crawler pod (proxyfleet.io/mitm): its curl trusts the injected
+	// CA through CURL_CA_BUNDLE, its sidecar trusts the site's private CA
+	// through proxyfleet.io/upstream-ca, and inside HTTPS the sidecar reads
+	// the site's answers: they carry X-Proxyfleet-Attempts, and a 429 to
+	// one Squid rests that member for the site (retried on another, so the
+	// crawler sees 200).
+	testutil.AddNetNSAddr(t, mitmSiteIP)
+	// On 443: a generated Squid CONNECTs to no other port.
+	secure := testutil.StartTLSTarget(t, testutil.TargetOptions{Host: mitmSiteIP, Port: 443})
+	limitedIPs := []string{pods.Items[1].Status.PodIP, pods.Items[2].Status.PodIP}
+	for _, ip := range limitedIPs {
+		secure.SetRule(ip, http.StatusTooManyRequests, map[string]string{"Retry-After": "600"})
+	}
+	caDir := t.TempDir()
+	caCert, caKey, siteCA := filepath.Join(caDir, "ca.pem"), filepath.Join(caDir, "ca-key.pem"), filepath.Join(caDir, "site.pem")
+	if out, err := exec.Command(os.Getenv("PROXYFLEET_BIN"), "mitm-ca", "init", "--cert", caCert, "--key", caKey).CombinedOutput(); err != nil {
+		t.Fatalf("proxyfleet mitm-ca init: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(siteCA, secure.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "-n", "crawlers", "create", "secret", "tls", "crawl-mitm-ca", "--cert", caCert, "--key", caKey)
+	c.Kubectl(t, "-n", "crawlers", "create", "configmap", "site-roots", "--from-file=ca.crt="+siteCA)
+	out = runCrawler(t, c, "mitm", "crawler", fmt.Sprintf(`ok=0; attempts=0
+for i in $(seq 1 12); do
+  code=$(curl -s -o /dev/null -D /tmp/head -w '%%{http_code}' %s/mitm/$i)
+  echo "mitm $i $code $(grep -i '^x-proxyfleet-\|^retry-after' /tmp/head | tr -d '\r' | tr '\n' ' ')"
+  [ "$code" = 200 ] && ok=$((ok+1))
+  grep -qi '^x-proxyfleet-attempts: [0-9]' /tmp/head && attempts=$((attempts+1))
+done
+echo "attempts headers $attempts"
+[ "$ok" = 12 ] && [ "$attempts" = 12 ]`, secure.URL()), map[string]string{inject.AnnotationMITM: "crawl-mitm-ca", inject.AnnotationUpstreamCA: "site-roots"})
+	limited := map[string]int{}
+	for _, r := range secure.Requests() {
+		if strings.HasPrefix(r.URI, "/mitm/") {
+			limited[r.Source]++
+		}
+	}
+	limitSeen := false
+	for _, ip := range limitedIPs {
+		if limited[ip] > 1 {
+			t.Errorf("the site asked Squid %s, which it answers 429, %d times through MITM'd tunnels; want 1 at most (the 429 rests it for the site)\n%s", ip, limited[ip], out)
+		}
+		limitSeen = limitSeen || limited[ip] == 1
+	}
+	if !limitSeen {
+		t.Errorf("no MITM'd request went through a Squid the site answers 429 (%v): the test saw no 429 (%v)\n%s", limitedIPs, limited, out)
 	}
 
 	// kubectl scale: to five, whose two new Squid pods then carry the
@@ -410,7 +579,7 @@ while [ ! -e /tmp/stop ]; do
   [ "$code" = 200 ] || { fail=$((fail+1)); echo "GET $n: $code"; }
   sleep 0.2
 done
-echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
+echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()), nil)
 	c.WaitPodRunning(t, "crawlers", "looper", clusterTimeout)
 	c.Kubectl(t, "-n", "fleet", "scale", "proxypool/demo", "--replicas", "5")
 	waitSquids := func(n int) map[string]bool {
@@ -477,6 +646,56 @@ echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
 	}
 	victim := pods.Items[0]
 	c.Kubectl(t, "-n", "egress", "delete", "pod", victim.Name, "--wait=false")
+	// Its Proxy leaves Ready (the pod is gone: the provider creates it
+	// again, at a new address, or the probes through it fail) and the lease
+	// API stops offering it, before it is Ready again at a new address.
+	proxies := func() [][]string {
+		out := c.Kubectl(t, "get", "proxies", "-n", "fleet", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.ip}={.status.phase} {end}")
+		var rows [][]string
+		for _, f := range strings.Fields(out) {
+			rows = append(rows, strings.SplitN(f, "=", 3))
+		}
+		return rows
+	}
+	var victimProxy string
+	for _, row := range proxies() {
+		if len(row) == 3 && row[1] == victim.Status.PodIP {
+			victimProxy = row[0]
+		}
+	}
+	if victimProxy == "" {
+		t.Fatalf("no Proxy has Squid pod %s's address %s: %v", victim.Name, victim.Status.PodIP, proxies())
+	}
+	var phases []string
+	err = poll.Wait(clusterTimeout, "Proxy "+victimProxy+" to leave Ready at "+victim.Status.PodIP, func() error {
+		rows := proxies()
+		if !slices.ContainsFunc(rows, func(row []string) bool { return row[0] == victimProxy }) {
+			phases = append(phases, "gone")
+			return nil
+		}
+		for _, row := range rows {
+			if len(row) != 3 || row[0] != victimProxy {
+				continue
+			}
+			if seen := row[2] + "@" + row[1]; len(phases) == 0 || phases[len(phases)-1] != seen {
+				phases = append(phases, seen)
+			}
+			if row[2] != string(v1alpha1.PhaseReady) || row[1] != victim.Status.PodIP {
+				return nil
+			}
+		}
+		return fmt.Errorf("phases seen: %v", phases)
+	}, poll.Every(200*time.Millisecond))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.DescribePods("egress"))
+	}
+	offered := c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "sh", "-c", proxiesScript)
+	for _, p := range leaseAPIProxies(t, offered) {
+		if strings.Contains(p.URL, victim.Status.PodIP+":") && p.Healthy {
+			t.Errorf("the lease API still offers %s (%s), whose Squid pod is deleted and whose Proxy went %v", p.Name, p.URL, phases)
+		}
+	}
+	t.Logf("the deleted Squid pod's Proxy %s went %v", victimProxy, phases)
 	err = poll.Wait(clusterTimeout, "the deleted Squid pod's replacement", func() error {
 		now := waitSquids(2)
 		if now[victim.Status.PodIP] {
@@ -511,7 +730,60 @@ echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, c.DescribePods("egress"))
 	}
-	waitSquids(2)
+	squidsBefore := waitSquids(2)
+
+	// helm upgrade to a changed controller image under that load: the
+	// chart's Recreate strategy stops the one controller before the next
+	// starts (its lease store is in memory), the sidecars ride the gap out
+	// on the members they last knew, the new controller takes the running
+	// Squid pods over without replacing them, and still no GET fails.
+	c.Ctr(t, "images", "tag", controllerImageRepo+":"+localImageTag, controllerImageRepo+":"+upgradeImageTag)
+	helmUpgrade(t, c, upgradeImageTag)
+	err = poll.Wait(clusterTimeout, "the upgraded controller to run alone", func() error {
+		pods, err := c.Client.CoreV1().Pods("proxyfleet-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var images []string
+		for _, p := range pods.Items {
+			for _, ct := range p.Spec.Containers {
+				images = append(images, ct.Image+" "+string(p.Status.Phase))
+			}
+		}
+		if len(images) != 1 || images[0] != controllerImageRepo+":"+upgradeImageTag+" Running" {
+			return fmt.Errorf("controller pods: %v", images)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.DescribePods("proxyfleet-system"))
+	}
+	if after := waitSquids(2); !maps.Equal(after, squidsBefore) {
+		t.Errorf("the upgraded controller replaced the Squid pods: %v before, %v after", squidsBefore, after)
+	}
+
+	// The status pages, reached with kubectl port-forward as
+	// docs/operations.md says, render in headless Chromium with the
+	// running members: the controller's with its Proxies, the looping
+	// crawler's sidecar's with the Squids it leases.
+	// (Subtests, so that each page's screenshot has a name of its own.)
+	for _, page := range []struct {
+		name, namespace, target string
+		port                    int
+	}{
+		{"controller status page", "proxyfleet-system", "deploy/proxyfleet", 8082},
+		{"sidecar status page", "crawlers", "pod/looper", 15091}, // inject.StatusAddr
+	} {
+		t.Run(page.name, func(t *testing.T) {
+			dom := statusPage(t, "http://"+c.PortForward(t, page.namespace, page.target, page.port)+statuspage.PagePath)
+			for ip := range squidsBefore {
+				if !strings.Contains(dom, ip) {
+					t.Errorf("the %s does not show Squid %s", page.name, ip)
+				}
+			}
+		})
+	}
+
 	c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "touch", "/tmp/stop")
 	t.Logf("the looping crawler: %s", waitCrawler(t, c, "looper"))
 }
@@ -524,19 +796,24 @@ const leaseScript = `curl -s -o /dev/null -w 'lease %{http_code}\n' -X POST -d '
 // crawlers under service account sa, rotating per request, with $POD set to name, waits until it
 // ends and returns its log; a script that fails fails the test with the
 // log and the pod's state.
-func runCrawler(t *testing.T, c *node.Cluster, name, sa, script string) string {
+func runCrawler(t *testing.T, c *node.Cluster, name, sa, script string, annotations map[string]string) string {
 	t.Helper()
-	startCrawler(t, c, name, sa, script)
+	startCrawler(t, c, name, sa, script, annotations)
 	return waitCrawler(t, c, name)
 }
 
 // startCrawler creates the pod runCrawler runs, without waiting.
-func startCrawler(t *testing.T, c *node.Cluster, name, sa, script string) {
+func startCrawler(t *testing.T, c *node.Cluster, name, sa, script string, annotations map[string]string) {
 	t.Helper()
 	ctx := context.Background()
+	// A new Squid for every request (the sidecar is sticky by default).
+	annotations = maps.Clone(annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[inject.AnnotationRotation] = "request"
 	pod := &corev1.Pod{
-		// A new Squid for every request (the sidecar is sticky by default).
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "crawlers", Annotations: map[string]string{"proxyfleet.io/rotation": "request"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "crawlers", Annotations: annotations},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: sa,
 			RestartPolicy:      corev1.RestartPolicyNever,
@@ -582,4 +859,28 @@ func waitCrawler(t *testing.T, c *node.Cluster, name string) string {
 		t.Fatalf("crawler pod %s: %v (phase %s)\ncrawler log:\n%s\nsidecar log:\n%s\n%s", name, err, phase, logs, sidecar, c.DescribePods("crawlers"))
 	}
 	return string(logs)
+}
+
+// proxiesScript prints the lease API's GET /v1/proxies, asked by its
+// Service name with the pod's projected token, on a line of its own
+// starting "proxies ", for leaseAPIProxies.
+const proxiesScript = `echo "proxies $(curl -s -H "Authorization: Bearer $(cat /var/run/lease/token)" http://proxyfleet.proxyfleet-system.svc:8090/v1/proxies | tr -d '\n')"`
+
+// leaseAPIProxies reads the members proxiesScript printed in out (the
+// last such line).
+func leaseAPIProxies(t *testing.T, out string) []leaseapi.ProxyInfo {
+	t.Helper()
+	var last string
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "proxies "); ok {
+			last = rest
+		}
+	}
+	var list struct {
+		Proxies []leaseapi.ProxyInfo `json:"proxies"`
+	}
+	if err := json.Unmarshal([]byte(last), &list); err != nil || len(list.Proxies) == 0 {
+		t.Fatalf("the lease API's /v1/proxies: %v in %q\n%s", err, last, out)
+	}
+	return list.Proxies
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -132,4 +133,23 @@ func InNamespaces(t *testing.T, ns Namespaces) bool {
 		t.Fatal(fmt.Errorf("netns: the test failed in its network namespace: %w", err))
 	}
 	return false
+}
+
+// AddNetNSAddr gives the interface carrying an InNetNS namespace's default
+// route one more address of 192.0.2.0/24 (TEST-NET-1), so a second site
+// stand-in can listen on an address of its own: the gateway's target key
+// drops the port, so two sites need two hosts. Only in the namespace's
+// child (InNamespacesChild); the address goes with the namespace.
+func AddNetNSAddr(t testing.TB, ip string) {
+	t.Helper()
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !netip.MustParsePrefix(NetNSDefaultAddr+"/24").Masked().Contains(a) || ip == NetNSDefaultAddr {
+		t.Fatalf("netns: %q is not another address of %s/24", ip, NetNSDefaultAddr)
+	}
+	if os.Getenv(netnsEnv) == "" {
+		t.Fatalf("netns: adding %s outside a test's own network namespace (InNetNS)", ip)
+	}
+	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "pfdefault0").CombinedOutput(); err != nil {
+		t.Fatalf("netns: ip addr add %s: %v\n%s", ip, err, out)
+	}
 }

@@ -36,6 +36,11 @@ type TargetOptions struct {
 	// port. A test in its own network namespace (InNetNS) may name any
 	// address of that namespace.
 	Host string
+	// Port is the port to listen on; 0 (the default) is a free one the
+	// kernel picks. Only in a test's own network namespace, on an address
+	// the test added there (AddNetNSAddr), is a fixed port certainly free:
+	// an HTTPS site on 443, the only port a generated Squid CONNECTs to.
+	Port int
 	// Pages are HTML documents served at exact paths (for browsers); every
 	// other path gets the JSON TargetAnswer. Requests for pages are recorded
 	// like any other.
@@ -137,7 +142,10 @@ func LaunchTarget(opts TargetOptions, useTLS bool) (*Target, error) {
 	if ip == nil || (!ip.IsLoopback() && os.Getenv(netnsEnv) == "") {
 		return nil, fmt.Errorf("target host %q must be a loopback IP (any address only in a test's own network namespace, InNetNS)", opts.Host)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, "0"))
+	if opts.Port != 0 && os.Getenv(netnsEnv) == "" {
+		return nil, fmt.Errorf("target port %d: a fixed port only in a test's own network namespace (InNetNS); give 0 for a free one", opts.Port)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
 	if err != nil {
 		return nil, err
 	}
