@@ -11,6 +11,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/providers"
 	awsprovider "github.com/proxyfleet/proxyfleet/providers/aws"
+	doprovider "github.com/proxyfleet/proxyfleet/providers/digitalocean"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
@@ -25,6 +26,7 @@ func providerDecoders() map[string]providers.Decoder {
 		gcpprovider.Type:  providers.DecoderOf(gcpprovider.ReadConfig),
 		kvmprovider.Type:  providers.DecoderOf(kvmprovider.ReadConfig),
 		awsprovider.Type:  providers.DecoderOf(awsprovider.ReadConfig),
+		doprovider.Type:   providers.DecoderOf(doprovider.ReadConfig),
 	}
 }
 
@@ -67,5 +69,6 @@ func providerConstructors(env manager.Env) map[string]providers.Constructor {
 		gcpprovider.Type:  gcpprovider.Constructor(env.Context),
 		kvmprovider.Type:  kvmprovider.Constructor(env.Logger.WithName("kvm")),
 		awsprovider.Type:  awsprovider.Constructor(env.Context),
+		doprovider.Type:   doprovider.Constructor(),
 	}
 }
