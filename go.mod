@@ -15,6 +15,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-containerregistry v0.22.1
 	github.com/googleapis/gax-go/v2 v2.27.0
+	github.com/hetznercloud/hcloud-go/v2 v2.52.0
 	github.com/kdomanski/iso9660 v0.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
