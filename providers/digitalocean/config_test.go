@@ -167,3 +167,17 @@ func FuzzReadConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestTheConfiguredPriceIsReportedThroughDecorators: hourlyPrice is what
+// the controller's proxyfleet_proxy_hourly_price reads for the entry's
+// Proxies, through the decorators the registry wraps a provider in.
+func TestTheConfiguredPriceIsReportedThroughDecorators(t *testing.T) {
+	p, _ := newTestProvider(t, func(c *Config) { c.HourlyPrice = 0.00595 })
+	if got := providers.HourlyPriceOf(providers.WithTracing(p, "do-ams")); got != 0.00595 {
+		t.Fatalf("HourlyPriceOf = %v, want 0.00595", got)
+	}
+	p, _ = newTestProvider(t, nil)
+	if got := providers.HourlyPriceOf(p); got != 0 {
+		t.Fatalf("HourlyPriceOf without a price = %v, want 0", got)
+	}
+}

@@ -155,3 +155,17 @@ func FuzzReadConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestTheConfiguredPriceIsReportedThroughDecorators: hourlyPrice is what
+// the controller's proxyfleet_proxy_hourly_price reads for the entry's
+// Proxies, through the decorators the registry wraps a provider in.
+func TestTheConfiguredPriceIsReportedThroughDecorators(t *testing.T) {
+	p, _ := newTestProvider(t, func(c *Config) { c.HourlyPrice = 0.0068 })
+	if got := providers.HourlyPriceOf(providers.WithTracing(p, "hetzner-fsn")); got != 0.0068 {
+		t.Fatalf("HourlyPriceOf = %v, want 0.0068", got)
+	}
+	p, _ = newTestProvider(t, nil)
+	if got := providers.HourlyPriceOf(p); got != 0 {
+		t.Fatalf("HourlyPriceOf without a price = %v, want 0", got)
+	}
+}
