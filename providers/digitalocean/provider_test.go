@@ -63,7 +63,21 @@ func newTestProvider(t *testing.T, mutate func(*Config)) (*Provider, *doapi.Serv
 	return p, srv
 }
 
+// testCloudInit is the user-data of testRequest: a Proxy's own, so that
+// tests about calls and answers do not each pay for the bootstrap's bcrypt
+// hash (seconds under -race). bootstrapRequest is a request for the
+// bootstrap.
+const testCloudInit = "#cloud-config\nruncmd: [[echo, test]]\n"
+
 func testRequest() providers.CreateRequest {
+	r := bootstrapRequest()
+	r.CloudInit = []byte(testCloudInit)
+	return r
+}
+
+// bootstrapRequest is testRequest without user-data of its own: the
+// provider boots its bootstrap with the request's login.
+func bootstrapRequest() providers.CreateRequest {
 	return providers.CreateRequest{
 		Name:     providers.NameFromUID(testUID),
 		OwnerUID: testUID, OwnerName: "eu-1", OwnerNamespace: "crawl",
@@ -113,7 +127,7 @@ func TestCreateMakesOneTaggedDropletBootingTheBootstrap(t *testing.T) {
 		c.SSHKeys = []string{"512190", "3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"}
 		c.IPv6 = true
 	})
-	req := testRequest()
+	req := bootstrapRequest()
 	req.Labels = map[string]string{"pool": "eu"}
 	inst, err := p.Create(ctx(t), req)
 	if err != nil {
@@ -334,7 +348,7 @@ func TestCreateRefusesBadPlacementWithoutCalling(t *testing.T) {
 		{"not a size slug", func(r *providers.CreateRequest, _ *Config) { r.Placement.MachineType = "Large Droplet" }, `"Large Droplet" is not a size slug`},
 		{"not a region", func(r *providers.CreateRequest, _ *Config) { r.Placement.Zone = "europe-west1-b" }, `"europe-west1-b" is not a region slug`},
 		{"not an image slug", func(r *providers.CreateRequest, _ *Config) { r.Placement.Image = "Debian 12" }, "is not an image slug"},
-		{"no login for the bootstrap", func(r *providers.CreateRequest, _ *Config) { r.ProxyAuth = nil }, "refusing to boot an open proxy"},
+		{"no login for the bootstrap", func(r *providers.CreateRequest, _ *Config) { r.ProxyAuth, r.CloudInit = nil, nil }, "refusing to boot an open proxy"},
 		{"a label that is no tag", func(r *providers.CreateRequest, _ *Config) {
 			r.Labels = map[string]string{"app.kubernetes.io/name": "x"}
 		}, "as tag"},

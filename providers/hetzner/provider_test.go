@@ -66,7 +66,21 @@ func newTestProvider(t *testing.T, mutate func(*Config)) (*Provider, *hcloudapi.
 	return p, api
 }
 
+// testCloudInit is the user-data of testRequest: a Proxy's own, so that
+// tests about calls and answers do not each pay for the bootstrap's bcrypt
+// hash (seconds under -race). bootstrapRequest is a request for the
+// bootstrap.
+const testCloudInit = "#cloud-config\nruncmd: [[echo, test]]\n"
+
 func testRequest() providers.CreateRequest {
+	r := bootstrapRequest()
+	r.CloudInit = []byte(testCloudInit)
+	return r
+}
+
+// bootstrapRequest is testRequest without user-data of its own: the
+// provider boots its bootstrap with the request's login.
+func bootstrapRequest() providers.CreateRequest {
 	return providers.CreateRequest{
 		Name:     providers.NameFromUID(testUID),
 		OwnerUID: testUID, OwnerName: "eu-1", OwnerNamespace: "crawl",
@@ -115,7 +129,7 @@ func TestCreateMakesOneLabelledServerBootingTheBootstrap(t *testing.T) {
 		c.Labels = map[string]string{"team": "crawl"}
 		c.SSHKeys = []int64{4711}
 	})
-	req := testRequest()
+	req := bootstrapRequest()
 	req.Labels = map[string]string{"pool": "eu", LabelOwnerUID: "forged"}
 	inst, err := p.Create(ctx(t), req)
 	if err != nil {
@@ -388,7 +402,7 @@ func TestCreateRefusesBadPlacementWithoutCalling(t *testing.T) {
 		{"not a server type", func(r *providers.CreateRequest, _ *Config) { r.Placement.MachineType = "Large Server" }, `"Large Server" is not a server type`},
 		{"not a location", func(r *providers.CreateRequest, _ *Config) { r.Placement.Zone = "Falkenstein" }, `"Falkenstein" is not a location`},
 		{"not an image name", func(r *providers.CreateRequest, _ *Config) { r.Placement.Image = "Debian 12" }, "is not an image name"},
-		{"no login for the bootstrap", func(r *providers.CreateRequest, _ *Config) { r.ProxyAuth = nil }, "refusing to boot an open proxy"},
+		{"no login for the bootstrap", func(r *providers.CreateRequest, _ *Config) { r.ProxyAuth, r.CloudInit = nil, nil }, "refusing to boot an open proxy"},
 		{"a label that is no label", func(r *providers.CreateRequest, _ *Config) { r.Labels = map[string]string{"team": "web crawl"} }, "is not a label value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
