@@ -49,7 +49,8 @@ func (p *Provider) ensureFirewall(ctx context.Context, req providers.CreateReque
 		return err
 	}
 	if fw == nil {
-		// A firewall may only name a tag that exists.
+		// The tag is made first, so the firewall never names a tag the
+		// account lacks (the in-test API refuses one, to hold the order).
 		if _, _, err := p.client.Tags.Create(ctx, &godo.TagCreateRequest{Name: tag}); err != nil {
 			return classify("creating tag "+tag, err)
 		}
