@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/credentials"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/computeapi"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/doapi"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/ec2api"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/hcloudapi"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/libvirtd"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
@@ -49,7 +52,10 @@ const guestBootTimeout = 8 * time.Minute
 // user-data metadata becomes a second guest's NoCloud seed, and that Proxy
 // turns Ready the same way; and the aws provider's: an aws entry on the
 // in-test EC2 launches an instance whose UserData becomes a third guest's
-// seed. A --lease-api gateway then carries requests to
+// seed; and, once those are gone, the digitalocean and hetzner providers'
+// (entries on the in-test DigitalOcean and Hetzner Cloud APIs), one guest
+// after the other, each booting the user_data its provider created the
+// droplet or server with. A --lease-api gateway carries requests to
 // a target on the guests' network, which sees a guest's address as the
 // source, and each guest's Squid refuses a request without the login (407),
 // a CONNECT to a port other than 443, and the metadata address and a
@@ -78,6 +84,12 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	keyID, secretKey := filepath.Join(t.TempDir(), "aws-access-key-id"), filepath.Join(t.TempDir(), "aws-secret-access-key")
 	writeFile(t, keyID, ec2api.DefaultAccessKeyID+"\n")
 	writeFile(t, secretKey, ec2api.DefaultSecretAccessKey+"\n")
+	do := doapi.Start(t)
+	doToken := filepath.Join(t.TempDir(), "digitalocean-token")
+	writeFile(t, doToken, doapi.DefaultToken+"\n")
+	hz := hcloudapi.Start(t)
+	hzToken := filepath.Join(t.TempDir(), "hetzner-token")
+	writeFile(t, hzToken, hcloudapi.DefaultToken+"\n")
 	config := filepath.Join(t.TempDir(), "providers.yaml")
 	writeFile(t, config, host.Config+`  - name: gcp-test
     type: gcp
@@ -96,6 +108,22 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
       addressType: private
       sourceRanges: [`+libvirtd.GuestSubnet.String()+`]
       defaults: {machineType: t3.micro}
+  - name: do-test
+    type: digitalocean
+    digitalocean:
+      region: ams3
+      endpoint: `+do.URL+`
+      tokenFile: `+doToken+`
+      sourceRanges: [`+libvirtd.GuestSubnet.String()+`]
+      defaults: {machineType: s-1vcpu-512mb-10gb}
+  - name: hetzner-test
+    type: hetzner
+    hetzner:
+      location: fsn1
+      endpoint: `+hz.Endpoint()+`
+      tokenFile: `+hzToken+`
+      sourceRanges: [`+libvirtd.GuestSubnet.String()+`]
+      defaults: {machineType: cx22}
 `)
 	const apiToken = "e2e-guest-token"
 	tokenFile := filepath.Join(t.TempDir(), "lease-api-token")
@@ -108,7 +136,11 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	gx.Name, gx.Spec.Provider = "gce-1", "gcp-test"
 	ax := px.DeepCopy()
 	ax.Name, ax.Spec.Provider = "ec2-1", "aws-test"
-	for _, p := range []*v1alpha1.Proxy{px, gx, ax} {
+	dx := px.DeepCopy()
+	dx.Name, dx.Spec.Provider = "do-1", "do-test"
+	hx := px.DeepCopy()
+	hx.Name, hx.Spec.Provider = "hz-1", "hetzner-test"
+	for _, p := range []*v1alpha1.Proxy{px, gx, ax, dx, hx} {
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -177,6 +209,42 @@ func TestControllerBinaryBootsARealSquidGuest(t *testing.T) {
 	poll.Until(t, 2*time.Minute, "the ec2-1 instance terminated", func() error {
 		return poll.Check(len(ec2.Live()) == 0, "instances not terminated: %+v", ec2.Live())
 	})
+
+	// The digitalocean and hetzner Proxies' VMs boot one after the other
+	// once the gcp and aws guests are gone, so no more than two guests
+	// ever run under TCG at once; each is checked as a stranger and with
+	// its login, then deleted with its droplet or server.
+	cloudStarted := time.Now()
+	for _, c := range []struct {
+		name string
+		boot func() (vm string, left func() int)
+	}{
+		{"do-1", func() (string, func() int) {
+			return bootDroplet(t, env.Client, do, lvd, image, ns, "do-1"), func() int { return len(do.Droplets()) }
+		}},
+		{"hz-1", func() (string, func() int) {
+			return bootHetznerServer(t, env.Client, hz, lvd, image, ns, "hz-1"), func() int { return len(hz.Servers()) }
+		}},
+	} {
+		booted := time.Now()
+		vm, left := c.boot()
+		g := waitGuestReady(t, env.Client, host, ctl, ns, c.name)
+		t.Logf("%s's guest %s is Ready at %s, %s after its boot began", c.name, vm, g.Status.IP, time.Since(booted).Round(time.Second))
+		if target.Count(g.Status.IP) == 0 {
+			t.Fatalf("%s is Ready, but the target saw no probe from its guest's address %s (sources %v)", c.name, g.Status.IP, target.Sources())
+		}
+		requireGuestSquid(t, net.JoinHostPort(g.Status.IP, "3128"), guestLogin(t, env.Client, g), target, host.BridgeIP)
+		if err := env.Client.Delete(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		if dom, err := lv.DomainLookupByName(vm); err == nil {
+			_ = lv.DomainDestroy(dom)
+		}
+		poll.Until(t, 2*time.Minute, c.name+"'s instance deleted", func() error {
+			return poll.Check(left() == 0, "%d left", left())
+		})
+	}
+	t.Logf("the digitalocean and hetzner guests took %s together", time.Since(cloudStarted).Round(time.Second))
 
 	// The spec edit: a bootstrap of the Proxy's own, the generated one with
 	// an option Squid does not know on its http_port.
@@ -352,6 +420,62 @@ func bootEC2Instance(t *testing.T, c client.Client, ec2 *ec2api.Server, lvd *lib
 	ec2.SetAddresses(inst.ID, ip, "", "")
 	ec2.SetState(inst.ID, ec2api.StateRunning)
 	return vm
+}
+
+// bootDroplet waits for the droplet the digitalocean provider creates for
+// Proxy ns/name, boots it here: the guest image with the droplet's
+// user_data as its NoCloud seed, and reports the guest's DHCP address as
+// the droplet's public IPv4 with status active, as DigitalOcean would. It
+// returns the guest's (the droplet's) name.
+func bootDroplet(t *testing.T, c client.Client, do *doapi.Server, lvd *libvirtd.Daemon, image, ns, name string) string {
+	t.Helper()
+	var d doapi.Droplet
+	poll.Until(t, pollTimeout, name+": its droplet created", func() error {
+		var p v1alpha1.Proxy
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		for _, in := range do.Droplets() {
+			if slices.Contains(in.Tags, "proxyfleet-uid:"+string(p.UID)) {
+				d = in
+				return poll.Check(in.UserData != "", "droplet %d has no user-data", in.ID)
+			}
+		}
+		return fmt.Errorf("droplets: %+v", do.Droplets())
+	})
+	lvd.BootSeeded(t, d.Name, image, []byte(d.UserData))
+	ip := lvd.LeasedAddr(t, d.Name, guestBootTimeout)
+	do.SetAddresses(d.ID, ip, "", "")
+	do.SetStatus(d.ID, doapi.StatusActive)
+	return d.Name
+}
+
+// bootHetznerServer waits for the server the hetzner provider creates for
+// Proxy ns/name, boots it here: the guest image with the server's
+// user_data as its NoCloud seed, and reports the guest's DHCP address as
+// the server's public IPv4 with status running, as Hetzner would. It
+// returns the guest's (the server's) name.
+func bootHetznerServer(t *testing.T, c client.Client, hz *hcloudapi.API, lvd *libvirtd.Daemon, image, ns, name string) string {
+	t.Helper()
+	var s hcloudapi.Server
+	poll.Until(t, pollTimeout, name+": its server created", func() error {
+		var p v1alpha1.Proxy
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		for _, in := range hz.Servers() {
+			if in.Labels["proxyfleet.io/proxy-uid"] == string(p.UID) {
+				s = in
+				return poll.Check(in.UserData != "", "server %d has no user-data", in.ID)
+			}
+		}
+		return fmt.Errorf("servers: %+v", hz.Servers())
+	})
+	lvd.BootSeeded(t, s.Name, image, []byte(s.UserData))
+	ip := lvd.LeasedAddr(t, s.Name, guestBootTimeout)
+	hz.SetAddresses(s.ID, ip, "")
+	hz.SetStatus(s.ID, hcloudapi.StatusRunning)
+	return s.Name
 }
 
 // waitGuestReady waits up to guestBootTimeout for the Proxy to be Ready

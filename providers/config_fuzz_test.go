@@ -7,7 +7,7 @@ import "testing"
 // it accepts has entries with unique, non-empty names, each of a known type
 // and with its block. Each provider package fuzzes its own block
 // (FuzzReadConfig in providers/kubernetes, providers/gcp, providers/kvm,
-// providers/aws).
+// providers/aws, providers/digitalocean, providers/hetzner).
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(docsExample))
 	f.Add([]byte("providers:\n- name: a\n  type: kubernetes\n"))

@@ -1,10 +1,11 @@
 package providers
 
 // Pricer is implemented by providers whose config may give the hourly price
-// of their instances (the aws provider's hourlyPrice), so the controller can
-// report what each Managed Proxy costs (proxyfleet_proxy_hourly_price). The
-// price is the operator's figure in the operator's currency: providers do
-// not ask a price API, whose answers depend on the account's discounts.
+// of their instances (the aws, digitalocean and hetzner providers'
+// hourlyPrice), so the controller can report what each Managed Proxy costs
+// (proxyfleet_proxy_hourly_price). The price is the operator's figure in the
+// operator's currency: providers do not ask a price API, whose answers
+// depend on the account's discounts.
 type Pricer interface {
 	// HourlyPrice is what one instance costs an hour; 0 means not known.
 	HourlyPrice() float64

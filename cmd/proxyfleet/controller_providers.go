@@ -11,7 +11,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/controller/manager"
 	"github.com/proxyfleet/proxyfleet/providers"
 	awsprovider "github.com/proxyfleet/proxyfleet/providers/aws"
+	doprovider "github.com/proxyfleet/proxyfleet/providers/digitalocean"
 	gcpprovider "github.com/proxyfleet/proxyfleet/providers/gcp"
+	hetznerprovider "github.com/proxyfleet/proxyfleet/providers/hetzner"
 	kubeprovider "github.com/proxyfleet/proxyfleet/providers/kubernetes"
 	kvmprovider "github.com/proxyfleet/proxyfleet/providers/kvm"
 )
@@ -21,10 +23,12 @@ import (
 // has the same types' constructors.
 func providerDecoders() map[string]providers.Decoder {
 	return map[string]providers.Decoder{
-		kubeprovider.Type: providers.DecoderOf(kubeprovider.ReadConfig),
-		gcpprovider.Type:  providers.DecoderOf(gcpprovider.ReadConfig),
-		kvmprovider.Type:  providers.DecoderOf(kvmprovider.ReadConfig),
-		awsprovider.Type:  providers.DecoderOf(awsprovider.ReadConfig),
+		kubeprovider.Type:    providers.DecoderOf(kubeprovider.ReadConfig),
+		gcpprovider.Type:     providers.DecoderOf(gcpprovider.ReadConfig),
+		kvmprovider.Type:     providers.DecoderOf(kvmprovider.ReadConfig),
+		awsprovider.Type:     providers.DecoderOf(awsprovider.ReadConfig),
+		doprovider.Type:      providers.DecoderOf(doprovider.ReadConfig),
+		hetznerprovider.Type: providers.DecoderOf(hetznerprovider.ReadConfig),
 	}
 }
 
@@ -63,9 +67,11 @@ func (cfg *controllerConfig) readProviders(c *cli.Context) (err error) {
 // reads, given what they need of the run.
 func providerConstructors(env manager.Env) map[string]providers.Constructor {
 	return map[string]providers.Constructor{
-		kubeprovider.Type: kubeprovider.Constructor(env.Client),
-		gcpprovider.Type:  gcpprovider.Constructor(env.Context),
-		kvmprovider.Type:  kvmprovider.Constructor(env.Logger.WithName("kvm")),
-		awsprovider.Type:  awsprovider.Constructor(env.Context),
+		kubeprovider.Type:    kubeprovider.Constructor(env.Client),
+		gcpprovider.Type:     gcpprovider.Constructor(env.Context),
+		kvmprovider.Type:     kvmprovider.Constructor(env.Logger.WithName("kvm")),
+		awsprovider.Type:     awsprovider.Constructor(env.Context),
+		doprovider.Type:      doprovider.Constructor(),
+		hetznerprovider.Type: hetznerprovider.Constructor(),
 	}
 }

@@ -69,14 +69,17 @@ func TestProvidersConfigNamesEveryBrokenEntry(t *testing.T) {
 - {name: c, type: kvm, kvm: {ssh: {user: u, privateKeyFile: /i, knownHostsFile: /k}, hosts: []}}
 - {name: d, type: azure}
 - {name: e, type: aws, aws: {region: eu-west-1}}
+- {name: f, type: digitalocean, digitalocean: {region: ams3, sourceRanges: [203.0.113.0/24]}}
+- {name: g, type: hetzner, hetzner: {location: fsn1, tokenFile: /t}}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := loadProvidersConfig(path)
 	for _, want := range []string{"--providers-config: providers config " + path,
 		"providers[0] (a): gcp.project is required", "providers[1] (b): kubernetes.namespace is required",
-		"providers[2] (c): kvm.hosts needs at least one host", `providers[3] (d): type "azure" is unknown (want one of aws, gcp, kubernetes, kvm)`,
-		"providers[4] (e): aws.sourceRanges is required"} {
+		"providers[2] (c): kvm.hosts needs at least one host", `providers[3] (d): type "azure" is unknown (want one of aws, digitalocean, gcp, hetzner, kubernetes, kvm)`,
+		"providers[4] (e): aws.sourceRanges is required", "providers[5] (f): digitalocean.tokenFile is required",
+		"providers[6] (g): hetzner.sourceRanges is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
