@@ -77,7 +77,6 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 	}
 	prov := built["kvm-local"].(*kvmprovider.Provider)
 	t.Cleanup(prov.Close)
-	ctx := testCtx(t)
 	req := func(uid string) providers.CreateRequest {
 		return providers.CreateRequest{Name: providers.NameFromUID(uid), OwnerUID: uid, Installation: testInstallation, OwnerName: "px", OwnerNamespace: "crawl", Port: 3128,
 			ProxyAuth: &providers.BasicAuth{Username: "proxyfleet", Password: "s3cret-" + uid}}
@@ -86,9 +85,13 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 	for _, r := range []providers.CreateRequest{stopped, stray, live} {
 		// A transient failure is retried, as the reconciler retries it: a
 		// small download through libvirt's stream (the base image's digest
-		// marker) hangs now and then, about one in fifty here.
+		// marker) hangs now and then, about one in fifty here. Each attempt
+		// has a deadline of its own, as each reconcile pass has: one
+		// context for all of them expired under load before the third
+		// Create, and every retry then failed at once waiting for the
+		// connection.
 		err := poll.Wait(2*time.Minute, "the Create of "+r.Name, func() error {
-			_, err := prov.Create(ctx, r)
+			_, err := prov.Create(testCtx(t), r)
 			if err != nil && providers.Class(err) != providers.ErrTransient {
 				t.Fatalf("Create %s: %v", r.Name, err)
 			}
@@ -139,7 +142,7 @@ func TestSweepRemovesAKVMGuestsLeftoversByTheirMarkAndNothingElse(t *testing.T) 
 		MinAge:    10 * time.Minute,
 		Recorder:  rec,
 	})
-	res := s.sweep(ctx)
+	res := s.sweep(testCtx(t))
 	if res.errors != 0 {
 		t.Fatalf("sweep errors: %+v", res)
 	}
