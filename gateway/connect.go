@@ -57,7 +57,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		g.serveMITM(w, r, p, hostport, host, port, start)
 		return
 	}
-	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
+	rq.lr = g.leases.newReq(p, rotation.HostKey(host))
 	up, early, err := g.openTunnel(ctx, rq, hostport, host, port, addrs)
 	if err != nil {
 		g.finish(ctx, rq, err)
@@ -139,7 +139,7 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 		g.tunnels.remove(t)
 		g.rec.BytesRelayed(DirectionUp, upN+up)
 		g.rec.BytesRelayed(DirectionDown, downN+down)
-		g.done(ctx, h) // per-request rotation ends the lease here
+		g.leases.done(ctx, h) // per-request rotation ends the lease here
 	})
 }
 

@@ -127,12 +127,12 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 	v := judge(err)
 	if rq.h.mc != nil {
 		if v.report != "" {
-			g.drop(ctx, &rq.lr, rq.h, v.report, 0)
+			g.leases.drop(ctx, &rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
 				g.memberFailed(rq.h, failureOf(err).f.Class)
 			}
 		} else {
-			g.done(ctx, rq.h)
+			g.leases.done(ctx, rq.h)
 		}
 		rq.h = held{}
 	}
@@ -193,69 +193,6 @@ func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 	h.Set("Proxy-Status", proxyStatus(reason))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
-}
-
-// lease returns the lease for rq's next attempt, or the error that ends
-// the request: the client leaving, or the pool's refusal in words a
-// client can act on.
-func (g *Gateway) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
-	h, err := g.acquire(ctx, &rq.lr)
-	switch {
-	case err == nil:
-		return h, nil
-	case isSessionLost(err):
-		return held{}, err
-	}
-	if client.Err() != nil {
-		return held{}, errClientGone
-	}
-	return held{}, g.poolRefusal(&rq.lr, err)
-}
-
-// isSessionLost reports whether err is a strict session's loss (apart, so
-// the lease path's success allocates nothing for it).
-func isSessionLost(err error) bool {
-	var sl *sessionLostError
-	return errors.As(err, &sl)
-}
-
-// poolRefusal says why the pool gave no lease: which parameter matched
-// nothing, the TTL that is too long and whose it is, the unreachable API.
-func (g *Gateway) poolRefusal(lr *leaseReq, err error) error {
-	var nm *pool.NoMatchError
-	switch {
-	case errors.As(err, &nm):
-		if nm.Considered == 0 {
-			// Nothing even matched: say which parameter ruled everything
-			// out, since the counts alone read as an empty pool.
-			switch {
-			case lr.p.Proxy != "":
-				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
-			case len(lr.p.Selector) > 0:
-				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
-			}
-		}
-		return err
-	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
-		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
-		return &poolConfigError{err: errors.New("the gateway's lease TTL " + g.leaseTTL.String() + " is above the pool's maximum (" + err.Error() + "); lower the gateway's --lease-ttl")}
-	case errors.Is(err, pool.ErrTTLTooLong):
-		msg := "sessttl above the pool's maximum lease TTL"
-		if mt, ok := g.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
-			msg += " of " + mt.MaxTTL().String()
-		}
-		return &annotated{err: err, msg: msg}
-	case errors.Is(err, pool.ErrUnreachable):
-		return err
-	case errors.Is(err, pool.ErrForbidden):
-		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
-	}
-	var sm *sessionLimitError
-	if errors.As(err, &sm) {
-		return err
-	}
-	g.log.Warn("lease acquire failed", "err", err)
-	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
 }
 
 // annotated is err with a message meant for the client.

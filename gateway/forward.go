@@ -138,7 +138,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 			return
 		}
 	}
-	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
+	rq.lr = g.leases.newReq(p, rotation.HostKey(host))
 	// The request holds its place in the site's pace until it ends.
 	defer g.leavePace(rq)
 
@@ -174,9 +174,9 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 		}
 		return
 	}
-	g.succeeded(ctx, &rq.lr, h)
+	g.leases.succeeded(ctx, &rq.lr, h)
 	ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
-	g.done(ctx, h)
+	g.leases.done(ctx, h)
 	g.traceRequest(ctx, rq, outcomeOf(res), "")
 	if !ok {
 		// The upstream broke off mid-body. Abort the client's answer so
@@ -211,16 +211,16 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		if !res.IsBan() {
 			return servedHere, nil
 		}
-		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, resp.Header))
+		g.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			discard(resp)
-			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(resp.StatusCode)+", "+string(res)+")")
+			return tryAnother, g.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(resp.StatusCode)+", "+string(res)+")")
 		}
 		if rule.retryable && attempt < g.retries {
 			// Leased before the banned answer is let go: with no other
 			// member, the client gets the site's answer, not an error.
-			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+			if n, err := g.leases.acquire(ctx, &rq.lr); err == nil {
 				discard(resp)
 				rq.next = n
 				deadline.Reset(g.requestTimeout - time.Since(rq.start))

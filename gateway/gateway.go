@@ -197,14 +197,8 @@ type Options struct {
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
 // mount it as an http.Handler) and stop it with Shutdown.
 type Gateway struct {
-	pool     pool.Pool
-	later    pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
-	mode     rotation.Mode
-	leaseTTL time.Duration
-	// maxSessTTL is the pool's longest lease when it says (0: unknown, as
-	// a --lease-api pool's): acquire refuses a longer sessttl on a pinned
-	// session too, where the pool is not asked.
-	maxSessTTL     time.Duration
+	pool           pool.Pool
+	leases         *leasing
 	retries        int
 	classifier     rotation.Classifier
 	tokens         tokenSet
@@ -227,11 +221,8 @@ type Gateway struct {
 	connectHTTPPorts []uint16
 	pacer            *pacer
 
-	aff      *rotation.Affinity
 	evidence *rotation.MemberEvidence
 	front    *front.Server
-	flights  flightGroup
-	struck   struckSet
 	alive    aliveSet
 	tunnels  tunnelSet
 	bufs     bufPool
@@ -328,21 +319,8 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	aff, err := rotation.NewAffinity(o.AffinityEntries)
-	if err != nil {
-		return nil, errors.New("gateway: affinity cache: " + err.Error())
-	}
-	later, _ := o.Pool.(pool.LaterReleaser)
-	var maxSessTTL time.Duration
-	if mt, ok := o.Pool.(interface{ MaxTTL() time.Duration }); ok {
-		maxSessTTL = mt.MaxTTL()
-	}
 	g := &Gateway{
-		maxSessTTL:     maxSessTTL,
 		pool:           o.Pool,
-		later:          later,
-		mode:           o.Mode,
-		leaseTTL:       o.LeaseTTL,
 		retries:        o.Retries,
 		classifier:     o.Classifier,
 		tokens:         newTokenSet(o.Tokens),
@@ -359,11 +337,13 @@ func New(o Options) (*Gateway, error) {
 		log:            o.Logger,
 		banBodyBytes:   o.BanBodyBytes,
 		siteRoots:      o.SiteRoots,
-		aff:            aff,
 		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
 		members:        make(map[string]*memberConn),
 		failureWindow:  o.FailureWindow,
 		stopping:       make(chan struct{}),
+	}
+	if g.leases, err = newLeasing(o, g, g); err != nil {
+		return nil, err
 	}
 	if g.failureWindow <= 0 {
 		g.failureWindow = pool.DefaultFailureWindow
@@ -453,7 +433,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		mc.close()
 	}
 	g.membersMu.Unlock()
-	g.aff.Close()
+	g.leases.close()
 	g.pacer.close()
 	return err
 }

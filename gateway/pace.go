@@ -645,12 +645,12 @@ func (g *Gateway) PaceStatus() []statuspage.SitePace {
 // are given back.
 func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, req pool.SlotRequest, slot pool.Slot, by pool.SitePacer) (held, pool.Slot, pool.SitePacer) {
 	p := g.pacer
-	alt, err := g.acquireFresh(ctx, &rq.lr, false)
+	alt, err := g.leases.acquireFresh(ctx, &rq.lr, false)
 	if err != nil {
 		return h, slot, by
 	}
 	if alt.mc.m.Name == h.mc.m.Name || at.triedBefore(alt.mc.m.Name) {
-		g.done(ctx, alt)
+		g.leases.done(ctx, alt)
 		return h, slot, by
 	}
 	areq := req
@@ -658,13 +658,13 @@ func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h
 	areq.MaxWait = min(req.MaxWait, slot.Wait-time.Millisecond)
 	aslot, aby := p.reserve(ctx, areq, sp)
 	if !aslot.Reserved || aslot.Wait >= slot.Wait {
-		g.done(ctx, alt)
+		g.leases.done(ctx, alt)
 		return h, slot, by
 	}
 	if slot.Reserved {
 		_ = by.ReturnSlot(ctx, req.Site, req.Member, slot.Token)
 	}
-	g.done(ctx, h)
+	g.leases.done(ctx, h)
 	return alt, aslot, aby
 }
 

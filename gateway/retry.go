@@ -46,7 +46,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		rq.next = held{}
 		if h.mc == nil {
 			var err error
-			if h, err = g.lease(ctx, client, rq); err != nil {
+			if h, err = g.leases.lease(ctx, client, rq); err != nil {
 				if at.last == nil || errors.Is(err, errClientGone) {
 					return err
 				}
@@ -57,7 +57,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			// The pool offered a member that failed this request already
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
-			g.release(ctx, &rq.lr, h)
+			g.leases.release(ctx, &rq.lr, h)
 			if h.resting {
 				// The override's least recently failed member is one
 				// this request failed on: every other rests too.
@@ -69,7 +69,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		// member free sooner, or end the request paced.
 		var err error
 		if h, err = g.pace(ctx, client, rq, at, h); err != nil {
-			g.done(ctx, h)
+			g.leases.done(ctx, h)
 			return err
 		}
 		rq.use(h)
@@ -93,13 +93,13 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		if ae.f.Class == classAnswerTimeout {
 			g.checkAlive(ctx, h, rq.lr.target)
 		}
-		g.drop(ctx, &rq.lr, h, v.report, 0)
+		g.leases.drop(ctx, &rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
 			g.memberFailed(h, ae.f.Class)
 		}
 		rq.h = held{}
 		if rq.lr.p.Strict {
-			return g.lostSession(rq, h, "failed ("+err.Error()+")")
+			return g.leases.lostSession(rq, h, "failed ("+err.Error()+")")
 		}
 		switch {
 		case at.failed(h, ae, g.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
@@ -108,12 +108,4 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
 	}
-}
-
-// lostSession ends a strict session's request whose member h was banned
-// or failed: the session is marked lost and the request fails
-// session_lost; it never goes on to another member.
-func (g *Gateway) lostSession(rq *request, h held, why string) error {
-	g.markLost(&rq.lr, h.mc.m.Name)
-	return &sessionLostError{member: h.mc.m.Name, why: why}
 }

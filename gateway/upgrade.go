@@ -69,14 +69,14 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
-		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
+		g.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			_ = s.c.Close()
-			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
+			return tryAnother, g.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
 		}
 		if attempt < g.retries {
-			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+			if n, err := g.leases.acquire(ctx, &rq.lr); err == nil {
 				_ = s.c.Close()
 				rq.next = n
 				return tryAnother, nil
@@ -92,11 +92,11 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		// Refused: its answer goes to the client as any answer does.
 		defer s.c.Close()
 		if !res.IsBan() {
-			g.succeeded(ctx, &rq.lr, used)
+			g.leases.succeeded(ctx, &rq.lr, used)
 		}
 		ok := g.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
 		if !res.IsBan() {
-			g.done(ctx, used)
+			g.leases.done(ctx, used)
 		}
 		g.traceRequest(ctx, rq, outcomeOf(res), "")
 		if !ok {
