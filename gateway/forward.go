@@ -71,7 +71,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+		g.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 			msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
@@ -89,12 +89,12 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 			u.Scheme = "http"
 		}
 	default:
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		g.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
 	if err != nil {
-		g.finish(r.Context(), rq, err)
+		g.exit.finish(r.Context(), rq, err)
 		return
 	}
 	g.forward(rq, r, p, r.URL, host, port)
@@ -124,9 +124,9 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	})
 	defer deadline.Stop()
 	rq.pace.due = start.Add(g.requestTimeout)
-	addrs, err := g.checkTarget(ctx, host, port)
+	addrs, err := g.admit.checkTarget(ctx, host, port)
 	if err != nil {
-		g.finish(ctx, rq, err)
+		g.exit.finish(ctx, rq, err)
 		return
 	}
 	if addrs != nil {
@@ -134,13 +134,13 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	}
 	if rq.body != nil {
 		if cf := rq.body.readAhead(maxReadAhead); cf != nil {
-			g.finish(ctx, rq, cf)
+			g.exit.finish(ctx, rq, cf)
 			return
 		}
 	}
 	rq.lr = g.leases.newReq(p, rotation.HostKey(host))
 	// The request holds its place in the site's pace until it ends.
-	defer g.leavePace(rq)
+	defer g.pacer.leave(rq)
 
 	out := r.WithContext(ctx)
 	out.URL = u
@@ -161,14 +161,14 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	}
 	resp, h, res, err := g.forwardWithRetry(ctx, r, rq, out, deadline)
 	if err != nil {
-		g.finish(ctx, rq, err)
+		g.exit.finish(ctx, rq, err)
 		return
 	}
 	if res.IsBan() {
 		// The ban was reported and the lease let go; the client gets the
 		// site's answer.
 		ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
-		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		g.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
 		}
@@ -177,7 +177,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	g.leases.succeeded(ctx, &rq.lr, h)
 	ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
 	g.leases.done(ctx, h)
-	g.traceRequest(ctx, rq, outcomeOf(res), "")
+	g.exit.trace(ctx, rq, outcomeOf(res), "")
 	if !ok {
 		// The upstream broke off mid-body. Abort the client's answer so
 		// it sees a truncated response, not a complete one.
@@ -193,7 +193,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 // error that ends the request, with rq holding the lease still in use.
 func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
 	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: g.retries, method: r.Method}
-	answerTimeout := g.answerTimeoutFor(rq.lr.target)
+	answerTimeout := g.ex.answerTimeoutFor(rq.lr.target)
 	at := attempts{hostport: out.URL.Host}
 	var (
 		resp *http.Response
@@ -207,7 +207,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 		}
 		resp, used, res = got, h, g.classifier.ClassifyAnswer(ans)
 		// Before anything else is sent: a ban cuts the site's pace now.
-		g.paceAnswered(rq, res)
+		g.pacer.answered(rq, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}
@@ -240,7 +240,7 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 // body, the request deadline, the site's certificate, a direct member's
 // dial, or the member's.
 func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
-	resp, err := g.send(rq.mirror, h.mc, out, answerTimeout)
+	resp, err := g.ex.send(rq.mirror, h.mc, out, answerTimeout)
 	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
 		// Nothing forwarded here asks for an upgrade (a WebSocket
 		// handshake goes to serveUpgrade, any other Upgrade is dropped as
@@ -270,7 +270,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 	if err == nil {
 		// Read under the request deadline: a site that trickles its
 		// challenge page cannot hold the request past it.
-		ans, err = g.readAnswer(r, resp)
+		ans, err = g.ex.readAnswer(r, resp)
 	}
 	if err == nil && !deadline.Stop() {
 		// The timeout fired just as the head arrived; the body would be cut.

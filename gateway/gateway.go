@@ -12,15 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
-	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // Defaults of Options' zero values (Retries has no zero-value default: 0
@@ -201,10 +199,7 @@ type Gateway struct {
 	leases         *leasing
 	retries        int
 	classifier     rotation.Classifier
-	tokens         tokenSet
-	authRequired   bool
-	allowPrivate   bool
-	resolver       Resolver
+	admit          *admission
 	dialTimeout    time.Duration
 	tunnelIdle     time.Duration
 	requestTimeout time.Duration
@@ -220,29 +215,15 @@ type Gateway struct {
 	// connectHTTPPorts: see Options.ConnectHTTPPorts.
 	connectHTTPPorts []uint16
 	pacer            *pacer
+	exit             *finisher
+	ex               *exchange
 
-	evidence *rotation.MemberEvidence
-	front    *front.Server
-	alive    aliveSet
-	tunnels  tunnelSet
-	bufs     bufPool
-	readers  bufpool.Readers // for upstream CONNECT answers
-	writers  bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
-	dns      dnsCache
-
-	// failed and overrides are the gateway's side of failure rests
-	// (rests.go); stopping ends the rechecks at Shutdown.
-	failed        failedSet
-	overrides     overrides
-	failureWindow time.Duration
-	stopping      chan struct{}
-	stopOnce      sync.Once
-
-	membersMu sync.RWMutex
-	members   map[string]*memberConn
-
-	// listen holds the addresses Serve listens on, for the loop check.
-	listen atomic.Pointer[[]netip.AddrPort]
+	front   *front.Server
+	health  *memberHealth
+	links   *memberLinks
+	tunnels tunnelSet
+	bufs    bufPool
+	writers bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
 }
 
 // withDefaults checks o and fills in the defaults of its zero values.
@@ -323,10 +304,7 @@ func New(o Options) (*Gateway, error) {
 		pool:           o.Pool,
 		retries:        o.Retries,
 		classifier:     o.Classifier,
-		tokens:         newTokenSet(o.Tokens),
-		authRequired:   len(o.Tokens) > 0,
-		allowPrivate:   o.AllowPrivateTargets,
-		resolver:       o.Resolver,
+		admit:          newAdmission(o),
 		dialTimeout:    o.DialTimeout,
 		tunnelIdle:     o.TunnelIdleAfter,
 		requestTimeout: o.RequestTimeout,
@@ -337,16 +315,11 @@ func New(o Options) (*Gateway, error) {
 		log:            o.Logger,
 		banBodyBytes:   o.BanBodyBytes,
 		siteRoots:      o.SiteRoots,
-		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
-		members:        make(map[string]*memberConn),
-		failureWindow:  o.FailureWindow,
-		stopping:       make(chan struct{}),
+		health:         newMemberHealth(o),
 	}
-	if g.leases, err = newLeasing(o, g, g); err != nil {
+	g.links = newMemberLinks(o, g.admit)
+	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
 		return nil, err
-	}
-	if g.failureWindow <= 0 {
-		g.failureWindow = pool.DefaultFailureWindow
 	}
 	g.front = front.New(g.ServeHTTP, g.frontOptions())
 	if o.Pacing.MaxWait < 0 {
@@ -359,7 +332,8 @@ func New(o Options) (*Gateway, error) {
 	if sp == nil {
 		sp, _ = o.Pool.(pool.SitePacer)
 	}
-	g.pacer = newPacer(o.Pacing, sp, o.Logger)
+	g.pacer = newPacer(o.Pacing, sp, g.leases, o.Logger)
+	g.exit = &finisher{rec: o.Metrics, tracer: o.Tracer, log: o.Logger, pace: g.pacer, leases: g.leases, health: g.health}
 	if o.MITM != nil {
 		if g.mitm, err = newMITM(o.MITM); err != nil {
 			return nil, err
@@ -369,6 +343,7 @@ func New(o Options) (*Gateway, error) {
 	if g.connectHTTPPorts == nil {
 		g.connectHTTPPorts = DefaultConnectHTTPPorts
 	}
+	g.ex = newExchange(o, g.links, g.mitm)
 	g.inner = g.newInner()
 	return g, nil
 }
@@ -389,19 +364,7 @@ func (g *Gateway) frontOptions() front.Options {
 // Serve accepts proxy connections on ln until Shutdown; it returns
 // http.ErrServerClosed then. It may be called for several listeners.
 func (g *Gateway) Serve(ln net.Listener) error {
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
-		for {
-			old := g.listen.Load()
-			var next []netip.AddrPort
-			if old != nil {
-				next = append(next, *old...)
-			}
-			next = append(next, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
-			if g.listen.CompareAndSwap(old, &next) {
-				break
-			}
-		}
-	}
+	g.admit.listening(ln.Addr())
 	return g.front.Serve(ln)
 }
 
@@ -410,7 +373,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.stopOnce.Do(func() { close(g.stopping) })
+	g.health.stop()
 	err := g.front.Shutdown(ctx)
 	// Requests inside tunnels the gateway answered drain like plain ones.
 	if ierr := g.inner.shutdown(ctx); err == nil {
@@ -428,11 +391,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		_ = g.tunnels.wait(unwind)
 		cancel()
 	}
-	g.membersMu.Lock()
-	for _, mc := range g.members {
-		mc.close()
-	}
-	g.membersMu.Unlock()
+	g.links.closeAll()
 	g.leases.close()
 	g.pacer.close()
 	return err
@@ -441,9 +400,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	p, err := g.authenticate(r)
+	p, err := g.admit.authenticate(r)
 	if err != nil {
-		g.finish(r.Context(), &request{w: w, start: start}, err)
+		g.exit.finish(r.Context(), &request{w: w, start: start}, err)
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -453,43 +412,29 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.serveForward(w, r, &p, start)
 }
 
-// authenticate checks the client's token (when tokens are configured) and
-// reads its parameters. The token never reaches a log or an error text. A
-// refused token is an *authError; a malformed parameter or credential is
-// the parser's *params.Error, which judge answers as bad_params.
-func (g *Gateway) authenticate(r *http.Request) (params.Params, error) {
-	var user string
-	pa := r.Header["Proxy-Authorization"]
-	switch {
-	case len(pa) > 1:
-		return params.Params{}, &params.Error{Msg: "Proxy-Authorization given more than once"}
-	case len(pa) == 1:
-		u, token, err := params.ParseProxyAuthorization(pa[0])
-		if err != nil {
-			if g.authRequired {
-				return params.Params{}, authFailed(err)
-			}
-			return params.Params{}, err
-		}
-		if g.authRequired && !g.tokens.match(token) {
-			return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
-		}
-		user = u
-	case g.authRequired:
-		return params.Params{}, authFailed(errors.New("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
-	}
-	up, err := params.ParseUsername(user)
-	if err != nil {
-		return params.Params{}, err
-	}
-	hp, err := params.ParseHeaders(r.Header)
-	if err != nil {
-		return params.Params{}, err
-	}
-	return params.Merge(up, hp)
-}
-
 func authFailed(err error) error { return &authError{err: err} }
+
+// ForgetMember drops the gateway's state for a member removed from the pool
+// and closes its idle keep-alive connections. Pins to it are abandoned: the
+// next request of those sessions leases afresh. Open tunnels are untouched.
+func (g *Gateway) ForgetMember(name string) { g.links.forget(name) }
+
+// ForgetIdleMembers forgets (as ForgetMember does) every member no request
+// has taken for longer than idle, and returns their names. A gateway whose
+// members come from a remote lease API never hears that one left the pool,
+// so without this its per-member state would only grow; a member still in
+// the pool is simply set up again on its next use.
+func (g *Gateway) ForgetIdleMembers(idle time.Duration) []string { return g.links.forgetIdle(idle) }
+
+// PaceStatus lists the sites the pacer keeps (those with a pace of some
+// kind that had requests), most held first (queued, then waited and
+// refused), for the status page and the metrics. The learnt pace is as
+// the store last told this gateway; the counts are this gateway's.
+func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.status() }
+
+// FailureRestOverrides reports the latest episode of leases of members
+// resting for their own failures.
+func (g *Gateway) FailureRestOverrides() OverrideStatus { return g.health.overrideStatus() }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

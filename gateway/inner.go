@@ -227,7 +227,7 @@ func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *par
 func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte, raw bool) (net.Conn, bool) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
+		g.exit.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
 		return nil, false
 	}
 	if raw {
@@ -236,7 +236,7 @@ func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request
 	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
 	if _, err := conn.Write(hello); err != nil {
 		_ = conn.Close()
-		g.ended(r.Context(), rq, OutcomeClientGone, "")
+		g.exit.ended(r.Context(), rq, OutcomeClientGone, "")
 		return nil, false
 	}
 	if n := brw.Reader.Buffered(); n > 0 {
@@ -259,11 +259,11 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	rq := &request{w: w, start: start}
 	t, ok := r.Context().Value(innerTunnelKey{}).(*innerTunnel)
 	if !ok {
-		g.finish(r.Context(), rq, errors.New("request without its tunnel"))
+		g.exit.finish(r.Context(), rq, errors.New("request without its tunnel"))
 		return
 	}
 	if r.Method == http.MethodConnect {
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		g.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
 		return
 	}
 	if r.URL.Host != "" {
@@ -274,7 +274,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 		// Host and port: another port of the same host is another site.
 		h, port, err := splitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
-			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+			g.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}
@@ -282,7 +282,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	if t.scheme == "https" {
 		fp, err := fingerprintOf(r.Header, t.fp)
 		if err != nil {
-			g.finish(r.Context(), rq, err)
+			g.exit.finish(r.Context(), rq, err)
 			return
 		}
 		if fp == FingerprintMirror {

@@ -181,7 +181,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
 	fp, err := fingerprintOf(r.Header, g.mitm.fp)
 	if err != nil {
-		g.finish(r.Context(), rq, err)
+		g.exit.finish(r.Context(), rq, err)
 		return
 	}
 	c, ok := g.takeTunnel(w, r, rq, mitmHello, true)
@@ -208,7 +208,7 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		} else {
 			g.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		g.ended(r.Context(), rq, OutcomeClientGone, "")
+		g.exit.ended(r.Context(), rq, OutcomeClientGone, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
@@ -227,11 +227,11 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 // member keeps the site's sessions, and whether it offers one: only when
 // the client resumed its session with the gateway. Nothing is kept for a
 // client the gateway gave no ticket (it cannot resume).
-func (t *innerTunnel) siteResumption(g *Gateway, member string) mirror.Resumption {
+func (t *innerTunnel) siteResumption(x *exchange, member string) mirror.Resumption {
 	if t.lineage == 0 {
 		return mirror.Resumption{}
 	}
-	return mirror.Resumption{Sessions: g.mitm.sites, Key: strconv.FormatUint(t.lineage, 10) + "\x00" + member, Offer: t.resumed}
+	return mirror.Resumption{Sessions: x.mitm.sites, Key: strconv.FormatUint(t.lineage, 10) + "\x00" + member, Offer: t.resumed}
 }
 
 // nextProtos is the ALPN the gateway offers a client: under mirror h2
@@ -247,13 +247,13 @@ func nextProtos(fp Fingerprint) []string {
 // helloFor is the client's ClientHello to mirror, nil when it cannot be
 // mirrored: the site then sees the fallback preset, which the log says once
 // per tunnel.
-func (t *innerTunnel) helloFor(g *Gateway) *mirror.Hello {
+func (t *innerTunnel) helloFor(x *exchange) *mirror.Hello {
 	t.helloOnce.Do(func() {
 		h, err := mirror.Parse(t.record)
 		if err != nil {
-			g.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
-				"target", t.host, "preset", g.mitm.preset.Name, "err", err)
-			g.rec.MITMHelloFallback(FallbackUnmirrorable)
+			x.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
+				"target", t.host, "preset", x.mitm.preset.Name, "err", err)
+			x.rec.MITMHelloFallback(FallbackUnmirrorable)
 			return
 		}
 		t.hello = h

@@ -68,7 +68,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		// Pacing: wait for the site's slot on this member, or take another
 		// member free sooner, or end the request paced.
 		var err error
-		if h, err = g.pace(ctx, client, rq, at, h); err != nil {
+		if h, err = g.pacer.pace(ctx, client, rq, at, h); err != nil {
 			g.leases.done(ctx, h)
 			return err
 		}
@@ -76,8 +76,8 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		s, err := try(h, attempt)
 		if err == nil {
 			// The site answered through this member, whatever it said.
-			g.memberAnswered(ctx, h)
-			g.reached(ctx, rq.member, rq.lr.target, at.fails)
+			g.health.memberAnswered(ctx, h)
+			g.health.reached(ctx, rq.member, rq.lr.target, at.fails)
 			at.fails = nil
 			if s == servedHere {
 				return nil
@@ -91,11 +91,11 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		ae := failureOf(err)
 		g.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
 		if ae.f.Class == classAnswerTimeout {
-			g.checkAlive(ctx, h, rq.lr.target)
+			g.health.checkAlive(ctx, h, rq.lr.target)
 		}
 		g.leases.drop(ctx, &rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
-			g.memberFailed(h, ae.f.Class)
+			g.health.memberFailed(h, ae.f.Class)
 		}
 		rq.h = held{}
 		if rq.lr.p.Strict {

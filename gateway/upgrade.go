@@ -48,7 +48,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 	}
 	out.Header["Connection"] = []string{"Upgrade"}
 	out.Header["Upgrade"] = []string{"websocket"}
-	answerTimeout := g.answerTimeoutFor(rq.lr.target)
+	answerTimeout := g.ex.answerTimeoutFor(rq.lr.target)
 	rule := retryRule{retryable: true, maxRetries: g.retries}
 	at := attempts{hostport: out.URL.Host}
 	var (
@@ -58,14 +58,14 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 	)
 	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		var err error
-		if s, err = g.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
+		if s, err = g.ex.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
 			return tryAnother, err
 		}
 		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
 		// As forwardWithRetry: a ban cuts the site's pace before anything
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
-		g.paceAnswered(rq, res)
+		g.pacer.answered(rq, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
@@ -85,7 +85,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		return servedHere, nil
 	})
 	if err != nil {
-		g.finish(ctx, rq, err)
+		g.exit.finish(ctx, rq, err)
 		return
 	}
 	if s.resp.StatusCode != http.StatusSwitchingProtocols {
@@ -98,7 +98,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		if !res.IsBan() {
 			g.leases.done(ctx, used)
 		}
-		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		g.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
 		}
@@ -125,9 +125,9 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 // goes through a tunnel the member opens to the site, with the gateway's
 // own TLS to the site, verified as a MITM'd request's is. Errors are
 // classified as an attempt's.
-func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	for {
-		s, err := g.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
+		s, err := x.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
 		if !errors.Is(err, errFellBack) {
 			return s, err
 		}
@@ -137,19 +137,19 @@ func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *member
 }
 
 // handshakeOnce is one connection of handshake.
-func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
 	var (
 		c   net.Conn
 		err error
 	)
 	if proxyForm {
-		dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
-		c, err = g.dialMember(dctx, mc)
+		dctx, cancel := context.WithTimeout(ctx, x.dialTimeout)
+		c, err = x.links.dialMember(dctx, mc)
 		cancel()
 	} else {
 		var early []byte
-		c, early, err = g.dialConnect(ctx, mc, out.URL.Host, host, port, addrs, answerTimeout)
+		c, early, err = x.links.dialConnect(ctx, mc, out.URL.Host, host, port, addrs, answerTimeout)
 		if err == nil && len(early) > 0 {
 			c = &prefixConn{Conn: c, prefix: early}
 		}
@@ -158,7 +158,7 @@ func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *me
 		return socket{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
-	s, err := g.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
+	s, err := x.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
 	if !stop() && err == nil {
 		err = errClientGone
 	}
@@ -173,18 +173,18 @@ func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *me
 // handshakeOn writes out on c (TLS to the site first for wss://, with the
 // client's ClientHello when mirror, the request's tunnel, mirrors it) and
 // reads the answer head within answerTimeout.
-func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
 	if mirror != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
-		tc, _, err := g.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
+		tc, _, err := x.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
 		if err != nil {
 			return socket{}, err
 		}
 		c = tc
 	} else if out.URL.Scheme == "https" {
-		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: g.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
-		_ = tc.SetDeadline(time.Now().Add(g.dialTimeout))
+		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: x.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+		_ = tc.SetDeadline(time.Now().Add(x.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			if isCertError(err) {
 				return socket{}, siteCertificateFault(host, err)
@@ -198,7 +198,7 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 		out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
 		defer delete(out.Header, "Proxy-Authorization")
 	}
-	if err := g.writeRequest(c, out, proxyForm); err != nil {
+	if err := x.writeRequest(c, out, proxyForm); err != nil {
 		return socket{}, memberFault("write", err)
 	}
 	hr := newHeadReader(c)
@@ -232,9 +232,9 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 // member or a site (in absolute form when proxy), through a pooled buffer:
 // net/http's Write on a bare connection would make a 4 KiB one for every
 // request.
-func (g *Gateway) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
-	bw := g.writers.Get(c)
-	defer g.writers.Put(bw)
+func (x *exchange) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
+	bw := x.writers.Get(c)
+	defer x.writers.Put(bw)
 	err := httphead.WriteRequest(bw, out, proxy)
 	if err == nil {
 		err = bw.Flush()
