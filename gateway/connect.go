@@ -21,7 +21,7 @@ const maxConnectAnswer = 64 << 10
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
+func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
 	ctx := r.Context()
 	rq := &request{w: w, start: start}
 	hostport := r.Host
@@ -29,7 +29,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		// net/http read the authority as a URL and kept only its host:
 		// a login, a path, a query or an escape was dropped, not refused.
 		// The target is not quoted: a login may be in it.
-		g.exit.finish(ctx, rq, &targetError{reason: ReasonBadRequest,
+		rp.exit.finish(ctx, rq, &targetError{reason: ReasonBadRequest,
 			msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
 		return
 	}
@@ -38,29 +38,29 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 		err = checkMITMHeader(r)
 	}
 	if err != nil {
-		g.exit.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
-	addrs, err := g.admit.checkTarget(ctx, host, port)
+	addrs, err := rp.admit.checkTarget(ctx, host, port)
 	if err != nil {
-		g.exit.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
-	if g.carriesHTTP(r, port) {
-		g.serveHTTPTunnel(w, r, p, hostport, host, port, start)
+	if rp.carriesHTTP(r, port) {
+		rp.serveHTTPTunnel(w, r, p, hostport, host, port, start)
 		return
 	}
-	if g.mitm != nil && g.mitm.wanted(r, host) {
-		g.serveMITM(w, r, p, hostport, host, port, start)
+	if rp.mitm != nil && rp.mitm.wanted(r, host) {
+		rp.serveMITM(w, r, p, hostport, host, port, start)
 		return
 	}
-	rq.lr = g.leases.newReq(p, rotation.HostKey(host))
-	up, early, err := g.openTunnel(ctx, rq, hostport, host, port, addrs)
+	rq.lr = rp.leases.newReq(p, rotation.HostKey(host))
+	up, early, err := rp.openTunnel(ctx, rq, hostport, host, port, addrs)
 	if err != nil {
-		g.exit.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
-	g.runTunnel(ctx, w, rq, up, early, "200 Connection established", nil)
+	rp.runTunnel(ctx, w, rq, up, early, "200 Connection established", nil)
 }
 
 // runTunnel takes over the client's connection for the tunnel up carries
@@ -68,23 +68,23 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, p *params
 // header and the gateway's own headers, and starts the relays; the lease
 // rq holds ends with the tunnel. A CONNECT and an upgraded WebSocket end
 // here alike.
-func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte, status string, header http.Header) {
+func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte, status string, header http.Header) {
 	t := &tunnel{upstream: up}
-	if !g.tunnels.add(t) {
+	if !rp.tunnels.add(t) {
 		_ = up.Close()
-		g.exit.finish(ctx, rq, errShuttingDown)
+		rp.exit.finish(ctx, rq, errShuttingDown)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		t.close()
-		g.tunnels.remove(t)
-		g.exit.finish(ctx, rq, errors.New("cannot take over the connection: "+err.Error()))
+		rp.tunnels.remove(t)
+		rp.exit.finish(ctx, rq, errors.New("cannot take over the connection: "+err.Error()))
 		return
 	}
 	if !t.setClient(conn) {
-		g.tunnels.remove(t)
-		g.exit.finish(ctx, rq, errClientGone)
+		rp.tunnels.remove(t)
+		rp.exit.finish(ctx, rq, errClientGone)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -106,11 +106,11 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {
 		t.close()
-		g.tunnels.remove(t)
-		g.exit.finish(ctx, rq, errClientGone)
+		rp.tunnels.remove(t)
+		rp.exit.finish(ctx, rq, errClientGone)
 		return
 	}
-	g.exit.ended(ctx, rq, OutcomeOK, "")
+	rp.exit.ended(ctx, rq, OutcomeOK, "")
 	// Bytes the client sent right behind its CONNECT (an optimistic TLS
 	// ClientHello) sit in the server's reader; bytes the upstream sent right
 	// behind its 200 sit in early. Both go first.
@@ -132,29 +132,29 @@ func (g *Gateway) runTunnel(ctx context.Context, w http.ResponseWriter, rq *requ
 	// its directions give their goroutines up too (park_linux.go), and an
 	// idle tunnel costs its two sockets.
 	ctx = context.WithoutCancel(ctx)
-	t.start(&g.bufs, g.tunnelIdle, func(up, down int64) {
-		g.tunnels.remove(t)
-		g.rec.BytesRelayed(DirectionUp, upN+up)
-		g.rec.BytesRelayed(DirectionDown, downN+down)
-		g.leases.done(ctx, h) // per-request rotation ends the lease here
+	t.start(&rp.bufs, rp.tunnelIdle, func(up, down int64) {
+		rp.tunnels.remove(t)
+		rp.rec.BytesRelayed(DirectionUp, upN+up)
+		rp.rec.BytesRelayed(DirectionDown, downN+down)
+		rp.leases.done(ctx, h) // per-request rotation ends the lease here
 	})
 }
 
 // openTunnel is CONNECT on the one retry loop (tryMembers): dial through a
 // member, trying others while the tunnel is not up, until it is (rq then
 // holds its lease) or the error that ends the request.
-func (g *Gateway) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
+func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, host string, port uint16, addrs []netip.Addr) (net.Conn, []byte, error) {
 	at := attempts{hostport: hostport}
-	answerTimeout := g.ex.answerTimeoutFor(rq.lr.target)
+	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
 	// A tunnel is one request to the site, in flight while it opens.
-	defer g.pacer.leave(rq)
+	defer rp.pacer.leave(rq)
 	var (
 		up    net.Conn
 		early []byte
 	)
-	err := g.tryMembers(ctx, ctx, rq, &at, retryRule{retryable: true, maxRetries: -1}, func(h held, _ int) (served, error) {
+	err := rp.tryMembers(ctx, ctx, rq, &at, retryRule{retryable: true, maxRetries: -1}, func(h held, _ int) (served, error) {
 		var err error
-		up, early, err = g.links.dialConnect(ctx, h.mc, hostport, host, port, addrs, answerTimeout)
+		up, early, err = rp.ex.tunnel(ctx, h.mc, hostport, host, port, addrs, answerTimeout)
 		switch {
 		case err == nil:
 			return servedHere, nil

@@ -47,3 +47,10 @@ func newExchange(o Options, links linkDialer, m *mitm) *exchange {
 	return &exchange{links: links, classifier: o.Classifier, banBodyBytes: o.BanBodyBytes, answerTimeout: o.MemberAnswerTimeout,
 		siteTimeouts: o.SiteAnswerTimeouts, dialTimeout: o.DialTimeout, siteRoots: o.SiteRoots, mitm: m, rec: o.Metrics, log: o.Logger}
 }
+
+// tunnel is a CONNECT's attempt: a connection through mc that carries
+// bytes to hostport, up once the member's answer is 2xx (early: bytes it
+// sent behind its answer).
+func (x *exchange) tunnel(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error) {
+	return x.links.dialConnect(ctx, mc, hostport, host, port, addrs, answerTimeout)
+}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
-	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 	"github.com/proxyfleet/proxyfleet/statuspage"
@@ -193,37 +192,19 @@ type Options struct {
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
-// mount it as an http.Handler) and stop it with Shutdown.
+// mount it as an http.Handler) and stop it with Shutdown. It is wiring:
+// the stages of the request path are made here from Options and handed
+// to each other (requestPath, path.go, reads the path top-down); Gateway
+// itself serves, shuts down and reports status.
 type Gateway struct {
-	pool           pool.Pool
-	leases         *leasing
-	retries        int
-	classifier     rotation.Classifier
-	admit          *admission
-	dialTimeout    time.Duration
-	tunnelIdle     time.Duration
-	requestTimeout time.Duration
-	answerTimeout  time.Duration
-	siteTimeouts   SiteDurations
-	rec            Recorder
-	tracer         RequestTracer // nil: no request spans
-	log            *slog.Logger
-	banBodyBytes   int
-	siteRoots      *x509.CertPool
-	mitm           *mitm // nil: a CONNECT to a TLS port is a plain tunnel
-	inner          *inner
-	// connectHTTPPorts: see Options.ConnectHTTPPorts.
-	connectHTTPPorts []uint16
-	pacer            *pacer
-	exit             *finisher
-	ex               *exchange
-
-	front   *front.Server
-	health  *memberHealth
-	links   *memberLinks
-	tunnels tunnelSet
-	bufs    bufPool
-	writers bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
+	front  *front.Server
+	path   *requestPath
+	inner  *inner
+	admit  *admission
+	leases *leasing
+	pacer  *pacer
+	health *memberHealth
+	links  *memberLinks
 }
 
 // withDefaults checks o and fills in the defaults of its zero values.
@@ -300,28 +281,11 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{
-		pool:           o.Pool,
-		retries:        o.Retries,
-		classifier:     o.Classifier,
-		admit:          newAdmission(o),
-		dialTimeout:    o.DialTimeout,
-		tunnelIdle:     o.TunnelIdleAfter,
-		requestTimeout: o.RequestTimeout,
-		answerTimeout:  o.MemberAnswerTimeout,
-		siteTimeouts:   o.SiteAnswerTimeouts,
-		rec:            o.Metrics,
-		tracer:         o.Tracer,
-		log:            o.Logger,
-		banBodyBytes:   o.BanBodyBytes,
-		siteRoots:      o.SiteRoots,
-		health:         newMemberHealth(o),
-	}
+	g := &Gateway{admit: newAdmission(o), health: newMemberHealth(o)}
 	g.links = newMemberLinks(o, g.admit)
 	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
 		return nil, err
 	}
-	g.front = front.New(g.ServeHTTP, g.frontOptions())
 	if o.Pacing.MaxWait < 0 {
 		return nil, errors.New("gateway: Options.Pacing.MaxWait is negative")
 	}
@@ -333,31 +297,39 @@ func New(o Options) (*Gateway, error) {
 		sp, _ = o.Pool.(pool.SitePacer)
 	}
 	g.pacer = newPacer(o.Pacing, sp, g.leases, o.Logger)
-	g.exit = &finisher{rec: o.Metrics, tracer: o.Tracer, log: o.Logger, pace: g.pacer, leases: g.leases, health: g.health}
+	var m *mitm
 	if o.MITM != nil {
-		if g.mitm, err = newMITM(o.MITM); err != nil {
+		if m, err = newMITM(o.MITM); err != nil {
 			return nil, err
 		}
 	}
-	g.connectHTTPPorts = o.ConnectHTTPPorts
-	if g.connectHTTPPorts == nil {
-		g.connectHTTPPorts = DefaultConnectHTTPPorts
+	rp := &requestPath{
+		admit: g.admit, leases: g.leases, pacer: g.pacer, health: g.health, mitm: m,
+		ex:      newExchange(o, g.links, m),
+		exit:    &finisher{rec: o.Metrics, tracer: o.Tracer, log: o.Logger, pace: g.pacer, leases: g.leases, health: g.health},
+		retries: o.Retries, classifier: o.Classifier, requestTimeout: o.RequestTimeout, dialTimeout: o.DialTimeout,
+		tunnelIdle: o.TunnelIdleAfter, connectHTTPPorts: o.ConnectHTTPPorts, rec: o.Metrics, log: o.Logger,
 	}
-	g.ex = newExchange(o, g.links, g.mitm)
-	g.inner = g.newInner()
+	if rp.connectHTTPPorts == nil {
+		rp.connectHTTPPorts = DefaultConnectHTTPPorts
+	}
+	fo := frontOptions(o.Metrics, o.Logger)
+	g.front = front.New(g.ServeHTTP, fo)
+	rp.inner = newInner(rp.serveInnerRequest, fo, o.Logger)
+	g.path, g.inner = rp, rp.inner
 	return g, nil
 }
 
 // frontOptions are the options of the gateway's own HTTP/1.1 servers: the
 // proxy port's and the one inside MITM'd tunnels.
-func (g *Gateway) frontOptions() front.Options {
+func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
 		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + proxyStatus(ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
-			g.rec.Request("", rejectionOutcome[r], time.Since(start))
+			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},
-		Logger: g.log,
+		Logger: log,
 	}
 }
 
@@ -380,15 +352,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = ierr
 	}
 	if err == nil {
-		err = g.tunnels.wait(ctx)
+		err = g.path.tunnels.wait(ctx)
 	}
 	if err != nil {
 		g.front.Close()
-		g.tunnels.closeAll()
+		g.path.tunnels.closeAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.
 		unwind, cancel := context.WithTimeout(context.Background(), tunnelUnwindWait)
-		_ = g.tunnels.wait(unwind)
+		_ = g.path.tunnels.wait(unwind)
 		cancel()
 	}
 	g.links.closeAll()
@@ -398,19 +370,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 }
 
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	p, err := g.admit.authenticate(r)
-	if err != nil {
-		g.exit.finish(r.Context(), &request{w: w, start: start}, err)
-		return
-	}
-	if r.Method == http.MethodConnect {
-		g.serveConnect(w, r, &p, start)
-		return
-	}
-	g.serveForward(w, r, &p, start)
-}
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.path.serve(w, r) }
 
 func authFailed(err error) error { return &authError{err: err} }
 

@@ -176,15 +176,15 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 // the connection to the inner server. No member is leased here: each
 // request inside the tunnel leases (and may rotate) on its own, through
 // the same path as plain HTTP.
-func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
+func (rp *requestPath) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
-	fp, err := fingerprintOf(r.Header, g.mitm.fp)
+	fp, err := fingerprintOf(r.Header, rp.mitm.fp)
 	if err != nil {
-		g.exit.finish(r.Context(), rq, err)
+		rp.exit.finish(r.Context(), rq, err)
 		return
 	}
-	c, ok := g.takeTunnel(w, r, rq, mitmHello, true)
+	c, ok := rp.takeTunnel(w, r, rq, mitmHello, true)
 	if !ok {
 		return
 	}
@@ -195,8 +195,8 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		record = nil // the handshake fails on it and says why
 	}
 	var lin lineage
-	tc := tls.Server(c, g.mitm.serverConfig(host, fp, &lin))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.dialTimeout)
+	tc := tls.Server(c, rp.mitm.serverConfig(host, fp, &lin))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), rp.dialTimeout)
 	err = tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -204,23 +204,23 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		msg := err.Error()
 		if strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
 			strings.Contains(msg, "certificate unknown") {
-			g.log.Warn("a client refused the MITM certificate: does it trust the --mitm-ca-cert CA? (docs/mitm.md)", "target", host, "err", err)
+			rp.log.Warn("a client refused the MITM certificate: does it trust the --mitm-ca-cert CA? (docs/mitm.md)", "target", host, "err", err)
 		} else {
-			g.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
+			rp.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		g.exit.ended(r.Context(), rq, OutcomeClientGone, "")
+		rp.exit.ended(r.Context(), rq, OutcomeClientGone, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
 	st := tc.ConnectionState()
-	g.rec.MITMHandshake(LegClient, st.DidResume)
+	rp.rec.MITMHandshake(LegClient, st.DidResume)
 	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record,
 		lineage: lin.n, resumed: st.DidResume}
 	if st.NegotiatedProtocol == "h2" {
-		g.serveMITMH2(tc, t)
+		serveMITMH2(rp.inner, tc, t)
 		return
 	}
-	g.inner.serve(tc, t)
+	rp.inner.serve(tc, t)
 }
 
 // siteResumption is where a mirroring tunnel's site connection through

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	testingclock "k8s.io/utils/clock/testing"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -453,7 +452,7 @@ func TestABanIsJudgedByTheCutItsSlotWasPacedUnder(t *testing.T) {
 			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil, nil)
 			defer p.close()
 			tc.view(p)
-			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			g := &Gateway{pacer: p}
 			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
 			h := held{mc: &memberConn{m: pool.Member{Name: "m1"}}}
 			if _, err := g.pacer.pace(ctx, ctx, rq, &attempts{}, h); err != nil {
@@ -509,7 +508,7 @@ func TestAViewOfTheFleetsPaceDoesNotDecayByThisGatewaysClock(t *testing.T) {
 			store := pool.NewPaces(testingclock.NewFakeClock(time.Now().Add(-tc.skew)))
 			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil, nil)
 			defer p.close()
-			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			g := &Gateway{pacer: p}
 			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
 			g.pacer.answered(rq, rotation.ResultRateLimited)
 			if l, _ := store.SiteAnswered(context.Background(), pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK}); !l.Slowed() {

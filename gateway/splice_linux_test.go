@@ -107,7 +107,7 @@ func TestIdleTunnelsHoldOnlyTheirSockets(t *testing.T) {
 		}
 		return nil
 	})
-	if n := e.gw.tunnels.count(); n != tunnels {
+	if n := e.gw.path.tunnels.count(); n != tunnels {
 		t.Fatalf("%d tunnels open, want %d", n, tunnels)
 	}
 }
@@ -192,7 +192,7 @@ func TestAPipeWithBytesLeftIsNeverReused(t *testing.T) {
 		c.Close()
 	}
 	poll.Until(t, 20*time.Second, "the reset tunnels to end", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.count(); n != 0 {
 			return fmt.Errorf("%d tunnels open", n)
 		}
 		return nil

@@ -41,42 +41,42 @@ type socket struct {
 // connection and the socket are relayed byte for byte as a tunnel (frames
 // are not read), the lease held until it ends. out is the request to send,
 // its Upgrade and Connection put back.
-func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
+func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
 	var addrs []netip.Addr
 	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok {
 		addrs = ca.addrs
 	}
 	out.Header["Connection"] = []string{"Upgrade"}
 	out.Header["Upgrade"] = []string{"websocket"}
-	answerTimeout := g.ex.answerTimeoutFor(rq.lr.target)
-	rule := retryRule{retryable: true, maxRetries: g.retries}
+	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
+	rule := retryRule{retryable: true, maxRetries: rp.retries}
 	at := attempts{hostport: out.URL.Host}
 	var (
 		s    socket
 		used held
 		res  rotation.Result
 	)
-	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
+	err := rp.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		var err error
-		if s, err = g.ex.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
+		if s, err = rp.ex.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
 			return tryAnother, err
 		}
-		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
+		used, res = h, rp.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
 		// As forwardWithRetry: a ban cuts the site's pace before anything
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
-		g.pacer.answered(rq, res)
+		rp.pacer.answered(rq, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
-		g.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
+		rp.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			_ = s.c.Close()
-			return tryAnother, g.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
+			return tryAnother, rp.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
 		}
-		if attempt < g.retries {
-			if n, err := g.leases.acquire(ctx, &rq.lr); err == nil {
+		if attempt < rp.retries {
+			if n, err := rp.leases.acquire(ctx, &rq.lr); err == nil {
 				_ = s.c.Close()
 				rq.next = n
 				return tryAnother, nil
@@ -85,20 +85,20 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		return servedHere, nil
 	})
 	if err != nil {
-		g.exit.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
 	if s.resp.StatusCode != http.StatusSwitchingProtocols {
 		// Refused: its answer goes to the client as any answer does.
 		defer s.c.Close()
 		if !res.IsBan() {
-			g.leases.succeeded(ctx, &rq.lr, used)
+			rp.leases.succeeded(ctx, &rq.lr, used)
 		}
-		ok := g.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
+		ok := rp.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
 		if !res.IsBan() {
-			g.leases.done(ctx, used)
+			rp.leases.done(ctx, used)
 		}
-		g.exit.trace(ctx, rq, outcomeOf(res), "")
+		rp.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
 		}
@@ -115,7 +115,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 			header[k] = vv
 		}
 	}
-	g.runTunnel(ctx, rq.w, rq, s.c, early, "101 Switching Protocols", header)
+	rp.runTunnel(ctx, rq.w, rq, s.c, early, "101 Switching Protocols", header)
 }
 
 // handshake opens a connection for out to the site through mc and reads
