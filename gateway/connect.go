@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -69,21 +70,21 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 // rq holds ends with the tunnel. A CONNECT and an upgraded WebSocket end
 // here alike.
 func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq *request, up net.Conn, early []byte, status string, header http.Header) {
-	t := &tunnel{upstream: up}
-	if !rp.tunnels.add(t) {
+	t := relay.New(up)
+	if !rp.tunnels.Add(t) {
 		_ = up.Close()
 		rp.exit.finish(ctx, rq, errShuttingDown)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		t.close()
-		rp.tunnels.remove(t)
+		t.Close()
+		rp.tunnels.Remove(t)
 		rp.exit.finish(ctx, rq, errors.New("cannot take over the connection: "+err.Error()))
 		return
 	}
-	if !t.setClient(conn) {
-		rp.tunnels.remove(t)
+	if !t.SetClient(conn) {
+		rp.tunnels.Remove(t)
 		rp.exit.finish(ctx, rq, errClientGone)
 		return
 	}
@@ -105,8 +106,8 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	head = append(head, "\r\n"...)
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {
-		t.close()
-		rp.tunnels.remove(t)
+		t.Close()
+		rp.tunnels.Remove(t)
 		rp.exit.finish(ctx, rq, errClientGone)
 		return
 	}
@@ -117,23 +118,23 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
 		if _, err := up.Write(b); err != nil {
-			t.close()
+			t.Close()
 		}
 		upN += int64(n)
 	}
 	if len(early) > 0 {
 		if _, err := conn.Write(early); err != nil {
-			t.close()
+			t.Close()
 		}
 		downN += int64(len(early))
 	}
 	// The tunnel runs on fresh goroutines and this handler returns, so the
 	// connection's buffers and the handler's stack are freed; once idle,
-	// its directions give their goroutines up too (park_linux.go), and an
+	// its directions give their goroutines up too (gateway/relay), and an
 	// idle tunnel costs its two sockets.
 	ctx = context.WithoutCancel(ctx)
-	t.start(&rp.bufs, rp.tunnelIdle, func(up, down int64) {
-		rp.tunnels.remove(t)
+	t.Start(&rp.bufs, rp.tunnelIdle, func(up, down int64) {
+		rp.tunnels.Remove(t)
 		rp.rec.BytesRelayed(DirectionUp, upN+up)
 		rp.rec.BytesRelayed(DirectionDown, downN+down)
 		rp.leases.done(ctx, h) // per-request rotation ends the lease here

@@ -352,7 +352,7 @@ func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
 	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 		t.Fatalf("tunnel still open after the forced shutdown: %v", err)
 	}
-	if n := e.gw.path.tunnels.count(); n != 0 {
+	if n := e.gw.path.tunnels.Count(); n != 0 {
 		t.Fatalf("%d tunnels still registered", n)
 	}
 }
@@ -496,7 +496,7 @@ func TestTunnelPropagatesHalfClose(t *testing.T) {
 		t.Fatalf("answer after half-close: %q %v", got, err)
 	}
 	poll.Until(t, 20*time.Second, "the half-closed tunnel to end", func() error {
-		if n := e.gw.path.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return errors.New(strconv.Itoa(n) + " tunnels still open")
 		}
 		return nil

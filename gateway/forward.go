@@ -318,8 +318,8 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 		rp.rec.BytesRelayed(DirectionUp, r.ContentLength)
 	}
 
-	bp := rp.bufs.get()
-	defer rp.bufs.put(bp)
+	bp := rp.bufs.Get()
+	defer rp.bufs.Put(bp)
 	buf := *bp
 	flusher, _ := w.(http.Flusher)
 	stream := resp.ContentLength < 0 && flusher != nil

@@ -352,15 +352,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		err = ierr
 	}
 	if err == nil {
-		err = g.path.tunnels.wait(ctx)
+		err = g.path.tunnels.Wait(ctx)
 	}
 	if err != nil {
 		g.front.Close()
-		g.path.tunnels.closeAll()
+		g.path.tunnels.CloseAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.
 		unwind, cancel := context.WithTimeout(context.Background(), tunnelUnwindWait)
-		_ = g.path.tunnels.wait(unwind)
+		_ = g.path.tunnels.Wait(unwind)
 		cancel()
 	}
 	g.links.closeAll()

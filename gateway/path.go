@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -40,8 +41,8 @@ type requestPath struct {
 	// connectHTTPPorts: see Options.ConnectHTTPPorts.
 	connectHTTPPorts []uint16
 
-	tunnels tunnelSet
-	bufs    bufPool
+	tunnels relay.Set
+	bufs    relay.Bufs
 	rec     Recorder
 	log     *slog.Logger
 }
