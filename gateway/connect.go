@@ -148,7 +148,7 @@ func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, ho
 	at := attempts{hostport: hostport}
 	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
 	// A tunnel is one request to the site, in flight while it opens.
-	defer rp.pacer.leave(rq)
+	defer rq.leavePace(rp.pacer)
 	var (
 		up    net.Conn
 		early []byte

@@ -33,13 +33,13 @@ type finisher struct {
 
 // placeLeaver gives a request's place in its site's pace back (pacing).
 type placeLeaver interface {
-	leave(rq *request)
+	leave(t paceTicket, site string)
 }
 
 // exitLeases ends a request's lease: reported and let go, or done with
 // (leasing).
 type exitLeases interface {
-	drop(ctx context.Context, lr *leaseReq, h held, res rotation.Result, retryAfter time.Duration)
+	drop(ctx context.Context, lr leaseReq, h held, res rotation.Result, retryAfter time.Duration)
 	done(ctx context.Context, h held)
 }
 
@@ -157,11 +157,11 @@ func attemptsValue(n int) []string {
 // client is gone) ends its connection instead of letting the server write
 // a default one.
 func (f *finisher) finish(ctx context.Context, rq *request, err error) {
-	f.pace.leave(rq)
+	rq.leavePace(f.pace)
 	v := judge(err)
 	if rq.h.mc != nil {
 		if v.report != "" {
-			f.leases.drop(ctx, &rq.lr, rq.h, v.report, 0)
+			f.leases.drop(ctx, rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
 				f.health.memberFailed(rq.h, failureOf(err).f.Class)
 			}

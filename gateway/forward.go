@@ -140,7 +140,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	}
 	rq.lr = rp.leases.newReq(p, rotation.HostKey(host))
 	// The request holds its place in the site's pace until it ends.
-	defer rp.pacer.leave(rq)
+	defer rq.leavePace(rp.pacer)
 
 	out := r.WithContext(ctx)
 	out.URL = u
@@ -211,7 +211,7 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 		if !res.IsBan() {
 			return servedHere, nil
 		}
-		rp.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, resp.Header))
+		rp.leases.drop(ctx, rq.lr, h, res, siteRetryAfter(res, resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			discard(resp)

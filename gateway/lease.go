@@ -107,7 +107,7 @@ type held struct {
 // Concurrent misses of one (session, target) share one Acquire.
 func (ls *leasing) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 	if lr.perRequest {
-		return ls.acquireFresh(ctx, lr, false)
+		return ls.acquireFresh(ctx, *lr, false)
 	}
 	if ls.maxSessTTL > 0 && lr.p.SessTTL > ls.maxSessTTL {
 		// The pool would refuse it on a new lease; a session that holds a
@@ -125,12 +125,12 @@ func (ls *leasing) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		case mc == nil && lr.p.Strict:
 			// The gateway forgot the member (it left, or sat idle): lease
 			// it again by name, or the session is lost.
-			ls.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+			ls.release(ctx, *lr, held{id: pin.LeaseID, pinned: true})
 			same := *lr.p
 			same.Proxy = pin.Member
 			again := *lr
 			again.p = &same
-			if h, err := ls.acquireFresh(ctx, &again, true); err == nil {
+			if h, err := ls.acquireFresh(ctx, again, true); err == nil {
 				return h, nil
 			}
 			ls.markLost(lr, pin.Member)
@@ -142,7 +142,7 @@ func (ls *leasing) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 			// The pin is about to be replaced (its member left, or this
 			// request names another proxy or selector): give its lease back
 			// rather than let it hold a place at its member until the TTL.
-			ls.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+			ls.release(ctx, *lr, held{id: pin.LeaseID, pinned: true})
 		}
 	}
 	key := rotation.PinKey(lr.session, lr.target)
@@ -156,15 +156,15 @@ func (ls *leasing) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		case <-ctx.Done():
 			return held{}, ctx.Err()
 		}
-		return ls.acquireFresh(ctx, lr, true)
+		return ls.acquireFresh(ctx, *lr, true)
 	}
-	h, err := ls.acquireFresh(ctx, lr, true)
+	h, err := ls.acquireFresh(ctx, *lr, true)
 	f.h, f.err = h, err
 	ls.flights.end(key, f)
 	return h, err
 }
 
-func (ls *leasing) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (held, error) {
+func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (held, error) {
 	ttl := lr.p.SessTTL
 	if ttl == 0 && pin {
 		ttl = ls.ttl
@@ -279,7 +279,7 @@ func siteRetryAfter(res rotation.Result, header http.Header) time.Duration {
 // next Acquire for this target picks another member. Only member-wide
 // failures count in the upstream-failure metric: a member's answer that a
 // site is unreachable is no failure of the member.
-func (ls *leasing) drop(ctx context.Context, lr *leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
+func (ls *leasing) drop(ctx context.Context, lr leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
 	switch {
@@ -296,7 +296,7 @@ func (ls *leasing) drop(ctx context.Context, lr *leaseReq, h held, res rotation.
 
 // release unpins h (when it is still the pin) and releases it, pinned or
 // not, so the session's next request leases afresh.
-func (ls *leasing) release(ctx context.Context, lr *leaseReq, h held) {
+func (ls *leasing) release(ctx context.Context, lr leaseReq, h held) {
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
 	if h.pinned {

@@ -149,7 +149,7 @@ type pacer struct {
 // a request whose member's slot is far off, and the one of the two given
 // back.
 type paceLeases interface {
-	acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (held, error)
+	acquireFresh(ctx context.Context, lr leaseReq, pin bool) (held, error)
 	done(ctx context.Context, h held)
 }
 
@@ -561,19 +561,30 @@ func (p *pacer) giveBackLater(site, holder string) {
 	}()
 }
 
-// leave ends rq's place in flight and wakes the requests waiting
-// here for one.
-func (p *pacer) leave(rq *request) {
-	t := &rq.pace
+// leavePace ends rq's place in flight (when it holds one) at pl, the
+// pacing stage. The ticket is handed over by value: a request the stages
+// only read stays on its handler's stack (a pointer into it through an
+// interface would move every request to the heap).
+func (rq *request) leavePace(pl placeLeaver) {
+	if rq.pace.sp == nil {
+		return
+	}
+	t := rq.pace
+	rq.pace.sp = nil
+	pl.leave(t, rq.lr.target)
+}
+
+// leave ends the place in flight t holds at site and wakes the requests
+// waiting here for one.
+func (p *pacer) leave(t paceTicket, site string) {
 	sp := t.sp
 	if sp == nil {
 		return
 	}
-	t.sp = nil
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
-	if err := t.placeBy.LeaveSite(ctx, rq.lr.target, t.holder); err != nil {
-		p.log.Warn("pacing: giving a place in flight back failed; it counts until it expires", "site", rq.lr.target, "err", err)
+	if err := t.placeBy.LeaveSite(ctx, site, t.holder); err != nil {
+		p.log.Warn("pacing: giving a place in flight back failed; it counts until it expires", "site", site, "err", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -654,7 +665,7 @@ func (p *pacer) status() []statuspage.SitePace {
 // keeping whichever of the two is free sooner; the other's slot and lease
 // are given back.
 func (p *pacer) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, req pool.SlotRequest, slot pool.Slot, by pool.SitePacer) (held, pool.Slot, pool.SitePacer) {
-	alt, err := p.leases.acquireFresh(ctx, &rq.lr, false)
+	alt, err := p.leases.acquireFresh(ctx, rq.lr, false)
 	if err != nil {
 		return h, slot, by
 	}

@@ -57,7 +57,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 			// The pool offered a member that failed this request already
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
-			rp.leases.release(ctx, &rq.lr, h)
+			rp.leases.release(ctx, rq.lr, h)
 			if h.resting {
 				// The override's least recently failed member is one
 				// this request failed on: every other rests too.
@@ -93,7 +93,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		if ae.f.Class == classAnswerTimeout {
 			rp.health.checkAlive(ctx, h, rq.lr.target)
 		}
-		rp.leases.drop(ctx, &rq.lr, h, v.report, 0)
+		rp.leases.drop(ctx, rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
 			rp.health.memberFailed(h, ae.f.Class)
 		}

@@ -69,7 +69,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
-		rp.leases.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
+		rp.leases.drop(ctx, rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			_ = s.c.Close()
