@@ -22,12 +22,12 @@ import (
 // the answer byte for byte; otherwise nothing is read and the body streams
 // as before. An error reading ahead (the site broke off, the request
 // deadline passed) ends the attempt like a failed round trip.
-func (g *Gateway) readAnswer(r *http.Request, resp *http.Response) (rotation.Answer, error) {
+func (x *exchange) readAnswer(r *http.Request, resp *http.Response) (rotation.Answer, error) {
 	a := rotation.Answer{Status: resp.StatusCode, Header: resp.Header}
-	if !g.classifier.NeedsBody(resp.StatusCode, resp.Header) || r.Method == http.MethodHead {
+	if !x.classifier.NeedsBody(resp.StatusCode, resp.Header) || r.Method == http.MethodHead {
 		return a, nil
 	}
-	n := int64(g.banBodyBytes)
+	n := int64(x.banBodyBytes)
 	if resp.ContentLength >= 0 && resp.ContentLength < n {
 		n = resp.ContentLength
 	}
@@ -39,7 +39,7 @@ func (g *Gateway) readAnswer(r *http.Request, resp *http.Response) (rotation.Ans
 	}
 	buf = buf[:got]
 	resp.Body = &prefixedBody{prefix: buf, rest: resp.Body}
-	a.Body, a.BodyRead = decodedPrefix(buf, resp.Header.Get("Content-Encoding"), g.banBodyBytes), true
+	a.Body, a.BodyRead = decodedPrefix(buf, resp.Header.Get("Content-Encoding"), x.banBodyBytes), true
 	return a, nil
 }
 

@@ -2,15 +2,12 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -29,11 +26,11 @@ const aliveTimeout = 5 * time.Second
 var errAnswerTimeout = errors.New("member answer timeout")
 
 // answerTimeoutFor is the answer timeout of an attempt to host.
-func (g *Gateway) answerTimeoutFor(host string) time.Duration {
-	if d, ok := g.siteTimeouts.For(host); ok {
+func (x *exchange) answerTimeoutFor(host string) time.Duration {
+	if d, ok := x.siteTimeouts.For(host); ok {
 		return d
 	}
-	return g.answerTimeout
+	return x.answerTimeout
 }
 
 // answerTimedOut is the verdict of an attempt whose member did not answer
@@ -75,9 +72,9 @@ func (a *attemptTimer) stop() bool {
 // request of a mirroring MITM tunnel (mirror, else nil) on the tunnel's
 // own site connection (sendMirrored). The answer's body streams under the
 // request's context, unbounded.
-func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	if mirror != nil {
-		return g.sendMirrored(mirror, mc, out, timeout)
+		return x.sendMirrored(mirror, mc, out, timeout)
 	}
 	if leanEligible(mc, out) {
 		resp, err := mc.lean.roundTrip(out.Context(), out, mc.proxyAuth, timeout)
@@ -94,7 +91,7 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 		st = new(siteTrace)
 		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.trace()))
 	}
-	if timeout == g.answerTimeout {
+	if timeout == x.answerTimeout {
 		// The default: the Transport's own ResponseHeaderTimeout, set to
 		// it (newMemberConn), bounds the answer from the request's write,
 		// with nothing made per attempt.
@@ -111,7 +108,7 @@ func (g *Gateway) send(mirror *innerTunnel, mc *memberConn, out *http.Request, t
 	// Transport without ResponseHeaderTimeout, bounded by a timer of their
 	// own.
 	actx, cancel := context.WithCancelCause(out.Context())
-	at := attemptTimer{t: time.AfterFunc(g.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })}
+	at := attemptTimer{t: time.AfterFunc(x.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })}
 	tctx := actx
 	if out.Body != nil && (out.ContentLength < 0 || out.ContentLength > maxReadAhead) {
 		// A body that streams may take long to write: the answer's time
@@ -161,75 +158,4 @@ func (s *aliveSet) end(name string) {
 	s.mu.Lock()
 	delete(s.m, name)
 	s.mu.Unlock()
-}
-
-// checkAlive follows an answer timeout of h's member: in the background,
-// it asks the member for something it answers without any site (aliveness
-// below). A member that sends back nothing at all (a hung Squid, a frozen
-// VM, a half-dead NAT) is broken, not waiting on a slow site: it is reported
-// failed on h's lease (released but still reportable), so it is out for
-// every site now, not after a minute of requests that each wait out their
-// timeout. The request itself does not wait for the answer.
-func (g *Gateway) checkAlive(ctx context.Context, h held, target string) {
-	mc := h.mc
-	if mc.m.Direct() || !g.alive.begin(mc.m.Name) {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer g.alive.end(mc.m.Name)
-		err := g.aliveness(mc)
-		if err == nil {
-			// It answers: if it rests for its own failures, that ends.
-			if rec, ok := g.failed.take(mc.m.Name); ok {
-				rctx, cancel := bgCtx(ctx)
-				defer cancel()
-				if err := g.pool.Report(rctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
-					g.log.Debug("lease report failed", "lease", rec.leaseID, "result", string(rotation.ResultAnswered), "err", err)
-				}
-			}
-			return
-		}
-		g.log.Warn("member answers nothing, not even a request it needs no site for: out of service for every site",
-			"member", mc.m.Name, "lastTarget", target, "err", err)
-		g.rec.UpstreamFailure(mc.m.Name)
-		rctx, cancel := bgCtx(ctx)
-		defer cancel()
-		if err := g.pool.Report(rctx, h.id, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
-			g.log.Warn("lease report failed", "lease", h.id, "member", mc.m.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
-		}
-		g.memberFailed(h, classAnswerTimeout)
-	}()
-}
-
-// aliveness asks mc for an answer that needs no site: an https:// member's
-// TLS handshake, a SOCKS5 member's method choice, an http:// member's
-// answer to an origin-form request (a forward proxy refuses it at once,
-// 400 from Squid). Any byte back within aliveTimeout is alive. It is not a
-// health probe (that fetches a URL through the member): it tells a member
-// that is up and waiting on a site from one that is not there at all.
-func (g *Gateway) aliveness(mc *memberConn) error {
-	wait := min(aliveTimeout, g.dialTimeout)
-	c, err := net.DialTimeout("tcp", mc.upstreamAddr, g.dialTimeout)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(wait))
-	switch {
-	case mc.tlsConfig != nil:
-		return tls.Client(c, mc.tlsConfig).Handshake()
-	case mc.socks5:
-		_, err = c.Write([]byte{5, 1, 0})
-	default:
-		_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: " + mc.upstreamAddr + "\r\nConnection: close\r\n\r\n"))
-	}
-	if err != nil {
-		return err
-	}
-	var b [1]byte
-	if _, err := c.Read(b[:]); err != nil {
-		return errors.New("no answer within " + wait.String() + ": " + err.Error())
-	}
-	return nil
 }

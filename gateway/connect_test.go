@@ -352,7 +352,7 @@ func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
 	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 		t.Fatalf("tunnel still open after the forced shutdown: %v", err)
 	}
-	if n := e.gw.tunnels.count(); n != 0 {
+	if n := e.gw.path.tunnels.Count(); n != 0 {
 		t.Fatalf("%d tunnels still registered", n)
 	}
 }
@@ -422,12 +422,12 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Shutdown(context.Background())
-	mc, err := g.memberFor(directMembers(1)[0])
+	mc, err := g.links.memberFor(directMembers(1)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.WithValue(context.Background(), checkedKey{}, &checkedAddrs{host: "site.example", addrs: []netip.Addr{mustAddr(t, tg.Host())}})
-	c, err := g.dialDirectAddr(ctx, mc, "site.example:"+strconv.Itoa(tg.Port()))
+	c, err := g.links.dialDirectAddr(ctx, mc, "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 		t.Fatalf("dialled from %s, want the member's source 127.0.0.2", got)
 	}
 	// Without checked addresses the dial resolves (and checks) itself.
-	c2, err := g.dialDirectAddr(context.Background(), mc, "site.example:"+strconv.Itoa(tg.Port()))
+	c2, err := g.links.dialDirectAddr(context.Background(), mc, "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestTunnelPropagatesHalfClose(t *testing.T) {
 		t.Fatalf("answer after half-close: %q %v", got, err)
 	}
 	poll.Until(t, 20*time.Second, "the half-closed tunnel to end", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return errors.New(strconv.Itoa(n) + " tunnels still open")
 		}
 		return nil
@@ -523,7 +523,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	}
 	defer g.Shutdown(context.Background())
 	for i := 0; i < 3; i++ {
-		addrs, err := g.checkTarget(context.Background(), "ok.example", 443)
+		addrs, err := g.admit.checkTarget(context.Background(), "ok.example", 443)
 		if err != nil || len(addrs) != 1 || addrs[0].String() != "192.0.2.1" {
 			t.Fatalf("checkTarget: %v %v", addrs, err)
 		}
@@ -532,7 +532,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 		t.Fatalf("%d lookups for three checks, want 1", n.Load())
 	}
 	for i := 0; i < 2; i++ {
-		_, err := g.checkTarget(context.Background(), "gone.example", 443)
+		_, err := g.admit.checkTarget(context.Background(), "gone.example", 443)
 		var te *targetError
 		if !errors.As(err, &te) || te.reason != ReasonDNS || !strings.Contains(te.msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)

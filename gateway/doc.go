@@ -9,6 +9,14 @@
 // request parser, no per-request background read); it never reads
 // HTTP(S)_PROXY from its own environment.
 //
+// Inside, the request path is a chain of stages, each a type with its own
+// state made from Options with only what it uses: admission, leasing,
+// pacing, member links, the exchange over a link, judge (the one policy),
+// member health and the finisher (the one exit); a tunnel once up is
+// gateway/relay's. requestPath (path.go) reads the path top-down, one
+// function per protocol on the one retry loop (tryMembers), and Gateway is
+// the wiring. docs/architecture.md has a paragraph per stage.
+//
 // Behaviour worth knowing:
 //
 //   - CONNECT is allowed to any port; the upstream Squids' own rules decide

@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
-	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -110,30 +107,4 @@ func (s siteFailures) message(hostport string) string {
 		b.WriteString("upstream " + f.member + " " + f.msg)
 	}
 	return b.String()
-}
-
-// reached runs after member carried the request to target: it clears the
-// member's own record, and every member that failed this site in this
-// request was contradicted by it. A member contradicted on enough distinct
-// sites is broken for everyone, which is then reported member-wide on the
-// (released but still reportable) lease it failed with.
-func (g *Gateway) reached(ctx context.Context, member, target string, fails siteFailures) {
-	g.evidence.Reached(member)
-	if len(fails) == 0 {
-		return
-	}
-	now := time.Now()
-	for _, f := range fails {
-		if f.member == member || !g.evidence.Contradicted(f.member, target, now) {
-			continue
-		}
-		g.log.Warn("member fails sites other members reach: out of service for every site",
-			"member", f.member, "lastTarget", target, "answer", f.msg)
-		g.rec.UpstreamFailure(f.member)
-		rctx, cancel := bgCtx(ctx)
-		if err := g.pool.Report(rctx, f.leaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
-			g.log.Warn("lease report failed", "lease", f.leaseID, "member", f.member, "result", string(rotation.ResultUpstreamFailed), "err", err)
-		}
-		cancel()
-	}
 }

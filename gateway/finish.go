@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,6 +15,39 @@ import (
 
 // errLeaseFailed marks a pool failure with no more specific answer.
 var errLeaseFailed = errors.New("lease failed")
+
+// finisher is the stage every request ends in: the one exit. judge
+// decides what a failure means; the finisher settles the lease still held
+// (reported and let go, or released), writes the gateway's own answer,
+// records the metric and hands the request to the tracer, so that no exit
+// can forget one of them. It calls the stages whose state a request holds
+// until its end (placeLeaver, exitLeases, failureNoter).
+type finisher struct {
+	rec    Recorder
+	tracer RequestTracer // nil: no request spans
+	log    *slog.Logger
+	pace   placeLeaver
+	leases exitLeases
+	health failureNoter
+}
+
+// placeLeaver gives a request's place in its site's pace back (pacing).
+type placeLeaver interface {
+	leave(t paceTicket, site string)
+}
+
+// exitLeases ends a request's lease: reported and let go, or done with
+// (leasing).
+type exitLeases interface {
+	drop(ctx context.Context, lr leaseReq, h held, res rotation.Result, retryAfter time.Duration)
+	done(ctx context.Context, h held)
+}
+
+// failureNoter hears of a member failure reported on a lease (member
+// health).
+type failureNoter interface {
+	memberFailed(h held, class string)
+}
 
 // request is one client request (or CONNECT) on its way to its end.
 type request struct {
@@ -78,17 +112,17 @@ type RequestTrace struct {
 // metric and, when tracing, its span. Plain HTTP's relayed answers are the
 // exception: their metric is taken when the answer's head is written
 // (deliver) and their span once the body is through (forward).
-func (g *Gateway) ended(ctx context.Context, rq *request, outcome, reason string) {
-	g.rec.Request(rq.member, outcome, time.Since(rq.start))
-	g.traceRequest(ctx, rq, outcome, reason)
+func (f *finisher) ended(ctx context.Context, rq *request, outcome, reason string) {
+	f.rec.Request(rq.member, outcome, time.Since(rq.start))
+	f.trace(ctx, rq, outcome, reason)
 }
 
-// traceRequest hands rq to the tracer, if there is one.
-func (g *Gateway) traceRequest(ctx context.Context, rq *request, outcome, reason string) {
-	if g.tracer == nil {
+// trace hands rq to the tracer, if there is one.
+func (f *finisher) trace(ctx context.Context, rq *request, outcome, reason string) {
+	if f.tracer == nil {
 		return
 	}
-	g.tracer.TraceRequest(ctx, RequestTrace{Start: rq.start, Member: rq.member, Target: rq.lr.target,
+	f.tracer.TraceRequest(ctx, RequestTrace{Start: rq.start, Member: rq.member, Target: rq.lr.target,
 		Outcome: outcome, Reason: reason, Attempts: rq.attempts})
 }
 
@@ -122,17 +156,17 @@ func attemptsValue(n int) []string {
 // so no exit can forget one of them. A request that gets no answer (the
 // client is gone) ends its connection instead of letting the server write
 // a default one.
-func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
-	g.leavePace(rq)
+func (f *finisher) finish(ctx context.Context, rq *request, err error) {
+	rq.leavePace(f.pace)
 	v := judge(err)
 	if rq.h.mc != nil {
 		if v.report != "" {
-			g.drop(ctx, &rq.lr, rq.h, v.report, 0)
+			f.leases.drop(ctx, rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
-				g.memberFailed(rq.h, failureOf(err).f.Class)
+				f.health.memberFailed(rq.h, failureOf(err).f.Class)
 			}
 		} else {
-			g.done(ctx, rq.h)
+			f.leases.done(ctx, rq.h)
 		}
 		rq.h = held{}
 	}
@@ -152,11 +186,11 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 			h.Set("Retry-After", strconv.FormatInt(retry, 10))
 		case ReasonOverloaded:
 			h.Set("Retry-After", "1")
-			g.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
+			f.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
 		case ReasonInternal:
 			// An error no rule of judge knows: a bug, so it is said where
 			// an operator looks, not only in the client's answer.
-			g.log.Error("internal failure: the request was answered 500; please report this", "err", err)
+			f.log.Error("internal failure: the request was answered 500; please report this", "err", err)
 		case ReasonPaced:
 			var pe *pacedError
 			if errors.As(err, &pe) {
@@ -172,9 +206,9 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 		if v.closeConn {
 			h.Set("Connection", "close")
 		}
-		g.fail(rq.w, v.reason, err.Error())
+		f.fail(rq.w, v.reason, err.Error())
 	}
-	g.ended(ctx, rq, v.outcome, v.reason)
+	f.ended(ctx, rq, v.outcome, v.reason)
 	if v.reason == "" {
 		panic(http.ErrAbortHandler)
 	}
@@ -183,7 +217,7 @@ func (g *Gateway) finish(ctx context.Context, rq *request, err error) {
 // fail writes an answer the gateway itself produced: a text body saying
 // what is wrong, X-Proxyfleet-Reason with a short cause and Proxy-Status
 // with its RFC 9209 type (ProxyStatusError).
-func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
+func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	status, _ := answerFor(reason)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
@@ -193,69 +227,6 @@ func (g *Gateway) fail(w http.ResponseWriter, reason, msg string) {
 	h.Set("Proxy-Status", proxyStatus(reason))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
-}
-
-// lease returns the lease for rq's next attempt, or the error that ends
-// the request: the client leaving, or the pool's refusal in words a
-// client can act on.
-func (g *Gateway) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
-	h, err := g.acquire(ctx, &rq.lr)
-	switch {
-	case err == nil:
-		return h, nil
-	case isSessionLost(err):
-		return held{}, err
-	}
-	if client.Err() != nil {
-		return held{}, errClientGone
-	}
-	return held{}, g.poolRefusal(&rq.lr, err)
-}
-
-// isSessionLost reports whether err is a strict session's loss (apart, so
-// the lease path's success allocates nothing for it).
-func isSessionLost(err error) bool {
-	var sl *sessionLostError
-	return errors.As(err, &sl)
-}
-
-// poolRefusal says why the pool gave no lease: which parameter matched
-// nothing, the TTL that is too long and whose it is, the unreachable API.
-func (g *Gateway) poolRefusal(lr *leaseReq, err error) error {
-	var nm *pool.NoMatchError
-	switch {
-	case errors.As(err, &nm):
-		if nm.Considered == 0 {
-			// Nothing even matched: say which parameter ruled everything
-			// out, since the counts alone read as an empty pool.
-			switch {
-			case lr.p.Proxy != "":
-				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
-			case len(lr.p.Selector) > 0:
-				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
-			}
-		}
-		return err
-	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
-		g.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", g.leaseTTL, "err", err)
-		return &poolConfigError{err: errors.New("the gateway's lease TTL " + g.leaseTTL.String() + " is above the pool's maximum (" + err.Error() + "); lower the gateway's --lease-ttl")}
-	case errors.Is(err, pool.ErrTTLTooLong):
-		msg := "sessttl above the pool's maximum lease TTL"
-		if mt, ok := g.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
-			msg += " of " + mt.MaxTTL().String()
-		}
-		return &annotated{err: err, msg: msg}
-	case errors.Is(err, pool.ErrUnreachable):
-		return err
-	case errors.Is(err, pool.ErrForbidden):
-		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
-	}
-	var sm *sessionLimitError
-	if errors.As(err, &sm) {
-		return err
-	}
-	g.log.Warn("lease acquire failed", "err", err)
-	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
 }
 
 // annotated is err with a message meant for the client.

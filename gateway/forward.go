@@ -67,11 +67,11 @@ func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
 // serveForward forwards an absolute-URI request through a leased member,
 // reads the answer as rotation feedback and retries idempotent requests on
 // another member after a ban or an upstream failure.
-func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
+func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *params.Params, start time.Time) {
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 			msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
@@ -89,22 +89,22 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, p *params
 			u.Scheme = "http"
 		}
 	default:
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
 	if err != nil {
-		g.finish(r.Context(), rq, err)
+		rp.exit.finish(r.Context(), rq, err)
 		return
 	}
-	g.forward(rq, r, p, r.URL, host, port)
+	rp.forward(rq, r, p, r.URL, host, port)
 }
 
 // forward is the request path every forwarded request shares, plain HTTP
 // and requests inside a MITM tunnel alike: check the target, lease, send
 // through the member with retries, classify, deliver. u is the absolute
 // URL to send (host and port already split from it).
-func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url.URL, host string, port uint16) {
+func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		rq.body = newClientBody(r, r.Body)
@@ -113,7 +113,7 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	// included; the body then streams for as long as it takes.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	deadline := time.AfterFunc(g.requestTimeout, func() {
+	deadline := time.AfterFunc(rp.requestTimeout, func() {
 		if rq.body.stalled() {
 			// The forwarding waits on the client's body: cut the read off,
 			// or the Transport, which waits for its body writer to end,
@@ -123,10 +123,10 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 		cancel(errRequestTimeout)
 	})
 	defer deadline.Stop()
-	rq.pace.due = start.Add(g.requestTimeout)
-	addrs, err := g.checkTarget(ctx, host, port)
+	rq.pace.due = start.Add(rp.requestTimeout)
+	addrs, err := rp.admit.checkTarget(ctx, host, port)
 	if err != nil {
-		g.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
 	if addrs != nil {
@@ -134,13 +134,13 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 	}
 	if rq.body != nil {
 		if cf := rq.body.readAhead(maxReadAhead); cf != nil {
-			g.finish(ctx, rq, cf)
+			rp.exit.finish(ctx, rq, cf)
 			return
 		}
 	}
-	rq.lr = g.newLeaseReq(p, rotation.HostKey(host))
+	rq.lr = rp.leases.newReq(p, rotation.HostKey(host))
 	// The request holds its place in the site's pace until it ends.
-	defer g.leavePace(rq)
+	defer rq.leavePace(rp.pacer)
 
 	out := r.WithContext(ctx)
 	out.URL = u
@@ -156,28 +156,28 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 		}
 	}
 	if isWebSocket(r) && rq.body == nil {
-		g.serveUpgrade(ctx, rq, r, out, host, port)
+		rp.serveUpgrade(ctx, rq, r, out, host, port)
 		return
 	}
-	resp, h, res, err := g.forwardWithRetry(ctx, r, rq, out, deadline)
+	resp, h, res, err := rp.forwardWithRetry(ctx, r, rq, out, deadline)
 	if err != nil {
-		g.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
 	if res.IsBan() {
 		// The ban was reported and the lease let go; the client gets the
 		// site's answer.
-		ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
-		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		ok := rp.deliver(w, r, resp, h, res, rq.attempts, start)
+		rp.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
 		}
 		return
 	}
-	g.succeeded(ctx, &rq.lr, h)
-	ok := g.deliver(w, r, resp, h, res, rq.attempts, start)
-	g.done(ctx, h)
-	g.traceRequest(ctx, rq, outcomeOf(res), "")
+	rp.leases.succeeded(ctx, &rq.lr, h)
+	ok := rp.deliver(w, r, resp, h, res, rq.attempts, start)
+	rp.leases.done(ctx, h)
+	rp.exit.trace(ctx, rq, outcomeOf(res), "")
 	if !ok {
 		// The upstream broke off mid-body. Abort the client's answer so
 		// it sees a truncated response, not a complete one.
@@ -191,39 +191,39 @@ func (g *Gateway) forward(rq *request, r *http.Request, p *params.Params, u *url
 // Options.Retries. It returns the answer to deliver with its lease and
 // classification (a ban's lease is already reported and released), or the
 // error that ends the request, with rq holding the lease still in use.
-func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
-	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: g.retries, method: r.Method}
-	answerTimeout := g.answerTimeoutFor(rq.lr.target)
+func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq *request, out *http.Request, deadline *time.Timer) (*http.Response, held, rotation.Result, error) {
+	rule := retryRule{retryable: rotation.Retryable(r.Method, r.ContentLength != 0), maxRetries: rp.retries, method: r.Method}
+	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
 	at := attempts{hostport: out.URL.Host}
 	var (
 		resp *http.Response
 		used held
 		res  rotation.Result
 	)
-	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
-		got, ans, err := g.forwardOnce(ctx, r, rq, out, h, deadline, answerTimeout)
+	err := rp.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
+		got, ans, err := rp.forwardOnce(ctx, r, rq, out, h, deadline, answerTimeout)
 		if err != nil {
 			return tryAnother, err
 		}
-		resp, used, res = got, h, g.classifier.ClassifyAnswer(ans)
+		resp, used, res = got, h, rp.classifier.ClassifyAnswer(ans)
 		// Before anything else is sent: a ban cuts the site's pace now.
-		g.paceAnswered(rq, res)
+		rp.pacer.answered(rq, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}
-		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, resp.Header))
+		rp.leases.drop(ctx, rq.lr, h, res, siteRetryAfter(res, resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			discard(resp)
-			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(resp.StatusCode)+", "+string(res)+")")
+			return tryAnother, rp.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(resp.StatusCode)+", "+string(res)+")")
 		}
-		if rule.retryable && attempt < g.retries {
+		if rule.retryable && attempt < rp.retries {
 			// Leased before the banned answer is let go: with no other
 			// member, the client gets the site's answer, not an error.
-			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+			if n, err := rp.leases.acquire(ctx, &rq.lr); err == nil {
 				discard(resp)
 				rq.next = n
-				deadline.Reset(g.requestTimeout - time.Since(rq.start))
+				deadline.Reset(rp.requestTimeout - time.Since(rq.start))
 				return tryAnother, nil
 			}
 		}
@@ -239,8 +239,8 @@ func (g *Gateway) forwardWithRetry(ctx context.Context, r *http.Request, rq *req
 // the classifier needs it. Its error is classified for judge: the client's
 // body, the request deadline, the site's certificate, a direct member's
 // dial, or the member's.
-func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
-	resp, err := g.send(rq.mirror, h.mc, out, answerTimeout)
+func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *request, out *http.Request, h held, deadline *time.Timer, answerTimeout time.Duration) (*http.Response, rotation.Answer, error) {
+	resp, err := rp.ex.send(rq.mirror, h.mc, out, answerTimeout)
 	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
 		// Nothing forwarded here asks for an upgrade (a WebSocket
 		// handshake goes to serveUpgrade, any other Upgrade is dropped as
@@ -270,7 +270,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 	if err == nil {
 		// Read under the request deadline: a site that trickles its
 		// challenge page cannot hold the request past it.
-		ans, err = g.readAnswer(r, resp)
+		ans, err = rp.ex.readAnswer(r, resp)
 	}
 	if err == nil && !deadline.Stop() {
 		// The timeout fired just as the head arrived; the body would be cut.
@@ -285,10 +285,10 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.stalled() {
 			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
-				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + g.requestTimeout.String())}
+				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
 		return nil, ans, &annotated{err: errRequestTimeout,
-			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + g.requestTimeout.String()}
+			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
 	if h.mc.m.Direct() {
@@ -299,7 +299,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, r *http.Request, rq *request,
 
 // deliver streams resp to the client with the gateway's headers added. It
 // returns false when the upstream broke off mid-body.
-func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
+func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
 	defer resp.Body.Close()
 	name := h.mc.m.Name
 	dst := w.Header()
@@ -313,13 +313,13 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 	dst[HeaderLease] = []string{h.id}
 	dst[HeaderAttempts] = attemptsValue(attempts)
 	w.WriteHeader(resp.StatusCode)
-	g.rec.Request(name, outcomeOf(res), time.Since(start))
+	rp.rec.Request(name, outcomeOf(res), time.Since(start))
 	if r.ContentLength > 0 {
-		g.rec.BytesRelayed(DirectionUp, r.ContentLength)
+		rp.rec.BytesRelayed(DirectionUp, r.ContentLength)
 	}
 
-	bp := g.bufs.get()
-	defer g.bufs.put(bp)
+	bp := rp.bufs.Get()
+	defer rp.bufs.Put(bp)
 	buf := *bp
 	flusher, _ := w.(http.Flusher)
 	stream := resp.ContentLength < 0 && flusher != nil
@@ -340,12 +340,12 @@ func (g *Gateway) deliver(w http.ResponseWriter, r *http.Request, resp *http.Res
 			break
 		}
 		if rerr != nil {
-			g.rec.BytesRelayed(DirectionDown, n)
-			g.log.Debug("answer body broke off", "member", name, "err", rerr)
+			rp.rec.BytesRelayed(DirectionDown, n)
+			rp.log.Debug("answer body broke off", "member", name, "err", rerr)
 			return false
 		}
 	}
-	g.rec.BytesRelayed(DirectionDown, n)
+	rp.rec.BytesRelayed(DirectionDown, n)
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Trailer {
 		// The same filter as the head's: a site's trailer cannot pose as

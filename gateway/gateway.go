@@ -12,15 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
-	"github.com/proxyfleet/proxyfleet/gateway/params"
-	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
+	"github.com/proxyfleet/proxyfleet/statuspage"
 )
 
 // Defaults of Options' zero values (Retries has no zero-value default: 0
@@ -195,63 +192,19 @@ type Options struct {
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
-// mount it as an http.Handler) and stop it with Shutdown.
+// mount it as an http.Handler) and stop it with Shutdown. It is wiring:
+// the stages of the request path are made here from Options and handed
+// to each other (requestPath, path.go, reads the path top-down); Gateway
+// itself serves, shuts down and reports status.
 type Gateway struct {
-	pool     pool.Pool
-	later    pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
-	mode     rotation.Mode
-	leaseTTL time.Duration
-	// maxSessTTL is the pool's longest lease when it says (0: unknown, as
-	// a --lease-api pool's): acquire refuses a longer sessttl on a pinned
-	// session too, where the pool is not asked.
-	maxSessTTL     time.Duration
-	retries        int
-	classifier     rotation.Classifier
-	tokens         tokenSet
-	authRequired   bool
-	allowPrivate   bool
-	resolver       Resolver
-	dialTimeout    time.Duration
-	tunnelIdle     time.Duration
-	requestTimeout time.Duration
-	answerTimeout  time.Duration
-	siteTimeouts   SiteDurations
-	rec            Recorder
-	tracer         RequestTracer // nil: no request spans
-	log            *slog.Logger
-	banBodyBytes   int
-	siteRoots      *x509.CertPool
-	mitm           *mitm // nil: a CONNECT to a TLS port is a plain tunnel
-	inner          *inner
-	// connectHTTPPorts: see Options.ConnectHTTPPorts.
-	connectHTTPPorts []uint16
-	pacer            *pacer
-
-	aff      *rotation.Affinity
-	evidence *rotation.MemberEvidence
-	front    *front.Server
-	flights  flightGroup
-	struck   struckSet
-	alive    aliveSet
-	tunnels  tunnelSet
-	bufs     bufPool
-	readers  bufpool.Readers // for upstream CONNECT answers
-	writers  bufpool.Writers // for requests written on the gateway's own connections (writeRequest)
-	dns      dnsCache
-
-	// failed and overrides are the gateway's side of failure rests
-	// (rests.go); stopping ends the rechecks at Shutdown.
-	failed        failedSet
-	overrides     overrides
-	failureWindow time.Duration
-	stopping      chan struct{}
-	stopOnce      sync.Once
-
-	membersMu sync.RWMutex
-	members   map[string]*memberConn
-
-	// listen holds the addresses Serve listens on, for the loop check.
-	listen atomic.Pointer[[]netip.AddrPort]
+	front  *front.Server
+	path   *requestPath
+	inner  *inner
+	admit  *admission
+	leases *leasing
+	pacer  *pacer
+	health *memberHealth
+	links  *memberLinks
 }
 
 // withDefaults checks o and fills in the defaults of its zero values.
@@ -328,47 +281,11 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	aff, err := rotation.NewAffinity(o.AffinityEntries)
-	if err != nil {
-		return nil, errors.New("gateway: affinity cache: " + err.Error())
+	g := &Gateway{admit: newAdmission(o), health: newMemberHealth(o)}
+	g.links = newMemberLinks(o, g.admit)
+	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
+		return nil, err
 	}
-	later, _ := o.Pool.(pool.LaterReleaser)
-	var maxSessTTL time.Duration
-	if mt, ok := o.Pool.(interface{ MaxTTL() time.Duration }); ok {
-		maxSessTTL = mt.MaxTTL()
-	}
-	g := &Gateway{
-		maxSessTTL:     maxSessTTL,
-		pool:           o.Pool,
-		later:          later,
-		mode:           o.Mode,
-		leaseTTL:       o.LeaseTTL,
-		retries:        o.Retries,
-		classifier:     o.Classifier,
-		tokens:         newTokenSet(o.Tokens),
-		authRequired:   len(o.Tokens) > 0,
-		allowPrivate:   o.AllowPrivateTargets,
-		resolver:       o.Resolver,
-		dialTimeout:    o.DialTimeout,
-		tunnelIdle:     o.TunnelIdleAfter,
-		requestTimeout: o.RequestTimeout,
-		answerTimeout:  o.MemberAnswerTimeout,
-		siteTimeouts:   o.SiteAnswerTimeouts,
-		rec:            o.Metrics,
-		tracer:         o.Tracer,
-		log:            o.Logger,
-		banBodyBytes:   o.BanBodyBytes,
-		siteRoots:      o.SiteRoots,
-		aff:            aff,
-		evidence:       rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow),
-		members:        make(map[string]*memberConn),
-		failureWindow:  o.FailureWindow,
-		stopping:       make(chan struct{}),
-	}
-	if g.failureWindow <= 0 {
-		g.failureWindow = pool.DefaultFailureWindow
-	}
-	g.front = front.New(g.ServeHTTP, g.frontOptions())
 	if o.Pacing.MaxWait < 0 {
 		return nil, errors.New("gateway: Options.Pacing.MaxWait is negative")
 	}
@@ -379,49 +296,47 @@ func New(o Options) (*Gateway, error) {
 	if sp == nil {
 		sp, _ = o.Pool.(pool.SitePacer)
 	}
-	g.pacer = newPacer(o.Pacing, sp, o.Logger)
+	g.pacer = newPacer(o.Pacing, sp, g.leases, o.Logger)
+	var m *mitm
 	if o.MITM != nil {
-		if g.mitm, err = newMITM(o.MITM); err != nil {
+		if m, err = newMITM(o.MITM); err != nil {
 			return nil, err
 		}
 	}
-	g.connectHTTPPorts = o.ConnectHTTPPorts
-	if g.connectHTTPPorts == nil {
-		g.connectHTTPPorts = DefaultConnectHTTPPorts
+	rp := &requestPath{
+		admit: g.admit, leases: g.leases, pacer: g.pacer, health: g.health, mitm: m,
+		ex:      newExchange(o, g.links, m),
+		exit:    &finisher{rec: o.Metrics, tracer: o.Tracer, log: o.Logger, pace: g.pacer, leases: g.leases, health: g.health},
+		retries: o.Retries, classifier: o.Classifier, requestTimeout: o.RequestTimeout, dialTimeout: o.DialTimeout,
+		tunnelIdle: o.TunnelIdleAfter, connectHTTPPorts: o.ConnectHTTPPorts, rec: o.Metrics, log: o.Logger,
 	}
-	g.inner = g.newInner()
+	if rp.connectHTTPPorts == nil {
+		rp.connectHTTPPorts = DefaultConnectHTTPPorts
+	}
+	fo := frontOptions(o.Metrics, o.Logger)
+	g.front = front.New(g.ServeHTTP, fo)
+	rp.inner = newInner(rp.serveInnerRequest, fo, o.Logger)
+	g.path, g.inner = rp, rp.inner
 	return g, nil
 }
 
 // frontOptions are the options of the gateway's own HTTP/1.1 servers: the
 // proxy port's and the one inside MITM'd tunnels.
-func (g *Gateway) frontOptions() front.Options {
+func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
 		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + proxyStatus(ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
-			g.rec.Request("", rejectionOutcome[r], time.Since(start))
+			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},
-		Logger: g.log,
+		Logger: log,
 	}
 }
 
 // Serve accepts proxy connections on ln until Shutdown; it returns
 // http.ErrServerClosed then. It may be called for several listeners.
 func (g *Gateway) Serve(ln net.Listener) error {
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
-		for {
-			old := g.listen.Load()
-			var next []netip.AddrPort
-			if old != nil {
-				next = append(next, *old...)
-			}
-			next = append(next, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
-			if g.listen.CompareAndSwap(old, &next) {
-				break
-			}
-		}
-	}
+	g.admit.listening(ln.Addr())
 	return g.front.Serve(ln)
 }
 
@@ -430,86 +345,56 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.stopOnce.Do(func() { close(g.stopping) })
+	g.health.stop()
 	err := g.front.Shutdown(ctx)
 	// Requests inside tunnels the gateway answered drain like plain ones.
 	if ierr := g.inner.shutdown(ctx); err == nil {
 		err = ierr
 	}
 	if err == nil {
-		err = g.tunnels.wait(ctx)
+		err = g.path.tunnels.Wait(ctx)
 	}
 	if err != nil {
 		g.front.Close()
-		g.tunnels.closeAll()
+		g.path.tunnels.CloseAll()
 		// The relays of the closed tunnels return at once; wait for them
 		// (briefly) so their bytes and leases are settled when we return.
 		unwind, cancel := context.WithTimeout(context.Background(), tunnelUnwindWait)
-		_ = g.tunnels.wait(unwind)
+		_ = g.path.tunnels.Wait(unwind)
 		cancel()
 	}
-	g.membersMu.Lock()
-	for _, mc := range g.members {
-		mc.close()
-	}
-	g.membersMu.Unlock()
-	g.aff.Close()
+	g.links.closeAll()
+	g.leases.close()
 	g.pacer.close()
 	return err
 }
 
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	p, err := g.authenticate(r)
-	if err != nil {
-		g.finish(r.Context(), &request{w: w, start: start}, err)
-		return
-	}
-	if r.Method == http.MethodConnect {
-		g.serveConnect(w, r, &p, start)
-		return
-	}
-	g.serveForward(w, r, &p, start)
-}
-
-// authenticate checks the client's token (when tokens are configured) and
-// reads its parameters. The token never reaches a log or an error text. A
-// refused token is an *authError; a malformed parameter or credential is
-// the parser's *params.Error, which judge answers as bad_params.
-func (g *Gateway) authenticate(r *http.Request) (params.Params, error) {
-	var user string
-	pa := r.Header["Proxy-Authorization"]
-	switch {
-	case len(pa) > 1:
-		return params.Params{}, &params.Error{Msg: "Proxy-Authorization given more than once"}
-	case len(pa) == 1:
-		u, token, err := params.ParseProxyAuthorization(pa[0])
-		if err != nil {
-			if g.authRequired {
-				return params.Params{}, authFailed(err)
-			}
-			return params.Params{}, err
-		}
-		if g.authRequired && !g.tokens.match(token) {
-			return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
-		}
-		user = u
-	case g.authRequired:
-		return params.Params{}, authFailed(errors.New("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
-	}
-	up, err := params.ParseUsername(user)
-	if err != nil {
-		return params.Params{}, err
-	}
-	hp, err := params.ParseHeaders(r.Header)
-	if err != nil {
-		return params.Params{}, err
-	}
-	return params.Merge(up, hp)
-}
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.path.serve(w, r) }
 
 func authFailed(err error) error { return &authError{err: err} }
+
+// ForgetMember drops the gateway's state for a member removed from the pool
+// and closes its idle keep-alive connections. Pins to it are abandoned: the
+// next request of those sessions leases afresh. Open tunnels are untouched.
+func (g *Gateway) ForgetMember(name string) { g.links.forget(name) }
+
+// ForgetIdleMembers forgets (as ForgetMember does) every member no request
+// has taken for longer than idle, and returns their names. A gateway whose
+// members come from a remote lease API never hears that one left the pool,
+// so without this its per-member state would only grow; a member still in
+// the pool is simply set up again on its next use.
+func (g *Gateway) ForgetIdleMembers(idle time.Duration) []string { return g.links.forgetIdle(idle) }
+
+// PaceStatus lists the sites the pacer keeps (those with a pace of some
+// kind that had requests), most held first (queued, then waited and
+// refused), for the status page and the metrics. The learnt pace is as
+// the store last told this gateway; the counts are this gateway's.
+func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.status() }
+
+// FailureRestOverrides reports the latest episode of leases of members
+// resting for their own failures.
+func (g *Gateway) FailureRestOverrides() OverrideStatus { return g.health.overrideStatus() }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

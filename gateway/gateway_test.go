@@ -219,11 +219,11 @@ func TestNewValidatesOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Shutdown(context.Background())
-	if g.mode != rotation.ModeSticky || g.leaseTTL != DefaultLeaseTTL || g.dialTimeout != DefaultDialTimeout ||
-		g.requestTimeout != DefaultRequestTimeout || g.retries != 0 {
-		t.Fatalf("defaults not applied: mode %q ttl %v dial %v request %v retries %d", g.mode, g.leaseTTL, g.dialTimeout, g.requestTimeout, g.retries)
+	if g.leases.mode != rotation.ModeSticky || g.leases.ttl != DefaultLeaseTTL || g.path.dialTimeout != DefaultDialTimeout ||
+		g.path.requestTimeout != DefaultRequestTimeout || g.path.retries != 0 {
+		t.Fatalf("defaults not applied: mode %q ttl %v dial %v request %v retries %d", g.leases.mode, g.leases.ttl, g.path.dialTimeout, g.path.requestTimeout, g.path.retries)
 	}
-	if got := g.classifier.Classify(429); got != rotation.ResultRateLimited {
+	if got := g.path.classifier.Classify(429); got != rotation.ResultRateLimited {
 		t.Fatalf("default classifier reads 429 as %q", got)
 	}
 }

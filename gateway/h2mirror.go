@@ -298,9 +298,9 @@ func (p *h2Print) transport() *fhttp2.Transport {
 // first frames are read and kept for the tunnel's site connections; every
 // stream is then a request served as serveInnerRequest serves one over
 // HTTP/1.1.
-func (g *Gateway) serveMITMH2(tc net.Conn, t *innerTunnel) {
+func serveMITMH2(in *inner, tc net.Conn, t *innerTunnel) {
 	t.speaksH2 = true
-	g.inner.serve(&h2Tap{Conn: tc, t: t}, t)
+	in.serve(&h2Tap{Conn: tc, t: t}, t)
 }
 
 // maxH2Start bounds what h2Tap keeps of a client's first bytes while it

@@ -35,4 +35,4 @@ func (*siteH2) roundTrip(*http.Request) (*http.Response, error) { return nil, mi
 func isNoCachedConn(error) bool { return false }
 
 // serveMITMH2 is never called: HTTP/2 is not offered to the client.
-func (g *Gateway) serveMITMH2(tc net.Conn, _ *innerTunnel) { _ = tc.Close() }
+func serveMITMH2(_ *inner, tc net.Conn, _ *innerTunnel) { _ = tc.Close() }

@@ -119,7 +119,8 @@ func (c *innerConn) Close() error {
 	return c.Conn.Close()
 }
 
-func (g *Gateway) newInner() *inner {
+// newInner starts the inner servers: each request they read is handler's.
+func newInner(handler http.HandlerFunc, fo front.Options, log *slog.Logger) *inner {
 	in := &inner{ln: newConnListener(), served: make(chan struct{})}
 	// HTTP/1.1, and HTTP/2 on a connection that starts with its preface:
 	// under MITM the TLS is the gateway's, done before the connection is
@@ -128,12 +129,12 @@ func (g *Gateway) newInner() *inner {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	in.srv = &http.Server{
-		Handler:           http.HandlerFunc(g.serveInnerRequest),
+		Handler:           handler,
 		ReadHeaderTimeout: serverReadHeader,
 		IdleTimeout:       serverIdleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
 		Protocols:         protos,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if ic, ok := c.(*innerConn); ok {
 				return context.WithValue(ctx, innerTunnelKey{}, ic.t)
@@ -145,7 +146,7 @@ func (g *Gateway) newInner() *inner {
 		defer close(in.served)
 		_ = in.srv.Serve(in.ln)
 	}()
-	o := g.frontOptions()
+	o := fo
 	o.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, innerTunnelKey{}, c.(*innerConn).t)
 	}
@@ -158,7 +159,7 @@ func (g *Gateway) newInner() *inner {
 		}
 		return in.ln.push(&innerConn{Conn: &prefixConn{Conn: ic.Conn, prefix: read}, t: ic.t})
 	}
-	in.h1 = front.New(g.serveInnerRequest, o)
+	in.h1 = front.New(handler, o)
 	return in
 }
 
@@ -191,8 +192,8 @@ func (in *inner) shutdown(ctx context.Context) error {
 
 // carriesHTTP reports a CONNECT the gateway answers itself and reads as
 // plain HTTP: to one of the HTTP ports, and not left alone by its client.
-func (g *Gateway) carriesHTTP(r *http.Request, port uint16) bool {
-	return slices.Contains(g.connectHTTPPorts, port) && !leftAlone(r)
+func (rp *requestPath) carriesHTTP(r *http.Request, port uint16) bool {
+	return slices.Contains(rp.connectHTTPPorts, port) && !leftAlone(r)
 }
 
 // httpTunnelHello is the gateway's own answer to a CONNECT it reads as
@@ -204,15 +205,15 @@ var httpTunnelHello = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 // WebSocket handshake, a GET) is leased, sent through a member in
 // absolute form and judged as a plain request is. Bytes that are not
 // HTTP get the server's 400 and the connection closed.
-func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
+func (rp *requestPath) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
-	c, ok := g.takeTunnel(w, r, rq, httpTunnelHello, false)
+	c, ok := rp.takeTunnel(w, r, rq, httpTunnelHello, false)
 	if !ok {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	g.inner.serve(c, &innerTunnel{p: *p, scheme: "http", hostport: hostport, host: host, port: port})
+	rp.inner.serve(c, &innerTunnel{p: *p, scheme: "http", hostport: hostport, host: host, port: port})
 }
 
 // takeTunnel takes over the client's connection of a CONNECT the gateway
@@ -224,19 +225,19 @@ func (g *Gateway) serveHTTPTunnel(w http.ResponseWriter, r *http.Request, p *par
 // call each): a MITM'd tunnel's TLS records, which nothing splices; a
 // port-80 tunnel keeps its *net.TCPConn, which a WebSocket upgraded inside
 // it splices.
-func (g *Gateway) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte, raw bool) (net.Conn, bool) {
+func (rp *requestPath) takeTunnel(w http.ResponseWriter, r *http.Request, rq *request, hello []byte, raw bool) (net.Conn, bool) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		g.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
+		rp.exit.finish(r.Context(), rq, errors.New("cannot take over the connection: "+err.Error()))
 		return nil, false
 	}
 	if raw {
 		conn = rawio.Wrap(conn)
 	}
-	_ = conn.SetDeadline(time.Now().Add(g.dialTimeout))
+	_ = conn.SetDeadline(time.Now().Add(rp.dialTimeout))
 	if _, err := conn.Write(hello); err != nil {
 		_ = conn.Close()
-		g.ended(r.Context(), rq, OutcomeClientGone, "")
+		rp.exit.ended(r.Context(), rq, OutcomeClientGone, "")
 		return nil, false
 	}
 	if n := brw.Reader.Buffered(); n > 0 {
@@ -254,16 +255,16 @@ var innerSchemes = map[string][]string{"https": {"https", "wss"}, "http": {"http
 // answered: the site is the tunnel's, the parameters are the CONNECT's,
 // and the rest is the plain-HTTP path (lease, retries, classification,
 // delivery).
-func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
+func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rq := &request{w: w, start: start}
 	t, ok := r.Context().Value(innerTunnelKey{}).(*innerTunnel)
 	if !ok {
-		g.finish(r.Context(), rq, errors.New("request without its tunnel"))
+		rp.exit.finish(r.Context(), rq, errors.New("request without its tunnel"))
 		return
 	}
 	if r.Method == http.MethodConnect {
-		g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
 		return
 	}
 	if r.URL.Host != "" {
@@ -274,7 +275,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 		// Host and port: another port of the same host is another site.
 		h, port, err := splitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
-			g.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
+			rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
 				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}
@@ -282,7 +283,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	if t.scheme == "https" {
 		fp, err := fingerprintOf(r.Header, t.fp)
 		if err != nil {
-			g.finish(r.Context(), rq, err)
+			rp.exit.finish(r.Context(), rq, err)
 			return
 		}
 		if fp == FingerprintMirror {
@@ -290,7 +291,7 @@ func (g *Gateway) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	u := &url.URL{Scheme: t.scheme, Host: t.hostport, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
-	g.forward(rq, r, &t.p, u, t.host, t.port)
+	rp.forward(rq, r, &t.p, u, t.host, t.port)
 }
 
 // prefixConn is a connection with bytes already read from it put back.

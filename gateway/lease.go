@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -14,6 +16,62 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
+// leasing is the stage that holds members for requests: a request's lease
+// comes from its (session, target) pin or the pool, is reported and let go
+// here, and nowhere else. It owns the pins (rotation.Affinity), the
+// acquires shared by concurrent misses of one pin and the {member, target}
+// pairs it saw banned. It calls the members stage (memberSource) for the
+// connection state of a leased member and tells the member-health stage
+// (leaseWatcher) how each lease was given.
+type leasing struct {
+	pool  pool.Pool
+	later pool.LaterReleaser // pool, when it can release without the caller waiting; else nil
+	mode  rotation.Mode
+	ttl   time.Duration // Options.LeaseTTL
+	// maxSessTTL is the pool's longest lease when it says (0: unknown, as
+	// a --lease-api pool's): acquire refuses a longer sessttl on a pinned
+	// session too, where the pool is not asked.
+	maxSessTTL time.Duration
+	aff        *rotation.Affinity
+	flights    flightGroup
+	struck     struckSet
+	members    memberSource
+	watch      leaseWatcher
+	rec        Recorder
+	log        *slog.Logger
+}
+
+// memberSource is what leasing asks of the members stage: the state of a
+// member it leased, or of one a pin names.
+type memberSource interface {
+	memberFor(m pool.Member) (*memberConn, error)
+	memberByName(name string) *memberConn
+}
+
+// leaseWatcher hears how the pool gave each lease (the member-health
+// stage: a lease of a member resting for its own failures is an override).
+type leaseWatcher interface {
+	leased(l pool.Lease, target string)
+}
+
+// newLeasing makes the leasing stage on o's pool.
+func newLeasing(o Options, members memberSource, watch leaseWatcher) (*leasing, error) {
+	aff, err := rotation.NewAffinity(o.AffinityEntries)
+	if err != nil {
+		return nil, errors.New("gateway: affinity cache: " + err.Error())
+	}
+	later, _ := o.Pool.(pool.LaterReleaser)
+	var maxSessTTL time.Duration
+	if mt, ok := o.Pool.(interface{ MaxTTL() time.Duration }); ok {
+		maxSessTTL = mt.MaxTTL()
+	}
+	return &leasing{pool: o.Pool, later: later, mode: o.Mode, ttl: o.LeaseTTL, maxSessTTL: maxSessTTL, aff: aff,
+		members: members, watch: watch, rec: o.Metrics, log: o.Logger}, nil
+}
+
+// close ends the pins' expiry.
+func (ls *leasing) close() { ls.aff.Close() }
+
 // leaseReq is one request's view of leasing: who, for which target, how.
 type leaseReq struct {
 	p          *params.Params
@@ -22,8 +80,8 @@ type leaseReq struct {
 	perRequest bool
 }
 
-func (g *Gateway) newLeaseReq(p *params.Params, target string) leaseReq {
-	mode := g.mode
+func (ls *leasing) newReq(p *params.Params, target string) leaseReq {
+	mode := ls.mode
 	if p.Rotate != "" {
 		mode = p.Rotate
 	}
@@ -47,35 +105,35 @@ type held struct {
 // (session, target) when it still fits the request's parameters, else a
 // fresh lease from the pool (pinned unless rotating per request).
 // Concurrent misses of one (session, target) share one Acquire.
-func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
+func (ls *leasing) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 	if lr.perRequest {
-		return g.acquireFresh(ctx, lr, false)
+		return ls.acquireFresh(ctx, *lr, false)
 	}
-	if g.maxSessTTL > 0 && lr.p.SessTTL > g.maxSessTTL {
+	if ls.maxSessTTL > 0 && lr.p.SessTTL > ls.maxSessTTL {
 		// The pool would refuse it on a new lease; a session that holds a
 		// pin gets the same answer, not a silent pass.
 		return held{}, fmt.Errorf("%w: sessttl %s", pool.ErrTTLTooLong, lr.p.SessTTL)
 	}
-	if pin, ok := g.aff.Get(lr.session, lr.target); ok {
-		mc := g.memberByName(pin.Member)
+	if pin, ok := ls.aff.Get(lr.session, lr.target); ok {
+		mc := ls.members.memberByName(pin.Member)
 		switch {
 		case pin.Lost && lr.p.Strict:
 			return held{}, &sessionLostError{member: pin.Member, why: "was lost earlier"}
 		case pin.Lost:
 			// The session is no longer strict: it may move on.
-			g.aff.Delete(lr.session, lr.target)
+			ls.aff.Delete(lr.session, lr.target)
 		case mc == nil && lr.p.Strict:
 			// The gateway forgot the member (it left, or sat idle): lease
 			// it again by name, or the session is lost.
-			g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+			ls.release(ctx, *lr, held{id: pin.LeaseID, pinned: true})
 			same := *lr.p
 			same.Proxy = pin.Member
 			again := *lr
 			again.p = &same
-			if h, err := g.acquireFresh(ctx, &again, true); err == nil {
+			if h, err := ls.acquireFresh(ctx, again, true); err == nil {
 				return h, nil
 			}
-			g.markLost(lr, pin.Member)
+			ls.markLost(lr, pin.Member)
 			return held{}, &sessionLostError{member: pin.Member, why: "left the pool"}
 		case mc != nil && fits(mc, lr.p):
 			return held{id: pin.LeaseID, mc: mc, pinned: true}, nil
@@ -84,11 +142,11 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 			// The pin is about to be replaced (its member left, or this
 			// request names another proxy or selector): give its lease back
 			// rather than let it hold a place at its member until the TTL.
-			g.release(ctx, lr, held{id: pin.LeaseID, pinned: true})
+			ls.release(ctx, *lr, held{id: pin.LeaseID, pinned: true})
 		}
 	}
 	key := rotation.PinKey(lr.session, lr.target)
-	f, leader := g.flights.begin(key)
+	f, leader := ls.flights.begin(key)
 	if !leader {
 		select {
 		case <-f.done:
@@ -98,44 +156,44 @@ func (g *Gateway) acquire(ctx context.Context, lr *leaseReq) (held, error) {
 		case <-ctx.Done():
 			return held{}, ctx.Err()
 		}
-		return g.acquireFresh(ctx, lr, true)
+		return ls.acquireFresh(ctx, *lr, true)
 	}
-	h, err := g.acquireFresh(ctx, lr, true)
+	h, err := ls.acquireFresh(ctx, *lr, true)
 	f.h, f.err = h, err
-	g.flights.end(key, f)
+	ls.flights.end(key, f)
 	return h, err
 }
 
-func (g *Gateway) acquireFresh(ctx context.Context, lr *leaseReq, pin bool) (held, error) {
+func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (held, error) {
 	ttl := lr.p.SessTTL
 	if ttl == 0 && pin {
-		ttl = g.leaseTTL
+		ttl = ls.ttl
 	}
-	l, err := g.pool.Acquire(ctx, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
+	l, err := ls.pool.Acquire(ctx, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
 	if err != nil {
 		return held{}, err
 	}
-	mc, err := g.memberFor(l.Member)
+	mc, err := ls.members.memberFor(l.Member)
 	if err != nil {
 		// A member the gateway cannot use (bad scheme): count it as failed so
 		// the pool stops offering it, and say so.
-		g.log.Warn("unusable pool member", "member", l.Member.Name, "err", err)
-		g.rec.UpstreamFailure(l.Member.Name)
-		_ = g.pool.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: lr.target})
-		_ = g.pool.Release(ctx, l.ID)
+		ls.log.Warn("unusable pool member", "member", l.Member.Name, "err", err)
+		ls.rec.UpstreamFailure(l.Member.Name)
+		_ = ls.pool.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: lr.target})
+		_ = ls.pool.Release(ctx, l.ID)
 		return held{}, err
 	}
 	if pin {
 		if d := time.Until(l.ExpiresAt); d > 0 {
-			if err := g.aff.Set(lr.session, lr.target, rotation.Pin{LeaseID: l.ID, Member: l.Member.Name, ExpiresAt: l.ExpiresAt}, d); err != nil {
+			if err := ls.aff.Set(lr.session, lr.target, rotation.Pin{LeaseID: l.ID, Member: l.Member.Name, ExpiresAt: l.ExpiresAt}, d); err != nil {
 				// Every place holds a live session: this new one gets no
 				// member rather than one it would not keep.
-				_ = g.pool.Release(ctx, l.ID)
-				return held{}, &sessionLimitError{max: g.aff.Max()}
+				_ = ls.pool.Release(ctx, l.ID)
+				return held{}, &sessionLimitError{max: ls.aff.Max()}
 			}
 		}
 	}
-	g.leased(l, lr.target)
+	ls.watch.leased(l, lr.target)
 	return held{id: l.ID, mc: mc, pinned: pin, resting: l.FailureRest}, nil
 }
 
@@ -162,12 +220,12 @@ func (e *sessionLostError) Error() string {
 // markLost remembers that lr's strict session lost member, for as long as
 // its pin would have lasted, so its next request fails too instead of
 // being pinned afresh.
-func (g *Gateway) markLost(lr *leaseReq, member string) {
+func (ls *leasing) markLost(lr *leaseReq, member string) {
 	ttl := lr.p.SessTTL
 	if ttl == 0 {
-		ttl = g.leaseTTL
+		ttl = ls.ttl
 	}
-	_ = g.aff.Set(lr.session, lr.target, rotation.Pin{Member: member, Lost: true, ExpiresAt: time.Now().Add(ttl)}, ttl) // a Lost mark is always kept
+	_ = ls.aff.Set(lr.session, lr.target, rotation.Pin{Member: member, Lost: true, ExpiresAt: time.Now().Add(ttl)}, ttl) // a Lost mark is always kept
 }
 
 // fits reports whether a pinned member still satisfies the request's
@@ -187,18 +245,18 @@ func fits(mc *memberConn, p *params.Params) bool {
 // done ends a request's use of h: a per-request lease is released, a pin
 // kept. Nothing waits on this release, so a pool that can send it later
 // (with its next acquire) does.
-func (g *Gateway) done(ctx context.Context, h held) {
+func (ls *leasing) done(ctx context.Context, h held) {
 	if h.pinned {
 		return
 	}
-	if g.later != nil {
-		g.later.ReleaseLater(h.id)
+	if ls.later != nil {
+		ls.later.ReleaseLater(h.id)
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
-	if err := g.pool.Release(ctx, h.id); err != nil {
-		g.log.Debug("lease release failed", "lease", h.id, "err", err)
+	if err := ls.pool.Release(ctx, h.id); err != nil {
+		ls.log.Debug("lease release failed", "lease", h.id, "err", err)
 	}
 }
 
@@ -221,47 +279,47 @@ func siteRetryAfter(res rotation.Result, header http.Header) time.Duration {
 // next Acquire for this target picks another member. Only member-wide
 // failures count in the upstream-failure metric: a member's answer that a
 // site is unreachable is no failure of the member.
-func (g *Gateway) drop(ctx context.Context, lr *leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
+func (ls *leasing) drop(ctx context.Context, lr leaseReq, h held, res rotation.Result, retryAfter time.Duration) {
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
 	switch {
 	case res == rotation.ResultUpstreamFailed:
-		g.rec.UpstreamFailure(h.mc.m.Name)
+		ls.rec.UpstreamFailure(h.mc.m.Name)
 	case res.IsBan():
-		g.struck.add(h.mc.m.Name, lr.target)
+		ls.struck.add(h.mc.m.Name, lr.target)
 	}
-	if err := g.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {
-		g.log.Warn("lease report failed", "lease", h.id, "member", h.mc.m.Name, "result", string(res), "err", err)
+	if err := ls.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {
+		ls.log.Warn("lease report failed", "lease", h.id, "member", h.mc.m.Name, "result", string(res), "err", err)
 	}
-	g.release(ctx, lr, h)
+	ls.release(ctx, lr, h)
 }
 
 // release unpins h (when it is still the pin) and releases it, pinned or
 // not, so the session's next request leases afresh.
-func (g *Gateway) release(ctx context.Context, lr *leaseReq, h held) {
+func (ls *leasing) release(ctx context.Context, lr leaseReq, h held) {
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
 	if h.pinned {
-		if pin, ok := g.aff.Get(lr.session, lr.target); ok && pin.LeaseID == h.id {
-			g.aff.Delete(lr.session, lr.target)
+		if pin, ok := ls.aff.Get(lr.session, lr.target); ok && pin.LeaseID == h.id {
+			ls.aff.Delete(lr.session, lr.target)
 		}
 	}
-	if err := g.pool.Release(ctx, h.id); err != nil {
-		g.log.Debug("lease release failed", "lease", h.id, "err", err)
+	if err := ls.pool.Release(ctx, h.id); err != nil {
+		ls.log.Debug("lease release failed", "lease", h.id, "err", err)
 	}
 }
 
 // succeeded tells the pool a {member, target} that was banned before works
 // again, which resets its ban backoff. Only pairs this gateway saw banned
 // are reported, so a healthy crawl costs no pool calls.
-func (g *Gateway) succeeded(ctx context.Context, lr *leaseReq, h held) {
-	if !g.struck.take(h.mc.m.Name, lr.target) {
+func (ls *leasing) succeeded(ctx context.Context, lr *leaseReq, h held) {
+	if !ls.struck.take(h.mc.m.Name, lr.target) {
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
-	if err := g.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultOK, Target: lr.target}); err != nil {
-		g.log.Debug("lease report failed", "lease", h.id, "result", "ok", "err", err)
+	if err := ls.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultOK, Target: lr.target}); err != nil {
+		ls.log.Debug("lease report failed", "lease", h.id, "result", "ok", "err", err)
 	}
 }
 
@@ -337,4 +395,75 @@ func (s *struckSet) take(member, target string) bool {
 	delete(s.m, k)
 	s.n.Store(int64(len(s.m)))
 	return true
+}
+
+// lease returns the lease for rq's next attempt, or the error that ends
+// the request: the client leaving, or the pool's refusal in words a
+// client can act on.
+func (ls *leasing) lease(ctx context.Context, client context.Context, rq *request) (held, error) {
+	h, err := ls.acquire(ctx, &rq.lr)
+	switch {
+	case err == nil:
+		return h, nil
+	case isSessionLost(err):
+		return held{}, err
+	}
+	if client.Err() != nil {
+		return held{}, errClientGone
+	}
+	return held{}, ls.poolRefusal(&rq.lr, err)
+}
+
+// isSessionLost reports whether err is a strict session's loss (apart, so
+// the lease path's success allocates nothing for it).
+func isSessionLost(err error) bool {
+	var sl *sessionLostError
+	return errors.As(err, &sl)
+}
+
+// poolRefusal says why the pool gave no lease: which parameter matched
+// nothing, the TTL that is too long and whose it is, the unreachable API.
+func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
+	var nm *pool.NoMatchError
+	switch {
+	case errors.As(err, &nm):
+		if nm.Considered == 0 {
+			// Nothing even matched: say which parameter ruled everything
+			// out, since the counts alone read as an empty pool.
+			switch {
+			case lr.p.Proxy != "":
+				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
+			case len(lr.p.Selector) > 0:
+				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
+			}
+		}
+		return err
+	case errors.Is(err, pool.ErrTTLTooLong) && lr.p.SessTTL == 0:
+		ls.log.Error("the gateway's lease TTL is above the pool's maximum: lower --lease-ttl", "leaseTTL", ls.ttl, "err", err)
+		return &poolConfigError{err: errors.New("the gateway's lease TTL " + ls.ttl.String() + " is above the pool's maximum (" + err.Error() + "); lower the gateway's --lease-ttl")}
+	case errors.Is(err, pool.ErrTTLTooLong):
+		msg := "sessttl above the pool's maximum lease TTL"
+		if mt, ok := ls.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
+			msg += " of " + mt.MaxTTL().String()
+		}
+		return &annotated{err: err, msg: msg}
+	case errors.Is(err, pool.ErrUnreachable):
+		return err
+	case errors.Is(err, pool.ErrForbidden):
+		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
+	}
+	var sm *sessionLimitError
+	if errors.As(err, &sm) {
+		return err
+	}
+	ls.log.Warn("lease acquire failed", "err", err)
+	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
+}
+
+// lostSession ends a strict session's request whose member h was banned
+// or failed: the session is marked lost and the request fails
+// session_lost; it never goes on to another member.
+func (ls *leasing) lostSession(rq *request, h held, why string) error {
+	ls.markLost(&rq.lr, h.mc.m.Name)
+	return &sessionLostError{member: h.mc.m.Name, why: why}
 }

@@ -36,7 +36,7 @@ func TestConnectReofferedAFailedMemberLeavesNoPin(t *testing.T) {
 	}
 	// The session ("" without credentials) must not stay pinned to the
 	// member that just failed: its next tunnel asks the pool again.
-	if pin, ok := g.aff.Get("", rotation.TargetKey(tg.Addr())); ok {
+	if pin, ok := g.leases.aff.Get("", rotation.TargetKey(tg.Addr())); ok {
 		t.Fatalf("the session is still pinned to %s (lease %s)", pin.Member, pin.LeaseID)
 	}
 	if n := store.ActiveLeases(); n != 0 {

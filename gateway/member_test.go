@@ -28,12 +28,12 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 	}
 	closed := func(mc *memberConn) bool { return mc.lean.Closed() }
 
-	first, err := g.memberFor(member("http://u:pw@127.0.0.1:3128"))
+	first, err := g.links.memberFor(member("http://u:pw@127.0.0.1:3128"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("the same endpoint parsed again reuses the state", func(t *testing.T) {
-		again, err := g.memberFor(member("http://u:pw@127.0.0.1:3128"))
+		again, err := g.links.memberFor(member("http://u:pw@127.0.0.1:3128"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		}
 	})
 	t.Run("a new password under the same name replaces the state", func(t *testing.T) {
-		next, err := g.memberFor(member("http://u:new@127.0.0.1:3128"))
+		next, err := g.links.memberFor(member("http://u:new@127.0.0.1:3128"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,14 +52,14 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		if !closed(first) {
 			t.Fatal("the replaced member's connection pool was left open")
 		}
-		if g.memberByName("p") != next {
+		if g.links.memberByName("p") != next {
 			t.Fatal("pins still resolve to the replaced state")
 		}
 		first = next
 	})
 	t.Run("a forgotten member's state is dropped and closed", func(t *testing.T) {
 		g.ForgetMember("p")
-		if g.memberByName("p") != nil {
+		if g.links.memberByName("p") != nil {
 			t.Fatal("a forgotten member still resolves for pins")
 		}
 		if !closed(first) {
@@ -85,18 +85,18 @@ func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
 		}
 		return pool.Member{Name: name, URL: u}
 	}
-	idle, err := g.memberFor(member("idle", "http://127.0.0.1:3128"))
+	idle, err := g.links.memberFor(member("idle", "http://127.0.0.1:3128"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	busy, err := g.memberFor(member("busy", "http://127.0.0.1:3129"))
+	busy, err := g.links.memberFor(member("busy", "http://127.0.0.1:3129"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// "idle" was last used an hour ago; "busy" is taken by a pin just now.
 	idle.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
 	busy.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
-	if g.memberByName("busy") != busy {
+	if g.links.memberByName("busy") != busy {
 		t.Fatal("busy member not found")
 	}
 
@@ -104,17 +104,17 @@ func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
 	if len(gone) != 1 || gone[0] != "idle" {
 		t.Fatalf("forgot %v, want [idle]", gone)
 	}
-	if g.memberByName("idle") != nil {
+	if g.links.memberByName("idle") != nil {
 		t.Fatal("the idle member still resolves")
 	}
 	if !idle.lean.Closed() {
 		t.Fatal("the idle member's connection pool was left open")
 	}
-	if g.memberByName("busy") != busy {
+	if g.links.memberByName("busy") != busy {
 		t.Fatal("a member a pin used just now was forgotten")
 	}
 	// A forgotten member that is still in the pool is set up again on use.
-	again, err := g.memberFor(member("idle", "http://127.0.0.1:3128"))
+	again, err := g.links.memberFor(member("idle", "http://127.0.0.1:3128"))
 	if err != nil || again == idle {
 		t.Fatalf("re-use after forgetting: %v (same state: %v)", err, again == idle)
 	}

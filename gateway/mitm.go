@@ -176,15 +176,15 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 // the connection to the inner server. No member is leased here: each
 // request inside the tunnel leases (and may rotate) on its own, through
 // the same path as plain HTTP.
-func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
+func (rp *requestPath) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Params, hostport, host string, port uint16, start time.Time) {
 	rq := &request{w: w, start: start}
 	rq.lr.target = rotation.HostKey(host) // the span's target; no lease is taken here
-	fp, err := fingerprintOf(r.Header, g.mitm.fp)
+	fp, err := fingerprintOf(r.Header, rp.mitm.fp)
 	if err != nil {
-		g.finish(r.Context(), rq, err)
+		rp.exit.finish(r.Context(), rq, err)
 		return
 	}
-	c, ok := g.takeTunnel(w, r, rq, mitmHello, true)
+	c, ok := rp.takeTunnel(w, r, rq, mitmHello, true)
 	if !ok {
 		return
 	}
@@ -195,8 +195,8 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		record = nil // the handshake fails on it and says why
 	}
 	var lin lineage
-	tc := tls.Server(c, g.mitm.serverConfig(host, fp, &lin))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.dialTimeout)
+	tc := tls.Server(c, rp.mitm.serverConfig(host, fp, &lin))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), rp.dialTimeout)
 	err = tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -204,34 +204,34 @@ func (g *Gateway) serveMITM(w http.ResponseWriter, r *http.Request, p *params.Pa
 		msg := err.Error()
 		if strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
 			strings.Contains(msg, "certificate unknown") {
-			g.log.Warn("a client refused the MITM certificate: does it trust the --mitm-ca-cert CA? (docs/mitm.md)", "target", host, "err", err)
+			rp.log.Warn("a client refused the MITM certificate: does it trust the --mitm-ca-cert CA? (docs/mitm.md)", "target", host, "err", err)
 		} else {
-			g.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
+			rp.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		g.ended(r.Context(), rq, OutcomeClientGone, "")
+		rp.exit.ended(r.Context(), rq, OutcomeClientGone, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
 	st := tc.ConnectionState()
-	g.rec.MITMHandshake(LegClient, st.DidResume)
+	rp.rec.MITMHandshake(LegClient, st.DidResume)
 	t := &innerTunnel{p: *p, scheme: "https", hostport: hostport, host: host, port: port, fp: fp, record: record,
 		lineage: lin.n, resumed: st.DidResume}
 	if st.NegotiatedProtocol == "h2" {
-		g.serveMITMH2(tc, t)
+		serveMITMH2(rp.inner, tc, t)
 		return
 	}
-	g.inner.serve(tc, t)
+	rp.inner.serve(tc, t)
 }
 
 // siteResumption is where a mirroring tunnel's site connection through
 // member keeps the site's sessions, and whether it offers one: only when
 // the client resumed its session with the gateway. Nothing is kept for a
 // client the gateway gave no ticket (it cannot resume).
-func (t *innerTunnel) siteResumption(g *Gateway, member string) mirror.Resumption {
+func (t *innerTunnel) siteResumption(x *exchange, member string) mirror.Resumption {
 	if t.lineage == 0 {
 		return mirror.Resumption{}
 	}
-	return mirror.Resumption{Sessions: g.mitm.sites, Key: strconv.FormatUint(t.lineage, 10) + "\x00" + member, Offer: t.resumed}
+	return mirror.Resumption{Sessions: x.mitm.sites, Key: strconv.FormatUint(t.lineage, 10) + "\x00" + member, Offer: t.resumed}
 }
 
 // nextProtos is the ALPN the gateway offers a client: under mirror h2
@@ -247,13 +247,13 @@ func nextProtos(fp Fingerprint) []string {
 // helloFor is the client's ClientHello to mirror, nil when it cannot be
 // mirrored: the site then sees the fallback preset, which the log says once
 // per tunnel.
-func (t *innerTunnel) helloFor(g *Gateway) *mirror.Hello {
+func (t *innerTunnel) helloFor(x *exchange) *mirror.Hello {
 	t.helloOnce.Do(func() {
 		h, err := mirror.Parse(t.record)
 		if err != nil {
-			g.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
-				"target", t.host, "preset", g.mitm.preset.Name, "err", err)
-			g.rec.MITMHelloFallback(FallbackUnmirrorable)
+			x.log.Info("cannot mirror the client's ClientHello: the site sees a browser preset instead",
+				"target", t.host, "preset", x.mitm.preset.Name, "err", err)
+			x.rec.MITMHelloFallback(FallbackUnmirrorable)
 			return
 		}
 		t.hello = h

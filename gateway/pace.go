@@ -121,6 +121,12 @@ func (sp SitePaces) For(host string) (rotation.PaceLimits, bool) { return sp.t.F
 // requests waiting here, counters for the status page). A site with no
 // limit and no learnt pace never reaches the store: with no limit
 // configured and no site slowed, a request costs two loads.
+//
+// pacer is the pacing stage of the request path: before each attempt a
+// request waits here for its site's place in flight and its member's next
+// slot (pace), leaves its place when it ends (leave), and the site's
+// answers feed the learnt pace (answered). It calls the leasing stage
+// (paceLeases) only for a member free sooner.
 type pacer struct {
 	o        PacingOptions
 	explicit bool         // a limit is configured for some site
@@ -128,6 +134,7 @@ type pacer struct {
 	store    pool.SitePacer
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
 	log      *slog.Logger
+	leases   paceLeases         // for a member free sooner (soonerMember)
 	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
 	// givingBack counts the give-backs in flight (giveBackLater).
 	givingBack atomic.Int32
@@ -138,17 +145,25 @@ type pacer struct {
 	sweeps  int // sweeps made (tests)
 }
 
+// paceLeases is what pacing asks of the leasing stage: another member for
+// a request whose member's slot is far off, and the one of the two given
+// back.
+type paceLeases interface {
+	acquireFresh(ctx context.Context, lr leaseReq, pin bool) (held, error)
+	done(ctx context.Context, h held)
+}
+
 // newPacer makes the pacer on store (nil: a pace of its own). A store not
 // in this process is asked every slowedRefresh which sites the fleet
 // slowed, until close.
-func newPacer(o PacingOptions, store pool.SitePacer, log *slog.Logger) *pacer {
+func newPacer(o PacingOptions, store pool.SitePacer, leases paceLeases, log *slog.Logger) *pacer {
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultPacingMaxWait
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &pacer{o: o, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
+	p := &pacer{o: o, leases: leases, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
 	p.store = store
 	switch store.(type) {
 	case nil:
@@ -334,8 +349,7 @@ type paceTicket struct {
 // another member (alt) that is free sooner. It returns the lease to use;
 // an error ends the request (the client left, or the wait would pass
 // MaxWait: pacedError), with any lease it took itself given back.
-func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h held) (held, error) {
-	p := g.pacer
+func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h held) (held, error) {
 	if !p.paced(rq.lr.p.Pace) {
 		return h, nil
 	}
@@ -365,7 +379,7 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 	t.cuts = learnt.Cuts
 	if lim.MaxConcurrency > 0 && t.sp == nil {
 		limit := "site " + target + " allows " + strconv.Itoa(lim.MaxConcurrency) + " requests in flight across the pool (" + concSource(src) + ")"
-		if err := g.waitPlace(ctx, client, rq, sp, lim.MaxConcurrency, limit); err != nil {
+		if err := p.waitPlace(ctx, client, rq, sp, lim.MaxConcurrency, limit); err != nil {
 			return h, err
 		}
 	}
@@ -380,7 +394,7 @@ func (g *Gateway) pace(ctx, client context.Context, rq *request, at *attempts, h
 		return h, nil
 	}
 	if slot.Wait > time.Millisecond && rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
-		h, slot, by = g.soonerMember(ctx, rq, at, h, sp, req, slot, by)
+		h, slot, by = p.soonerMember(ctx, rq, at, h, sp, req, slot, by)
 	}
 	if req.Auto {
 		// The cut the request goes out under is the store's, as it set
@@ -451,8 +465,7 @@ func newHolder() string { return rand.Text() }
 // for one until the request's deadline: woken when a request here leaves,
 // and asking the store again now and then for a place another gateway
 // gave back.
-func (g *Gateway) waitPlace(ctx, client context.Context, rq *request, sp *sitePace, limit int, why string) error {
-	p := g.pacer
+func (p *pacer) waitPlace(ctx, client context.Context, rq *request, sp *sitePace, limit int, why string) error {
 	t := &rq.pace
 	holder := newHolder()
 	target := rq.lr.target
@@ -548,21 +561,31 @@ func (p *pacer) giveBackLater(site, holder string) {
 	}()
 }
 
-// leavePace ends rq's place in flight and wakes the requests waiting
-// here for one.
-func (g *Gateway) leavePace(rq *request) {
-	t := &rq.pace
+// leavePace ends rq's place in flight (when it holds one) at pl, the
+// pacing stage. The ticket is handed over by value: a request the stages
+// only read stays on its handler's stack (a pointer into it through an
+// interface would move every request to the heap).
+func (rq *request) leavePace(pl placeLeaver) {
+	if rq.pace.sp == nil {
+		return
+	}
+	t := rq.pace
+	rq.pace.sp = nil
+	pl.leave(t, rq.lr.target)
+}
+
+// leave ends the place in flight t holds at site and wakes the requests
+// waiting here for one.
+func (p *pacer) leave(t paceTicket, site string) {
 	sp := t.sp
 	if sp == nil {
 		return
 	}
-	t.sp = nil
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
-	if err := t.placeBy.LeaveSite(ctx, rq.lr.target, t.holder); err != nil {
-		g.log.Warn("pacing: giving a place in flight back failed; it counts until it expires", "site", rq.lr.target, "err", err)
+	if err := t.placeBy.LeaveSite(ctx, site, t.holder); err != nil {
+		p.log.Warn("pacing: giving a place in flight back failed; it counts until it expires", "site", site, "err", err)
 	}
-	p := g.pacer
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sp.inflight--
@@ -570,12 +593,11 @@ func (g *Gateway) leavePace(rq *request) {
 	sp.wake = make(chan struct{})
 }
 
-// paceAnswered feeds a site's answer into its learnt pace: a ban signal
+// answered feeds a site's answer into its learnt pace: a ban signal
 // cuts it at once, before the next request to the site is paced; any
 // other answer raises it a step. Answers of a site the view does not
 // know as slowed cost nothing.
-func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
-	p := g.pacer
+func (p *pacer) answered(rq *request, res rotation.Result) {
 	if p == nil || !p.o.Auto || (!res.IsBan() && p.learnt.Load() == 0) {
 		return
 	}
@@ -603,16 +625,15 @@ func (g *Gateway) paceAnswered(rq *request, res rotation.Result) {
 	p.setLearnt(sp, l)
 	p.mu.Unlock()
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
-		g.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
+		p.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", rq.member, "pace", l.String())
 	}
 }
 
-// PaceStatus lists the sites the pacer keeps (those with a pace of some
+// status lists the sites the pacer keeps (those with a pace of some
 // kind that had requests), most held first (queued, then waited and
 // refused), for the status page and the metrics. The learnt pace is as
 // the store last told this gateway; the counts are this gateway's.
-func (g *Gateway) PaceStatus() []statuspage.SitePace {
-	p := g.pacer
+func (p *pacer) status() []statuspage.SitePace {
 	now := time.Now()
 	p.mu.Lock()
 	out := make([]statuspage.SitePace, 0, len(p.sites))
@@ -643,14 +664,13 @@ func (g *Gateway) PaceStatus() []statuspage.SitePace {
 // for the site when it comes before slot (and within the wait allowed),
 // keeping whichever of the two is free sooner; the other's slot and lease
 // are given back.
-func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, req pool.SlotRequest, slot pool.Slot, by pool.SitePacer) (held, pool.Slot, pool.SitePacer) {
-	p := g.pacer
-	alt, err := g.acquireFresh(ctx, &rq.lr, false)
+func (p *pacer) soonerMember(ctx context.Context, rq *request, at *attempts, h held, sp *sitePace, req pool.SlotRequest, slot pool.Slot, by pool.SitePacer) (held, pool.Slot, pool.SitePacer) {
+	alt, err := p.leases.acquireFresh(ctx, rq.lr, false)
 	if err != nil {
 		return h, slot, by
 	}
 	if alt.mc.m.Name == h.mc.m.Name || at.triedBefore(alt.mc.m.Name) {
-		g.done(ctx, alt)
+		p.leases.done(ctx, alt)
 		return h, slot, by
 	}
 	areq := req
@@ -658,13 +678,13 @@ func (g *Gateway) soonerMember(ctx context.Context, rq *request, at *attempts, h
 	areq.MaxWait = min(req.MaxWait, slot.Wait-time.Millisecond)
 	aslot, aby := p.reserve(ctx, areq, sp)
 	if !aslot.Reserved || aslot.Wait >= slot.Wait {
-		g.done(ctx, alt)
+		p.leases.done(ctx, alt)
 		return h, slot, by
 	}
 	if slot.Reserved {
 		_ = by.ReturnSlot(ctx, req.Site, req.Member, slot.Token)
 	}
-	g.done(ctx, h)
+	p.leases.done(ctx, h)
 	return alt, aslot, aby
 }
 

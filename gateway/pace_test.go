@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	testingclock "k8s.io/utils/clock/testing"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -228,7 +227,7 @@ func TestClientPaceIsNeverLooserThanTheOperators(t *testing.T) {
 	if lim, _ := e.gw.pacer.explicitFor("x", time.Millisecond); lim.MinInterval != time.Millisecond {
 		t.Fatalf("client pace %v", lim.MinInterval)
 	}
-	g2 := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
+	g2 := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil, nil)
 	if lim, src := g2.explicitFor("x", time.Millisecond); lim.MinInterval != time.Second || src != "--site-min-interval" {
 		t.Fatalf("a looser client pace won: %v %s", lim.MinInterval, src)
 	}
@@ -276,20 +275,20 @@ func TestAutoPacingCutsTheSiteAtItsFirstBan(t *testing.T) {
 //
 //	go test -run x -bench BenchmarkPaceSiteWithoutLimits ./gateway/
 func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
-	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true}, nil, nil)}
+	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true}, nil, nil, nil)}
 	ctx := context.Background()
 	rq := &request{lr: leaseReq{p: &params.Params{}, target: "example.com"}}
 	for b.Loop() {
-		if _, err := g.pace(ctx, ctx, rq, nil, held{}); err != nil {
+		if _, err := g.pacer.pace(ctx, ctx, rq, nil, held{}); err != nil {
 			b.Fatal(err)
 		}
-		g.paceAnswered(rq, rotation.ResultOK)
+		g.pacer.answered(rq, rotation.ResultOK)
 	}
 }
 
 func TestASiteSlowedElsewhereIsPacedAndSaysSo(t *testing.T) {
 	store := pool.NewStore(pool.StoreOptions{})
-	p := newPacer(PacingOptions{Auto: true}, store, nil)
+	p := newPacer(PacingOptions{Auto: true}, store, nil, nil)
 	if p.paced(0) {
 		t.Fatal("paced before any site was slowed")
 	}
@@ -366,7 +365,7 @@ func TestAPlaceInFlightWhoseStoreCallFailedIsGivenBackToTheStore(t *testing.T) {
 }
 
 func TestPacerViewPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.T) {
-	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil)
+	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil, nil)
 	// The fleet slowed three times as many sites as the view's bound (a
 	// broad crawl that met many 429s): none can be forgotten, and taking
 	// them in must not sweep the whole view at every new one, under the
@@ -385,7 +384,7 @@ func TestPacerViewPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.
 }
 
 func TestPacerViewSweepForgettingADecayedSiteEndsItsSlowDownCount(t *testing.T) {
-	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil)
+	p := newPacer(PacingOptions{Auto: true}, pool.NewStore(pool.StoreOptions{}), nil, nil)
 	sites := make([]string, maxPaceSites)
 	for i := range sites {
 		sites[i] = "s" + strconv.Itoa(i) + ".example"
@@ -450,18 +449,18 @@ func TestABanIsJudgedByTheCutItsSlotWasPacedUnder(t *testing.T) {
 				cut, _ = store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m9", Result: rotation.ResultBanned, SeenCuts: 1})
 			}
 			// The store as one in another process is (a Redis, a lease API).
-			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil)
+			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil, nil)
 			defer p.close()
 			tc.view(p)
-			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			g := &Gateway{pacer: p}
 			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
 			h := held{mc: &memberConn{m: pool.Member{Name: "m1"}}}
-			if _, err := g.pace(ctx, ctx, rq, &attempts{}, h); err != nil {
+			if _, err := g.pacer.pace(ctx, ctx, rq, &attempts{}, h); err != nil {
 				t.Fatal(err)
 			}
 			// The request went out under the store's pace: a ban to it,
 			// through a member never banned, is news and doubles it.
-			g.paceAnswered(rq, rotation.ResultBanned)
+			g.pacer.answered(rq, rotation.ResultBanned)
 			l, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK})
 			if l.Cuts != cut.Cuts+1 {
 				t.Fatalf("after a ban to a request paced under cut %d: %d cuts (%v), want %d", cut.Cuts, l.Cuts, l, cut.Cuts+1)
@@ -471,7 +470,7 @@ func TestABanIsJudgedByTheCutItsSlotWasPacedUnder(t *testing.T) {
 }
 
 func TestASiteTheFleetStillSlowsStaysPacedPastTheQuietPeriodOfItsFirstListing(t *testing.T) {
-	p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{pool.NewPaces(nil)}, nil)
+	p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{pool.NewPaces(nil)}, nil, nil)
 	defer p.close()
 	const site = "still.example"
 	for _, tc := range []struct {
@@ -507,11 +506,11 @@ func TestAViewOfTheFleetsPaceDoesNotDecayByThisGatewaysClock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := pool.NewPaces(testingclock.NewFakeClock(time.Now().Add(-tc.skew)))
-			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil)
+			p := newPacer(PacingOptions{Auto: true}, &struct{ *pool.Paces }{store}, nil, nil)
 			defer p.close()
-			g := &Gateway{pacer: p, log: slog.New(slog.DiscardHandler)}
+			g := &Gateway{pacer: p}
 			rq := &request{lr: leaseReq{p: &params.Params{}, target: site}, member: "m1"}
-			g.paceAnswered(rq, rotation.ResultRateLimited)
+			g.pacer.answered(rq, rotation.ResultRateLimited)
 			if l, _ := store.SiteAnswered(context.Background(), pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultOK}); !l.Slowed() {
 				t.Fatalf("the store did not slow the site: %+v", l)
 			}

@@ -55,7 +55,7 @@ func TestIdleTunnelsHoldNoGoroutine(t *testing.T) {
 		c.Close()
 	}
 	poll.Until(t, 20*time.Second, "the parked tunnels to end when their clients leave", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return fmt.Errorf("%d tunnels open", n)
 		}
 		return nil
@@ -104,7 +104,7 @@ func TestAHalfClosedTunnelAnswersAfterParking(t *testing.T) {
 		t.Fatalf("answer after half-close and parking: %q %v", got, err)
 	}
 	poll.Until(t, 20*time.Second, "the half-closed tunnel to end", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return fmt.Errorf("%d tunnels open", n)
 		}
 		return nil
@@ -142,7 +142,7 @@ func TestShutdownClosesParkedTunnels(t *testing.T) {
 		}
 	}
 	poll.Until(t, 20*time.Second, "the parked tunnels to end", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return fmt.Errorf("%d tunnels still registered", n)
 		}
 		return nil

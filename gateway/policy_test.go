@@ -110,7 +110,7 @@ func TestAnInternalFailureIsAnsweredAndLogged(t *testing.T) {
 	logs := &testutil.LockedBuffer{}
 	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, pool.StoreOptions{})
 	w := httptest.NewRecorder()
-	e.gw.finish(context.Background(), &request{w: w, start: time.Now()}, errors.New("an unforeseen failure"))
+	e.gw.path.exit.finish(context.Background(), &request{w: w, start: time.Now()}, errors.New("an unforeseen failure"))
 	if w.Code != http.StatusInternalServerError || w.Header().Get(HeaderReason) != ReasonInternal {
 		t.Fatalf("answered %d %q, want 500 %s", w.Code, w.Header().Get(HeaderReason), ReasonInternal)
 	}

@@ -2,6 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +19,41 @@ import (
 // gateway tells the pool when a member answers again, asks a member whose
 // connection failed whether it is back, and says when it serves from
 // resting members.
+
+// memberHealth is the stage that keeps what the gateway learns of members
+// between requests: the members it reported failed and asks whether they
+// are back (failure rests), the episodes of leases of resting members
+// (overrides), the silent members it asks for any answer at all (checkAlive)
+// and the evidence of members broken for every site. It reports to the
+// pool and calls no other stage.
+type memberHealth struct {
+	pool        pool.Pool
+	rec         Recorder
+	log         *slog.Logger
+	dialTimeout time.Duration
+	// window is how long a member the gateway reported failed rests (the
+	// lease store's --failure-cooldown).
+	window   time.Duration
+	evidence *rotation.MemberEvidence
+	failed   failedSet
+	rests    overrides
+	alive    aliveSet
+	// stopping ends the rechecks at Shutdown.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+func newMemberHealth(o Options) *memberHealth {
+	window := o.FailureWindow
+	if window <= 0 {
+		window = pool.DefaultFailureWindow
+	}
+	return &memberHealth{pool: o.Pool, rec: o.Metrics, log: o.Logger, dialTimeout: o.DialTimeout, window: window,
+		evidence: rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow), stopping: make(chan struct{})}
+}
+
+// stop ends the rechecks.
+func (mh *memberHealth) stop() { mh.stopOnce.Do(func() { close(mh.stopping) }) }
 
 const (
 	// recheckEvery is how often a member resting after its connection
@@ -138,9 +177,9 @@ type OverrideStatus struct {
 	Over bool
 }
 
-// FailureRestOverrides reports the latest override episode.
-func (g *Gateway) FailureRestOverrides() OverrideStatus {
-	o := &g.overrides
+// overrideStatus reports the latest override episode.
+func (mh *memberHealth) overrideStatus() OverrideStatus {
+	o := &mh.rests
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return OverrideStatus{Since: o.since, Last: o.last, Count: o.count, Member: o.member, Over: !o.active.Load()}
@@ -149,21 +188,21 @@ func (g *Gateway) FailureRestOverrides() OverrideStatus {
 // leased notes how the pool leased l for target: an override (every
 // usable member rests for its own failures) is counted and said; the
 // first ordinary lease after an episode ends it.
-func (g *Gateway) leased(l pool.Lease, target string) {
-	o := &g.overrides
+func (mh *memberHealth) leased(l pool.Lease, target string) {
+	o := &mh.rests
 	if !l.FailureRest {
 		if o.active.Load() {
 			o.mu.Lock()
 			if o.active.Load() {
 				o.active.Store(false)
-				g.log.Info("a member that does not rest for its own failures serves again: overrides over",
+				mh.log.Info("a member that does not rest for its own failures serves again: overrides over",
 					"overrides", o.count, "since", o.since)
 			}
 			o.mu.Unlock()
 		}
 		return
 	}
-	if fr, ok := g.rec.(FailureRestRecorder); ok {
+	if fr, ok := mh.rec.(FailureRestRecorder); ok {
 		fr.FailureRestOverride()
 	}
 	now := time.Now()
@@ -177,7 +216,7 @@ func (g *Gateway) leased(l pool.Lease, target string) {
 	o.count++
 	if now.Sub(o.logged) >= overrideLogEvery {
 		o.logged = now
-		g.log.Warn("every usable member rests for its own failures: trying the least recently failed anyway",
+		mh.log.Warn("every usable member rests for its own failures: trying the least recently failed anyway",
 			"member", l.Member.Name, "target", target, "overrides", o.count, "since", o.since)
 	}
 }
@@ -185,25 +224,25 @@ func (g *Gateway) leased(l pool.Lease, target string) {
 // memberAnswered runs when h's member answered an attempt: if it rests
 // for its own failures (leased as an override, or this gateway reported it
 // failed), the pool hears it answered, which ends the rest.
-func (g *Gateway) memberAnswered(ctx context.Context, h held) {
-	_, failed := g.failed.take(h.mc.m.Name)
+func (mh *memberHealth) memberAnswered(ctx context.Context, h held) {
+	_, failed := mh.failed.take(h.mc.m.Name)
 	if !h.resting && !failed {
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
-	if err := g.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultAnswered}); err != nil {
-		g.log.Debug("lease report failed", "lease", h.id, "result", string(rotation.ResultAnswered), "err", err)
+	if err := mh.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+		mh.log.Debug("lease report failed", "lease", h.id, "result", string(rotation.ResultAnswered), "err", err)
 	}
 }
 
 // memberFailed runs after h's member failure was reported (upstream_failed)
 // with class: it is remembered, and when the member gave no answer at all
 // it is asked every recheckEvery whether it answers again.
-func (g *Gateway) memberFailed(h held, class string) {
+func (mh *memberHealth) memberFailed(h held, class string) {
 	recheck := silentClass(class) && !h.mc.m.Direct()
-	if g.failed.add(h.mc.m.Name, h.id, recheck) {
-		go g.recheck(h.mc)
+	if mh.failed.add(h.mc.m.Name, h.id, recheck) {
+		go mh.recheck(h.mc)
 	}
 }
 
@@ -211,31 +250,128 @@ func (g *Gateway) memberFailed(h held, class string) {
 // its latest failure is less than the failure window ago, and tells the
 // pool once it does. It stops early when something else ended the rest (a
 // request it carried) or the gateway shuts down.
-func (g *Gateway) recheck(mc *memberConn) {
+func (mh *memberHealth) recheck(mc *memberConn) {
 	t := time.NewTicker(recheckEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-g.stopping:
+		case <-mh.stopping:
 			return
 		case <-t.C:
 		}
-		if !g.failed.recheckDue(mc.m.Name, g.failureWindow) {
+		if !mh.failed.recheckDue(mc.m.Name, mh.window) {
 			return
 		}
-		if g.aliveness(mc) != nil {
+		if aliveness(mc, mh.dialTimeout) != nil {
 			continue
 		}
-		rec, ok := g.failed.take(mc.m.Name)
+		rec, ok := mh.failed.take(mc.m.Name)
 		if !ok {
 			return
 		}
-		g.log.Info("member answers again: its failure rest ends", "member", mc.m.Name, "failedAt", rec.at)
+		mh.log.Info("member answers again: its failure rest ends", "member", mc.m.Name, "failedAt", rec.at)
 		ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
-		if err := g.pool.Report(ctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
-			g.log.Warn("lease report failed", "lease", rec.leaseID, "member", mc.m.Name, "result", string(rotation.ResultAnswered), "err", err)
+		if err := mh.pool.Report(ctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+			mh.log.Warn("lease report failed", "lease", rec.leaseID, "member", mc.m.Name, "result", string(rotation.ResultAnswered), "err", err)
 		}
 		cancel()
 		return
 	}
+}
+
+// reached runs after member carried the request to target: it clears the
+// member's own record, and every member that failed this site in this
+// request was contradicted by it. A member contradicted on enough distinct
+// sites is broken for everyone, which is then reported member-wide on the
+// (released but still reportable) lease it failed with.
+func (mh *memberHealth) reached(ctx context.Context, member, target string, fails siteFailures) {
+	mh.evidence.Reached(member)
+	if len(fails) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, f := range fails {
+		if f.member == member || !mh.evidence.Contradicted(f.member, target, now) {
+			continue
+		}
+		mh.log.Warn("member fails sites other members reach: out of service for every site",
+			"member", f.member, "lastTarget", target, "answer", f.msg)
+		mh.rec.UpstreamFailure(f.member)
+		rctx, cancel := bgCtx(ctx)
+		if err := mh.pool.Report(rctx, f.leaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			mh.log.Warn("lease report failed", "lease", f.leaseID, "member", f.member, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		}
+		cancel()
+	}
+}
+
+// checkAlive follows an answer timeout of h's member: in the background,
+// it asks the member for something it answers without any site (aliveness
+// below). A member that sends back nothing at all (a hung Squid, a frozen
+// VM, a half-dead NAT) is broken, not waiting on a slow site: it is reported
+// failed on h's lease (released but still reportable), so it is out for
+// every site now, not after a minute of requests that each wait out their
+// timeout. The request itself does not wait for the answer.
+func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
+	mc := h.mc
+	if mc.m.Direct() || !mh.alive.begin(mc.m.Name) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer mh.alive.end(mc.m.Name)
+		err := aliveness(mc, mh.dialTimeout)
+		if err == nil {
+			// It answers: if it rests for its own failures, that ends.
+			if rec, ok := mh.failed.take(mc.m.Name); ok {
+				rctx, cancel := bgCtx(ctx)
+				defer cancel()
+				if err := mh.pool.Report(rctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+					mh.log.Debug("lease report failed", "lease", rec.leaseID, "result", string(rotation.ResultAnswered), "err", err)
+				}
+			}
+			return
+		}
+		mh.log.Warn("member answers nothing, not even a request it needs no site for: out of service for every site",
+			"member", mc.m.Name, "lastTarget", target, "err", err)
+		mh.rec.UpstreamFailure(mc.m.Name)
+		rctx, cancel := bgCtx(ctx)
+		defer cancel()
+		if err := mh.pool.Report(rctx, h.id, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			mh.log.Warn("lease report failed", "lease", h.id, "member", mc.m.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		}
+		mh.memberFailed(h, classAnswerTimeout)
+	}()
+}
+
+// aliveness asks mc for an answer that needs no site: an https:// member's
+// TLS handshake, a SOCKS5 member's method choice, an http:// member's
+// answer to an origin-form request (a forward proxy refuses it at once,
+// 400 from Squid). Any byte back within aliveTimeout is alive. It is not a
+// health probe (that fetches a URL through the member): it tells a member
+// that is up and waiting on a site from one that is not there at all.
+func aliveness(mc *memberConn, dialTimeout time.Duration) error {
+	wait := min(aliveTimeout, dialTimeout)
+	c, err := net.DialTimeout("tcp", mc.upstreamAddr, dialTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	switch {
+	case mc.tlsConfig != nil:
+		return tls.Client(c, mc.tlsConfig).Handshake()
+	case mc.socks5:
+		_, err = c.Write([]byte{5, 1, 0})
+	default:
+		_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: " + mc.upstreamAddr + "\r\nConnection: close\r\n\r\n"))
+	}
+	if err != nil {
+		return err
+	}
+	var b [1]byte
+	if _, err := c.Read(b[:]); err != nil {
+		return errors.New("no answer within " + wait.String() + ": " + err.Error())
+	}
+	return nil
 }

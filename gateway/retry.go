@@ -40,13 +40,13 @@ const (
 // What differs between CONNECT and plain HTTP is inside try: how to send,
 // how to read the answer; a try whose member answered anything reports so
 // with a nil error, and the loop then credits the member (reached).
-func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attempts, rule retryRule, try func(h held, attempt int) (served, error)) error {
+func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *attempts, rule retryRule, try func(h held, attempt int) (served, error)) error {
 	for attempt := 0; ; attempt++ {
 		h := rq.next
 		rq.next = held{}
 		if h.mc == nil {
 			var err error
-			if h, err = g.lease(ctx, client, rq); err != nil {
+			if h, err = rp.leases.lease(ctx, client, rq); err != nil {
 				if at.last == nil || errors.Is(err, errClientGone) {
 					return err
 				}
@@ -57,7 +57,7 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			// The pool offered a member that failed this request already
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
-			g.release(ctx, &rq.lr, h)
+			rp.leases.release(ctx, rq.lr, h)
 			if h.resting {
 				// The override's least recently failed member is one
 				// this request failed on: every other rests too.
@@ -68,16 +68,16 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 		// Pacing: wait for the site's slot on this member, or take another
 		// member free sooner, or end the request paced.
 		var err error
-		if h, err = g.pace(ctx, client, rq, at, h); err != nil {
-			g.done(ctx, h)
+		if h, err = rp.pacer.pace(ctx, client, rq, at, h); err != nil {
+			rp.leases.done(ctx, h)
 			return err
 		}
 		rq.use(h)
 		s, err := try(h, attempt)
 		if err == nil {
 			// The site answered through this member, whatever it said.
-			g.memberAnswered(ctx, h)
-			g.reached(ctx, rq.member, rq.lr.target, at.fails)
+			rp.health.memberAnswered(ctx, h)
+			rp.health.reached(ctx, rq.member, rq.lr.target, at.fails)
 			at.fails = nil
 			if s == servedHere {
 				return nil
@@ -89,31 +89,23 @@ func (g *Gateway) tryMembers(ctx, client context.Context, rq *request, at *attem
 			return err
 		}
 		ae := failureOf(err)
-		g.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
+		rp.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
 		if ae.f.Class == classAnswerTimeout {
-			g.checkAlive(ctx, h, rq.lr.target)
+			rp.health.checkAlive(ctx, h, rq.lr.target)
 		}
-		g.drop(ctx, &rq.lr, h, v.report, 0)
+		rp.leases.drop(ctx, rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
-			g.memberFailed(h, ae.f.Class)
+			rp.health.memberFailed(h, ae.f.Class)
 		}
 		rq.h = held{}
 		if rq.lr.p.Strict {
-			return g.lostSession(rq, h, "failed ("+err.Error()+")")
+			return rp.leases.lostSession(rq, h, "failed ("+err.Error()+")")
 		}
 		switch {
-		case at.failed(h, ae, g.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
+		case at.failed(h, ae, rp.retries) || (rule.maxRetries >= 0 && attempt >= rule.maxRetries):
 			return at.giveUp("")
 		case !rule.retryable:
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
 	}
-}
-
-// lostSession ends a strict session's request whose member h was banned
-// or failed: the session is marked lost and the request fails
-// session_lost; it never goes on to another member.
-func (g *Gateway) lostSession(rq *request, h held, why string) error {
-	g.markLost(&rq.lr, h.mc.m.Name)
-	return &sessionLostError{member: h.mc.m.Name, why: why}
 }

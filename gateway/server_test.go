@@ -71,7 +71,7 @@ func TestServerReloadKeepsTheStoreGatewayAndMetricsInStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.memberFor(b); err != nil {
+	if _, err := g.links.memberFor(b); err != nil {
 		t.Fatal(err)
 	}
 	var forgot forgetLog
@@ -83,7 +83,7 @@ func TestServerReloadKeepsTheStoreGatewayAndMetricsInStep(t *testing.T) {
 	if ms := store.Members(); len(ms) != 1 || ms[0].Name != "a" {
 		t.Fatalf("store members after the reload: %+v", ms)
 	}
-	if g.memberByName("b") != nil {
+	if g.links.memberByName("b") != nil {
 		t.Fatal("the gateway still holds the removed member")
 	}
 	if got := forgot.got(); !slices.Equal(got, []string{"b"}) {
@@ -100,7 +100,7 @@ func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := g.memberFor(urlMember(t, "px-1", "http://127.0.0.1:3128"))
+	mc, err := g.links.memberFor(urlMember(t, "px-1", "http://127.0.0.1:3128"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +115,9 @@ func TestServerForgetsRemoteMembersNoRequestUsed(t *testing.T) {
 	go func() { srv.Run(ctx); close(done) }()
 	// Read the member table directly: memberByName would mark it used.
 	known := func() bool {
-		g.membersMu.RLock()
-		defer g.membersMu.RUnlock()
-		return g.members["px-1"] != nil
+		g.links.mu.RLock()
+		defer g.links.mu.RUnlock()
+		return g.links.members["px-1"] != nil
 	}
 	poll.Until(t, 30*time.Second, "px-1 forgotten with its series", func() error {
 		if known() || !slices.Equal(forgot.got(), []string{"px-1"}) {

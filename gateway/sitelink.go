@@ -186,7 +186,7 @@ func (s *siteLinks) closeAll() {
 // that may be sent again goes out once more on a new link when a reused
 // one turns out closed before answering, or answers what does not parse
 // (leftover).
-func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+func (x *exchange) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	for try := 0; ; try++ {
 		l, wait, opener := t.sites.take(mc.m.Name)
 		if wait != nil {
@@ -201,7 +201,7 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 		reused := l != nil
 		if l == nil {
 			var err error
-			l, err = g.openSiteLink(out.Context(), t, mc, timeout)
+			l, err = x.openSiteLink(out.Context(), t, mc, timeout)
 			if err == nil && !t.sites.add(l) {
 				l.close()
 				err = errClientGone
@@ -213,7 +213,7 @@ func (g *Gateway) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request
 				return nil, err
 			}
 		}
-		resp, err := g.linkRoundTrip(t, l, out, timeout)
+		resp, err := x.linkRoundTrip(t, l, out, timeout)
 		if err == nil {
 			return resp, nil
 		}
@@ -244,7 +244,7 @@ func leftover(err error) bool {
 
 // openSiteLink connects to the tunnel's site through mc and completes the
 // mirrored handshake.
-func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberConn, timeout time.Duration) (*siteLink, error) {
+func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberConn, timeout time.Duration) (*siteLink, error) {
 	var addrs []netip.Addr
 	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok && ca.host == t.host {
 		addrs = ca.addrs
@@ -254,7 +254,7 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 		proto string
 	)
 	for {
-		c, early, err := g.dialConnect(ctx, mc, t.hostport, t.host, t.port, addrs, timeout)
+		c, early, err := x.links.dialConnect(ctx, mc, t.hostport, t.host, t.port, addrs, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +264,7 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 		if len(early) > 0 {
 			c = &prefixConn{Conn: c, prefix: early}
 		}
-		tc, proto, err = g.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
+		tc, proto, err = x.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
 		if errors.Is(err, errFellBack) {
 			continue // a new connection through the same member, with a preset
 		}
@@ -295,13 +295,13 @@ func (g *Gateway) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberCo
 // with the tunnel's ClientHello (or the fallback preset), offering the ALPN
 // protocols of the client's list that speaks allows, and returns the
 // connection and the protocol the site chose. c is closed on an error.
-func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, member string, speaks func(string) bool) (net.Conn, string, error) {
-	hctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+func (x *exchange) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, member string, speaks func(string) bool) (net.Conn, string, error) {
+	hctx, cancel := context.WithTimeout(ctx, x.dialTimeout)
 	defer cancel()
-	_ = c.SetDeadline(time.Now().Add(g.dialTimeout))
-	hello, preset := t.siteHello(g)
-	cfg := mirror.Config{Host: t.host, Roots: g.siteRoots, Hello: hello, Preset: preset, Speaks: speaks,
-		Resumption: t.siteResumption(g, member)}
+	_ = c.SetDeadline(time.Now().Add(x.dialTimeout))
+	hello, preset := t.siteHello(x)
+	cfg := mirror.Config{Host: t.host, Roots: x.siteRoots, Hello: hello, Preset: preset, Speaks: speaks,
+		Resumption: t.siteResumption(x, member)}
 	if p := t.h2.Load(); p != nil {
 		cfg.ApplicationSettings = map[string][]byte{"h2": p.alps()}
 	}
@@ -310,7 +310,7 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 		_ = c.Close()
 		var oe *mirror.OwnError
 		if errors.As(err, &oe) {
-			return nil, "", g.ownHandshakeFailed(t, member, hello, preset, oe)
+			return nil, "", x.ownHandshakeFailed(t, member, hello, preset, oe)
 		}
 		if isCertError(err) {
 			return nil, "", siteCertificateFault(t.host, err)
@@ -318,7 +318,7 @@ func (g *Gateway) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, membe
 		return nil, "", siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 	}
 	_ = c.SetDeadline(time.Time{})
-	g.rec.MITMHandshake(LegSite, u.Resumed())
+	x.rec.MITMHandshake(LegSite, u.Resumed())
 	return u, u.Protocol(), nil
 }
 
@@ -352,14 +352,14 @@ type helloFallback struct {
 // siteHello is the hello of the tunnel's next site connection: the
 // client's, mirrored (preset unused), or a preset (hello nil) once the
 // client's could not be mirrored or completed.
-func (t *innerTunnel) siteHello(g *Gateway) (*mirror.Hello, mirror.Preset) {
+func (t *innerTunnel) siteHello(x *exchange) (*mirror.Hello, mirror.Preset) {
 	t.fb.mu.Lock()
 	on, cur := t.fb.on, t.fb.cur
 	t.fb.mu.Unlock()
 	if on {
 		return nil, cur
 	}
-	return t.helloFor(g), g.mitm.preset
+	return t.helloFor(x), x.mitm.preset
 }
 
 // ownHandshakeFailed answers a site handshake through member that failed
@@ -367,12 +367,12 @@ func (t *innerTunnel) siteHello(g *Gateway) (*mirror.Hello, mirror.Preset) {
 // on to the closest preset not tried, saying so in the log and the
 // metric, and errFellBack has the caller try it at once; with none left it
 // is the gateway's own failure, a 502 that blames no one.
-func (g *Gateway) ownHandshakeFailed(t *innerTunnel, member string, hello *mirror.Hello, preset mirror.Preset, oe *mirror.OwnError) error {
+func (x *exchange) ownHandshakeFailed(t *innerTunnel, member string, hello *mirror.Hello, preset mirror.Preset, oe *mirror.OwnError) error {
 	t.fb.mu.Lock()
 	if !t.fb.on {
 		var order []mirror.Preset
 		if hello != nil {
-			order = mirror.Closest(hello, g.mitm.preset)
+			order = mirror.Closest(hello, x.mitm.preset)
 		} else {
 			// The fallback preset of an unmirrorable hello failed itself.
 			order = slices.DeleteFunc(mirror.Closest(nil, preset), func(p mirror.Preset) bool { return p == preset })
@@ -385,7 +385,7 @@ func (g *Gateway) ownHandshakeFailed(t *innerTunnel, member string, hello *mirro
 	}
 	if len(t.fb.next) == 0 {
 		t.fb.mu.Unlock()
-		g.log.Warn("the gateway's TLS library completed no hello it tried with the site: answered 502, blaming no member and no site",
+		x.log.Warn("the gateway's TLS library completed no hello it tried with the site: answered 502, blaming no member and no site",
 			"target", t.host, "member", member, "preset", preset.Name, "reason", oe.Reason, "err", oe.Err)
 		return &attemptError{f: rotation.Site(classOwnTLS), firsthand: true,
 			err: errors.New("the gateway's TLS to the site could not complete its own handshake: " + oe.Err.Error())}
@@ -398,16 +398,16 @@ func (g *Gateway) ownHandshakeFailed(t *innerTunnel, member string, hello *mirro
 		from = "the client's (JA3 " + hello.JA3() + ")"
 		// The metric counts tunnels that left their client's hello; a
 		// preset after a preset is in the log only.
-		g.rec.MITMHelloFallback(oe.Reason)
+		x.rec.MITMHelloFallback(oe.Reason)
 	}
-	g.log.Info("the site handshake with the hello the gateway built failed on the gateway's side: going on through the same member with a preset, blaming no one",
+	x.log.Info("the site handshake with the hello the gateway built failed on the gateway's side: going on through the same member with a preset, blaming no one",
 		"target", t.host, "member", member, "hello", from, "preset", next.Name, "reason", oe.Reason, "err", oe.Err)
 	return errFellBack
 }
 
 // linkRoundTrip sends out on l and returns the answer; its body gives
 // the link back to the tunnel when read to its end.
-func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, timeout time.Duration) (*http.Response, error) {
+func (x *exchange) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	if l.fh != nil {
 		actx, cancel := context.WithCancelCause(out.Context())
 		timer := time.AfterFunc(timeout, func() { cancel(errAnswerTimeout) })
@@ -428,7 +428,7 @@ func (g *Gateway) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, 
 	}
 	ctx := out.Context()
 	stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(keepalive.ALongTimeAgo) })
-	if err := g.writeRequest(l.c, out, false); err != nil {
+	if err := x.writeRequest(l.c, out, false); err != nil {
 		stop()
 		return nil, err
 	}

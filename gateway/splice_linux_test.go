@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -102,12 +103,12 @@ func TestIdleTunnelsHoldOnlyTheirSockets(t *testing.T) {
 		}
 	}
 	poll.Until(t, 20*time.Second, "idle tunnels to hold no pipe beyond the pool's", func() error {
-		if held := openPipes(t) - before; held > 2*maxIdlePipes {
-			return fmt.Errorf("%d pipe descriptors open for %d idle tunnels (the pool keeps at most %d)", held, tunnels, 2*maxIdlePipes)
+		if held := openPipes(t) - before; held > 2*relay.MaxIdlePipes {
+			return fmt.Errorf("%d pipe descriptors open for %d idle tunnels (the pool keeps at most %d)", held, tunnels, 2*relay.MaxIdlePipes)
 		}
 		return nil
 	})
-	if n := e.gw.tunnels.count(); n != tunnels {
+	if n := e.gw.path.tunnels.Count(); n != tunnels {
 		t.Fatalf("%d tunnels open, want %d", n, tunnels)
 	}
 }
@@ -192,7 +193,7 @@ func TestAPipeWithBytesLeftIsNeverReused(t *testing.T) {
 		c.Close()
 	}
 	poll.Until(t, 20*time.Second, "the reset tunnels to end", func() error {
-		if n := e.gw.tunnels.count(); n != 0 {
+		if n := e.gw.path.tunnels.Count(); n != 0 {
 			return fmt.Errorf("%d tunnels open", n)
 		}
 		return nil

@@ -2,14 +2,93 @@ package gateway
 
 import (
 	"context"
-	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/params"
 )
+
+// admission is the first stage of every request: it authenticates the
+// client, reads its parameters and checks its target (not a private
+// range unless allowed, not the gateway itself). It owns the client
+// tokens, the DNS answers it checked (cached briefly) and the addresses
+// the gateway listens on; it calls no other stage.
+type admission struct {
+	tokens       tokenSet
+	authRequired bool
+	allowPrivate bool
+	resolver     Resolver
+	dns          dnsCache
+	// listen holds the addresses Serve listens on, for the loop check.
+	listen atomic.Pointer[[]netip.AddrPort]
+}
+
+func newAdmission(o Options) *admission {
+	return &admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivateTargets, resolver: o.Resolver}
+}
+
+// listening adds addr (a listener's) to the addresses the loop check refuses.
+func (ad *admission) listening(addr net.Addr) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return
+	}
+	for {
+		old := ad.listen.Load()
+		var next []netip.AddrPort
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+		if ad.listen.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// authenticate checks the client's token (when tokens are configured) and
+// reads its parameters. The token never reaches a log or an error text. A
+// refused token is an *authError; a malformed parameter or credential is
+// the parser's *params.Error, which judge answers as bad_params.
+func (ad *admission) authenticate(r *http.Request) (params.Params, error) {
+	var user string
+	pa := r.Header["Proxy-Authorization"]
+	switch {
+	case len(pa) > 1:
+		return params.Params{}, &params.Error{Msg: "Proxy-Authorization given more than once"}
+	case len(pa) == 1:
+		u, token, err := params.ParseProxyAuthorization(pa[0])
+		if err != nil {
+			if ad.authRequired {
+				return params.Params{}, authFailed(err)
+			}
+			return params.Params{}, err
+		}
+		if ad.authRequired && !ad.tokens.match(token) {
+			return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
+		}
+		user = u
+	case ad.authRequired:
+		return params.Params{}, authFailed(errors.New("proxy authentication required: send Proxy-Authorization: Basic base64(user:token)"))
+	}
+	up, err := params.ParseUsername(user)
+	if err != nil {
+		return params.Params{}, err
+	}
+	hp, err := params.ParseHeaders(r.Header)
+	if err != nil {
+		return params.Params{}, err
+	}
+	return params.Merge(up, hp)
+}
 
 // targetError is a refused or unresolvable target; reason is the answer.
 type targetError struct {
@@ -84,31 +163,45 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 // or is the gateway's own listen address. It returns the checked addresses,
 // or nil when private targets are allowed and host is a name: then nothing
 // was resolved and a direct member resolves when it dials.
-func (g *Gateway) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" && !g.allowPrivate {
+		if a.Zone() != "" && !ad.allowPrivate {
 			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
-		return addrs, g.checkAddrs(host, port, addrs)
+		return addrs, ad.checkAddrs(host, port, addrs)
 	}
-	if g.allowPrivate {
+	if ad.allowPrivate {
 		return nil, nil
 	}
-	addrs, err := g.resolve(ctx, host)
+	addrs, err := ad.resolve(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	return addrs, g.checkAddrs(host, port, addrs)
+	return addrs, ad.checkAddrs(host, port, addrs)
+}
+
+// dialAddrs are the addresses a direct member dials for host:port: the
+// checked ones, resolved here when checkTarget had no need to (private
+// targets allowed), the loop check applied to them either way.
+func (ad *admission) dialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+	addrs, err := ad.checkTarget(ctx, host, port)
+	if err != nil || addrs != nil {
+		return addrs, err
+	}
+	if addrs, err = ad.resolve(ctx, host); err != nil {
+		return nil, err
+	}
+	return addrs, ad.checkAddrs(host, port, addrs)
 }
 
 // resolve looks host up (answers are cached briefly, see dnsCache); a
 // failure is a 502 naming the host.
-func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if addrs, ok := g.dns.get(host); ok {
+func (ad *admission) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if addrs, ok := ad.dns.get(host); ok {
 		return addrs, nil
 	}
-	addrs, err := g.resolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := ad.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
 		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
 	}
@@ -118,7 +211,7 @@ func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
 	}
-	g.dns.put(host, addrs)
+	ad.dns.put(host, addrs)
 	return addrs, nil
 }
 
@@ -162,15 +255,15 @@ func (c *dnsCache) put(host string, addrs []netip.Addr) {
 }
 
 // checkAddrs applies the range and loop checks to every address of host.
-func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
+func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
 	for _, a := range addrs {
-		if !g.allowPrivate {
+		if !ad.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
 				return &targetError{reason: ReasonPrivateTarget,
 					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
 			}
 		}
-		if g.isSelf(a, port) {
+		if ad.isSelf(a, port) {
 			return &targetError{reason: ReasonLoop,
 				msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
@@ -183,8 +276,8 @@ func (g *Gateway) checkAddrs(host string, port uint16, addrs []netip.Addr) error
 // An unspecified target (0.0.0.0, ::) is this host too: a connection to it
 // reaches the loopback listener on its port, so any listener on that port
 // counts.
-func (g *Gateway) isSelf(a netip.Addr, port uint16) bool {
-	lp := g.listen.Load()
+func (ad *admission) isSelf(a netip.Addr, port uint16) bool {
+	lp := ad.listen.Load()
 	if lp == nil {
 		return false
 	}

@@ -41,42 +41,42 @@ type socket struct {
 // connection and the socket are relayed byte for byte as a tunnel (frames
 // are not read), the lease held until it ends. out is the request to send,
 // its Upgrade and Connection put back.
-func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
+func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
 	var addrs []netip.Addr
 	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok {
 		addrs = ca.addrs
 	}
 	out.Header["Connection"] = []string{"Upgrade"}
 	out.Header["Upgrade"] = []string{"websocket"}
-	answerTimeout := g.answerTimeoutFor(rq.lr.target)
-	rule := retryRule{retryable: true, maxRetries: g.retries}
+	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
+	rule := retryRule{retryable: true, maxRetries: rp.retries}
 	at := attempts{hostport: out.URL.Host}
 	var (
 		s    socket
 		used held
 		res  rotation.Result
 	)
-	err := g.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
+	err := rp.tryMembers(ctx, r.Context(), rq, &at, rule, func(h held, attempt int) (served, error) {
 		var err error
-		if s, err = g.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
+		if s, err = rp.ex.handshake(ctx, rq.mirror, h.mc, out, host, port, addrs, answerTimeout); err != nil {
 			return tryAnother, err
 		}
-		used, res = h, g.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
+		used, res = h, rp.classifier.ClassifyAnswer(rotation.Answer{Status: s.resp.StatusCode, Header: s.resp.Header})
 		// As forwardWithRetry: a ban cuts the site's pace before anything
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
-		g.paceAnswered(rq, res)
+		rp.pacer.answered(rq, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
-		g.drop(ctx, &rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
+		rp.leases.drop(ctx, rq.lr, h, res, siteRetryAfter(res, s.resp.Header))
 		rq.h = held{}
 		if rq.lr.p.Strict {
 			_ = s.c.Close()
-			return tryAnother, g.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
+			return tryAnother, rp.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
 		}
-		if attempt < g.retries {
-			if n, err := g.acquire(ctx, &rq.lr); err == nil {
+		if attempt < rp.retries {
+			if n, err := rp.leases.acquire(ctx, &rq.lr); err == nil {
 				_ = s.c.Close()
 				rq.next = n
 				return tryAnother, nil
@@ -85,20 +85,20 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 		return servedHere, nil
 	})
 	if err != nil {
-		g.finish(ctx, rq, err)
+		rp.exit.finish(ctx, rq, err)
 		return
 	}
 	if s.resp.StatusCode != http.StatusSwitchingProtocols {
 		// Refused: its answer goes to the client as any answer does.
 		defer s.c.Close()
 		if !res.IsBan() {
-			g.succeeded(ctx, &rq.lr, used)
+			rp.leases.succeeded(ctx, &rq.lr, used)
 		}
-		ok := g.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
+		ok := rp.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
 		if !res.IsBan() {
-			g.done(ctx, used)
+			rp.leases.done(ctx, used)
 		}
-		g.traceRequest(ctx, rq, outcomeOf(res), "")
+		rp.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
 		}
@@ -115,7 +115,7 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 			header[k] = vv
 		}
 	}
-	g.runTunnel(ctx, rq.w, rq, s.c, early, "101 Switching Protocols", header)
+	rp.runTunnel(ctx, rq.w, rq, s.c, early, "101 Switching Protocols", header)
 }
 
 // handshake opens a connection for out to the site through mc and reads
@@ -125,9 +125,9 @@ func (g *Gateway) serveUpgrade(ctx context.Context, rq *request, r, out *http.Re
 // goes through a tunnel the member opens to the site, with the gateway's
 // own TLS to the site, verified as a MITM'd request's is. Errors are
 // classified as an attempt's.
-func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	for {
-		s, err := g.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
+		s, err := x.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
 		if !errors.Is(err, errFellBack) {
 			return s, err
 		}
@@ -137,19 +137,19 @@ func (g *Gateway) handshake(ctx context.Context, mirror *innerTunnel, mc *member
 }
 
 // handshakeOnce is one connection of handshake.
-func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
 	var (
 		c   net.Conn
 		err error
 	)
 	if proxyForm {
-		dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
-		c, err = g.dialMember(dctx, mc)
+		dctx, cancel := context.WithTimeout(ctx, x.dialTimeout)
+		c, err = x.links.dialMember(dctx, mc)
 		cancel()
 	} else {
 		var early []byte
-		c, early, err = g.dialConnect(ctx, mc, out.URL.Host, host, port, addrs, answerTimeout)
+		c, early, err = x.links.dialConnect(ctx, mc, out.URL.Host, host, port, addrs, answerTimeout)
 		if err == nil && len(early) > 0 {
 			c = &prefixConn{Conn: c, prefix: early}
 		}
@@ -158,7 +158,7 @@ func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *me
 		return socket{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
-	s, err := g.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
+	s, err := x.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
 	if !stop() && err == nil {
 		err = errClientGone
 	}
@@ -173,18 +173,18 @@ func (g *Gateway) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *me
 // handshakeOn writes out on c (TLS to the site first for wss://, with the
 // client's ClientHello when mirror, the request's tunnel, mirrors it) and
 // reads the answer head within answerTimeout.
-func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
 	if mirror != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
-		tc, _, err := g.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
+		tc, _, err := x.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
 		if err != nil {
 			return socket{}, err
 		}
 		c = tc
 	} else if out.URL.Scheme == "https" {
-		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: g.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
-		_ = tc.SetDeadline(time.Now().Add(g.dialTimeout))
+		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: x.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+		_ = tc.SetDeadline(time.Now().Add(x.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			if isCertError(err) {
 				return socket{}, siteCertificateFault(host, err)
@@ -198,7 +198,7 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 		out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
 		defer delete(out.Header, "Proxy-Authorization")
 	}
-	if err := g.writeRequest(c, out, proxyForm); err != nil {
+	if err := x.writeRequest(c, out, proxyForm); err != nil {
 		return socket{}, memberFault("write", err)
 	}
 	hr := newHeadReader(c)
@@ -232,9 +232,9 @@ func (g *Gateway) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Co
 // member or a site (in absolute form when proxy), through a pooled buffer:
 // net/http's Write on a bare connection would make a 4 KiB one for every
 // request.
-func (g *Gateway) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
-	bw := g.writers.Get(c)
-	defer g.writers.Put(bw)
+func (x *exchange) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
+	bw := x.writers.Get(c)
+	defer x.writers.Put(bw)
 	err := httphead.WriteRequest(bw, out, proxy)
 	if err == nil {
 		err = bw.Flush()

@@ -177,7 +177,7 @@ func TestLeanPathFraming(t *testing.T) {
 			}
 			if tc.wantConns == 1 {
 				// The lean path (not the Transport) holds the kept-alive connection.
-				if n := len(e.gw.memberByName("u").lean.Idle()); n != 1 {
+				if n := len(e.gw.links.memberByName("u").lean.Idle()); n != 1 {
 					t.Fatalf("lean pool holds %d idle connections, want 1", n)
 				}
 			}
@@ -284,7 +284,7 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 					t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
 				}
 				if i == 0 && later {
-					idle := e.gw.memberByName("u").lean.Idle
+					idle := e.gw.links.memberByName("u").lean.Idle
 					poll.Until(t, 20*time.Second, "the connection to go idle", func() error {
 						return poll.Check(len(idle()) == 1, "%d idle connections", len(idle()))
 					}, poll.Every(time.Millisecond))

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package gateway
+package relay
 
 // park is Linux's (park_linux.go); elsewhere an idle direction waits on its
 // goroutine, and spliceRelay never reports one idle.

@@ -1,4 +1,4 @@
-package gateway
+package relay
 
 import (
 	"context"
@@ -13,16 +13,17 @@ import (
 // never closes its side cannot hold the tunnel forever.
 const tunnelCloseGrace = 5 * time.Second
 
-// tunnel is one hijacked CONNECT: the client connection and the connection
-// to the upstream (or the target, for a direct member).
-type tunnel struct {
+// Tunnel is one hijacked CONNECT (or upgraded WebSocket): the client
+// connection and the connection to the upstream (or the target, for a
+// direct member), relayed both ways once started.
+type Tunnel struct {
 	mu               sync.Mutex
 	closed           bool
 	client, upstream net.Conn
 
-	// Set by start; up and down count the relays' bytes, finished the
+	// Set by Start; up and down count the relays' bytes, finished the
 	// directions that ended (under mu).
-	bufs      *bufPool
+	bufs      *Bufs
 	idleAfter time.Duration
 	done      func(up, down int64)
 	upDir     direction
@@ -38,7 +39,7 @@ type tunnel struct {
 // is parked (park_linux.go) until the source is readable or hung up, so an
 // idle tunnel holds no goroutine, only its two sockets.
 type direction struct {
-	t        *tunnel
+	t        *Tunnel
 	dst, src net.Conn
 	count    *int64 // the tunnel's up or down, added to when the relay ends
 	n        int64  // bytes relayed so far, touched only by the running relay
@@ -46,9 +47,13 @@ type direction struct {
 	parked   uint64 // under t.mu: the parking's ticket, 0 when not parked
 }
 
-// setClient records the hijacked client connection; false (and the
+// New is a tunnel to upstream; its client is set by SetClient once the
+// client's connection is taken over, and its relays run from Start.
+func New(upstream net.Conn) *Tunnel { return &Tunnel{upstream: upstream} }
+
+// SetClient records the hijacked client connection; false (and the
 // connection closed) when the tunnel was closed meanwhile by Shutdown.
-func (t *tunnel) setClient(c net.Conn) bool {
+func (t *Tunnel) SetClient(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -59,10 +64,10 @@ func (t *tunnel) setClient(c net.Conn) bool {
 	return true
 }
 
-// close closes both connections. A parked direction is taken back from
+// Close closes both connections. A parked direction is taken back from
 // the parker first (before its socket's descriptor can be reused) and its
 // relay run once more, which finds the connection closed and ends it.
-func (t *tunnel) close() {
+func (t *Tunnel) Close() {
 	var wake []*direction
 	t.mu.Lock()
 	t.closed = true
@@ -82,30 +87,31 @@ func (t *tunnel) close() {
 	}
 }
 
-// tunnelSet tracks open tunnels for Shutdown: net/http forgets hijacked
+// Set tracks open tunnels for Shutdown: net/http forgets hijacked
 // connections, so the gateway waits for (and at the deadline closes) them.
-type tunnelSet struct {
+type Set struct {
 	mu     sync.Mutex
-	m      map[*tunnel]struct{}
+	m      map[*Tunnel]struct{}
 	closed bool          // Shutdown gave up waiting: refuse new tunnels
 	empty  chan struct{} // closed when m becomes empty while someone waits
 }
 
-// add registers t; false means the gateway is being forcibly shut down.
-func (s *tunnelSet) add(t *tunnel) bool {
+// Add registers t; false means the gateway is being forcibly shut down.
+func (s *Set) Add(t *Tunnel) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
 	if s.m == nil {
-		s.m = make(map[*tunnel]struct{})
+		s.m = make(map[*Tunnel]struct{})
 	}
 	s.m[t] = struct{}{}
 	return true
 }
 
-func (s *tunnelSet) remove(t *tunnel) {
+// Remove forgets t once its relays ended (or it never started).
+func (s *Set) Remove(t *Tunnel) {
 	s.mu.Lock()
 	delete(s.m, t)
 	if len(s.m) == 0 && s.empty != nil {
@@ -115,8 +121,8 @@ func (s *tunnelSet) remove(t *tunnel) {
 	s.mu.Unlock()
 }
 
-// wait blocks until no tunnel is open or ctx ends.
-func (s *tunnelSet) wait(ctx context.Context) error {
+// Wait blocks until no tunnel is open or ctx ends.
+func (s *Set) Wait(ctx context.Context) error {
 	s.mu.Lock()
 	if len(s.m) == 0 {
 		s.mu.Unlock()
@@ -135,22 +141,22 @@ func (s *tunnelSet) wait(ctx context.Context) error {
 	}
 }
 
-// closeAll closes every open tunnel and refuses new ones.
-func (s *tunnelSet) closeAll() {
+// CloseAll closes every open tunnel and refuses new ones.
+func (s *Set) CloseAll() {
 	s.mu.Lock()
 	s.closed = true
-	ts := make([]*tunnel, 0, len(s.m))
+	ts := make([]*Tunnel, 0, len(s.m))
 	for t := range s.m {
 		ts = append(ts, t)
 	}
 	s.mu.Unlock()
 	for _, t := range ts {
-		t.close()
+		t.Close()
 	}
 }
 
-// count is the number of open tunnels (tests).
-func (s *tunnelSet) count() int {
+// Count is the number of open tunnels (tests).
+func (s *Set) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)
@@ -160,14 +166,15 @@ func (s *tunnelSet) count() int {
 // to an https:// upstream, response bodies); TCP↔TCP copies use splice(2).
 const copyBufSize = 16 << 10
 
-// bufPool hands out what a relay copies through: buffers for the copies the
-// kernel cannot splice, and pipes for those it can. The Gateway owns one.
-type bufPool struct {
+// Bufs hands out what a relay copies through: buffers for the copies the
+// kernel cannot splice, and pipes for those it can. A gateway owns one.
+type Bufs struct {
 	p     sync.Pool
 	pipes pipePool
 }
 
-func (b *bufPool) get() *[]byte {
+// Get is a copy buffer of copyBufSize bytes; Put gives it back.
+func (b *Bufs) Get() *[]byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return v
 	}
@@ -175,12 +182,13 @@ func (b *bufPool) get() *[]byte {
 	return &buf
 }
 
-func (b *bufPool) put(v *[]byte) { b.p.Put(v) }
+// Put gives back a buffer Get handed out.
+func (b *Bufs) Put(v *[]byte) { b.p.Put(v) }
 
 // relay copies src to dst until EOF or error, then half-closes dst; or,
 // when parkable, until src's read deadline passes (idle: nothing in
 // flight, dst left open), when the two are TCP and splice.
-func relay(bufs *bufPool, dst, src net.Conn, parkable bool) (n int64, idle bool, err error) {
+func relay(bufs *Bufs, dst, src net.Conn, parkable bool) (n int64, idle bool, err error) {
 	dstTCP, dok := dst.(*net.TCPConn)
 	srcTCP, sok := src.(*net.TCPConn)
 	spliced := false
@@ -200,9 +208,9 @@ func relay(bufs *bufPool, dst, src net.Conn, parkable bool) (n int64, idle bool,
 		if parkable {
 			_ = src.SetReadDeadline(time.Time{})
 		}
-		bp := bufs.get()
+		bp := bufs.Get()
 		m, cerr := io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
-		bufs.put(bp)
+		bufs.Put(bp)
 		n, err = n+m, cerr
 	}
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
@@ -214,7 +222,7 @@ func relay(bufs *bufPool, dst, src net.Conn, parkable bool) (n int64, idle bool,
 type writerOnly struct{ io.Writer }
 type readerOnly struct{ io.Reader }
 
-// start relays both ways, each direction on a goroutine of its own with
+// Start relays both ways, each direction on a goroutine of its own with
 // nothing but the relay on its stack and no third one waiting for them.
 // With idleAfter > 0, each direction's source gets a read deadline that
 // far ahead; when a relay is waiting (or about to) as it passes, the
@@ -224,7 +232,7 @@ type readerOnly struct{ io.Reader }
 // idle one holds no goroutine. Once one direction ends, the other gets
 // tunnelCloseGrace before both connections are closed; the direction that
 // ends last closes the tunnel and calls done with the bytes each way.
-func (t *tunnel) start(bufs *bufPool, idleAfter time.Duration, done func(up, down int64)) {
+func (t *Tunnel) Start(bufs *Bufs, idleAfter time.Duration, done func(up, down int64)) {
 	// Under mu: Shutdown's closeAll may be reading the directions already.
 	_, clientTCP := t.client.(*net.TCPConn)
 	_, upstreamTCP := t.upstream.(*net.TCPConn)
@@ -275,7 +283,7 @@ func (d *direction) resume() {
 // park hands d to the parker; false when the tunnel is closing (the relay
 // then finds its connection closed) or parking is not to be had here (the
 // relay then waits on its goroutine from now on).
-func (t *tunnel) park(d *direction) bool {
+func (t *Tunnel) park(d *direction) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -291,20 +299,20 @@ func (t *tunnel) park(d *direction) bool {
 }
 
 // ended records one direction's bytes and, for the second, ends the tunnel.
-func (t *tunnel) ended(counter *int64, n int64) {
+func (t *Tunnel) ended(counter *int64, n int64) {
 	t.mu.Lock()
 	*counter += n
 	t.finished++
 	last := t.finished == 2
 	if !last {
-		t.grace = time.AfterFunc(tunnelCloseGrace, t.close)
+		t.grace = time.AfterFunc(tunnelCloseGrace, t.Close)
 	} else if t.grace != nil {
 		t.grace.Stop()
 	}
 	up, down := t.up, t.down
 	t.mu.Unlock()
 	if last {
-		t.close()
+		t.Close()
 		t.done(up, down)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package gateway
+package relay
 
 import (
 	"errors"
@@ -18,10 +18,10 @@ import (
 // the kernel hands out one-page pipes.
 const spliceMax = 64 << 10
 
-// maxIdlePipes bounds the pipes kept for reuse: enough for the relays that
+// MaxIdlePipes bounds the pipes kept for reuse: enough for the relays that
 // are moving bytes at one moment on a busy gateway, a small fixed number of
 // descriptors on an idle one.
-const maxIdlePipes = 32
+const MaxIdlePipes = 32
 
 // pipe is one pipe(2) pair, both ends non-blocking.
 type pipe struct{ r, w int }
@@ -61,7 +61,7 @@ func (pp *pipePool) get() (pipe, error) {
 // closed instead, or the next tunnel would send them.
 func (pp *pipePool) put(p pipe) {
 	pp.mu.Lock()
-	if len(pp.idle) < maxIdlePipes {
+	if len(pp.idle) < MaxIdlePipes {
 		pp.idle = append(pp.idle, p)
 		p = pipe{r: -1}
 	}
