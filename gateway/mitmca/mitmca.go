@@ -199,10 +199,24 @@ func (ca *CA) LeafFor(host string) (*tls.Certificate, error) {
 	if c, ok := ca.cache.get(host, ca.now()); ok {
 		return c, nil
 	}
+	return ca.leafMissed(host)
+}
+
+// leafMissed is LeafFor past a cache miss: one mint per host at a time,
+// the others waiting for it. The one that mints asks the cache again
+// first: a flight that ended between its miss and its begin has just
+// filled it, and minting again (a second leaf, a second signature's CPU)
+// is what a busy gateway did, 11 leaves for one host in a test.
+func (ca *CA) leafMissed(host string) (*tls.Certificate, error) {
 	f, leader := ca.flights.begin(host)
 	if !leader {
 		<-f.done
 		return f.cert, f.err
+	}
+	if c, ok := ca.cache.get(host, ca.now()); ok {
+		f.cert = c
+		ca.flights.end(host, f)
+		return c, nil
 	}
 	c, err := ca.mint(host)
 	if err == nil {

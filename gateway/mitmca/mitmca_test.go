@@ -145,3 +145,22 @@ func newTestCA(t *testing.T) (*CA, *x509.CertPool) {
 	roots.AppendCertsFromPEM(certPEM)
 	return ca, roots
 }
+
+// TestAMissThatLostTheRaceToAFlightTakesItsLeaf: a LeafFor that missed the
+// cache while another call was minting, and begins its own flight only
+// after that one ended, takes the leaf the cache now holds instead of
+// minting a second one.
+func TestAMissThatLostTheRaceToAFlightTakesItsLeaf(t *testing.T) {
+	ca, _ := newTestCA(t)
+	first, err := ca.LeafFor("site.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := ca.leafMissed("site.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late != first {
+		t.Fatalf("the late miss minted serial %v; want the cached leaf, serial %v", late.Leaf.SerialNumber, first.Leaf.SerialNumber)
+	}
+}
