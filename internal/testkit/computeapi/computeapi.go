@@ -3,7 +3,8 @@
 // bodies, failures on cue and a record of every call, for the real REST
 // client to talk to through option.WithEndpoint.
 //
-// It imports the standard library only: nothing of ours (never the gcp
+// It imports the standard library and cloudfault (the fault script every
+// in-test cloud shares) only: nothing else of ours (never the gcp
 // provider it stands in for) and no Google client library, so a test links
 // the cloud's client only through the code under test.
 package computeapi
@@ -11,6 +12,7 @@ package computeapi
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/cloudfault"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,9 +36,11 @@ type Server struct {
 	// Project is the only project the server knows; others are 404.
 	Project string
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// faults holds what Fail queued: this server answers failures
+	// before a call does anything only (no FailAfter or HangAfter).
+	faults    cloudfault.Script[Error]
 	instances map[string]map[string]any // "zone/name" → instance JSON
-	failures  map[string][]Error        // op → queued failures
 	failPages map[string]Error          // list page token → failure
 	opFails   []OperationFailure        // insert operations to end in error
 	calls     []string                  // "METHOD path?query", in order
@@ -65,17 +69,10 @@ const (
 func Start(t testing.TB, project string) *Server {
 	t.Helper()
 	s := &Server{Project: project, instances: map[string]map[string]any{},
-		failures: map[string][]Error{}, failPages: map[string]Error{}, warnings: map[string]string{}, pageSize: 500}
+		failPages: map[string]Error{}, warnings: map[string]string{}, pageSize: 500}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
-}
-
-// Fail queues errors the next calls of op answer with, one call each.
-func (s *Server) Fail(op string, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures[op] = append(s.failures[op], errs...)
 }
 
 // OperationFailure is an insert Compute Engine accepts (200) and answers
@@ -275,14 +272,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, op string) bool {
-	q := s.failures[op]
-	if len(q) == 0 {
-		return false
+	e, ok := s.faults.Before(op)
+	if ok {
+		writeComputeError(w, e)
 	}
-	s.failures[op] = q[1:]
-	writeComputeError(w, q[0])
-	return true
+	return ok
 }
+
+// Fail queues errors the next calls of op answer with, one call each.
+func (s *Server) Fail(op string, errs ...Error) { s.faults.Fail(op, errs...) }
 
 func (s *Server) notFound(w http.ResponseWriter, zone, name string) {
 	writeComputeError(w, Error{Code: 404, Reason: "notFound",

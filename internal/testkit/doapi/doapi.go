@@ -9,7 +9,8 @@
 // repeated makes a second droplet, which is what the provider's
 // look-up-before-create must prevent.
 //
-// It imports the standard library only: nothing of ours and no
+// It imports the standard library and cloudfault (the fault script every
+// in-test cloud shares) only: nothing else of ours and no
 // DigitalOcean library, so a test links the cloud's client only through the
 // code under test.
 package doapi
@@ -24,6 +25,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testkit/cloudfault"
 )
 
 // Operations, for Fail, FailAfter, HangAfter and CallCount.
@@ -114,15 +117,14 @@ type Call struct {
 // Server is the in-test API. Use Start.
 type Server struct {
 	*httptest.Server
+	// Script holds the faults tests queue: Fail, FailAfter, HangAfter.
+	cloudfault.Script[Error]
 
 	mu        sync.Mutex
 	tokens    map[string]bool
 	droplets  map[int]*Droplet
 	firewalls map[string]*Firewall
 	tags      map[string]bool
-	failures  map[string][]Error
-	after     map[string][]Error
-	hangs     map[string]int
 	calls     []Call
 	seq       int
 	pageSize  int
@@ -135,7 +137,7 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{tokens: map[string]bool{DefaultToken: true}, droplets: map[int]*Droplet{}, firewalls: map[string]*Firewall{},
-		tags: map[string]bool{}, failures: map[string][]Error{}, after: map[string][]Error{}, hangs: map[string]int{},
+		tags:     map[string]bool{},
 		pageSize: 200, seq: 3164400}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
@@ -147,30 +149,6 @@ func (s *Server) AddToken(token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tokens[token] = true
-}
-
-// Fail queues errors the next calls of op answer with, before doing
-// anything, one call each.
-func (s *Server) Fail(op string, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures[op] = append(s.failures[op], errs...)
-}
-
-// FailAfter queues errors the next calls of op answer with after the call
-// took effect (a create answered 500 although the droplet was made).
-func (s *Server) FailAfter(op string, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.after[op] = append(s.after[op], errs...)
-}
-
-// HangAfter makes the next n calls of op take effect and then never
-// answer, until the client gives up or the server closes.
-func (s *Server) HangAfter(op string, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hangs[op] += n
 }
 
 // SetDropletLimit makes a create that would hold more than n droplets

@@ -35,21 +35,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."})
 		return
 	}
-	if q := s.failures[op]; len(q) > 0 {
-		s.failures[op] = q[1:]
+	if e, ok := s.Before(op); ok {
 		s.mu.Unlock()
-		writeError(w, q[0])
+		writeError(w, e)
 		return
 	}
 	status, answer, e := s.do(op, id, r.URL.Query(), body, "http://"+r.Host)
-	var after *Error
-	if q := s.after[op]; e == nil && len(q) > 0 {
-		s.after[op] = q[1:]
-		after = &q[0]
-	}
-	hang := e == nil && after == nil && s.hangs[op] > 0
-	if hang {
-		s.hangs[op]--
+	var (
+		after *Error
+		hang  bool
+	)
+	if e == nil {
+		after, hang = s.After(op)
 	}
 	s.mu.Unlock()
 	switch {

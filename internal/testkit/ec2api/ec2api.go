@@ -10,7 +10,8 @@
 // request's SigV4 signature against the known access keys, fails and hangs
 // on cue, and records every call.
 //
-// It imports the standard library only: nothing of ours (never the aws
+// It imports the standard library and cloudfault (the fault script every
+// in-test cloud shares) only: nothing else of ours (never the aws
 // provider it stands in for) and no AWS library, so a test links the
 // cloud's client only through the code under test.
 package ec2api
@@ -25,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testkit/cloudfault"
 )
 
 // Actions, for Fail and CallCount.
@@ -111,6 +114,8 @@ type SecurityGroup struct {
 // Server is the in-test EC2 API. The zero value is not ready; use Start.
 type Server struct {
 	*httptest.Server
+	// Script holds the faults tests queue: Fail, FailAfter, HangAfter.
+	cloudfault.Script[Error]
 	// Region is the region the Authorization header's scope must name.
 	Region string
 
@@ -123,9 +128,6 @@ type Server struct {
 	launched map[string]string
 	groups   map[string]*SecurityGroup
 	images   []Image
-	failures map[string][]Error
-	after    map[string][]Error // answered after the action took effect
-	hangs    map[string]int     // actions whose answer never comes, after taking effect
 	calls    []Call
 	seq      int
 	pageSize int
@@ -168,7 +170,7 @@ func Start(t testing.TB, region string) *Server {
 	t.Helper()
 	s := &Server{Region: region, keys: map[string]string{DefaultAccessKeyID: DefaultSecretAccessKey},
 		instances: map[string]*Instance{}, tokens: map[string]string{}, launched: map[string]string{}, groups: map[string]*SecurityGroup{},
-		failures: map[string][]Error{}, after: map[string][]Error{}, hangs: map[string]int{},
+
 		pageSize: 1000, vpc: "vpc-0default0000000001"}
 	s.images = []Image{
 		{ID: DebianAMD64Old, Name: "debian-12-amd64-20260101-2000", Owner: "136693071363", Architecture: "x86_64", Created: time.Date(2026, 1, 1, 20, 0, 0, 0, time.UTC)},
@@ -193,32 +195,6 @@ func (s *Server) AddImage(img Image) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.images = append(s.images, img)
-}
-
-// Fail queues errors the next calls of action answer with, one call each,
-// before doing anything.
-func (s *Server) Fail(action string, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures[action] = append(s.failures[action], errs...)
-}
-
-// FailAfter queues errors the next calls of action answer with after the
-// action took effect (a RunInstances answered 500 although the instance was
-// made), one call each.
-func (s *Server) FailAfter(action string, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.after[action] = append(s.after[action], errs...)
-}
-
-// HangAfter makes the next n calls of action take effect and then never
-// answer, until the client gives up (its context ends) or the server
-// closes: an answer lost on the way back.
-func (s *Server) HangAfter(action string, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hangs[action] += n
 }
 
 // LaunchRunning makes every instance launched from now on start running at

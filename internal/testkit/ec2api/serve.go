@@ -44,21 +44,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Error{Status: 400, Code: "InvalidParameterValue", Message: "unsupported API version " + form.Get("Version")})
 		return
 	}
-	if q := s.failures[action]; len(q) > 0 {
-		s.failures[action] = q[1:]
+	if e, ok := s.Before(action); ok {
 		s.mu.Unlock()
-		writeError(w, q[0])
+		writeError(w, e)
 		return
 	}
 	answer, e := s.do(action, form)
-	var after *Error
-	if q := s.after[action]; e == nil && len(q) > 0 {
-		s.after[action] = q[1:]
-		after = &q[0]
-	}
-	hang := e == nil && after == nil && s.hangs[action] > 0
-	if hang {
-		s.hangs[action]--
+	var (
+		after *Error
+		hang  bool
+	)
+	if e == nil {
+		after, hang = s.After(action)
 	}
 	s.mu.Unlock()
 	switch {

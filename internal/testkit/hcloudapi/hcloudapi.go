@@ -8,7 +8,8 @@
 // (uniqueness_error), fails and hangs on cue, and records every call. Like
 // the cloud, it has no idempotency key.
 //
-// It imports the standard library only: nothing of ours and no Hetzner
+// It imports the standard library and cloudfault (the fault script every
+// in-test cloud shares) only: nothing else of ours and no Hetzner
 // library, so a test links the cloud's client only through the code under
 // test.
 package hcloudapi
@@ -22,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testkit/cloudfault"
 )
 
 // Operations, for Fail, FailAfter, HangAfter and CallCount.
@@ -113,14 +116,13 @@ type Call struct {
 // API is the in-test Hetzner Cloud API. Use Start.
 type API struct {
 	*httptest.Server
+	// Script holds the faults tests queue: Fail, FailAfter, HangAfter.
+	cloudfault.Script[Error]
 
 	mu        sync.Mutex
 	tokens    map[string]bool
 	servers   map[int64]*Server
 	firewalls map[int64]*Firewall
-	failures  map[string][]Error
-	after     map[string][]Error
-	hangs     map[string]int
 	calls     []Call
 	seq       int64
 	pageSize  int
@@ -134,7 +136,7 @@ type API struct {
 func Start(t testing.TB) *API {
 	t.Helper()
 	a := &API{tokens: map[string]bool{DefaultToken: true}, servers: map[int64]*Server{}, firewalls: map[int64]*Firewall{},
-		failures: map[string][]Error{}, after: map[string][]Error{}, hangs: map[string]int{}, pageSize: 50, seq: 42000000}
+		pageSize: 50, seq: 42000000}
 	a.Server = httptest.NewServer(http.HandlerFunc(a.serve))
 	t.Cleanup(a.Close)
 	return a
@@ -148,30 +150,6 @@ func (a *API) AddToken(token string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.tokens[token] = true
-}
-
-// Fail queues errors the next calls of op answer with, before doing
-// anything, one call each.
-func (a *API) Fail(op string, errs ...Error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.failures[op] = append(a.failures[op], errs...)
-}
-
-// FailAfter queues errors the next calls of op answer with after the call
-// took effect (a create answered 500 although the server was made).
-func (a *API) FailAfter(op string, errs ...Error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.after[op] = append(a.after[op], errs...)
-}
-
-// HangAfter makes the next n calls of op take effect and then never
-// answer, until the client gives up or the API closes.
-func (a *API) HangAfter(op string, n int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.hangs[op] += n
 }
 
 // SetServerLimit makes a create that would hold more than n servers fail

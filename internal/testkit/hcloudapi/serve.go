@@ -36,21 +36,18 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Error{Status: 404, Code: "not_found", Message: "not found"})
 		return
 	}
-	if q := a.failures[op]; len(q) > 0 {
-		a.failures[op] = q[1:]
+	if e, ok := a.Before(op); ok {
 		a.mu.Unlock()
-		writeError(w, q[0])
+		writeError(w, e)
 		return
 	}
 	status, answer, e := a.do(op, id, r.URL.Query(), body)
-	var after *Error
-	if q := a.after[op]; e == nil && len(q) > 0 {
-		a.after[op] = q[1:]
-		after = &q[0]
-	}
-	hang := e == nil && after == nil && a.hangs[op] > 0
-	if hang {
-		a.hangs[op]--
+	var (
+		after *Error
+		hang  bool
+	)
+	if e == nil {
+		after, hang = a.After(op)
 	}
 	a.mu.Unlock()
 	switch {
