@@ -221,8 +221,8 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagPoolTokenFile, "`FILE` holding the bearer token for --lease-api"),
 		pathFlag(flagPoolSATokenFile, "`FILE` holding a rotating bearer token for --lease-api (a projected service-account token, audience proxyfleet), re-read every 30s; excludes --pool-token-file"),
 		stringFlag(flagPoolSelector, "", "default attribute `SELECTOR` (key=value,...) for every lease taken from --lease-api; a key a request names wins"),
-		durationFlag(flagPoolOutageGrace, "5m", "while --lease-api does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
-		durationFlag(flagPoolRefresh, "30s", "how often a --lease-api gateway reads the API's member list (credentials, health, cooldowns) to keep its last-known pool"),
+		durationFlag(flagPoolOutageGrace, "5m", "while --lease-api (or a Redis --lease-store) does not answer (or answers 5xx), lease from its last-known members for this long after its last answer, then answer 503 pool_unreachable; 0 turns the last-known pool off"),
+		durationFlag(flagPoolRefresh, "30s", "how often a --lease-api (or Redis --lease-store) gateway reads the member list (credentials, health, cooldowns) to keep its last-known pool"),
 		stringFlag(flagMetricsListen, "127.0.0.1:9090", "`ADDR` (host:port) for /metrics, /healthz, /readyz and, on a loopback address without --status-listen, the status page /status (and /status.json) (empty or \"off\": off)"),
 		stringFlag(flagStatusListen, "", "`ADDR` (host:port) serving the status page /status (and /status.json) alone, where --metrics-listen is an address others reach (a sidecar's probe port); a non-loopback address needs --insecure-allow-open (empty: on a loopback --metrics-listen)"),
 		durationFlag(flagShutdownGrace, "30s", "on SIGTERM/SIGINT, how long in-flight requests and tunnels may take to finish"),
@@ -406,8 +406,16 @@ func (cfg *gatewayConfig) readPool(c *cli.Context) (err error) {
 		if cfg.PoolClient, err = poolClientFrom(c, cfg.PoolAPI, cfg.poolToken); err != nil {
 			return err
 		}
-		if cfg.OutageGrace, cfg.PoolRefresh, err = outageFrom(c); err != nil {
-			return err
+	}
+	// A lease API and a Redis store can each be away for a while, which
+	// the last-known pool rides out; the in-memory store never is.
+	if cfg.PoolAPI != "" || cfg.LeaseStore.URL != "" {
+		cfg.OutageGrace, cfg.PoolRefresh, err = outageFrom(c)
+		return err
+	}
+	for _, name := range []string{flagPoolOutageGrace, flagPoolRefresh} {
+		if c.IsSet(name) {
+			return fmt.Errorf("--%s needs --%s or a Redis --%s (the in-memory store is never away)", name, flagLeaseAPI, flagLeaseStore)
 		}
 	}
 	return nil

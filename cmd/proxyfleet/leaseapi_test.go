@@ -47,6 +47,22 @@ func TestPoolAPIFlags(t *testing.T) {
 		}
 	})
 
+	t.Run("a Redis store's outage grace is the flag's, the default 5m, and 0 turns it off", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want time.Duration
+		}{
+			{nil, 5 * time.Minute},
+			{[]string{"--pool-outage-grace", "90s", "--pool-refresh-interval", "5s"}, 90 * time.Second},
+			{[]string{"--pool-outage-grace", "0"}, 0},
+		} {
+			cfg, err := runConfig(t, append([]string{"--lease-store", "redis://127.0.0.1:6379"}, tc.args...)...)
+			if err != nil || cfg.OutageGrace != tc.want || cfg.PoolRefresh <= 0 {
+				t.Fatalf("%v: cfg %+v, err %v; want an outage grace of %s", tc.args, cfg, err, tc.want)
+			}
+		}
+	})
+
 	t.Run("no token file means no token", func(t *testing.T) {
 		cfg, err := runConfig(t, "--lease-api", "http://127.0.0.1:8090")
 		if err != nil || cfg.poolToken != "" {
@@ -81,10 +97,12 @@ func TestPoolAPIFlags(t *testing.T) {
 			want: "--pool-token-file needs --lease-api"},
 		{name: "token file with two tokens", args: []string{"--lease-api", "http://127.0.0.1:8090", "--pool-token-file", two},
 			want: "--pool-token-file", deny: "\na\n"},
-		{name: "outage grace without --lease-api", args: []string{"--pool-outage-grace", "1m"},
-			want: "--pool-outage-grace needs --lease-api"},
-		{name: "refresh interval without --lease-api", args: []string{"--pool-refresh-interval", "5s"},
-			want: "--pool-refresh-interval needs --lease-api"},
+		{name: "outage grace on the in-memory store", args: []string{"--pool-outage-grace", "1m"},
+			want: "--pool-outage-grace needs --lease-api or a Redis --lease-store"},
+		{name: "refresh interval on the in-memory store", args: []string{"--pool-refresh-interval", "5s"},
+			want: "--pool-refresh-interval needs --lease-api or a Redis --lease-store"},
+		{name: "a negative outage grace on a Redis store", args: []string{"--lease-store", "redis://127.0.0.1:6379", "--pool-outage-grace", "-1s"},
+			want: "--pool-outage-grace -1s: must be 0 (off) or more"},
 		{name: "a negative outage grace", args: []string{"--lease-api", "http://127.0.0.1:8090", "--pool-outage-grace", "-1s"},
 			want: "--pool-outage-grace -1s: must be 0 (off) or more"},
 		{name: "a zero refresh interval", args: []string{"--lease-api", "http://127.0.0.1:8090", "--pool-refresh-interval", "0s"},

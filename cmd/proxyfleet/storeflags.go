@@ -73,7 +73,7 @@ func poolAPIFrom(c *cli.Context) (apiURL, token string, err error) {
 	apiURL = strings.TrimSpace(c.String(flagLeaseAPI))
 	tokenFile := c.Path(flagPoolTokenFile)
 	if apiURL == "" {
-		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector, flagPoolOutageGrace, flagPoolRefresh} {
+		for _, name := range []string{flagPoolTokenFile, flagPoolSATokenFile, flagPoolSelector} {
 			if c.IsSet(name) {
 				return "", "", fmt.Errorf("--%s needs --%s (the lease API it is for)", name, flagLeaseAPI)
 			}

@@ -58,7 +58,8 @@ type Config struct {
 	// PoolAPI (the lease API's URLs, as given) set is remote pool mode: the
 	// gateway leases through PoolClient and holds no pool of its own. With
 	// OutageGrace > 0 the last-known pool, refreshed every PoolRefresh,
-	// rides out the API's outages.
+	// rides out the API's outages, and a shared LeaseStore's (Redis) the
+	// same way; 0 leases from either directly.
 	PoolAPI     string
 	PoolClient  *leaseapi.Client
 	OutageGrace time.Duration

@@ -100,7 +100,7 @@ func (r *run) openPool() (func(), error) {
 	}
 	r.reg.MustRegister(metrics.NewPoolCollector(store), metrics.NewSiteCooldownCollector(store, 0))
 	r.store, r.leases = store, store
-	if _, inProcess := store.(*pool.Store); !inProcess {
+	if _, inProcess := store.(*pool.Store); !inProcess && cfg.OutageGrace > 0 {
 		// A shared store (Redis) may not answer for a while: ride it out.
 		lk, err := rideOutStore(cfg, store, r.reg, r.log)
 		if err != nil {

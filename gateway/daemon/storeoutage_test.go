@@ -57,6 +57,7 @@ func TestARedisRestartCostsNoRequest(t *testing.T) {
 		{Name: "d3", SourceAddr: netip.MustParseAddr("127.0.0.3")},
 	}
 	cfg.LeaseStore = leasestore.Config{URL: rd.URL(), Prefix: "outage"}
+	cfg.OutageGrace = 5 * time.Minute // --pool-outage-grace's default
 	g := startGateway(t, cfg)
 	proxyURL, _ := url.Parse("http://" + g.Proxy)
 	viaProxy := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}, Timeout: 20 * time.Second}
@@ -203,4 +204,28 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestARedisStoreRidesOutOnlyWithAnOutageGrace: --pool-outage-grace applies
+// to a Redis lease store as to a lease API: above 0 the gateway keeps its
+// last-known pool (and its outage gauge, 0 while Redis answers); 0 turns it
+// off and the gateway leases from Redis directly, with no such gauge.
+func TestARedisStoreRidesOutOnlyWithAnOutageGrace(t *testing.T) {
+	rd := redis.Start(t, redis.Options{})
+	for _, tc := range []struct {
+		grace time.Duration
+		gauge bool
+	}{{time.Minute, true}, {0, false}} {
+		cfg := testConfig()
+		cfg.MetricsListen, cfg.AllowPrivateTargets = "127.0.0.1:0", true
+		cfg.Static = []pool.Member{{Name: "d2", SourceAddr: netip.MustParseAddr("127.0.0.2")}}
+		cfg.LeaseStore = leasestore.Config{URL: rd.URL(), Prefix: fmt.Sprintf("grace%d", tc.grace)}
+		cfg.OutageGrace = tc.grace
+		g := startGateway(t, cfg)
+		plain := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+		_, body := daemontest.Get(t, plain, "http://"+g.Metrics+"/metrics")
+		if got := strings.Contains(body, "proxyfleet_gateway_pool_outage 0"); got != tc.gauge {
+			t.Errorf("outage grace %s: the last-known pool's gauge shown %v, want %v:\n%s", tc.grace, got, tc.gauge, grepLines(body, "pool_outage"))
+		}
+	}
 }
