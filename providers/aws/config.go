@@ -3,7 +3,6 @@ package aws
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -194,13 +193,11 @@ func (c *Config) validateAccess() []string {
 	case len(c.SecurityGroupIDs) == 0 && len(c.SourceRanges) == 0:
 		out = append(out, "aws.sourceRanges is required (the gateways' egress CIDRs the proxy port is opened to), or name your own aws.securityGroupIDs")
 	}
-	for field, list := range map[string][]string{"aws.sourceRanges": c.SourceRanges, "aws.sshSourceRanges": c.SSHSourceRanges} {
-		for i, r := range list {
-			if p, err := netip.ParsePrefix(r); err != nil || p.Masked() != p {
-				out = append(out, fmt.Sprintf("%s[%d] %q is not a CIDR (like 203.0.113.0/24, with no host bits set)", field, i, r))
-			}
-		}
-	}
+	// In the order of the file, so the same mistakes read the same way each time.
+	_, bad := providers.ParseCIDRs("aws.sourceRanges", c.SourceRanges)
+	out = append(out, bad...)
+	_, bad = providers.ParseCIDRs("aws.sshSourceRanges", c.SSHSourceRanges)
+	out = append(out, bad...)
 	for i, g := range c.SecurityGroupIDs {
 		if !groupPattern.MatchString(g) {
 			out = append(out, fmt.Sprintf("aws.securityGroupIDs[%d] %q is not a security group ID (sg-...)", i, g))

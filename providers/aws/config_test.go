@@ -74,7 +74,7 @@ func TestReadConfigRejects(t *testing.T) {
 		{"no ranges, no groups", "{region: eu-west-1}", []string{"aws.sourceRanges is required"}},
 		{"ranges and groups", "{region: eu-west-1, sourceRanges: [203.0.113.0/24], securityGroupIDs: [sg-0123456789abcdef0]}", []string{"mutually exclusive"}},
 		{"not a CIDR", "{region: eu-west-1, sourceRanges: [203.0.113.7, 203.0.113.7/24], sshSourceRanges: [me]}",
-			[]string{`aws.sourceRanges[0] "203.0.113.7" is not a CIDR`, `aws.sourceRanges[1] "203.0.113.7/24" is not a CIDR`, `aws.sshSourceRanges[0] "me" is not a CIDR`}},
+			[]string{`aws.sourceRanges[0] "203.0.113.7" is not a CIDR`, `aws.sourceRanges[1] "203.0.113.7/24" has host bits set (did you mean 203.0.113.0/24?)`, `aws.sshSourceRanges[0] "me" is not a CIDR`}},
 		{"subnet without VPC", "{region: eu-west-1, sourceRanges: [203.0.113.0/24], subnetID: subnet-0123456789abcdef0}", []string{"aws.vpcID is required with aws.subnetID"}},
 		{"address type", "{region: eu-west-1, sourceRanges: [203.0.113.0/24], addressType: external}", []string{`aws.addressType "external" is not public or private`}},
 		{"reserved tag", "{region: eu-west-1, sourceRanges: [203.0.113.0/24], tags: {'aws:team': x}}", []string{"aws.tags[aws:team]: keys starting with aws: are reserved"}},

@@ -2,7 +2,6 @@ package digitalocean
 
 import (
 	"fmt"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -132,13 +131,11 @@ func (c *Config) validate() []string {
 	if len(c.SourceRanges) == 0 {
 		out = append(out, "digitalocean.sourceRanges is required (the gateways' egress CIDRs the proxy port is opened to)")
 	}
-	for field, list := range map[string][]string{"digitalocean.sourceRanges": c.SourceRanges, "digitalocean.sshSourceRanges": c.SSHSourceRanges} {
-		for i, r := range list {
-			if p, err := netip.ParsePrefix(r); err != nil || p.Masked() != p {
-				out = append(out, fmt.Sprintf("%s[%d] %q is not a CIDR (like 203.0.113.0/24, with no host bits set)", field, i, r))
-			}
-		}
-	}
+	// In the order of the file, so the same mistakes read the same way each time.
+	_, bad := providers.ParseCIDRs("digitalocean.sourceRanges", c.SourceRanges)
+	out = append(out, bad...)
+	_, bad = providers.ParseCIDRs("digitalocean.sshSourceRanges", c.SSHSourceRanges)
+	out = append(out, bad...)
 	for i, k := range c.SSHKeys {
 		if !sshKeyPattern.MatchString(k) {
 			out = append(out, fmt.Sprintf("digitalocean.sshKeys[%d] %q is neither a key ID nor an MD5 fingerprint (aa:bb:...)", i, k))

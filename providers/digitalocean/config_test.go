@@ -72,7 +72,7 @@ func TestReadConfigRejects(t *testing.T) {
 		{"bad image", "{" + ok + ", defaults: {image: 'Debian 12'}}", []string{`digitalocean.defaults.image "Debian 12" is not an image slug`}},
 		{"no ranges", "{region: ams3, tokenFile: /t}", []string{"digitalocean.sourceRanges is required"}},
 		{"not a CIDR", "{region: ams3, tokenFile: /t, sourceRanges: [203.0.113.7, 203.0.113.7/24], sshSourceRanges: [me]}",
-			[]string{`digitalocean.sourceRanges[0] "203.0.113.7" is not a CIDR`, `digitalocean.sourceRanges[1] "203.0.113.7/24" is not a CIDR`, `digitalocean.sshSourceRanges[0] "me" is not a CIDR`}},
+			[]string{`digitalocean.sourceRanges[0] "203.0.113.7" is not a CIDR`, `digitalocean.sourceRanges[1] "203.0.113.7/24" has host bits set (did you mean 203.0.113.0/24?)`, `digitalocean.sshSourceRanges[0] "me" is not a CIDR`}},
 		{"ssh key", "{" + ok + ", sshKeys: [my-laptop]}", []string{`digitalocean.sshKeys[0] "my-laptop" is neither a key ID nor an MD5 fingerprint`}},
 		{"vpc", "{" + ok + ", vpcUUID: default}", []string{`digitalocean.vpcUUID "default" is not a VPC UUID`}},
 		{"address type", "{" + ok + ", addressType: external}", []string{`digitalocean.addressType "external" is not public or private`}},

@@ -3,7 +3,6 @@ package hetzner
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -115,13 +114,11 @@ func (c *Config) validate() []string {
 	if len(c.SourceRanges) == 0 {
 		out = append(out, "hetzner.sourceRanges is required (the gateways' egress CIDRs the proxy port is opened to)")
 	}
-	for field, list := range map[string][]string{"hetzner.sourceRanges": c.SourceRanges, "hetzner.sshSourceRanges": c.SSHSourceRanges} {
-		for i, r := range list {
-			if p, err := netip.ParsePrefix(r); err != nil || p.Masked() != p {
-				out = append(out, fmt.Sprintf("%s[%d] %q is not a CIDR (like 203.0.113.0/24, with no host bits set)", field, i, r))
-			}
-		}
-	}
+	// In the order of the file, so the same mistakes read the same way each time.
+	_, bad := providers.ParseCIDRs("hetzner.sourceRanges", c.SourceRanges)
+	out = append(out, bad...)
+	_, bad = providers.ParseCIDRs("hetzner.sshSourceRanges", c.SSHSourceRanges)
+	out = append(out, bad...)
 	for i, k := range c.SSHKeys {
 		if k < 1 {
 			out = append(out, fmt.Sprintf("hetzner.sshKeys[%d] %d is not an SSH key ID", i, k))

@@ -62,7 +62,7 @@ func TestReadConfigRejects(t *testing.T) {
 		{"bad image", "{" + ok + ", defaults: {image: 'Debian 12'}}", []string{`hetzner.defaults.image "Debian 12" is not an image name`}},
 		{"no ranges", "{location: fsn1, tokenFile: /t}", []string{"hetzner.sourceRanges is required"}},
 		{"not a CIDR", "{location: fsn1, tokenFile: /t, sourceRanges: [203.0.113.7, 203.0.113.7/24], sshSourceRanges: [me]}",
-			[]string{`hetzner.sourceRanges[0] "203.0.113.7" is not a CIDR`, `hetzner.sourceRanges[1] "203.0.113.7/24" is not a CIDR`, `hetzner.sshSourceRanges[0] "me" is not a CIDR`}},
+			[]string{`hetzner.sourceRanges[0] "203.0.113.7" is not a CIDR`, `hetzner.sourceRanges[1] "203.0.113.7/24" has host bits set (did you mean 203.0.113.0/24?)`, `hetzner.sshSourceRanges[0] "me" is not a CIDR`}},
 		{"ssh key", "{" + ok + ", sshKeys: [0]}", []string{"hetzner.sshKeys[0] 0 is not an SSH key ID"}},
 		{"ssh key by name", "{" + ok + ", sshKeys: [laptop]}", []string{"hetzner.sshKeys"}},
 		{"reserved label", "{" + ok + ", labels: {proxyfleet.io/proxy-uid: x}}", []string{"hetzner.labels[proxyfleet.io/proxy-uid]: keys starting with proxyfleet.io/ are proxyfleet's own"}},

@@ -61,8 +61,8 @@ func ReadConfig(e providers.Entry) (Config, error) {
 	if err := e.Decode(Type, &b); err != nil {
 		return Config{}, err
 	}
-	cluster, clusterProblems := prefixes("kubernetes.clusterCIDRs", b.ClusterCIDRs)
-	clients, clientProblems := prefixes("kubernetes.clientCIDRs", b.ClientCIDRs)
+	cluster, clusterProblems := providers.ParseCIDRs("kubernetes.clusterCIDRs", b.ClusterCIDRs)
+	clients, clientProblems := providers.ParseCIDRs("kubernetes.clientCIDRs", b.ClientCIDRs)
 	if err := providers.Problems(slices.Concat(b.validate(), clusterProblems, clientProblems)); err != nil {
 		return Config{}, err
 	}
@@ -82,22 +82,4 @@ func (b block) validate() []string {
 		out = append(out, fmt.Sprintf("kubernetes.image %q is not an image reference", b.Image))
 	}
 	return out
-}
-
-// prefixes parses the CIDRs of field, refusing one with host bits set.
-func prefixes(field string, list []string) ([]netip.Prefix, []string) {
-	var out []netip.Prefix
-	var problems []string
-	for i, s := range list {
-		p, err := netip.ParsePrefix(s)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("%s[%d] %q is not a CIDR", field, i, s))
-		case p.Masked() != p:
-			problems = append(problems, fmt.Sprintf("%s[%d] %q has host bits set (did you mean %s?)", field, i, s, p.Masked()))
-		default:
-			out = append(out, p)
-		}
-	}
-	return out, problems
 }
