@@ -2,8 +2,9 @@ package metrics
 
 import prometheus "github.com/proxyfleet/proxyfleet/internal/prom"
 
-// PoolOutages counts a --lease-api gateway's lease API outages and the
-// leases it granted itself from its last-known pool meanwhile; it
+// PoolOutages counts the outages of the pool a gateway leases from when
+// that pool is remote (a --lease-api lease API or a Redis --lease-store) and
+// the leases it granted itself from its last-known pool meanwhile; it
 // implements lastknown.Recorder.
 type PoolOutages struct {
 	outages prometheus.Counter
@@ -13,22 +14,22 @@ type PoolOutages struct {
 // NewPoolOutages registers proxyfleet_gateway_pool_outages_total and
 // proxyfleet_gateway_pool_last_known_leases_total with reg, and
 // proxyfleet_gateway_pool_outage, read from down at every scrape (1 while
-// the lease API is away, 2 while requests are refused because the outage
+// the lease API or store is away, 2 while requests are refused because the outage
 // outlasted the grace or no member list was ever received).
 func NewPoolOutages(reg prometheus.Registerer, down func() (away, refusing bool)) *PoolOutages {
 	p := &PoolOutages{
 		outages: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "pool_outages_total",
-			Help: "Outages of the --lease-api lease API (no answer, or a 5xx), counted once each when they begin.",
+			Help: "Outages of the pool the gateway leases from, the --lease-api lease API (no answer, or a 5xx) or a Redis --lease-store (no answer), counted once each when they begin.",
 		}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "gateway", Name: "pool_last_known_leases_total",
-			Help: "Leases the gateway granted itself from its last-known members while the lease API was away.",
+			Help: "Leases the gateway granted itself from its last-known members while the lease API or store was away.",
 		}),
 	}
 	state := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "gateway", Name: "pool_outage",
-		Help: "0 while the lease API answers, 1 while it is away and the gateway leases from its last-known members, 2 while it refuses requests (beyond --pool-outage-grace, or no member list ever received).",
+		Help: "0 while the lease API or store answers, 1 while it is away and the gateway leases from its last-known members, 2 while it refuses requests (beyond --pool-outage-grace, or no member list ever received).",
 	}, func() float64 {
 		switch away, refusing := down(); {
 		case refusing:

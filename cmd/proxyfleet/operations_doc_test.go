@@ -83,7 +83,8 @@ func (onePace) PaceStatus() []statuspage.SitePace {
 	return []statuspage.SitePace{{Site: "shop.com", Waited: 1}}
 }
 
-// poolAPIGatewayMetrics are the series only a --lease-api gateway adds:
+// poolAPIGatewayMetrics are the series only a gateway on a remote pool (a
+// --lease-api lease API or a Redis --lease-store) adds:
 // its last-known pool's outage counters.
 func poolAPIGatewayMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -118,7 +119,7 @@ func metricsReference(t *testing.T) string {
 	for _, r := range []struct {
 		by  string
 		reg *prometheus.Registry
-	}{{"gateway", gatewayMetrics()}, {"`--lease-api` gateway", poolAPIGatewayMetrics()}, {"controller", controllerMetrics()}} {
+	}{{"gateway", gatewayMetrics()}, {"`--lease-api` or Redis `--lease-store` gateway", poolAPIGatewayMetrics()}, {"controller", controllerMetrics()}} {
 		fams, err := r.reg.Gather()
 		if err != nil {
 			t.Fatal(err)
