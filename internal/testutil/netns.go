@@ -23,14 +23,18 @@ const netnsEnv = "PROXYFLEET_TEST_NETNS"
 // kube-apiserver needs a default route to choose the address it advertises.
 const NetNSDefaultAddr = "192.0.2.1"
 
+// NetNSDefaultDev is the name of that bridge, on which AddNetNSAddr puts
+// the further addresses a test's sites listen on.
+const NetNSDefaultDev = "pfdefault0"
+
 // netnsSetup are the ip commands that make a new namespace usable: its
 // loopback up, and a default route into a bridge without ports.
 var netnsSetup = [][]string{
 	{"link", "set", "lo", "up"},
-	{"link", "add", "pfdefault0", "type", "bridge"},
-	{"addr", "add", NetNSDefaultAddr + "/24", "dev", "pfdefault0"},
-	{"link", "set", "pfdefault0", "up"},
-	{"route", "add", "default", "dev", "pfdefault0"},
+	{"link", "add", NetNSDefaultDev, "type", "bridge"},
+	{"addr", "add", NetNSDefaultAddr + "/24", "dev", NetNSDefaultDev},
+	{"link", "set", NetNSDefaultDev, "up"},
+	{"route", "add", "default", "dev", NetNSDefaultDev},
 }
 
 // InNetNS runs the calling top-level test in a network namespace of its
@@ -149,7 +153,7 @@ func AddNetNSAddr(t testing.TB, ip string) {
 	if os.Getenv(netnsEnv) == "" {
 		t.Fatalf("netns: adding %s outside a test's own network namespace (InNetNS)", ip)
 	}
-	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "pfdefault0").CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", NetNSDefaultDev).CombinedOutput(); err != nil {
 		t.Fatalf("netns: ip addr add %s: %v\n%s", ip, err, out)
 	}
 }

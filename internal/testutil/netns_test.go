@@ -45,12 +45,12 @@ func TestInNetNSRunsTheTestInANamespaceOfItsOwn(t *testing.T) {
 	for _, ifc := range ifaces {
 		names = append(names, ifc.Name)
 	}
-	if slices.Sort(names); !slices.Equal(names, []string{"lo", "pfdefault0"}) {
-		t.Fatalf("interfaces %v, want only lo and pfdefault0", names)
+	if slices.Sort(names); !slices.Equal(names, []string{"lo", NetNSDefaultDev}) {
+		t.Fatalf("interfaces %v, want only lo and %s", names, NetNSDefaultDev)
 	}
 	route, err := os.ReadFile("/proc/net/route")
-	if err != nil || !strings.Contains(string(route), "pfdefault0\t00000000") {
-		t.Fatalf("no default route into pfdefault0 (%v):\n%s", err, route)
+	if err != nil || !strings.Contains(string(route), NetNSDefaultDev+"\t00000000") {
+		t.Fatalf("no default route into %s (%v):\n%s", NetNSDefaultDev, err, route)
 	}
 	tg := StartTarget(t, TargetOptions{Host: NetNSDefaultAddr})
 	if tg.Host() != NetNSDefaultAddr {
