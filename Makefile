@@ -111,6 +111,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBanRule$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime $(FUZZTIME) ./internal/redact
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHostPatterns$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/clustertargets
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSiteDurations$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway
