@@ -263,7 +263,7 @@ func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) er
 		if !ad.allowPrivate && !clustertargets.Contains(ad.cluster, a) {
 			if why := forbiddenReason(a); why != "" {
 				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
+					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --cluster-target-cidrs admits a cluster's own pod and service ranges, --allow-private-targets all of them)"}
 			}
 		}
 		if ad.isSelf(a, port) {
