@@ -10,7 +10,7 @@ ENVTEST_BIN_DIR := $(BIN)/k8s
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 
-.PHONY: node-bins squid-rootfs crawler-rootfs cluster-test guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
+.PHONY: node-bins squid-rootfs crawler-rootfs cluster-test cluster cluster-down guest-image all build sidecar image helm chart-lint run test deps fmt-check vet unit fuzz e2e bench clean envtest-bins generate verify-generated
 
 all: build
 
@@ -111,6 +111,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBanRule$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime $(FUZZTIME) ./internal/redact
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHostPatterns$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/clustertargets
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSiteDurations$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway
@@ -164,6 +165,23 @@ cluster-test: deps build envtest-bins node-bins squid-rootfs crawler-rootfs
 	$(MAKE) image IMAGE_REPO=proxyfleet.local IMAGE_TAG=dev
 	PROXYFLEET_BIN=$(PROXYFLEET) PROXYFLEET_SQUID_ROOTFS=$(SQUID_ROOTFS) PROXYFLEET_CRAWLER_ROOTFS=$(CRAWLER_ROOTFS) $(GO) test -tags cluster -count=1 -timeout 30m \
 		-run '^(TestNode|TestCluster)' ./internal/testkit/node/ ./e2e/
+
+## cluster: the same single-node cluster as cluster-test, for people (root): the chart installed as
+## release proxyfleet in proxyfleet-system with the local images, a ProxyPool demo of 3 Squid Pods in
+## namespace egress, a site in namespace sites and a crawler looping GETs to it through its sidecar in
+## namespace crawlers. It keeps running after make returns (bin/cluster: kubeconfig, kubectl, exec,
+## README.txt, cluster.log); make cluster-down removes it. See docs/cluster.md.
+CLUSTER_DIR := $(BIN)/cluster
+cluster: deps envtest-bins node-bins squid-rootfs crawler-rootfs
+	$(MAKE) image IMAGE_REPO=proxyfleet.local IMAGE_TAG=dev
+	@mkdir -p $(CLUSTER_DIR)
+	$(GO) test -c -tags cluster -o $(CLUSTER_DIR)/e2e.test ./e2e/
+	@hack/cluster.sh up $(CLUSTER_DIR) $(CLUSTER_DIR)/e2e.test $(NODE_BIN_DIR)
+
+## cluster-down: stop the cluster of make cluster: its processes, mounts, network namespace (veths,
+## bridges, iptables rules) go, the kernel settings the kubelet changed are put back.
+cluster-down:
+	@hack/cluster.sh down $(CLUSTER_DIR)
 
 ## helm: the helm CLI from the Go module proxy into bin/tools/ (the tests use the Helm SDK
 ## directly; this is for humans: bin/tools/helm-v3.22.0 install ...).

@@ -162,6 +162,8 @@ func TestChartValuesSchemaRejectsMistakes(t *testing.T) {
 		{"a lease user without a namespace", map[string]any{"leaseUsers": []any{map[string]any{"name": "crawler"}}}, "namespace"},
 		{"a lease store that is neither memory nor Redis", map[string]any{"leaseStore": map[string]any{"url": "mysql://db:3306"}}, "url"},
 		{"two replicas on the memory store", map[string]any{"controller": map[string]any{"replicas": 2}}, "leaseStore.url"},
+		{"a cluster target in a public range", map[string]any{"clusterTargets": map[string]any{"cidrs": []any{"10.244.0.0/16", "203.0.113.0/24"}}}, "cidrs"},
+		{"a cluster target that is no CIDR", map[string]any{"clusterTargets": map[string]any{"cidrs": []any{"10.96.0.0"}}}, "cidrs"},
 		{"a default probe URL that is not http(s)", map[string]any{"controller": map[string]any{"defaultProbeURL": "www.gstatic.com/generate_204"}}, "defaultProbeURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -494,6 +496,39 @@ func TestChartPassesTheDefaultProbeURL(t *testing.T) {
 	}
 	for _, a := range controllerArgs(t, nil) {
 		if strings.HasPrefix(a, "--default-probe-url") {
+			t.Errorf("the defaults pass %s", a)
+		}
+	}
+}
+
+// clusterTargets.cidrs reaches the controller (which gives it to the
+// sidecars it injects and to the kubernetes provider's Squids) and the
+// shared gateway as --cluster-target-cidrs; unset, neither gets the flag.
+func TestChartPassesTheClusterTargets(t *testing.T) {
+	const want = "--cluster-target-cidrs=10.244.0.0/16,10.96.0.0/12"
+	vals := map[string]any{"clusterTargets": map[string]any{"cidrs": []any{"10.244.0.0/16", "10.96.0.0/12"}}, "sharedGateway": map[string]any{"enabled": true}}
+	if args := controllerArgs(t, vals); !slices.Contains(args, want) {
+		t.Errorf("controller args %q lack %s", args, want)
+	}
+	gatewayArgs := func(vals map[string]any) []string {
+		manifest, err := render(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := find(objects(t, manifest), "Deployment", releaseName+"-gateway")
+		if d == nil {
+			t.Fatal("no shared gateway Deployment")
+		}
+		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+		return args
+	}
+	if args := gatewayArgs(vals); !slices.Contains(args, want) {
+		t.Errorf("shared gateway args %q lack %s", args, want)
+	}
+	off := map[string]any{"sharedGateway": map[string]any{"enabled": true}}
+	for _, a := range append(controllerArgs(t, off), gatewayArgs(off)...) {
+		if strings.HasPrefix(a, "--cluster-target-cidrs") {
 			t.Errorf("the defaults pass %s", a)
 		}
 	}

@@ -266,6 +266,9 @@ func chartValues(controllerTag string) map[string]any {
 	return map[string]any{
 		"image":   map[string]any{"repository": controllerImageRepo, "tag": controllerTag, "pullPolicy": "Never"},
 		"sidecar": map[string]any{"image": map[string]any{"repository": sidecarImageRepo, "tag": localImageTag}},
+		// The sites of the last step run in the cluster, at private
+		// addresses of its pod and service ranges.
+		"clusterTargets": map[string]any{"cidrs": []any{node.PodCIDR, node.ServiceCIDR}},
 		"providers": map[string]any{"providers": []any{map[string]any{
 			"name": "in-cluster", "type": "kubernetes",
 			"kubernetes": map[string]any{"namespace": "egress", "image": node.SquidImageRef},
@@ -786,6 +789,35 @@ echo "GETs $n failed $fail"; [ "$fail" = 0 ]`, site.URL()), nil)
 
 	c.Kubectl(t, "-n", "crawlers", "exec", "looper", "-c", "crawler", "--", "touch", "/tmp/stop")
 	t.Logf("the looping crawler: %s", waitCrawler(t, c, "looper"))
+
+	// A site in the cluster, at private addresses (clusterTargets.cidrs
+	// admits the node's pod and service ranges): a crawler reaches it
+	// through its sidecar and the Squids, by the Service's ClusterIP and
+	// by the pod's IP; a private address outside those ranges is still
+	// refused by the sidecar.
+	siteIP, sitePodIP := startClusterSite(t, c, "sites")
+	out = runCrawler(t, c, "incluster", "crawler", fmt.Sprintf(`ok=0
+for i in 1 2 3 4 5 6; do code=$(curl -s -o /dev/null -w '%%{http_code}' http://%[1]s/service/$i); echo "service $i $code"; [ "$code" = 200 ] && ok=$((ok+1)); done
+for i in 1 2 3 4 5 6; do code=$(curl -s -o /dev/null -w '%%{http_code}' http://%[2]s:%[3]d/pod/$i); echo "pod $i $code"; [ "$code" = 200 ] && ok=$((ok+1)); done
+echo "outside $(curl -s -o /dev/null -w '%%{http_code} %%header{x-proxyfleet-reason}' http://10.0.0.1/outside)"
+[ "$ok" = 12 ]`, siteIP, sitePodIP, clusterSitePort), nil)
+	if !strings.Contains(out, "outside 403 private_target") {
+		t.Errorf("a private target outside the cluster's ranges was not refused by the sidecar (want 403 private_target):\n%s", out)
+	}
+	carried = map[string]int{}
+	for _, h := range clusterSiteHits(t, c, "sites") {
+		if !strings.HasPrefix(h.path, "/service/") && !strings.HasPrefix(h.path, "/pod/") {
+			continue
+		}
+		carried[h.source]++
+		if !squidsBefore[h.source] {
+			t.Errorf("the site in the cluster saw %s from %s, which is no Squid pod (%v)", h.path, h.source, squidsBefore)
+		}
+	}
+	if n := carried[""]; n > 0 || len(carried) == 0 {
+		t.Errorf("the site in the cluster saw the crawler's requests from %v, want them from the Squid pods %v\n%s", carried, squidsBefore, out)
+	}
+	t.Logf("the site in the cluster (%s, pod %s) saw the crawler's 12 GETs from %v", siteIP, sitePodIP, carried)
 }
 
 // leaseScript asks the chart's lease API, by its Service name, for a lease

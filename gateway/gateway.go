@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 	"github.com/proxyfleet/proxyfleet/statuspage"
@@ -124,6 +126,11 @@ type Options struct {
 	// AllowPrivateTargets lets clients reach loopback, private, link-local
 	// and unique-local addresses (tests, trusted networks).
 	AllowPrivateTargets bool
+	// ClusterTargets are private ranges clients may reach although the
+	// rest of the private ranges stays refused: the cluster's own pod and
+	// service CIDRs, for sites in the cluster (clustertargets.Parse checks
+	// them; New refuses what it would refuse).
+	ClusterTargets []netip.Prefix
 	// Resolver resolves target names for the private-range check and for
 	// direct members; nil is net.DefaultResolver.
 	Resolver Resolver
@@ -291,6 +298,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	if o.Pacing.Default.MinInterval < 0 || o.Pacing.Default.MaxConcurrency < 0 {
 		return nil, errors.New("gateway: Options.Pacing.Default must not be negative")
+	}
+	if err := clustertargets.Check(o.ClusterTargets); err != nil {
+		return nil, fmt.Errorf("gateway: Options.ClusterTargets: %w", err)
 	}
 	sp := o.Pacer
 	if sp == nil {

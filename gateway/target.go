@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 )
 
 // admission is the first stage of every request: it authenticates the
@@ -25,14 +26,16 @@ type admission struct {
 	tokens       tokenSet
 	authRequired bool
 	allowPrivate bool
-	resolver     Resolver
-	dns          dnsCache
+	// cluster are the private ranges admitted all the same (Options.ClusterTargets).
+	cluster  []netip.Prefix
+	resolver Resolver
+	dns      dnsCache
 	// listen holds the addresses Serve listens on, for the loop check.
 	listen atomic.Pointer[[]netip.AddrPort]
 }
 
 func newAdmission(o Options) *admission {
-	return &admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivateTargets, resolver: o.Resolver}
+	return &admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivateTargets, cluster: o.ClusterTargets, resolver: o.Resolver}
 }
 
 // listening adds addr (a listener's) to the addresses the loop check refuses.
@@ -257,10 +260,10 @@ func (c *dnsCache) put(host string, addrs []netip.Addr) {
 // checkAddrs applies the range and loop checks to every address of host.
 func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
 	for _, a := range addrs {
-		if !ad.allowPrivate {
+		if !ad.allowPrivate && !clustertargets.Contains(ad.cluster, a) {
 			if why := forbiddenReason(a); why != "" {
 				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
+					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --cluster-target-cidrs admits a cluster's own pod and service ranges, --allow-private-targets all of them)"}
 			}
 		}
 		if ad.isSelf(a, port) {

@@ -114,6 +114,7 @@ func controllerFlags() []cli.Flag {
 		configFileFlag(),
 		pathFlag(flagKubeconfig, "kubeconfig `FILE` (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)"),
 		pathFlag(flagProvidersConfig, "providers config `FILE` (YAML); without it Managed Proxies cannot be served"),
+		listFlag(flagClusterTargetCIDRs, clusterTargetsUsage+"; the kubernetes provider's Squid Pods and the injected sidecars admit them"),
 		stringFlag(flagInstallationID, "", "`ID` stamped on every instance this installation creates; the orphan GC deletes only instances with it, so installations sharing a cloud project or hypervisor leave each other's alone (default: the UID of the cluster's kube-system namespace)"),
 		boolFlag(flagLeaderElect, "elect one active replica through a Lease"),
 		stringFlag(flagLeaderElectionNamespace, "", "`NAMESPACE` of the leader-election Lease (default: the pod's namespace, else --proxy-namespace)"),

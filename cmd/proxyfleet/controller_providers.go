@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/urfave/cli/v2"
 
@@ -50,9 +51,15 @@ func loadProvidersConfig(path string) (*providers.Config, error) {
 func (cfg *controllerConfig) readProviders(c *cli.Context) (err error) {
 	cfg.Providers.File = c.Path(flagProvidersConfig)
 	cfg.Providers.Config, err = loadProvidersConfig(cfg.Providers.File)
-	cfg.Providers.Constructors = providerConstructors
 	if err != nil {
 		return err
+	}
+	targets, err := clusterTargetsFrom(c)
+	if err != nil {
+		return err
+	}
+	cfg.Providers.Constructors = func(env manager.Env) map[string]providers.Constructor {
+		return providerConstructors(env, targets)
 	}
 	if id := c.String(flagInstallationID); id != "" {
 		if err := controller.CheckInstallationID(id); err != nil {
@@ -64,10 +71,11 @@ func (cfg *controllerConfig) readProviders(c *cli.Context) (err error) {
 }
 
 // providerConstructors are the constructors of the types providerDecoders
-// reads, given what they need of the run.
-func providerConstructors(env manager.Env) map[string]providers.Constructor {
+// reads, given what they need of the run; the kubernetes provider's Squids
+// admit clusterTargets (--cluster-target-cidrs).
+func providerConstructors(env manager.Env, clusterTargets []netip.Prefix) map[string]providers.Constructor {
 	return map[string]providers.Constructor{
-		kubeprovider.Type:    kubeprovider.Constructor(env.Client),
+		kubeprovider.Type:    kubeprovider.Constructor(env.Client, clusterTargets),
 		gcpprovider.Type:     gcpprovider.Constructor(env.Context),
 		kvmprovider.Type:     kvmprovider.Constructor(env.Logger.WithName("kvm")),
 		awsprovider.Type:     awsprovider.Constructor(env.Context),

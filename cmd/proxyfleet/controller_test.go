@@ -112,6 +112,8 @@ func TestControllerNamesABadInjectionFlagBeforeConnecting(t *testing.T) {
 		{"a pool API that is not a URL", []string{"--sidecar-lease-api", "ftp://x"}, "--sidecar-lease-api"},
 		{"a bad listen address", []string{"--webhook-listen", "nowhere"}, "--webhook-listen"},
 		{"a no-proxy entry that is no host, domain, IP or CIDR", []string{"--sidecar-no-proxy", "10.96.0.0/12,not a host!"}, `--sidecar-no-proxy: "not a host!"`},
+		{"a cluster target in a public range", []string{"--cluster-target-cidrs", "10.244.0.0/16,198.51.100.0/24"}, `--cluster-target-cidrs: "198.51.100.0/24" is not inside a private range`},
+		{"a cluster target that is no CIDR", []string{"--cluster-target-cidrs", "10.96.0.0"}, `--cluster-target-cidrs: "10.96.0.0" is not a CIDR`},
 		{"no namespace to default the Secret to", nil, "--sidecar-lease-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

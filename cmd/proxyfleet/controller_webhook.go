@@ -100,6 +100,10 @@ func webhookFrom(c *cli.Context) (inject.Options, error) {
 	if err != nil {
 		return s, fmt.Errorf("--%s: %w", flagSidecarResources, err)
 	}
+	targets, err := clusterTargetsFrom(c)
+	if err != nil {
+		return s, err
+	}
 	poolAPI := strings.TrimSpace(c.String(flagSidecarLeaseAPI))
 	if poolAPI == "" {
 		if ns == "" {
@@ -117,6 +121,7 @@ func webhookFrom(c *cli.Context) (inject.Options, error) {
 			Resources:      res,
 			ClusterDomain:  strings.Trim(c.String(flagClusterDomain), ". "),
 			ClusterNoProxy: splitList(c.StringSlice(flagSidecarNoProxy)),
+			ClusterTargets: targets,
 		},
 	}
 	if ns != "" {

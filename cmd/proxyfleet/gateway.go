@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -54,6 +56,7 @@ const (
 	flagAuthTokenFile         = "auth-token-file"
 	flagInsecureAllowOpen     = "insecure-allow-open"
 	flagAllowPrivateTargets   = "allow-private-targets"
+	flagClusterTargetCIDRs    = "cluster-target-cidrs"
 	flagProbeURL              = "probe-url"
 	flagProbeInterval         = "probe-interval"
 	flagProbeTimeout          = "probe-timeout"
@@ -210,6 +213,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
 		boolFlag(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
 		boolFlag(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
+		listFlag(flagClusterTargetCIDRs, clusterTargetsUsage),
 		stringFlag(flagProbeURL, "", "`URL` to fetch through every upstream to decide its health (empty: no probes, upstreams count as healthy)"),
 		durationFlag(flagProbeInterval, "10s", "time between probes of one upstream"),
 		durationFlag(flagProbeTimeout, "5s", "timeout of one probe"),
@@ -237,6 +241,24 @@ func gatewayFlags() []cli.Flag {
 		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
 	}, logFlags("text")...)
+}
+
+// clusterTargetsUsage is --cluster-target-cidrs' usage, the gateway's and
+// the controller's.
+const clusterTargetsUsage = "`CIDRS` (comma-separated or repeated): the cluster's own pod and service ranges, admitted as targets although private (sites in the cluster: a test or demo cluster); every other private, loopback and link-local target stays refused. Each must lie inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7"
+
+// clusterTargetsFrom reads --cluster-target-cidrs, naming the flag and the
+// entry it refuses.
+func clusterTargetsFrom(c *cli.Context) ([]netip.Prefix, error) {
+	var entries []string
+	for _, v := range c.StringSlice(flagClusterTargetCIDRs) {
+		entries = append(entries, strings.Split(v, ",")...)
+	}
+	ps, err := clustertargets.Parse(entries)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagClusterTargetCIDRs, err)
+	}
+	return ps, nil
 }
 
 // gatewayConfig is the gateway's validated configuration, the Config its
@@ -269,13 +291,16 @@ func gatewayConfigFrom(c *cli.Context) (*gatewayConfig, error) {
 		AllowPrivateTargets: c.Bool(flagAllowPrivateTargets),
 		Names:               gatewayNames,
 	}}
+	var err error
+	if cfg.ClusterTargets, err = clusterTargetsFrom(c); err != nil {
+		return nil, err
+	}
 	for _, read := range []func(*cli.Context) error{cfg.readTimings, cfg.readAnswers, cfg.readMembers, cfg.readPool, cfg.readOutput} {
 		if err := read(c); err != nil {
 			return nil, err
 		}
 	}
 	// Last: the CA is loaded only once everything else is known good.
-	var err error
 	if cfg.MITM, err = mitmFrom(c); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -113,7 +114,7 @@ type injection struct {
 // on a free loopback port and registers it with the API server through a
 // MutatingWebhookConfiguration whose caBundle starts stale: every pod test
 // below therefore also proves the controller patched it.
-func startInjection(t *testing.T) *injection {
+func startInjection(t *testing.T, tune ...func(*inject.Config)) *injection {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -124,8 +125,12 @@ func startInjection(t *testing.T) *injection {
 	}
 	in := &injection{ctx: ctx, secret: types.NamespacedName{Namespace: controllerNS, Name: "proxyfleet-webhook-cert"},
 		configName: "proxyfleet-inject-" + controllerNS}
+	conf := testConfig(controllerNS)
+	for _, f := range tune {
+		f(&conf)
+	}
 	srv, err := inject.Setup(mgr, inject.Options{
-		Listen: "127.0.0.1:0", Config: testConfig(controllerNS),
+		Listen: "127.0.0.1:0", Config: conf,
 		CertSecret: in.secret, Configuration: in.configName, Hosts: []string{"127.0.0.1"},
 		CertInterval: 200 * time.Millisecond, Log: (&testutil.LogLines{}).Logger(),
 	})
@@ -279,6 +284,39 @@ func assertInjected(t *testing.T, p *corev1.Pod) {
 	}
 	if v, _ := envOf(p.Spec.Containers[0], "KEEP"); v != "me" {
 		t.Errorf("the pod's own env was lost: %v", p.Spec.Containers[0].Env)
+	}
+}
+
+// TestWebhookGivesTheSidecarTheClusterTargets: with the cluster's own
+// ranges admitted (the chart's clusterTargets.cidrs), a pod the API server
+// sends to the webhook comes back with a sidecar that admits them, and
+// NO_PROXY as without them; a public range is refused at Setup.
+func TestWebhookGivesTheSidecarTheClusterTargets(t *testing.T) {
+	in := startInjection(t, func(c *inject.Config) {
+		c.ClusterTargets = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")}
+	})
+	p, err := in.create(t, crawlerPod(env.Namespace(t), map[string]string{inject.LabelInject: "true"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertInjected(t, p)
+	if s := sidecars(p)[0]; !slices.Contains(s.Args, "--cluster-target-cidrs=10.244.0.0/16,10.96.0.0/12") {
+		t.Errorf("sidecar args %q lack --cluster-target-cidrs=10.244.0.0/16,10.96.0.0/12", s.Args)
+	}
+	if np, _ := envOf(p.Spec.Containers[1], "NO_PROXY"); np != testConfig("").NoProxy(nil) {
+		t.Errorf("NO_PROXY %q, want %q as without cluster targets", np, testConfig("").NoProxy(nil))
+	}
+
+	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{MetricsAddr: "0", HealthProbeAddr: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := testConfig("x")
+	bad.ClusterTargets = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	_, err = inject.Setup(mgr, inject.Options{Listen: "127.0.0.1:0", Config: bad, CertSecret: types.NamespacedName{Namespace: "x", Name: "y"},
+		Configuration: "z", Hosts: []string{"127.0.0.1"}, Log: (&testutil.LogLines{}).Logger()})
+	if err == nil || !strings.Contains(err.Error(), "--cluster-target-cidrs") || !strings.Contains(err.Error(), "203.0.113.0/24") {
+		t.Errorf("Setup with a public cluster target: %v, want an error naming it", err)
 	}
 }
 

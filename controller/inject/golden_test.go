@@ -2,6 +2,7 @@ package inject_test
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,14 +21,17 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml")
 // what injected pods look like shows up as a reviewable diff.
 func TestMutatedPodsMatchTheGoldenFiles(t *testing.T) {
 	cfg := testConfig("proxyfleet-system")
+	targets := cfg
+	targets.ClusterTargets = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")}
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
+		cfg  *inject.Config // nil: cfg
 	}{
 		{"plain", &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: "crawl", Labels: map[string]string{inject.LabelInject: "true"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "crawler", Image: "crawler:1"}}},
-		}},
+		}, nil},
 		{"annotated-mitm-with-init", &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: "crawl", Labels: map[string]string{inject.LabelInject: "true"},
 				Annotations: map[string]string{inject.AnnotationSelector: "tier=dc,region=eu", inject.AnnotationRotation: "per-request",
@@ -37,9 +41,20 @@ func TestMutatedPodsMatchTheGoldenFiles(t *testing.T) {
 				InitContainers: []corev1.Container{{Name: "migrate", Image: "migrate:1"}},
 				Containers: []corev1.Container{{Name: "crawler", Image: "crawler:1",
 					Env: []corev1.EnvVar{{Name: "NO_PROXY", Value: "mine.example"}}}}},
-		}},
+		}, nil},
+		// The cluster's own ranges admitted (the chart's clusterTargets):
+		// the sidecar gets them as --cluster-target-cidrs; NO_PROXY is as
+		// without them.
+		{"cluster-targets", &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: "crawl", Labels: map[string]string{inject.LabelInject: "true"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "crawler", Image: "crawler:1"}}},
+		}, &targets},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			cfg := cfg
+			if tc.cfg != nil {
+				cfg = *tc.cfg
+			}
 			if want, _, _ := cfg.Wanted(tc.pod, nil); !want {
 				t.Fatal("the pod is not wanted")
 			}

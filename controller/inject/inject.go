@@ -13,6 +13,7 @@ package inject
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -131,6 +133,12 @@ type Config struct {
 	// (a short Service name resolves to one) goes to the sidecar, which
 	// refuses private targets.
 	ClusterNoProxy []string
+	// ClusterTargets are the cluster's own pod and service ranges the
+	// sidecars admit as targets although private (--cluster-target-cidrs,
+	// passed on as the sidecar's flag of the same name). Names under the
+	// cluster domain stay in NO_PROXY: a crawler reaches a site in the
+	// cluster through its sidecar by the site's pod IP or ClusterIP.
+	ClusterTargets []netip.Prefix
 	// SkipNamespaces are never injected: the controller's own, whose pods
 	// the webhook must not depend on.
 	SkipNamespaces []string
@@ -150,6 +158,9 @@ func (c Config) Validate() error {
 		if err := checkNoProxyEntry(h); err != nil {
 			return fmt.Errorf("sidecar injection: --sidecar-no-proxy: %w", err)
 		}
+	}
+	if err := clustertargets.Check(c.ClusterTargets); err != nil {
+		return fmt.Errorf("sidecar injection: --cluster-target-cidrs: %w", err)
 	}
 	if c.TokenExpirationSeconds != 0 && c.TokenExpirationSeconds < 600 {
 		return fmt.Errorf("sidecar injection: token expiration %ds is below the API server's minimum of 600s", c.TokenExpirationSeconds)
@@ -581,6 +592,13 @@ func (c Config) sidecarArgs(s settings) []string {
 	}
 	if s.upstreamCA != "" {
 		args = append(args, "--upstream-ca-file="+UpstreamCAFile)
+	}
+	if len(c.ClusterTargets) > 0 {
+		cidrs := make([]string, len(c.ClusterTargets))
+		for i, p := range c.ClusterTargets {
+			cidrs[i] = p.String()
+		}
+		args = append(args, "--cluster-target-cidrs="+strings.Join(cidrs, ","))
 	}
 	return args
 }

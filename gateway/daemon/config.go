@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
@@ -74,6 +75,7 @@ type Config struct {
 	Retries             int
 	Tokens              []string
 	AllowPrivateTargets bool
+	ClusterTargets      []netip.Prefix
 	DialTimeout         time.Duration
 	RequestTimeout      time.Duration
 	AnswerTimeout       time.Duration

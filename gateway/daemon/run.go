@@ -136,6 +136,7 @@ func (r *run) build() error {
 		Classifier:          cfg.Classifier,
 		Tokens:              cfg.Tokens,
 		AllowPrivateTargets: cfg.AllowPrivateTargets,
+		ClusterTargets:      cfg.ClusterTargets,
 		DialTimeout:         cfg.DialTimeout,
 		RequestTimeout:      cfg.RequestTimeout,
 		MemberAnswerTimeout: cfg.AnswerTimeout,

@@ -27,6 +27,12 @@ type Config struct {
 	ClusterCIDRs []netip.Prefix
 	// ClientCIDRs replaces DefaultClientCIDRs as the allowed client sources.
 	ClientCIDRs []netip.Prefix
+	// ClusterTargets are private ranges the Squids admit as destinations
+	// all the same: the cluster's own pod and service CIDRs, for sites in
+	// the cluster. Not part of the block: the controller's
+	// --cluster-target-cidrs, which its injected gateways admit too, gives
+	// them to every kubernetes provider (Constructor).
+	ClusterTargets []netip.Prefix
 }
 
 func (c Config) clientCIDRs() []netip.Prefix {

@@ -67,10 +67,11 @@ func buildPod(cfg Config, req providers.CreateRequest) (*corev1.Pod, error) {
 	labels := podLabels(req)
 
 	conf := squidconf.Config{
-		Name:    req.Name,
-		Port:    req.Port,
-		Denied:  append(DefaultDeniedDestinations(), cfg.ClusterCIDRs...),
-		Clients: cfg.clientCIDRs(),
+		Name:     req.Name,
+		Port:     req.Port,
+		Denied:   append(DefaultDeniedDestinations(), cfg.ClusterCIDRs...),
+		Admitted: cfg.ClusterTargets,
+		Clients:  cfg.clientCIDRs(),
 	}
 
 	probe := func(initial, period, timeout, failures int32) *corev1.Probe {

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/proxyfleet/proxyfleet/providers"
 )
@@ -70,6 +72,24 @@ func TestBuildPod(t *testing.T) {
 		if !ch.ok {
 			t.Errorf("%s: not so in\n%+v", ch.what, pod)
 		}
+	}
+}
+
+// TestBuildPodAdmitsTheClusterTargets: the squid.conf of a provider given
+// cluster targets no longer denies them, and still denies the rest of the
+// private ranges.
+func TestBuildPodAdmitsTheClusterTargets(t *testing.T) {
+	pod, err := buildPod(Config{Namespace: "egress", ClusterTargets: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}}, testRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := pod.Annotations[AnnotationSquidConf]
+	want := "acl proxyfleet_denied dst 0.0.0.0/8 10.0.0.0/9 10.128.0.0/10 10.192.0.0/11 10.224.0.0/12 10.240.0.0/14 10.244.1.0/24 10.244.2.0/23 "
+	if !strings.Contains(conf, "\n"+want) {
+		t.Errorf("squid.conf does not cut 10.244.0.0/24 out of 10.0.0.0/8 (want %q):\n%s", want, conf)
+	}
+	if _, err := New(fake.NewClientBuilder().Build(), Config{Namespace: "egress", ClusterTargets: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}}); err == nil || !strings.Contains(err.Error(), "203.0.113.0/24") {
+		t.Errorf("New admitted a public range as a cluster target: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/providers"
 )
 
@@ -37,16 +39,19 @@ const DefaultImage = "ubuntu/squid:6.6-24.04_beta"
 // listPageSize bounds one List response; ListByTag follows continue tokens.
 const listPageSize = 500
 
-// Constructor returns the registry constructor for type kubernetes. c should
+// Constructor returns the registry constructor for type kubernetes, whose
+// Squids admit clusterTargets (Config.ClusterTargets; checked by the
+// caller with clustertargets.Parse) as destinations. c should
 // talk to the API server directly (client.New), not through the manager's
 // cache: a cached client would start a cluster-wide Pod informer, needing
 // watch RBAC and memory for every Pod, and could answer Get from a stale view.
-func Constructor(c client.Client) providers.Constructor {
+func Constructor(c client.Client, clusterTargets []netip.Prefix) providers.Constructor {
 	return func(e providers.Entry) (providers.Provider, error) {
 		cfg, err := ReadConfig(e)
 		if err != nil {
 			return nil, err
 		}
+		cfg.ClusterTargets = clusterTargets
 		return New(c, cfg)
 	}
 }
@@ -72,6 +77,9 @@ func New(c client.Client, cfg Config) (*Provider, error) {
 	}
 	if msgs := validation.IsDNS1123Label(cfg.Namespace); len(msgs) > 0 {
 		return nil, fmt.Errorf("kubernetes provider: namespace %q: %s", cfg.Namespace, strings.Join(msgs, "; "))
+	}
+	if err := clustertargets.Check(cfg.ClusterTargets); err != nil {
+		return nil, fmt.Errorf("kubernetes provider: cluster targets: %w", err)
 	}
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage

@@ -72,6 +72,8 @@ func TestGeneratedSquidConfParsesCleanly(t *testing.T) {
 		{"low port", Config{Namespace: "egress"}, 80},
 		{"cluster CIDRs inside and outside the private ranges", Config{Namespace: "egress", ClusterCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:42::/56")}}, 3128},
+		{"admitted cluster ranges", Config{Namespace: "egress", ClusterTargets: []netip.Prefix{
+			netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")}}, 3128},
 		{"explicit clients overlapping each other", Config{Namespace: "egress", ClientCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.1.0.0/16")}}, 3128},
 	}

@@ -3,7 +3,8 @@
 // bootstrap). One renderer keeps the never-an-open-proxy rules identical
 // everywhere: a fix to them reaches every backend at once.
 //
-// It imports the standard library only.
+// It imports the standard library and internal/clustertargets (the
+// admitted cluster ranges) only.
 package squidconf
 
 import (
@@ -11,6 +12,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 )
 
 // DefaultDeniedDestinations are the ranges no generated Squid ever connects
@@ -58,6 +61,11 @@ type Config struct {
 	ListenAddr string
 	// Denied are destination ranges refused for every request.
 	Denied []netip.Prefix
+	// Admitted are ranges cut out of Denied: the cluster's own pod and
+	// service CIDRs (clustertargets), for sites in the cluster. Render
+	// refuses a range outside the private ones, as clustertargets.Check
+	// does. Loopback and the Squid's own addresses stay refused.
+	Admitted []netip.Prefix
 	// Clients are the source ranges allowed to use the proxy; empty allows
 	// any source, which only a config with Auth may do (Render refuses
 	// otherwise, so a Squid is never open by omission).
@@ -103,11 +111,18 @@ const DefaultNCSAHelper = "/usr/lib/squid/basic_ncsa_auth"
 // The Squid keeps no cache and no access log, adds no Via header and deletes
 // X-Forwarded-For, so the target sees neither the chain nor the client.
 //
+// Admitted ranges are cut out of the denied destinations; nothing else
+// changes.
+//
 // It panics when Clients is empty without Auth: that Squid would be an open
-// proxy, a bug in the caller rather than a runtime condition.
+// proxy, a bug in the caller rather than a runtime condition; and when an
+// admitted range is not private (the caller's parsing lets none through).
 func (s Config) Render() string {
 	if len(s.Clients) == 0 && s.Auth == nil {
 		panic("squidconf: a Squid without client ranges must require authentication")
+	}
+	if err := clustertargets.Check(s.Admitted); err != nil {
+		panic("squidconf: admitted ranges: " + err.Error())
 	}
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -135,7 +150,14 @@ func (s Config) Render() string {
 	w("acl SSL_ports port 443")
 	w("acl Safe_ports port 80 443 1025-65535")
 	w("acl CONNECT method CONNECT")
-	w("acl proxyfleet_denied dst %s", JoinPrefixes(MergePrefixes(s.Denied)))
+	if len(s.Admitted) > 0 {
+		// One deny list with the admitted ranges cut out of it, not an
+		// allow rule before the deny: Squid's dst matches a name when any
+		// of its addresses matches, so "deny denied !admitted" would pass a
+		// name with one admitted and one other private address.
+		w("# Admitted cluster ranges, cut out of the denied destinations: %s", JoinPrefixes(MergePrefixes(s.Admitted)))
+	}
+	w("acl proxyfleet_denied dst %s", JoinPrefixes(clustertargets.Subtract(MergePrefixes(s.Denied), s.Admitted)))
 	if len(s.Clients) == 0 {
 		w("acl proxyfleet_clients src all")
 	} else {

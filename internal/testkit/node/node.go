@@ -120,8 +120,13 @@ func InNamespaces(t *testing.T) bool {
 	if err != nil {
 		t.Fatalf("node: %v", err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("node: waiting for the machine's other node: %v", err)
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		// Say why a test stands still: a `make cluster` node holds the
+		// lock until `make cluster-down`.
+		t.Logf("node: waiting for the machine's other node to end (a test's, or make cluster's until make cluster-down; lock %s)", lock.Name())
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatalf("node: waiting for the machine's other node: %v", err)
+		}
 	}
 	saved := readSysctls()
 	root := cgroupRootName()
@@ -341,7 +346,11 @@ func Start(t *testing.T) *Cluster {
 // cgroupRootName is the kubelet's cgroupRoot for a node whose test's
 // parent side is this process: one per test binary, so two test binaries
 // (or `make cluster` beside a test) never share one.
-func cgroupRootName() string { return fmt.Sprintf("proxyfleet-node-%d", os.Getpid()) }
+func cgroupRootName() string { return CgroupRoot(os.Getpid()) }
+
+// CgroupRoot is the kubelet's cgroupRoot (in every v1 hierarchy) of a node
+// whose InNamespaces parent side is process pid.
+func CgroupRoot(pid int) string { return fmt.Sprintf("proxyfleet-node-%d", pid) }
 
 func (c *Cluster) path(rel string) string { return filepath.Join(c.Dir, rel) }
 
