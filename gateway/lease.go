@@ -69,8 +69,37 @@ func newLeasing(o Options, members memberSource, watch leaseWatcher) (*leasing, 
 		members: members, watch: watch, rec: o.Metrics, log: o.Logger}, nil
 }
 
-// close ends the pins' expiry.
-func (ls *leasing) close() { ls.aff.Close() }
+// pinReleaseWait bounds how long a stopping gateway spends handing its
+// pins' leases back to the pool.
+const pinReleaseWait = 5 * time.Second
+
+// close ends the pins' expiry and hands the pins' leases back to the pool.
+// A gateway that stops (a sidecar whose crawler finished, a shared gateway
+// rolled over) would otherwise leave them held in a shared pool for the
+// rest of their TTL, counted against members no one uses. Called once no
+// request is left; a release the pool does not take in pinReleaseWait is
+// left to expire, as it would have.
+func (ls *leasing) close() {
+	ls.aff.Close()
+	pins := ls.aff.Drain()
+	if len(pins) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pinReleaseWait)
+	defer cancel()
+	released := 0
+	for _, p := range pins {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := ls.pool.Release(ctx, p.LeaseID); err != nil {
+			ls.log.Debug("lease release failed", "lease", p.LeaseID, "err", err)
+			continue
+		}
+		released++
+	}
+	ls.log.Info("released the pinned leases", "released", released, "left to expire", len(pins)-released)
+}
 
 // leaseReq is one request's view of leasing: who, for which target, how.
 type leaseReq struct {

@@ -60,3 +60,36 @@ func TestPerRequestLeasesGoBackByReleaseLaterWhenThePoolOffersIt(t *testing.T) {
 			"released later %v, want %v; %d leases active", got, leases, p.ActiveLeases())
 	})
 }
+
+// TestAStoppingGatewayHandsItsPinnedLeasesBack: a sticky (session, site)
+// keeps its lease between requests; when the gateway stops (a sidecar whose
+// crawler finished) the lease goes back to the pool at once instead of
+// counting against its member for the rest of the TTL.
+func TestAStoppingGatewayHandsItsPinnedLeasesBack(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers(directMembers(2))
+	gw, err := New(Options{Pool: store, Mode: rotation.ModeSticky, LeaseTTL: time.Hour, AllowPrivateTargets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := serveGateway(t, gw)
+	a := testutil.StartTarget(t, testutil.TargetOptions{})
+	b := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.9"}) // another site
+	c := testutil.MustProxyClient(t, "http://"+addr, nil)
+	for _, u := range []string{a.URL(), b.URL(), a.URL()} {
+		if resp, _ := get(t, c, u+"/x", nil); resp.StatusCode != 200 {
+			t.Fatalf("GET %s: status %d", u, resp.StatusCode)
+		}
+	}
+	if n := store.ActiveLeases(); n != 2 {
+		t.Fatalf("%d leases held between requests, want 2 pins (one per site)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := gw.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.ActiveLeases(); n != 0 {
+		t.Fatalf("%d leases still held after the gateway stopped, want 0", n)
+	}
+}

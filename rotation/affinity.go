@@ -165,6 +165,29 @@ func (a *Affinity) Delete(session, target string) {
 	s.mu.Unlock()
 }
 
+// Drain empties the table and returns the live pins that hold a lease
+// (Lost marks hold none), for a gateway that stops: it releases them, so
+// the leases of a crawler that finished do not outlive it in the pool for
+// the rest of their TTL. A Set racing Drain may keep its pin; Drain is for
+// when no request is left.
+func (a *Affinity) Drain() []Pin {
+	t := a.now().UnixNano()
+	var out []Pin
+	for i := range a.shards {
+		s := &a.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if t < e.until && !e.lost && e.leaseID != "" {
+				out = append(out, Pin{LeaseID: e.leaseID, Member: e.member, ExpiresAt: time.Unix(0, e.until)})
+			}
+			delete(s.m, k)
+			a.n.Add(-1)
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
 // Max is the most live pins the table holds.
 func (a *Affinity) Max() int64 { return a.max }
 

@@ -215,3 +215,31 @@ func TestAffinityGivesMemoryBackAfterABurst(t *testing.T) {
 		t.Fatalf("after the sweep the heap is %d bytes above where it started, of the burst's %d: the maps kept their size", after-before, during-before)
 	}
 }
+
+func TestAffinityDrainHandsBackTheLiveLeasesAndEmptiesTheTable(t *testing.T) {
+	a := newTestAffinity(t, 10)
+	now := time.Unix(1_700_000_000, 0)
+	a.now = func() time.Time { return now }
+	a.Set("s1", "a.example", Pin{LeaseID: "L1", Member: "m1"}, time.Minute)
+	a.Set("s2", "a.example", Pin{LeaseID: "L2", Member: "m2"}, time.Minute)
+	a.Set("s3", "a.example", Pin{LeaseID: "L3", Member: "m1"}, time.Second)
+	a.Set("strict", "a.example", Pin{Member: "m2", Lost: true}, time.Minute)
+	now = now.Add(2 * time.Second) // L3's pin has ended: its lease is the pool's to expire
+
+	got := map[string]string{}
+	for _, p := range a.Drain() {
+		got[p.LeaseID] = p.Member
+	}
+	if want := map[string]string{"L1": "m1", "L2": "m2"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Drain gave %v, want the live pins with a lease %v", got, want)
+	}
+	if n := a.Len(); n != 0 {
+		t.Fatalf("after Drain the table holds %d pins, want none", n)
+	}
+	if _, ok := a.Get("s1", "a.example"); ok {
+		t.Fatal("a drained pin is still returned")
+	}
+	if again := a.Drain(); len(again) != 0 {
+		t.Fatalf("a second Drain gave %v, want nothing", again)
+	}
+}
