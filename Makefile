@@ -110,10 +110,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/hetzner
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBanRule$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime $(FUZZTIME) ./internal/redact
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHostPatterns$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSiteDurations$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHosts$$' -fuzztime $(FUZZTIME) ./gateway/sites
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDurations$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteOrdered$$' -fuzztime $(FUZZTIME) ./internal/httphead

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 	"github.com/proxyfleet/proxyfleet/statuspage"
@@ -147,7 +148,7 @@ type Options struct {
 	// checked at once for whether it answers anything at all (aliveness).
 	MemberAnswerTimeout time.Duration
 	// SiteAnswerTimeouts replace MemberAnswerTimeout for the sites they name.
-	SiteAnswerTimeouts SiteDurations
+	SiteAnswerTimeouts sites.Durations
 	// Metrics receives counters; nil records nothing.
 	Metrics Recorder
 	// Logger gets failures (Warn) and per-request detail (Debug); nil discards.
@@ -172,7 +173,7 @@ type Options struct {
 	MITM *MITMOptions
 	// ConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
 	// answers itself and reads as plain HTTP (browsers send ws:// so);
-	// nil is DefaultConnectHTTPPorts, an empty slice none.
+	// nil is sites.DefaultConnectHTTPPorts, an empty slice none.
 	ConnectHTTPPorts []uint16
 	// Tracer receives every request at its end; nil traces nothing.
 	Tracer RequestTracer
@@ -311,7 +312,7 @@ func New(o Options) (*Gateway, error) {
 		tunnelIdle: o.TunnelIdleAfter, connectHTTPPorts: o.ConnectHTTPPorts, rec: o.Metrics, log: o.Logger,
 	}
 	if rp.connectHTTPPorts == nil {
-		rp.connectHTTPPorts = DefaultConnectHTTPPorts
+		rp.connectHTTPPorts = sites.DefaultConnectHTTPPorts
 	}
 	fo := frontOptions(o.Metrics, o.Logger)
 	g.front = front.New(g.ServeHTTP, fo)

@@ -3,13 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,33 +20,6 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
-
-// DefaultConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
-// reads as plain HTTP itself: 80, where browsers send ws:// (a browser
-// opens every WebSocket through a proxy with CONNECT) and where a
-// tunnelling client sends http://. Squids refuse CONNECT to any port but
-// 443, so carried as a tunnel these would fail at every generated member.
-var DefaultConnectHTTPPorts = []uint16{80}
-
-// ParsePorts reads a comma-separated list of TCP ports ("80,8080"); the
-// empty string is none (an empty, non-nil slice).
-func ParsePorts(s string) ([]uint16, error) {
-	out := []uint16{}
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(f, 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%s is not a port (1-65535)", echo.Quote(f))
-		}
-		if !slices.Contains(out, uint16(n)) {
-			out = append(out, uint16(n))
-		}
-	}
-	return out, nil
-}
 
 // inner serves the requests that arrive inside a tunnel the gateway
 // answered itself, a TLS connection it terminated (MITM) or plain HTTP

@@ -15,6 +15,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -23,7 +24,7 @@ type MITMOptions struct {
 	// CA signs the per-host leaves; required.
 	CA *mitmca.CA
 	// Bypass are the hosts left as plain tunnels (pinned or mutual-TLS sites).
-	Bypass HostPatterns
+	Bypass sites.Hosts
 	// Fingerprint is the site-facing TLS handshake: FingerprintMirror
 	// (the default, when empty) or FingerprintGo; X-Proxyfleet-Fingerprint
 	// overrides it per tunnel or request.
@@ -42,7 +43,7 @@ var mitmHello = []byte("HTTP/1.1 200 Connection established\r\n" + HeaderMITM + 
 // HTTP carried in a CONNECT is.
 type mitm struct {
 	ca     *mitmca.CA
-	bypass HostPatterns
+	bypass sites.Hosts
 	fp     Fingerprint
 	preset mirror.Preset
 	// tickets holds the session ticket keys every client-facing handshake

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	sitespkg "github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"io"
 	"net"
@@ -126,7 +127,7 @@ func TestMITMThroughRealSquids(t *testing.T) {
 	classifier := rotation.DefaultClassifier()
 	classifier.Rules = rules
 	ca, caRoots := newTestCA(t)
-	bypass, err := ParseHostPatterns([]string{sites["bypass"].Host()})
+	bypass, err := sitespkg.ParseHosts([]string{sites["bypass"].Host()})
 	if err != nil {
 		t.Fatal(err)
 	}

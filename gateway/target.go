@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 )
 
 // admission is the first stage of every request: it authenticates the
@@ -150,7 +151,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	if h == "" || perr != nil || n == 0 {
 		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
 	}
-	if _, err := netip.ParseAddr(h); err != nil && !validHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
+	if _, err := netip.ParseAddr(h); err != nil && !sites.ValidHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
 		// Refused here, the client's: sent on, a member would refuse it
 		// and the refusal would read as the site's or the member's.
 		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
