@@ -8,22 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/rotation"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 )
-
-// classAnswerTimeout is the failure class of a member that did not answer
-// an attempt within its answer timeout. One such silence is the site's (a
-// member waits on a slow site as long as it must): the {member, site} pair
-// rests, and two members silent on one site end the request. Whether the
-// member itself is dead is asked separately (checkAlive).
-const classAnswerTimeout = "answer_timeout"
 
 // aliveTimeout bounds checkAlive's question (capped by DialTimeout): a
 // proxy answers a request it needs no site for in milliseconds.
 const aliveTimeout = 5 * time.Second
-
-// errAnswerTimeout is the cause of an attempt its answer timeout ended.
-var errAnswerTimeout = errors.New("member answer timeout")
 
 // answerTimeoutFor is the answer timeout of an attempt to host.
 func (x *exchange) answerTimeoutFor(host string) time.Duration {
@@ -31,12 +21,6 @@ func (x *exchange) answerTimeoutFor(host string) time.Duration {
 		return d
 	}
 	return x.answerTimeout
-}
-
-// answerTimedOut is the verdict of an attempt whose member did not answer
-// within d.
-func answerTimedOut(d time.Duration, what string) error {
-	return siteFault(rotation.Site(classAnswerTimeout), errors.New("gave no answer to "+what+" within "+d.String()))
 }
 
 // attemptTimer ends an attempt through the Transport when its member takes
@@ -78,8 +62,8 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	}
 	if leanEligible(mc, out) {
 		resp, err := mc.lean.roundTrip(out.Context(), out, mc.proxyAuth, timeout)
-		if errors.Is(err, errAnswerTimeout) {
-			return nil, answerTimedOut(timeout, "the request")
+		if errors.Is(err, fault.ErrAnswerTimeout) {
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		return resp, err
 	}
@@ -96,8 +80,8 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 		// it (newMemberConn), bounds the answer from the request's write,
 		// with nothing made per attempt.
 		resp, err := mc.transport.RoundTrip(out)
-		if err != nil && isTimeout(err) && out.Context().Err() == nil {
-			return nil, answerTimedOut(timeout, "the request")
+		if err != nil && fault.IsTimeout(err) && out.Context().Err() == nil {
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		if err != nil {
 			return nil, st.verdict(out.Context(), err)
@@ -108,7 +92,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	// Transport without ResponseHeaderTimeout, bounded by a timer of their
 	// own.
 	actx, cancel := context.WithCancelCause(out.Context())
-	at := attemptTimer{t: time.AfterFunc(x.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })}
+	at := attemptTimer{t: time.AfterFunc(x.dialTimeout+timeout, func() { cancel(fault.ErrAnswerTimeout) })}
 	tctx := actx
 	if out.Body != nil && (out.ContentLength < 0 || out.ContentLength > maxReadAhead) {
 		// A body that streams may take long to write: the answer's time
@@ -124,7 +108,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 			_ = resp.Body.Close()
 		}
 		if out.Context().Err() == nil {
-			return nil, answerTimedOut(timeout, "the request")
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 	}
 	if err != nil {

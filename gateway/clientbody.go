@@ -3,57 +3,15 @@ package gateway
 import (
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
-
-// clientFault is an error that came from the client: its body's framing,
-// a body that ended early, a client that stalled or went away. It is made
-// where the client's bytes are read (clientBody), so no later step can
-// take it for the member's: judge answers it before anything else, and it
-// rests nothing, reports nothing and counts no member failure.
-type clientFault struct {
-	// reason is the answer's X-Proxyfleet-Reason; "" writes none (the
-	// client is gone).
-	reason string
-	// outcome is the request metric's outcome.
-	outcome string
-	err     error
-}
-
-func (e *clientFault) Error() string { return e.err.Error() }
-func (e *clientFault) Unwrap() error { return e.err }
-
-// errClientGone: the client left before its answer.
-var errClientGone error = &clientFault{outcome: OutcomeClientGone, err: errors.New("the client went away")}
-
-// clientReadFault classifies an error reading the client's request body:
-// a timeout is the client's stall (408), an early end of the stream a
-// client that hung up mid-body (an answer is still tried: it may only have
-// closed its sending side), any other network error a client that is gone,
-// and anything else (net/http's chunk parser: a size that is not hex or
-// overflows, a bare LF, a malformed chunk end) a malformed body (400).
-func clientReadFault(err error, read int64) *clientFault {
-	switch {
-	case isTimeout(err):
-		return &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
-			err: errors.New("the client stopped sending its request body after " + strconv.FormatInt(read, 10) + " bytes")}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &clientFault{reason: ReasonBadRequest, outcome: OutcomeClientGone,
-			err: errors.New("the request body ended after " + strconv.FormatInt(read, 10) + " bytes, before its announced end")}
-	case errors.As(err, new(*net.OpError)), errors.Is(err, net.ErrClosed):
-		return &clientFault{outcome: OutcomeClientGone, err: errors.New("the client went away while sending its request body: " + err.Error())}
-	}
-	return &clientFault{reason: ReasonBadRequest, outcome: ReasonBadRequest,
-		err: errors.New("malformed request body: " + err.Error())}
-}
 
 // clientBody is a request body as the gateway forwards it. Its read errors
 // are clientFaults, so a body the client botches (net/http's Transport
@@ -66,7 +24,7 @@ type clientBody struct {
 	rc   io.ReadCloser
 	req  *http.Request // its trailers are checked at the body's end
 	read atomic.Int64
-	err  error // the first read error, a *clientFault (or errAbandoned)
+	err  error // the first read error, a *fault.Client (or errAbandoned)
 	eof  bool
 	// ahead is what readAhead took in and Read has not handed on yet.
 	ahead []byte
@@ -103,13 +61,13 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		if name, ok := front.InvalidFieldName(b.req.Trailer); !ok {
-			b.err = &clientFault{reason: ReasonBadRequest, outcome: ReasonBadRequest,
-				err: errors.New("malformed request trailer name " + echo.Quote(name))}
+			b.err = &fault.Client{Reason: ReasonBadRequest, Outcome: ReasonBadRequest,
+				Err: errors.New("malformed request trailer name " + echo.Quote(name))}
 			return n, b.err
 		}
 		b.eof = true
 	case err != nil:
-		b.err = clientReadFault(err, read)
+		b.err = fault.ClientRead(err, read)
 		return n, b.err
 	}
 	return n, err
@@ -121,7 +79,7 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 // known whole and well-framed before a member sees a byte of it, and a
 // client that dawdles over it holds no member; a longer one streams on
 // from where this stopped.
-func (b *clientBody) readAhead(limit int) *clientFault {
+func (b *clientBody) readAhead(limit int) *fault.Client {
 	b.reading.Store(true)
 	defer b.reading.Store(false)
 	b.mu.Lock()
@@ -159,13 +117,13 @@ func (b *clientBody) Close() error {
 
 // fault is the client's fault the body ended with, nil when none (or no
 // body).
-func (b *clientBody) fault() *clientFault {
+func (b *clientBody) fault() *fault.Client {
 	if b == nil {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var cf *clientFault
+	var cf *fault.Client
 	if errors.As(b.err, &cf) {
 		return cf
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
@@ -30,8 +31,8 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		// net/http read the authority as a URL and kept only its host:
 		// a login, a path, a query or an escape was dropped, not refused.
 		// The target is not quoted: a login may be in it.
-		rp.exit.finish(ctx, rq, &targetError{reason: ReasonBadRequest,
-			msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
+		rp.exit.finish(ctx, rq, &fault.Target{Reason: ReasonBadRequest,
+			Msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
 		return
 	}
 	host, port, err := splitTarget(hostport, "")
@@ -162,7 +163,7 @@ func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, ho
 		case ctx.Err() != nil:
 			return tryAnother, errClientGone
 		}
-		return tryAnother, asAttempt(err)
+		return tryAnother, fault.AsAttempt(err)
 	})
 	return up, early, err
 }
@@ -186,12 +187,6 @@ func appendHeader(b []byte, name, value string) []byte {
 // answer to CONNECT.
 var errNoAnswerYet = errors.New("no answer to CONNECT yet")
 
-// isTimeout reports a deadline that passed.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // readConnectAnswer reads an HTTP/1.x answer head and returns its status.
 // A 2xx means the tunnel is up and its headers are skipped; a failure's
 // error headers are kept, since they say whose failure it was.
@@ -214,7 +209,7 @@ func readConnectAnswer(br *bufio.Reader) (int, string, rotation.UpstreamError, e
 			continue
 		}
 		if err != nil {
-			if first && total == 0 && isTimeout(err) {
+			if first && total == 0 && fault.IsTimeout(err) {
 				return 0, "", ue, errNoAnswerYet
 			}
 			if first {
@@ -290,14 +285,14 @@ func classifyDirect(err error) error {
 	if err == nil {
 		return nil
 	}
-	var te *targetError
+	var te *fault.Target
 	if errors.As(err, &te) {
 		return err
 	}
 	if directMemberFault(err) {
-		return memberFault("source address", err)
+		return fault.Member("source address", err)
 	}
-	return &attemptError{f: rotation.Site("connect"), err: err, firsthand: true}
+	return &fault.Attempt{F: rotation.Site("connect"), Err: err, Firsthand: true}
 }
 
 func trimEOL(b []byte) []byte {

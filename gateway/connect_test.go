@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -349,7 +350,7 @@ func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
 		t.Fatalf("Shutdown = %v, want the deadline error", err)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || fault.IsTimeout(err) {
 		t.Fatalf("tunnel still open after the forced shutdown: %v", err)
 	}
 	if n := e.gw.path.tunnels.Count(); n != 0 {
@@ -533,8 +534,8 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		_, err := g.admit.checkTarget(context.Background(), "gone.example", 443)
-		var te *targetError
-		if !errors.As(err, &te) || te.reason != ReasonDNS || !strings.Contains(te.msg, "cannot resolve") {
+		var te *fault.Target
+		if !errors.As(err, &te) || te.Reason != ReasonDNS || !strings.Contains(te.Msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -163,7 +164,7 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 		if v.report != "" {
 			f.leases.drop(ctx, rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
-				f.health.memberFailed(rq.h, failureOf(err).f.Class)
+				f.health.memberFailed(rq.h, fault.Of(err).F.Class)
 			}
 		} else {
 			f.leases.done(ctx, rq.h)
@@ -216,7 +217,7 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 
 // fail writes an answer the gateway itself produced: a text body saying
 // what is wrong, X-Proxyfleet-Reason with a short cause and Proxy-Status
-// with its RFC 9209 type (ProxyStatusError).
+// with its RFC 9209 type (fault.ProxyStatusError).
 func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	status, _ := answerFor(reason)
 	h := w.Header()
@@ -243,21 +244,21 @@ func (e *annotated) Unwrap() error { return e.err }
 type attempts struct {
 	hostport string // the target, for messages
 	tried    []string
-	last     *attemptError
+	last     *fault.Attempt
 	lastName string
-	fails    siteFailures
+	fails    fault.SiteFailures
 }
 
 // failed records ae, a failure of the lease h (already reported), and says
 // whether the request must stop: the site failed the same way on a second
 // member (then it is the site), or the retry budget for answers about the
 // site is spent.
-func (a *attempts) failed(h held, ae *attemptError, retries int) (stop bool) {
+func (a *attempts) failed(h held, ae *fault.Attempt, retries int) (stop bool) {
 	name := h.mc.m.Name
 	a.tried = append(a.tried, name)
 	a.last, a.lastName = ae, name
-	if ae.f.Fault == rotation.FaultSite {
-		return a.fails.add(name, h.id, ae.f, ae) || len(a.fails) > retries
+	if ae.F.Fault == rotation.FaultSite {
+		return a.fails.Add(name, h.id, ae.F, ae) || len(a.fails) > retries
 	}
 	return false
 }
@@ -270,8 +271,8 @@ func (a *attempts) triedBefore(name string) bool { return slices.Contains(a.trie
 // giveUp is the error that ends the request after its attempts; suffix
 // says why no further member was tried.
 func (a *attempts) giveUp(suffix string) error {
-	if a.last.f.Fault == rotation.FaultSite {
-		return &givenUp{last: a.last, msg: a.fails.message(a.hostport) + suffix}
+	if a.last.F.Fault == rotation.FaultSite {
+		return &givenUp{last: a.last, msg: a.fails.Message(a.hostport) + suffix}
 	}
 	return &givenUp{last: a.last, msg: "upstream " + a.lastName + " failed: " + a.last.Error() + suffix}
 }

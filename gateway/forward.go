@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -39,7 +40,7 @@ var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (th
 func upstreamAnswer(resp *http.Response) error {
 	if resp.StatusCode == http.StatusProxyAuthRequired {
 		discard(resp)
-		return memberFault("auth", errUpstreamAuth)
+		return fault.Member("auth", errUpstreamAuth)
 	}
 	if resp.StatusCode < 400 {
 		return nil
@@ -49,7 +50,7 @@ func upstreamAnswer(resp *http.Response) error {
 		return nil // the site's own error answer: delivered as it is
 	}
 	discard(resp)
-	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: echo.Quote(resp.Status), ue: ue}}
+	return &fault.Attempt{F: rotation.UpstreamAnswer(resp.StatusCode, ue), Err: &fault.Answer{Status: resp.StatusCode, Line: echo.Quote(resp.Status), UE: ue}}
 }
 
 // proxyWroteAnswer reports whether the member, not the site, may have
@@ -71,8 +72,8 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
-			msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+			Msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
 	defPort := "80"
@@ -89,7 +90,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 			u.Scheme = "http"
 		}
 	default:
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := splitTarget(u.Host, defPort)
@@ -252,7 +253,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if errors.Is(err, keepalive.ErrSwitched) {
 		// The site's (certain over the gateway's own TLS to it or from a
 		// direct member's address), as any answer it should not have sent.
-		err = &attemptError{f: rotation.Site(classProtocol), err: err, firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+		err = &fault.Attempt{F: rotation.Site(classProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
 	}
 	if cf := rq.body.fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
@@ -284,8 +285,8 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 		return nil, ans, errClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.stalled() {
-			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
-				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
+			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
+				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
 		return nil, ans, &annotated{err: errRequestTimeout,
 			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
@@ -294,7 +295,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if h.mc.m.Direct() {
 		err = classifyDirect(err)
 	}
-	return nil, ans, asAttempt(err)
+	return nil, ans, fault.AsAttempt(err)
 }
 
 // deliver streams resp to the client with the gateway's headers added. It

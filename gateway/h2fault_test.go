@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -155,8 +156,8 @@ func TestHTTP2SiteFaultReadsOnlyWhatFHTTPFoundWrong(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := h2SiteFault(tt.err)
-			ae, ok := got.(*attemptError)
-			if sites := ok && ae.firsthand && ae.f.Fault == rotation.FaultSite; sites != tt.sites {
+			ae, ok := got.(*fault.Attempt)
+			if sites := ok && ae.Firsthand && ae.F.Fault == rotation.FaultSite; sites != tt.sites {
 				t.Fatalf("h2SiteFault(%v) = %#v; the site's, firsthand: %v, want %v", tt.err, got, sites, tt.sites)
 			}
 			if !tt.sites && got != tt.err {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
@@ -235,7 +236,7 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "CONNECT inside a tunnel the gateway answered is not supported"})
 		return
 	}
 	if r.URL.Host != "" {
@@ -246,8 +247,8 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 		// Host and port: another port of the same host is another site.
 		h, port, err := splitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
-			rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
-				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
+			rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+				Msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/socks5"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
@@ -265,8 +266,8 @@ func (ml *memberLinks) newMemberConn(m pool.Member) (*memberConn, error) {
 				return nil
 			}
 			ue := upstreamErrorOf(res.Header)
-			return &attemptError{f: rotation.UpstreamAnswer(res.StatusCode, ue),
-				err: &answerError{status: res.StatusCode, line: echo.Quote(res.Status), ue: ue, connect: true}}
+			return &fault.Attempt{F: rotation.UpstreamAnswer(res.StatusCode, ue),
+				Err: &fault.Answer{Status: res.StatusCode, Line: echo.Quote(res.Status), UE: ue, Connect: true}}
 		}
 	}
 	if u.User != nil {
@@ -368,7 +369,7 @@ func (ml *memberLinks) dialDirect(ctx context.Context, mc *memberConn, host stri
 // SOCKS5 CONNECT, or an HTTP CONNECT to an http(s) upstream whose answer
 // must be 2xx. early holds bytes the upstream sent behind its answer.
 //
-// Every failure leaves here classified (an *attemptError): reaching the
+// Every failure leaves here classified (an *fault.Attempt): reaching the
 // member, its handshakes and a garbled answer are the member's fault; what
 // the member answered about the site, and a member that took our CONNECT
 // but did not answer within answerTimeout (it is waiting on the site, or
@@ -397,7 +398,7 @@ func (ml *memberLinks) dialConnect(ctx context.Context, mc *memberConn, hostport
 			}
 			c, early = nil, nil
 			if err == nil {
-				err = memberFault("timeout", ctx.Err())
+				err = fault.Member("timeout", ctx.Err())
 			}
 			return
 		}
@@ -414,9 +415,9 @@ func (ml *memberLinks) dialConnect(ctx context.Context, mc *memberConn, hostport
 		switch {
 		case err == nil:
 		case errors.As(err, &re):
-			err = &attemptError{f: rotation.SOCKSReply(re.Code), err: err}
-		case isTimeout(err) && ctx.Err() == nil:
-			err = answerTimedOut(answerTimeout, "SOCKS5 CONNECT")
+			err = &fault.Attempt{F: rotation.SOCKSReply(re.Code), Err: err}
+		case fault.IsTimeout(err) && ctx.Err() == nil:
+			err = fault.AnswerTimedOut(answerTimeout, "SOCKS5 CONNECT")
 		}
 		return c, nil, err
 	}
@@ -430,7 +431,7 @@ func (ml *memberLinks) dialMember(ctx context.Context, mc *memberConn) (net.Conn
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", mc.upstreamAddr)
 	if err != nil {
-		return nil, memberFault("dial", err)
+		return nil, fault.Member("dial", err)
 	}
 	if mc.tlsConfig == nil {
 		return c, nil
@@ -438,7 +439,7 @@ func (ml *memberLinks) dialMember(ctx context.Context, mc *memberConn) (net.Conn
 	tc := tls.Client(c, mc.tlsConfig)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = c.Close()
-		return nil, memberFault("tls", errors.New("TLS to upstream: "+err.Error()))
+		return nil, fault.Member("tls", errors.New("TLS to upstream: "+err.Error()))
 	}
 	return tc, nil
 }
@@ -460,7 +461,7 @@ func (ml *memberLinks) connectExchange(ctx context.Context, c net.Conn, mc *memb
 	}
 	req = append(req, "\r\n"...)
 	if _, err = c.Write(req); err != nil {
-		return nil, memberFault("write", err)
+		return nil, fault.Member("write", err)
 	}
 	br := ml.readers.Get(c)
 	defer ml.readers.Put(br)
@@ -469,13 +470,13 @@ func (ml *memberLinks) connectExchange(ctx context.Context, c net.Conn, mc *memb
 		if errors.Is(err, errNoAnswerYet) && ctx.Err() == nil {
 			// The member took the CONNECT and is still working on it:
 			// Squid answers only once it reached the site (or gave up).
-			return nil, answerTimedOut(answerTimeout, "CONNECT")
+			return nil, fault.AnswerTimedOut(answerTimeout, "CONNECT")
 		}
-		return nil, memberFault("protocol", err)
+		return nil, fault.Member("protocol", err)
 	}
 	if status < 200 || status > 299 {
-		ae := &answerError{status: status, line: line, ue: ue, connect: true}
-		return nil, &attemptError{f: rotation.UpstreamAnswer(status, ue), err: ae}
+		ae := &fault.Answer{Status: status, Line: line, UE: ue, Connect: true}
+		return nil, &fault.Attempt{F: rotation.UpstreamAnswer(status, ue), Err: ae}
 	}
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
@@ -149,10 +150,10 @@ func checkMITMHeader(r *http.Request) error {
 	for _, s := range v {
 		s = strings.ToLower(strings.TrimSpace(s))
 		if s != "on" && s != "off" {
-			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
+			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
 		}
 		if !strings.EqualFold(s, strings.TrimSpace(v[0])) {
-			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " given twice, once on and once off"}
+			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " given twice, once on and once off"}
 		}
 	}
 	return nil
@@ -167,7 +168,7 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 	}
 	fp, err := ParseFingerprint(strings.ToLower(strings.TrimSpace(v[0])))
 	if err != nil {
-		return "", &targetError{reason: ReasonBadRequest, msg: HeaderFingerprint + ": " + err.Error()}
+		return "", &fault.Target{Reason: ReasonBadRequest, Msg: HeaderFingerprint + ": " + err.Error()}
 	}
 	return fp, nil
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
-	sitespkg "github.com/proxyfleet/proxyfleet/gateway/sites"
-	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +14,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	sitespkg "github.com/proxyfleet/proxyfleet/gateway/sites"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -82,7 +83,7 @@ type FailureRestRecorder interface {
 // would answer that question too, and stays resting for its window.
 func silentClass(class string) bool {
 	switch class {
-	case "dial", "timeout", "write", "tls", "error", classAnswerTimeout:
+	case "dial", "timeout", "write", "tls", "error", fault.ClassAnswerTimeout:
 		return true
 	}
 	return false
@@ -284,22 +285,22 @@ func (mh *memberHealth) recheck(mc *memberConn) {
 // request was contradicted by it. A member contradicted on enough distinct
 // sites is broken for everyone, which is then reported member-wide on the
 // (released but still reportable) lease it failed with.
-func (mh *memberHealth) reached(ctx context.Context, member, target string, fails siteFailures) {
+func (mh *memberHealth) reached(ctx context.Context, member, target string, fails fault.SiteFailures) {
 	mh.evidence.Reached(member)
 	if len(fails) == 0 {
 		return
 	}
 	now := time.Now()
 	for _, f := range fails {
-		if f.member == member || !mh.evidence.Contradicted(f.member, target, now) {
+		if f.Member == member || !mh.evidence.Contradicted(f.Member, target, now) {
 			continue
 		}
 		mh.log.Warn("member fails sites other members reach: out of service for every site",
-			"member", f.member, "lastTarget", target, "answer", f.msg)
-		mh.rec.UpstreamFailure(f.member)
+			"member", f.Member, "lastTarget", target, "answer", f.Msg)
+		mh.rec.UpstreamFailure(f.Member)
 		rctx, cancel := bgCtx(ctx)
-		if err := mh.pool.Report(rctx, f.leaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
-			mh.log.Warn("lease report failed", "lease", f.leaseID, "member", f.member, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		if err := mh.pool.Report(rctx, f.LeaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			mh.log.Warn("lease report failed", "lease", f.LeaseID, "member", f.Member, "result", string(rotation.ResultUpstreamFailed), "err", err)
 		}
 		cancel()
 	}
@@ -340,7 +341,7 @@ func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
 		if err := mh.pool.Report(rctx, h.id, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
 			mh.log.Warn("lease report failed", "lease", h.id, "member", mc.m.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
 		}
-		mh.memberFailed(h, classAnswerTimeout)
+		mh.memberFailed(h, fault.ClassAnswerTimeout)
 	}()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -88,14 +89,14 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		if !v.retry {
 			return err
 		}
-		ae := failureOf(err)
-		rp.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
-		if ae.f.Class == classAnswerTimeout {
+		ae := fault.Of(err)
+		rp.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.F.Class, "err", err)
+		if ae.F.Class == fault.ClassAnswerTimeout {
 			rp.health.checkAlive(ctx, h, rq.lr.target)
 		}
 		rp.leases.drop(ctx, rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
-			rp.health.memberFailed(h, ae.f.Class)
+			rp.health.memberFailed(h, ae.F.Class)
 		}
 		rq.h = held{}
 		if rq.lr.p.Strict {

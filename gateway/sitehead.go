@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -119,11 +120,11 @@ func siteHeadFault(err error, firsthand bool) error {
 	var mh *malformedHead
 	switch {
 	case errors.Is(err, errHeadTooLarge):
-		return &attemptError{f: rotation.Site(classProtocol), firsthand: firsthand,
-			err: &annotated{err: err, msg: "the site's answer head is larger than 1 MiB"}}
+		return &fault.Attempt{F: rotation.Site(classProtocol), Firsthand: firsthand,
+			Err: &annotated{err: err, msg: "the site's answer head is larger than 1 MiB"}}
 	case errors.As(err, &mh):
-		return &attemptError{f: rotation.Site(classProtocol), firsthand: firsthand,
-			err: &annotated{err: err, msg: "the site's " + mh.Error()}}
+		return &fault.Attempt{F: rotation.Site(classProtocol), Firsthand: firsthand,
+			Err: &annotated{err: err, msg: "the site's " + mh.Error()}}
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
@@ -282,7 +283,7 @@ func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberC
 		var err error
 		if l.fh, err = p.open(tc); err != nil {
 			_ = tc.Close()
-			return nil, siteFault(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))
+			return nil, fault.Site(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))
 		}
 		return l, nil
 	}
@@ -312,10 +313,10 @@ func (x *exchange) siteTLS(ctx context.Context, c net.Conn, t *innerTunnel, memb
 		if errors.As(err, &oe) {
 			return nil, "", x.ownHandshakeFailed(t, member, hello, preset, oe)
 		}
-		if isCertError(err) {
-			return nil, "", siteCertificateFault(t.host, err)
+		if fault.IsCertError(err) {
+			return nil, "", fault.SiteCertificate(t.host, err)
 		}
-		return nil, "", siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
+		return nil, "", fault.Site(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 	}
 	_ = c.SetDeadline(time.Time{})
 	x.rec.MITMHandshake(LegSite, u.Resumed())
@@ -387,8 +388,8 @@ func (x *exchange) ownHandshakeFailed(t *innerTunnel, member string, hello *mirr
 		t.fb.mu.Unlock()
 		x.log.Warn("the gateway's TLS library completed no hello it tried with the site: answered 502, blaming no member and no site",
 			"target", t.host, "member", member, "preset", preset.Name, "reason", oe.Reason, "err", oe.Err)
-		return &attemptError{f: rotation.Site(classOwnTLS), firsthand: true,
-			err: errors.New("the gateway's TLS to the site could not complete its own handshake: " + oe.Err.Error())}
+		return &fault.Attempt{F: rotation.Site(classOwnTLS), Firsthand: true,
+			Err: errors.New("the gateway's TLS to the site could not complete its own handshake: " + oe.Err.Error())}
 	}
 	t.fb.cur, t.fb.next = t.fb.next[0], t.fb.next[1:]
 	next := t.fb.cur
@@ -410,14 +411,14 @@ func (x *exchange) ownHandshakeFailed(t *innerTunnel, member string, hello *mirr
 func (x *exchange) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	if l.fh != nil {
 		actx, cancel := context.WithCancelCause(out.Context())
-		timer := time.AfterFunc(timeout, func() { cancel(errAnswerTimeout) })
+		timer := time.AfterFunc(timeout, func() { cancel(fault.ErrAnswerTimeout) })
 		resp, err := l.fh.roundTrip(out.WithContext(actx))
 		if !timer.Stop() {
 			if err == nil {
 				_ = resp.Body.Close()
 			}
 			cancel(nil)
-			return nil, answerTimedOut(timeout, "the request")
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		if err != nil {
 			cancel(nil)
@@ -436,8 +437,8 @@ func (x *exchange) linkRoundTrip(t *innerTunnel, l *siteLink, out *http.Request,
 	resp, err := readFinalHead(l.br, &l.hr, out)
 	if err != nil {
 		stop()
-		if isTimeout(err) && ctx.Err() == nil {
-			return nil, answerTimedOut(timeout, "the request")
+		if fault.IsTimeout(err) && ctx.Err() == nil {
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		// Past the site's TLS the member relays encrypted bytes only: what
 		// they say is the site's.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
@@ -91,14 +92,6 @@ func (ad *admission) authenticate(r *http.Request) (params.Params, error) {
 	return params.Merge(up, hp)
 }
 
-// targetError is a refused or unresolvable target; reason is the answer.
-type targetError struct {
-	reason string
-	msg    string
-}
-
-func (e *targetError) Error() string { return e.msg }
-
 var (
 	cgnat     = netip.MustParsePrefix("100.64.0.0/10")
 	thisNet   = netip.MustParsePrefix("0.0.0.0/8")
@@ -140,7 +133,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	h, p, serr := net.SplitHostPort(hostport)
 	if serr != nil {
 		if defaultPort == "" {
-			return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
+			return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target " + echo.Quote(hostport) + " is not host:port"}
 		}
 		h, p = hostport, defaultPort
 		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
@@ -149,12 +142,12 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 	}
 	n, perr := strconv.ParseUint(p, 10, 16)
 	if h == "" || perr != nil || n == 0 {
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
+		return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target " + echo.Quote(hostport) + " is not host:port"}
 	}
 	if _, err := netip.ParseAddr(h); err != nil && !sites.ValidHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
 		// Refused here, the client's: sent on, a member would refuse it
 		// and the refusal would read as the site's or the member's.
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
+		return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
 	}
 	return h, uint16(n), nil
 }
@@ -167,7 +160,7 @@ func splitTarget(hostport, defaultPort string) (host string, port uint16, err er
 func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" && !ad.allowPrivate {
-			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
+			return nil, &fault.Target{Reason: ReasonPrivateTarget, Msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
 		return addrs, ad.checkAddrs(host, port, addrs)
@@ -204,10 +197,10 @@ func (ad *admission) resolve(ctx context.Context, host string) ([]netip.Addr, er
 	}
 	addrs, err := ad.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
+		return nil, &fault.Target{Reason: ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
 	}
 	if err != nil {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
+		return nil, &fault.Target{Reason: ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
 	}
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
@@ -260,13 +253,13 @@ func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) er
 	for _, a := range addrs {
 		if !ad.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
-				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
+				return &fault.Target{Reason: ReasonPrivateTarget,
+					Msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
 			}
 		}
 		if ad.isSelf(a, port) {
-			return &targetError{reason: ReasonLoop,
-				msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
+			return &fault.Target{Reason: ReasonLoop,
+				Msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
@@ -186,10 +187,10 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: x.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 		_ = tc.SetDeadline(time.Now().Add(x.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			if isCertError(err) {
-				return socket{}, siteCertificateFault(host, err)
+			if fault.IsCertError(err) {
+				return socket{}, fault.SiteCertificate(host, err)
 			}
-			return socket{}, siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
+			return socket{}, fault.Site(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 		}
 		c = tc
 	}
@@ -199,7 +200,7 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		defer delete(out.Header, "Proxy-Authorization")
 	}
 	if err := x.writeRequest(c, out, proxyForm); err != nil {
-		return socket{}, memberFault("write", err)
+		return socket{}, fault.Member("write", err)
 	}
 	hr := newHeadReader(c)
 	br := bufio.NewReader(&hr)
@@ -207,8 +208,8 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 	resp, err := readFinalHead(br, &hr, out)
 	var mh *malformedHead
 	switch {
-	case err != nil && isTimeout(err) && ctx.Err() == nil:
-		return socket{}, answerTimedOut(answerTimeout, "the WebSocket handshake")
+	case err != nil && fault.IsTimeout(err) && ctx.Err() == nil:
+		return socket{}, fault.AnswerTimedOut(answerTimeout, "the WebSocket handshake")
 	case errors.Is(err, errHeadTooLarge), errors.As(err, &mh) && !proxyForm:
 		// The site's, as on a MITM'd request; certain when the gateway
 		// read it over its own TLS to the site or from a direct member's
@@ -218,7 +219,7 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		// path.
 		return socket{}, siteHeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
 	case err != nil:
-		return socket{}, memberFault("protocol", err)
+		return socket{}, fault.Member("protocol", err)
 	}
 	if proxyForm {
 		if err := upstreamAnswer(resp); err != nil {

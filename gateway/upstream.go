@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -66,7 +67,7 @@ func replayable(req *http.Request) bool {
 // its final answer; the answer's body hands the connection back to the
 // pool once read to the end. ctx aborts the exchange, body included; the
 // answer's first byte must arrive within answerTimeout of the request's
-// write (else errAnswerTimeout). A kept-alive connection that turns out
+// write (else fault.ErrAnswerTimeout). A kept-alive connection that turns out
 // closed is replaced by a fresh one when the request may be resent.
 func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAuth string, answerTimeout time.Duration) (*http.Response, error) {
 	if proxyAuth != "" {
@@ -91,7 +92,7 @@ func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, proxyAu
 		return false, nil
 	})
 	if errors.Is(err, keepalive.ErrAnswerTimeout) {
-		err = errAnswerTimeout
+		err = fault.ErrAnswerTimeout
 	}
 	return resp, err
 }
