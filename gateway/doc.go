@@ -50,7 +50,7 @@
 //     gives none is out for every site at once.
 //   - What the client's own bytes or behaviour caused (a header name that
 //     is not a token, a body's framing, a body cut short, a stall mid-body,
-//     a client that left) is the client's: clientBody types the errors
+//     a client that left) is the client's: gateway/clientbody types the errors
 //     where the body is read, judge answers them first (400, 408 or
 //     nothing), and no member rests or is reported. A body of up to 64 KiB
 //     is read whole before a member is leased; a chunked request ends its

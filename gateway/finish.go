@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -69,7 +70,7 @@ type request struct {
 	// tunnel dialled through): X-Proxyfleet-Attempts.
 	attempts int
 	// body is the request body being forwarded, nil when there is none.
-	body *clientBody
+	body *clientbody.Body
 	// pace is the request's place in its site's pace (pace, leavePace);
 	// sentAt when its last attempt passed pacing, for the learnt pace.
 	pace   paceTicket

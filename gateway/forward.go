@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
@@ -19,7 +20,7 @@ import (
 )
 
 // maxReadAhead is how much of a request body is taken in before a member
-// is leased (clientBody.readAhead).
+// is leased (clientbody.Body.ReadAhead).
 const maxReadAhead = 64 << 10
 
 // maxDiscard is how much of a retried answer's body is read to keep its
@@ -108,14 +109,14 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		rq.body = newClientBody(r, r.Body)
+		rq.body = clientbody.New(r, r.Body)
 	}
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	deadline := time.AfterFunc(rp.requestTimeout, func() {
-		if rq.body.stalled() {
+		if rq.body.Stalled() {
 			// The forwarding waits on the client's body: cut the read off,
 			// or the Transport, which waits for its body writer to end,
 			// would wait on the client for as long as it pleases.
@@ -134,7 +135,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
 	}
 	if rq.body != nil {
-		if cf := rq.body.readAhead(maxReadAhead); cf != nil {
+		if cf := rq.body.ReadAhead(maxReadAhead); cf != nil {
 			rp.exit.finish(ctx, rq, cf)
 			return
 		}
@@ -151,7 +152,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	out.Body = nil
 	if rq.body != nil {
 		out.Body = rq.body
-		if n, ok := rq.body.whole(); ok {
+		if n, ok := rq.body.Whole(); ok {
 			// Known whole: sent with its length, whatever framing it came in.
 			out.ContentLength, out.TransferEncoding = n, nil
 		}
@@ -255,7 +256,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 		// direct member's address), as any answer it should not have sent.
 		err = &fault.Attempt{F: rotation.Site(classProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
 	}
-	if cf := rq.body.fault(); cf != nil {
+	if cf := rq.body.Fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
 		// cut request, it is the client's (a Transport may also have
 		// raced the body's error with an answer).
@@ -284,9 +285,9 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	case r.Context().Err() != nil:
 		return nil, ans, errClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
-		if rq.body.stalled() {
+		if rq.body.Stalled() {
 			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
-				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
+				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.BytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
 		return nil, ans, &annotated{err: errRequestTimeout,
 			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}

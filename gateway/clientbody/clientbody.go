@@ -1,4 +1,8 @@
-package gateway
+// Package clientbody is a client's request body as the gateway forwards
+// it: read ahead before anything is leased, its read errors the client's
+// faults (fault.Client), never a member's, and whether the forwarding is
+// waiting on the client. It knows nothing of members or leases.
+package clientbody
 
 import (
 	"errors"
@@ -13,30 +17,31 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 )
 
-// clientBody is a request body as the gateway forwards it. Its read errors
+// Body is a request body as the gateway forwards it. Its read errors
 // are clientFaults, so a body the client botches (net/http's Transport
 // hands a body read error back as the round trip's error) is the client's,
 // never the member's. It also says whether the forwarding is waiting on
 // the client (stalled). (That nothing reads a connection's buffers after
 // its request ended is the front end's guard, below this one.)
-type clientBody struct {
+type Body struct {
 	mu   sync.Mutex // held by Read
 	rc   io.ReadCloser
 	req  *http.Request // its trailers are checked at the body's end
 	read atomic.Int64
 	err  error // the first read error, a *fault.Client (or errAbandoned)
 	eof  bool
-	// ahead is what readAhead took in and Read has not handed on yet.
+	// ahead is what ReadAhead took in and Read has not handed on yet.
 	ahead []byte
 	// reading is set while a Read waits on the client.
 	reading atomic.Bool
 }
 
-func newClientBody(req *http.Request, rc io.ReadCloser) *clientBody {
-	return &clientBody{rc: rc, req: req}
+// New wraps rc, the body of req.
+func New(req *http.Request, rc io.ReadCloser) *Body {
+	return &Body{rc: rc, req: req}
 }
 
-func (b *clientBody) Read(p []byte) (int, error) {
+func (b *Body) Read(p []byte) (int, error) {
 	b.reading.Store(true)
 	defer b.reading.Store(false)
 	b.mu.Lock()
@@ -55,13 +60,13 @@ func (b *clientBody) Read(p []byte) (int, error) {
 }
 
 // readLocked reads from the client, b.mu held.
-func (b *clientBody) readLocked(p []byte) (int, error) {
+func (b *Body) readLocked(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	read := b.read.Add(int64(n))
 	switch {
 	case err == io.EOF:
 		if name, ok := front.InvalidFieldName(b.req.Trailer); !ok {
-			b.err = &fault.Client{Reason: ReasonBadRequest, Outcome: ReasonBadRequest,
+			b.err = &fault.Client{Reason: fault.ReasonBadRequest, Outcome: fault.ReasonBadRequest,
 				Err: errors.New("malformed request trailer name " + echo.Quote(name))}
 			return n, b.err
 		}
@@ -73,13 +78,13 @@ func (b *clientBody) readLocked(p []byte) (int, error) {
 	return n, err
 }
 
-// readAhead takes in up to limit bytes of the body before anything is
+// ReadAhead takes in up to limit bytes of the body before anything is
 // leased or sent on, and returns the client's fault if the body showed one
 // meanwhile. A body that ends within limit (most do: forms, JSON) is then
 // known whole and well-framed before a member sees a byte of it, and a
 // client that dawdles over it holds no member; a longer one streams on
 // from where this stopped.
-func (b *clientBody) readAhead(limit int) *fault.Client {
+func (b *Body) ReadAhead(limit int) *fault.Client {
 	b.reading.Store(true)
 	defer b.reading.Store(false)
 	b.mu.Lock()
@@ -93,12 +98,12 @@ func (b *clientBody) readAhead(limit int) *fault.Client {
 	}
 	b.ahead = buf
 	b.mu.Unlock()
-	return b.fault()
+	return b.Fault()
 }
 
-// whole returns the body's length when readAhead took all of it in, and
+// Whole returns the body's length when ReadAhead took all of it in, and
 // whether it did. A body with trailers is not whole: only chunks carry them.
-func (b *clientBody) whole() (int64, bool) {
+func (b *Body) Whole() (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.eof || len(b.req.Trailer) > 0 {
@@ -109,15 +114,15 @@ func (b *clientBody) whole() (int64, bool) {
 
 // Close closes the body as net/http's does (a Transport closes the body it
 // sent).
-func (b *clientBody) Close() error {
+func (b *Body) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.rc.Close()
 }
 
-// fault is the client's fault the body ended with, nil when none (or no
+// Fault is the client's fault the body ended with, nil when none (or no
 // body).
-func (b *clientBody) fault() *fault.Client {
+func (b *Body) Fault() *fault.Client {
 	if b == nil {
 		return nil
 	}
@@ -130,16 +135,16 @@ func (b *clientBody) fault() *fault.Client {
 	return nil
 }
 
-// stalled reports whether the forwarding waits on the client for more of
+// Stalled reports whether the forwarding waits on the client for more of
 // its body: a deadline that passes now is the client's, not the member's.
-func (b *clientBody) stalled() bool {
+func (b *Body) Stalled() bool {
 	return b != nil && b.reading.Load() && !b.done()
 }
 
-// bytesRead is how much of the body arrived so far.
-func (b *clientBody) bytesRead() int64 { return b.read.Load() }
+// BytesRead is how much of the body arrived so far.
+func (b *Body) BytesRead() int64 { return b.read.Load() }
 
-func (b *clientBody) done() bool {
+func (b *Body) done() bool {
 	if !b.mu.TryLock() {
 		return false // a Read is under way, so the body is not done
 	}
