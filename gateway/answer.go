@@ -99,8 +99,8 @@ func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
 		return err
 	}
 	var cve *tls.CertificateVerificationError
-	if mc.tlsConfig != nil && errors.As(err, &cve) && len(cve.UnverifiedCertificates) > 0 &&
-		cve.UnverifiedCertificates[0].VerifyHostname(mc.tlsConfig.ServerName) == nil {
+	if mc.TLSConfig != nil && errors.As(err, &cve) && len(cve.UnverifiedCertificates) > 0 &&
+		cve.UnverifiedCertificates[0].VerifyHostname(mc.TLSConfig.ServerName) == nil {
 		return err
 	}
 	return fault.SiteCertificate(u.Host, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 )
 
 // aliveTimeout bounds checkAlive's question (capped by DialTimeout): a
@@ -60,14 +61,14 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	if mirror != nil {
 		return x.sendMirrored(mirror, mc, out, timeout)
 	}
-	if leanEligible(mc, out) {
-		resp, err := mc.lean.roundTrip(out.Context(), out, mc.proxyAuth, timeout)
+	if link.LeanEligible(mc.Link, out) {
+		resp, err := mc.Lean.RoundTripLean(out.Context(), out, mc.ProxyAuth, timeout)
 		if errors.Is(err, fault.ErrAnswerTimeout) {
 			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		return resp, err
 	}
-	out = withOrder(out, mc)
+	out = link.WithOrder(out, mc.Link)
 	var st *siteTrace
 	if out.URL.Scheme == "https" {
 		// Over the gateway's own TLS to the site: what fails once the
@@ -79,7 +80,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 		// The default: the Transport's own ResponseHeaderTimeout, set to
 		// it (newMemberConn), bounds the answer from the request's write,
 		// with nothing made per attempt.
-		resp, err := mc.transport.RoundTrip(out)
+		resp, err := mc.Transport.RoundTrip(out)
 		if err != nil && fault.IsTimeout(err) && out.Context().Err() == nil {
 			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
@@ -100,7 +101,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 		// at once, and a request without one too.)
 		tctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { at.restart(timeout) }})
 	}
-	resp, err := mc.siteTransport().RoundTrip(out.WithContext(tctx))
+	resp, err := mc.SiteTransport().RoundTrip(out.WithContext(tctx))
 	if !at.stop() {
 		// The timer fired (perhaps just as the head arrived: its body is
 		// cut off with the attempt's context either way).

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -378,7 +379,7 @@ func TestReadConnectAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, _, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
+			status, _, _, err := link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %d %v, want error %q", status, err, tt.wantErr)
@@ -427,8 +428,8 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.WithValue(context.Background(), checkedKey{}, &checkedAddrs{host: "site.example", addrs: []netip.Addr{mustAddr(t, tg.Host())}})
-	c, err := g.links.dialDirectAddr(ctx, mc, "site.example:"+strconv.Itoa(tg.Port()))
+	ctx := link.WithChecked(context.Background(), "site.example", []netip.Addr{mustAddr(t, tg.Host())})
+	c, err := mc.Transport.DialContext(ctx, "tcp", "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +441,7 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 		t.Fatalf("dialled from %s, want the member's source 127.0.0.2", got)
 	}
 	// Without checked addresses the dial resolves (and checks) itself.
-	c2, err := g.links.dialDirectAddr(context.Background(), mc, "site.example:"+strconv.Itoa(tg.Port()))
+	c2, err := mc.Transport.DialContext(context.Background(), "tcp", "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,7 +605,7 @@ func TestADeadSiteTakesNoDirectMemberOutOfService(t *testing.T) {
 func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
 	in := "HTTP/1.1 503 Service Unavailable\r\nServer: squid/5.7\r\nx-squid-error: ERR_CONNECT_FAIL 111\r\n" +
 		"Proxy-Status: sq; error=connection_refused\r\nX-Brd-Err-Code: client_1\r\n\r\n"
-	status, _, ue, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
+	status, _, ue, err := link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
 	if err != nil || status != 503 {
 		t.Fatalf("got %d %v", status, err)
 	}
@@ -613,7 +614,7 @@ func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
 		t.Fatalf("error headers %+v, want %+v", ue, want)
 	}
 	// A tunnel's headers are not read into anything.
-	_, _, ue, _ = readConnectAnswer(bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_X 0\r\n\r\n"), 4096))
+	_, _, ue, _ = link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_X 0\r\n\r\n"), 4096))
 	if ue != (rotation.UpstreamError{}) {
 		t.Fatalf("2xx answer kept %+v", ue)
 	}

@@ -130,7 +130,7 @@ func (f *finisher) trace(ctx context.Context, rq *request, outcome, reason strin
 
 // use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
-	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.nameHdr
+	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.NameHdr
 	rq.attempts++
 }
 

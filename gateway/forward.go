@@ -14,7 +14,9 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -46,7 +48,7 @@ func upstreamAnswer(resp *http.Response) error {
 	if resp.StatusCode < 400 {
 		return nil
 	}
-	ue := upstreamErrorOf(resp.Header)
+	ue := link.UpstreamErrorOf(resp.Header)
 	if !ue.Marked() {
 		return nil // the site's own error answer: delivered as it is
 	}
@@ -63,7 +65,7 @@ func upstreamAnswer(resp *http.Response) error {
 // site. Reading a site's 503 "Proxy-Status: CDN; error=connection_limit_reached"
 // or its 407 as the member's rested every member for every site.
 func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
-	return !mc.m.Direct() && !mc.socks5 && rq.mirror == nil && out.URL.Scheme == "http"
+	return !mc.m.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -94,7 +96,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
-	host, port, err := splitTarget(u.Host, defPort)
+	host, port, err := sites.SplitTarget(u.Host, defPort)
 	if err != nil {
 		rp.exit.finish(r.Context(), rq, err)
 		return
@@ -132,7 +134,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 		return
 	}
 	if addrs != nil {
-		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
+		ctx = link.WithChecked(ctx, host, addrs)
 	}
 	if rq.body != nil {
 		if cf := rq.body.ReadAhead(maxReadAhead); cf != nil {
@@ -294,7 +296,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
 	if h.mc.m.Direct() {
-		err = classifyDirect(err)
+		err = link.ClassifyDirect(err)
 	}
 	return nil, ans, fault.AsAttempt(err)
 }
@@ -311,7 +313,7 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 		// the site's answer, not a Content-Type the gateway guessed.
 		dst["Content-Type"] = nil
 	}
-	dst[HeaderProxy] = h.mc.nameHdr
+	dst[HeaderProxy] = h.mc.NameHdr
 	dst[HeaderLease] = []string{h.id}
 	dst[HeaderAttempts] = attemptsValue(attempts)
 	w.WriteHeader(resp.StatusCode)

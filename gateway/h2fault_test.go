@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -241,7 +242,7 @@ func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // the reads' sizes; other frames, however long, count for nothing, and a
 // block that ends starts the next count at zero.
 func TestHeaderBlockGuardCountsHeaderFramesOnly(t *testing.T) {
-	const max = maxResponseHead
+	const max = link.MaxResponseHead
 	var within, over bytes.Buffer
 	for _, b := range [][]byte{
 		frameBytes(http2.FrameSettings, 0, 18),
@@ -264,14 +265,14 @@ func TestHeaderBlockGuardCountsHeaderFramesOnly(t *testing.T) {
 		}
 		g = &headerBlockGuard{Conn: readerConn{r: &chunked{b: over.Bytes(), n: chunk}}}
 		n, err := io.Copy(io.Discard, g)
-		if !errors.Is(err, errHeadTooLarge) {
-			t.Fatalf("reads of %d: %v after %d bytes; want errHeadTooLarge", chunk, err, n)
+		if !errors.Is(err, link.ErrHeadTooLarge) {
+			t.Fatalf("reads of %d: %v after %d bytes; want link.ErrHeadTooLarge", chunk, err, n)
 		}
 		if stop := int64(within.Len() + 2*9 + max); n > stop+int64(chunk) {
 			t.Fatalf("reads of %d: %d bytes passed, want at most %d (the frame header that passed the bound)", chunk, n, stop+int64(chunk))
 		}
-		if _, err := g.Read(make([]byte, 1)); !errors.Is(err, errHeadTooLarge) {
-			t.Fatalf("a read after the bound: %v; want errHeadTooLarge again", err)
+		if _, err := g.Read(make([]byte, 1)); !errors.Is(err, link.ErrHeadTooLarge) {
+			t.Fatalf("a read after the bound: %v; want link.ErrHeadTooLarge again", err)
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	fhttp2 "github.com/bogdanfinn/fhttp/http2"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 )
 
 // HTTP/2 on both sides of a mirroring tunnel: a client that offers h2 gets
@@ -145,12 +147,12 @@ func (h *siteH2) roundTrip(out *http.Request) (*http.Response, error) {
 
 // headerBlockGuard bounds what a site may send as one header block
 // (a HEADERS or PUSH_PROMISE frame and its CONTINUATIONs) to
-// maxResponseHead bytes, as every other path bounds an answer head. fhttp
+// link.MaxResponseHead bytes, as every other path bounds an answer head. fhttp
 // itself reads CONTINUATION frames for as long as they come, decoding
 // them after its header list size is passed (x/net's fix for that,
 // CVE-2023-45288, is not in it): a site could keep a gateway's core busy
 // until the answer timeout. The guard follows the frame headers in the
-// bytes fhttp reads, nothing else, and fails the read with errHeadTooLarge
+// bytes fhttp reads, nothing else, and fails the read with link.ErrHeadTooLarge
 // once a block passes the bound; fhttp ends the connection with it.
 type headerBlockGuard struct {
 	net.Conn
@@ -158,7 +160,7 @@ type headerBlockGuard struct {
 	hn    int     // bytes of it read
 	skip  int     // payload bytes of the current frame still to come
 	block int     // header block bytes so far
-	err   error   // errHeadTooLarge once a block passed the bound
+	err   error   // link.ErrHeadTooLarge once a block passed the bound
 }
 
 func (g *headerBlockGuard) Read(p []byte) (int, error) {
@@ -183,8 +185,8 @@ func (g *headerBlockGuard) Read(p []byte) (int, error) {
 		g.skip = int(g.hdr[0])<<16 | int(g.hdr[1])<<8 | int(g.hdr[2])
 		switch http2.FrameType(g.hdr[3]) {
 		case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
-			if g.block += g.skip; g.block > maxResponseHead {
-				g.err = errHeadTooLarge
+			if g.block += g.skip; g.block > link.MaxResponseHead {
+				g.err = link.ErrHeadTooLarge
 				return n, g.err
 			}
 			if http2.Flags(g.hdr[4]).Has(http2.FlagHeadersEndHeaders) {
@@ -239,7 +241,7 @@ func h2SiteFault(err error) error {
 	)
 	msg := err.Error()
 	switch {
-	case errors.Is(err, errHeadTooLarge):
+	case errors.Is(err, link.ErrHeadTooLarge):
 		return siteHeadFault(err, true)
 	case strings.Contains(msg, h2HeadTooLarge):
 		return siteHeadFault(&malformedHead{err: errors.New("its head is larger than the HTTP/2 connection's header list size")}, true)
@@ -257,7 +259,7 @@ func isNoCachedConn(err error) bool { return errors.Is(err, fhttp2.ErrNoCachedCo
 // transport is an fhttp HTTP/2 client that opens connections the way the
 // client did.
 func (p *h2Print) transport() *fhttp2.Transport {
-	t := &fhttp2.Transport{DisableCompression: true, ReadIdleTimeout: idleConnTimeout,
+	t := &fhttp2.Transport{DisableCompression: true, ReadIdleTimeout: link.IdleConnTimeout,
 		Settings: map[fhttp2.SettingID]uint32{}, ConnectionFlow: p.connFlow,
 		Priorities: p.priorities, PseudoHeaderOrder: p.pseudo}
 	if t.ConnectionFlow < minMirroredConnFlow {
@@ -386,7 +388,7 @@ func (e *eofReader) Read(p []byte) (int, error) {
 // Go's x/net/http2 client does.
 var goH2Print = &h2Print{
 	settings: []fhttp2.Setting{{ID: fhttp2.SettingEnablePush, Val: 0}, {ID: fhttp2.SettingInitialWindowSize, Val: 4 << 20},
-		{ID: fhttp2.SettingMaxFrameSize, Val: 16 << 10}, {ID: fhttp2.SettingMaxHeaderListSize, Val: maxResponseHead}},
+		{ID: fhttp2.SettingMaxFrameSize, Val: 16 << 10}, {ID: fhttp2.SettingMaxHeaderListSize, Val: link.MaxResponseHead}},
 	connFlow: 1 << 30,
 	pseudo:   []string{":authority", ":method", ":path", ":scheme"},
 }

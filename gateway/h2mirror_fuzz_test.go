@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 )
 
 // h2Start writes a client's HTTP/2 start as Chromium's: preface, SETTINGS,
@@ -94,7 +96,7 @@ func TestH2PrintReadsChromiumsStart(t *testing.T) {
 }
 
 // FuzzHeaderBlockGuard feeds headerBlockGuard a site's bytes in reads of
-// any size: it never panics, and it fails (with errHeadTooLarge) exactly
+// any size: it never panics, and it fails (with link.ErrHeadTooLarge) exactly
 // when a reference walk of the whole stream finds a header block past the
 // bound, on the read that brought the frame header passing it.
 func FuzzHeaderBlockGuard(f *testing.F) {
@@ -110,11 +112,11 @@ func FuzzHeaderBlockGuard(f *testing.F) {
 			switch http2.FrameType(h[3]) {
 			case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
 				block += size
-				if http2.Flags(h[4]).Has(http2.FlagHeadersEndHeaders) && block <= maxResponseHead {
+				if http2.Flags(h[4]).Has(http2.FlagHeadersEndHeaders) && block <= link.MaxResponseHead {
 					block = 0
 				}
 			}
-			if block > maxResponseHead {
+			if block > link.MaxResponseHead {
 				fail = off + 9
 				break
 			}
@@ -127,7 +129,7 @@ func FuzzHeaderBlockGuard(f *testing.F) {
 			t.Fatalf("%v after %d bytes; no block passes the bound", err, got)
 		case fail < 0 && got != int64(len(in)):
 			t.Fatalf("%d of %d bytes through", got, len(in))
-		case fail >= 0 && !errors.Is(err, errHeadTooLarge):
+		case fail >= 0 && !errors.Is(err, link.ErrHeadTooLarge):
 			t.Fatalf("%v after %d bytes; the frame header ending at %d passes the bound", err, got, fail)
 		case fail >= 0 && (got < int64(fail) || got >= int64(fail+n)):
 			t.Fatalf("failed after %d bytes in reads of %d; the frame header passing the bound ends at %d", got, n, fail)

@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -245,7 +246,7 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 			defPort = "80"
 		}
 		// Host and port: another port of the same host is another site.
-		h, port, err := splitTarget(r.URL.Host, defPort)
+		h, port, err := sites.SplitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
 			rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
 				Msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})

@@ -2,15 +2,13 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -263,7 +261,7 @@ func (mh *memberHealth) recheck(mc *memberConn) {
 		if !mh.failed.recheckDue(mc.m.Name, mh.window) {
 			return
 		}
-		if aliveness(mc, mh.dialTimeout) != nil {
+		if link.Aliveness(mc.Link, mh.dialTimeout) != nil {
 			continue
 		}
 		rec, ok := mh.failed.take(mc.m.Name)
@@ -321,7 +319,7 @@ func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer mh.alive.end(mc.m.Name)
-		err := aliveness(mc, mh.dialTimeout)
+		err := link.Aliveness(mc.Link, mh.dialTimeout)
 		if err == nil {
 			// It answers: if it rests for its own failures, that ends.
 			if rec, ok := mh.failed.take(mc.m.Name); ok {
@@ -343,36 +341,4 @@ func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
 		}
 		mh.memberFailed(h, fault.ClassAnswerTimeout)
 	}()
-}
-
-// aliveness asks mc for an answer that needs no site: an https:// member's
-// TLS handshake, a SOCKS5 member's method choice, an http:// member's
-// answer to an origin-form request (a forward proxy refuses it at once,
-// 400 from Squid). Any byte back within aliveTimeout is alive. It is not a
-// health probe (that fetches a URL through the member): it tells a member
-// that is up and waiting on a site from one that is not there at all.
-func aliveness(mc *memberConn, dialTimeout time.Duration) error {
-	wait := min(aliveTimeout, dialTimeout)
-	c, err := net.DialTimeout("tcp", mc.upstreamAddr, dialTimeout)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(wait))
-	switch {
-	case mc.tlsConfig != nil:
-		return tls.Client(c, mc.tlsConfig).Handshake()
-	case mc.socks5:
-		_, err = c.Write([]byte{5, 1, 0})
-	default:
-		_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: " + mc.upstreamAddr + "\r\nConnection: close\r\n\r\n"))
-	}
-	if err != nil {
-		return err
-	}
-	var b [1]byte
-	if _, err := c.Read(b[:]); err != nil {
-		return errors.New("no answer within " + wait.String() + ": " + err.Error())
-	}
-	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -25,19 +26,19 @@ import (
 // come, so both read through a headReader, armed for one answer head.
 
 // classProtocol is the failure class of a site answer the gateway could
-// not read as HTTP: a head larger than maxResponseHead, or one that does
+// not read as HTTP: a head larger than link.MaxResponseHead, or one that does
 // not parse (a garbled status line, two different Content-Lengths).
 const classProtocol = "protocol"
 
 // headReader is what a site connection's bufio.Reader reads through: armed,
-// it fails with errHeadTooLarge once maxResponseHead bytes were read (the
+// it fails with link.ErrHeadTooLarge once link.MaxResponseHead bytes were read (the
 // same bound as the lean path's and the Transport's, 1xx heads included);
 // lifted, it reads without bound (an answer's body, a relayed socket). It
 // also notes whether the connection itself failed while armed, which
 // tells a head that does not parse from a connection that broke.
 type headReader struct {
 	r      io.Reader
-	n      int64 // bytes left before errHeadTooLarge; < 0: not armed
+	n      int64 // bytes left before link.ErrHeadTooLarge; < 0: not armed
 	failed bool  // the connection returned an error (io.EOF included) since arm
 }
 
@@ -49,7 +50,7 @@ func (h *headReader) Read(p []byte) (int, error) {
 		return h.r.Read(p)
 	}
 	if h.n == 0 {
-		return 0, errHeadTooLarge
+		return 0, link.ErrHeadTooLarge
 	}
 	if int64(len(p)) > h.n {
 		p = p[:h.n]
@@ -62,8 +63,8 @@ func (h *headReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// arm bounds what is read from now on to maxResponseHead bytes.
-func (h *headReader) arm() { h.n, h.failed = maxResponseHead, false }
+// arm bounds what is read from now on to link.MaxResponseHead bytes.
+func (h *headReader) arm() { h.n, h.failed = link.MaxResponseHead, false }
 
 // lift ends the bound and reports whether it was reached.
 func (h *headReader) lift() (reached bool) {
@@ -75,7 +76,7 @@ func (h *headReader) lift() (reached bool) {
 // readFinalHead reads the answer to out from br, which reads through h:
 // interim 1xx answers are skipped (101 is final), and the whole head, the
 // interim ones included, is bounded. A head cut by the bound is
-// errHeadTooLarge whatever the parser made of the cut (a line cut in its
+// link.ErrHeadTooLarge whatever the parser made of the cut (a line cut in its
 // name reads as "missing colon"); a head the connection delivered whole
 // that does not parse is a *malformedHead.
 func readFinalHead(br *bufio.Reader, h *headReader, out *http.Request) (*http.Response, error) {
@@ -86,7 +87,7 @@ func readFinalHead(br *bufio.Reader, h *headReader, out *http.Request) (*http.Re
 			failed := h.failed
 			switch {
 			case h.lift():
-				return nil, errHeadTooLarge
+				return nil, link.ErrHeadTooLarge
 			case !failed:
 				// net/http's parse errors have no type of their own: an
 				// error while the connection delivered every byte asked
@@ -119,7 +120,7 @@ func (e *malformedHead) Unwrap() error { return e.err }
 func siteHeadFault(err error, firsthand bool) error {
 	var mh *malformedHead
 	switch {
-	case errors.Is(err, errHeadTooLarge):
+	case errors.Is(err, link.ErrHeadTooLarge):
 		return &fault.Attempt{F: rotation.Site(classProtocol), Firsthand: firsthand,
 			Err: &annotated{err: err, msg: "the site's answer head is larger than 1 MiB"}}
 	case errors.As(err, &mh):
@@ -158,7 +159,7 @@ func (st *siteTrace) verdict(ctx context.Context, err error) error {
 		return err
 	}
 	if strings.Contains(err.Error(), transportHeadTooLarge) {
-		return siteHeadFault(errHeadTooLarge, true)
+		return siteHeadFault(link.ErrHeadTooLarge, true)
 	}
 	return siteHeadFault(&malformedHead{err: err}, true)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
@@ -219,7 +219,7 @@ func (x *exchange) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Reques
 			return resp, nil
 		}
 		t.sites.drop(l)
-		if reused && try == 0 && (staleLink(err) || (l.fh == nil && leftover(err))) && replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
+		if reused && try == 0 && (staleLink(err) || (l.fh == nil && leftover(err))) && link.Replayable(out) && (out.Body == nil || out.Body == http.NoBody) {
 			continue
 		}
 		return nil, err
@@ -246,10 +246,7 @@ func leftover(err error) bool {
 // openSiteLink connects to the tunnel's site through mc and completes the
 // mirrored handshake.
 func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberConn, timeout time.Duration) (*siteLink, error) {
-	var addrs []netip.Addr
-	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok && ca.host == t.host {
-		addrs = ca.addrs
-	}
+	addrs := link.Checked(ctx, t.host)
 	var (
 		tc    net.Conn
 		proto string

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
-	"github.com/proxyfleet/proxyfleet/gateway/sites"
 )
 
 // admission is the first stage of every request: it authenticates the
@@ -127,31 +124,6 @@ func forbiddenReason(a netip.Addr) string {
 	return ""
 }
 
-// splitTarget validates a CONNECT authority or URL host: a non-empty host
-// and a numeric port in 1..65535.
-func splitTarget(hostport, defaultPort string) (host string, port uint16, err error) {
-	h, p, serr := net.SplitHostPort(hostport)
-	if serr != nil {
-		if defaultPort == "" {
-			return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target " + echo.Quote(hostport) + " is not host:port"}
-		}
-		h, p = hostport, defaultPort
-		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
-			h = h[1 : len(h)-1]
-		}
-	}
-	n, perr := strconv.ParseUint(p, 10, 16)
-	if h == "" || perr != nil || n == 0 {
-		return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target " + echo.Quote(hostport) + " is not host:port"}
-	}
-	if _, err := netip.ParseAddr(h); err != nil && !sites.ValidHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
-		// Refused here, the client's: sent on, a member would refuse it
-		// and the refusal would read as the site's or the member's.
-		return "", 0, &fault.Target{Reason: ReasonBadRequest, Msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
-	}
-	return h, uint16(n), nil
-}
-
 // checkTarget resolves host (IP literals need no lookup) and refuses it when
 // any address is in a forbidden range (unless private targets are allowed)
 // or is the gateway's own listen address. It returns the checked addresses,
@@ -175,10 +147,10 @@ func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) 
 	return addrs, ad.checkAddrs(host, port, addrs)
 }
 
-// dialAddrs are the addresses a direct member dials for host:port: the
+// DialAddrs are the addresses a direct member dials for host:port: the
 // checked ones, resolved here when checkTarget had no need to (private
 // targets allowed), the loop check applied to them either way.
-func (ad *admission) dialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+func (ad *admission) DialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	addrs, err := ad.checkTarget(ctx, host, port)
 	if err != nil || addrs != nil {
 		return addrs, err

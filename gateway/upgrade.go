@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -43,10 +44,7 @@ type socket struct {
 // are not read), the lease held until it ends. out is the request to send,
 // its Upgrade and Connection put back.
 func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
-	var addrs []netip.Addr
-	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok {
-		addrs = ca.addrs
-	}
+	_, addrs, _ := link.CheckedAny(ctx)
 	out.Header["Connection"] = []string{"Upgrade"}
 	out.Header["Upgrade"] = []string{"websocket"}
 	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
@@ -139,7 +137,7 @@ func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *membe
 
 // handshakeOnce is one connection of handshake.
 func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
-	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
+	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.SOCKS5
 	var (
 		c   net.Conn
 		err error
@@ -195,8 +193,8 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		c = tc
 	}
 	_ = c.SetDeadline(time.Now().Add(answerTimeout))
-	if proxyForm && mc.proxyAuth != "" {
-		out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
+	if proxyForm && mc.ProxyAuth != "" {
+		out.Header["Proxy-Authorization"] = []string{mc.ProxyAuth}
 		defer delete(out.Header, "Proxy-Authorization")
 	}
 	if err := x.writeRequest(c, out, proxyForm); err != nil {
@@ -210,7 +208,7 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 	switch {
 	case err != nil && fault.IsTimeout(err) && ctx.Err() == nil:
 		return socket{}, fault.AnswerTimedOut(answerTimeout, "the WebSocket handshake")
-	case errors.Is(err, errHeadTooLarge), errors.As(err, &mh) && !proxyForm:
+	case errors.Is(err, link.ErrHeadTooLarge), errors.As(err, &mh) && !proxyForm:
 		// The site's, as on a MITM'd request; certain when the gateway
 		// read it over its own TLS to the site or from a direct member's
 		// address. An oversized head a proxy member relayed is the site's
