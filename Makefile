@@ -97,8 +97,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHello$$' -fuzztime $(FUZZTIME) ./gateway/mirror
 	$(GO) test -run '^$$' -fuzz '^FuzzServerShare$$' -fuzztime $(FUZZTIME) ./gateway/mirror
 	$(GO) test -run '^$$' -fuzz '^FuzzMirroredHandshake$$' -fuzztime $(FUZZTIME) ./gateway/mirror
-	$(GO) test -run '^$$' -fuzz '^FuzzH2Print$$' -fuzztime $(FUZZTIME) ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzHeaderBlockGuard$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzH2Print$$' -fuzztime $(FUZZTIME) ./gateway/sitelink
+	$(GO) test -run '^$$' -fuzz '^FuzzHeaderBlockGuard$$' -fuzztime $(FUZZTIME) ./gateway/sitelink
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzPaceAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers

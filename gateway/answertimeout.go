@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/link"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 )
 
 // aliveTimeout bounds checkAlive's question (capped by DialTimeout): a
@@ -69,12 +70,12 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 		return resp, err
 	}
 	out = link.WithOrder(out, mc.Link)
-	var st *siteTrace
+	var st *sitelink.Trace
 	if out.URL.Scheme == "https" {
 		// Over the gateway's own TLS to the site: what fails once the
 		// request is written may be the site's answer (siteTrace).
-		st = new(siteTrace)
-		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.trace()))
+		st = new(sitelink.Trace)
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.ClientTrace()))
 	}
 	if timeout == x.answerTimeout {
 		// The default: the Transport's own ResponseHeaderTimeout, set to
@@ -85,7 +86,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		if err != nil {
-			return nil, st.verdict(out.Context(), err)
+			return nil, st.Verdict(out.Context(), err)
 		}
 		return resp, nil
 	}
@@ -114,7 +115,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	}
 	if err != nil {
 		cancel(nil)
-		return nil, st.verdict(out.Context(), err)
+		return nil, st.Verdict(out.Context(), err)
 	}
 	// actx lives on with the body; it ends with the request's context.
 	return resp, nil

@@ -231,15 +231,6 @@ func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
 }
 
-// annotated is err with a message meant for the client.
-type annotated struct {
-	err error
-	msg string
-}
-
-func (e *annotated) Error() string { return e.msg }
-func (e *annotated) Unwrap() error { return e.err }
-
 // attempts is a request's record of the members that failed it, and the
 // rule for when to stop trying others.
 type attempts struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -256,7 +257,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if errors.Is(err, keepalive.ErrSwitched) {
 		// The site's (certain over the gateway's own TLS to it or from a
 		// direct member's address), as any answer it should not have sent.
-		err = &fault.Attempt{F: rotation.Site(classProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
 	}
 	if cf := rq.body.Fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
@@ -291,8 +292,8 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
 				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.BytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
-		return nil, ans, &annotated{err: errRequestTimeout,
-			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
+		return nil, ans, &fault.Annotated{Err: errRequestTimeout,
+			Msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
 	if h.mc.m.Direct() {

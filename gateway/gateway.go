@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -63,7 +64,7 @@ const FallbackUnmirrorable = "unmirrorable"
 const (
 	// serverMaxHeaderBytes matches Squid's request_header_max_size; larger
 	// request heads get net/http's 431.
-	serverMaxHeaderBytes = 64 << 10
+	serverMaxHeaderBytes = sitelink.ClientHeadMax
 	serverReadHeader     = 30 * time.Second
 	serverIdleTimeout    = 2 * time.Minute
 	// poolCallTimeout bounds a Report or Release made after the client left

@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -72,9 +73,9 @@ type innerTunnel struct {
 	// first frames said (h2Tap stores it before its first request reaches
 	// a handler; nil when they could not be read).
 	speaksH2 bool
-	h2       atomic.Pointer[h2Print]
+	h2       atomic.Pointer[sitelink.H2Print]
 	// sites are the tunnel's own site connections when it mirrors.
-	sites siteLinks
+	sites sitelink.Links
 }
 
 type innerTunnelKey struct{}
@@ -88,7 +89,7 @@ type innerConn struct {
 
 // Close closes the client's connection and the tunnel's site connections.
 func (c *innerConn) Close() error {
-	c.t.sites.closeAll()
+	c.t.sites.CloseAll()
 	return c.Conn.Close()
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -432,9 +433,9 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 			// out, since the counts alone read as an empty pool.
 			switch {
 			case lr.p.Proxy != "":
-				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
+				return &fault.Annotated{Err: err, Msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
 			case len(lr.p.Selector) > 0:
-				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
+				return &fault.Annotated{Err: err, Msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
 			}
 		}
 		return err
@@ -446,18 +447,18 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 		if mt, ok := ls.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
 			msg += " of " + mt.MaxTTL().String()
 		}
-		return &annotated{err: err, msg: msg}
+		return &fault.Annotated{Err: err, Msg: msg}
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
 	case errors.Is(err, pool.ErrForbidden):
-		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
+		return &fault.Annotated{Err: err, Msg: "the lease API refused this gateway the right to lease: " + err.Error()}
 	}
 	var sm *sessionLimitError
 	if errors.As(err, &sm) {
 		return err
 	}
 	ls.log.Warn("lease acquire failed", "err", err)
-	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
+	return &fault.Annotated{Err: errLeaseFailed, Msg: "lease failed: " + err.Error()}
 }
 
 // lostSession ends a strict session's request whose member h was banned

@@ -15,6 +15,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/link"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -197,14 +198,14 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		out.Header["Proxy-Authorization"] = []string{mc.ProxyAuth}
 		defer delete(out.Header, "Proxy-Authorization")
 	}
-	if err := x.writeRequest(c, out, proxyForm); err != nil {
+	if err := x.WriteRequest(c, out, proxyForm); err != nil {
 		return socket{}, fault.Member("write", err)
 	}
-	hr := newHeadReader(c)
+	hr := sitelink.NewHeadReader(c)
 	br := bufio.NewReader(&hr)
 	// Interim answers (103 Early Hints) come before the 101 or the refusal.
-	resp, err := readFinalHead(br, &hr, out)
-	var mh *malformedHead
+	resp, err := sitelink.ReadFinalHead(br, &hr, out)
+	var mh *sitelink.MalformedHead
 	switch {
 	case err != nil && fault.IsTimeout(err) && ctx.Err() == nil:
 		return socket{}, fault.AnswerTimedOut(answerTimeout, "the WebSocket handshake")
@@ -215,7 +216,7 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		// too (MemberEvidence tells a member that does so for every site);
 		// a garbled one may be the member's own answer, as on the plain
 		// path.
-		return socket{}, siteHeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
+		return socket{}, sitelink.HeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
 	case err != nil:
 		return socket{}, fault.Member("protocol", err)
 	}
@@ -227,11 +228,11 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 	return socket{c: c, br: br, resp: resp}, nil
 }
 
-// writeRequest writes out on c, a connection of the gateway's own to a
+// WriteRequest writes out on c, a connection of the gateway's own to a
 // member or a site (in absolute form when proxy), through a pooled buffer:
 // net/http's Write on a bare connection would make a 4 KiB one for every
 // request.
-func (x *exchange) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
+func (x *exchange) WriteRequest(c net.Conn, out *http.Request, proxy bool) error {
 	bw := x.writers.Get(c)
 	defer x.writers.Put(bw)
 	err := httphead.WriteRequest(bw, out, proxy)

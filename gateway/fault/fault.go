@@ -219,3 +219,12 @@ func certErrorText(err error) string {
 	}
 	return err.Error()
 }
+
+// Annotated is Err with a message meant for the client.
+type Annotated struct {
+	Err error
+	Msg string
+}
+
+func (e *Annotated) Error() string { return e.Msg }
+func (e *Annotated) Unwrap() error { return e.Err }

@@ -1,6 +1,6 @@
 //go:build !nomirror
 
-package gateway
+package sitelink
 
 import (
 	"bytes"
@@ -48,15 +48,15 @@ func FuzzH2Print(f *testing.F) {
 	zero := append(bytes.Clone(start[:settingsEnd]), 0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0)
 	f.Add(append(zero, start[settingsEnd:]...))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		sp, whole := readH2Start(in)
-		p, err := readH2Print(bytes.NewReader(in))
+		sp, whole := ReadH2Start(in)
+		p, err := ReadH2Print(bytes.NewReader(in))
 		if err == nil && (!whole || sp == nil) {
 			t.Fatalf("a start readH2Print reads was not read by the tap (whole %v)", whole)
 		}
 		if err != nil {
 			return
 		}
-		tr := p.transport()
+		tr := p.Transport()
 		seen := map[uint16]bool{}
 		for _, id := range tr.SettingsOrder {
 			if seen[uint16(id)] {
@@ -80,17 +80,17 @@ func FuzzH2Print(f *testing.F) {
 }
 
 func TestH2PrintReadsChromiumsStart(t *testing.T) {
-	p, err := readH2Print(bytes.NewReader(h2Start(t)))
+	p, err := ReadH2Print(bytes.NewReader(h2Start(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := p.transport()
+	tr := p.Transport()
 	if len(tr.SettingsOrder) != 4 || tr.SettingsOrder[0] != 1 || tr.SettingsOrder[3] != 6 || tr.Settings[4] != 6291456 ||
 		tr.ConnectionFlow != 15663105 || tr.PseudoHeaderOrder[1] != ":authority" || !tr.HeaderPriority.Exclusive || tr.HeaderPriority.Weight != 255 {
 		t.Fatalf("read %+v as %+v", p, tr)
 	}
 	// ALPS for h2: the SETTINGS payload, id then value, in order.
-	if a := fmt.Sprintf("%x", p.alps()); a != "000100010000"+"000200000000"+"000400600000"+"000600040000" {
+	if a := fmt.Sprintf("%x", p.ALPS()); a != "000100010000"+"000200000000"+"000400600000"+"000600040000" {
 		t.Fatalf("ALPS data %s", a)
 	}
 }
