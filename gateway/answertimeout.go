@@ -13,10 +13,6 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 )
 
-// aliveTimeout bounds checkAlive's question (capped by DialTimeout): a
-// proxy answers a request it needs no site for in milliseconds.
-const aliveTimeout = 5 * time.Second
-
 // answerTimeoutFor is the answer timeout of an attempt to host.
 func (x *exchange) answerTimeoutFor(host string) time.Duration {
 	if d, ok := x.siteTimeouts.For(host); ok {
@@ -119,29 +115,4 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	}
 	// actx lives on with the body; it ends with the request's context.
 	return resp, nil
-}
-
-// aliveSet keeps one aliveness check per member at a time.
-type aliveSet struct {
-	mu sync.Mutex
-	m  map[string]struct{}
-}
-
-func (s *aliveSet) begin(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; ok {
-		return false
-	}
-	if s.m == nil {
-		s.m = make(map[string]struct{})
-	}
-	s.m[name] = struct{}{}
-	return true
-}
-
-func (s *aliveSet) end(name string) {
-	s.mu.Lock()
-	delete(s.m, name)
-	s.mu.Unlock()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -48,7 +49,7 @@ type exitLeases interface {
 // failureNoter hears of a member failure reported on a lease (member
 // health).
 type failureNoter interface {
-	memberFailed(h held, class string)
+	MemberFailed(h health.Lease, class string)
 }
 
 // request is one client request (or CONNECT) on its way to its end.
@@ -165,7 +166,7 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 		if v.report != "" {
 			f.leases.drop(ctx, rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
-				f.health.memberFailed(rq.h, fault.Of(err).F.Class)
+				f.health.MemberFailed(rq.h.health(), fault.Of(err).F.Class)
 			}
 		} else {
 			f.leases.done(ctx, rq.h)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -205,7 +206,7 @@ type Gateway struct {
 	admit  *admission
 	leases *leasing
 	pacer  *pacer
-	health *memberHealth
+	health *health.Health
 	links  *memberLinks
 }
 
@@ -283,7 +284,8 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{admit: newAdmission(o), health: newMemberHealth(o)}
+	g := &Gateway{admit: newAdmission(o), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
+		FailureWindow: o.FailureWindow, BrokenMemberSites: o.BrokenMemberSites, BrokenMemberWindow: o.BrokenMemberWindow})}
 	g.links = newMemberLinks(o, g.admit)
 	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
 		return nil, err
@@ -347,7 +349,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.health.stop()
+	g.health.Stop()
 	err := g.front.Shutdown(ctx)
 	// Requests inside tunnels the gateway answered drain like plain ones.
 	if ierr := g.inner.shutdown(ctx); err == nil {
@@ -396,7 +398,7 @@ func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.status() }
 
 // FailureRestOverrides reports the latest episode of leases of members
 // resting for their own failures.
-func (g *Gateway) FailureRestOverrides() OverrideStatus { return g.health.overrideStatus() }
+func (g *Gateway) FailureRestOverrides() health.OverrideStatus { return g.health.OverrideStatus() }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

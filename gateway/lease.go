@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -52,7 +53,7 @@ type memberSource interface {
 // leaseWatcher hears how the pool gave each lease (the member-health
 // stage: a lease of a member resting for its own failures is an override).
 type leaseWatcher interface {
-	leased(l pool.Lease, target string)
+	Leased(l pool.Lease, target string)
 }
 
 // newLeasing makes the leasing stage on o's pool.
@@ -100,6 +101,11 @@ type held struct {
 	// resting: the pool leased the member although it rests for its own
 	// failures (pool.Lease.FailureRest); an answer through it is reported.
 	resting bool
+}
+
+// health is h as the member-health stage reads it.
+func (h held) health() health.Lease {
+	return health.Lease{ID: h.id, Link: h.mc.Link, Resting: h.resting}
 }
 
 // acquire returns the lease a request should use: the live pin of its
@@ -194,7 +200,7 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 			}
 		}
 	}
-	ls.watch.leased(l, lr.target)
+	ls.watch.Leased(l, lr.target)
 	return held{id: l.ID, mc: mc, pinned: pin, resting: l.FailureRest}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -28,7 +29,7 @@ type requestPath struct {
 	leases *leasing
 	pacer  *pacer
 	ex     *exchange
-	health *memberHealth
+	health *health.Health
 	exit   *finisher
 	inner  *inner // the servers inside tunnels the gateway answers itself
 	mitm   *mitm  // nil: a CONNECT to a TLS port is a plain tunnel

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/lastknown"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
@@ -37,7 +37,7 @@ type memberForgetter interface {
 type gatewayMembers interface {
 	ForgetMember(name string)
 	ForgetIdleMembers(idle time.Duration) []string
-	FailureRestOverrides() gateway.OverrideStatus
+	FailureRestOverrides() health.OverrideStatus
 }
 
 // serverOptions configures newServer: the gateway and the pool it runs
