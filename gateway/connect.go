@@ -37,7 +37,7 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		rp.exit.finish(ctx, rq, err)
 		return
 	}
-	addrs, err := rp.admit.checkTarget(ctx, host, port)
+	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
 		return

@@ -393,28 +393,6 @@ func TestReadConnectAnswer(t *testing.T) {
 	}
 }
 
-func TestForbiddenReason(t *testing.T) {
-	tests := []struct {
-		addr string
-		want string
-	}{
-		{"127.0.0.1", "loopback"}, {"::1", "loopback"}, {"10.0.0.1", "private"}, {"172.16.5.4", "private"},
-		{"192.168.1.1", "private"}, {"100.64.0.1", "private"}, {"100.127.255.255", "private"}, {"fd12::1", "private"},
-		{"169.254.169.254", "link-local"}, {"fe80::1", "link-local"}, {"0.0.0.0", "unspecified"}, {"::", "unspecified"},
-		{"0.1.2.3", "unspecified"}, {"239.1.2.3", "multicast"}, {"224.0.0.1", "link-local"}, {"ff02::1", "link-local"}, {"ff05::1", "multicast"},
-		{"255.255.255.255", "reserved"}, {"::ffff:10.0.0.1", "private"}, {"64:ff9b::a00:1", "private"},
-		{"192.0.2.1", ""}, {"8.8.8.8", ""}, {"2001:db8::1", ""}, {"100.128.0.1", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.addr, func(t *testing.T) {
-			got := forbiddenReason(mustAddr(t, tt.addr))
-			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
-				t.Fatalf("forbiddenReason(%s) = %q, want %q", tt.addr, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
 	var lookups atomic.Int32
@@ -525,7 +503,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	}
 	defer g.Shutdown(context.Background())
 	for i := 0; i < 3; i++ {
-		addrs, err := g.admit.checkTarget(context.Background(), "ok.example", 443)
+		addrs, err := g.admit.CheckTarget(context.Background(), "ok.example", 443)
 		if err != nil || len(addrs) != 1 || addrs[0].String() != "192.0.2.1" {
 			t.Fatalf("checkTarget: %v %v", addrs, err)
 		}
@@ -534,7 +512,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 		t.Fatalf("%d lookups for three checks, want 1", n.Load())
 	}
 	for i := 0; i < 2; i++ {
-		_, err := g.admit.checkTarget(context.Background(), "gone.example", 443)
+		_, err := g.admit.CheckTarget(context.Background(), "gone.example", 443)
 		var te *fault.Target
 		if !errors.As(err, &te) || te.Reason != ReasonDNS || !strings.Contains(te.Msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)

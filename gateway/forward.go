@@ -129,7 +129,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	})
 	defer deadline.Stop()
 	rq.pace.due = start.Add(rp.requestTimeout)
-	addrs, err := rp.admit.checkTarget(ctx, host, port)
+	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
 		return

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
@@ -203,7 +204,7 @@ type Gateway struct {
 	front  *front.Server
 	path   *requestPath
 	inner  *inner
-	admit  *admission
+	admit  *admission.Admission
 	leases *leasing
 	pacer  *pacer
 	health *health.Health
@@ -284,7 +285,7 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{admit: newAdmission(o), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
+	g := &Gateway{admit: admission.New(o.Tokens, o.AllowPrivateTargets, o.Resolver), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
 		FailureWindow: o.FailureWindow, BrokenMemberSites: o.BrokenMemberSites, BrokenMemberWindow: o.BrokenMemberWindow})}
 	g.links = newMemberLinks(o, g.admit)
 	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
@@ -340,7 +341,7 @@ func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 // Serve accepts proxy connections on ln until Shutdown; it returns
 // http.ErrServerClosed then. It may be called for several listeners.
 func (g *Gateway) Serve(ln net.Listener) error {
-	g.admit.listening(ln.Addr())
+	g.admit.Listening(ln.Addr())
 	return g.front.Serve(ln)
 }
 
@@ -375,8 +376,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.path.serve(w, r) }
-
-func authFailed(err error) error { return &authError{err: err} }
 
 // ForgetMember drops the gateway's state for a member removed from the pool
 // and closes its idle keep-alive connections. Pins to it are abandoned: the

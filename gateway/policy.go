@@ -4,6 +4,7 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -91,15 +92,6 @@ var (
 	errRequestTimeout = errors.New("request timeout")
 )
 
-// authError is a client whose token the gateway refuses before leasing:
-// 407 auth. (A malformed parameter or credential is a *params.Error: 407
-// bad_params.)
-type authError struct {
-	err error
-}
-
-func (e *authError) Error() string { return e.err.Error() }
-
 // poolConfigError is the gateway's own --lease-ttl above the pool's
 // maximum: a configuration mismatch, never the client's fault.
 type poolConfigError struct{ err error }
@@ -122,7 +114,7 @@ func judge(err error) verdict {
 		te  *fault.Target
 		ae  *fault.Attempt
 		gu  *givenUp
-		au  *authError
+		au  *admission.AuthError
 		bp  *params.Error
 		pce *poolConfigError
 		nm  *pool.NoMatchError

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
@@ -43,9 +44,9 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"a client that stalls mid-body is 408", fault.ClientRead(os.ErrDeadlineExceeded, 2), 408, ReasonClientTimeout, ReasonClientTimeout, "", false},
 		{"a client that reset mid-body gets nothing", fault.ClientRead(&net.OpError{Op: "read", Err: syscall.ECONNRESET}, 2), 0, "", OutcomeClientGone, "", false},
 		{"a client fault inside a member's attempt error is still the client's", &fault.Attempt{F: rotation.Member("error"), Err: fault.ClientRead(errors.New("malformed chunked encoding"), 0)}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
-		{"a wrong token is 407 auth", authFailed(errors.New("x")), 407, ReasonAuth, ReasonAuth, "", false},
+		{"a wrong token is 407 auth", &admission.AuthError{Err: errors.New("x")}, 407, ReasonAuth, ReasonAuth, "", false},
 		{"bad parameters are 407 bad_params", &params.Error{Msg: "x"}, 407, ReasonBadParams, ReasonBadParams, "", false},
-		{"a malformed credential the token check refused is 407 auth", authFailed(&params.Error{Msg: "x"}), 407, ReasonAuth, ReasonAuth, "", false},
+		{"a malformed credential the token check refused is 407 auth", &admission.AuthError{Err: &params.Error{Msg: "x"}}, 407, ReasonAuth, ReasonAuth, "", false},
 		{"a malformed target is 400", &fault.Target{Reason: ReasonBadRequest}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
 		{"a private target is 403", &fault.Target{Reason: ReasonPrivateTarget}, 403, ReasonPrivateTarget, ReasonPrivateTarget, "", false},
 		{"the gateway itself is 508", &fault.Target{Reason: ReasonLoop}, 508, ReasonLoop, ReasonLoop, "", false},

@@ -1,7 +1,16 @@
-package gateway
+// Package admission is the first stage of every request through the
+// gateway: it authenticates the client (its token against the configured
+// ones, in constant time), reads its parameters (gateway/params) and
+// checks its target: no private range unless allowed, never the gateway's
+// own listen address, resolved through a short cache of checked answers.
+// It calls no other stage; a direct member's dial asks it for a target's
+// addresses (DialAddrs, link.TargetChecker).
+package admission
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
@@ -15,12 +24,12 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 )
 
-// admission is the first stage of every request: it authenticates the
+// Admission is the first stage of every request: it authenticates the
 // client, reads its parameters and checks its target (not a private
 // range unless allowed, not the gateway itself). It owns the client
 // tokens, the DNS answers it checked (cached briefly) and the addresses
 // the gateway listens on; it calls no other stage.
-type admission struct {
+type Admission struct {
 	tokens       tokenSet
 	authRequired bool
 	allowPrivate bool
@@ -30,12 +39,31 @@ type admission struct {
 	listen atomic.Pointer[[]netip.AddrPort]
 }
 
-func newAdmission(o Options) *admission {
-	return &admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivateTargets, resolver: o.Resolver}
+// Resolver looks up a target's addresses (*net.Resolver implements it).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// listening adds addr (a listener's) to the addresses the loop check refuses.
-func (ad *admission) listening(addr net.Addr) {
+// New returns the admission stage: tokens are the client tokens (none: no
+// authentication), allowPrivate lets targets in private ranges through,
+// resolver looks targets up.
+func New(tokens []string, allowPrivate bool, resolver Resolver) *Admission {
+	return &Admission{tokens: newTokenSet(tokens), authRequired: len(tokens) > 0, allowPrivate: allowPrivate, resolver: resolver}
+}
+
+// AuthError is a client whose token the gateway refuses before leasing:
+// 407 auth. (A malformed parameter or credential is a *params.Error: 407
+// bad_params.)
+type AuthError struct {
+	Err error
+}
+
+func (e *AuthError) Error() string { return e.Err.Error() }
+
+func authFailed(err error) error { return &AuthError{Err: err} }
+
+// Listening adds addr (a listener's) to the addresses the loop check refuses.
+func (ad *Admission) Listening(addr net.Addr) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil {
 		return
@@ -53,11 +81,11 @@ func (ad *admission) listening(addr net.Addr) {
 	}
 }
 
-// authenticate checks the client's token (when tokens are configured) and
+// Authenticate checks the client's token (when tokens are configured) and
 // reads its parameters. The token never reaches a log or an error text. A
-// refused token is an *authError; a malformed parameter or credential is
-// the parser's *params.Error, which judge answers as bad_params.
-func (ad *admission) authenticate(r *http.Request) (params.Params, error) {
+// refused token is an *AuthError; a malformed parameter or credential is
+// the parser's *params.Error, which the gateway's judge answers as bad_params.
+func (ad *Admission) Authenticate(r *http.Request) (params.Params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
@@ -124,15 +152,15 @@ func forbiddenReason(a netip.Addr) string {
 	return ""
 }
 
-// checkTarget resolves host (IP literals need no lookup) and refuses it when
+// CheckTarget resolves host (IP literals need no lookup) and refuses it when
 // any address is in a forbidden range (unless private targets are allowed)
 // or is the gateway's own listen address. It returns the checked addresses,
 // or nil when private targets are allowed and host is a name: then nothing
 // was resolved and a direct member resolves when it dials.
-func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+func (ad *Admission) CheckTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" && !ad.allowPrivate {
-			return nil, &fault.Target{Reason: ReasonPrivateTarget, Msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
+			return nil, &fault.Target{Reason: fault.ReasonPrivateTarget, Msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
 		return addrs, ad.checkAddrs(host, port, addrs)
@@ -148,10 +176,10 @@ func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) 
 }
 
 // DialAddrs are the addresses a direct member dials for host:port: the
-// checked ones, resolved here when checkTarget had no need to (private
+// checked ones, resolved here when CheckTarget had no need to (private
 // targets allowed), the loop check applied to them either way.
-func (ad *admission) DialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
-	addrs, err := ad.checkTarget(ctx, host, port)
+func (ad *Admission) DialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+	addrs, err := ad.CheckTarget(ctx, host, port)
 	if err != nil || addrs != nil {
 		return addrs, err
 	}
@@ -163,16 +191,16 @@ func (ad *admission) DialAddrs(ctx context.Context, host string, port uint16) ([
 
 // resolve looks host up (answers are cached briefly, see dnsCache); a
 // failure is a 502 naming the host.
-func (ad *admission) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+func (ad *Admission) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if addrs, ok := ad.dns.get(host); ok {
 		return addrs, nil
 	}
 	addrs, err := ad.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
-		return nil, &fault.Target{Reason: ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
+		return nil, &fault.Target{Reason: fault.ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
 	}
 	if err != nil {
-		return nil, &fault.Target{Reason: ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
+		return nil, &fault.Target{Reason: fault.ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
 	}
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
@@ -221,16 +249,16 @@ func (c *dnsCache) put(host string, addrs []netip.Addr) {
 }
 
 // checkAddrs applies the range and loop checks to every address of host.
-func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
+func (ad *Admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
 	for _, a := range addrs {
 		if !ad.allowPrivate {
 			if why := forbiddenReason(a); why != "" {
-				return &fault.Target{Reason: ReasonPrivateTarget,
+				return &fault.Target{Reason: fault.ReasonPrivateTarget,
 					Msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --allow-private-targets allows them)"}
 			}
 		}
 		if ad.isSelf(a, port) {
-			return &fault.Target{Reason: ReasonLoop,
+			return &fault.Target{Reason: fault.ReasonLoop,
 				Msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
 	}
@@ -242,7 +270,7 @@ func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) er
 // An unspecified target (0.0.0.0, ::) is this host too: a connection to it
 // reaches the loopback listener on its port, so any listener on that port
 // counts.
-func (ad *admission) isSelf(a netip.Addr, port uint16) bool {
+func (ad *Admission) isSelf(a netip.Addr, port uint16) bool {
 	lp := ad.listen.Load()
 	if lp == nil {
 		return false
@@ -275,4 +303,25 @@ func isLocalAddr(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// tokenSet checks client tokens in constant time: every configured token is
+// compared (as a SHA-256 digest, so lengths leak nothing) whatever matches.
+type tokenSet [][sha256.Size]byte
+
+func newTokenSet(tokens []string) tokenSet {
+	s := make(tokenSet, 0, len(tokens))
+	for _, t := range tokens {
+		s = append(s, sha256.Sum256([]byte(t)))
+	}
+	return s
+}
+
+func (s tokenSet) match(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	found := 0
+	for i := range s {
+		found |= subtle.ConstantTimeCompare(got[:], s[i][:])
+	}
+	return found == 1
 }
