@@ -7,12 +7,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
-	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/hop"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -151,7 +150,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	out.URL = u
 	out.RequestURI = ""
 	out.Close = false
-	out.Header = forwardHeader(r.Header)
+	out.Header = hop.ForwardHeader(r.Header)
 	out.Body = nil
 	if rq.body != nil {
 		out.Body = rq.body
@@ -308,7 +307,7 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	defer resp.Body.Close()
 	name := h.mc.m.Name
 	dst := w.Header()
-	copyResponseHeader(dst, resp.Header)
+	hop.CopyResponseHeader(dst, resp.Header)
 	if _, ok := resp.Header["Content-Type"]; !ok {
 		// A nil value stops net/http from sniffing one: the client must see
 		// the site's answer, not a Content-Type the gateway guessed.
@@ -355,7 +354,7 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	for k, vv := range resp.Trailer {
 		// The same filter as the head's: a site's trailer cannot pose as
 		// the gateway's X-Proxyfleet-* headers either.
-		if endToEnd(k, conn) {
+		if hop.EndToEnd(k, conn) {
 			dst[http.TrailerPrefix+k] = vv
 		}
 	}
@@ -367,58 +366,4 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 func discard(resp *http.Response) {
 	_, _ = io.CopyN(io.Discard, resp.Body, maxDiscard)
 	_ = resp.Body.Close()
-}
-
-// isHopByHop reports headers that belong to one connection (RFC 9110 7.6.1)
-// or to the client↔proxy hop, in canonical form.
-func isHopByHop(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// forwardHeader copies the request headers that travel on: no hop-by-hop
-// header, nothing Connection names, no X-Proxyfleet-* header. Value slices
-// are shared, not copied; neither side modifies them. A request without a
-// User-Agent goes on without one: every request writer (net/http's, the
-// lean one, HTTP/2's) would add its own Go-http-client, a fingerprint of
-// the gateway the client never sent, unless the field is there and empty.
-func forwardHeader(in http.Header) http.Header {
-	out := make(http.Header, len(in)+1)
-	conn := in["Connection"]
-	for k, vv := range in {
-		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
-			continue
-		}
-		out[k] = vv
-	}
-	if _, ok := out["User-Agent"]; !ok {
-		out["User-Agent"] = noUserAgent
-	}
-	return out
-}
-
-// noUserAgent is the User-Agent of a request that named none: present and
-// empty, so that no writer adds its own (shared, never modified).
-var noUserAgent = []string{""}
-
-// copyResponseHeader copies an answer's end-to-end headers into dst; a
-// site's own X-Proxyfleet-* headers are dropped so they cannot pose as ours.
-func copyResponseHeader(dst, src http.Header) {
-	conn := src["Connection"]
-	for k, vv := range src {
-		if endToEnd(k, conn) {
-			dst[k] = vv
-		}
-	}
-}
-
-// endToEnd reports whether an answer's field k (canonical) goes on to the
-// client: not hop-by-hop, not named by the answer's Connection (conn), not
-// an X-Proxyfleet-* field, which only the gateway writes.
-func endToEnd(k string, conn []string) bool {
-	return !isHopByHop(k) && !strings.HasPrefix(k, headerPrefix) && (len(conn) == 0 || !front.HasToken(conn, k))
 }
