@@ -15,7 +15,9 @@
 // member health and the finisher (the one exit); a tunnel once up is
 // gateway/relay's. requestPath (path.go) reads the path top-down, one
 // function per protocol on the one retry loop (tryMembers), and Gateway is
-// the wiring. docs/architecture.md has a paragraph per stage.
+// the wiring. A stage that needs none of the others is a package of its
+// own (admission, link, health, sitelink; fault is the failure vocabulary
+// they share). docs/architecture.md has a paragraph per stage.
 //
 // Behaviour worth knowing:
 //
