@@ -227,7 +227,7 @@ func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	h.Set(HeaderReason, reason)
-	h.Set("Proxy-Status", proxyStatus(reason))
+	h.Set("Proxy-Status", fault.ProxyStatus(reason))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
 }

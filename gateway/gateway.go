@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
@@ -330,7 +331,7 @@ func New(o Options) (*Gateway, error) {
 func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + proxyStatus(ReasonBadRequest),
+		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
 			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},

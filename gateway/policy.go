@@ -61,14 +61,6 @@ func answerFor(reason string) (status int, outcome string) {
 	return fault.AnswerStatus(reason), reason
 }
 
-// proxyStatusName is the gateway's name in a Proxy-Status list.
-const proxyStatusName = "proxyfleet"
-
-// proxyStatus is the Proxy-Status value of the gateway's answer with reason.
-func proxyStatus(reason string) string {
-	return proxyStatusName + "; error=" + fault.ProxyStatusError(reason) + `; details="` + reason + `"`
-}
-
 // verdict is what a failure means for its request.
 type verdict struct {
 	// reason of the answer to write; "" writes none (the client left).

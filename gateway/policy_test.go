@@ -152,39 +152,6 @@ func TestNoMemberSaysWhenTheFirstMemberIsBack(t *testing.T) {
 	}
 }
 
-// Every answer the gateway makes names its RFC 9209 type, and a gateway
-// that has this one as a member reads it as one gateway would blame:
-// the site's failures stay the site's, the gateway's own trouble is that
-// member's, and a refusal bound to a site or request rests only that site
-// through it.
-func TestProxyStatusTellsAChainedGatewayWhoseFailureItIs(t *testing.T) {
-	for _, tc := range []struct {
-		reason string
-		member bool // the member's failure (rest it for every site), else the site's through it
-	}{
-		{ReasonDNS, false}, {ReasonTargetUnreachable, false}, {ReasonSiteCertificate, false},
-		{ReasonTimeout, false}, {ReasonMemberTimeout, false}, {ReasonPrivateTarget, false},
-		{ReasonNoMember, false}, {ReasonPaced, false}, {ReasonSessionLost, false},
-		{ReasonBadRequest, false},
-		// A 407 is about the credentials the chaining gateway sent: its member's login.
-		{ReasonAuth, true}, {ReasonBadParams, true},
-		{ReasonUpstreamFailed, true}, {ReasonPoolUnreachable, true}, {ReasonPoolError, true},
-		// A gateway its pool refuses serves no site: its own trouble.
-		{ReasonPoolForbidden, true},
-		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true},
-		{ReasonLoop, true}, {ReasonInternal, true},
-	} {
-		status := fault.AnswerStatus(tc.reason)
-		f := rotation.UpstreamAnswer(status, rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)})
-		if (f.Fault == rotation.FaultMember) != tc.member {
-			t.Errorf("%s: a chained gateway reads %+v, want member fault %v", tc.reason, f, tc.member)
-		}
-		if !(rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)}).Marked() {
-			t.Errorf("%s: Proxy-Status %q does not mark the answer as the gateway's own", tc.reason, proxyStatus(tc.reason))
-		}
-	}
-}
-
 // A gateway whose member is another proxyfleet gateway reads that
 // gateway's own answers by their Proxy-Status: a 503 no_member from it is
 // not the site's answer to relay but that member unable to reach the

@@ -113,3 +113,12 @@ func ProxyStatusError(reason string) string {
 	// upstream_failed, pool_unreachable, pool_error, shutting_down, internal.
 	return "proxy_internal_error"
 }
+
+// proxyStatusName is the gateway's name in a Proxy-Status list.
+const proxyStatusName = "proxyfleet"
+
+// ProxyStatus is the Proxy-Status value of the gateway's answer with
+// reason: its name, the RFC 9209 error type and the reason as details.
+func ProxyStatus(reason string) string {
+	return proxyStatusName + "; error=" + ProxyStatusError(reason) + `; details="` + reason + `"`
+}
