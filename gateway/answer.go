@@ -5,14 +5,13 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -96,43 +95,13 @@ func (b *prefixedBody) Close() error { return b.rest.Close() }
 // and names that member is the member's own (the transport verifies both
 // with one configuration), so it stays a member failure.
 func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
-	if u.Scheme != "https" || !isCertError(err) {
+	if u.Scheme != "https" || !fault.IsCertError(err) {
 		return err
 	}
 	var cve *tls.CertificateVerificationError
-	if mc.tlsConfig != nil && errors.As(err, &cve) && len(cve.UnverifiedCertificates) > 0 &&
-		cve.UnverifiedCertificates[0].VerifyHostname(mc.tlsConfig.ServerName) == nil {
+	if mc.TLSConfig != nil && errors.As(err, &cve) && len(cve.UnverifiedCertificates) > 0 &&
+		cve.UnverifiedCertificates[0].VerifyHostname(mc.TLSConfig.ServerName) == nil {
 		return err
 	}
-	return siteCertificateFault(u.Host, err)
-}
-
-// siteCertificateFault is a site certificate that did not verify on the
-// gateway's own TLS to the site: the site's, certain, answered 502
-// site_certificate and never retried (every member carries the same one).
-func siteCertificateFault(host string, err error) error {
-	return &attemptError{f: rotation.Site(classCertificate), firsthand: true,
-		err: errors.New("the certificate of " + echo.Quote(host) + " does not verify: " + certErrorText(err))}
-}
-
-// classCertificate is the failure class of a site certificate that does not verify.
-const classCertificate = "certificate"
-
-func isCertError(err error) bool {
-	var (
-		cve *tls.CertificateVerificationError
-		ua  x509.UnknownAuthorityError
-		he  x509.HostnameError
-		ci  x509.CertificateInvalidError
-	)
-	return errors.As(err, &cve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
-}
-
-// certErrorText is the verification error without the transport's wrapping.
-func certErrorText(err error) string {
-	var cve *tls.CertificateVerificationError
-	if errors.As(err, &cve) && cve.Err != nil {
-		return cve.Err.Error()
-	}
-	return err.Error()
+	return fault.SiteCertificate(u.Host, err)
 }

@@ -8,22 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/rotation"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 )
-
-// classAnswerTimeout is the failure class of a member that did not answer
-// an attempt within its answer timeout. One such silence is the site's (a
-// member waits on a slow site as long as it must): the {member, site} pair
-// rests, and two members silent on one site end the request. Whether the
-// member itself is dead is asked separately (checkAlive).
-const classAnswerTimeout = "answer_timeout"
-
-// aliveTimeout bounds checkAlive's question (capped by DialTimeout): a
-// proxy answers a request it needs no site for in milliseconds.
-const aliveTimeout = 5 * time.Second
-
-// errAnswerTimeout is the cause of an attempt its answer timeout ended.
-var errAnswerTimeout = errors.New("member answer timeout")
 
 // answerTimeoutFor is the answer timeout of an attempt to host.
 func (x *exchange) answerTimeoutFor(host string) time.Duration {
@@ -31,12 +19,6 @@ func (x *exchange) answerTimeoutFor(host string) time.Duration {
 		return d
 	}
 	return x.answerTimeout
-}
-
-// answerTimedOut is the verdict of an attempt whose member did not answer
-// within d.
-func answerTimedOut(d time.Duration, what string) error {
-	return siteFault(rotation.Site(classAnswerTimeout), errors.New("gave no answer to "+what+" within "+d.String()))
 }
 
 // attemptTimer ends an attempt through the Transport when its member takes
@@ -76,31 +58,31 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	if mirror != nil {
 		return x.sendMirrored(mirror, mc, out, timeout)
 	}
-	if leanEligible(mc, out) {
-		resp, err := mc.lean.roundTrip(out.Context(), out, mc.proxyAuth, timeout)
-		if errors.Is(err, errAnswerTimeout) {
-			return nil, answerTimedOut(timeout, "the request")
+	if link.LeanEligible(mc.Link, out) {
+		resp, err := mc.Lean.RoundTripLean(out.Context(), out, mc.ProxyAuth, timeout)
+		if errors.Is(err, fault.ErrAnswerTimeout) {
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		return resp, err
 	}
-	out = withOrder(out, mc)
-	var st *siteTrace
+	out = link.WithOrder(out, mc.Link)
+	var st *sitelink.Trace
 	if out.URL.Scheme == "https" {
 		// Over the gateway's own TLS to the site: what fails once the
 		// request is written may be the site's answer (siteTrace).
-		st = new(siteTrace)
-		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.trace()))
+		st = new(sitelink.Trace)
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), st.ClientTrace()))
 	}
 	if timeout == x.answerTimeout {
 		// The default: the Transport's own ResponseHeaderTimeout, set to
 		// it (newMemberConn), bounds the answer from the request's write,
 		// with nothing made per attempt.
-		resp, err := mc.transport.RoundTrip(out)
-		if err != nil && isTimeout(err) && out.Context().Err() == nil {
-			return nil, answerTimedOut(timeout, "the request")
+		resp, err := mc.Transport.RoundTrip(out)
+		if err != nil && fault.IsTimeout(err) && out.Context().Err() == nil {
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		if err != nil {
-			return nil, st.verdict(out.Context(), err)
+			return nil, st.Verdict(out.Context(), err)
 		}
 		return resp, nil
 	}
@@ -108,7 +90,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 	// Transport without ResponseHeaderTimeout, bounded by a timer of their
 	// own.
 	actx, cancel := context.WithCancelCause(out.Context())
-	at := attemptTimer{t: time.AfterFunc(x.dialTimeout+timeout, func() { cancel(errAnswerTimeout) })}
+	at := attemptTimer{t: time.AfterFunc(x.dialTimeout+timeout, func() { cancel(fault.ErrAnswerTimeout) })}
 	tctx := actx
 	if out.Body != nil && (out.ContentLength < 0 || out.ContentLength > maxReadAhead) {
 		// A body that streams may take long to write: the answer's time
@@ -116,7 +98,7 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 		// at once, and a request without one too.)
 		tctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { at.restart(timeout) }})
 	}
-	resp, err := mc.siteTransport().RoundTrip(out.WithContext(tctx))
+	resp, err := mc.SiteTransport().RoundTrip(out.WithContext(tctx))
 	if !at.stop() {
 		// The timer fired (perhaps just as the head arrived: its body is
 		// cut off with the attempt's context either way).
@@ -124,38 +106,13 @@ func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, 
 			_ = resp.Body.Close()
 		}
 		if out.Context().Err() == nil {
-			return nil, answerTimedOut(timeout, "the request")
+			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 	}
 	if err != nil {
 		cancel(nil)
-		return nil, st.verdict(out.Context(), err)
+		return nil, st.Verdict(out.Context(), err)
 	}
 	// actx lives on with the body; it ends with the request's context.
 	return resp, nil
-}
-
-// aliveSet keeps one aliveness check per member at a time.
-type aliveSet struct {
-	mu sync.Mutex
-	m  map[string]struct{}
-}
-
-func (s *aliveSet) begin(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; ok {
-		return false
-	}
-	if s.m == nil {
-		s.m = make(map[string]struct{})
-	}
-	s.m[name] = struct{}{}
-	return true
-}
-
-func (s *aliveSet) end(name string) {
-	s.mu.Lock()
-	delete(s.m, name)
-	s.mu.Unlock()
 }

@@ -1,24 +1,19 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
-
-// maxConnectAnswer bounds an upstream's answer head to our CONNECT.
-const maxConnectAnswer = 64 << 10
 
 // serveConnect opens a tunnel through a leased member, retrying on other
 // members while the tunnel is not up, then splices bytes both ways.
@@ -30,11 +25,11 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		// net/http read the authority as a URL and kept only its host:
 		// a login, a path, a query or an escape was dropped, not refused.
 		// The target is not quoted: a login may be in it.
-		rp.exit.finish(ctx, rq, &targetError{reason: ReasonBadRequest,
-			msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
+		rp.exit.finish(ctx, rq, &fault.Target{Reason: ReasonBadRequest,
+			Msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
 		return
 	}
-	host, port, err := splitTarget(hostport, "")
+	host, port, err := sites.SplitTarget(hostport, "")
 	if err == nil {
 		err = checkMITMHeader(r)
 	}
@@ -42,7 +37,7 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		rp.exit.finish(ctx, rq, err)
 		return
 	}
-	addrs, err := rp.admit.checkTarget(ctx, host, port)
+	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
 		return
@@ -162,7 +157,7 @@ func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, ho
 		case ctx.Err() != nil:
 			return tryAnother, errClientGone
 		}
-		return tryAnother, asAttempt(err)
+		return tryAnother, fault.AsAttempt(err)
 	})
 	return up, early, err
 }
@@ -180,132 +175,4 @@ func appendHeader(b []byte, name, value string) []byte {
 		b = append(b, c)
 	}
 	return append(b, "\r\n"...)
-}
-
-// errNoAnswerYet: the read deadline passed before the first byte of an
-// answer to CONNECT.
-var errNoAnswerYet = errors.New("no answer to CONNECT yet")
-
-// isTimeout reports a deadline that passed.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// readConnectAnswer reads an HTTP/1.x answer head and returns its status.
-// A 2xx means the tunnel is up and its headers are skipped; a failure's
-// error headers are kept, since they say whose failure it was.
-func readConnectAnswer(br *bufio.Reader) (int, string, rotation.UpstreamError, error) {
-	total := 0
-	first := true
-	status := 0
-	line := ""
-	var ue rotation.UpstreamError
-	for {
-		b, err := br.ReadSlice('\n')
-		total += len(b)
-		if total > maxConnectAnswer {
-			return 0, "", ue, errors.New("upstream answer head larger than " + strconv.Itoa(maxConnectAnswer) + " bytes")
-		}
-		if err == bufio.ErrBufferFull {
-			if first {
-				return 0, "", ue, errors.New("upstream answer status line too long")
-			}
-			continue
-		}
-		if err != nil {
-			if first && total == 0 && isTimeout(err) {
-				return 0, "", ue, errNoAnswerYet
-			}
-			if first {
-				return 0, "", ue, errors.New("no answer to CONNECT: " + err.Error())
-			}
-			return 0, "", ue, errors.New("truncated answer to CONNECT: " + err.Error())
-		}
-		if first {
-			first = false
-			s := string(trimEOL(b))
-			if len(s) < 12 || s[:7] != "HTTP/1." || s[8] != ' ' {
-				return 0, "", ue, errors.New("malformed answer to CONNECT: " + echo.Quote(s))
-			}
-			n, err := strconv.Atoi(s[9:12])
-			if err != nil || n < 100 || n > 999 || (len(s) > 12 && s[12] != ' ') {
-				return 0, "", ue, errors.New("malformed answer to CONNECT: " + echo.Quote(s))
-			}
-			status, line = n, echo.Quote(s[9:])
-			continue
-		}
-		h := trimEOL(b)
-		if len(h) == 0 {
-			if status >= 100 && status < 200 {
-				// An interim answer; the real one follows.
-				first = true
-				continue
-			}
-			return status, line, ue, nil
-		}
-		if status < 200 || status > 299 {
-			readErrorHeader(&ue, h)
-		}
-	}
-}
-
-// readErrorHeader keeps h when it is one of the error headers proxies put
-// on answers they make themselves.
-func readErrorHeader(ue *rotation.UpstreamError, h []byte) {
-	name, value, ok := strings.Cut(string(h), ":")
-	if !ok {
-		return
-	}
-	value = strings.TrimSpace(value)
-	switch {
-	case strings.EqualFold(name, "Proxy-Status"):
-		ue.ProxyStatus = value
-	case strings.EqualFold(name, "X-Squid-Error"):
-		ue.SquidError = value
-	case strings.EqualFold(name, "X-Brd-Err-Code"):
-		ue.BrightDataCode = value
-	}
-}
-
-// upstreamErrorOf reads the same headers from a plain-HTTP answer.
-func upstreamErrorOf(h http.Header) rotation.UpstreamError {
-	var ue rotation.UpstreamError
-	if v := h["Proxy-Status"]; len(v) > 0 {
-		ue.ProxyStatus = strings.Join(v, ", ")
-	}
-	if v := h["X-Squid-Error"]; len(v) > 0 {
-		ue.SquidError = v[0]
-	}
-	if v := h["X-Brd-Err-Code"]; len(v) > 0 {
-		ue.BrightDataCode = v[0]
-	}
-	return ue
-}
-
-// classifyDirect gives a direct member's dial failure its verdict: the
-// member's own when its source address is gone or out of ports, else the
-// site's, firsthand.
-func classifyDirect(err error) error {
-	if err == nil {
-		return nil
-	}
-	var te *targetError
-	if errors.As(err, &te) {
-		return err
-	}
-	if directMemberFault(err) {
-		return memberFault("source address", err)
-	}
-	return &attemptError{f: rotation.Site("connect"), err: err, firsthand: true}
-}
-
-func trimEOL(b []byte) []byte {
-	if n := len(b); n > 0 && b[n-1] == '\n' {
-		b = b[:n-1]
-	}
-	if n := len(b); n > 0 && b[n-1] == '\r' {
-		b = b[:n-1]
-	}
-	return b
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -349,7 +351,7 @@ func TestShutdownClosesTunnelsAtTheDeadline(t *testing.T) {
 		t.Fatalf("Shutdown = %v, want the deadline error", err)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || fault.IsTimeout(err) {
 		t.Fatalf("tunnel still open after the forced shutdown: %v", err)
 	}
 	if n := e.gw.path.tunnels.Count(); n != 0 {
@@ -377,7 +379,7 @@ func TestReadConnectAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, _, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
+			status, _, _, err := link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader(tt.in), 4096))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %d %v, want error %q", status, err, tt.wantErr)
@@ -386,28 +388,6 @@ func TestReadConnectAnswer(t *testing.T) {
 			}
 			if err != nil || status != tt.status {
 				t.Fatalf("got %d %v, want %d", status, err, tt.status)
-			}
-		})
-	}
-}
-
-func TestForbiddenReason(t *testing.T) {
-	tests := []struct {
-		addr string
-		want string
-	}{
-		{"127.0.0.1", "loopback"}, {"::1", "loopback"}, {"10.0.0.1", "private"}, {"172.16.5.4", "private"},
-		{"192.168.1.1", "private"}, {"100.64.0.1", "private"}, {"100.127.255.255", "private"}, {"fd12::1", "private"},
-		{"169.254.169.254", "link-local"}, {"fe80::1", "link-local"}, {"0.0.0.0", "unspecified"}, {"::", "unspecified"},
-		{"0.1.2.3", "unspecified"}, {"239.1.2.3", "multicast"}, {"224.0.0.1", "link-local"}, {"ff02::1", "link-local"}, {"ff05::1", "multicast"},
-		{"255.255.255.255", "reserved"}, {"::ffff:10.0.0.1", "private"}, {"64:ff9b::a00:1", "private"},
-		{"192.0.2.1", ""}, {"8.8.8.8", ""}, {"2001:db8::1", ""}, {"100.128.0.1", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.addr, func(t *testing.T) {
-			got := forbiddenReason(mustAddr(t, tt.addr))
-			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
-				t.Fatalf("forbiddenReason(%s) = %q, want %q", tt.addr, got, tt.want)
 			}
 		})
 	}
@@ -426,8 +406,8 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.WithValue(context.Background(), checkedKey{}, &checkedAddrs{host: "site.example", addrs: []netip.Addr{mustAddr(t, tg.Host())}})
-	c, err := g.links.dialDirectAddr(ctx, mc, "site.example:"+strconv.Itoa(tg.Port()))
+	ctx := link.WithChecked(context.Background(), "site.example", []netip.Addr{mustAddr(t, tg.Host())})
+	c, err := mc.Transport.DialContext(ctx, "tcp", "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +419,7 @@ func TestDirectDialUsesTheCheckedAddressWithoutResolvingAgain(t *testing.T) {
 		t.Fatalf("dialled from %s, want the member's source 127.0.0.2", got)
 	}
 	// Without checked addresses the dial resolves (and checks) itself.
-	c2, err := g.links.dialDirectAddr(context.Background(), mc, "site.example:"+strconv.Itoa(tg.Port()))
+	c2, err := mc.Transport.DialContext(context.Background(), "tcp", "site.example:"+strconv.Itoa(tg.Port()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +503,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	}
 	defer g.Shutdown(context.Background())
 	for i := 0; i < 3; i++ {
-		addrs, err := g.admit.checkTarget(context.Background(), "ok.example", 443)
+		addrs, err := g.admit.CheckTarget(context.Background(), "ok.example", 443)
 		if err != nil || len(addrs) != 1 || addrs[0].String() != "192.0.2.1" {
 			t.Fatalf("checkTarget: %v %v", addrs, err)
 		}
@@ -532,9 +512,9 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 		t.Fatalf("%d lookups for three checks, want 1", n.Load())
 	}
 	for i := 0; i < 2; i++ {
-		_, err := g.admit.checkTarget(context.Background(), "gone.example", 443)
-		var te *targetError
-		if !errors.As(err, &te) || te.reason != ReasonDNS || !strings.Contains(te.msg, "cannot resolve") {
+		_, err := g.admit.CheckTarget(context.Background(), "gone.example", 443)
+		var te *fault.Target
+		if !errors.As(err, &te) || te.Reason != ReasonDNS || !strings.Contains(te.Msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)
 		}
 	}
@@ -603,7 +583,7 @@ func TestADeadSiteTakesNoDirectMemberOutOfService(t *testing.T) {
 func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
 	in := "HTTP/1.1 503 Service Unavailable\r\nServer: squid/5.7\r\nx-squid-error: ERR_CONNECT_FAIL 111\r\n" +
 		"Proxy-Status: sq; error=connection_refused\r\nX-Brd-Err-Code: client_1\r\n\r\n"
-	status, _, ue, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
+	status, _, ue, err := link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
 	if err != nil || status != 503 {
 		t.Fatalf("got %d %v", status, err)
 	}
@@ -612,7 +592,7 @@ func TestReadConnectAnswerKeepsAFailuresErrorHeaders(t *testing.T) {
 		t.Fatalf("error headers %+v, want %+v", ue, want)
 	}
 	// A tunnel's headers are not read into anything.
-	_, _, ue, _ = readConnectAnswer(bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_X 0\r\n\r\n"), 4096))
+	_, _, ue, _ = link.ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_X 0\r\n\r\n"), 4096))
 	if ue != (rotation.UpstreamError{}) {
 		t.Fatalf("2xx answer kept %+v", ue)
 	}

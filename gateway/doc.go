@@ -15,7 +15,9 @@
 // member health and the finisher (the one exit); a tunnel once up is
 // gateway/relay's. requestPath (path.go) reads the path top-down, one
 // function per protocol on the one retry loop (tryMembers), and Gateway is
-// the wiring. docs/architecture.md has a paragraph per stage.
+// the wiring. A stage that needs none of the others is a package of its
+// own (admission, link, health, sitelink; fault is the failure vocabulary
+// they share). docs/architecture.md has a paragraph per stage.
 //
 // Behaviour worth knowing:
 //
@@ -50,7 +52,7 @@
 //     gives none is out for every site at once.
 //   - What the client's own bytes or behaviour caused (a header name that
 //     is not a token, a body's framing, a body cut short, a stall mid-body,
-//     a client that left) is the client's: clientBody types the errors
+//     a client that left) is the client's: gateway/clientbody types the errors
 //     where the body is read, judge answers them first (400, 408 or
 //     nothing), and no member rests or is reported. A body of up to 64 KiB
 //     is read whole before a member is leased; a chunked request ends its

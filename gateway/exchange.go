@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -26,7 +27,7 @@ type exchange struct {
 	classifier    rotation.Classifier
 	banBodyBytes  int
 	answerTimeout time.Duration // the default (Options.MemberAnswerTimeout)
-	siteTimeouts  SiteDurations
+	siteTimeouts  sites.Durations
 	dialTimeout   time.Duration
 	siteRoots     *x509.CertPool
 	mitm          *mitm           // the presets and site sessions of mirroring tunnels; nil without MITM

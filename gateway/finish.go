@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -46,7 +49,7 @@ type exitLeases interface {
 // failureNoter hears of a member failure reported on a lease (member
 // health).
 type failureNoter interface {
-	memberFailed(h held, class string)
+	MemberFailed(h health.Lease, class string)
 }
 
 // request is one client request (or CONNECT) on its way to its end.
@@ -68,7 +71,7 @@ type request struct {
 	// tunnel dialled through): X-Proxyfleet-Attempts.
 	attempts int
 	// body is the request body being forwarded, nil when there is none.
-	body *clientBody
+	body *clientbody.Body
 	// pace is the request's place in its site's pace (pace, leavePace);
 	// sentAt when its last attempt passed pacing, for the learnt pace.
 	pace   paceTicket
@@ -128,7 +131,7 @@ func (f *finisher) trace(ctx context.Context, rq *request, outcome, reason strin
 
 // use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
-	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.nameHdr
+	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.NameHdr
 	rq.attempts++
 }
 
@@ -163,7 +166,7 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 		if v.report != "" {
 			f.leases.drop(ctx, rq.lr, rq.h, v.report, 0)
 			if v.report == rotation.ResultUpstreamFailed {
-				f.health.memberFailed(rq.h, failureOf(err).f.Class)
+				f.health.MemberFailed(rq.h.health(), fault.Of(err).F.Class)
 			}
 		} else {
 			f.leases.done(ctx, rq.h)
@@ -216,7 +219,7 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 
 // fail writes an answer the gateway itself produced: a text body saying
 // what is wrong, X-Proxyfleet-Reason with a short cause and Proxy-Status
-// with its RFC 9209 type (ProxyStatusError).
+// with its RFC 9209 type (fault.ProxyStatusError).
 func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	status, _ := answerFor(reason)
 	h := w.Header()
@@ -224,40 +227,31 @@ func (f *finisher) fail(w http.ResponseWriter, reason, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	h.Set(HeaderReason, reason)
-	h.Set("Proxy-Status", proxyStatus(reason))
+	h.Set("Proxy-Status", fault.ProxyStatus(reason))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte("proxyfleet: " + msg + "\n"))
 }
-
-// annotated is err with a message meant for the client.
-type annotated struct {
-	err error
-	msg string
-}
-
-func (e *annotated) Error() string { return e.msg }
-func (e *annotated) Unwrap() error { return e.err }
 
 // attempts is a request's record of the members that failed it, and the
 // rule for when to stop trying others.
 type attempts struct {
 	hostport string // the target, for messages
 	tried    []string
-	last     *attemptError
+	last     *fault.Attempt
 	lastName string
-	fails    siteFailures
+	fails    fault.SiteFailures
 }
 
 // failed records ae, a failure of the lease h (already reported), and says
 // whether the request must stop: the site failed the same way on a second
 // member (then it is the site), or the retry budget for answers about the
 // site is spent.
-func (a *attempts) failed(h held, ae *attemptError, retries int) (stop bool) {
+func (a *attempts) failed(h held, ae *fault.Attempt, retries int) (stop bool) {
 	name := h.mc.m.Name
 	a.tried = append(a.tried, name)
 	a.last, a.lastName = ae, name
-	if ae.f.Fault == rotation.FaultSite {
-		return a.fails.add(name, h.id, ae.f, ae) || len(a.fails) > retries
+	if ae.F.Fault == rotation.FaultSite {
+		return a.fails.Add(name, h.id, ae.F, ae) || len(a.fails) > retries
 	}
 	return false
 }
@@ -270,8 +264,8 @@ func (a *attempts) triedBefore(name string) bool { return slices.Contains(a.trie
 // giveUp is the error that ends the request after its attempts; suffix
 // says why no further member was tried.
 func (a *attempts) giveUp(suffix string) error {
-	if a.last.f.Fault == rotation.FaultSite {
-		return &givenUp{last: a.last, msg: a.fails.message(a.hostport) + suffix}
+	if a.last.F.Fault == rotation.FaultSite {
+		return &givenUp{last: a.last, msg: a.fails.Message(a.hostport) + suffix}
 	}
 	return &givenUp{last: a.last, msg: "upstream " + a.lastName + " failed: " + a.last.Error() + suffix}
 }

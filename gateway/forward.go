@@ -7,18 +7,22 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/hop"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // maxReadAhead is how much of a request body is taken in before a member
-// is leased (clientBody.readAhead).
+// is leased (clientbody.Body.ReadAhead).
 const maxReadAhead = 64 << 10
 
 // maxDiscard is how much of a retried answer's body is read to keep its
@@ -39,17 +43,17 @@ var errUpstreamAuth = errors.New("answered 407 Proxy Authentication Required (th
 func upstreamAnswer(resp *http.Response) error {
 	if resp.StatusCode == http.StatusProxyAuthRequired {
 		discard(resp)
-		return memberFault("auth", errUpstreamAuth)
+		return fault.Member("auth", errUpstreamAuth)
 	}
 	if resp.StatusCode < 400 {
 		return nil
 	}
-	ue := upstreamErrorOf(resp.Header)
+	ue := link.UpstreamErrorOf(resp.Header)
 	if !ue.Marked() {
 		return nil // the site's own error answer: delivered as it is
 	}
 	discard(resp)
-	return &attemptError{f: rotation.UpstreamAnswer(resp.StatusCode, ue), err: &answerError{status: resp.StatusCode, line: echo.Quote(resp.Status), ue: ue}}
+	return &fault.Attempt{F: rotation.UpstreamAnswer(resp.StatusCode, ue), Err: &fault.Answer{Status: resp.StatusCode, Line: echo.Quote(resp.Status), UE: ue}}
 }
 
 // proxyWroteAnswer reports whether the member, not the site, may have
@@ -61,7 +65,7 @@ func upstreamAnswer(resp *http.Response) error {
 // site. Reading a site's 503 "Proxy-Status: CDN; error=connection_limit_reached"
 // or its 407 as the member's rested every member for every site.
 func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
-	return !mc.m.Direct() && !mc.socks5 && rq.mirror == nil && out.URL.Scheme == "http"
+	return !mc.m.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -71,8 +75,8 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
-			msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+			Msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
 	defPort := "80"
@@ -89,10 +93,10 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 			u.Scheme = "http"
 		}
 	default:
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
-	host, port, err := splitTarget(u.Host, defPort)
+	host, port, err := sites.SplitTarget(u.Host, defPort)
 	if err != nil {
 		rp.exit.finish(r.Context(), rq, err)
 		return
@@ -107,14 +111,14 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u *url.URL, host string, port uint16) {
 	w, start := rq.w, rq.start
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		rq.body = newClientBody(r, r.Body)
+		rq.body = clientbody.New(r, r.Body)
 	}
 	// RequestTimeout bounds everything up to the answer's head, retries
 	// included; the body then streams for as long as it takes.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	deadline := time.AfterFunc(rp.requestTimeout, func() {
-		if rq.body.stalled() {
+		if rq.body.Stalled() {
 			// The forwarding waits on the client's body: cut the read off,
 			// or the Transport, which waits for its body writer to end,
 			// would wait on the client for as long as it pleases.
@@ -124,16 +128,16 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	})
 	defer deadline.Stop()
 	rq.pace.due = start.Add(rp.requestTimeout)
-	addrs, err := rp.admit.checkTarget(ctx, host, port)
+	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
 		return
 	}
 	if addrs != nil {
-		ctx = context.WithValue(ctx, checkedKey{}, &checkedAddrs{host: host, addrs: addrs})
+		ctx = link.WithChecked(ctx, host, addrs)
 	}
 	if rq.body != nil {
-		if cf := rq.body.readAhead(maxReadAhead); cf != nil {
+		if cf := rq.body.ReadAhead(maxReadAhead); cf != nil {
 			rp.exit.finish(ctx, rq, cf)
 			return
 		}
@@ -146,11 +150,11 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	out.URL = u
 	out.RequestURI = ""
 	out.Close = false
-	out.Header = forwardHeader(r.Header)
+	out.Header = hop.ForwardHeader(r.Header)
 	out.Body = nil
 	if rq.body != nil {
 		out.Body = rq.body
-		if n, ok := rq.body.whole(); ok {
+		if n, ok := rq.body.Whole(); ok {
 			// Known whole: sent with its length, whatever framing it came in.
 			out.ContentLength, out.TransferEncoding = n, nil
 		}
@@ -252,9 +256,9 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if errors.Is(err, keepalive.ErrSwitched) {
 		// The site's (certain over the gateway's own TLS to it or from a
 		// direct member's address), as any answer it should not have sent.
-		err = &attemptError{f: rotation.Site(classProtocol), err: err, firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
 	}
-	if cf := rq.body.fault(); cf != nil {
+	if cf := rq.body.Fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
 		// cut request, it is the client's (a Transport may also have
 		// raced the body's error with an answer).
@@ -283,18 +287,18 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	case r.Context().Err() != nil:
 		return nil, ans, errClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
-		if rq.body.stalled() {
-			return nil, ans, &clientFault{reason: ReasonClientTimeout, outcome: ReasonClientTimeout,
-				err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.bytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
+		if rq.body.Stalled() {
+			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
+				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.BytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
-		return nil, ans, &annotated{err: errRequestTimeout,
-			msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
+		return nil, ans, &fault.Annotated{Err: errRequestTimeout,
+			Msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
 	if h.mc.m.Direct() {
-		err = classifyDirect(err)
+		err = link.ClassifyDirect(err)
 	}
-	return nil, ans, asAttempt(err)
+	return nil, ans, fault.AsAttempt(err)
 }
 
 // deliver streams resp to the client with the gateway's headers added. It
@@ -303,13 +307,13 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	defer resp.Body.Close()
 	name := h.mc.m.Name
 	dst := w.Header()
-	copyResponseHeader(dst, resp.Header)
+	hop.CopyResponseHeader(dst, resp.Header)
 	if _, ok := resp.Header["Content-Type"]; !ok {
 		// A nil value stops net/http from sniffing one: the client must see
 		// the site's answer, not a Content-Type the gateway guessed.
 		dst["Content-Type"] = nil
 	}
-	dst[HeaderProxy] = h.mc.nameHdr
+	dst[HeaderProxy] = h.mc.NameHdr
 	dst[HeaderLease] = []string{h.id}
 	dst[HeaderAttempts] = attemptsValue(attempts)
 	w.WriteHeader(resp.StatusCode)
@@ -350,7 +354,7 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	for k, vv := range resp.Trailer {
 		// The same filter as the head's: a site's trailer cannot pose as
 		// the gateway's X-Proxyfleet-* headers either.
-		if endToEnd(k, conn) {
+		if hop.EndToEnd(k, conn) {
 			dst[http.TrailerPrefix+k] = vv
 		}
 	}
@@ -362,58 +366,4 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 func discard(resp *http.Response) {
 	_, _ = io.CopyN(io.Discard, resp.Body, maxDiscard)
 	_ = resp.Body.Close()
-}
-
-// isHopByHop reports headers that belong to one connection (RFC 9110 7.6.1)
-// or to the client↔proxy hop, in canonical form.
-func isHopByHop(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// forwardHeader copies the request headers that travel on: no hop-by-hop
-// header, nothing Connection names, no X-Proxyfleet-* header. Value slices
-// are shared, not copied; neither side modifies them. A request without a
-// User-Agent goes on without one: every request writer (net/http's, the
-// lean one, HTTP/2's) would add its own Go-http-client, a fingerprint of
-// the gateway the client never sent, unless the field is there and empty.
-func forwardHeader(in http.Header) http.Header {
-	out := make(http.Header, len(in)+1)
-	conn := in["Connection"]
-	for k, vv := range in {
-		if isHopByHop(k) || strings.HasPrefix(k, headerPrefix) || (len(conn) > 0 && front.HasToken(conn, k)) {
-			continue
-		}
-		out[k] = vv
-	}
-	if _, ok := out["User-Agent"]; !ok {
-		out["User-Agent"] = noUserAgent
-	}
-	return out
-}
-
-// noUserAgent is the User-Agent of a request that named none: present and
-// empty, so that no writer adds its own (shared, never modified).
-var noUserAgent = []string{""}
-
-// copyResponseHeader copies an answer's end-to-end headers into dst; a
-// site's own X-Proxyfleet-* headers are dropped so they cannot pose as ours.
-func copyResponseHeader(dst, src http.Header) {
-	conn := src["Connection"]
-	for k, vv := range src {
-		if endToEnd(k, conn) {
-			dst[k] = vv
-		}
-	}
-}
-
-// endToEnd reports whether an answer's field k (canonical) goes on to the
-// client: not hop-by-hop, not named by the answer's Connection (conn), not
-// an X-Proxyfleet-* field, which only the gateway writes.
-func endToEnd(k string, conn []string) bool {
-	return !isHopByHop(k) && !strings.HasPrefix(k, headerPrefix) && (len(conn) == 0 || !front.HasToken(conn, k))
 }

@@ -15,7 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -64,7 +69,7 @@ const FallbackUnmirrorable = "unmirrorable"
 const (
 	// serverMaxHeaderBytes matches Squid's request_header_max_size; larger
 	// request heads get net/http's 431.
-	serverMaxHeaderBytes = 64 << 10
+	serverMaxHeaderBytes = sitelink.ClientHeadMax
 	serverReadHeader     = 30 * time.Second
 	serverIdleTimeout    = 2 * time.Minute
 	// poolCallTimeout bounds a Report or Release made after the client left
@@ -154,7 +159,7 @@ type Options struct {
 	// checked at once for whether it answers anything at all (aliveness).
 	MemberAnswerTimeout time.Duration
 	// SiteAnswerTimeouts replace MemberAnswerTimeout for the sites they name.
-	SiteAnswerTimeouts SiteDurations
+	SiteAnswerTimeouts sites.Durations
 	// Metrics receives counters; nil records nothing.
 	Metrics Recorder
 	// Logger gets failures (Warn) and per-request detail (Debug); nil discards.
@@ -179,7 +184,7 @@ type Options struct {
 	MITM *MITMOptions
 	// ConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
 	// answers itself and reads as plain HTTP (browsers send ws:// so);
-	// nil is DefaultConnectHTTPPorts, an empty slice none.
+	// nil is sites.DefaultConnectHTTPPorts, an empty slice none.
 	ConnectHTTPPorts []uint16
 	// Tracer receives every request at its end; nil traces nothing.
 	Tracer RequestTracer
@@ -207,10 +212,10 @@ type Gateway struct {
 	front  *front.Server
 	path   *requestPath
 	inner  *inner
-	admit  *admission
+	admit  *admission.Admission
 	leases *leasing
 	pacer  *pacer
-	health *memberHealth
+	health *health.Health
 	links  *memberLinks
 }
 
@@ -288,7 +293,8 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{admit: newAdmission(o), health: newMemberHealth(o)}
+	g := &Gateway{admit: admission.New(admission.Options{Tokens: o.Tokens, AllowPrivate: o.AllowPrivateTargets, Cluster: o.ClusterTargets, Resolver: o.Resolver}), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
+		FailureWindow: o.FailureWindow, BrokenMemberSites: o.BrokenMemberSites, BrokenMemberWindow: o.BrokenMemberWindow})}
 	g.links = newMemberLinks(o, g.admit)
 	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {
 		return nil, err
@@ -321,7 +327,7 @@ func New(o Options) (*Gateway, error) {
 		tunnelIdle: o.TunnelIdleAfter, connectHTTPPorts: o.ConnectHTTPPorts, rec: o.Metrics, log: o.Logger,
 	}
 	if rp.connectHTTPPorts == nil {
-		rp.connectHTTPPorts = DefaultConnectHTTPPorts
+		rp.connectHTTPPorts = sites.DefaultConnectHTTPPorts
 	}
 	fo := frontOptions(o.Metrics, o.Logger)
 	g.front = front.New(g.ServeHTTP, fo)
@@ -335,7 +341,7 @@ func New(o Options) (*Gateway, error) {
 func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + proxyStatus(ReasonBadRequest),
+		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
 			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},
@@ -346,7 +352,7 @@ func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 // Serve accepts proxy connections on ln until Shutdown; it returns
 // http.ErrServerClosed then. It may be called for several listeners.
 func (g *Gateway) Serve(ln net.Listener) error {
-	g.admit.listening(ln.Addr())
+	g.admit.Listening(ln.Addr())
 	return g.front.Serve(ln)
 }
 
@@ -355,7 +361,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // relays get up to a second to unwind) and ctx's error returned. It
 // returns nil when everything finished in time.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.health.stop()
+	g.health.Stop()
 	err := g.front.Shutdown(ctx)
 	// Requests inside tunnels the gateway answered drain like plain ones.
 	if ierr := g.inner.shutdown(ctx); err == nil {
@@ -382,8 +388,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // ServeHTTP handles one proxy request: CONNECT or an absolute-URI HTTP request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.path.serve(w, r) }
 
-func authFailed(err error) error { return &authError{err: err} }
-
 // ForgetMember drops the gateway's state for a member removed from the pool
 // and closes its idle keep-alive connections. Pins to it are abandoned: the
 // next request of those sessions leases afresh. Open tunnels are untouched.
@@ -404,7 +408,7 @@ func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.status() }
 
 // FailureRestOverrides reports the latest episode of leases of members
 // resting for their own failures.
-func (g *Gateway) FailureRestOverrides() OverrideStatus { return g.health.overrideStatus() }
+func (g *Gateway) FailureRestOverrides() health.OverrideStatus { return g.health.OverrideStatus() }
 
 // bgCtx returns ctx while it is alive, else a detached context with a short
 // deadline, so a Report or Release still lands after the client went away.

@@ -128,27 +128,3 @@ type bufConn struct {
 }
 
 func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// TestH2StartIsReadWhateverItsPieces: the tap reads a client's HTTP/2
-// start the same however the connection cuts it: not whole before its
-// last byte, then the print readH2Print reads from it in one piece.
-func TestH2StartIsReadWhateverItsPieces(t *testing.T) {
-	start := h2Start(t)
-	want, err := readH2Print(bytes.NewReader(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range len(start) {
-		if p, whole := readH2Start(start[:i]); whole || p != nil {
-			t.Fatalf("the first %d of %d bytes read as a whole start", i, len(start))
-		}
-	}
-	got, whole := readH2Start(append(bytes.Clone(start), "more"...))
-	if !whole || got == nil || got.transport().ConnectionFlow != want.transport().ConnectionFlow ||
-		len(got.settings) != len(want.settings) || len(got.pseudo) != 4 {
-		t.Fatalf("the whole start read as %+v (whole %v), want %+v", got, whole, want)
-	}
-	if p, whole := readH2Start([]byte("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")); !whole || p != nil {
-		t.Fatalf("bytes that are no HTTP/2 start: %v %v, want whole and nothing to mirror", p, whole)
-	}
-}

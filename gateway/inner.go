@@ -3,52 +3,26 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/rawio"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
-
-// DefaultConnectHTTPPorts are the ports whose CONNECT tunnels the gateway
-// reads as plain HTTP itself: 80, where browsers send ws:// (a browser
-// opens every WebSocket through a proxy with CONNECT) and where a
-// tunnelling client sends http://. Squids refuse CONNECT to any port but
-// 443, so carried as a tunnel these would fail at every generated member.
-var DefaultConnectHTTPPorts = []uint16{80}
-
-// ParsePorts reads a comma-separated list of TCP ports ("80,8080"); the
-// empty string is none (an empty, non-nil slice).
-func ParsePorts(s string) ([]uint16, error) {
-	out := []uint16{}
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(f, 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%s is not a port (1-65535)", echo.Quote(f))
-		}
-		if !slices.Contains(out, uint16(n)) {
-			out = append(out, uint16(n))
-		}
-	}
-	return out, nil
-}
 
 // inner serves the requests that arrive inside a tunnel the gateway
 // answered itself, a TLS connection it terminated (MITM) or plain HTTP
@@ -99,9 +73,9 @@ type innerTunnel struct {
 	// first frames said (h2Tap stores it before its first request reaches
 	// a handler; nil when they could not be read).
 	speaksH2 bool
-	h2       atomic.Pointer[h2Print]
+	h2       atomic.Pointer[sitelink.H2Print]
 	// sites are the tunnel's own site connections when it mirrors.
-	sites siteLinks
+	sites sitelink.Links
 }
 
 type innerTunnelKey struct{}
@@ -115,7 +89,7 @@ type innerConn struct {
 
 // Close closes the client's connection and the tunnel's site connections.
 func (c *innerConn) Close() error {
-	c.t.sites.closeAll()
+	c.t.sites.CloseAll()
 	return c.Conn.Close()
 }
 
@@ -264,7 +238,7 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest, msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "CONNECT inside a tunnel the gateway answered is not supported"})
 		return
 	}
 	if r.URL.Host != "" {
@@ -273,10 +247,10 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 			defPort = "80"
 		}
 		// Host and port: another port of the same host is another site.
-		h, port, err := splitTarget(r.URL.Host, defPort)
+		h, port, err := sites.SplitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
-			rp.exit.finish(r.Context(), rq, &targetError{reason: ReasonBadRequest,
-				msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
+			rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+				Msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}
 	}

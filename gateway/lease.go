@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -51,7 +53,7 @@ type memberSource interface {
 // leaseWatcher hears how the pool gave each lease (the member-health
 // stage: a lease of a member resting for its own failures is an override).
 type leaseWatcher interface {
-	leased(l pool.Lease, target string)
+	Leased(l pool.Lease, target string)
 }
 
 // newLeasing makes the leasing stage on o's pool.
@@ -128,6 +130,11 @@ type held struct {
 	// resting: the pool leased the member although it rests for its own
 	// failures (pool.Lease.FailureRest); an answer through it is reported.
 	resting bool
+}
+
+// health is h as the member-health stage reads it.
+func (h held) health() health.Lease {
+	return health.Lease{ID: h.id, Link: h.mc.Link, Resting: h.resting}
 }
 
 // acquire returns the lease a request should use: the live pin of its
@@ -222,7 +229,7 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 			}
 		}
 	}
-	ls.watch.leased(l, lr.target)
+	ls.watch.Leased(l, lr.target)
 	return held{id: l.ID, mc: mc, pinned: pin, resting: l.FailureRest}, nil
 }
 
@@ -461,9 +468,9 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 			// out, since the counts alone read as an empty pool.
 			switch {
 			case lr.p.Proxy != "":
-				return &annotated{err: err, msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
+				return &fault.Annotated{Err: err, Msg: "no member named " + strconv.Quote(lr.p.Proxy) + " (proxy parameter); " + nm.Error()}
 			case len(lr.p.Selector) > 0:
-				return &annotated{err: err, msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
+				return &fault.Annotated{Err: err, Msg: "no member has the attributes asked for (" + selectorString(lr.p.Selector) + "); " + nm.Error()}
 			}
 		}
 		return err
@@ -475,18 +482,18 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 		if mt, ok := ls.pool.(interface{ MaxTTL() time.Duration }); ok && mt.MaxTTL() > 0 {
 			msg += " of " + mt.MaxTTL().String()
 		}
-		return &annotated{err: err, msg: msg}
+		return &fault.Annotated{Err: err, Msg: msg}
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
 	case errors.Is(err, pool.ErrForbidden):
-		return &annotated{err: err, msg: "the lease API refused this gateway the right to lease: " + err.Error()}
+		return &fault.Annotated{Err: err, Msg: "the lease API refused this gateway the right to lease: " + err.Error()}
 	}
 	var sm *sessionLimitError
 	if errors.As(err, &sm) {
 		return err
 	}
 	ls.log.Warn("lease acquire failed", "err", err)
-	return &annotated{err: errLeaseFailed, msg: "lease failed: " + err.Error()}
+	return &fault.Annotated{Err: errLeaseFailed, Msg: "lease failed: " + err.Error()}
 }
 
 // lostSession ends a strict session's request whose member h was banned

@@ -26,7 +26,7 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		}
 		return pool.Member{Name: "p", URL: u}
 	}
-	closed := func(mc *memberConn) bool { return mc.lean.Closed() }
+	closed := func(mc *memberConn) bool { return mc.Lean.Closed() }
 
 	first, err := g.links.memberFor(member("http://u:pw@127.0.0.1:3128"))
 	if err != nil {
@@ -94,8 +94,8 @@ func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "idle" was last used an hour ago; "busy" is taken by a pin just now.
-	idle.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
-	busy.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	idle.LastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	busy.LastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
 	if g.links.memberByName("busy") != busy {
 		t.Fatal("busy member not found")
 	}
@@ -107,7 +107,7 @@ func TestForgetIdleMembersDropsOnlyMembersNotUsedSince(t *testing.T) {
 	if g.links.memberByName("idle") != nil {
 		t.Fatal("the idle member still resolves")
 	}
-	if !idle.lean.Closed() {
+	if !idle.Lean.Closed() {
 		t.Fatal("the idle member's connection pool was left open")
 	}
 	if g.links.memberByName("busy") != busy {

@@ -11,10 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -23,7 +25,7 @@ type MITMOptions struct {
 	// CA signs the per-host leaves; required.
 	CA *mitmca.CA
 	// Bypass are the hosts left as plain tunnels (pinned or mutual-TLS sites).
-	Bypass HostPatterns
+	Bypass sites.Hosts
 	// Fingerprint is the site-facing TLS handshake: FingerprintMirror
 	// (the default, when empty) or FingerprintGo; X-Proxyfleet-Fingerprint
 	// overrides it per tunnel or request.
@@ -42,7 +44,7 @@ var mitmHello = []byte("HTTP/1.1 200 Connection established\r\n" + HeaderMITM + 
 // HTTP carried in a CONNECT is.
 type mitm struct {
 	ca     *mitmca.CA
-	bypass HostPatterns
+	bypass sites.Hosts
 	fp     Fingerprint
 	preset mirror.Preset
 	// tickets holds the session ticket keys every client-facing handshake
@@ -148,10 +150,10 @@ func checkMITMHeader(r *http.Request) error {
 	for _, s := range v {
 		s = strings.ToLower(strings.TrimSpace(s))
 		if s != "on" && s != "off" {
-			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
+			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
 		}
 		if !strings.EqualFold(s, strings.TrimSpace(v[0])) {
-			return &targetError{reason: ReasonBadRequest, msg: HeaderMITM + " given twice, once on and once off"}
+			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " given twice, once on and once off"}
 		}
 	}
 	return nil
@@ -166,7 +168,7 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 	}
 	fp, err := ParseFingerprint(strings.ToLower(strings.TrimSpace(v[0])))
 	if err != nil {
-		return "", &targetError{reason: ReasonBadRequest, msg: HeaderFingerprint + ": " + err.Error()}
+		return "", &fault.Target{Reason: ReasonBadRequest, Msg: HeaderFingerprint + ": " + err.Error()}
 	}
 	return fp, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
-	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +14,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	sitespkg "github.com/proxyfleet/proxyfleet/gateway/sites"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -126,7 +128,7 @@ func TestMITMThroughRealSquids(t *testing.T) {
 	classifier := rotation.DefaultClassifier()
 	classifier.Rules = rules
 	ca, caRoots := newTestCA(t)
-	bypass, err := ParseHostPatterns([]string{sites["bypass"].Host()})
+	bypass, err := sitespkg.ParseHosts([]string{sites["bypass"].Host()})
 	if err != nil {
 		t.Fatal(err)
 	}

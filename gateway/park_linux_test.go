@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -137,7 +138,7 @@ func TestShutdownClosesParkedTunnels(t *testing.T) {
 	}
 	for i, c := range conns {
 		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		if _, err := c.Read(make([]byte, 1)); err == nil || fault.IsTimeout(err) {
 			t.Fatalf("tunnel %d still open after the forced shutdown: %v", i, err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -24,11 +26,11 @@ import (
 // their own state and call no later stage except through the interface
 // they were given.
 type requestPath struct {
-	admit  *admission
+	admit  *admission.Admission
 	leases *leasing
 	pacer  *pacer
 	ex     *exchange
-	health *memberHealth
+	health *health.Health
 	exit   *finisher
 	inner  *inner // the servers inside tunnels the gateway answers itself
 	mitm   *mitm  // nil: a CONNECT to a TLS port is a plain tunnel
@@ -50,7 +52,7 @@ type requestPath struct {
 // serve handles one proxy request: CONNECT or an absolute-URI HTTP request.
 func (rp *requestPath) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	p, err := rp.admit.authenticate(r)
+	p, err := rp.admit.Authenticate(r)
 	if err != nil {
 		rp.exit.finish(r.Context(), &request{w: w, start: start}, err)
 		return

@@ -2,27 +2,50 @@ package gateway
 
 import (
 	"errors"
-	"net/http"
 	"syscall"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// Outcomes passed to Recorder.Request, one per client request or tunnel.
-// A relayed answer's outcome says what the site answered; an answer the
-// gateway made itself has its reason as its outcome (answerFor: one name,
-// in the metric, the span and the status page's chart), so a dead site is
-// counted as target_unreachable, never as a member's upstream_failed. A
-// client that left before its answer is client_gone.
+// The reasons and outcomes of the gateway's answers (gateway/fault has
+// each one's meaning, AnswerStatus and ProxyStatusError), named here too
+// for the gateway's users.
 const (
-	OutcomeOK          = "ok"           // the site's answer (or the tunnel) was delivered
-	OutcomeRateLimited = "rate_limited" // the delivered answer was a rate-limit status
-	OutcomeBanned      = "banned"       // the delivered answer was a ban status
-	OutcomeClientGone  = "client_gone"  // the client went away before the answer (or mid-body)
+	OutcomeOK               = fault.OutcomeOK
+	OutcomeRateLimited      = fault.OutcomeRateLimited
+	OutcomeBanned           = fault.OutcomeBanned
+	OutcomeClientGone       = fault.OutcomeClientGone
+	ReasonBadRequest        = fault.ReasonBadRequest
+	ReasonClientTimeout     = fault.ReasonClientTimeout
+	ReasonPrivateTarget     = fault.ReasonPrivateTarget
+	ReasonAuth              = fault.ReasonAuth
+	ReasonBadParams         = fault.ReasonBadParams
+	ReasonDNS               = fault.ReasonDNS
+	ReasonTargetUnreachable = fault.ReasonTargetUnreachable
+	ReasonUpstreamFailed    = fault.ReasonUpstreamFailed
+	ReasonSiteCertificate   = fault.ReasonSiteCertificate
+	ReasonNoMember          = fault.ReasonNoMember
+	ReasonPoolUnreachable   = fault.ReasonPoolUnreachable
+	ReasonPoolError         = fault.ReasonPoolError
+	ReasonPoolForbidden     = fault.ReasonPoolForbidden
+	ReasonShuttingDown      = fault.ReasonShuttingDown
+	ReasonPaced             = fault.ReasonPaced
+	ReasonSessionLost       = fault.ReasonSessionLost
+	ReasonSessionLimit      = fault.ReasonSessionLimit
+	ReasonOverloaded        = fault.ReasonOverloaded
+	ReasonTimeout           = fault.ReasonTimeout
+	ReasonMemberTimeout     = fault.ReasonMemberTimeout
+	ReasonLoop              = fault.ReasonLoop
+	ReasonInternal          = fault.ReasonInternal
 )
+
+// errClientGone: the client left before its answer.
+var errClientGone = fault.ErrClientGone
 
 // rejectionOutcome is the outcome of a request the front end ended before
 // the gateway saw it.
@@ -32,109 +55,10 @@ var rejectionOutcome = map[front.Rejection]string{
 	front.Stalled:   ReasonClientTimeout,
 }
 
-// Reasons: the X-Proxyfleet-Reason of the answers the gateway makes itself.
-// answerFor maps each to its status and outcome, the one place that does.
-const (
-	ReasonBadRequest        = "bad_request"        // 400: not a proxy request, bad authority, unsupported scheme, malformed body
-	ReasonClientTimeout     = "client_timeout"     // 408: the client stopped sending its request body
-	ReasonPrivateTarget     = "private_target"     // 403: the target is in a refused range
-	ReasonAuth              = "auth"               // 407: missing or wrong client token
-	ReasonBadParams         = "bad_params"         // 407: malformed username or header parameters
-	ReasonDNS               = "dns"                // 502: the target's name does not resolve
-	ReasonTargetUnreachable = "target_unreachable" // 502: the site cannot be reached (the members say so)
-	ReasonUpstreamFailed    = "upstream_failed"    // 502: every member tried failed itself
-	ReasonSiteCertificate   = "site_certificate"   // 502: MITM or https:// URI: the site's certificate does not verify
-	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
-	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --lease-api does not answer
-	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
-	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease API refused this gateway's identity the right to lease
-	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
-	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
-	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
-	ReasonSessionLimit      = "session_limit"      // 503: the gateway holds its maximum of live sticky sessions
-	ReasonOverloaded        = "gateway_overloaded" // 503: the gateway could not open a connection of its own (descriptors, buffers)
-	ReasonTimeout           = "timeout"            // 504: no answer within the request deadline
-	ReasonMemberTimeout     = "member_timeout"     // 504: the members tried gave no answer within the answer timeout
-	ReasonLoop              = "loop"               // 508: the request targets the gateway itself
-	ReasonInternal          = "internal"           // 500: the gateway's own failure
-)
-
 // answerFor is the status and outcome of an answer with reason: the
 // outcome is the reason itself.
 func answerFor(reason string) (status int, outcome string) {
-	return AnswerStatus(reason), reason
-}
-
-// AnswerStatus is the HTTP status of the gateway's answer with reason (an
-// X-Proxyfleet-Reason); 500 for one it does not know.
-func AnswerStatus(reason string) int {
-	switch reason {
-	case ReasonBadRequest:
-		return http.StatusBadRequest
-	case ReasonClientTimeout:
-		return http.StatusRequestTimeout
-	case ReasonPrivateTarget, ReasonPoolForbidden:
-		return http.StatusForbidden
-	case ReasonAuth, ReasonBadParams:
-		return http.StatusProxyAuthRequired
-	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
-		return http.StatusBadGateway
-	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced, ReasonSessionLimit, ReasonOverloaded:
-		return http.StatusServiceUnavailable
-	case ReasonSessionLost:
-		return http.StatusBadGateway
-	case ReasonTimeout, ReasonMemberTimeout:
-		return http.StatusGatewayTimeout
-	case ReasonLoop:
-		return 508
-	}
-	return http.StatusInternalServerError
-}
-
-// ProxyStatusError is the RFC 9209 error type of the gateway's answer with
-// reason, which it sends as Proxy-Status with the reason as its details:
-// a client, or another gateway that has this one as a member, reads from
-// it whose failure the answer is without knowing proxyfleet's reasons.
-// The types are chosen for what rotation.UpstreamAnswer makes of them, so
-// that a chain of gateways blames as one gateway would: the site's
-// failures (dns, target_unreachable, site_certificate, timeouts) as the
-// site's; the gateway's own trouble (its pool unreachable, every one of
-// its upstreams failed, its pool refusing its identity, draining,
-// overloaded, a bug) as that member's;
-// no_member and the request-bound refusals (paced, session_lost) as the
-// site's through that member (destination_unavailable, http_request_denied),
-// since they say nothing of the gateway's other sites.
-func ProxyStatusError(reason string) string {
-	switch reason {
-	case ReasonDNS:
-		return "dns_error"
-	case ReasonTargetUnreachable, ReasonNoMember:
-		return "destination_unavailable"
-	case ReasonSiteCertificate:
-		return "tls_certificate_error"
-	case ReasonTimeout, ReasonMemberTimeout:
-		return "http_response_timeout"
-	case ReasonPrivateTarget:
-		return "destination_ip_prohibited"
-	case ReasonPaced, ReasonSessionLost, ReasonAuth:
-		return "http_request_denied"
-	case ReasonBadRequest, ReasonBadParams, ReasonClientTimeout:
-		return "http_request_error"
-	case ReasonSessionLimit, ReasonOverloaded:
-		return "connection_limit_reached"
-	case ReasonLoop:
-		return "proxy_loop_detected"
-	}
-	// upstream_failed, pool_unreachable, pool_error, shutting_down, internal.
-	return "proxy_internal_error"
-}
-
-// proxyStatusName is the gateway's name in a Proxy-Status list.
-const proxyStatusName = "proxyfleet"
-
-// proxyStatus is the Proxy-Status value of the gateway's answer with reason.
-func proxyStatus(reason string) string {
-	return proxyStatusName + "; error=" + ProxyStatusError(reason) + `; details="` + reason + `"`
+	return fault.AnswerStatus(reason), reason
 }
 
 // verdict is what a failure means for its request.
@@ -160,15 +84,6 @@ var (
 	errRequestTimeout = errors.New("request timeout")
 )
 
-// authError is a client whose token the gateway refuses before leasing:
-// 407 auth. (A malformed parameter or credential is a *params.Error: 407
-// bad_params.)
-type authError struct {
-	err error
-}
-
-func (e *authError) Error() string { return e.err.Error() }
-
 // poolConfigError is the gateway's own --lease-ttl above the pool's
 // maximum: a configuration mismatch, never the client's fault.
 type poolConfigError struct{ err error }
@@ -178,7 +93,7 @@ func (e *poolConfigError) Error() string { return e.err.Error() }
 // givenUp ends a request after the members tried: the last attempt
 // decides the reason, everything was already reported.
 type givenUp struct {
-	last *attemptError
+	last *fault.Attempt
 	msg  string
 }
 
@@ -188,14 +103,14 @@ func (e *givenUp) Error() string { return e.msg }
 // step into its answer, its metric and what the pool hears. It is pure.
 func judge(err error) verdict {
 	var (
-		te  *targetError
-		ae  *attemptError
+		te  *fault.Target
+		ae  *fault.Attempt
 		gu  *givenUp
-		au  *authError
+		au  *admission.AuthError
 		bp  *params.Error
 		pce *poolConfigError
 		nm  *pool.NoMatchError
-		cf  *clientFault
+		cf  *fault.Client
 		pe  *pacedError
 		sl  *sessionLostError
 		sm  *sessionLimitError
@@ -204,7 +119,7 @@ func judge(err error) verdict {
 	case errors.As(err, &cf):
 		// First: whatever else the error carries, the client caused it. The
 		// lease is let go unreported, and no member or site rests.
-		return verdict{reason: cf.reason, outcome: cf.outcome, closeConn: true}
+		return verdict{reason: cf.Reason, outcome: cf.Outcome, closeConn: true}
 	case errors.As(err, &au):
 		return answer(ReasonAuth)
 	case errors.As(err, &bp):
@@ -220,7 +135,7 @@ func judge(err error) verdict {
 		// Nothing was leased or sent.
 		return answer(ReasonSessionLimit)
 	case errors.As(err, &te):
-		return answer(te.reason)
+		return answer(te.Reason)
 	case errors.Is(err, errRequestTimeout):
 		// A slow site is not the member's failure: nothing is reported.
 		return answer(ReasonTimeout)
@@ -234,14 +149,14 @@ func judge(err error) verdict {
 	case errors.As(err, &gu):
 		return answer(faultReason(gu.last))
 	case errors.As(err, &ae):
-		if ae.firsthand && ae.f.Fault == rotation.FaultSite {
+		if ae.Firsthand && ae.F.Fault == rotation.FaultSite {
 			// A direct member dialled the site itself, or the gateway
 			// verified the site's certificate itself: another member
 			// would not help, and this one is fine.
 			return answer(faultReason(ae))
 		}
 		v := answer(faultReason(ae))
-		v.report, v.retry = ae.f.Result(), true
+		v.report, v.retry = ae.F.Result(), true
 		return v
 	case errors.As(err, &nm):
 		return answer(ReasonNoMember)
@@ -280,12 +195,12 @@ func answer(reason string) verdict {
 }
 
 // faultReason is the answer to a failed attempt that ends the request.
-func faultReason(ae *attemptError) string {
-	if ae != nil && ae.f.Fault == rotation.FaultSite {
-		switch ae.f.Class {
-		case classCertificate:
+func faultReason(ae *fault.Attempt) string {
+	if ae != nil && ae.F.Fault == rotation.FaultSite {
+		switch ae.F.Class {
+		case fault.ClassCertificate:
 			return ReasonSiteCertificate
-		case classAnswerTimeout:
+		case fault.ClassAnswerTimeout:
 			return ReasonMemberTimeout
 		}
 		return ReasonTargetUnreachable

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -25,8 +27,8 @@ import (
 )
 
 func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
-	site := &attemptError{f: rotation.Site("dns"), err: errors.New("answered CONNECT with 503")}
-	member := &attemptError{f: rotation.Member("dial"), err: errors.New("connection refused")}
+	site := &fault.Attempt{F: rotation.Site("dns"), Err: errors.New("answered CONNECT with 503")}
+	member := &fault.Attempt{F: rotation.Member("dial"), Err: errors.New("connection refused")}
 	tests := []struct {
 		name    string
 		err     error
@@ -37,40 +39,40 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		retry   bool
 	}{
 		{"the client left: no answer, nothing reported", errClientGone, 0, "", OutcomeClientGone, "", false},
-		{"a malformed body is the client's 400, whatever the round trip wrapped it in", fmt.Errorf("write: %w", clientReadFault(errors.New("invalid byte in chunk length"), 0)), 400, ReasonBadRequest, ReasonBadRequest, "", false},
-		{"a body cut short is the client's: an answer is still tried, counted as gone", clientReadFault(io.ErrUnexpectedEOF, 2), 400, ReasonBadRequest, OutcomeClientGone, "", false},
-		{"a client that stalls mid-body is 408", clientReadFault(os.ErrDeadlineExceeded, 2), 408, ReasonClientTimeout, ReasonClientTimeout, "", false},
-		{"a client that reset mid-body gets nothing", clientReadFault(&net.OpError{Op: "read", Err: syscall.ECONNRESET}, 2), 0, "", OutcomeClientGone, "", false},
-		{"a client fault inside a member's attempt error is still the client's", &attemptError{f: rotation.Member("error"), err: clientReadFault(errors.New("malformed chunked encoding"), 0)}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
-		{"a wrong token is 407 auth", authFailed(errors.New("x")), 407, ReasonAuth, ReasonAuth, "", false},
+		{"a malformed body is the client's 400, whatever the round trip wrapped it in", fmt.Errorf("write: %w", fault.ClientRead(errors.New("invalid byte in chunk length"), 0)), 400, ReasonBadRequest, ReasonBadRequest, "", false},
+		{"a body cut short is the client's: an answer is still tried, counted as gone", fault.ClientRead(io.ErrUnexpectedEOF, 2), 400, ReasonBadRequest, OutcomeClientGone, "", false},
+		{"a client that stalls mid-body is 408", fault.ClientRead(os.ErrDeadlineExceeded, 2), 408, ReasonClientTimeout, ReasonClientTimeout, "", false},
+		{"a client that reset mid-body gets nothing", fault.ClientRead(&net.OpError{Op: "read", Err: syscall.ECONNRESET}, 2), 0, "", OutcomeClientGone, "", false},
+		{"a client fault inside a member's attempt error is still the client's", &fault.Attempt{F: rotation.Member("error"), Err: fault.ClientRead(errors.New("malformed chunked encoding"), 0)}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
+		{"a wrong token is 407 auth", &admission.AuthError{Err: errors.New("x")}, 407, ReasonAuth, ReasonAuth, "", false},
 		{"bad parameters are 407 bad_params", &params.Error{Msg: "x"}, 407, ReasonBadParams, ReasonBadParams, "", false},
-		{"a malformed credential the token check refused is 407 auth", authFailed(&params.Error{Msg: "x"}), 407, ReasonAuth, ReasonAuth, "", false},
-		{"a malformed target is 400", &targetError{reason: ReasonBadRequest}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
-		{"a private target is 403", &targetError{reason: ReasonPrivateTarget}, 403, ReasonPrivateTarget, ReasonPrivateTarget, "", false},
-		{"the gateway itself is 508", &targetError{reason: ReasonLoop}, 508, ReasonLoop, ReasonLoop, "", false},
-		{"our own lookup failing is 502 dns", &targetError{reason: ReasonDNS}, 502, ReasonDNS, ReasonDNS, "", false},
-		{"the request deadline is 504 and no member's fault", &annotated{err: errRequestTimeout, msg: "slow"}, 504, ReasonTimeout, ReasonTimeout, "", false},
+		{"a malformed credential the token check refused is 407 auth", &admission.AuthError{Err: &params.Error{Msg: "x"}}, 407, ReasonAuth, ReasonAuth, "", false},
+		{"a malformed target is 400", &fault.Target{Reason: ReasonBadRequest}, 400, ReasonBadRequest, ReasonBadRequest, "", false},
+		{"a private target is 403", &fault.Target{Reason: ReasonPrivateTarget}, 403, ReasonPrivateTarget, ReasonPrivateTarget, "", false},
+		{"the gateway itself is 508", &fault.Target{Reason: ReasonLoop}, 508, ReasonLoop, ReasonLoop, "", false},
+		{"our own lookup failing is 502 dns", &fault.Target{Reason: ReasonDNS}, 502, ReasonDNS, ReasonDNS, "", false},
+		{"the request deadline is 504 and no member's fault", &fault.Annotated{Err: errRequestTimeout, Msg: "slow"}, 504, ReasonTimeout, ReasonTimeout, "", false},
 		{"draining is 503", errShuttingDown, 503, ReasonShuttingDown, ReasonShuttingDown, "", false},
 		{"a new session beyond the limit is 503 session_limit, nothing leased", &sessionLimitError{max: 3}, 503, ReasonSessionLimit, ReasonSessionLimit, "", false},
 		{"a member's answer about the site is reported as such and retried", site, 502, ReasonTargetUnreachable, ReasonTargetUnreachable, rotation.ResultTargetUnreachable, true},
 		{"a member's own failure is member-wide and retried", member, 502, ReasonUpstreamFailed, ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, ReasonUpstreamFailed, ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
-		{"a direct member's own dial to a dead site ends it unreported", &attemptError{f: rotation.Site("connect"), err: errors.New("refused"), firsthand: true}, 502, ReasonTargetUnreachable, ReasonTargetUnreachable, "", false},
-		{"a site certificate the gateway could not verify is 502 site_certificate, unreported, not retried", &attemptError{f: rotation.Site(classCertificate), err: errors.New("x509"), firsthand: true}, 502, ReasonSiteCertificate, ReasonSiteCertificate, "", false},
+		{"a direct member's own dial to a dead site ends it unreported", &fault.Attempt{F: rotation.Site("connect"), Err: errors.New("refused"), Firsthand: true}, 502, ReasonTargetUnreachable, ReasonTargetUnreachable, "", false},
+		{"a site certificate the gateway could not verify is 502 site_certificate, unreported, not retried", &fault.Attempt{F: rotation.Site(fault.ClassCertificate), Err: errors.New("x509"), Firsthand: true}, 502, ReasonSiteCertificate, ReasonSiteCertificate, "", false},
 		{"giving up after site answers is target_unreachable", &givenUp{last: site, msg: "m"}, 502, ReasonTargetUnreachable, ReasonTargetUnreachable, "", false},
-		{"a member silent past its answer timeout rests the pair and is retried", answerTimedOut(time.Second, "the request"), 504, ReasonMemberTimeout, ReasonMemberTimeout, rotation.ResultTargetUnreachable, true},
-		{"giving up after members silent past the answer timeout is 504 member_timeout", &givenUp{last: failureOf(answerTimedOut(time.Second, "CONNECT")), msg: "m"}, 504, ReasonMemberTimeout, ReasonMemberTimeout, "", false},
+		{"a member silent past its answer timeout rests the pair and is retried", fault.AnswerTimedOut(time.Second, "the request"), 504, ReasonMemberTimeout, ReasonMemberTimeout, rotation.ResultTargetUnreachable, true},
+		{"giving up after members silent past the answer timeout is 504 member_timeout", &givenUp{last: fault.Of(fault.AnswerTimedOut(time.Second, "CONNECT")), msg: "m"}, 504, ReasonMemberTimeout, ReasonMemberTimeout, "", false},
 		{"giving up after member failures is upstream_failed", &givenUp{last: member, msg: "m"}, 502, ReasonUpstreamFailed, ReasonUpstreamFailed, "", false},
 		{"no usable member is 503 no_member", &pool.NoMatchError{Considered: 3}, 503, ReasonNoMember, ReasonNoMember, "", false},
-		{"no match annotated keeps its reason", &annotated{err: &pool.NoMatchError{}, msg: "no member named x"}, 503, ReasonNoMember, ReasonNoMember, "", false},
-		{"the client's sessttl above the maximum is 407", &annotated{err: pool.ErrTTLTooLong, msg: "sessttl"}, 407, ReasonBadParams, ReasonBadParams, "", false},
+		{"no match annotated keeps its reason", &fault.Annotated{Err: &pool.NoMatchError{}, Msg: "no member named x"}, 503, ReasonNoMember, ReasonNoMember, "", false},
+		{"the client's sessttl above the maximum is 407", &fault.Annotated{Err: pool.ErrTTLTooLong, Msg: "sessttl"}, 407, ReasonBadParams, ReasonBadParams, "", false},
 		{"the gateway's own lease TTL above the maximum is 503 pool_error", &poolConfigError{err: errors.New("x")}, 503, ReasonPoolError, ReasonPoolError, "", false},
 		{"an unreachable pool API is 503 pool_unreachable", fmt.Errorf("%w: dial", pool.ErrUnreachable), 503, ReasonPoolUnreachable, ReasonPoolUnreachable, "", false},
-		{"any other pool failure is 503 pool_error", &annotated{err: errLeaseFailed, msg: "lease failed"}, 503, ReasonPoolError, ReasonPoolError, "", false},
-		{"a pool API refusing the gateway's identity is 403 pool_forbidden, not retried", &annotated{err: &leaseapi.APIError{Status: 403, Code: "forbidden", Message: "sa crawl/x may not"}, msg: "refused"}, 403, ReasonPoolForbidden, ReasonPoolForbidden, "", false},
-		{"the gateway out of descriptors is its own 503, no member reported or tried", &attemptError{f: rotation.Member("dial"), err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
-		{"the system out of descriptors, even behind a direct member's site verdict, is the gateway's", &attemptError{f: rotation.Site("connect"), err: os.NewSyscallError("socket", syscall.ENFILE), firsthand: true}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
-		{"a connect(2) without buffer space is the gateway's too", memberFault("dial", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENOBUFS)}), 503, ReasonOverloaded, ReasonOverloaded, "", false},
+		{"any other pool failure is 503 pool_error", &fault.Annotated{Err: errLeaseFailed, Msg: "lease failed"}, 503, ReasonPoolError, ReasonPoolError, "", false},
+		{"a pool API refusing the gateway's identity is 403 pool_forbidden, not retried", &fault.Annotated{Err: &leaseapi.APIError{Status: 403, Code: "forbidden", Message: "sa crawl/x may not"}, Msg: "refused"}, 403, ReasonPoolForbidden, ReasonPoolForbidden, "", false},
+		{"the gateway out of descriptors is its own 503, no member reported or tried", &fault.Attempt{F: rotation.Member("dial"), Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
+		{"the system out of descriptors, even behind a direct member's site verdict, is the gateway's", &fault.Attempt{F: rotation.Site("connect"), Err: os.NewSyscallError("socket", syscall.ENFILE), Firsthand: true}, 503, ReasonOverloaded, ReasonOverloaded, "", false},
+		{"a connect(2) without buffer space is the gateway's too", fault.Member("dial", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENOBUFS)}), 503, ReasonOverloaded, ReasonOverloaded, "", false},
 		{"anything unforeseen is 500 internal", errors.New("hijack"), 500, ReasonInternal, ReasonInternal, "", false},
 	}
 	for _, tt := range tests {
@@ -79,7 +81,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 			if v.reason != tt.reason || v.outcome != tt.outcome || v.report != tt.report || v.retry != tt.retry {
 				t.Fatalf("judge = %+v, want reason %q outcome %q report %q retry %v", v, tt.reason, tt.outcome, tt.report, tt.retry)
 			}
-			if _, client := errors.AsType[*clientFault](tt.err); client != v.closeConn {
+			if _, client := errors.AsType[*fault.Client](tt.err); client != v.closeConn {
 				t.Fatalf("closeConn %v: only a client's fault closes the client's connection", v.closeConn)
 			}
 			if tt.reason != "" {
@@ -147,39 +149,6 @@ func TestNoMemberSaysWhenTheFirstMemberIsBack(t *testing.T) {
 	resp, _ = get(t, c, site.URL(), nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("with one unhealthy: %d Retry-After %q, want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-}
-
-// Every answer the gateway makes names its RFC 9209 type, and a gateway
-// that has this one as a member reads it as one gateway would blame:
-// the site's failures stay the site's, the gateway's own trouble is that
-// member's, and a refusal bound to a site or request rests only that site
-// through it.
-func TestProxyStatusTellsAChainedGatewayWhoseFailureItIs(t *testing.T) {
-	for _, tc := range []struct {
-		reason string
-		member bool // the member's failure (rest it for every site), else the site's through it
-	}{
-		{ReasonDNS, false}, {ReasonTargetUnreachable, false}, {ReasonSiteCertificate, false},
-		{ReasonTimeout, false}, {ReasonMemberTimeout, false}, {ReasonPrivateTarget, false},
-		{ReasonNoMember, false}, {ReasonPaced, false}, {ReasonSessionLost, false},
-		{ReasonBadRequest, false},
-		// A 407 is about the credentials the chaining gateway sent: its member's login.
-		{ReasonAuth, true}, {ReasonBadParams, true},
-		{ReasonUpstreamFailed, true}, {ReasonPoolUnreachable, true}, {ReasonPoolError, true},
-		// A gateway its pool refuses serves no site: its own trouble.
-		{ReasonPoolForbidden, true},
-		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true},
-		{ReasonLoop, true}, {ReasonInternal, true},
-	} {
-		status := AnswerStatus(tc.reason)
-		f := rotation.UpstreamAnswer(status, rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)})
-		if (f.Fault == rotation.FaultMember) != tc.member {
-			t.Errorf("%s: a chained gateway reads %+v, want member fault %v", tc.reason, f, tc.member)
-		}
-		if !(rotation.UpstreamError{ProxyStatus: proxyStatus(tc.reason)}).Marked() {
-			t.Errorf("%s: Proxy-Status %q does not mark the answer as the gateway's own", tc.reason, proxyStatus(tc.reason))
-		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -76,8 +77,8 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		s, err := try(h, attempt)
 		if err == nil {
 			// The site answered through this member, whatever it said.
-			rp.health.memberAnswered(ctx, h)
-			rp.health.reached(ctx, rq.member, rq.lr.target, at.fails)
+			rp.health.MemberAnswered(ctx, h.health())
+			rp.health.Reached(ctx, rq.member, rq.lr.target, at.fails)
 			at.fails = nil
 			if s == servedHere {
 				return nil
@@ -88,14 +89,14 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		if !v.retry {
 			return err
 		}
-		ae := failureOf(err)
-		rp.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.f.Class, "err", err)
-		if ae.f.Class == classAnswerTimeout {
-			rp.health.checkAlive(ctx, h, rq.lr.target)
+		ae := fault.Of(err)
+		rp.log.Debug("attempt through member failed", "member", rq.member, "target", rq.lr.target, "fault", ae.F.Class, "err", err)
+		if ae.F.Class == fault.ClassAnswerTimeout {
+			rp.health.CheckAlive(ctx, h.health(), rq.lr.target)
 		}
 		rp.leases.drop(ctx, rq.lr, h, v.report, 0)
 		if v.report == rotation.ResultUpstreamFailed {
-			rp.health.memberFailed(h, ae.f.Class)
+			rp.health.MemberFailed(h.health(), ae.F.Class)
 		}
 		rq.h = held{}
 		if rq.lr.p.Strict {

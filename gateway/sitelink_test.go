@@ -25,6 +25,7 @@ import (
 	utls "github.com/bogdanfinn/utls"
 
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/fpsite"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
@@ -137,14 +138,14 @@ func (rt *helloRT) RoundTrip(req *http.Request) (*http.Response, error) {
 			rt.mu.Unlock()
 			return rt.h1.RoundTrip(req)
 		}
-		if rt.cc, err = goH2Print.transport().NewClientConn(u); err != nil {
+		if rt.cc, err = sitelink.GoH2Print.Transport().NewClientConn(u); err != nil {
 			rt.mu.Unlock()
 			return nil, err
 		}
 	}
 	cc := rt.cc
 	rt.mu.Unlock()
-	return h2RoundTrip(cc, req)
+	return sitelink.H2RoundTrip(cc, req)
 }
 
 func (rt *helloRT) close() {

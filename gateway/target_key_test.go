@@ -3,6 +3,7 @@ package gateway
 import (
 	"testing"
 
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -15,9 +16,9 @@ func TestSplitHostKeyMatchesTargetKey(t *testing.T) {
 		"[2001:DB8::1]:443", "[::1]", "[0:0::1]:80", "::ffff:192.0.2.1",
 	} {
 		t.Run(hostport, func(t *testing.T) {
-			host, _, err := splitTarget(hostport, "80")
+			host, _, err := sites.SplitTarget(hostport, "80")
 			if err != nil {
-				t.Fatalf("splitTarget(%q): %v", hostport, err)
+				t.Fatalf("sites.SplitTarget(%q): %v", hostport, err)
 			}
 			if got, want := rotation.HostKey(host), rotation.TargetKey(hostport); got != want {
 				t.Fatalf("HostKey(%q) = %q, TargetKey(%q) = %q", host, got, hostport, want)

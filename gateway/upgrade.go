@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
+	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/internal/httphead"
 	"github.com/proxyfleet/proxyfleet/internal/keepalive"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -42,10 +45,7 @@ type socket struct {
 // are not read), the lease held until it ends. out is the request to send,
 // its Upgrade and Connection put back.
 func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *http.Request, host string, port uint16) {
-	var addrs []netip.Addr
-	if ca, ok := ctx.Value(checkedKey{}).(*checkedAddrs); ok {
-		addrs = ca.addrs
-	}
+	_, addrs, _ := link.CheckedAny(ctx)
 	out.Header["Connection"] = []string{"Upgrade"}
 	out.Header["Upgrade"] = []string{"websocket"}
 	answerTimeout := rp.ex.answerTimeoutFor(rq.lr.target)
@@ -138,7 +138,7 @@ func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *membe
 
 // handshakeOnce is one connection of handshake.
 func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
-	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.socks5
+	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.SOCKS5
 	var (
 		c   net.Conn
 		err error
@@ -186,39 +186,39 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: x.siteRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 		_ = tc.SetDeadline(time.Now().Add(x.dialTimeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			if isCertError(err) {
-				return socket{}, siteCertificateFault(host, err)
+			if fault.IsCertError(err) {
+				return socket{}, fault.SiteCertificate(host, err)
 			}
-			return socket{}, siteFault(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
+			return socket{}, fault.Site(rotation.Site("tls"), errors.New("TLS to the site: "+err.Error()))
 		}
 		c = tc
 	}
 	_ = c.SetDeadline(time.Now().Add(answerTimeout))
-	if proxyForm && mc.proxyAuth != "" {
-		out.Header["Proxy-Authorization"] = []string{mc.proxyAuth}
+	if proxyForm && mc.ProxyAuth != "" {
+		out.Header["Proxy-Authorization"] = []string{mc.ProxyAuth}
 		defer delete(out.Header, "Proxy-Authorization")
 	}
-	if err := x.writeRequest(c, out, proxyForm); err != nil {
-		return socket{}, memberFault("write", err)
+	if err := x.WriteRequest(c, out, proxyForm); err != nil {
+		return socket{}, fault.Member("write", err)
 	}
-	hr := newHeadReader(c)
+	hr := sitelink.NewHeadReader(c)
 	br := bufio.NewReader(&hr)
 	// Interim answers (103 Early Hints) come before the 101 or the refusal.
-	resp, err := readFinalHead(br, &hr, out)
-	var mh *malformedHead
+	resp, err := sitelink.ReadFinalHead(br, &hr, out)
+	var mh *sitelink.MalformedHead
 	switch {
-	case err != nil && isTimeout(err) && ctx.Err() == nil:
-		return socket{}, answerTimedOut(answerTimeout, "the WebSocket handshake")
-	case errors.Is(err, errHeadTooLarge), errors.As(err, &mh) && !proxyForm:
+	case err != nil && fault.IsTimeout(err) && ctx.Err() == nil:
+		return socket{}, fault.AnswerTimedOut(answerTimeout, "the WebSocket handshake")
+	case errors.Is(err, link.ErrHeadTooLarge), errors.As(err, &mh) && !proxyForm:
 		// The site's, as on a MITM'd request; certain when the gateway
 		// read it over its own TLS to the site or from a direct member's
 		// address. An oversized head a proxy member relayed is the site's
 		// too (MemberEvidence tells a member that does so for every site);
 		// a garbled one may be the member's own answer, as on the plain
 		// path.
-		return socket{}, siteHeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
+		return socket{}, sitelink.HeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
 	case err != nil:
-		return socket{}, memberFault("protocol", err)
+		return socket{}, fault.Member("protocol", err)
 	}
 	if proxyForm {
 		if err := upstreamAnswer(resp); err != nil {
@@ -228,11 +228,11 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 	return socket{c: c, br: br, resp: resp}, nil
 }
 
-// writeRequest writes out on c, a connection of the gateway's own to a
+// WriteRequest writes out on c, a connection of the gateway's own to a
 // member or a site (in absolute form when proxy), through a pooled buffer:
 // net/http's Write on a bare connection would make a 4 KiB one for every
 // request.
-func (x *exchange) writeRequest(c net.Conn, out *http.Request, proxy bool) error {
+func (x *exchange) WriteRequest(c net.Conn, out *http.Request, proxy bool) error {
 	bw := x.writers.Get(c)
 	defer x.writers.Put(bw)
 	err := httphead.WriteRequest(bw, out, proxy)

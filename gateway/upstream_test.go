@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -177,7 +178,7 @@ func TestLeanPathFraming(t *testing.T) {
 			}
 			if tc.wantConns == 1 {
 				// The lean path (not the Transport) holds the kept-alive connection.
-				if n := len(e.gw.links.memberByName("u").lean.Idle()); n != 1 {
+				if n := len(e.gw.links.memberByName("u").Lean.Idle()); n != 1 {
 					t.Fatalf("lean pool holds %d idle connections, want 1", n)
 				}
 			}
@@ -284,7 +285,7 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 					t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
 				}
 				if i == 0 && later {
-					idle := e.gw.links.memberByName("u").lean.Idle
+					idle := e.gw.links.memberByName("u").Lean.Idle
 					poll.Until(t, 20*time.Second, "the connection to go idle", func() error {
 						return poll.Check(len(idle()) == 1, "%d idle connections", len(idle()))
 					}, poll.Every(time.Millisecond))
@@ -300,7 +301,7 @@ func TestLeanPathIgnoresBytesSentOnAnIdleConnection(t *testing.T) {
 
 func TestLeanPathRefusesAnOversizedAnswerHead(t *testing.T) {
 	up := startScriptedUpstream(t, "u", func(*http.Request) (string, bool) {
-		return "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", maxResponseHead+10) + "\r\nContent-Length: 0\r\n\r\n", true
+		return "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", link.MaxResponseHead+10) + "\r\nContent-Length: 0\r\n\r\n", true
 	})
 	e := newEnv(t, Options{AllowPrivateTargets: true}, pool.StoreOptions{}, up.member)
 	resp, err := e.client("", "").Get("http://127.0.0.1:9/")

@@ -8,7 +8,7 @@ import (
 )
 
 // PoolReader is what the gateway page reads its pool through;
-// *gateway.Server implements it.
+// the gateway run's server (gateway/daemon) implements it.
 type PoolReader interface {
 	PoolStatus(ctx context.Context) PoolSnapshot
 }

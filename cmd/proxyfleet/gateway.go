@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -326,7 +327,7 @@ func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 		}
 		*d.dst = v
 	}
-	if cfg.SiteTimeouts, err = gateway.ParseSiteDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
+	if cfg.SiteTimeouts, err = sites.ParseDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
 		return fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
 	}
 	if cfg.Pacing, err = pacingFrom(c); err != nil {
@@ -344,7 +345,7 @@ func (cfg *gatewayConfig) readAnswers(c *cli.Context) (err error) {
 	if cfg.MaxSessions = int64(c.Int(flagMaxSessions)); cfg.MaxSessions < 1 {
 		return fmt.Errorf("--%s %d: must be at least 1", flagMaxSessions, cfg.MaxSessions)
 	}
-	if cfg.ConnectHTTPPorts, err = gateway.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
+	if cfg.ConnectHTTPPorts, err = sites.ParsePorts(c.String(flagConnectHTTPPorts)); err != nil {
 		return fmt.Errorf("--%s: %w", flagConnectHTTPPorts, err)
 	}
 	if cfg.Mode, err = rotation.ParseMode(c.String(flagRotation)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -181,7 +182,7 @@ func mitmFrom(c *cli.Context) (*gateway.MITMOptions, error) {
 		// LoadCA's messages never quote the key.
 		return nil, fmt.Errorf("--%s %s / --%s %s: %w", flagMITMCACert, certPath, flagMITMCAKey, keyPath, err)
 	}
-	hp, err := gateway.ParseHostPatterns(bypass)
+	hp, err := sites.ParseHosts(bypass)
 	if err != nil {
 		ca.Close()
 		return nil, fmt.Errorf("--%s: %w", flagMITMBypass, err)

@@ -61,14 +61,16 @@ type sidecarBuild struct {
 // sidecarBuilds are the two sidecar binaries. The lean one had 299
 // packages when mirroring left it (385 with it; 291 before mirroring came,
 // whose uTLS, circl, fhttp and klauspost/compress added 96, for 4.3 MB of
-// binary); docs/performance.md measures both.
+// binary); docs/performance.md measures both. The gateway's stages moving
+// into packages of their own added 8 of ours (303 → 311, 392 → 400) and
+// 20 KiB of each stripped binary, no code and no dependency.
 var sidecarBuilds = []sidecarBuild{
 	{name: "proxyfleet-sidecar", tags: "sidecar,nomirror,urfave_cli_no_docs",
 		makeLine: "SIDECAR_TAGS := sidecar,nomirror,urfave_cli_no_docs\n", dockerLine: `TAGS="${TAGS},nomirror,urfave_cli_no_docs"`,
-		denied: []map[string]string{sidecarDenied, mirrorDenied}, maxPackages: 305},
+		denied: []map[string]string{sidecarDenied, mirrorDenied}, maxPackages: 313},
 	{name: "proxyfleet-sidecar-mitm", tags: "sidecar,urfave_cli_no_docs",
 		makeLine: "SIDECAR_MITM_TAGS := sidecar,urfave_cli_no_docs\n", dockerLine: `mitm_tags="${TAGS},urfave_cli_no_docs"`,
-		denied: []map[string]string{sidecarDenied}, maxPackages: 395},
+		denied: []map[string]string{sidecarDenied}, maxPackages: 403},
 }
 
 // TestSidecarLinksNoDeniedPackage: `go list -deps -tags TAGS

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
@@ -79,7 +80,7 @@ type Config struct {
 	DialTimeout         time.Duration
 	RequestTimeout      time.Duration
 	AnswerTimeout       time.Duration
-	SiteTimeouts        gateway.SiteDurations
+	SiteTimeouts        sites.Durations
 	ConnectHTTPPorts    []uint16
 	MaxSessions         int64
 	Pacing              gateway.PacingOptions

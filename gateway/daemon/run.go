@@ -75,7 +75,7 @@ type run struct {
 	lastKnown *lastknown.Pool
 
 	gw      *gateway.Gateway
-	srv     *gateway.Server
+	srv     *server
 	members []pool.Member
 }
 
@@ -157,13 +157,13 @@ func (r *run) build() error {
 	}
 	r.gw = gw
 	r.reg.MustRegister(metrics.NewSitePaceCollector(gw, 0))
-	srvOpts := gateway.ServerOptions{Gateway: gw, Store: r.store, Remote: r.remote, RemoteURL: cfg.PoolAPI, LastKnown: r.lastKnown, Forget: r.rec, Logger: r.log}
+	srvOpts := serverOptions{Gateway: gw, Store: r.store, Remote: r.remote, RemoteURL: cfg.PoolAPI, LastKnown: r.lastKnown, Forget: r.rec, Logger: r.log}
 	if r.store != nil {
 		reload := func(next []pool.Member) { r.srv.Reload(next) }
 		if r.members, srvOpts.Files, srvOpts.Prober, err = localPool(cfg, r.store, reload, r.rec, r.log); err != nil {
 			return err
 		}
 	}
-	r.srv, err = gateway.NewServer(srvOpts)
+	r.srv, err = newServer(srvOpts)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 )
 
 // Attribute keys of the gateway's request spans.
@@ -55,7 +56,7 @@ func (g *GatewayTracer) TraceRequest(ctx context.Context, t gateway.RequestTrace
 	}
 	// Error only where the gateway could not serve (its own 5xx answers):
 	// a client's bad request or token is not the gateway's failure.
-	if t.Reason != "" && gateway.AnswerStatus(t.Reason) >= 500 {
+	if t.Reason != "" && fault.AnswerStatus(t.Reason) >= 500 {
 		span.SetStatus(codes.Error, t.Reason)
 	}
 	span.End()

@@ -1,6 +1,6 @@
 //go:build !nomirror
 
-package gateway
+package sitelink
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 )
 
 // h2Start writes a client's HTTP/2 start as Chromium's: preface, SETTINGS,
@@ -46,15 +48,15 @@ func FuzzH2Print(f *testing.F) {
 	zero := append(bytes.Clone(start[:settingsEnd]), 0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0)
 	f.Add(append(zero, start[settingsEnd:]...))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		sp, whole := readH2Start(in)
-		p, err := readH2Print(bytes.NewReader(in))
+		sp, whole := ReadH2Start(in)
+		p, err := ReadH2Print(bytes.NewReader(in))
 		if err == nil && (!whole || sp == nil) {
 			t.Fatalf("a start readH2Print reads was not read by the tap (whole %v)", whole)
 		}
 		if err != nil {
 			return
 		}
-		tr := p.transport()
+		tr := p.Transport()
 		seen := map[uint16]bool{}
 		for _, id := range tr.SettingsOrder {
 			if seen[uint16(id)] {
@@ -78,23 +80,23 @@ func FuzzH2Print(f *testing.F) {
 }
 
 func TestH2PrintReadsChromiumsStart(t *testing.T) {
-	p, err := readH2Print(bytes.NewReader(h2Start(t)))
+	p, err := ReadH2Print(bytes.NewReader(h2Start(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := p.transport()
+	tr := p.Transport()
 	if len(tr.SettingsOrder) != 4 || tr.SettingsOrder[0] != 1 || tr.SettingsOrder[3] != 6 || tr.Settings[4] != 6291456 ||
 		tr.ConnectionFlow != 15663105 || tr.PseudoHeaderOrder[1] != ":authority" || !tr.HeaderPriority.Exclusive || tr.HeaderPriority.Weight != 255 {
 		t.Fatalf("read %+v as %+v", p, tr)
 	}
 	// ALPS for h2: the SETTINGS payload, id then value, in order.
-	if a := fmt.Sprintf("%x", p.alps()); a != "000100010000"+"000200000000"+"000400600000"+"000600040000" {
+	if a := fmt.Sprintf("%x", p.ALPS()); a != "000100010000"+"000200000000"+"000400600000"+"000600040000" {
 		t.Fatalf("ALPS data %s", a)
 	}
 }
 
 // FuzzHeaderBlockGuard feeds headerBlockGuard a site's bytes in reads of
-// any size: it never panics, and it fails (with errHeadTooLarge) exactly
+// any size: it never panics, and it fails (with link.ErrHeadTooLarge) exactly
 // when a reference walk of the whole stream finds a header block past the
 // bound, on the read that brought the frame header passing it.
 func FuzzHeaderBlockGuard(f *testing.F) {
@@ -110,11 +112,11 @@ func FuzzHeaderBlockGuard(f *testing.F) {
 			switch http2.FrameType(h[3]) {
 			case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
 				block += size
-				if http2.Flags(h[4]).Has(http2.FlagHeadersEndHeaders) && block <= maxResponseHead {
+				if http2.Flags(h[4]).Has(http2.FlagHeadersEndHeaders) && block <= link.MaxResponseHead {
 					block = 0
 				}
 			}
-			if block > maxResponseHead {
+			if block > link.MaxResponseHead {
 				fail = off + 9
 				break
 			}
@@ -127,7 +129,7 @@ func FuzzHeaderBlockGuard(f *testing.F) {
 			t.Fatalf("%v after %d bytes; no block passes the bound", err, got)
 		case fail < 0 && got != int64(len(in)):
 			t.Fatalf("%d of %d bytes through", got, len(in))
-		case fail >= 0 && !errors.Is(err, errHeadTooLarge):
+		case fail >= 0 && !errors.Is(err, link.ErrHeadTooLarge):
 			t.Fatalf("%v after %d bytes; the frame header ending at %d passes the bound", err, got, fail)
 		case fail >= 0 && (got < int64(fail) || got >= int64(fail+n)):
 			t.Fatalf("failed after %d bytes in reads of %d; the frame header passing the bound ends at %d", got, n, fail)

@@ -1,15 +1,22 @@
-package gateway
+// Package health is the gateway's member health: what it learns of
+// members between requests. It keeps the members it reported failed and
+// asks every second whether they answer again (failure rests), the
+// episodes of leases of resting members (overrides, for the status page),
+// the silent members it asks for any answer at all (CheckAlive) and the
+// evidence of members broken for every site (rotation.MemberEvidence). It
+// reports to the pool and calls no stage of the request path; it asks a
+// member itself through its link (link.Aliveness).
+package health
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -20,13 +27,13 @@ import (
 // connection failed whether it is back, and says when it serves from
 // resting members.
 
-// memberHealth is the stage that keeps what the gateway learns of members
+// Health is the stage that keeps what the gateway learns of members
 // between requests: the members it reported failed and asks whether they
 // are back (failure rests), the episodes of leases of resting members
-// (overrides), the silent members it asks for any answer at all (checkAlive)
+// (overrides), the silent members it asks for any answer at all (CheckAlive)
 // and the evidence of members broken for every site. It reports to the
 // pool and calls no other stage.
-type memberHealth struct {
+type Health struct {
 	pool        pool.Pool
 	rec         Recorder
 	log         *slog.Logger
@@ -43,17 +50,67 @@ type memberHealth struct {
 	stopOnce sync.Once
 }
 
-func newMemberHealth(o Options) *memberHealth {
+// Options configures New.
+type Options struct {
+	// Pool hears the reports.
+	Pool pool.Pool
+	// Recorder counts the members reported failed (and, when it is a
+	// FailureRestRecorder, the override leases).
+	Recorder Recorder
+	Logger   *slog.Logger
+	// DialTimeout bounds an aliveness question's dial (and, capped at 5s,
+	// its wait for an answer).
+	DialTimeout time.Duration
+	// FailureWindow is how long a member reported failed rests
+	// (pool.DefaultFailureWindow when not positive).
+	FailureWindow time.Duration
+	// BrokenMemberSites and BrokenMemberWindow are
+	// rotation.NewMemberEvidence's.
+	BrokenMemberSites  int
+	BrokenMemberWindow time.Duration
+}
+
+// New returns the member-health stage; Stop ends its rechecks.
+func New(o Options) *Health {
 	window := o.FailureWindow
 	if window <= 0 {
 		window = pool.DefaultFailureWindow
 	}
-	return &memberHealth{pool: o.Pool, rec: o.Metrics, log: o.Logger, dialTimeout: o.DialTimeout, window: window,
+	return &Health{pool: o.Pool, rec: o.Recorder, log: o.Logger, dialTimeout: o.DialTimeout, window: window,
 		evidence: rotation.NewMemberEvidence(o.BrokenMemberSites, o.BrokenMemberWindow), stopping: make(chan struct{})}
 }
 
-// stop ends the rechecks.
-func (mh *memberHealth) stop() { mh.stopOnce.Do(func() { close(mh.stopping) }) }
+// Recorder is what member health counts: a member reported failed for
+// every site.
+type Recorder interface {
+	UpstreamFailure(member string)
+}
+
+// Lease is a lease an attempt held, as member health needs it: its ID
+// (a released lease can still be reported on), the member's link, and
+// whether the pool leased the member although it rests for its own
+// failures (pool.Lease.FailureRest).
+type Lease struct {
+	ID      string
+	Link    *link.Link
+	Resting bool
+}
+
+// poolCallTimeout bounds a Report made after the client left (remote
+// pools only; the in-process store never blocks).
+const poolCallTimeout = 5 * time.Second
+
+// bgCtx is ctx, or when it has ended (the client left) a context of its
+// own, bounded by poolCallTimeout, for a report that must still be made.
+func bgCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), poolCallTimeout)
+}
+
+// Stop ends the rechecks.
+func (mh *Health) Stop() { mh.stopOnce.Do(func() { close(mh.stopping) }) }
 
 const (
 	// recheckEvery is how often a member resting after its connection
@@ -82,7 +139,7 @@ type FailureRestRecorder interface {
 // would answer that question too, and stays resting for its window.
 func silentClass(class string) bool {
 	switch class {
-	case "dial", "timeout", "write", "tls", "error", classAnswerTimeout:
+	case "dial", "timeout", "write", "tls", "error", fault.ClassAnswerTimeout:
 		return true
 	}
 	return false
@@ -177,18 +234,18 @@ type OverrideStatus struct {
 	Over bool
 }
 
-// overrideStatus reports the latest override episode.
-func (mh *memberHealth) overrideStatus() OverrideStatus {
+// OverrideStatus reports the latest override episode.
+func (mh *Health) OverrideStatus() OverrideStatus {
 	o := &mh.rests
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return OverrideStatus{Since: o.since, Last: o.last, Count: o.count, Member: o.member, Over: !o.active.Load()}
 }
 
-// leased notes how the pool leased l for target: an override (every
+// Leased notes how the pool leased l for target: an override (every
 // usable member rests for its own failures) is counted and said; the
 // first ordinary lease after an episode ends it.
-func (mh *memberHealth) leased(l pool.Lease, target string) {
+func (mh *Health) Leased(l pool.Lease, target string) {
 	o := &mh.rests
 	if !l.FailureRest {
 		if o.active.Load() {
@@ -221,28 +278,28 @@ func (mh *memberHealth) leased(l pool.Lease, target string) {
 	}
 }
 
-// memberAnswered runs when h's member answered an attempt: if it rests
+// MemberAnswered runs when h's member answered an attempt: if it rests
 // for its own failures (leased as an override, or this gateway reported it
 // failed), the pool hears it answered, which ends the rest.
-func (mh *memberHealth) memberAnswered(ctx context.Context, h held) {
-	_, failed := mh.failed.take(h.mc.m.Name)
-	if !h.resting && !failed {
+func (mh *Health) MemberAnswered(ctx context.Context, h Lease) {
+	_, failed := mh.failed.take(h.Link.Member.Name)
+	if !h.Resting && !failed {
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
 	defer cancel()
-	if err := mh.pool.Report(ctx, h.id, pool.Report{Result: rotation.ResultAnswered}); err != nil {
-		mh.log.Debug("lease report failed", "lease", h.id, "result", string(rotation.ResultAnswered), "err", err)
+	if err := mh.pool.Report(ctx, h.ID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
+		mh.log.Debug("lease report failed", "lease", h.ID, "result", string(rotation.ResultAnswered), "err", err)
 	}
 }
 
-// memberFailed runs after h's member failure was reported (upstream_failed)
+// MemberFailed runs after h's member failure was reported (upstream_failed)
 // with class: it is remembered, and when the member gave no answer at all
 // it is asked every recheckEvery whether it answers again.
-func (mh *memberHealth) memberFailed(h held, class string) {
-	recheck := silentClass(class) && !h.mc.m.Direct()
-	if mh.failed.add(h.mc.m.Name, h.id, recheck) {
-		go mh.recheck(h.mc)
+func (mh *Health) MemberFailed(h Lease, class string) {
+	recheck := silentClass(class) && !h.Link.Member.Direct()
+	if mh.failed.add(h.Link.Member.Name, h.ID, recheck) {
+		go mh.recheck(h.Link)
 	}
 }
 
@@ -250,7 +307,7 @@ func (mh *memberHealth) memberFailed(h held, class string) {
 // its latest failure is less than the failure window ago, and tells the
 // pool once it does. It stops early when something else ended the rest (a
 // request it carried) or the gateway shuts down.
-func (mh *memberHealth) recheck(mc *memberConn) {
+func (mh *Health) recheck(mc *link.Link) {
 	t := time.NewTicker(recheckEvery)
 	defer t.Stop()
 	for {
@@ -259,71 +316,71 @@ func (mh *memberHealth) recheck(mc *memberConn) {
 			return
 		case <-t.C:
 		}
-		if !mh.failed.recheckDue(mc.m.Name, mh.window) {
+		if !mh.failed.recheckDue(mc.Member.Name, mh.window) {
 			return
 		}
-		if aliveness(mc, mh.dialTimeout) != nil {
+		if link.Aliveness(mc, mh.dialTimeout) != nil {
 			continue
 		}
-		rec, ok := mh.failed.take(mc.m.Name)
+		rec, ok := mh.failed.take(mc.Member.Name)
 		if !ok {
 			return
 		}
-		mh.log.Info("member answers again: its failure rest ends", "member", mc.m.Name, "failedAt", rec.at)
+		mh.log.Info("member answers again: its failure rest ends", "member", mc.Member.Name, "failedAt", rec.at)
 		ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 		if err := mh.pool.Report(ctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
-			mh.log.Warn("lease report failed", "lease", rec.leaseID, "member", mc.m.Name, "result", string(rotation.ResultAnswered), "err", err)
+			mh.log.Warn("lease report failed", "lease", rec.leaseID, "member", mc.Member.Name, "result", string(rotation.ResultAnswered), "err", err)
 		}
 		cancel()
 		return
 	}
 }
 
-// reached runs after member carried the request to target: it clears the
+// Reached runs after member carried the request to target: it clears the
 // member's own record, and every member that failed this site in this
 // request was contradicted by it. A member contradicted on enough distinct
 // sites is broken for everyone, which is then reported member-wide on the
 // (released but still reportable) lease it failed with.
-func (mh *memberHealth) reached(ctx context.Context, member, target string, fails siteFailures) {
+func (mh *Health) Reached(ctx context.Context, member, target string, fails fault.SiteFailures) {
 	mh.evidence.Reached(member)
 	if len(fails) == 0 {
 		return
 	}
 	now := time.Now()
 	for _, f := range fails {
-		if f.member == member || !mh.evidence.Contradicted(f.member, target, now) {
+		if f.Member == member || !mh.evidence.Contradicted(f.Member, target, now) {
 			continue
 		}
 		mh.log.Warn("member fails sites other members reach: out of service for every site",
-			"member", f.member, "lastTarget", target, "answer", f.msg)
-		mh.rec.UpstreamFailure(f.member)
+			"member", f.Member, "lastTarget", target, "answer", f.Msg)
+		mh.rec.UpstreamFailure(f.Member)
 		rctx, cancel := bgCtx(ctx)
-		if err := mh.pool.Report(rctx, f.leaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
-			mh.log.Warn("lease report failed", "lease", f.leaseID, "member", f.member, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		if err := mh.pool.Report(rctx, f.LeaseID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			mh.log.Warn("lease report failed", "lease", f.LeaseID, "member", f.Member, "result", string(rotation.ResultUpstreamFailed), "err", err)
 		}
 		cancel()
 	}
 }
 
-// checkAlive follows an answer timeout of h's member: in the background,
+// CheckAlive follows an answer timeout of h's member: in the background,
 // it asks the member for something it answers without any site (aliveness
 // below). A member that sends back nothing at all (a hung Squid, a frozen
 // VM, a half-dead NAT) is broken, not waiting on a slow site: it is reported
 // failed on h's lease (released but still reportable), so it is out for
 // every site now, not after a minute of requests that each wait out their
 // timeout. The request itself does not wait for the answer.
-func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
-	mc := h.mc
-	if mc.m.Direct() || !mh.alive.begin(mc.m.Name) {
+func (mh *Health) CheckAlive(ctx context.Context, h Lease, target string) {
+	mc := h.Link
+	if mc.Member.Direct() || !mh.alive.begin(mc.Member.Name) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
-		defer mh.alive.end(mc.m.Name)
-		err := aliveness(mc, mh.dialTimeout)
+		defer mh.alive.end(mc.Member.Name)
+		err := link.Aliveness(mc, mh.dialTimeout)
 		if err == nil {
 			// It answers: if it rests for its own failures, that ends.
-			if rec, ok := mh.failed.take(mc.m.Name); ok {
+			if rec, ok := mh.failed.take(mc.Member.Name); ok {
 				rctx, cancel := bgCtx(ctx)
 				defer cancel()
 				if err := mh.pool.Report(rctx, rec.leaseID, pool.Report{Result: rotation.ResultAnswered}); err != nil {
@@ -333,45 +390,38 @@ func (mh *memberHealth) checkAlive(ctx context.Context, h held, target string) {
 			return
 		}
 		mh.log.Warn("member answers nothing, not even a request it needs no site for: out of service for every site",
-			"member", mc.m.Name, "lastTarget", target, "err", err)
-		mh.rec.UpstreamFailure(mc.m.Name)
+			"member", mc.Member.Name, "lastTarget", target, "err", err)
+		mh.rec.UpstreamFailure(mc.Member.Name)
 		rctx, cancel := bgCtx(ctx)
 		defer cancel()
-		if err := mh.pool.Report(rctx, h.id, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
-			mh.log.Warn("lease report failed", "lease", h.id, "member", mc.m.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
+		if err := mh.pool.Report(rctx, h.ID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: target}); err != nil {
+			mh.log.Warn("lease report failed", "lease", h.ID, "member", mc.Member.Name, "result", string(rotation.ResultUpstreamFailed), "err", err)
 		}
-		mh.memberFailed(h, classAnswerTimeout)
+		mh.MemberFailed(h, fault.ClassAnswerTimeout)
 	}()
 }
 
-// aliveness asks mc for an answer that needs no site: an https:// member's
-// TLS handshake, a SOCKS5 member's method choice, an http:// member's
-// answer to an origin-form request (a forward proxy refuses it at once,
-// 400 from Squid). Any byte back within aliveTimeout is alive. It is not a
-// health probe (that fetches a URL through the member): it tells a member
-// that is up and waiting on a site from one that is not there at all.
-func aliveness(mc *memberConn, dialTimeout time.Duration) error {
-	wait := min(aliveTimeout, dialTimeout)
-	c, err := net.DialTimeout("tcp", mc.upstreamAddr, dialTimeout)
-	if err != nil {
-		return err
+// aliveSet keeps one aliveness check per member at a time.
+type aliveSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (s *aliveSet) begin(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[name]; ok {
+		return false
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(wait))
-	switch {
-	case mc.tlsConfig != nil:
-		return tls.Client(c, mc.tlsConfig).Handshake()
-	case mc.socks5:
-		_, err = c.Write([]byte{5, 1, 0})
-	default:
-		_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: " + mc.upstreamAddr + "\r\nConnection: close\r\n\r\n"))
+	if s.m == nil {
+		s.m = make(map[string]struct{})
 	}
-	if err != nil {
-		return err
-	}
-	var b [1]byte
-	if _, err := c.Read(b[:]); err != nil {
-		return errors.New("no answer within " + wait.String() + ": " + err.Error())
-	}
-	return nil
+	s.m[name] = struct{}{}
+	return true
+}
+
+func (s *aliveSet) end(name string) {
+	s.mu.Lock()
+	delete(s.m, name)
+	s.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package gateway
+package sites
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestSiteDurationsPickTheMostSpecificPattern(t *testing.T) {
-	sd, err := ParseSiteDurations([]string{"*.example.com=20s", "*.api.example.com=40s", "Reports.Example.com.=90s", "10.0.0.7=5s", "[::1]=6s"})
+	sd, err := ParseDurations([]string{"*.example.com=20s", "*.api.example.com=40s", "Reports.Example.com.=90s", "10.0.0.7=5s", "[::1]=6s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +30,8 @@ func TestSiteDurationsPickTheMostSpecificPattern(t *testing.T) {
 			t.Errorf("For(%q) = %v, %v; want %v, %v", tt.host, got, ok, tt.want, tt.ok)
 		}
 	}
-	if _, ok := (SiteDurations{}).For("example.com"); ok {
-		t.Error("the zero SiteDurations names a site")
+	if _, ok := (Durations{}).For("example.com"); ok {
+		t.Error("the zero Durations names a site")
 	}
 }
 
@@ -48,19 +48,19 @@ func TestSiteDurationsRefuseWhatDoesNotRead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseSiteDurations([]string{tt.entry})
+			_, err := ParseDurations([]string{tt.entry})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseSiteDurations(%q) = %v, want an error saying %q", tt.entry, err, tt.want)
+				t.Fatalf("ParseDurations(%q) = %v, want an error saying %q", tt.entry, err, tt.want)
 			}
 		})
 	}
-	if _, err := ParseSiteDurations([]string{"a.example=1s", "A.EXAMPLE.=2s"}); err == nil || !strings.Contains(err.Error(), "given twice") {
+	if _, err := ParseDurations([]string{"a.example=1s", "A.EXAMPLE.=2s"}); err == nil || !strings.Contains(err.Error(), "given twice") {
 		t.Fatalf("a pattern given twice: %v", err)
 	}
 }
 
 func TestHostPatterns(t *testing.T) {
-	hp, err := ParseHostPatterns([]string{"Pinned.Example.com", "*.bank.example", "10.0.0.1", "[::1]"})
+	hp, err := ParseHosts([]string{"Pinned.Example.com", "*.bank.example", "10.0.0.1", "[::1]"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func TestHostPatterns(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "example.com:443", "https://example.com", "a*.example.com", "ex ample.com", "*", "fe80::1%eth0", "[::%ſ]"} {
-		if _, err := ParseHostPatterns([]string{bad}); err == nil {
-			t.Errorf("ParseHostPatterns(%q) accepted", bad)
+		if _, err := ParseHosts([]string{bad}); err == nil {
+			t.Errorf("ParseHosts(%q) accepted", bad)
 		}
 	}
 }

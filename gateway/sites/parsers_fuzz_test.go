@@ -1,4 +1,4 @@
-package gateway
+package sites
 
 import (
 	"slices"
@@ -6,23 +6,21 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// The flag and config parsers of the gateway read an operator's text; each
-// either refuses it with an error or returns what the text says.
+// The per-site parsers read an operator's text; each either refuses it
+// with an error or returns what the text says.
 
-// FuzzParseHostPatterns: a list reads only if each pattern reads alone;
+// FuzzParseHosts: a list reads only if each pattern reads alone;
 // a host a pattern names exactly matches it (in any case, with or without
 // a final dot), a name below a *.domain pattern matches and the domain
 // itself does not; Match takes any host.
-func FuzzParseHostPatterns(f *testing.F) {
+func FuzzParseHosts(f *testing.F) {
 	for _, s := range [][3]string{{"example.com", "*.bank.example", "a.bank.example"}, {"10.0.0.1", "[::1]", "::1"}, {"Example.COM.", "*.x", "x"}, {"*.", "a b", "é"}, {"::%ſ", "fe80::1%25eth0", "::%S"}} {
 		f.Add(s[0], s[1], s[2])
 	}
 	f.Fuzz(func(t *testing.T, a, b, host string) {
-		hp, err := ParseHostPatterns([]string{a, b})
+		hp, err := ParseHosts([]string{a, b})
 		if err != nil {
 			if !strings.Contains(err.Error(), "host pattern") {
 				t.Fatalf("error %q does not say which pattern", err)
@@ -31,11 +29,11 @@ func FuzzParseHostPatterns(f *testing.F) {
 		}
 		_ = hp.Match(host)
 		for _, p := range []string{a, b} {
-			one, err := ParseHostPatterns([]string{p})
+			one, err := ParseHosts([]string{p})
 			if err != nil {
 				t.Fatalf("%q read in a list but not alone: %v", p, err)
 			}
-			key, wild, _ := parseHostPattern(p)
+			key, wild, _ := ParsePattern(p)
 			if !wild {
 				if !one.Match(key) || !one.Match(strings.ToUpper(key)+".") {
 					t.Fatalf("pattern %q does not match its own host %q", p, key)
@@ -50,14 +48,14 @@ func FuzzParseHostPatterns(f *testing.F) {
 	})
 }
 
-// FuzzParseSiteDurations: an entry that reads gives its exact host the
+// FuzzParseDurations: an entry that reads gives its exact host the
 // positive duration it wrote.
-func FuzzParseSiteDurations(f *testing.F) {
+func FuzzParseDurations(f *testing.F) {
 	for _, s := range []string{"slow.example=40s", "*.example.com=1m30s", "10.0.0.1=1ms", "a=0s", "=5s", "a=-1s", "a==b", "a.example=1h=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, entry string) {
-		sd, err := ParseSiteDurations([]string{entry})
+		sd, err := ParseDurations([]string{entry})
 		if err != nil {
 			return
 		}
@@ -66,7 +64,7 @@ func FuzzParseSiteDurations(f *testing.F) {
 		if perr != nil || want <= 0 {
 			t.Fatalf("%q accepted with a duration that does not read as positive", entry)
 		}
-		key, wild, err := parseHostPattern(pat)
+		key, wild, err := ParsePattern(pat)
 		if err != nil {
 			t.Fatalf("%q accepted with a pattern that does not read: %v", entry, err)
 		}
@@ -76,40 +74,6 @@ func FuzzParseSiteDurations(f *testing.F) {
 		}
 		if got, ok := sd.For(host); !ok || got != want {
 			t.Fatalf("%q: For(%q) = %v, %v; want %v", entry, host, got, ok, want)
-		}
-	})
-}
-
-// FuzzParseSitePaces: an entry that reads gives its exact host limits of
-// zero or more, and the default for what it does not name.
-func FuzzParseSitePaces(f *testing.F) {
-	for _, s := range []string{"*.example.com min-interval=2s max-concurrency=4", "a.example max-concurrency=0", "a.example min-interval=-1s", "a.example", "a.example foo=1", "a.example min-interval=1s min-interval=2s"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, entry string) {
-		def := rotation.PaceLimits{MinInterval: 3 * time.Second, MaxConcurrency: 7}
-		sp, err := ParseSitePaces([]string{entry}, def)
-		if err != nil {
-			return
-		}
-		fields := strings.Fields(entry)
-		key, wild, err := parseHostPattern(fields[0])
-		if err != nil {
-			t.Fatalf("%q accepted with a pattern that does not read: %v", entry, err)
-		}
-		host := key
-		if wild {
-			host = "sub" + key
-		}
-		lim, ok := sp.For(host)
-		if !ok || lim.MinInterval < 0 || lim.MaxConcurrency < 0 {
-			t.Fatalf("%q: For(%q) = %+v, %v", entry, host, lim, ok)
-		}
-		if !strings.Contains(entry, "min-interval=") && lim.MinInterval != def.MinInterval {
-			t.Fatalf("%q names no min-interval but changed it to %v", entry, lim.MinInterval)
-		}
-		if !strings.Contains(entry, "max-concurrency=") && lim.MaxConcurrency != def.MaxConcurrency {
-			t.Fatalf("%q names no max-concurrency but changed it to %d", entry, lim.MaxConcurrency)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package gateway
+package link
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ func FuzzReadConnectAnswer(f *testing.F) {
 	f.Add("HTTP/1.1 2x0 OK\r\n\r\n")
 	f.Add("SSH-2.0-OpenSSH\r\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		status, line, ue, err := readConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
+		status, line, ue, err := ReadConnectAnswer(bufio.NewReaderSize(strings.NewReader(in), 4096))
 		if err != nil {
 			if status != 0 {
 				t.Fatalf("status %d with error %v", status, err)

@@ -1,32 +1,40 @@
-package gateway
+// Package admission is the first stage of every request through the
+// gateway: it authenticates the client (its token against the configured
+// ones, in constant time), reads its parameters (gateway/params) and
+// checks its target: no private range unless allowed, never the gateway's
+// own listen address, resolved through a short cache of checked answers.
+// It calls no other stage; a direct member's dial asks it for a target's
+// addresses (DialAddrs, link.TargetChecker).
+package admission
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 )
 
-// admission is the first stage of every request: it authenticates the
+// Admission is the first stage of every request: it authenticates the
 // client, reads its parameters and checks its target (not a private
 // range unless allowed, not the gateway itself). It owns the client
 // tokens, the DNS answers it checked (cached briefly) and the addresses
 // the gateway listens on; it calls no other stage.
-type admission struct {
+type Admission struct {
 	tokens       tokenSet
 	authRequired bool
 	allowPrivate bool
-	// cluster are the private ranges admitted all the same (Options.ClusterTargets).
+	// cluster are the private ranges admitted all the same (Options.Cluster).
 	cluster  []netip.Prefix
 	resolver Resolver
 	dns      dnsCache
@@ -34,12 +42,42 @@ type admission struct {
 	listen atomic.Pointer[[]netip.AddrPort]
 }
 
-func newAdmission(o Options) *admission {
-	return &admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivateTargets, cluster: o.ClusterTargets, resolver: o.Resolver}
+// Resolver looks up a target's addresses (*net.Resolver implements it).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// listening adds addr (a listener's) to the addresses the loop check refuses.
-func (ad *admission) listening(addr net.Addr) {
+// Options configure the admission stage.
+type Options struct {
+	// Tokens are the client tokens (none: no authentication).
+	Tokens []string
+	// AllowPrivate lets targets in every private range through.
+	AllowPrivate bool
+	// Cluster are the private ranges admitted all the same (a cluster's
+	// own pod and service ranges, checked by clustertargets.Check).
+	Cluster []netip.Prefix
+	// Resolver looks targets up.
+	Resolver Resolver
+}
+
+// New returns the admission stage.
+func New(o Options) *Admission {
+	return &Admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivate, cluster: o.Cluster, resolver: o.Resolver}
+}
+
+// AuthError is a client whose token the gateway refuses before leasing:
+// 407 auth. (A malformed parameter or credential is a *params.Error: 407
+// bad_params.)
+type AuthError struct {
+	Err error
+}
+
+func (e *AuthError) Error() string { return e.Err.Error() }
+
+func authFailed(err error) error { return &AuthError{Err: err} }
+
+// Listening adds addr (a listener's) to the addresses the loop check refuses.
+func (ad *Admission) Listening(addr net.Addr) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil {
 		return
@@ -57,11 +95,11 @@ func (ad *admission) listening(addr net.Addr) {
 	}
 }
 
-// authenticate checks the client's token (when tokens are configured) and
+// Authenticate checks the client's token (when tokens are configured) and
 // reads its parameters. The token never reaches a log or an error text. A
-// refused token is an *authError; a malformed parameter or credential is
-// the parser's *params.Error, which judge answers as bad_params.
-func (ad *admission) authenticate(r *http.Request) (params.Params, error) {
+// refused token is an *AuthError; a malformed parameter or credential is
+// the parser's *params.Error, which the gateway's judge answers as bad_params.
+func (ad *Admission) Authenticate(r *http.Request) (params.Params, error) {
 	var user string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
@@ -92,14 +130,6 @@ func (ad *admission) authenticate(r *http.Request) (params.Params, error) {
 	}
 	return params.Merge(up, hp)
 }
-
-// targetError is a refused or unresolvable target; reason is the answer.
-type targetError struct {
-	reason string
-	msg    string
-}
-
-func (e *targetError) Error() string { return e.msg }
 
 var (
 	cgnat     = netip.MustParsePrefix("100.64.0.0/10")
@@ -136,40 +166,15 @@ func forbiddenReason(a netip.Addr) string {
 	return ""
 }
 
-// splitTarget validates a CONNECT authority or URL host: a non-empty host
-// and a numeric port in 1..65535.
-func splitTarget(hostport, defaultPort string) (host string, port uint16, err error) {
-	h, p, serr := net.SplitHostPort(hostport)
-	if serr != nil {
-		if defaultPort == "" {
-			return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
-		}
-		h, p = hostport, defaultPort
-		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
-			h = h[1 : len(h)-1]
-		}
-	}
-	n, perr := strconv.ParseUint(p, 10, 16)
-	if h == "" || perr != nil || n == 0 {
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target " + echo.Quote(hostport) + " is not host:port"}
-	}
-	if _, err := netip.ParseAddr(h); err != nil && !validHostName(strings.ToLower(strings.TrimSuffix(h, "."))) {
-		// Refused here, the client's: sent on, a member would refuse it
-		// and the refusal would read as the site's or the member's.
-		return "", 0, &targetError{reason: ReasonBadRequest, msg: "target host " + echo.Quote(h) + " is neither an IP address nor a host name"}
-	}
-	return h, uint16(n), nil
-}
-
-// checkTarget resolves host (IP literals need no lookup) and refuses it when
+// CheckTarget resolves host (IP literals need no lookup) and refuses it when
 // any address is in a forbidden range (unless private targets are allowed)
 // or is the gateway's own listen address. It returns the checked addresses,
 // or nil when private targets are allowed and host is a name: then nothing
 // was resolved and a direct member resolves when it dials.
-func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+func (ad *Admission) CheckTarget(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" && !ad.allowPrivate {
-			return nil, &targetError{reason: ReasonPrivateTarget, msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
+			return nil, &fault.Target{Reason: fault.ReasonPrivateTarget, Msg: "target " + echo.Quote(host) + " has an IPv6 zone; refused"}
 		}
 		addrs := []netip.Addr{a.Unmap()}
 		return addrs, ad.checkAddrs(host, port, addrs)
@@ -184,11 +189,11 @@ func (ad *admission) checkTarget(ctx context.Context, host string, port uint16) 
 	return addrs, ad.checkAddrs(host, port, addrs)
 }
 
-// dialAddrs are the addresses a direct member dials for host:port: the
-// checked ones, resolved here when checkTarget had no need to (private
+// DialAddrs are the addresses a direct member dials for host:port: the
+// checked ones, resolved here when CheckTarget had no need to (private
 // targets allowed), the loop check applied to them either way.
-func (ad *admission) dialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
-	addrs, err := ad.checkTarget(ctx, host, port)
+func (ad *Admission) DialAddrs(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
+	addrs, err := ad.CheckTarget(ctx, host, port)
 	if err != nil || addrs != nil {
 		return addrs, err
 	}
@@ -200,16 +205,16 @@ func (ad *admission) dialAddrs(ctx context.Context, host string, port uint16) ([
 
 // resolve looks host up (answers are cached briefly, see dnsCache); a
 // failure is a 502 naming the host.
-func (ad *admission) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+func (ad *Admission) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if addrs, ok := ad.dns.get(host); ok {
 		return addrs, nil
 	}
 	addrs, err := ad.resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(addrs) == 0 {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
+		return nil, &fault.Target{Reason: fault.ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": no addresses"}
 	}
 	if err != nil {
-		return nil, &targetError{reason: ReasonDNS, msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
+		return nil, &fault.Target{Reason: fault.ReasonDNS, Msg: "cannot resolve " + echo.Quote(host) + ": " + err.Error()}
 	}
 	for i := range addrs {
 		addrs[i] = addrs[i].Unmap()
@@ -258,17 +263,17 @@ func (c *dnsCache) put(host string, addrs []netip.Addr) {
 }
 
 // checkAddrs applies the range and loop checks to every address of host.
-func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
+func (ad *Admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
 	for _, a := range addrs {
 		if !ad.allowPrivate && !clustertargets.Contains(ad.cluster, a) {
 			if why := forbiddenReason(a); why != "" {
-				return &targetError{reason: ReasonPrivateTarget,
-					msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --cluster-target-cidrs admits a cluster's own pod and service ranges, --allow-private-targets all of them)"}
+				return &fault.Target{Reason: fault.ReasonPrivateTarget,
+					Msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --cluster-target-cidrs admits a cluster's own pod and service ranges, --allow-private-targets all of them)"}
 			}
 		}
 		if ad.isSelf(a, port) {
-			return &targetError{reason: ReasonLoop,
-				msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
+			return &fault.Target{Reason: fault.ReasonLoop,
+				Msg: "target " + echo.Quote(host) + " is this gateway's own listen address " + netip.AddrPortFrom(a, port).String() + "; refused"}
 		}
 	}
 	return nil
@@ -279,7 +284,7 @@ func (ad *admission) checkAddrs(host string, port uint16, addrs []netip.Addr) er
 // An unspecified target (0.0.0.0, ::) is this host too: a connection to it
 // reaches the loopback listener on its port, so any listener on that port
 // counts.
-func (ad *admission) isSelf(a netip.Addr, port uint16) bool {
+func (ad *Admission) isSelf(a netip.Addr, port uint16) bool {
 	lp := ad.listen.Load()
 	if lp == nil {
 		return false
@@ -312,4 +317,25 @@ func isLocalAddr(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// tokenSet checks client tokens in constant time: every configured token is
+// compared (as a SHA-256 digest, so lengths leak nothing) whatever matches.
+type tokenSet [][sha256.Size]byte
+
+func newTokenSet(tokens []string) tokenSet {
+	s := make(tokenSet, 0, len(tokens))
+	for _, t := range tokens {
+		s = append(s, sha256.Sum256([]byte(t)))
+	}
+	return s
+}
+
+func (s tokenSet) match(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	found := 0
+	for i := range s {
+		found |= subtle.ConstantTimeCompare(got[:], s[i][:])
+	}
+	return found == 1
 }
