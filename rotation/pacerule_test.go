@@ -75,7 +75,7 @@ func TestLearntPaceFadesByItsMemory(t *testing.T) {
 		{"within the quiet period: as cut", PaceQuiet - time.Second, 8 * time.Second, 4 * time.Second},
 		{"quiet for PaceQuiet: halved", PaceQuiet, 4 * time.Second, 2 * time.Second},
 		{"a memory later: halved again", PaceQuiet + time.Hour, 2 * time.Second, time.Second},
-				{"five hours later: 1/2^6 of the cut", PaceQuiet + 5*time.Hour, 8 * time.Second / 64, 4 * time.Second / 64},
+		{"five hours later: 1/2^6 of the cut", PaceQuiet + 5*time.Hour, 8 * time.Second / 64, 4 * time.Second / 64},
 		{"ten hours later: below PaceUnlimitedInterval, forgotten", PaceQuiet + 10*time.Hour, 0, 0},
 	} {
 		got := p.Decayed(t0.Add(tc.at))
