@@ -57,6 +57,11 @@ type PacingOptions struct {
 	// MaxWait bounds a request's wait for its slot (default
 	// DefaultPacingMaxWait); past it the answer is 503 paced.
 	MaxWait time.Duration
+	// Rule is what a site's first ban teaches the pool under Auto
+	// (--pacing-window, --pacing-increase-steps, --pacing-memory); the
+	// zero value is the fixed first cut (rotation.PaceFirstCut, no pause,
+	// forgotten after rotation.PaceQuiet) and logs no evidence.
+	Rule rotation.PaceRule
 }
 
 // SitePaces are explicit paces per site (--site-pace PATTERN
@@ -135,6 +140,7 @@ type pacer struct {
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
 	log      *slog.Logger
 	leases   paceLeases         // for a member free sooner (soonerMember)
+	evidence *evidenceLog       // what a first ban is judged by; nil without a rule
 	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
 	// givingBack counts the give-backs in flight (giveBackLater).
 	givingBack atomic.Int32
@@ -164,6 +170,9 @@ func newPacer(o PacingOptions, store pool.SitePacer, leases paceLeases, log *slo
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &pacer{o: o, leases: leases, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
+	if o.Auto {
+		p.evidence = newEvidenceLog(o.Rule.Window)
+	}
 	p.store = store
 	switch store.(type) {
 	case nil:
@@ -598,11 +607,17 @@ func (p *pacer) leave(t paceTicket, site string) {
 // other answer raises it a step. Answers of a site the view does not
 // know as slowed cost nothing.
 func (p *pacer) answered(rq *request, res rotation.Result) {
-	if p == nil || !p.o.Auto || (!res.IsBan() && p.learnt.Load() == 0) {
+	if p == nil || !p.o.Auto {
 		return
 	}
 	target := rq.lr.target
 	now := time.Now()
+	if !res.IsBan() {
+		p.evidence.served(target, rq.member, now)
+		if p.learnt.Load() == 0 {
+			return
+		}
+	}
 	p.mu.Lock()
 	sp := p.sites[target]
 	was := p.learntFor(sp, now)
@@ -613,6 +628,9 @@ func (p *pacer) answered(rq *request, res rotation.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: rq.member, Result: res, SeenCuts: rq.pace.cuts}
+	if res.IsBan() {
+		a.FirstCut = p.o.Rule.FirstCut(p.evidence.evidence(target, rq.member, now))
+	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {
 		p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)

@@ -159,7 +159,10 @@ type Cut struct {
 // Without evidence (nothing served within the window: an address the site
 // bans at sight, or answers still in flight) the restart is PaceFirstCut.
 func (r PaceRule) FirstCut(ev BanEvidence) Cut {
-	c := Cut{Interval: PaceFirstCut, Pause: r.Window, Steps: r.IncreaseSteps, Memory: r.Memory}
+	// The pause is a tenth longer than the window: the burst's last
+	// requests went out a little before the ban came back, and stay in
+	// the site's window until a window after they were sent.
+	c := Cut{Interval: PaceFirstCut, Pause: r.Window + r.Window/paceFloorMargin, Steps: r.IncreaseSteps, Memory: r.Memory}
 	if c.Steps <= 0 {
 		c.Steps = PaceIncreaseSteps
 	}

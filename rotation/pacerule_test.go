@@ -16,19 +16,19 @@ func TestPaceRuleFirstCut(t *testing.T) {
 		want Cut
 	}{
 		{"served 5 in a burst: 4 per window after a pause of the window, the floor above the burst's rate", r, BanEvidence{Served: 5, Span: 100 * ms},
-			Cut{Interval: 2500 * ms, Pause: 10 * time.Second, Floor: 22 * ms, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: 2500 * ms, Pause: 11 * time.Second, Floor: 22 * ms, Steps: 50, Memory: time.Hour}},
 		{"served 101: 100 per window", r, BanEvidence{Served: 101, Span: time.Second},
-			Cut{Interval: 100 * ms, Pause: 10 * time.Second, Floor: 10*ms + 891089, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: 100 * ms, Pause: 11 * time.Second, Floor: 10*ms + 891089, Steps: 50, Memory: time.Hour}},
 		{"served slower than the window allows: the floor holds the restart", r, BanEvidence{Served: 3, Span: 30 * time.Second},
-			Cut{Interval: 11 * time.Second, Pause: 10 * time.Second, Floor: 11 * time.Second, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: 11 * time.Second, Pause: 11 * time.Second, Floor: 11 * time.Second, Steps: 50, Memory: time.Hour}},
 		{"nothing served (an address banned at sight): the fixed first cut, paused", r, BanEvidence{},
-			Cut{Interval: PaceFirstCut, Pause: 10 * time.Second, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: PaceFirstCut, Pause: 11 * time.Second, Steps: 50, Memory: time.Hour}},
 		{"served one: a limit of one per window is learnt as nothing more", r, BanEvidence{Served: 1, Span: 10 * ms},
-			Cut{Interval: PaceFirstCut, Pause: 10 * time.Second, Floor: 11 * ms, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: PaceFirstCut, Pause: 11 * time.Second, Floor: 11 * ms, Steps: 50, Memory: time.Hour}},
 		{"no window: no pause, the fixed first cut", PaceRule{IncreaseSteps: 50}, BanEvidence{Served: 5, Span: 100 * ms},
 			Cut{Interval: PaceFirstCut, Floor: 22 * ms, Steps: 50}},
 		{"a restart past PaceMaxInterval is capped", PaceRule{Window: MaxPaceWindow, IncreaseSteps: 1}, BanEvidence{Served: 2, Span: 10 * ms},
-			Cut{Interval: PaceMaxInterval, Pause: MaxPaceWindow, Floor: 5*ms + 500*time.Microsecond, Steps: 1}},
+			Cut{Interval: PaceMaxInterval, Pause: MaxPaceWindow + MaxPaceWindow/10, Floor: 5*ms + 500*time.Microsecond, Steps: 1}},
 	} {
 		if got := tc.r.FirstCut(tc.ev); got != tc.want {
 			t.Errorf("%s: FirstCut(%+v) = %+v, want %+v", tc.name, tc.ev, got, tc.want)
@@ -51,11 +51,11 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 		iv, floor   time.Duration
 		pausedUntil time.Time
 	}{
-		{"the first ban sets the rule's cut and pauses the site", cut, 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(10 * time.Second)},
-		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(10 * time.Second)},
-		{"a later ban doubles, pauses again and floors the rise above the interval refused", second, 5 * time.Second, 2750 * time.Millisecond, t0.Add(21 * time.Second)},
-		{"the rise adds the cut's rate per Steps answers", cut.Answered(), 1666666666, 22 * time.Millisecond, t0.Add(10 * time.Second)},
-		{"the rise stops at the floor, never the rate refused", risen, 22 * time.Millisecond, 22 * time.Millisecond, t0.Add(10 * time.Second)},
+		{"the first ban sets the rule's cut and pauses the site", cut, 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"a later ban doubles, pauses again and floors the rise above the interval refused", second, 5 * time.Second, 2750 * time.Millisecond, t0.Add(22 * time.Second)},
+		{"the rise adds the cut's rate per Steps answers", cut.Answered(), 1666666666, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"the rise stops at the floor, never the rate refused", risen, 22 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
 		{"the fixed first cut has no pause", LearntPace{}.Ban(ResultBanned, t0, t0, false), PaceFirstCut, 0, time.Time{}},
 	} {
 		if tc.got.Interval != tc.iv || tc.got.Floor != tc.floor || !tc.got.PausedUntil().Equal(tc.pausedUntil) {

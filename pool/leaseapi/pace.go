@@ -64,12 +64,12 @@ func (w *cutWire) cut() (rotation.Cut, error) {
 		return c, fmt.Errorf("firstCut.intervalNanos %d is out of range (0 to %d)", w.IntervalNs, int64(rotation.PaceMaxInterval))
 	case c.Floor < 0 || c.Floor > rotation.PaceMaxInterval:
 		return c, fmt.Errorf("firstCut.floorNanos %d is out of range (0 to %d)", w.FloorNs, int64(rotation.PaceMaxInterval))
-	}
-	if err := (rotation.PaceRule{Window: c.Pause, IncreaseSteps: max(c.Steps, 1), Memory: c.Memory}).Check(); err != nil {
-		return c, errors.New("firstCut: " + err.Error())
-	}
-	if c.Steps < 0 {
-		return c, fmt.Errorf("firstCut.steps %d must not be negative", w.Steps)
+	case c.Pause < 0 || c.Pause > 2*rotation.MaxPaceWindow:
+		return c, fmt.Errorf("firstCut.pauseNanos %d is out of range (0 to %d)", w.PauseNs, int64(2*rotation.MaxPaceWindow))
+	case c.Steps < 0 || c.Steps > rotation.MaxPaceIncreaseSteps:
+		return c, fmt.Errorf("firstCut.steps %d is out of range (0 to %d)", w.Steps, rotation.MaxPaceIncreaseSteps)
+	case c.Memory < 0 || c.Memory > rotation.MaxPaceMemory:
+		return c, fmt.Errorf("firstCut.memoryNanos %d is out of range (0 to %d)", w.MemoryNs, int64(rotation.MaxPaceMemory))
 	}
 	return c, nil
 }
