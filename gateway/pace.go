@@ -350,6 +350,7 @@ type paceTicket struct {
 	started  bool           // the deadline is set
 	due      time.Time      // the request's own deadline (--request-timeout, plain HTTP); zero for none
 	dueHeld  bool           // due, not MaxWait, set deadline
+	trail    bool           // the gateway sees the request's answer: it trails the site's leader before the first ban (evidenceLog.trail)
 	cuts     int            // the learnt pace's cuts the last attempt was paced under
 }
 
@@ -359,6 +360,11 @@ type paceTicket struct {
 // an error ends the request (the client left, or the wait would pass
 // MaxWait: pacedError), with any lease it took itself given back.
 func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h held) (held, error) {
+	if rq.pace.trail && p != nil && p.evidence != nil {
+		if err := p.trail(ctx, client, rq.lr.target, h.mc.m.Name); err != nil {
+			return h, err
+		}
+	}
 	if !p.paced(rq.lr.p.Pace) {
 		return h, nil
 	}
@@ -429,6 +435,50 @@ func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h h
 	}
 	rq.sentAt = time.Now()
 	return h, nil
+}
+
+// trail holds a request to a site not slowed behind the site's leader
+// (evidenceLog.trail) until the site has served the leader more than the
+// member has sent, the site is slowed (its pace then holds the request),
+// or the lead comes to the member. It waits at most MaxWait, then sends.
+func (p *pacer) trail(ctx, client context.Context, target, member string) error {
+	var timer *time.Timer
+	for {
+		if p.learnt.Load() > 0 {
+			p.mu.Lock()
+			slowed := p.learntFor(p.sites[target], time.Now()).Slowed()
+			p.mu.Unlock()
+			if slowed {
+				return nil
+			}
+		}
+		ok, wake := p.evidence.trail(target, member, time.Now())
+		if ok {
+			return nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(p.o.MaxWait)
+			defer timer.Stop()
+		}
+		takeover := time.NewTimer(trailTakeover)
+		select {
+		case <-wake:
+		case <-takeover.C:
+		case <-timer.C:
+			takeover.Stop()
+			return nil
+		case <-client.Done():
+			takeover.Stop()
+			return errClientGone
+		case <-ctx.Done():
+			takeover.Stop()
+			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return errClientGone
+		}
+		takeover.Stop()
+	}
 }
 
 // reserve asks the store for req's slot, falling back to the gateway's own
@@ -617,6 +667,8 @@ func (p *pacer) answered(rq *request, res rotation.Result) {
 		if p.learnt.Load() == 0 {
 			return
 		}
+	} else {
+		defer p.evidence.refused(target, rq.member, now)
 	}
 	p.mu.Lock()
 	sp := p.sites[target]

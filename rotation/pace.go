@@ -66,9 +66,9 @@ const (
 // member Served requests before refusing the next, and the others have
 // sent about as many within the site's window. Only the end of that window
 // cools them, and no answer says how long it is. So the first ban pauses
-// the whole site for Window, then lets each member make what the banned
-// one was served, less one, per Window: a site whose window is Window or
-// shorter bans no member that was within its limit at the cut. Answers
+// the whole site for Window and a tenth, then lets each member make what
+// the banned one was served per that pause: a site whose window is Window
+// or shorter bans no member that was within its limit at the cut. Answers
 // without a ban raise the pace additively (IncreaseSteps answers add the
 // restart's rate once more), never back to the rate that was refused.
 type PaceRule struct {
@@ -151,10 +151,10 @@ type Cut struct {
 }
 
 // FirstCut is what a site's first ban sets under r, from what the banned
-// member did. Every member may make Served-1 requests per Window (a margin
-// of one for a site that counts the refused request, or a request's
-// jitter at the edge of a window), after a pause of Window in which the
-// burst's requests leave the site's window. The floor of the rise is a
+// member did. Every member may make Served requests per pause, after a
+// pause of Window and a tenth in which the burst's requests leave the
+// site's window (the tenth: they went out a little before the ban came
+// back). The floor of the rise is a
 // tenth above the interval at which the banned member was refused.
 // Without evidence (nothing served within the window: an address the site
 // bans at sight, or answers still in flight) the restart is PaceFirstCut.
@@ -171,7 +171,11 @@ func (r PaceRule) FirstCut(ev BanEvidence) Cut {
 		c.Floor = min(iv+iv/paceFloorMargin, PaceMaxInterval)
 	}
 	if r.Window > 0 && ev.Served >= 2 {
-		c.Interval = r.Window / time.Duration(ev.Served-1)
+		// Served per pause: in any window of the site's as long as Window,
+		// at most Served/1.1+1 requests, which is no more than Served
+		// below 11 and less above; a shorter window of the site's sees
+		// fewer.
+		c.Interval = c.Pause / time.Duration(ev.Served)
 	}
 	c.Interval = min(max(c.Interval, c.Floor, PaceUnlimitedInterval), PaceMaxInterval)
 	return c

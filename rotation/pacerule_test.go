@@ -15,10 +15,10 @@ func TestPaceRuleFirstCut(t *testing.T) {
 		ev   BanEvidence
 		want Cut
 	}{
-		{"served 5 in a burst: 4 per window after a pause of the window, the floor above the burst's rate", r, BanEvidence{Served: 5, Span: 100 * ms},
-			Cut{Interval: 2500 * ms, Pause: 11 * time.Second, Floor: 22 * ms, Steps: 50, Memory: time.Hour}},
-		{"served 101: 100 per window", r, BanEvidence{Served: 101, Span: time.Second},
-			Cut{Interval: 100 * ms, Pause: 11 * time.Second, Floor: 10*ms + 891089, Steps: 50, Memory: time.Hour}},
+		{"served 5 in a burst: 5 per pause after a pause of the window and a tenth, the floor above the burst's rate", r, BanEvidence{Served: 5, Span: 100 * ms},
+			Cut{Interval: 2200 * ms, Pause: 11 * time.Second, Floor: 22 * ms, Steps: 50, Memory: time.Hour}},
+		{"served 101: 101 per pause", r, BanEvidence{Served: 101, Span: time.Second},
+			Cut{Interval: 11 * time.Second / 101, Pause: 11 * time.Second, Floor: 10*ms + 891089, Steps: 50, Memory: time.Hour}},
 		{"served slower than the window allows: the floor holds the restart", r, BanEvidence{Served: 3, Span: 30 * time.Second},
 			Cut{Interval: 11 * time.Second, Pause: 11 * time.Second, Floor: 11 * time.Second, Steps: 50, Memory: time.Hour}},
 		{"nothing served (an address banned at sight): the fixed first cut, paused", r, BanEvidence{},
@@ -51,10 +51,10 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 		iv, floor   time.Duration
 		pausedUntil time.Time
 	}{
-		{"the first ban sets the rule's cut and pauses the site", cut, 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
-		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2500 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
-		{"a later ban doubles, pauses again and floors the rise above the interval refused", second, 5 * time.Second, 2750 * time.Millisecond, t0.Add(22 * time.Second)},
-		{"the rise adds the cut's rate per Steps answers", cut.Answered(), 1666666666, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"the first ban sets the rule's cut and pauses the site", cut, 2200 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2200 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"a later ban doubles, pauses again and floors the rise above the interval refused", second, 4400 * time.Millisecond, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
+		{"the rise adds the cut's rate per Steps answers", cut.Answered(), 1466666666, 22 * time.Millisecond, t0.Add(11 * time.Second)},
 		{"the rise stops at the floor, never the rate refused", risen, 22 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
 		{"the fixed first cut has no pause", LearntPace{}.Ban(ResultBanned, t0, t0, false), PaceFirstCut, 0, time.Time{}},
 	} {
