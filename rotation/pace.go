@@ -154,8 +154,9 @@ type Cut struct {
 // member did. Every member may make Served requests per pause, after a
 // pause of Window and a tenth in which the burst's requests leave the
 // site's window (the tenth: they went out a little before the ban came
-// back). The floor of the rise is a
-// tenth above the interval at which the banned member was refused.
+// back). The rise stops at the restart: the rate refused is Served+1
+// within some span between the burst's and Window, and the restart is
+// below its slowest reading.
 // Without evidence (nothing served within the window: an address the site
 // bans at sight, or answers still in flight) the restart is PaceFirstCut.
 func (r PaceRule) FirstCut(ev BanEvidence) Cut {
@@ -178,6 +179,13 @@ func (r PaceRule) FirstCut(ev BanEvidence) Cut {
 		c.Interval = c.Pause / time.Duration(ev.Served)
 	}
 	c.Interval = min(max(c.Interval, c.Floor, PaceUnlimitedInterval), PaceMaxInterval)
+	if r.Window > 0 && ev.Served >= 2 {
+		// The rate refused is Served+1 within some span between the
+		// burst's and Window: the rise stays below its slowest reading,
+		// which is the restart. (Measured: a rise past it banned the
+		// other members of a 3-per-3s site within 60 requests.)
+		c.Floor = c.Interval
+	}
 	return c
 }
 

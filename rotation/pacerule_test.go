@@ -15,10 +15,10 @@ func TestPaceRuleFirstCut(t *testing.T) {
 		ev   BanEvidence
 		want Cut
 	}{
-		{"served 5 in a burst: 5 per pause after a pause of the window and a tenth, the floor above the burst's rate", r, BanEvidence{Served: 5, Span: 100 * ms},
-			Cut{Interval: 2200 * ms, Pause: 11 * time.Second, Floor: 22 * ms, Steps: 50, Memory: time.Hour}},
+		{"served 5 in a burst: 5 per pause after a pause of the window and a tenth, no rise past it", r, BanEvidence{Served: 5, Span: 100 * ms},
+			Cut{Interval: 2200 * ms, Pause: 11 * time.Second, Floor: 2200 * ms, Steps: 50, Memory: time.Hour}},
 		{"served 101: 101 per pause", r, BanEvidence{Served: 101, Span: time.Second},
-			Cut{Interval: 11 * time.Second / 101, Pause: 11 * time.Second, Floor: 10*ms + 891089, Steps: 50, Memory: time.Hour}},
+			Cut{Interval: 11 * time.Second / 101, Pause: 11 * time.Second, Floor: 11 * time.Second / 101, Steps: 50, Memory: time.Hour}},
 		{"served slower than the window allows: the floor holds the restart", r, BanEvidence{Served: 3, Span: 30 * time.Second},
 			Cut{Interval: 11 * time.Second, Pause: 11 * time.Second, Floor: 11 * time.Second, Steps: 50, Memory: time.Hour}},
 		{"nothing served (an address banned at sight): the fixed first cut, paused", r, BanEvidence{},
@@ -28,7 +28,7 @@ func TestPaceRuleFirstCut(t *testing.T) {
 		{"no window: no pause, the fixed first cut", PaceRule{IncreaseSteps: 50}, BanEvidence{Served: 5, Span: 100 * ms},
 			Cut{Interval: PaceFirstCut, Floor: 22 * ms, Steps: 50}},
 		{"a restart past PaceMaxInterval is capped", PaceRule{Window: MaxPaceWindow, IncreaseSteps: 1}, BanEvidence{Served: 2, Span: 10 * ms},
-			Cut{Interval: PaceMaxInterval, Pause: MaxPaceWindow + MaxPaceWindow/10, Floor: 5*ms + 500*time.Microsecond, Steps: 1}},
+			Cut{Interval: PaceMaxInterval, Pause: MaxPaceWindow + MaxPaceWindow/10, Floor: PaceMaxInterval, Steps: 1}},
 	} {
 		if got := tc.r.FirstCut(tc.ev); got != tc.want {
 			t.Errorf("%s: FirstCut(%+v) = %+v, want %+v", tc.name, tc.ev, got, tc.want)
@@ -41,7 +41,7 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 	first := PaceRule{Window: 10 * time.Second, IncreaseSteps: 2, Memory: time.Hour}.FirstCut(BanEvidence{Served: 5, Span: 100 * time.Millisecond})
 	cut := LearntPace{}.BanWith(ResultRateLimited, t0, t0, false, first)
 	second := cut.BanWith(ResultRateLimited, t0.Add(11*time.Second), t0.Add(11*time.Second), false, first)
-	risen := cut
+	risen := second
 	for range 1000 {
 		risen = risen.Answered()
 	}
@@ -51,11 +51,12 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 		iv, floor   time.Duration
 		pausedUntil time.Time
 	}{
-		{"the first ban sets the rule's cut and pauses the site", cut, 2200 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
-		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2200 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"the first ban sets the rule's cut and pauses the site", cut, 2200 * time.Millisecond, 2200 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"no rise past the restart", cut.Answered(), 2200 * time.Millisecond, 2200 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"a ban in flight at the cut changes nothing", cut.BanWith(ResultBanned, t0.Add(-time.Millisecond), t0.Add(time.Millisecond), false, first), 2200 * time.Millisecond, 2200 * time.Millisecond, t0.Add(11 * time.Second)},
 		{"a later ban doubles, pauses again and floors the rise above the interval refused", second, 4400 * time.Millisecond, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
-		{"the rise adds the cut's rate per Steps answers", cut.Answered(), 1466666666, 22 * time.Millisecond, t0.Add(11 * time.Second)},
-		{"the rise stops at the floor, never the rate refused", risen, 22 * time.Millisecond, 22 * time.Millisecond, t0.Add(11 * time.Second)},
+		{"the rise adds the cut's rate per Steps answers", second.Answered(), 2933333333, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
+		{"the rise stops at the floor, never the rate refused", risen, 2420 * time.Millisecond, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
 		{"the fixed first cut has no pause", LearntPace{}.Ban(ResultBanned, t0, t0, false), PaceFirstCut, 0, time.Time{}},
 	} {
 		if tc.got.Interval != tc.iv || tc.got.Floor != tc.floor || !tc.got.PausedUntil().Equal(tc.pausedUntil) {
