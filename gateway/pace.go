@@ -661,13 +661,16 @@ func (p *pacer) answered(rq *request, res rotation.Result) {
 		return
 	}
 	target := rq.lr.target
-	now := time.Now()
 	if !res.IsBan() {
-		p.evidence.served(target, rq.member, now)
+		if p.evidence != nil {
+			p.evidence.served(target, rq.member, time.Now())
+		}
 		if p.learnt.Load() == 0 {
 			return
 		}
-	} else {
+	}
+	now := time.Now()
+	if res.IsBan() {
 		defer p.evidence.refused(target, rq.member, now)
 	}
 	p.mu.Lock()

@@ -42,7 +42,7 @@ type siteRun struct {
 	last    time.Time // the run's last send or answer
 	leader  string
 	led     time.Time     // the leader's last send or answer
-	wake    chan struct{} // closed (and replaced) at each answer
+	wake    chan struct{} // closed at the next send or answer; nil while nobody waits
 }
 
 // memberRun is one member's requests at one site in the site's run: sent,
@@ -81,7 +81,7 @@ func (l *evidenceLog) run(sh *evidenceShard, site string, now time.Time) *siteRu
 		if len(sh.sites) >= maxEvidenceSites {
 			sh.sweep(now, l.window)
 		}
-		r = &siteRun{members: map[string]*memberRun{}, wake: make(chan struct{})}
+		r = &siteRun{members: map[string]*memberRun{}}
 		sh.sites[site] = r
 	}
 	if now.Sub(r.last) >= l.window {
@@ -142,8 +142,18 @@ func (r *siteRun) touch(member string, now time.Time) {
 	if member == r.leader {
 		r.led = now
 	}
-	close(r.wake)
-	r.wake = make(chan struct{})
+	if r.wake != nil {
+		close(r.wake)
+		r.wake = nil
+	}
+}
+
+// waiters is the channel the next touch closes (sh.mu held).
+func (r *siteRun) waiters() <-chan struct{} {
+	if r.wake == nil {
+		r.wake = make(chan struct{})
+	}
+	return r.wake
 }
 
 // trail is the rule that keeps a burst from taking every member to a
@@ -174,10 +184,10 @@ func (l *evidenceLog) trail(site, member string, now time.Time) (ok bool, wake <
 		r.leader = member
 	case r.leader == member:
 		if m.sent-m.answered >= max(m.served, 1) {
-			return false, r.wake
+			return false, r.waiters()
 		}
 	case m.sent >= r.member(r.leader).served:
-		return false, r.wake
+		return false, r.waiters()
 	}
 	m.sent++
 	r.touch(member, now)
