@@ -361,8 +361,13 @@ type paceTicket struct {
 // MaxWait: pacedError), with any lease it took itself given back.
 func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h held) (held, error) {
 	if rq.pace.trail && p != nil && p.evidence != nil {
-		if err := p.trail(ctx, client, rq.lr.target, h.mc.m.Name); err != nil {
-			return h, err
+		// A site with a pace of the operator's or the client's is known:
+		// it is paced as told, not trailed (and a request that takes a
+		// member free sooner would leave its count on the first).
+		if lim, _ := p.explicitFor(rq.lr.target, rq.lr.p.Pace); lim.IsZero() {
+			if err := p.trail(ctx, client, rq.lr.target, h.mc.m.Name); err != nil {
+				return h, err
+			}
 		}
 	}
 	if !p.paced(rq.lr.p.Pace) {
