@@ -103,6 +103,7 @@ func BenchmarkPacingAgainstRateLimitShapes(b *testing.B) {
 		{"off", PacingOptions{}},
 	}
 	report := func(b *testing.B, r crawlResult, st ratesite.Stats) {
+		b.Logf("answers %v, the gateway's own %v, banned %v", r.status, r.reasons, st.Banned())
 		b.ReportMetric(float64(r.status[200]), "served")
 		b.ReportMetric(float64(len(st.Banned())), "banned")
 		b.ReportMetric(r.took.Seconds(), "s")
