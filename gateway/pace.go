@@ -442,6 +442,14 @@ func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h h
 	return h, nil
 }
 
+// attemptFailed tells the trail that rq's attempt ended without an
+// answer, so it no longer counts in flight for its member.
+func (p *pacer) attemptFailed(rq *request) {
+	if p != nil && rq.pace.trail && p.evidence != nil {
+		p.evidence.unserved(rq.lr.target, rq.member, time.Now())
+	}
+}
+
 // trail holds a request to a site not slowed behind the site's leader
 // (evidenceLog.trail) until the site has served the leader more than the
 // member has sent, the site is slowed (its pace then holds the request),
@@ -676,7 +684,7 @@ func (p *pacer) answered(rq *request, res rotation.Result) {
 	}
 	now := time.Now()
 	if res.IsBan() {
-		defer p.evidence.refused(target, rq.member, now)
+		defer p.evidence.unserved(target, rq.member, now)
 	}
 	p.mu.Lock()
 	sp := p.sites[target]

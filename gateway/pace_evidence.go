@@ -118,10 +118,11 @@ func (l *evidenceLog) served(site, member string, now time.Time) {
 	r.touch(member, now)
 }
 
-// refused records a ban of member's request at site and wakes the
-// requests trailing there: the site is slowed now, and they go by its pace
-// instead.
-func (l *evidenceLog) refused(site, member string, now time.Time) {
+// unserved records that member's request at site ended without being
+// served (a ban, or an attempt that failed without an answer: it is in
+// flight no more) and wakes the requests trailing there; after a ban the
+// site is slowed, and they go by its pace instead.
+func (l *evidenceLog) unserved(site, member string, now time.Time) {
 	if l == nil {
 		return
 	}

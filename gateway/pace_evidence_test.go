@@ -67,6 +67,12 @@ func TestTrailKeepsEveryMemberButTheLeaderBehindWhatTheSiteServed(t *testing.T) 
 			{20 * ms, "c", "send", true},
 			{20 * ms, "c", "send", false},
 		}},
+		{"an attempt that failed without an answer is in flight no more", []step{
+			{0, "a", "send", true},
+			{0, "a", "send", false},
+			{10 * ms, "a", "unserved", false},
+			{10 * ms, "a", "send", true},
+		}},
 		{"a refused answer counts for the leader's in flight, not as served", []step{
 			{0, "a", "send", true},
 			{10 * ms, "a", "refused", false},
@@ -96,8 +102,8 @@ func TestTrailKeepsEveryMemberButTheLeaderBehindWhatTheSiteServed(t *testing.T) 
 				}
 			case "served":
 				l.served("s.example", s.member, now)
-			case "refused":
-				l.refused("s.example", s.member, now)
+			case "refused", "unserved":
+				l.unserved("s.example", s.member, now)
 			}
 		}
 	}
