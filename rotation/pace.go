@@ -157,13 +157,21 @@ type Cut struct {
 // back). The rise stops at the restart: the rate refused is Served+1
 // within some span between the burst's and Window, and the restart is
 // below its slowest reading.
-// Without evidence (nothing served within the window: an address the site
-// bans at sight, or answers still in flight) the restart is PaceFirstCut.
+// Without evidence (fewer than two served within the window: an address
+// the site bans at sight, or answers still in flight) it is PaceFirstCut
+// and no pause.
 func (r PaceRule) FirstCut(ev BanEvidence) Cut {
 	// The pause is a tenth longer than the window: the burst's last
 	// requests went out a little before the ban came back, and stay in
 	// the site's window until a window after they were sent.
-	c := Cut{Interval: PaceFirstCut, Pause: r.Window + r.Window/paceFloorMargin, Steps: r.IncreaseSteps, Memory: r.Memory}
+	c := Cut{Interval: PaceFirstCut, Steps: r.IncreaseSteps, Memory: r.Memory}
+	if ev.Served >= 2 {
+		// A member refused before the site served it twice crossed no
+		// rate the gateway saw: an address the site bans at sight (or
+		// answers still in flight). The fixed cut, no pause: the retry
+		// through another member goes at once, as a ban's always did.
+		c.Pause = r.Window + r.Window/paceFloorMargin
+	}
 	if c.Steps <= 0 {
 		c.Steps = PaceIncreaseSteps
 	}
