@@ -128,6 +128,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	})
 	defer deadline.Stop()
 	rq.pace.due = start.Add(rp.requestTimeout)
+	rq.pace.trail = true // its answer is seen: it trails the site's leader
 	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)

@@ -57,6 +57,11 @@ type PacingOptions struct {
 	// MaxWait bounds a request's wait for its slot (default
 	// DefaultPacingMaxWait); past it the answer is 503 paced.
 	MaxWait time.Duration
+	// Rule is what a site's first ban teaches the pool under Auto
+	// (--pacing-window, --pacing-increase-steps, --pacing-memory); the
+	// zero value is the fixed first cut (rotation.PaceFirstCut, no pause,
+	// forgotten after rotation.PaceQuiet) and logs no evidence.
+	Rule rotation.PaceRule
 }
 
 // SitePaces are explicit paces per site (--site-pace PATTERN
@@ -135,6 +140,7 @@ type pacer struct {
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
 	log      *slog.Logger
 	leases   paceLeases         // for a member free sooner (soonerMember)
+	evidence *evidenceLog       // what a first ban is judged by; nil without a rule
 	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
 	// givingBack counts the give-backs in flight (giveBackLater).
 	givingBack atomic.Int32
@@ -164,6 +170,9 @@ func newPacer(o PacingOptions, store pool.SitePacer, leases paceLeases, log *slo
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &pacer{o: o, leases: leases, explicit: !o.Default.IsZero() || !o.Sites.t.empty(), own: pool.NewPaces(nil), log: log, sites: map[string]*sitePace{}}
+	if o.Auto {
+		p.evidence = newEvidenceLog(o.Rule.Window)
+	}
 	p.store = store
 	switch store.(type) {
 	case nil:
@@ -341,6 +350,7 @@ type paceTicket struct {
 	started  bool           // the deadline is set
 	due      time.Time      // the request's own deadline (--request-timeout, plain HTTP); zero for none
 	dueHeld  bool           // due, not MaxWait, set deadline
+	trail    bool           // the gateway sees the request's answer: it trails the site's leader before the first ban (evidenceLog.trail)
 	cuts     int            // the learnt pace's cuts the last attempt was paced under
 }
 
@@ -350,6 +360,16 @@ type paceTicket struct {
 // an error ends the request (the client left, or the wait would pass
 // MaxWait: pacedError), with any lease it took itself given back.
 func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h held) (held, error) {
+	if rq.pace.trail && p != nil && p.evidence != nil {
+		// A site with a pace of the operator's or the client's is known:
+		// it is paced as told, not trailed (and a request that takes a
+		// member free sooner would leave its count on the first).
+		if lim, _ := p.explicitFor(rq.lr.target, rq.lr.p.Pace); lim.IsZero() {
+			if err := p.trail(ctx, client, rq.lr.target, h.mc.m.Name); err != nil {
+				return h, err
+			}
+		}
+	}
 	if !p.paced(rq.lr.p.Pace) {
 		return h, nil
 	}
@@ -420,6 +440,58 @@ func (p *pacer) pace(ctx, client context.Context, rq *request, at *attempts, h h
 	}
 	rq.sentAt = time.Now()
 	return h, nil
+}
+
+// attemptFailed tells the trail that rq's attempt ended without an
+// answer, so it no longer counts in flight for its member.
+func (p *pacer) attemptFailed(rq *request) {
+	if p != nil && rq.pace.trail && p.evidence != nil {
+		p.evidence.unserved(rq.lr.target, rq.member, time.Now())
+	}
+}
+
+// trail holds a request to a site not slowed behind the site's leader
+// (evidenceLog.trail) until the site has served the leader more than the
+// member has sent, the site is slowed (its pace then holds the request),
+// or the lead comes to the member. It waits at most MaxWait, then sends.
+func (p *pacer) trail(ctx, client context.Context, target, member string) error {
+	var timer *time.Timer
+	for {
+		if p.learnt.Load() > 0 {
+			p.mu.Lock()
+			slowed := p.learntFor(p.sites[target], time.Now()).Slowed()
+			p.mu.Unlock()
+			if slowed {
+				return nil
+			}
+		}
+		ok, wake := p.evidence.trail(target, member, time.Now())
+		if ok {
+			return nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(p.o.MaxWait)
+			defer timer.Stop()
+		}
+		takeover := time.NewTimer(trailTakeover)
+		select {
+		case <-wake:
+		case <-takeover.C:
+		case <-timer.C:
+			takeover.Stop()
+			return nil
+		case <-client.Done():
+			takeover.Stop()
+			return errClientGone
+		case <-ctx.Done():
+			takeover.Stop()
+			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return errClientGone
+		}
+		takeover.Stop()
+	}
 }
 
 // reserve asks the store for req's slot, falling back to the gateway's own
@@ -598,11 +670,22 @@ func (p *pacer) leave(t paceTicket, site string) {
 // other answer raises it a step. Answers of a site the view does not
 // know as slowed cost nothing.
 func (p *pacer) answered(rq *request, res rotation.Result) {
-	if p == nil || !p.o.Auto || (!res.IsBan() && p.learnt.Load() == 0) {
+	if p == nil || !p.o.Auto {
 		return
 	}
 	target := rq.lr.target
+	if !res.IsBan() {
+		if p.evidence != nil {
+			p.evidence.served(target, rq.member, time.Now())
+		}
+		if p.learnt.Load() == 0 {
+			return
+		}
+	}
 	now := time.Now()
+	if res.IsBan() {
+		defer p.evidence.unserved(target, rq.member, now)
+	}
 	p.mu.Lock()
 	sp := p.sites[target]
 	was := p.learntFor(sp, now)
@@ -613,6 +696,9 @@ func (p *pacer) answered(rq *request, res rotation.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), poolCallTimeout)
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: rq.member, Result: res, SeenCuts: rq.pace.cuts}
+	if res.IsBan() {
+		a.FirstCut = p.o.Rule.FirstCut(p.evidence.evidence(target, rq.member, now))
+	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {
 		p.log.Warn("pacing: the lease store's pace failed; pacing with this gateway's own", "site", target, "err", err)

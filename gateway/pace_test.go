@@ -286,6 +286,25 @@ func BenchmarkPaceSiteWithoutLimits(b *testing.B) {
 	}
 }
 
+// BenchmarkPaceSiteWithoutLimitsLearning is BenchmarkPaceSiteWithoutLimits
+// with the learning rule (rotation.DefaultPaceRule, the CLI's default): a
+// plain request also trails the site's leader and logs its answer as the
+// evidence a first ban is judged by.
+//
+//	go test -run x -bench BenchmarkPaceSiteWithoutLimitsLearning ./gateway/
+func BenchmarkPaceSiteWithoutLimitsLearning(b *testing.B) {
+	g := &Gateway{pacer: newPacer(PacingOptions{Auto: true, Rule: rotation.DefaultPaceRule}, nil, nil, nil)}
+	ctx := context.Background()
+	rq := &request{lr: leaseReq{p: &params.Params{}, target: "example.com"}, member: "m", pace: paceTicket{trail: true}}
+	h := held{mc: &memberConn{m: pool.Member{Name: "m"}}}
+	for b.Loop() {
+		if _, err := g.pacer.pace(ctx, ctx, rq, nil, h); err != nil {
+			b.Fatal(err)
+		}
+		g.pacer.answered(rq, rotation.ResultOK)
+	}
+}
+
 func TestASiteSlowedElsewhereIsPacedAndSaysSo(t *testing.T) {
 	store := pool.NewStore(pool.StoreOptions{})
 	p := newPacer(PacingOptions{Auto: true}, store, nil, nil)

@@ -85,6 +85,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 			}
 			continue
 		}
+		rp.pacer.attemptFailed(rq)
 		v := judge(err)
 		if !v.retry {
 			return err

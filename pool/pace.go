@@ -1,7 +1,9 @@
 package pool
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,6 +94,10 @@ type SiteAnswer struct {
 	// (0 when it was not): a ban to a request paced under an older cut was
 	// in flight when the site was cut, and is no news.
 	SeenCuts int
+	// FirstCut is what a ban sets when the site is not slowed
+	// (rotation.PaceRule.FirstCut from the gateway's evidence); the zero
+	// value is the fixed first cut.
+	FirstCut rotation.Cut
 }
 
 // BanSent maps SeenCuts to the send time rotation.LearntPace.Ban wants:
@@ -161,13 +167,45 @@ func (p *Paces) sweep(now time.Time) {
 			delete(p.sites, k)
 		}
 	}
+	p.forgetLeast(now)
 	p.sweepAt = 2 * len(p.sites)
 }
 
-func (ps *paceSite) busy(now time.Time) bool {
-	if ps.learnt.Decayed(now).Slowed() {
-		return true
+// forgetLeast bounds what is remembered: past maxPaceSites, the learnt
+// paces of sites with nothing in flight and no slot ahead are forgotten,
+// those that matter least first (fewest cuts, then the oldest cut), down
+// to half the bound. A site busy now is never forgotten.
+func (p *Paces) forgetLeast(now time.Time) {
+	if len(p.sites) < maxPaceSites {
+		return
 	}
+	type cand struct {
+		site string
+		l    rotation.LearntPace
+	}
+	var idle []cand
+	for k, ps := range p.sites {
+		if !ps.inUse(now) {
+			idle = append(idle, cand{k, ps.learnt})
+		}
+	}
+	slices.SortFunc(idle, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(a.l.Cuts, b.l.Cuts), a.l.CutAt.Compare(b.l.CutAt))
+	})
+	for _, c := range idle {
+		if len(p.sites) <= maxPaceSites/2 {
+			break
+		}
+		delete(p.sites, c.site)
+	}
+}
+
+func (ps *paceSite) busy(now time.Time) bool {
+	return ps.learnt.Decayed(now).Slowed() || ps.inUse(now)
+}
+
+// inUse reports whether ps has a place in flight or a slot ahead.
+func (ps *paceSite) inUse(now time.Time) bool {
 	for _, until := range ps.holders {
 		if now.Before(until) {
 			return true
@@ -183,8 +221,10 @@ func (ps *paceSite) busy(now time.Time) bool {
 
 // learntNow is ps's learnt pace decayed to now (p.mu held).
 func (ps *paceSite) learntNow(now time.Time) rotation.LearntPace {
-	if ps.learnt.Slowed() && !ps.learnt.Decayed(now).Slowed() {
-		ps.learnt, ps.struck = rotation.LearntPace{}, nil
+	if ps.learnt.Slowed() {
+		if ps.learnt = ps.learnt.Decayed(now); !ps.learnt.Slowed() {
+			ps.struck = nil
+		}
 	}
 	return ps.learnt
 }
@@ -208,8 +248,12 @@ func (p *Paces) ReserveSlot(_ context.Context, req SlotRequest) (Slot, error) {
 	}
 	prev, had := ps.slots[req.Member]
 	at := now
+	if until := out.Learnt.PausedUntil(); until.After(at) {
+		// The cut paused the whole site: no member's slot before its end.
+		at = until
+	}
 	if had {
-		if next := prev.at.Add(out.Interval); next.After(now) {
+		if next := prev.at.Add(out.Interval); next.After(at) {
 			at = next
 		}
 	}
@@ -303,7 +347,7 @@ func (p *Paces) SiteAnswered(_ context.Context, a SiteAnswer) (rotation.LearntPa
 		ps = p.site(a.Site, now)
 	}
 	was := ps.learntNow(now)
-	ps.learnt = was.Ban(a.Result, BanSent(was, a.SeenCuts, now), now, ps.struck[a.Member])
+	ps.learnt = was.BanWith(a.Result, BanSent(was, a.SeenCuts, now), now, ps.struck[a.Member], a.FirstCut)
 	if ps.learnt.Cuts != was.Cuts || ps.struck == nil {
 		ps.struck = map[string]bool{}
 	}

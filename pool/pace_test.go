@@ -94,9 +94,6 @@ func TestPacesPastMaxPaceSitesSweepsOncePerDoublingNotPerNewSite(t *testing.T) {
 		name string
 		busy func(p *Paces, site string)
 	}{
-		{"learnt paces", func(p *Paces, site string) {
-			_, _ = p.SiteAnswered(ctx, SiteAnswer{Site: site, Member: "m", Result: rotation.ResultRateLimited})
-		}},
 		{"places in flight", func(p *Paces, site string) { _, _ = p.EnterSite(ctx, site, "h", 1) }},
 		{"slots ahead", func(p *Paces, site string) {
 			for range 2 {
@@ -137,5 +134,40 @@ func TestPacesForgetsIdleSitesPastMaxPaceSites(t *testing.T) {
 	}
 	if len(p.sites) > 2*maxPaceSites {
 		t.Fatalf("%d sites kept, want at most %d once the learnt paces decayed", len(p.sites), 2*maxPaceSites)
+	}
+}
+
+// TestPacesRemembersAtMostMaxPaceSitesTheMostCutFirst: learnt paces are
+// remembered for hours (rotation.PaceRule.Memory), so they are bounded:
+// past maxPaceSites the idle ones that matter least (fewest cuts, oldest)
+// are forgotten, and a site cut twice outlives thousands cut once.
+func TestPacesRemembersAtMostMaxPaceSitesTheMostCutFirst(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	p := NewPaces(clk)
+	mem := rotation.Cut{Interval: time.Second, Memory: 24 * time.Hour}
+	ban := func(site, member string) {
+		_, _ = p.SiteAnswered(ctx, SiteAnswer{Site: site, Member: member, Result: rotation.ResultBanned, SeenCuts: 1, FirstCut: mem})
+	}
+	ban("twice.example", "m1")
+	clk.Step(time.Second)
+	ban("twice.example", "m2")
+	for i := range 3 * maxPaceSites {
+		ban("s"+strconv.Itoa(i)+".example", "m")
+	}
+	if len(p.sites) > maxPaceSites {
+		t.Fatalf("%d sites remembered, want at most %d", len(p.sites), maxPaceSites)
+	}
+	if p.sweeps > 6 {
+		t.Fatalf("%d sweeps for %d sites, want a few", p.sweeps, 3*maxPaceSites)
+	}
+	if l := p.sites["twice.example"]; l == nil || l.learnt.Cuts != 2 {
+		t.Fatalf("the site cut twice was forgotten before sites cut once")
+	}
+	// Remembered past the quiet period, faded, not forgotten.
+	clk.Step(rotation.PaceQuiet)
+	s, _ := p.ReserveSlot(ctx, SlotRequest{Site: "twice.example", Member: "m3", Auto: true, MaxWait: time.Hour})
+	if s.Interval != time.Second || s.Learnt.Faded != 1 {
+		t.Fatalf("slot %+v after the quiet period, want the 2s cut faded once to 1s", s)
 	}
 }

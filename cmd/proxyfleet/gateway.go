@@ -85,6 +85,9 @@ const (
 	flagSitePace            = "site-pace"
 	flagPacing              = "pacing"
 	flagPacingMaxWait       = "pacing-max-wait"
+	flagPacingWindow        = "pacing-window"
+	flagPacingIncreaseSteps = "pacing-increase-steps"
+	flagPacingMemory        = "pacing-memory"
 	flagConfig              = "config"
 	flagLogLevel            = "log-level"
 	flagLogFormat           = "log-format"
@@ -237,8 +240,11 @@ func gatewayFlags() []cli.Flag {
 		durationFlag(flagSiteMinInterval, "0s", "least time between two requests to one site through one upstream (0: none); a request waits for its slot, or takes another upstream free sooner"),
 		intFlag(flagSiteMaxConcurrency, 0, "most requests to one site in flight across the pool (0: unlimited); a tunnel counts while it opens"),
 		listFlag(flagSitePace, "`ENTRY`: PATTERN (a host, *.domain or IP) then min-interval=DURATION and/or max-concurrency=N: --site-min-interval and --site-max-concurrency for the sites a pattern names, e.g. \"*.example.com min-interval=2s max-concurrency=4\"; repeatable"),
-		stringFlag(flagPacing, "auto", "`MODE`: auto (a site's first 429/ban slows it for the whole pool, answers speed it up again slowly, 10m without a ban forgets it) or off"),
+		stringFlag(flagPacing, "auto", "`MODE`: auto (before a site bans, one upstream leads and the others trail it; its first 429/ban pauses it for the whole pool and restarts it at what the site served, --pacing-window; answers speed it up again slowly; a quiet site's pace fades, --pacing-memory) or off"),
 		durationFlag(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
+		durationFlag(flagPacingWindow, "10s", "with --pacing auto, the longest window of a site's limit the pool is kept from crossing after the site's first ban: the ban pauses the site this long (and a tenth), then each upstream makes what the banned one was served, less one, per window; before it one upstream leads and the others trail it (0: the fixed first cut, 1 request per second per upstream, no pause, no trail)"),
+		intFlag(flagPacingIncreaseSteps, rotation.DefaultPaceIncreaseSteps, "with --pacing auto, how many answers without a ban add a cut's rate once more (the rise, never past the rate the site refused)"),
+		durationFlag(flagPacingMemory, "4h", "with --pacing auto, how slowly a learnt pace fades once its site went 10m without a ban: its interval halves every this long, so a site that banned yesterday is approached carefully today (0: forgotten after the 10m)"),
 		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
 	}, logFlags("text")...)
@@ -536,6 +542,15 @@ func pacingFrom(c *cli.Context) (gateway.PacingOptions, error) {
 	}
 	if o.MaxWait = c.Duration(flagPacingMaxWait); o.MaxWait <= 0 {
 		return o, fmt.Errorf("--%s %s: must be positive", flagPacingMaxWait, o.MaxWait)
+	}
+	o.Rule = rotation.PaceRule{Window: c.Duration(flagPacingWindow), IncreaseSteps: c.Int(flagPacingIncreaseSteps), Memory: c.Duration(flagPacingMemory)}
+	switch {
+	case o.Rule.Window < 0 || o.Rule.Window > rotation.MaxPaceWindow:
+		return o, fmt.Errorf("--%s %s: must be 0 to %s", flagPacingWindow, o.Rule.Window, rotation.MaxPaceWindow)
+	case o.Rule.IncreaseSteps < 1 || o.Rule.IncreaseSteps > rotation.MaxPaceIncreaseSteps:
+		return o, fmt.Errorf("--%s %d: must be 1 to %d", flagPacingIncreaseSteps, o.Rule.IncreaseSteps, rotation.MaxPaceIncreaseSteps)
+	case o.Rule.Memory < 0 || o.Rule.Memory > rotation.MaxPaceMemory:
+		return o, fmt.Errorf("--%s %s: must be 0 to %s", flagPacingMemory, o.Rule.Memory, rotation.MaxPaceMemory)
 	}
 	return o, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // runConfig runs `proxyfleet gateway args...` in-process with a runner that
@@ -515,6 +516,43 @@ func TestAnUnparsableFlagValueSaysWhatTheFlagWants(t *testing.T) {
 		err := app.Run(append([]string{"proxyfleet"}, tc.args...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestPacingRuleFlags: the learning rule's parameters come from flags and
+// YAML, default to rotation.DefaultPaceRule, and a bad value is refused at
+// start naming the flag.
+func TestPacingRuleFlags(t *testing.T) {
+	cfg, err := runConfig(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pacing.Rule != rotation.DefaultPaceRule {
+		t.Fatalf("default rule %+v, want %+v", cfg.Pacing.Rule, rotation.DefaultPaceRule)
+	}
+	config := writeFile(t, "config.yaml", "pacing-window: 30s\npacing-increase-steps: 20\npacing-memory: 1h\n")
+	if cfg, err = runConfig(t, "--config", config); err != nil {
+		t.Fatal(err)
+	}
+	if want := (rotation.PaceRule{Window: 30 * time.Second, IncreaseSteps: 20, Memory: time.Hour}); cfg.Pacing.Rule != want {
+		t.Fatalf("rule from YAML %+v, want %+v", cfg.Pacing.Rule, want)
+	}
+	if cfg, err = runConfig(t, "--pacing-window", "0s", "--pacing-memory", "0s"); err != nil || cfg.Pacing.Rule.Window != 0 || cfg.Pacing.Rule.Memory != 0 {
+		t.Fatalf("0 turns the rule's window and memory off: %+v, %v", cfg, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pacing-window", "-1s"}, "--pacing-window -1s: must be 0 to 10m0s"},
+		{[]string{"--pacing-window", "1h"}, "--pacing-window 1h0m0s: must be 0 to 10m0s"},
+		{[]string{"--pacing-increase-steps", "0"}, "--pacing-increase-steps 0: must be 1 to 1000000"},
+		{[]string{"--pacing-memory", "-1h"}, "--pacing-memory -1h0m0s: must be 0 to 168h0m0s"},
+	} {
+		cfg, err := runConfig(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || cfg != nil {
+			t.Errorf("%v: %v, want a refusal %q before the runner", tc.args, err, tc.want)
 		}
 	}
 }

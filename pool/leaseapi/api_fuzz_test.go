@@ -61,6 +61,8 @@ func FuzzPaceAPIBodies(f *testing.F) {
 	f.Add(`{"op":"reserve","site":"example.com","member":"a","minIntervalMillis":-5}`)
 	f.Add(`{"op":"leave"}`)
 	f.Add(`[{"op":"reserve"}]`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"banned","firstCut":{"intervalNanos":2000000000,"pauseNanos":11000000000,"floorNanos":2000000000,"steps":50,"memoryNanos":3600000000000}}`)
+	f.Add(`{"op":"answer","site":"example.com","member":"a","result":"banned","firstCut":{"pauseNanos":-1}}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		store := pool.NewStore(pool.StoreOptions{})
 		h := NewAPIServer(store, APIOptions{})

@@ -32,6 +32,46 @@ type paceRequest struct {
 	Limit         int    `json:"limit,omitempty"`
 	Result        string `json:"result,omitempty"`
 	SeenCuts      int    `json:"seenCuts,omitempty"`
+	// FirstCut is what a ban sets when the site is not slowed (the
+	// gateway's rotation.PaceRule.FirstCut); absent: the fixed first cut.
+	FirstCut *cutWire `json:"firstCut,omitempty"`
+}
+
+// cutWire is a rotation.Cut on the wire.
+type cutWire struct {
+	IntervalNs int64 `json:"intervalNanos,omitempty"`
+	PauseNs    int64 `json:"pauseNanos,omitempty"`
+	FloorNs    int64 `json:"floorNanos,omitempty"`
+	Steps      int   `json:"steps,omitempty"`
+	MemoryNs   int64 `json:"memoryNanos,omitempty"`
+}
+
+func toCutWire(c rotation.Cut) *cutWire {
+	if c == (rotation.Cut{}) {
+		return nil
+	}
+	return &cutWire{IntervalNs: int64(c.Interval), PauseNs: int64(c.Pause), FloorNs: int64(c.Floor), Steps: c.Steps, MemoryNs: int64(c.Memory)}
+}
+
+// cut is w as a rotation.Cut, or an error naming the field out of range.
+func (w *cutWire) cut() (rotation.Cut, error) {
+	if w == nil {
+		return rotation.Cut{}, nil
+	}
+	c := rotation.Cut{Interval: time.Duration(w.IntervalNs), Pause: time.Duration(w.PauseNs), Floor: time.Duration(w.FloorNs), Steps: w.Steps, Memory: time.Duration(w.MemoryNs)}
+	switch {
+	case c.Interval < 0 || c.Interval > rotation.PaceMaxInterval:
+		return c, fmt.Errorf("firstCut.intervalNanos %d is out of range (0 to %d)", w.IntervalNs, int64(rotation.PaceMaxInterval))
+	case c.Floor < 0 || c.Floor > rotation.PaceMaxInterval:
+		return c, fmt.Errorf("firstCut.floorNanos %d is out of range (0 to %d)", w.FloorNs, int64(rotation.PaceMaxInterval))
+	case c.Pause < 0 || c.Pause > 2*rotation.MaxPaceWindow:
+		return c, fmt.Errorf("firstCut.pauseNanos %d is out of range (0 to %d)", w.PauseNs, int64(2*rotation.MaxPaceWindow))
+	case c.Steps < 0 || c.Steps > rotation.MaxPaceIncreaseSteps:
+		return c, fmt.Errorf("firstCut.steps %d is out of range (0 to %d)", w.Steps, rotation.MaxPaceIncreaseSteps)
+	case c.Memory < 0 || c.Memory > rotation.MaxPaceMemory:
+		return c, fmt.Errorf("firstCut.memoryNanos %d is out of range (0 to %d)", w.MemoryNs, int64(rotation.MaxPaceMemory))
+	}
+	return c, nil
 }
 
 // learntWire is a rotation.LearntPace on the wire.
@@ -41,14 +81,21 @@ type learntWire struct {
 	Cause         string    `json:"cause,omitempty"`
 	CutAt         time.Time `json:"cutAt,omitzero"`
 	Cuts          int       `json:"cuts,omitempty"`
+	PauseNs       int64     `json:"pauseNanos,omitempty"`
+	FloorNs       int64     `json:"floorNanos,omitempty"`
+	Steps         int       `json:"steps,omitempty"`
+	MemoryNs      int64     `json:"memoryNanos,omitempty"`
+	Faded         int       `json:"faded,omitempty"`
 }
 
 func toLearntWire(l rotation.LearntPace) learntWire {
-	return learntWire{IntervalNs: int64(l.Interval), CutIntervalNs: int64(l.CutInterval), Cause: string(l.Cause), CutAt: l.CutAt, Cuts: l.Cuts}
+	return learntWire{IntervalNs: int64(l.Interval), CutIntervalNs: int64(l.CutInterval), Cause: string(l.Cause), CutAt: l.CutAt, Cuts: l.Cuts,
+		PauseNs: int64(l.Pause), FloorNs: int64(l.Floor), Steps: l.Steps, MemoryNs: int64(l.Memory), Faded: l.Faded}
 }
 
 func (w learntWire) learnt() rotation.LearntPace {
-	return rotation.LearntPace{Interval: time.Duration(w.IntervalNs), CutInterval: time.Duration(w.CutIntervalNs), Cause: rotation.Result(w.Cause), CutAt: w.CutAt, Cuts: w.Cuts}
+	return rotation.LearntPace{Interval: time.Duration(w.IntervalNs), CutInterval: time.Duration(w.CutIntervalNs), Cause: rotation.Result(w.Cause), CutAt: w.CutAt, Cuts: w.Cuts,
+		Pause: time.Duration(w.PauseNs), Floor: time.Duration(w.FloorNs), Steps: w.Steps, Memory: time.Duration(w.MemoryNs), Faded: w.Faded}
 }
 
 // paceAnswer is the body of a POST /v1/pace answer.
@@ -140,8 +187,13 @@ func (s *apiServer) pace(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiErrInvalidResult, perr.Error())
 			return
 		}
+		fc, cerr := b.FirstCut.cut()
+		if cerr != nil {
+			writeError(w, http.StatusBadRequest, apiErrBadRequest, cerr.Error())
+			return
+		}
 		var l rotation.LearntPace
-		l, err = p.SiteAnswered(ctx, pool.SiteAnswer{Site: b.Site, Member: b.Member, Result: res, SeenCuts: b.SeenCuts})
+		l, err = p.SiteAnswered(ctx, pool.SiteAnswer{Site: b.Site, Member: b.Member, Result: res, SeenCuts: b.SeenCuts, FirstCut: fc})
 		out.Learnt = toLearntWire(l)
 	}
 	if err != nil {
@@ -218,7 +270,7 @@ func (c *Client) LeaveSite(ctx context.Context, site, holder string) error {
 
 // SiteAnswered is pool.SitePacer.SiteAnswered.
 func (c *Client) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotation.LearntPace, error) {
-	out, err := c.pace(ctx, paceRequest{Op: "answer", Site: a.Site, Member: a.Member, Result: string(a.Result), SeenCuts: a.SeenCuts})
+	out, err := c.pace(ctx, paceRequest{Op: "answer", Site: a.Site, Member: a.Member, Result: string(a.Result), SeenCuts: a.SeenCuts, FirstCut: toCutWire(a.FirstCut)})
 	return out.Learnt.learnt(), err
 }
 

@@ -57,6 +57,15 @@ func TestClientPacesThroughTheServersStore(t *testing.T) {
 	if s, _ := c.ReserveSlot(ctx, pool.SlotRequest{Site: "b.example", Member: "a", Auto: true}); s.Interval != rotation.PaceFirstCut || s.Learnt.Cuts != 1 {
 		t.Fatalf("learnt slot %+v", s)
 	}
+	// The learning rule's first cut travels to the server's store and back.
+	fc := rotation.Cut{Interval: 3 * time.Second, Pause: 4 * time.Second, Floor: 3 * time.Second, Steps: 7, Memory: time.Hour}
+	if l, err := c.SiteAnswered(ctx, pool.SiteAnswer{Site: "c.example", Member: "a", Result: rotation.ResultRateLimited, FirstCut: fc}); err != nil ||
+		l.Interval != fc.Interval || l.Pause != fc.Pause || l.Floor != fc.Floor || l.Steps != fc.Steps || l.Memory != fc.Memory {
+		t.Fatalf("cut with the rule's %+v: %+v, %v", fc, l, err)
+	}
+	if s, _ := c.ReserveSlot(ctx, pool.SlotRequest{Site: "c.example", Member: "b", Auto: true, MaxWait: time.Minute}); !s.Reserved || s.Wait < 3*time.Second || s.Learnt.Pause != fc.Pause {
+		t.Fatalf("slot after the rule's cut %+v, want one at the pause's end", s)
+	}
 }
 
 func TestPaceRejectsBadInputNamingTheField(t *testing.T) {
@@ -73,6 +82,10 @@ func TestPaceRejectsBadInputNamingTheField(t *testing.T) {
 		{`{"op":"enter","site":"x","holder":"h","limit":-2}`, "limit"},
 		{`{"op":"answer","site":"x","member":"a","result":"meh"}`, "meh"},
 		{`{"op":"reserve","site":"x","member":"a","extra":1}`, "extra"},
+		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"intervalNanos":-1}}`, "firstCut.intervalNanos"},
+		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"pauseNanos":99999999999999}}`, "firstCut.pauseNanos"},
+		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"steps":-3}}`, "firstCut.steps"},
+		{`{"op":"answer","site":"x","member":"a","result":"banned","firstCut":{"memoryNanos":-1}}`, "firstCut.memoryNanos"},
 	} {
 		a := f.call(t, http.MethodPost, "/v1/pace", tc.body)
 		if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), tc.want) {

@@ -21,6 +21,10 @@ var (
 	paceQuietArg = rotation.PaceQuiet.Microseconds()
 )
 
+// maxPacedIndex bounds the index of slowed sites: past it, the sites
+// remembered the shortest leave it (their paces end by their keys' TTL).
+const maxPacedIndex = 10_000
+
 // paceKeys is KEYS for the pace script of site: the site's own hash tag
 // under the prefix, so that sites spread over a Cluster's slots. A site
 // holding a brace (no host name does) is hashed so it cannot end the tag.
@@ -39,7 +43,7 @@ func (s *RedisStore) pacedKey() string { return s.keys[0] + "paced" }
 func (s *RedisStore) runPace(ctx context.Context, op, site string, argv ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	keys := s.paceKeys(site)
-	argv = append([]any{op, paceQuietArg}, argv...)
+	argv = append([]any{op, paceQuietArg, rotation.PaceUnlimitedInterval.Nanoseconds()}, argv...)
 	_ = s.do(ctx, "pace_"+op, func(ctx context.Context) error {
 		cmd = redisPace.Run(ctx, s.rdb, keys, argv...)
 		return cmd.Err()
@@ -121,12 +125,14 @@ func (s *RedisStore) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotat
 	if _, err := rotation.ParseResult(string(a.Result)); err != nil {
 		return rotation.LearntPace{}, fmt.Errorf("%w: %v", pool.ErrInvalidResult, err)
 	}
+	fc := a.FirstCut
 	res, err := s.runPace(ctx, "answer", a.Site, a.Member, string(a.Result), a.SeenCuts,
-		rotation.PaceFirstCut.Nanoseconds(), rotation.PaceMaxInterval.Nanoseconds(), rotation.PaceIncreaseSteps, rotation.PaceUnlimitedInterval.Nanoseconds()).Slice()
+		fc.Interval.Nanoseconds(), rotation.PaceFirstCut.Nanoseconds(), rotation.PaceMaxInterval.Nanoseconds(), rotation.PaceIncreaseSteps,
+		fc.Pause.Nanoseconds(), fc.Floor.Nanoseconds(), fc.Steps, fc.Memory.Nanoseconds()).Slice()
 	if err != nil {
 		return rotation.LearntPace{}, s.wrap("pace", err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return rotation.LearntPace{}, fmt.Errorf("lease store: pace: malformed reply %v", res)
 	}
 	l, err := parseLearnt(toString(res[0]))
@@ -138,7 +144,7 @@ func (s *RedisStore) SiteAnswered(ctx context.Context, a pool.SiteAnswer) (rotat
 		k := s.pacedKey()
 		err := s.do(ctx, "pace_index", func(ctx context.Context) error {
 			_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.ZAdd(ctx, k, redis.Z{Score: float64(l.CutAt.UnixMicro()), Member: a.Site})
+				p.ZAdd(ctx, k, redis.Z{Score: float64(toInt(res[2])), Member: a.Site})
 				p.PExpire(ctx, k, s.life)
 				return nil
 			})
@@ -161,12 +167,12 @@ func (s *RedisStore) unindexPace(ctx context.Context, site string) {
 }
 
 // SlowedSites is pool.SitePacer.SlowedSites: the index, less the sites
-// whose last cut is older than the quiet period.
+// whose learnt pace has ended (by the time each is remembered until).
 func (s *RedisStore) SlowedSites(ctx context.Context) ([]string, error) {
 	var out []string
 	err := s.do(ctx, "pace_slowed", func(ctx context.Context) error {
 		var err error
-		out, err = redisSlowed.Run(ctx, s.rdb, []string{s.pacedKey()}, paceQuietArg).StringSlice()
+		out, err = redisSlowed.Run(ctx, s.rdb, []string{s.pacedKey()}, maxPacedIndex).StringSlice()
 		return err
 	})
 	if err != nil {
@@ -181,16 +187,20 @@ func parseLearnt(v string) (rotation.LearntPace, error) {
 		return rotation.LearntPace{}, nil
 	}
 	f := strings.Split(v, ":")
-	if len(f) != 5 {
+	if len(f) != 5 && len(f) != 10 {
 		return rotation.LearntPace{}, fmt.Errorf("lease store: pace: malformed learnt pace %q", v)
 	}
-	var n [4]int64
-	for i, j := range []int{0, 1, 3, 4} {
+	var n [9]int64
+	for i, j := range []int{0, 1, 3, 4, 5, 6, 7, 8, 9} {
+		if j >= len(f) {
+			break // the fixed rule's pace, written before the rule's fields were
+		}
 		x, err := strconv.ParseInt(f[j], 10, 64)
 		if err != nil {
 			return rotation.LearntPace{}, fmt.Errorf("lease store: pace: malformed learnt pace %q", v)
 		}
 		n[i] = x
 	}
-	return rotation.LearntPace{Interval: time.Duration(n[0]), CutInterval: time.Duration(n[1]), Cause: rotation.Result(f[2]), CutAt: time.UnixMicro(n[2]), Cuts: int(n[3])}, nil
+	return rotation.LearntPace{Interval: time.Duration(n[0]), CutInterval: time.Duration(n[1]), Cause: rotation.Result(f[2]), CutAt: time.UnixMicro(n[2]), Cuts: int(n[3]),
+		Pause: time.Duration(n[4]), Floor: time.Duration(n[5]), Steps: int(n[6]), Memory: time.Duration(n[7]), Faded: int(n[8])}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -191,4 +192,82 @@ func TestPaceContractLearntPaceIsAIMDSharedByAll(t *testing.T) {
 			t.Fatal("an unknown result was taken")
 		}
 	})
+}
+
+// TestPaceContractTheRulesFirstCutPausesFloorsAndTravels: the first cut a
+// gateway derived from its evidence (rotation.PaceRule.FirstCut) is what
+// every store keeps and every decision follows: no member's slot before
+// the pause ends, the rise stops at the floor, a later cut doubles and
+// pauses again.
+func TestPaceContractTheRulesFirstCutPausesFloorsAndTravels(t *testing.T) {
+	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
+		const site = "rule.example"
+		fc := rotation.Cut{Interval: 2 * time.Second, Pause: 3 * time.Second, Floor: 1900 * time.Millisecond, Steps: 3, Memory: time.Hour}
+		first := answered(t, p, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultRateLimited, FirstCut: fc})
+		if first.Interval != fc.Interval || first.Pause != fc.Pause || first.Floor != fc.Floor || first.Steps != 3 || first.Memory != time.Hour || first.Cuts != 1 {
+			t.Fatalf("first cut %+v, want the rule's %+v", first, fc)
+		}
+		// A member that never sent to the site waits for the pause's end.
+		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m2", Auto: true, MaxWait: time.Minute}); !s.Reserved || !near(s.Wait, fc.Pause) {
+			t.Fatalf("slot after the cut %+v, want one at the pause's end (%v)", s, fc.Pause)
+		}
+		// A slot within the wait allowed is refused while the pause lasts.
+		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m3", Auto: true, MaxWait: time.Second}); s.Reserved {
+			t.Fatalf("slot %+v taken within the pause", s)
+		}
+		want := first
+		for range 4 {
+			want = want.Answered()
+			got := answered(t, p, pool.SiteAnswer{Site: site, Member: "m2", Result: rotation.ResultOK, SeenCuts: 1})
+			if d := got.Interval - want.Interval; d < -time.Microsecond || d > time.Microsecond {
+				t.Fatalf("after an ok: %v, want %v", got.Interval, want.Interval)
+			}
+		}
+		if want.Interval != fc.Floor {
+			t.Fatalf("the rise went to %v, want it stopped at the floor %v", want.Interval, fc.Floor)
+		}
+		second := answered(t, p, pool.SiteAnswer{Site: site, Member: "m4", Result: rotation.ResultBanned, SeenCuts: 1, FirstCut: rotation.Cut{Interval: time.Millisecond}})
+		if second.Interval != 2*fc.Floor || second.Floor != fc.Floor+fc.Floor/10 || second.Pause != fc.Pause || second.Cuts != 2 {
+			t.Fatalf("second cut %+v, want %v floored at %v, paused again (a later cut ignores a first cut's)", second, 2*fc.Floor, fc.Floor+fc.Floor/10)
+		}
+	})
+}
+
+// TestRedisPaceFadesByItsMemoryAndStaysListed: past the quiet period a
+// learnt pace with a memory halves (rotation.LearntPace.Decayed, in the
+// script), is still listed as slowed for the other gateways, and a pace
+// written by the fixed rule (five fields) still reads.
+func TestRedisPaceFadesByItsMemoryAndStaysListed(t *testing.T) {
+	old := paceQuietArg
+	paceQuietArg = (300 * time.Millisecond).Microseconds()
+	t.Cleanup(func() { paceQuietArg = old })
+	r := redis.Start(t, redis.Options{})
+	s, err := NewRedisStore(RedisOptions{URL: r.URL(), Prefix: "fade"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	cut := answered(t, s, pool.SiteAnswer{Site: "fade.example", Member: "m", Result: rotation.ResultBanned, FirstCut: rotation.Cut{Interval: 8 * time.Second, Floor: 4 * time.Second, Memory: time.Hour}})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sl := reserve(t, s, pool.SlotRequest{Site: "fade.example", Member: "m2", Auto: true, MaxWait: time.Minute})
+		if sl.Learnt.Faded == 1 {
+			if sl.Learnt.Interval != cut.Interval/2 || sl.Learnt.Floor != cut.Floor/2 {
+				t.Fatalf("faded once: %+v, want the interval and floor halved", sl.Learnt)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never faded: %+v", sl.Learnt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, _ := s.SlowedSites(ctx); !slices.Equal(got, []string{"fade.example"}) {
+		t.Fatalf("slowed sites %v past the quiet period, want the faded site still listed", got)
+	}
+	l, err := parseLearnt("1000000000:1000000000:banned:1700000000000000:1")
+	if err != nil || l.Interval != time.Second || l.Cuts != 1 || l.Pause != 0 {
+		t.Fatalf("the fixed rule's encoding: %+v, %v", l, err)
+	}
 }
