@@ -74,6 +74,43 @@ func decodedPrefix(b []byte, encoding string, limit int) []byte {
 type prefixedBody struct {
 	prefix []byte
 	rest   io.ReadCloser
+	one    [1]byte // startBody's prefix, so that it allocates once
+}
+
+// startBody reads the first byte of an answer's body (or its end) before
+// the attempt counts as served. A member that sent a head and broke off
+// before any of its body (a Squid killed in the middle of an answer) then
+// fails the attempt, which an idempotent request retries on another member
+// and any other request answers as the gateway's 502, instead of leaving
+// the client a closed connection and not one byte: net/http writes the
+// head the gateway delivers only with the first body bytes, so nothing
+// has reached the client yet. The wait is the one delivering makes anyway.
+// A body readAnswer already read into is left as it is.
+func startBody(resp *http.Response) error {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	if _, read := resp.Body.(*prefixedBody); read {
+		return nil
+	}
+	pb := &prefixedBody{rest: resp.Body}
+	for range 8 { // a Reader may return 0, nil; a few times is its right
+		n, err := resp.Body.Read(pb.one[:])
+		if n > 0 {
+			pb.prefix = pb.one[:n]
+			resp.Body = pb
+			return nil
+		}
+		if err == io.EOF {
+			return nil // an empty body: later reads end at once too
+		}
+		if err != nil {
+			_ = resp.Body.Close()
+			return err
+		}
+	}
+	resp.Body = pb
+	return nil
 }
 
 func (b *prefixedBody) Read(p []byte) (int, error) {

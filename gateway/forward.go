@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -240,6 +241,10 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 	return resp, used, res, nil
 }
 
+// classBodyBroke is the failure of an answer that broke off between its
+// head and its first body byte (startBody).
+const classBodyBroke = "answer broke off"
+
 // forwardOnce sends out through h's member and reads the answer as far as
 // the classifier needs it. Its error is classified for judge: the client's
 // body, the request deadline, the site's certificate, a direct member's
@@ -281,6 +286,18 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 		// The timeout fired just as the head arrived; the body would be cut.
 		discard(resp)
 		err = errRequestTimeout
+	}
+	if err == nil {
+		if err = startBody(resp); err != nil {
+			// The deadline stopped at the head; the next attempt needs it.
+			deadline.Reset(rp.requestTimeout - time.Since(rq.start))
+			// Through a member, the site or the member broke it off: the
+			// pair rests, and two members failing the site alike make it
+			// the site's, as a missing head does. A member killed is found
+			// by its probes; a site that resets its answers rests no
+			// member for every other site.
+			err = &fault.Attempt{F: rotation.Site(classBodyBroke), Err: fmt.Errorf("broke off its answer after the head: %w", err), Firsthand: h.mc.m.Direct()}
+		}
 	}
 	switch {
 	case err == nil:

@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -831,6 +833,88 @@ func TestSiteBreakingOffMidBodyReachesTheClientAsAnError(t *testing.T) {
 	resp.Body.Close()
 	if err == nil {
 		t.Fatal("a truncated chunked answer reached the client as complete")
+	}
+}
+
+// TestAMemberBreakingOffBeforeTheBodyFailsTheAttempt: a member that sends
+// an answer's head and breaks off before any of its body (a Squid killed
+// in the middle of an answer) fails that attempt: an idempotent request
+// is served by another member, any other gets the gateway's 502 with its
+// reason; never a closed connection without one byte.
+func TestAMemberBreakingOffBeforeTheBodyFailsTheAttempt(t *testing.T) {
+	const whole = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+	heads := []struct{ name, head string }{
+		{"with a length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"},
+	}
+	ends := []struct {
+		name  string
+		reset bool
+	}{{"reset", true}, {"closed", false}}
+	for _, hd := range heads {
+		for _, end := range ends {
+			for _, method := range []string{http.MethodGet, http.MethodPost} {
+				t.Run(hd.name+"/"+end.name+"/"+method, func(t *testing.T) {
+					var asked atomic.Int64
+					// Both members answer by themselves; the first request
+					// either of them reads is the one broken off.
+					answer := func(_ int, c net.Conn) bool {
+						if asked.Add(1) > 1 {
+							_, err := io.WriteString(c, whole)
+							return err == nil
+						}
+						_, _ = io.WriteString(c, hd.head)
+						if tc, ok := c.(*net.TCPConn); ok && end.reset {
+							_ = tc.SetLinger(0)
+						}
+						return false
+					}
+					var ms []pool.Member
+					for _, name := range []string{"m1", "m2"} {
+						addr, _ := scriptedSite(t, false, answer)
+						ms = append(ms, pool.Member{Name: name, URL: &url.URL{Scheme: "http", Host: addr}})
+					}
+					e := newEnv(t, Options{AllowPrivateTargets: true, Retries: 1}, pool.StoreOptions{}, ms...)
+					var sent io.Reader
+					if method == http.MethodPost {
+						sent = strings.NewReader("form=1")
+					}
+					req, err := http.NewRequest(method, "http://127.0.0.1:9/page", sent)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp, err := e.client("", "").Do(req)
+					if err != nil {
+						t.Fatalf("the client got no answer: %v", err)
+					}
+					b, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatalf("the answer's body broke off: %v", err)
+					}
+					// Whose it was is not known (the site or the member
+					// broke it off): the pair rests, no member for every site.
+					if n := restingFor(e.store, "127.0.0.1"); n != 1 {
+						t.Fatalf("%d members rest for the site, want the one that broke off", n)
+					}
+					if n := restingFor(e.store, ""); n != 0 {
+						t.Fatalf("%d members rest for every site, want none", n)
+					}
+					if method == http.MethodGet {
+						if resp.StatusCode != http.StatusOK || string(b) != "hello" || resp.Header.Get(HeaderAttempts) != "2" {
+							t.Fatalf("got %d %q after %s attempts; want 200 \"hello\" from the second member", resp.StatusCode, b, resp.Header.Get(HeaderAttempts))
+						}
+						return
+					}
+					if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != fault.ReasonTargetUnreachable || !strings.Contains(string(b), "broke off its answer after the head") {
+						t.Fatalf("got %d (reason %q) %q; want the gateway's 502 target_unreachable saying what broke off", resp.StatusCode, resp.Header.Get(HeaderReason), b)
+					}
+					if n := asked.Load(); n != 1 {
+						t.Fatalf("the POST was sent %d times; a request that is not idempotent is sent once", n)
+					}
+				})
+			}
+		}
 	}
 }
 
