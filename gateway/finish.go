@@ -12,6 +12,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -36,7 +37,7 @@ type finisher struct {
 
 // placeLeaver gives a request's place in its site's pace back (pacing).
 type placeLeaver interface {
-	leave(t paceTicket, site string)
+	Leave(pl pacing.Place)
 }
 
 // exitLeases ends a request's lease: reported and let go, or done with
@@ -72,10 +73,9 @@ type request struct {
 	attempts int
 	// body is the request body being forwarded, nil when there is none.
 	body *clientbody.Body
-	// pace is the request's place in its site's pace (pace, leavePace);
-	// sentAt when its last attempt passed pacing, for the learnt pace.
-	pace   paceTicket
-	sentAt time.Time
+	// pace is the request's place in its site's pace (pacing.Pacer.Pace,
+	// leavePace).
+	pace pacing.Ticket
 	// mirror is the MITM tunnel whose own site connections the request
 	// goes through, when the tunnel mirrors the client's handshake; nil
 	// for every other request.
@@ -195,9 +195,9 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 			// an operator looks, not only in the client's answer.
 			f.log.Error("internal failure: the request was answered 500; please report this", "err", err)
 		case ReasonPaced:
-			var pe *pacedError
+			var pe *pacing.Error
 			if errors.As(err, &pe) {
-				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.retryAfter+time.Second-1)/time.Second)), 10))
+				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.RetryAfter+time.Second-1)/time.Second)), 10))
 			}
 		}
 		if rq.nameHdr != nil {

@@ -127,8 +127,8 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 		cancel(errRequestTimeout)
 	})
 	defer deadline.Stop()
-	rq.pace.due = start.Add(rp.requestTimeout)
-	rq.pace.trail = true // its answer is seen: it trails the site's leader
+	rq.pace.Due = start.Add(rp.requestTimeout)
+	rq.pace.Trail = true // its answer is seen: it trails the site's leader
 	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
@@ -212,7 +212,7 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 		}
 		resp, used, res = got, h, rp.classifier.ClassifyAnswer(ans)
 		// Before anything else is sent: a ban cuts the site's pace now.
-		rp.pacer.answered(rq, res)
+		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -111,7 +112,7 @@ func judge(err error) verdict {
 		pce *poolConfigError
 		nm  *pool.NoMatchError
 		cf  *fault.Client
-		pe  *pacedError
+		pe  *pacing.Error
 		sl  *sessionLostError
 		sm  *sessionLimitError
 	)

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -68,8 +69,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		}
 		// Pacing: wait for the site's slot on this member, or take another
 		// member free sooner, or end the request paced.
-		var err error
-		if h, err = rp.pacer.pace(ctx, client, rq, at, h); err != nil {
+		if err := rp.pace(ctx, client, rq, at, &h); err != nil {
 			rp.leases.done(ctx, h)
 			return err
 		}
@@ -85,7 +85,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 			}
 			continue
 		}
-		rp.pacer.attemptFailed(rq)
+		rp.pacer.AttemptFailed(&rq.pace, rq.lr.target, rq.member)
 		v := judge(err)
 		if !v.retry {
 			return err
@@ -109,5 +109,44 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		case !rule.retryable:
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
+	}
+}
+
+// pace is the pacing stage's step of tryMembers for an attempt through
+// *h. A request that may move (no member named by the client, not strict)
+// lends the pacer the leasing stage's side of taking another member free
+// sooner; the one kept is left in *h, the other given back.
+func (rp *requestPath) pace(ctx, client context.Context, rq *request, at *attempts, h *held) error {
+	var mv pacing.Move
+	if rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
+		var alt held
+		mv = pacing.Move{
+			Other: func(ctx context.Context) string {
+				var err error
+				if alt, err = rp.leases.acquireFresh(ctx, rq.lr, false); err != nil {
+					return ""
+				}
+				if alt.mc.m.Name == h.mc.m.Name || at.triedBefore(alt.mc.m.Name) {
+					rp.leases.done(ctx, alt)
+					return ""
+				}
+				return alt.mc.m.Name
+			},
+			Settle: func(ctx context.Context, keepOther bool) {
+				if keepOther {
+					*h, alt = alt, *h
+				}
+				rp.leases.done(ctx, alt)
+			},
+		}
+	}
+	return rp.pacer.Pace(ctx, client, &rq.pace, pacing.Attempt{Site: rq.lr.target, Member: h.mc.m.Name, Client: rq.lr.p.Pace}, mv)
+}
+
+// leavePace ends rq's place in flight (when it holds one) at pl, the
+// pacing stage.
+func (rq *request) leavePace(pl placeLeaver) {
+	if place := rq.pace.TakePlace(); place.Held() {
+		pl.Leave(place)
 	}
 }

@@ -65,7 +65,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 		// As forwardWithRetry: a ban cuts the site's pace before anything
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
-		rp.pacer.answered(rq, res)
+		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
