@@ -25,7 +25,7 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		// net/http read the authority as a URL and kept only its host:
 		// a login, a path, a query or an escape was dropped, not refused.
 		// The target is not quoted: a login may be in it.
-		rp.exit.finish(ctx, rq, &fault.Target{Reason: ReasonBadRequest,
+		rp.exit.finish(ctx, rq, &fault.Target{Reason: fault.ReasonBadRequest,
 			Msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
 		return
 	}
@@ -106,7 +106,7 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 		rp.exit.finish(ctx, rq, errClientGone)
 		return
 	}
-	rp.exit.ended(ctx, rq, OutcomeOK, "")
+	rp.exit.ended(ctx, rq, fault.OutcomeOK, "")
 	// Bytes the client sent right behind its CONNECT (an optimistic TLS
 	// ClientHello) sit in the server's reader; bytes the upstream sent right
 	// behind its 200 sit in early. Both go first.

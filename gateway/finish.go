@@ -102,7 +102,7 @@ type RequestTrace struct {
 	// Target is the site's target key (rotation.HostKey); "" when the
 	// request ended before its target was read.
 	Target string
-	// Outcome is the request metric's outcome (Outcome* constants).
+	// Outcome is the request metric's outcome (fault.Outcome* constants).
 	Outcome string
 	// Reason is the gateway's answer's X-Proxyfleet-Reason, "" when the
 	// member's (or the site's) answer was relayed.
@@ -176,9 +176,9 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 	if v.reason != "" {
 		h := rq.w.Header()
 		switch v.reason {
-		case ReasonAuth, ReasonBadParams:
+		case fault.ReasonAuth, fault.ReasonBadParams:
 			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
-		case ReasonNoMember:
+		case fault.ReasonNoMember:
 			// When every member rests for the site the pool says when the
 			// first is back; else (one unhealthy or at capacity, which may
 			// end any moment) a second.
@@ -187,14 +187,14 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 				retry = nm.RetryAfterSeconds
 			}
 			h.Set("Retry-After", strconv.FormatInt(retry, 10))
-		case ReasonOverloaded:
+		case fault.ReasonOverloaded:
 			h.Set("Retry-After", "1")
 			f.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
-		case ReasonInternal:
+		case fault.ReasonInternal:
 			// An error no rule of judge knows: a bug, so it is said where
 			// an operator looks, not only in the client's answer.
 			f.log.Error("internal failure: the request was answered 500; please report this", "err", err)
-		case ReasonPaced:
+		case fault.ReasonPaced:
 			var pe *pacing.Error
 			if errors.As(err, &pe) {
 				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.RetryAfter+time.Second-1)/time.Second)), 10))

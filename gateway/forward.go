@@ -75,7 +75,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest,
 			Msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
@@ -93,7 +93,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 			u.Scheme = "http"
 		}
 	default:
-		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := sites.SplitTarget(u.Host, defPort)
@@ -289,7 +289,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 		return nil, ans, errClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.Stalled() {
-			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
+			return nil, ans, &fault.Client{Reason: fault.ReasonClientTimeout, Outcome: fault.ReasonClientTimeout,
 				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.BytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
 		return nil, ans, &fault.Annotated{Err: errRequestTimeout,

@@ -85,7 +85,7 @@ const (
 // Prometheus. Calls are made on the request path and must be cheap.
 type Recorder interface {
 	// Request counts one finished client request (or CONNECT tunnel) by the
-	// member that served it ("" when none) and its outcome (the Outcome* values).
+	// member that served it ("" when none) and its outcome (the fault.Outcome* values).
 	Request(member, outcome string, d time.Duration)
 	// UpstreamFailure counts one failed use of a member (dial, CONNECT answer, transport error).
 	UpstreamFailure(member string)
@@ -342,7 +342,7 @@ func New(o Options) (*Gateway, error) {
 func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(ReasonBadRequest),
+		RejectHeader: HeaderReason + ": " + fault.ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(fault.ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
 			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},

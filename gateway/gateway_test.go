@@ -19,6 +19,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -938,7 +939,7 @@ func TestALeaseAPIThatRefusesTheGatewaysIdentityIsA403(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := body(t, resp)
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != ReasonPoolForbidden || !strings.Contains(b, "no lease binding") {
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != fault.ReasonPoolForbidden || !strings.Contains(b, "no lease binding") {
 		t.Errorf("a gateway the lease API refuses answered %d %s %q; want 403 pool_forbidden naming the API's reason", resp.StatusCode, resp.Header.Get(HeaderReason), b)
 	}
 	if n := tg.Total(); n != 0 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -83,7 +84,7 @@ func TestPacedAfterMaxWaitIs503WithRetryAfterAndTheLimit(t *testing.T) {
 		t.Fatalf("first: status %d", resp.StatusCode)
 	}
 	resp, b := getText(t, c, tg.URL(), nil)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonPaced {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != fault.ReasonPaced {
 		t.Fatalf("second: %d %q %s, want 503 paced", resp.StatusCode, resp.Header.Get(HeaderReason), b)
 	}
 	if ra := resp.Header.Get("Retry-After"); ra != "3" && ra != "2" {
@@ -177,7 +178,7 @@ func TestWaitingRequestTakesAnotherMemberThatIsFreeSooner(t *testing.T) {
 		t.Fatalf("strict first: %d", resp.StatusCode)
 	}
 	resp, _ = get(t, c, tg2.URL(), http.Header{HeaderStrict: {"1"}, HeaderSession: {"s"}})
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonPaced {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != fault.ReasonPaced {
 		t.Fatalf("strict second: %d %q, want paced on its own member", resp.StatusCode, resp.Header.Get(HeaderReason))
 	}
 }
@@ -301,7 +302,7 @@ func TestASlotPastTheRequestTimeoutIsPacedAtOnceNotATimeout(t *testing.T) {
 	// request's own deadline. Waiting for it could only end in a 504.
 	start := time.Now()
 	resp, b := getText(t, c, tg.URL(), nil)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonPaced {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != fault.ReasonPaced {
 		t.Fatalf("second: %d %q %s, want 503 paced", resp.StatusCode, resp.Header.Get(HeaderReason), b)
 	}
 	if d := time.Since(start); d > 700*time.Millisecond {
