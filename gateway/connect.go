@@ -80,7 +80,7 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	}
 	if !t.SetClient(conn) {
 		rp.tunnels.Remove(t)
-		rp.exit.finish(ctx, rq, errClientGone)
+		rp.exit.finish(ctx, rq, fault.ErrClientGone)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -103,7 +103,7 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	if _, err := conn.Write(head); err != nil {
 		t.Close()
 		rp.tunnels.Remove(t)
-		rp.exit.finish(ctx, rq, errClientGone)
+		rp.exit.finish(ctx, rq, fault.ErrClientGone)
 		return
 	}
 	rp.exit.ended(ctx, rq, fault.OutcomeOK, "")
@@ -155,7 +155,7 @@ func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, ho
 		case err == nil:
 			return servedHere, nil
 		case ctx.Err() != nil:
-			return tryAnother, errClientGone
+			return tryAnother, fault.ErrClientGone
 		}
 		return tryAnother, fault.AsAttempt(err)
 	})

@@ -131,7 +131,7 @@ func (f *finisher) trace(ctx context.Context, rq *request, outcome, reason strin
 
 // use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
-	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.NameHdr
+	rq.h, rq.member, rq.nameHdr = h, h.mc.Member.Name, h.mc.NameHdr
 	rq.attempts++
 }
 
@@ -247,7 +247,7 @@ type attempts struct {
 // member (then it is the site), or the retry budget for answers about the
 // site is spent.
 func (a *attempts) failed(h held, ae *fault.Attempt, retries int) (stop bool) {
-	name := h.mc.m.Name
+	name := h.mc.Member.Name
 	a.tried = append(a.tried, name)
 	a.last, a.lastName = ae, name
 	if ae.F.Fault == rotation.FaultSite {

@@ -64,8 +64,8 @@ func upstreamAnswer(resp *http.Response) error {
 // member relays bytes and never answers in HTTP; a direct member is the
 // site. Reading a site's 503 "Proxy-Status: CDN; error=connection_limit_reached"
 // or its 407 as the member's rested every member for every site.
-func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
-	return !mc.m.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
+func proxyWroteAnswer(rq *request, mc *link.Link, out *http.Request) bool {
+	return !mc.Member.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -257,7 +257,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if errors.Is(err, keepalive.ErrSwitched) {
 		// The site's (certain over the gateway's own TLS to it or from a
 		// direct member's address), as any answer it should not have sent.
-		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.Member.Direct()}
 	}
 	if cf := rq.body.Fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
@@ -286,7 +286,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	case err == nil:
 		return resp, ans, nil
 	case r.Context().Err() != nil:
-		return nil, ans, errClientGone
+		return nil, ans, fault.ErrClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.Stalled() {
 			return nil, ans, &fault.Client{Reason: fault.ReasonClientTimeout, Outcome: fault.ReasonClientTimeout,
@@ -296,7 +296,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 			Msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
-	if h.mc.m.Direct() {
+	if h.mc.Member.Direct() {
 		err = link.ClassifyDirect(err)
 	}
 	return nil, ans, fault.AsAttempt(err)
@@ -306,7 +306,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 // returns false when the upstream broke off mid-body.
 func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
 	defer resp.Body.Close()
-	name := h.mc.m.Name
+	name := h.mc.Member.Name
 	dst := w.Header()
 	hop.CopyResponseHeader(dst, resp.Header)
 	if _, ok := resp.Header["Content-Type"]; !ok {

@@ -13,9 +13,6 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// errClientGone: the client left before its answer.
-var errClientGone = fault.ErrClientGone
-
 // rejectionOutcome is the outcome of a request the front end ended before
 // the gateway saw it.
 var rejectionOutcome = map[front.Rejection]string{

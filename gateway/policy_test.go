@@ -38,7 +38,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		report  rotation.Result
 		retry   bool
 	}{
-		{"the client left: no answer, nothing reported", errClientGone, 0, "", fault.OutcomeClientGone, "", false},
+		{"the client left: no answer, nothing reported", fault.ErrClientGone, 0, "", fault.OutcomeClientGone, "", false},
 		{"a malformed body is the client's 400, whatever the round trip wrapped it in", fmt.Errorf("write: %w", fault.ClientRead(errors.New("invalid byte in chunk length"), 0)), 400, fault.ReasonBadRequest, fault.ReasonBadRequest, "", false},
 		{"a body cut short is the client's: an answer is still tried, counted as gone", fault.ClientRead(io.ErrUnexpectedEOF, 2), 400, fault.ReasonBadRequest, fault.OutcomeClientGone, "", false},
 		{"a client that stalls mid-body is 408", fault.ClientRead(os.ErrDeadlineExceeded, 2), 408, fault.ReasonClientTimeout, fault.ReasonClientTimeout, "", false},

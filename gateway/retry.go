@@ -49,13 +49,13 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		if h.mc == nil {
 			var err error
 			if h, err = rp.leases.lease(ctx, client, rq); err != nil {
-				if at.last == nil || errors.Is(err, errClientGone) {
+				if at.last == nil || errors.Is(err, fault.ErrClientGone) {
 					return err
 				}
 				return at.giveUp("; no other member: " + err.Error())
 			}
 		}
-		if at.triedBefore(h.mc.m.Name) {
+		if at.triedBefore(h.mc.Member.Name) {
 			// The pool offered a member that failed this request already
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
@@ -126,11 +126,11 @@ func (rp *requestPath) pace(ctx, client context.Context, rq *request, at *attemp
 				if alt, err = rp.leases.acquireFresh(ctx, rq.lr, false); err != nil {
 					return ""
 				}
-				if alt.mc.m.Name == h.mc.m.Name || at.triedBefore(alt.mc.m.Name) {
+				if alt.mc.Member.Name == h.mc.Member.Name || at.triedBefore(alt.mc.Member.Name) {
 					rp.leases.done(ctx, alt)
 					return ""
 				}
-				return alt.mc.m.Name
+				return alt.mc.Member.Name
 			},
 			Settle: func(ctx context.Context, keepOther bool) {
 				if keepOther {
@@ -140,7 +140,7 @@ func (rp *requestPath) pace(ctx, client context.Context, rq *request, at *attemp
 			},
 		}
 	}
-	return rp.pacer.Pace(ctx, client, &rq.pace, pacing.Attempt{Site: rq.lr.target, Member: h.mc.m.Name, Client: rq.lr.p.Pace}, mv)
+	return rp.pacer.Pace(ctx, client, &rq.pace, pacing.Attempt{Site: rq.lr.target, Member: h.mc.Member.Name, Client: rq.lr.p.Pace}, mv)
 }
 
 // leavePace ends rq's place in flight (when it holds one) at pl, the
