@@ -89,7 +89,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsername$$' -fuzztime $(FUZZTIME) ./gateway/params
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaders$$' -fuzztime $(FUZZTIME) ./gateway/params
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePaceHeaders$$' -fuzztime $(FUZZTIME) ./gateway/params
-	$(GO) test -run '^$$' -fuzz '^FuzzClientPaceMeetsTheOperators$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzClientPaceMeetsTheOperators$$' -fuzztime $(FUZZTIME) ./gateway/pacing
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstreamAnswer$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConnectAnswer$$' -fuzztime $(FUZZTIME) ./gateway/link
 	$(GO) test -run '^$$' -fuzz '^FuzzClientRequest$$' -fuzztime $(FUZZTIME) ./gateway
@@ -113,7 +113,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHosts$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDurations$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/clustertargets
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway/pacing
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -131,7 +132,7 @@ func (b *prefixedBody) Close() error { return b.rest.Close() }
 // the same certificate. A certificate that fails through an https:// member
 // and names that member is the member's own (the transport verifies both
 // with one configuration), so it stays a member failure.
-func classifySiteTLS(err error, mc *memberConn, u *url.URL) error {
+func classifySiteTLS(err error, mc *link.Link, u *url.URL) error {
 	if u.Scheme != "https" || !fault.IsCertError(err) {
 		return err
 	}

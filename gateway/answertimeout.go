@@ -54,18 +54,18 @@ func (a *attemptTimer) stop() bool {
 // request of a mirroring MITM tunnel (mirror, else nil) on the tunnel's
 // own site connection (sendMirrored). The answer's body streams under the
 // request's context, unbounded.
-func (x *exchange) send(mirror *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+func (x *exchange) send(mirror *innerTunnel, mc *link.Link, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	if mirror != nil {
 		return x.sendMirrored(mirror, mc, out, timeout)
 	}
-	if link.LeanEligible(mc.Link, out) {
+	if link.LeanEligible(mc, out) {
 		resp, err := mc.Lean.RoundTripLean(out.Context(), out, mc.ProxyAuth, timeout)
 		if errors.Is(err, fault.ErrAnswerTimeout) {
 			return nil, fault.AnswerTimedOut(timeout, "the request")
 		}
 		return resp, err
 	}
-	out = link.WithOrder(out, mc.Link)
+	out = link.WithOrder(out, mc)
 	var st *sitelink.Trace
 	if out.URL.Scheme == "https" {
 		// Over the gateway's own TLS to the site: what fails once the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -61,7 +62,7 @@ func TestASilentMemberCostsTheAnswerTimeoutNotTheRequestDeadline(t *testing.T) {
 	}{
 		{name: "a GET goes on to the next member", method: http.MethodGet, status: http.StatusOK},
 		{name: "a POST is 504 member_timeout, not sent twice", method: http.MethodPost, body: "order=1",
-			status: http.StatusGatewayTimeout, reason: ReasonMemberTimeout},
+			status: http.StatusGatewayTimeout, reason: fault.ReasonMemberTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

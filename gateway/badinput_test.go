@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -111,7 +112,7 @@ func TestAnXProxyfleetMitmOtherThanOnOrOffIs400(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Errorf("%s: %s %q: %d, want %d", name, HeaderMITM, tc.values, resp.StatusCode, tc.status)
 			}
-			if tc.status == http.StatusBadRequest && resp.Header.Get(HeaderReason) != ReasonBadRequest {
+			if tc.status == http.StatusBadRequest && resp.Header.Get(HeaderReason) != fault.ReasonBadRequest {
 				t.Errorf("%s: %q: reason %q", name, tc.values, resp.Header.Get(HeaderReason))
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -58,7 +59,7 @@ func TestClusterTargetsAdmitTheClustersRangesAndNothingElse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b := body(t, resp); resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != ReasonPrivateTarget || !strings.Contains(b, tt.want) || !strings.Contains(b, "--cluster-target-cidrs") {
+		if b := body(t, resp); resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != fault.ReasonPrivateTarget || !strings.Contains(b, tt.want) || !strings.Contains(b, "--cluster-target-cidrs") {
 			t.Errorf("%s: status %d reason %q body %q, want 403 private_target naming %q and the flag", tt.target, resp.StatusCode, resp.Header.Get(HeaderReason), b, tt.want)
 		}
 	}

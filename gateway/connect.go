@@ -25,7 +25,7 @@ func (rp *requestPath) serveConnect(w http.ResponseWriter, r *http.Request, p *p
 		// net/http read the authority as a URL and kept only its host:
 		// a login, a path, a query or an escape was dropped, not refused.
 		// The target is not quoted: a login may be in it.
-		rp.exit.finish(ctx, rq, &fault.Target{Reason: ReasonBadRequest,
+		rp.exit.finish(ctx, rq, &fault.Target{Reason: fault.ReasonBadRequest,
 			Msg: "a CONNECT target is host:port, nothing else (no login, path, query or %-escape)"})
 		return
 	}
@@ -80,7 +80,7 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	}
 	if !t.SetClient(conn) {
 		rp.tunnels.Remove(t)
-		rp.exit.finish(ctx, rq, errClientGone)
+		rp.exit.finish(ctx, rq, fault.ErrClientGone)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -103,10 +103,10 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	if _, err := conn.Write(head); err != nil {
 		t.Close()
 		rp.tunnels.Remove(t)
-		rp.exit.finish(ctx, rq, errClientGone)
+		rp.exit.finish(ctx, rq, fault.ErrClientGone)
 		return
 	}
-	rp.exit.ended(ctx, rq, OutcomeOK, "")
+	rp.exit.ended(ctx, rq, fault.OutcomeOK, "")
 	// Bytes the client sent right behind its CONNECT (an optimistic TLS
 	// ClientHello) sit in the server's reader; bytes the upstream sent right
 	// behind its 200 sit in early. Both go first.
@@ -155,7 +155,7 @@ func (rp *requestPath) openTunnel(ctx context.Context, rq *request, hostport, ho
 		case err == nil:
 			return servedHere, nil
 		case ctx.Err() != nil:
-			return tryAnother, errClientGone
+			return tryAnother, fault.ErrClientGone
 		}
 		return tryAnother, fault.AsAttempt(err)
 	})

@@ -514,7 +514,7 @@ func TestTargetLookupsAreCachedButFailuresAreNot(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		_, err := g.admit.CheckTarget(context.Background(), "gone.example", 443)
 		var te *fault.Target
-		if !errors.As(err, &te) || te.Reason != ReasonDNS || !strings.Contains(te.Msg, "cannot resolve") {
+		if !errors.As(err, &te) || te.Reason != fault.ReasonDNS || !strings.Contains(te.Msg, "cannot resolve") {
 			t.Fatalf("unresolvable target: %v", err)
 		}
 	}

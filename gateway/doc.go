@@ -62,7 +62,7 @@
 //     target_unreachable, site_certificate, no_member, pool_unreachable,
 //     pool_error, upstream_failed, timeout, member_timeout, shutting_down,
 //     paced, session_lost, session_limit, gateway_overloaded, internal.
-//   - Pacing (Options.Pacing, pace.go) is a step of tryMembers: before each
+//   - Pacing (Options.Pacing, gateway/pacing) is a step of tryMembers: before each
 //     attempt the request waits for its site's place in flight and its
 //     member's next slot, or takes another member free sooner, or ends 503
 //     paced after MaxWait; the automatic slow-down (rotation.LearntPace) is

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/bufpool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -40,8 +41,8 @@ type exchange struct {
 // connection that carries bytes to a target through a member, or one to
 // the member itself.
 type linkDialer interface {
-	dialConnect(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error)
-	dialMember(ctx context.Context, mc *memberConn) (net.Conn, error)
+	dialConnect(ctx context.Context, mc *link.Link, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error)
+	dialMember(ctx context.Context, mc *link.Link) (net.Conn, error)
 }
 
 func newExchange(o Options, links linkDialer, m *mitm) *exchange {
@@ -52,6 +53,6 @@ func newExchange(o Options, links linkDialer, m *mitm) *exchange {
 // tunnel is a CONNECT's attempt: a connection through mc that carries
 // bytes to hostport, up once the member's answer is 2xx (early: bytes it
 // sent behind its answer).
-func (x *exchange) tunnel(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error) {
+func (x *exchange) tunnel(ctx context.Context, mc *link.Link, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error) {
 	return x.links.dialConnect(ctx, mc, hostport, host, port, addrs, answerTimeout)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -36,7 +37,7 @@ type finisher struct {
 
 // placeLeaver gives a request's place in its site's pace back (pacing).
 type placeLeaver interface {
-	leave(t paceTicket, site string)
+	Leave(pl pacing.Place)
 }
 
 // exitLeases ends a request's lease: reported and let go, or done with
@@ -72,10 +73,9 @@ type request struct {
 	attempts int
 	// body is the request body being forwarded, nil when there is none.
 	body *clientbody.Body
-	// pace is the request's place in its site's pace (pace, leavePace);
-	// sentAt when its last attempt passed pacing, for the learnt pace.
-	pace   paceTicket
-	sentAt time.Time
+	// pace is the request's place in its site's pace (pacing.Pacer.Pace,
+	// leavePace).
+	pace pacing.Ticket
 	// mirror is the MITM tunnel whose own site connections the request
 	// goes through, when the tunnel mirrors the client's handshake; nil
 	// for every other request.
@@ -102,7 +102,7 @@ type RequestTrace struct {
 	// Target is the site's target key (rotation.HostKey); "" when the
 	// request ended before its target was read.
 	Target string
-	// Outcome is the request metric's outcome (Outcome* constants).
+	// Outcome is the request metric's outcome (fault.Outcome* constants).
 	Outcome string
 	// Reason is the gateway's answer's X-Proxyfleet-Reason, "" when the
 	// member's (or the site's) answer was relayed.
@@ -131,7 +131,7 @@ func (f *finisher) trace(ctx context.Context, rq *request, outcome, reason strin
 
 // use makes h the request's lease for its next attempt.
 func (rq *request) use(h held) {
-	rq.h, rq.member, rq.nameHdr = h, h.mc.m.Name, h.mc.NameHdr
+	rq.h, rq.member, rq.nameHdr = h, h.mc.Member.Name, h.mc.NameHdr
 	rq.attempts++
 }
 
@@ -176,9 +176,9 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 	if v.reason != "" {
 		h := rq.w.Header()
 		switch v.reason {
-		case ReasonAuth, ReasonBadParams:
+		case fault.ReasonAuth, fault.ReasonBadParams:
 			h.Set("Proxy-Authenticate", `Basic realm="proxyfleet"`)
-		case ReasonNoMember:
+		case fault.ReasonNoMember:
 			// When every member rests for the site the pool says when the
 			// first is back; else (one unhealthy or at capacity, which may
 			// end any moment) a second.
@@ -187,17 +187,17 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 				retry = nm.RetryAfterSeconds
 			}
 			h.Set("Retry-After", strconv.FormatInt(retry, 10))
-		case ReasonOverloaded:
+		case fault.ReasonOverloaded:
 			h.Set("Retry-After", "1")
 			f.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)
-		case ReasonInternal:
+		case fault.ReasonInternal:
 			// An error no rule of judge knows: a bug, so it is said where
 			// an operator looks, not only in the client's answer.
 			f.log.Error("internal failure: the request was answered 500; please report this", "err", err)
-		case ReasonPaced:
-			var pe *pacedError
+		case fault.ReasonPaced:
+			var pe *pacing.Error
 			if errors.As(err, &pe) {
-				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.retryAfter+time.Second-1)/time.Second)), 10))
+				h.Set("Retry-After", strconv.FormatInt(int64(max(1, (pe.RetryAfter+time.Second-1)/time.Second)), 10))
 			}
 		}
 		if rq.nameHdr != nil {
@@ -247,7 +247,7 @@ type attempts struct {
 // member (then it is the site), or the retry budget for answers about the
 // site is spent.
 func (a *attempts) failed(h held, ae *fault.Attempt, retries int) (stop bool) {
-	name := h.mc.m.Name
+	name := h.mc.Member.Name
 	a.tried = append(a.tried, name)
 	a.last, a.lastName = ae, name
 	if ae.F.Fault == rotation.FaultSite {

@@ -65,8 +65,8 @@ func upstreamAnswer(resp *http.Response) error {
 // member relays bytes and never answers in HTTP; a direct member is the
 // site. Reading a site's 503 "Proxy-Status: CDN; error=connection_limit_reached"
 // or its 407 as the member's rested every member for every site.
-func proxyWroteAnswer(rq *request, mc *memberConn, out *http.Request) bool {
-	return !mc.m.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
+func proxyWroteAnswer(rq *request, mc *link.Link, out *http.Request) bool {
+	return !mc.Member.Direct() && !mc.SOCKS5 && rq.mirror == nil && out.URL.Scheme == "http"
 }
 
 // serveForward forwards an absolute-URI request through a leased member,
@@ -76,7 +76,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 	rq := &request{w: w, start: start}
 	u := r.URL
 	if u.Host == "" || u.Scheme == "" {
-		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest,
 			Msg: "this is a forward proxy: send an absolute URI (GET http://host/path) or CONNECT host:port"})
 		return
 	}
@@ -94,7 +94,7 @@ func (rp *requestPath) serveForward(w http.ResponseWriter, r *http.Request, p *p
 			u.Scheme = "http"
 		}
 	default:
-		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest, Msg: "unsupported scheme " + echo.Quote(u.Scheme) + ": want http, https, ws or wss"})
 		return
 	}
 	host, port, err := sites.SplitTarget(u.Host, defPort)
@@ -128,8 +128,8 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 		cancel(errRequestTimeout)
 	})
 	defer deadline.Stop()
-	rq.pace.due = start.Add(rp.requestTimeout)
-	rq.pace.trail = true // its answer is seen: it trails the site's leader
+	rq.pace.Due = start.Add(rp.requestTimeout)
+	rq.pace.Trail = true // its answer is seen: it trails the site's leader
 	addrs, err := rp.admit.CheckTarget(ctx, host, port)
 	if err != nil {
 		rp.exit.finish(ctx, rq, err)
@@ -213,7 +213,7 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 		}
 		resp, used, res = got, h, rp.classifier.ClassifyAnswer(ans)
 		// Before anything else is sent: a ban cuts the site's pace now.
-		rp.pacer.answered(rq, res)
+		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}
@@ -262,7 +262,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	if errors.Is(err, keepalive.ErrSwitched) {
 		// The site's (certain over the gateway's own TLS to it or from a
 		// direct member's address), as any answer it should not have sent.
-		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.m.Direct()}
+		err = &fault.Attempt{F: rotation.Site(sitelink.ClassProtocol), Err: err, Firsthand: out.URL.Scheme == "https" || h.mc.Member.Direct()}
 	}
 	if cf := rq.body.Fault(); cf != nil {
 		// The client botched its body: whatever the member made of the
@@ -303,17 +303,17 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 	case err == nil:
 		return resp, ans, nil
 	case r.Context().Err() != nil:
-		return nil, ans, errClientGone
+		return nil, ans, fault.ErrClientGone
 	case errors.Is(err, errRequestTimeout) || context.Cause(ctx) == errRequestTimeout:
 		if rq.body.Stalled() {
-			return nil, ans, &fault.Client{Reason: ReasonClientTimeout, Outcome: ReasonClientTimeout,
+			return nil, ans, &fault.Client{Reason: fault.ReasonClientTimeout, Outcome: fault.ReasonClientTimeout,
 				Err: errors.New("the request body stopped arriving: " + strconv.FormatInt(rq.body.BytesRead(), 10) + " bytes within " + rp.requestTimeout.String())}
 		}
 		return nil, ans, &fault.Annotated{Err: errRequestTimeout,
 			Msg: "no answer from " + echo.Quote(out.URL.Host) + " through " + rq.member + " within " + rp.requestTimeout.String()}
 	}
 	err = classifySiteTLS(err, h.mc, out.URL)
-	if h.mc.m.Direct() {
+	if h.mc.Member.Direct() {
 		err = link.ClassifyDirect(err)
 	}
 	return nil, ans, fault.AsAttempt(err)
@@ -323,7 +323,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 // returns false when the upstream broke off mid-body.
 func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
 	defer resp.Body.Close()
-	name := h.mc.m.Name
+	name := h.mc.Member.Name
 	dst := w.Header()
 	hop.CopyResponseHeader(dst, resp.Header)
 	if _, ok := resp.Header["Content-Type"]; !ok {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -377,7 +378,7 @@ func TestFrontendRefusesAMalformedHost(t *testing.T) {
 			rc := mitmRawConn(t, addr, siteURL, roots)
 			rc.send("GET / HTTP/1.1\r\nHost: " + tc.host + "\r\n\r\n")
 			resp, body := rc.answer("GET")
-			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(HeaderReason) != ReasonBadRequest || !strings.Contains(body, "malformed Host header") {
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(HeaderReason) != fault.ReasonBadRequest || !strings.Contains(body, "malformed Host header") {
 				t.Fatalf("Host %q: %d %q (%s), want 400 malformed Host header", tc.host, resp.StatusCode, body, resp.Header.Get(HeaderReason))
 			}
 		})

@@ -19,6 +19,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
@@ -84,7 +85,7 @@ const (
 // Prometheus. Calls are made on the request path and must be cheap.
 type Recorder interface {
 	// Request counts one finished client request (or CONNECT tunnel) by the
-	// member that served it ("" when none) and its outcome (the Outcome* values).
+	// member that served it ("" when none) and its outcome (the fault.Outcome* values).
 	Request(member, outcome string, d time.Duration)
 	// UpstreamFailure counts one failed use of a member (dial, CONNECT answer, transport error).
 	UpstreamFailure(member string)
@@ -190,7 +191,7 @@ type Options struct {
 	Tracer RequestTracer
 	// Pacing is how fast requests go to each site; the zero value paces
 	// nothing (the CLI turns the automatic slow-down on by default).
-	Pacing PacingOptions
+	Pacing pacing.Options
 	// FailureWindow is how long a member the gateway reported failed
 	// rests (the lease store's --failure-cooldown), so how long the
 	// gateway asks a silent one whether it is back (default
@@ -214,7 +215,7 @@ type Gateway struct {
 	inner  *inner
 	admit  *admission.Admission
 	leases *leasing
-	pacer  *pacer
+	pacer  *pacing.Pacer
 	health *health.Health
 	links  *memberLinks
 }
@@ -312,7 +313,7 @@ func New(o Options) (*Gateway, error) {
 	if sp == nil {
 		sp, _ = o.Pool.(pool.SitePacer)
 	}
-	g.pacer = newPacer(o.Pacing, sp, g.leases, o.Logger)
+	g.pacer = pacing.New(o.Pacing, sp, o.Logger)
 	var m *mitm
 	if o.MITM != nil {
 		if m, err = newMITM(o.MITM); err != nil {
@@ -341,7 +342,7 @@ func New(o Options) (*Gateway, error) {
 func frontOptions(rec Recorder, log *slog.Logger) front.Options {
 	return front.Options{
 		MaxHeaderBytes: serverMaxHeaderBytes, ReadHeaderTimeout: serverReadHeader, IdleTimeout: serverIdleTimeout,
-		RejectHeader: HeaderReason + ": " + ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(ReasonBadRequest),
+		RejectHeader: HeaderReason + ": " + fault.ReasonBadRequest + "\r\nProxy-Status: " + fault.ProxyStatus(fault.ReasonBadRequest),
 		Rejected: func(r front.Rejection, start time.Time) {
 			rec.Request("", rejectionOutcome[r], time.Since(start))
 		},
@@ -381,7 +382,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.links.closeAll()
 	g.leases.close()
-	g.pacer.close()
+	g.pacer.Close()
 	return err
 }
 
@@ -404,7 +405,7 @@ func (g *Gateway) ForgetIdleMembers(idle time.Duration) []string { return g.link
 // kind that had requests), most held first (queued, then waited and
 // refused), for the status page and the metrics. The learnt pace is as
 // the store last told this gateway; the counts are this gateway's.
-func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.status() }
+func (g *Gateway) PaceStatus() []statuspage.SitePace { return g.pacer.Status() }
 
 // FailureRestOverrides reports the latest episode of leases of members
 // resting for their own failures.

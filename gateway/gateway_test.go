@@ -1022,7 +1022,7 @@ func TestALeaseAPIThatRefusesTheGatewaysIdentityIsA403(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := body(t, resp)
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != ReasonPoolForbidden || !strings.Contains(b, "no lease binding") {
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != fault.ReasonPoolForbidden || !strings.Contains(b, "no lease binding") {
 		t.Errorf("a gateway the lease API refuses answered %d %s %q; want 403 pool_forbidden naming the API's reason", resp.StatusCode, resp.Header.Get(HeaderReason), b)
 	}
 	if n := tg.Total(); n != 0 {

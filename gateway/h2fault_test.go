@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
@@ -118,8 +119,8 @@ func h2SitesFault(t *testing.T, answer func(fr *http2.Framer, stream uint32), wa
 	c := mitmClient(t, e.addr, caRoots, nil, nil)
 	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
 	a := mitmDo(t, c, http.MethodGet, "https://"+site+"/", nil)
-	if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != ReasonTargetUnreachable || !strings.Contains(a.body, want) {
-		t.Fatalf("got %d %s %q; want 502 %s saying %q", a.status, a.header.Get(HeaderReason), a.body, ReasonTargetUnreachable, want)
+	if a.status != http.StatusBadGateway || a.header.Get(HeaderReason) != fault.ReasonTargetUnreachable || !strings.Contains(a.body, want) {
+		t.Fatalf("got %d %s %q; want 502 %s saying %q", a.status, a.header.Get(HeaderReason), a.body, fault.ReasonTargetUnreachable, want)
 	}
 	if mw := memberWide(e.store); len(mw) != 0 {
 		t.Errorf("%v rest for every site; the answer was the site's", mw)

@@ -211,7 +211,7 @@ func (rp *requestPath) takeTunnel(w http.ResponseWriter, r *http.Request, rq *re
 	_ = conn.SetDeadline(time.Now().Add(rp.dialTimeout))
 	if _, err := conn.Write(hello); err != nil {
 		_ = conn.Close()
-		rp.exit.ended(r.Context(), rq, OutcomeClientGone, "")
+		rp.exit.ended(r.Context(), rq, fault.OutcomeClientGone, "")
 		return nil, false
 	}
 	if n := brw.Reader.Buffered(); n > 0 {
@@ -238,7 +238,7 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest, Msg: "CONNECT inside a tunnel the gateway answered is not supported"})
+		rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest, Msg: "CONNECT inside a tunnel the gateway answered is not supported"})
 		return
 	}
 	if r.URL.Host != "" {
@@ -249,7 +249,7 @@ func (rp *requestPath) serveInnerRequest(w http.ResponseWriter, r *http.Request)
 		// Host and port: another port of the same host is another site.
 		h, port, err := sites.SplitTarget(r.URL.Host, defPort)
 		if err != nil || !strings.EqualFold(h, t.host) || port != t.port || (r.URL.Scheme != "" && !slices.Contains(innerSchemes[t.scheme], r.URL.Scheme)) {
-			rp.exit.finish(r.Context(), rq, &fault.Target{Reason: ReasonBadRequest,
+			rp.exit.finish(r.Context(), rq, &fault.Target{Reason: fault.ReasonBadRequest,
 				Msg: "inside the tunnel to " + echo.Quote(t.hostport) + " requests go to that site; got " + echo.Quote(r.URL.String())})
 			return
 		}

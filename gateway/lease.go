@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -46,8 +47,8 @@ type leasing struct {
 // memberSource is what leasing asks of the members stage: the state of a
 // member it leased, or of one a pin names.
 type memberSource interface {
-	memberFor(m pool.Member) (*memberConn, error)
-	memberByName(name string) *memberConn
+	memberFor(m pool.Member) (*link.Link, error)
+	memberByName(name string) *link.Link
 }
 
 // leaseWatcher hears how the pool gave each lease (the member-health
@@ -123,7 +124,7 @@ func (ls *leasing) newReq(p *params.Params, target string) leaseReq {
 // held is a lease in use by one request.
 type held struct {
 	id string
-	mc *memberConn
+	mc *link.Link
 	// pinned: the lease is (or was) the (session, target) pin, so it is kept
 	// after the request; otherwise the request releases it when done.
 	pinned bool
@@ -134,7 +135,7 @@ type held struct {
 
 // health is h as the member-health stage reads it.
 func (h held) health() health.Lease {
-	return health.Lease{ID: h.id, Link: h.mc.Link, Resting: h.resting}
+	return health.Lease{ID: h.id, Link: h.mc, Resting: h.resting}
 }
 
 // acquire returns the lease a request should use: the live pin of its
@@ -266,12 +267,12 @@ func (ls *leasing) markLost(lr *leaseReq, member string) {
 
 // fits reports whether a pinned member still satisfies the request's
 // parameters (a later request of the session may name a proxy or selector).
-func fits(mc *memberConn, p *params.Params) bool {
-	if p.Proxy != "" && mc.m.Name != p.Proxy {
+func fits(mc *link.Link, p *params.Params) bool {
+	if p.Proxy != "" && mc.Member.Name != p.Proxy {
 		return false
 	}
 	for k, v := range p.Selector {
-		if mc.m.Attributes[k] != v {
+		if mc.Member.Attributes[k] != v {
 			return false
 		}
 	}
@@ -320,12 +321,12 @@ func (ls *leasing) drop(ctx context.Context, lr leaseReq, h held, res rotation.R
 	defer cancel()
 	switch {
 	case res == rotation.ResultUpstreamFailed:
-		ls.rec.UpstreamFailure(h.mc.m.Name)
+		ls.rec.UpstreamFailure(h.mc.Member.Name)
 	case res.IsBan():
-		ls.struck.add(h.mc.m.Name, lr.target)
+		ls.struck.add(h.mc.Member.Name, lr.target)
 	}
 	if err := ls.pool.Report(ctx, h.id, pool.Report{Result: res, Target: lr.target, RetryAfter: retryAfter}); err != nil {
-		ls.log.Warn("lease report failed", "lease", h.id, "member", h.mc.m.Name, "result", string(res), "err", err)
+		ls.log.Warn("lease report failed", "lease", h.id, "member", h.mc.Member.Name, "result", string(res), "err", err)
 	}
 	ls.release(ctx, lr, h)
 }
@@ -349,7 +350,7 @@ func (ls *leasing) release(ctx context.Context, lr leaseReq, h held) {
 // again, which resets its ban backoff. Only pairs this gateway saw banned
 // are reported, so a healthy crawl costs no pool calls.
 func (ls *leasing) succeeded(ctx context.Context, lr *leaseReq, h held) {
-	if !ls.struck.take(h.mc.m.Name, lr.target) {
+	if !ls.struck.take(h.mc.Member.Name, lr.target) {
 		return
 	}
 	ctx, cancel := bgCtx(ctx)
@@ -445,7 +446,7 @@ func (ls *leasing) lease(ctx context.Context, client context.Context, rq *reques
 		return held{}, err
 	}
 	if client.Err() != nil {
-		return held{}, errClientGone
+		return held{}, fault.ErrClientGone
 	}
 	return held{}, ls.poolRefusal(&rq.lr, err)
 }
@@ -500,6 +501,6 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 // or failed: the session is marked lost and the request fails
 // session_lost; it never goes on to another member.
 func (ls *leasing) lostSession(rq *request, h held, why string) error {
-	ls.markLost(&rq.lr, h.mc.m.Name)
-	return &sessionLostError{member: h.mc.m.Name, why: why}
+	ls.markLost(&rq.lr, h.mc.Member.Name)
+	return &sessionLostError{member: h.mc.Member.Name, why: why}
 }

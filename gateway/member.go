@@ -21,30 +21,21 @@ type memberLinks struct {
 	dialer *link.Dialer
 
 	mu      sync.RWMutex
-	members map[string]*memberConn
-}
-
-// memberConn is the gateway's state for one member: its link and the
-// member as the pool offered it. m repeats the link's Member under the
-// name the pacing stage reads (pace.go), until pacing moves to a package
-// of its own.
-type memberConn struct {
-	m pool.Member
-	*link.Link
+	members map[string]*link.Link
 }
 
 func newMemberLinks(o Options, targets link.TargetChecker) *memberLinks {
 	return &memberLinks{dialer: link.NewDialer(o.DialTimeout, o.MemberAnswerTimeout, o.SiteRoots, targets),
-		members: make(map[string]*memberConn)}
+		members: make(map[string]*link.Link)}
 }
 
 // dialConnect and dialMember are the exchange's dials (linkDialer).
-func (ml *memberLinks) dialConnect(ctx context.Context, mc *memberConn, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error) {
-	return ml.dialer.DialConnect(ctx, mc.Link, hostport, host, port, addrs, answerTimeout)
+func (ml *memberLinks) dialConnect(ctx context.Context, mc *link.Link, hostport, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (net.Conn, []byte, error) {
+	return ml.dialer.DialConnect(ctx, mc, hostport, host, port, addrs, answerTimeout)
 }
 
-func (ml *memberLinks) dialMember(ctx context.Context, mc *memberConn) (net.Conn, error) {
-	return ml.dialer.DialMember(ctx, mc.Link)
+func (ml *memberLinks) dialMember(ctx context.Context, mc *link.Link) (net.Conn, error) {
+	return ml.dialer.DialMember(ctx, mc)
 }
 
 // closeAll closes every member's idle connections (Shutdown).
@@ -58,11 +49,11 @@ func (ml *memberLinks) closeAll() {
 
 // memberFor returns the state of m, creating it on first use and replacing
 // it when the member's endpoint changed (a reload under the same name).
-func (ml *memberLinks) memberFor(m pool.Member) (*memberConn, error) {
+func (ml *memberLinks) memberFor(m pool.Member) (*link.Link, error) {
 	ml.mu.RLock()
 	mc := ml.members[m.Name]
 	ml.mu.RUnlock()
-	if mc != nil && mc.m.SameEndpoint(m) {
+	if mc != nil && mc.Member.SameEndpoint(m) {
 		mc.Touch()
 		return mc, nil
 	}
@@ -70,9 +61,9 @@ func (ml *memberLinks) memberFor(m pool.Member) (*memberConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nmc := &memberConn{m: m, Link: l}
+	nmc := l
 	ml.mu.Lock()
-	if cur := ml.members[m.Name]; cur != nil && cur.m.SameEndpoint(m) {
+	if cur := ml.members[m.Name]; cur != nil && cur.Member.SameEndpoint(m) {
 		ml.mu.Unlock()
 		nmc.Close()
 		cur.Touch()
@@ -88,7 +79,7 @@ func (ml *memberLinks) memberFor(m pool.Member) (*memberConn, error) {
 
 // memberByName returns the known state of a pinned member, nil when the
 // gateway has none (never used, or forgotten).
-func (ml *memberLinks) memberByName(name string) *memberConn {
+func (ml *memberLinks) memberByName(name string) *link.Link {
 	ml.mu.RLock()
 	mc := ml.members[name]
 	ml.mu.RUnlock()
@@ -118,7 +109,7 @@ func (ml *memberLinks) forget(name string) {
 // the pool is simply set up again on its next use.
 func (ml *memberLinks) forgetIdle(idle time.Duration) []string {
 	cutoff := time.Now().Add(-idle).UnixNano()
-	var gone []*memberConn
+	var gone []*link.Link
 	ml.mu.Lock()
 	for name, mc := range ml.members {
 		if mc.LastUsed.Load() < cutoff {
@@ -130,7 +121,7 @@ func (ml *memberLinks) forgetIdle(idle time.Duration) []string {
 	names := make([]string, len(gone))
 	for i, mc := range gone {
 		mc.Close()
-		names[i] = mc.m.Name
+		names[i] = mc.Member.Name
 	}
 	return names
 }

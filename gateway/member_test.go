@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/link"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -26,7 +27,7 @@ func TestMemberStateFollowsTheMembersEndpoint(t *testing.T) {
 		}
 		return pool.Member{Name: "p", URL: u}
 	}
-	closed := func(mc *memberConn) bool { return mc.Lean.Closed() }
+	closed := func(mc *link.Link) bool { return mc.Lean.Closed() }
 
 	first, err := g.links.memberFor(member("http://u:pw@127.0.0.1:3128"))
 	if err != nil {

@@ -150,10 +150,10 @@ func checkMITMHeader(r *http.Request) error {
 	for _, s := range v {
 		s = strings.ToLower(strings.TrimSpace(s))
 		if s != "on" && s != "off" {
-			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
+			return &fault.Target{Reason: fault.ReasonBadRequest, Msg: HeaderMITM + " " + echo.Quote(s) + ": want on or off"}
 		}
 		if !strings.EqualFold(s, strings.TrimSpace(v[0])) {
-			return &fault.Target{Reason: ReasonBadRequest, Msg: HeaderMITM + " given twice, once on and once off"}
+			return &fault.Target{Reason: fault.ReasonBadRequest, Msg: HeaderMITM + " given twice, once on and once off"}
 		}
 	}
 	return nil
@@ -168,7 +168,7 @@ func fingerprintOf(h http.Header, def Fingerprint) (Fingerprint, error) {
 	}
 	fp, err := ParseFingerprint(strings.ToLower(strings.TrimSpace(v[0])))
 	if err != nil {
-		return "", &fault.Target{Reason: ReasonBadRequest, Msg: HeaderFingerprint + ": " + err.Error()}
+		return "", &fault.Target{Reason: fault.ReasonBadRequest, Msg: HeaderFingerprint + ": " + err.Error()}
 	}
 	return fp, nil
 }
@@ -210,7 +210,7 @@ func (rp *requestPath) serveMITM(w http.ResponseWriter, r *http.Request, p *para
 		} else {
 			rp.log.Debug("MITM handshake with the client failed", "target", host, "err", err)
 		}
-		rp.exit.ended(r.Context(), rq, OutcomeClientGone, "")
+		rp.exit.ended(r.Context(), rq, fault.OutcomeClientGone, "")
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})

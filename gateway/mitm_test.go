@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/mitmca"
 	sitespkg "github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
@@ -266,7 +267,7 @@ func TestMITMThroughRealSquids(t *testing.T) {
 
 	t.Run("a site certificate that does not verify is a 502 with a reason", func(t *testing.T) {
 		a := mitmDo(t, mitmClient(t, e.addr, caRoots, nil, nil), "GET", untrusted.URL()+"/x", nil)
-		if a.status != 502 || a.header.Get(HeaderReason) != ReasonSiteCertificate || !strings.Contains(a.body, "does not verify") {
+		if a.status != 502 || a.header.Get(HeaderReason) != fault.ReasonSiteCertificate || !strings.Contains(a.body, "does not verify") {
 			t.Fatalf("got %d reason %q: %q; want 502 site_certificate saying why", a.status, a.header.Get(HeaderReason), a.body)
 		}
 		if a.attempts != "1" || untrusted.Total() != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -103,8 +104,8 @@ func overloadedOnce(t *testing.T, member pool.Member) {
 	if err != nil {
 		t.Fatalf("CONNECT with the descriptors used up: %v", err)
 	}
-	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != ReasonOverloaded || resp.Header.Get("Retry-After") != "1" {
-		t.Fatalf("CONNECT with the descriptors used up: %d %q, want 503 %s with Retry-After", resp.StatusCode, resp.Header.Get(HeaderReason), ReasonOverloaded)
+	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != fault.ReasonOverloaded || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("CONNECT with the descriptors used up: %d %q, want 503 %s with Retry-After", resp.StatusCode, resp.Header.Get(HeaderReason), fault.ReasonOverloaded)
 	}
 	// The member was not blamed: the next tunnel goes through it.
 	poll.Until(t, 20*time.Second, "a tunnel through the one member once descriptors are free", func() error {

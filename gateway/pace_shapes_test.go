@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/ratesite"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -64,7 +65,7 @@ var siteHosts atomic.Int32
 // runCrawl is one burst crawl of n pages at concurrency conc through m
 // members with their own source addresses (directMembers), against a
 // fresh site of shape, through a gateway with the CLI's --retries.
-func runCrawl(b testing.TB, shape ratesite.Shape, m, conc, n int, o PacingOptions) (crawlResult, ratesite.Stats) {
+func runCrawl(b testing.TB, shape ratesite.Shape, m, conc, n int, o pacing.Options) (crawlResult, ratesite.Stats) {
 	members := directMembers(m)
 	opts := paceOptions(o)
 	opts.Retries = DefaultRetries // as the CLI: a banned request moves to another member
@@ -96,11 +97,11 @@ func BenchmarkPacingAgainstRateLimitShapes(b *testing.B) {
 	rule := rotation.PaceRule{Window: 5 * time.Second, IncreaseSteps: 50, Memory: time.Hour}
 	modes := []struct {
 		name string
-		o    PacingOptions
+		o    pacing.Options
 	}{
-		{"rule", PacingOptions{Auto: true, Rule: rule}},
-		{"fixed-cut", PacingOptions{Auto: true}},
-		{"off", PacingOptions{}},
+		{"rule", pacing.Options{Auto: true, Rule: rule}},
+		{"fixed-cut", pacing.Options{Auto: true}},
+		{"off", pacing.Options{}},
 	}
 	report := func(b *testing.B, r crawlResult, st ratesite.Stats) {
 		b.Logf("answers %v, the gateway's own %v, banned %v", r.status, r.reasons, st.Banned())
@@ -126,7 +127,7 @@ func BenchmarkPacingAgainstRateLimitShapes(b *testing.B) {
 					var bestIv time.Duration
 					for _, f := range []float64{1.1, 1.4} {
 						iv := time.Duration(f * float64(shape.Window) / float64(shape.Limit))
-						r, st := runCrawl(b, shape, 3, conc, 60, PacingOptions{Default: rotation.PaceLimits{MinInterval: iv}})
+						r, st := runCrawl(b, shape, 3, conc, 60, pacing.Options{Default: rotation.PaceLimits{MinInterval: iv}})
 						if len(st.Banned()) == 0 && (bestIv == 0 || r.took < best.took) {
 							best, bestSt, bestIv = r, st, iv
 						}
@@ -158,7 +159,7 @@ func TestAutomaticPacingLearnsASiteBeforeThePoolIsBurnt(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(shape.String(), "/", "-in-"), func(t *testing.T) {
 			t.Parallel()
-			r, st := runCrawl(t, shape, 3, 8, 30, PacingOptions{Auto: true, Rule: rule})
+			r, st := runCrawl(t, shape, 3, 8, 30, pacing.Options{Auto: true, Rule: rule})
 			t.Logf("answers %v %v, banned %v, %v", r.status, r.reasons, st.Banned(), r.took)
 			if b := st.Banned(); len(b) > 1 {
 				t.Fatalf("banned %v: want at most the leader", b)

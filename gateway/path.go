@@ -7,6 +7,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -28,7 +29,7 @@ import (
 type requestPath struct {
 	admit  *admission.Admission
 	leases *leasing
-	pacer  *pacer
+	pacer  *pacing.Pacer
 	ex     *exchange
 	health *health.Health
 	exit   *finisher

@@ -7,52 +7,18 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/admission"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
-// The reasons and outcomes of the gateway's answers (gateway/fault has
-// each one's meaning, AnswerStatus and ProxyStatusError), named here too
-// for the gateway's users.
-const (
-	OutcomeOK               = fault.OutcomeOK
-	OutcomeRateLimited      = fault.OutcomeRateLimited
-	OutcomeBanned           = fault.OutcomeBanned
-	OutcomeClientGone       = fault.OutcomeClientGone
-	ReasonBadRequest        = fault.ReasonBadRequest
-	ReasonClientTimeout     = fault.ReasonClientTimeout
-	ReasonPrivateTarget     = fault.ReasonPrivateTarget
-	ReasonAuth              = fault.ReasonAuth
-	ReasonBadParams         = fault.ReasonBadParams
-	ReasonDNS               = fault.ReasonDNS
-	ReasonTargetUnreachable = fault.ReasonTargetUnreachable
-	ReasonUpstreamFailed    = fault.ReasonUpstreamFailed
-	ReasonSiteCertificate   = fault.ReasonSiteCertificate
-	ReasonNoMember          = fault.ReasonNoMember
-	ReasonPoolUnreachable   = fault.ReasonPoolUnreachable
-	ReasonPoolError         = fault.ReasonPoolError
-	ReasonPoolForbidden     = fault.ReasonPoolForbidden
-	ReasonShuttingDown      = fault.ReasonShuttingDown
-	ReasonPaced             = fault.ReasonPaced
-	ReasonSessionLost       = fault.ReasonSessionLost
-	ReasonSessionLimit      = fault.ReasonSessionLimit
-	ReasonOverloaded        = fault.ReasonOverloaded
-	ReasonTimeout           = fault.ReasonTimeout
-	ReasonMemberTimeout     = fault.ReasonMemberTimeout
-	ReasonLoop              = fault.ReasonLoop
-	ReasonInternal          = fault.ReasonInternal
-)
-
-// errClientGone: the client left before its answer.
-var errClientGone = fault.ErrClientGone
-
 // rejectionOutcome is the outcome of a request the front end ended before
 // the gateway saw it.
 var rejectionOutcome = map[front.Rejection]string{
-	front.Malformed: ReasonBadRequest,
-	front.Gone:      OutcomeClientGone,
-	front.Stalled:   ReasonClientTimeout,
+	front.Malformed: fault.ReasonBadRequest,
+	front.Gone:      fault.OutcomeClientGone,
+	front.Stalled:   fault.ReasonClientTimeout,
 }
 
 // answerFor is the status and outcome of an answer with reason: the
@@ -111,7 +77,7 @@ func judge(err error) verdict {
 		pce *poolConfigError
 		nm  *pool.NoMatchError
 		cf  *fault.Client
-		pe  *pacedError
+		pe  *pacing.Error
 		sl  *sessionLostError
 		sm  *sessionLimitError
 	)
@@ -121,31 +87,31 @@ func judge(err error) verdict {
 		// lease is let go unreported, and no member or site rests.
 		return verdict{reason: cf.Reason, outcome: cf.Outcome, closeConn: true}
 	case errors.As(err, &au):
-		return answer(ReasonAuth)
+		return answer(fault.ReasonAuth)
 	case errors.As(err, &bp):
 		// The username, a parameter header or the credentials' form.
-		return answer(ReasonBadParams)
+		return answer(fault.ReasonBadParams)
 	case errors.As(err, &sl):
 		// Its lease was reported and let go already.
-		return answer(ReasonSessionLost)
+		return answer(fault.ReasonSessionLost)
 	case errors.As(err, &pe):
 		// The gateway's own pace held the request: nothing was sent.
-		return answer(ReasonPaced)
+		return answer(fault.ReasonPaced)
 	case errors.As(err, &sm):
 		// Nothing was leased or sent.
-		return answer(ReasonSessionLimit)
+		return answer(fault.ReasonSessionLimit)
 	case errors.As(err, &te):
 		return answer(te.Reason)
 	case errors.Is(err, errRequestTimeout):
 		// A slow site is not the member's failure: nothing is reported.
-		return answer(ReasonTimeout)
+		return answer(fault.ReasonTimeout)
 	case errors.Is(err, errShuttingDown):
-		return answer(ReasonShuttingDown)
+		return answer(fault.ReasonShuttingDown)
 	case ownResourcesExhausted(err):
 		// The gateway's own socket(2) or connect(2) found no descriptor
 		// or buffer: every member would fail the same way, and none is
 		// at fault, so none rests and none is tried.
-		return answer(ReasonOverloaded)
+		return answer(fault.ReasonOverloaded)
 	case errors.As(err, &gu):
 		return answer(faultReason(gu.last))
 	case errors.As(err, &ae):
@@ -159,22 +125,22 @@ func judge(err error) verdict {
 		v.report, v.retry = ae.F.Result(), true
 		return v
 	case errors.As(err, &nm):
-		return answer(ReasonNoMember)
+		return answer(fault.ReasonNoMember)
 	case errors.As(err, &pce):
-		return answer(ReasonPoolError)
+		return answer(fault.ReasonPoolError)
 	case errors.Is(err, pool.ErrTTLTooLong):
-		return answer(ReasonBadParams)
+		return answer(fault.ReasonBadParams)
 	case errors.Is(err, pool.ErrUnreachable):
-		return answer(ReasonPoolUnreachable)
+		return answer(fault.ReasonPoolUnreachable)
 	case errors.Is(err, pool.ErrForbidden):
 		// The client is refused for what it is (a sidecar's service
 		// account without the lease binding), not for want of a member:
 		// no retry, no member blamed.
-		return answer(ReasonPoolForbidden)
+		return answer(fault.ReasonPoolForbidden)
 	case errors.Is(err, errLeaseFailed):
-		return answer(ReasonPoolError)
+		return answer(fault.ReasonPoolError)
 	}
-	return answer(ReasonInternal)
+	return answer(fault.ReasonInternal)
 }
 
 // outcomeOf is the outcome of a delivered site answer that the classifier
@@ -182,11 +148,11 @@ func judge(err error) verdict {
 func outcomeOf(res rotation.Result) string {
 	switch res {
 	case rotation.ResultRateLimited:
-		return OutcomeRateLimited
+		return fault.OutcomeRateLimited
 	case rotation.ResultBanned:
-		return OutcomeBanned
+		return fault.OutcomeBanned
 	}
-	return OutcomeOK
+	return fault.OutcomeOK
 }
 
 func answer(reason string) verdict {
@@ -199,13 +165,13 @@ func faultReason(ae *fault.Attempt) string {
 	if ae != nil && ae.F.Fault == rotation.FaultSite {
 		switch ae.F.Class {
 		case fault.ClassCertificate:
-			return ReasonSiteCertificate
+			return fault.ReasonSiteCertificate
 		case fault.ClassAnswerTimeout:
-			return ReasonMemberTimeout
+			return fault.ReasonMemberTimeout
 		}
-		return ReasonTargetUnreachable
+		return fault.ReasonTargetUnreachable
 	}
-	return ReasonUpstreamFailed
+	return fault.ReasonUpstreamFailed
 }
 
 // ownResourcesExhausted: err is this process running out of what opening a

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -48,13 +49,13 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		if h.mc == nil {
 			var err error
 			if h, err = rp.leases.lease(ctx, client, rq); err != nil {
-				if at.last == nil || errors.Is(err, errClientGone) {
+				if at.last == nil || errors.Is(err, fault.ErrClientGone) {
 					return err
 				}
 				return at.giveUp("; no other member: " + err.Error())
 			}
 		}
-		if at.triedBefore(h.mc.m.Name) {
+		if at.triedBefore(h.mc.Member.Name) {
 			// The pool offered a member that failed this request already
 			// (a remote report was lost): unpin it too, so the session's
 			// next request asks the pool again.
@@ -68,8 +69,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		}
 		// Pacing: wait for the site's slot on this member, or take another
 		// member free sooner, or end the request paced.
-		var err error
-		if h, err = rp.pacer.pace(ctx, client, rq, at, h); err != nil {
+		if err := rp.pace(ctx, client, rq, at, &h); err != nil {
 			rp.leases.done(ctx, h)
 			return err
 		}
@@ -85,7 +85,7 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 			}
 			continue
 		}
-		rp.pacer.attemptFailed(rq)
+		rp.pacer.AttemptFailed(&rq.pace, rq.lr.target, rq.member)
 		v := judge(err)
 		if !v.retry {
 			return err
@@ -109,5 +109,44 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 		case !rule.retryable:
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
 		}
+	}
+}
+
+// pace is the pacing stage's step of tryMembers for an attempt through
+// *h. A request that may move (no member named by the client, not strict)
+// lends the pacer the leasing stage's side of taking another member free
+// sooner; the one kept is left in *h, the other given back.
+func (rp *requestPath) pace(ctx, client context.Context, rq *request, at *attempts, h *held) error {
+	var mv pacing.Move
+	if rq.lr.p.Proxy == "" && !rq.lr.p.Strict {
+		var alt held
+		mv = pacing.Move{
+			Other: func(ctx context.Context) string {
+				var err error
+				if alt, err = rp.leases.acquireFresh(ctx, rq.lr, false); err != nil {
+					return ""
+				}
+				if alt.mc.Member.Name == h.mc.Member.Name || at.triedBefore(alt.mc.Member.Name) {
+					rp.leases.done(ctx, alt)
+					return ""
+				}
+				return alt.mc.Member.Name
+			},
+			Settle: func(ctx context.Context, keepOther bool) {
+				if keepOther {
+					*h, alt = alt, *h
+				}
+				rp.leases.done(ctx, alt)
+			},
+		}
+	}
+	return rp.pacer.Pace(ctx, client, &rq.pace, pacing.Attempt{Site: rq.lr.target, Member: h.mc.Member.Name, Client: rq.lr.p.Pace}, mv)
+}
+
+// leavePace ends rq's place in flight (when it holds one) at pl, the
+// pacing stage.
+func (rq *request) leavePace(pl placeLeaver) {
+	if place := rq.pace.TakePlace(); place.Held() {
+		pl.Leave(place)
 	}
 }

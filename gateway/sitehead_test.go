@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -117,10 +118,10 @@ func TestSiteAnswerHeadIsBoundedOnEveryPath(t *testing.T) {
 			} else {
 				resp, b = siteExchange(t, e, tt.https, site, caRoots, tt.request)
 			}
-			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != fault.ReasonTargetUnreachable ||
 				!strings.Contains(b, "larger than 1 MiB") {
 				t.Fatalf("got %d %s %q; want 502 %s saying the head is larger than 1 MiB",
-					resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+					resp.StatusCode, resp.Header.Get(HeaderReason), b, fault.ReasonTargetUnreachable)
 			}
 			if mw := memberWide(e.store); len(mw) != 0 {
 				t.Fatalf("%v rest for every site; the head was the site's", mw)
@@ -162,9 +163,9 @@ func malformedSiteAnswer(t *testing.T, raw string, fp Fingerprint) {
 		MITM: &MITMOptions{CA: ca, Fingerprint: fp}}, pool.StoreOptions{},
 		relayingUpstream(t, "p1"), relayingUpstream(t, "p2"))
 	resp, b := siteExchange(t, e, true, site, caRoots, func(string) string { return "GET / HTTP/1.1\r\nHost: x\r\n\r\n" })
-	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != fault.ReasonTargetUnreachable ||
 		!strings.Contains(b, "the site's malformed answer") {
-		t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+		t.Fatalf("got %d %s %q; want 502 %s naming the site's malformed answer", resp.StatusCode, resp.Header.Get(HeaderReason), b, fault.ReasonTargetUnreachable)
 	}
 	if mw := memberWide(e.store); len(mw) != 0 {
 		t.Errorf("%v rest for every site; the answer was the site's", mw)
@@ -255,7 +256,7 @@ func TestWebSocketHandshakeIsJudgedAsARequest(t *testing.T) {
 				return "HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno"
 			}
 			return switched
-		}, status: http.StatusBadGateway, reason: ReasonSessionLost, asked: 1},
+		}, status: http.StatusBadGateway, reason: fault.ReasonSessionLost, asked: 1},
 		{name: "a rate limit rests the member for its Retry-After", answer: func(int) string {
 			return "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Length: 2\r\n\r\nno"
 		}, status: http.StatusTooManyRequests, asked: 2, restsUnder: time.Minute},
@@ -361,9 +362,9 @@ func TestUnaskedSwitchIsTheSitesFault(t *testing.T) {
 			resp, b := siteExchange(t, e, tt.https, site, caRoots, func(site string) string {
 				return "GET " + site + "/x HTTP/1.1\r\nHost: x\r\n\r\n"
 			})
-			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonTargetUnreachable ||
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != fault.ReasonTargetUnreachable ||
 				!strings.Contains(b, "101 Switching Protocols") || strings.Contains(b, "RAWBYTES") {
-				t.Fatalf("got %d %s %q; want 502 %s naming the 101", resp.StatusCode, resp.Header.Get(HeaderReason), b, ReasonTargetUnreachable)
+				t.Fatalf("got %d %s %q; want 502 %s naming the 101", resp.StatusCode, resp.Header.Get(HeaderReason), b, fault.ReasonTargetUnreachable)
 			}
 			if mw := memberWide(e.store); len(mw) != 0 {
 				t.Fatalf("%v rest for every site; the 101 was the site's", mw)

@@ -67,16 +67,16 @@ func speaksUpgrade(p string) bool { return p == "http/1.1" }
 // that may be sent again goes out once more on a new link when a reused
 // one turns out closed before answering, or answers what does not parse
 // (leftover).
-func (x *exchange) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Request, timeout time.Duration) (*http.Response, error) {
+func (x *exchange) sendMirrored(t *innerTunnel, mc *link.Link, out *http.Request, timeout time.Duration) (*http.Response, error) {
 	for try := 0; ; try++ {
-		l, wait, opener := t.sites.Take(mc.m.Name)
+		l, wait, opener := t.sites.Take(mc.Member.Name)
 		if wait != nil {
 			select {
 			case <-wait:
 				try--
 				continue
 			case <-out.Context().Done():
-				return nil, errClientGone
+				return nil, fault.ErrClientGone
 			}
 		}
 		reused := l != nil
@@ -85,10 +85,10 @@ func (x *exchange) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Reques
 			l, err = x.openSiteLink(out.Context(), t, mc, timeout)
 			if err == nil && !t.sites.Add(l) {
 				l.Close()
-				err = errClientGone
+				err = fault.ErrClientGone
 			}
 			if opener {
-				t.sites.Opened(mc.m.Name)
+				t.sites.Opened(mc.Member.Name)
 			}
 			if err != nil {
 				return nil, err
@@ -108,7 +108,7 @@ func (x *exchange) sendMirrored(t *innerTunnel, mc *memberConn, out *http.Reques
 
 // openSiteLink connects to the tunnel's site through mc and completes the
 // mirrored handshake.
-func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberConn, timeout time.Duration) (*sitelink.Link, error) {
+func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *link.Link, timeout time.Duration) (*sitelink.Link, error) {
 	addrs := link.Checked(ctx, t.host)
 	var (
 		tc    net.Conn
@@ -125,7 +125,7 @@ func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberC
 		if len(early) > 0 {
 			c = &prefixConn{Conn: c, prefix: early}
 		}
-		tc, proto, err = x.siteTLS(ctx, c, t, mc.m.Name, speaksForward)
+		tc, proto, err = x.siteTLS(ctx, c, t, mc.Member.Name, speaksForward)
 		if errors.Is(err, errFellBack) {
 			continue // a new connection through the same member, with a preset
 		}
@@ -135,13 +135,13 @@ func (x *exchange) openSiteLink(ctx context.Context, t *innerTunnel, mc *memberC
 		break
 	}
 	if proto != "h2" {
-		return sitelink.NewLink(mc.m.Name, tc), nil
+		return sitelink.NewLink(mc.Member.Name, tc), nil
 	}
 	p := t.h2.Load()
 	if p == nil {
 		p = sitelink.GoH2Print
 	}
-	l, err := sitelink.NewH2Link(mc.m.Name, tc, p)
+	l, err := sitelink.NewH2Link(mc.Member.Name, tc, p)
 	if err != nil {
 		_ = tc.Close()
 		return nil, fault.Site(rotation.Site("tls"), errors.New("HTTP/2 to the site: "+err.Error()))

@@ -24,6 +24,7 @@ import (
 	fhttp2 "github.com/bogdanfinn/fhttp/http2"
 	utls "github.com/bogdanfinn/utls"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/fpsite"
@@ -504,7 +505,7 @@ func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 	// timeout doing its job, and the warm-up is asked again.
 	poll.Until(t, 2*time.Minute, "the warm-up through the gateway's MITM", func() error {
 		a := mitmDo(t, c, http.MethodGet, site.URL+"/", nil)
-		if a.status == http.StatusGatewayTimeout && a.header.Get(HeaderReason) == ReasonTimeout {
+		if a.status == http.StatusGatewayTimeout && a.header.Get(HeaderReason) == fault.ReasonTimeout {
 			return fmt.Errorf("warm-up timed out (%d %s)", a.status, a.header.Get(HeaderReason))
 		}
 		if a.status != 200 || a.issuer != "proxyfleet test CA" {
@@ -514,9 +515,9 @@ func TestMITMMirrorRequestTimeoutCutsTheSiteExchange(t *testing.T) {
 	})
 	start := time.Now()
 	a := mitmDo(t, c, http.MethodGet, site.URL+"/slow", nil) // the client gives up after 30 s
-	if a.status != http.StatusGatewayTimeout || a.header.Get(HeaderReason) != ReasonTimeout {
+	if a.status != http.StatusGatewayTimeout || a.header.Get(HeaderReason) != fault.ReasonTimeout {
 		t.Fatalf("a site that never answers got the client %d (%s) after %s, want 504 %s once RequestTimeout (300ms) is up",
-			a.status, a.header.Get(HeaderReason), time.Since(start).Round(time.Millisecond), ReasonTimeout)
+			a.status, a.header.Get(HeaderReason), time.Since(start).Round(time.Millisecond), fault.ReasonTimeout)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -30,7 +31,7 @@ func TestStrictSessionIsLostWithItsMemberNeverMoved(t *testing.T) {
 			tg.SetRule(a.Source, http.StatusForbidden, nil)
 			for i, want := range []string{"was banned by the site (403, banned)", "was lost earlier"} {
 				resp, b := getText(t, c, tg.URL(), hdr)
-				if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != ReasonSessionLost || !strings.Contains(b, want) {
+				if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderReason) != fault.ReasonSessionLost || !strings.Contains(b, want) {
 					t.Fatalf("request %d after the ban: %d %q %s, want 502 session_lost saying %q", i+2, resp.StatusCode, resp.Header.Get(HeaderReason), b, want)
 				}
 			}
@@ -84,7 +85,7 @@ func TestSessionsBeyondTheLimitAreRefusedAndNoLiveOneMoves(t *testing.T) {
 	}
 	seen := tg.Total()
 	resp, body := getText(t, e.client("crawler-session-c", ""), tg.URL(), nil)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != ReasonSessionLimit ||
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReason) != fault.ReasonSessionLimit ||
 		!strings.Contains(body, "limit of 2 live sticky sessions (--max-sessions)") {
 		t.Fatalf("a third session: %d %q %s, want 503 session_limit naming the limit", resp.StatusCode, resp.Header.Get(HeaderReason), body)
 	}

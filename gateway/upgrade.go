@@ -65,7 +65,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 		// As forwardWithRetry: a ban cuts the site's pace before anything
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
-		rp.pacer.answered(rq, res)
+		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
@@ -125,7 +125,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 // goes through a tunnel the member opens to the site, with the gateway's
 // own TLS to the site, verified as a MITM'd request's is. Errors are
 // classified as an attempt's.
-func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *link.Link, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
 	for {
 		s, err := x.handshakeOnce(ctx, mirror, mc, out, host, port, addrs, answerTimeout)
 		if !errors.Is(err, errFellBack) {
@@ -137,8 +137,8 @@ func (x *exchange) handshake(ctx context.Context, mirror *innerTunnel, mc *membe
 }
 
 // handshakeOnce is one connection of handshake.
-func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *memberConn, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
-	proxyForm := out.URL.Scheme == "http" && mc.m.URL != nil && !mc.SOCKS5
+func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *link.Link, out *http.Request, host string, port uint16, addrs []netip.Addr, answerTimeout time.Duration) (socket, error) {
+	proxyForm := out.URL.Scheme == "http" && mc.Member.URL != nil && !mc.SOCKS5
 	var (
 		c   net.Conn
 		err error
@@ -160,7 +160,7 @@ func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *m
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(keepalive.ALongTimeAgo) })
 	s, err := x.handshakeOn(ctx, mirror, c, mc, out, host, proxyForm, answerTimeout)
 	if !stop() && err == nil {
-		err = errClientGone
+		err = fault.ErrClientGone
 	}
 	if err != nil {
 		_ = c.Close()
@@ -173,11 +173,11 @@ func (x *exchange) handshakeOnce(ctx context.Context, mirror *innerTunnel, mc *m
 // handshakeOn writes out on c (TLS to the site first for wss://, with the
 // client's ClientHello when mirror, the request's tunnel, mirrors it) and
 // reads the answer head within answerTimeout.
-func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *memberConn, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
+func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.Conn, mc *link.Link, out *http.Request, host string, proxyForm bool, answerTimeout time.Duration) (socket, error) {
 	if mirror != nil && out.URL.Scheme == "https" {
 		// The client's ClientHello, offering HTTP/1.1 only: after 101 the
 		// bytes are relayed, which HTTP/2 has no place for.
-		tc, _, err := x.siteTLS(ctx, c, mirror, mc.m.Name, speaksUpgrade)
+		tc, _, err := x.siteTLS(ctx, c, mirror, mc.Member.Name, speaksUpgrade)
 		if err != nil {
 			return socket{}, err
 		}
@@ -216,7 +216,7 @@ func (x *exchange) handshakeOn(ctx context.Context, mirror *innerTunnel, c net.C
 		// too (MemberEvidence tells a member that does so for every site);
 		// a garbled one may be the member's own answer, as on the plain
 		// path.
-		return socket{}, sitelink.HeadFault(err, out.URL.Scheme == "https" || mc.m.Direct())
+		return socket{}, sitelink.HeadFault(err, out.URL.Scheme == "https" || mc.Member.Direct())
 	case err != nil:
 		return socket{}, fault.Member("protocol", err)
 	}

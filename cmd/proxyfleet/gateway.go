@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon"
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
@@ -521,8 +522,8 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 
 // pacingFrom reads the pacing flags: the default pace, the per-site ones,
 // the mode and the longest wait.
-func pacingFrom(c *cli.Context) (gateway.PacingOptions, error) {
-	var o gateway.PacingOptions
+func pacingFrom(c *cli.Context) (pacing.Options, error) {
+	var o pacing.Options
 	if o.Default.MinInterval = c.Duration(flagSiteMinInterval); o.Default.MinInterval < 0 {
 		return o, fmt.Errorf("--%s %s: must be 0 or more", flagSiteMinInterval, o.Default.MinInterval)
 	}
@@ -530,7 +531,7 @@ func pacingFrom(c *cli.Context) (gateway.PacingOptions, error) {
 		return o, fmt.Errorf("--%s %d: must be 0 or more", flagSiteMaxConcurrency, o.Default.MaxConcurrency)
 	}
 	var err error
-	if o.Sites, err = gateway.ParseSitePaces(c.StringSlice(flagSitePace), o.Default); err != nil {
+	if o.Sites, err = pacing.ParseSitePaces(c.StringSlice(flagSitePace), o.Default); err != nil {
 		return o, fmt.Errorf("--%s: %w", flagSitePace, err)
 	}
 	switch m := c.String(flagPacing); m {

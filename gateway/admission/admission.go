@@ -265,8 +265,10 @@ func (c *dnsCache) put(host string, addrs []netip.Addr) {
 // checkAddrs applies the range and loop checks to every address of host.
 func (ad *Admission) checkAddrs(host string, port uint16, addrs []netip.Addr) error {
 	for _, a := range addrs {
-		if !ad.allowPrivate && !clustertargets.Contains(ad.cluster, a) {
-			if why := forbiddenReason(a); why != "" {
+		if !ad.allowPrivate {
+			// The ranges first: most targets are public, and only an
+			// address they refuse needs the cluster's own ranges.
+			if why := forbiddenReason(a); why != "" && !clustertargets.Contains(ad.cluster, a) {
 				return &fault.Target{Reason: fault.ReasonPrivateTarget,
 					Msg: "target " + echo.Quote(host) + " resolves to " + a.String() + ", " + why + "; refused (private targets are not allowed: the gateway's --cluster-target-cidrs admits a cluster's own pod and service ranges, --allow-private-targets all of them)"}
 			}

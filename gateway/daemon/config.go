@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -83,7 +84,7 @@ type Config struct {
 	SiteTimeouts        sites.Durations
 	ConnectHTTPPorts    []uint16
 	MaxSessions         int64
-	Pacing              gateway.PacingOptions
+	Pacing              pacing.Options
 	// ShutdownGrace bounds the drain of in-flight requests and tunnels.
 	ShutdownGrace time.Duration
 	// HTTPTimeouts bound the lease API's and the metrics address's

@@ -19,6 +19,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/daemon/daemontest"
+	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -42,7 +43,7 @@ func testConfig() Config {
 		AnswerTimeout:    15 * time.Second,
 		ConnectHTTPPorts: []uint16{80},
 		MaxSessions:      gateway.DefaultAffinityEntries,
-		Pacing:           gateway.PacingOptions{Auto: true, MaxWait: 30 * time.Second},
+		Pacing:           pacing.Options{Auto: true, MaxWait: 30 * time.Second},
 		ShutdownGrace:    30 * time.Second,
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -128,10 +129,10 @@ func TestGatewayRequestSpansAndNoTraceHeaderUpstream(t *testing.T) {
 		attempts                int64
 		failed                  bool
 	}{
-		{"squid", target, gateway.OutcomeOK, 1, false},
-		{"recorder", target, gateway.OutcomeOK, 1, false},
-		{"recorder", target, gateway.OutcomeOK, 1, false},
-		{"", target, gateway.ReasonNoMember, 0, true},
+		{"squid", target, fault.OutcomeOK, 1, false},
+		{"recorder", target, fault.OutcomeOK, 1, false},
+		{"recorder", target, fault.OutcomeOK, 1, false},
+		{"", target, fault.ReasonNoMember, 0, true},
 	} {
 		s := spans[i]
 		if s.Name() != SpanGatewayRequest {
@@ -155,8 +156,8 @@ func TestGatewayRequestSpansAndNoTraceHeaderUpstream(t *testing.T) {
 			t.Errorf("span %d runs %v..%v", i, s.StartTime(), s.EndTime())
 		}
 	}
-	if got, _ := attr(spans[3], "proxyfleet.reason"); got.AsString() != gateway.ReasonNoMember {
-		t.Errorf("failed request's reason %q, want %q", got.AsString(), gateway.ReasonNoMember)
+	if got, _ := attr(spans[3], "proxyfleet.reason"); got.AsString() != fault.ReasonNoMember {
+		t.Errorf("failed request's reason %q, want %q", got.AsString(), fault.ReasonNoMember)
 	}
 
 	// What the site got through Squid, and what the recorder got as a

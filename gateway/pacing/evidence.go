@@ -1,4 +1,4 @@
-package gateway
+package pacing
 
 import (
 	"hash/maphash"

@@ -1,4 +1,4 @@
-package gateway
+package pacing
 
 import (
 	"net/http"
@@ -24,7 +24,7 @@ func FuzzClientPaceMeetsTheOperators(f *testing.F) {
 	f.Fuzz(func(t *testing.T, user, pace string) {
 		hdr := http.Header{}
 		if pace != "" {
-			hdr.Set(HeaderPace, pace)
+			hdr.Set(params.HeaderPace, pace)
 		}
 		up, err := params.ParseUsername(user)
 		if err != nil {
@@ -38,7 +38,7 @@ func FuzzClientPaceMeetsTheOperators(f *testing.F) {
 		if err != nil {
 			return
 		}
-		pc := newPacer(PacingOptions{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil, nil)
+		pc := New(Options{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
 		if lim, _ := pc.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
 			t.Fatalf("pace %v with the operator's 1s gave %v", p.Pace, lim.MinInterval)
 		}
