@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/answerbody"
 	"github.com/proxyfleet/proxyfleet/gateway/clientbody"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/hop"
@@ -242,7 +243,7 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 }
 
 // classBodyBroke is the failure of an answer that broke off between its
-// head and its first body byte (startBody).
+// head and its first body byte (answerbody.Start).
 const classBodyBroke = "answer broke off"
 
 // forwardOnce sends out through h's member and reads the answer as far as
@@ -288,7 +289,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 		err = errRequestTimeout
 	}
 	if err == nil {
-		if err = startBody(resp); err != nil {
+		if err = answerbody.Start(resp); err != nil {
 			// The deadline stopped at the head; the next attempt needs it.
 			deadline.Reset(rp.requestTimeout - time.Since(rq.start))
 			// Through a member, the site or the member broke it off: the
@@ -296,7 +297,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 			// the site's, as a missing head does. A member killed is found
 			// by its probes; a site that resets its answers rests no
 			// member for every other site.
-			err = &fault.Attempt{F: rotation.Site(classBodyBroke), Err: fmt.Errorf("broke off its answer after the head: %w", err), Firsthand: h.mc.m.Direct()}
+			err = &fault.Attempt{F: rotation.Site(classBodyBroke), Err: fmt.Errorf("broke off its answer after the head: %w", err), Firsthand: h.mc.Member.Direct()}
 		}
 	}
 	switch {

@@ -63,11 +63,13 @@ type sidecarBuild struct {
 // whose uTLS, circl, fhttp and klauspost/compress added 96, for 4.3 MB of
 // binary); docs/performance.md measures both. The gateway's stages moving
 // into packages of their own added 8 of ours (303 → 311, 392 → 400) and
-// 20 KiB of each stripped binary, no code and no dependency.
+// 20 KiB of each stripped binary, no code and no dependency; later three more of ours
+// (internal/clustertargets, gateway/pacing, gateway/answerbody: 311 → 314),
+// again no dependency.
 var sidecarBuilds = []sidecarBuild{
 	{name: "proxyfleet-sidecar", tags: "sidecar,nomirror,urfave_cli_no_docs",
 		makeLine: "SIDECAR_TAGS := sidecar,nomirror,urfave_cli_no_docs\n", dockerLine: `TAGS="${TAGS},nomirror,urfave_cli_no_docs"`,
-		denied: []map[string]string{sidecarDenied, mirrorDenied}, maxPackages: 313},
+		denied: []map[string]string{sidecarDenied, mirrorDenied}, maxPackages: 314},
 	{name: "proxyfleet-sidecar-mitm", tags: "sidecar,urfave_cli_no_docs",
 		makeLine: "SIDECAR_MITM_TAGS := sidecar,urfave_cli_no_docs\n", dockerLine: `mitm_tags="${TAGS},urfave_cli_no_docs"`,
 		denied: []map[string]string{sidecarDenied}, maxPackages: 403},
