@@ -109,6 +109,10 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 	must(env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "crawler-leases", Namespace: crawlNS},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: leases.LeaseUserClusterRole},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "crawler", Namespace: crawlNS}}}))
+	// The fleet's Proxies are the controller namespace's: its owner shares
+	// them with the crawler's namespace (docs/tenancy.md).
+	must(env.Client.Create(ctx, &v1alpha1.ProxyGrant{ObjectMeta: metav1.ObjectMeta{Name: "crawlers", Namespace: ctlNS},
+		Spec: v1alpha1.ProxyGrantSpec{To: []v1alpha1.GrantSubject{{Namespace: crawlNS}}}}))
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: crawlNS,

@@ -21,7 +21,9 @@ import (
 // reviewerFunc adapts a function to leaseapi.TokenReviewer.
 type reviewerFunc func(ctx context.Context, token string) error
 
-func (f reviewerFunc) ReviewToken(ctx context.Context, token string) error { return f(ctx, token) }
+func (f reviewerFunc) ReviewToken(ctx context.Context, token string) (pool.Client, error) {
+	return pool.Client{}, f(ctx, token)
+}
 
 func TestAPIServerAsksTheReviewerAboutTokensOtherThanTheStaticOne(t *testing.T) {
 	var asked []string
