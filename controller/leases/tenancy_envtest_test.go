@@ -29,11 +29,10 @@ import (
 // other tests' Proxies, visible to this cache, never match).
 type tenants struct {
 	*running
-	a, b    string
-	token   string // A's crawler's projected service-account token
-	static  string // the static token
-	tag     map[string]string
-	grantOK bool
+	a, b   string
+	token  string // A's crawler's projected service-account token
+	static string // the static token
+	tag    map[string]string
 }
 
 func startTenants(t *testing.T, tenancy string) *tenants {
