@@ -135,10 +135,14 @@ func New(o Options) (*API, error) {
 	}
 	refusals := newRefusalLog(o.Clock)
 	// Only a reviewed token names a namespace; under namespaced tenancy
-	// its requests see the store through tenantStore.
-	var served pool.LeaseStore = store
+	// its requests see the store through tenantStore. The refusal log sits
+	// below it, so a 409 is remembered per scope tried, with the scope's
+	// namespace (and pool) in its selector: the ProxyPool autoscaler then
+	// grows a pool for the requests that could have used it, not for a
+	// namespace it was never shared with.
+	var served pool.LeaseStore = recordingBackend{LeaseStore: store, refusals: refusals}
 	if source.grants {
-		served = tenantStore{LeaseStore: store, grants: o.Cache, owners: &source.owners}
+		served = tenantStore{LeaseStore: served, grants: o.Cache, owners: &source.owners}
 	}
 	return &API{
 		store:    store,
@@ -149,7 +153,7 @@ func New(o Options) (*API, error) {
 		log:      log,
 		refusals: refusals,
 		tenancy:  tenancyOf(o),
-		srv: httpserver.New(tracing.Handler(leaseapi.NewAPIServer(recordingBackend{LeaseStore: served, refusals: refusals}, leaseapi.APIOptions{
+		srv: httpserver.New(tracing.Handler(leaseapi.NewAPIServer(served, leaseapi.APIOptions{
 			Token:    o.Token,
 			Logger:   slog.New(logr.ToSlogHandler(log)),
 			Recorder: o.Recorder,

@@ -21,7 +21,7 @@ import (
 // the ProxyPool it belongs to (absent for a Proxy of no pool). Tenancy
 // narrows a pod's lease requests with them.
 const (
-	AttributeNamespace = "proxyfleet.io/namespace"
+	AttributeNamespace = v1alpha1.AttributeNamespace
 	AttributePool      = v1alpha1.LabelPool
 )
 

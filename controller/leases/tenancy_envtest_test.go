@@ -184,6 +184,17 @@ func TestANamespaceLeasesOnlyItsOwnProxiesAndWhatIsSharedWithIt(t *testing.T) {
 			if !errors.As(err, &nm) || nm.Considered != 0 {
 				t.Fatalf("acquire: %v; want 409 with nothing considered", err)
 			}
+			// The ProxyPool autoscaler reads the refusal narrowed to A's
+			// share, so it grows no pool of a namespace A may not use.
+			narrowed := tn.api.LastRefusal(func(sel map[string]string, _ string) bool {
+				return sel["region"] == "nowhere" && sel[AttributeNamespace] == tn.a
+			})
+			wide := tn.api.LastRefusal(func(sel map[string]string, _ string) bool {
+				return sel["region"] == "nowhere" && sel[AttributeNamespace] != tn.a
+			})
+			if narrowed.IsZero() || !wide.IsZero() {
+				t.Fatalf("refusal log: narrowed to A at %v, otherwise at %v; want only the narrowed one", narrowed, wide)
+			}
 		})
 		t.Run("A's list holds none of B's Proxies, so its last-known pool cannot either", func(t *testing.T) {
 			ps, err := tn.client(t, tn.token).List(ctx, leaseapi.ListFilter{Attributes: tn.tag, Credentials: true})
