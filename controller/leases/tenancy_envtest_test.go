@@ -16,10 +16,12 @@ import (
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
 	"github.com/proxyfleet/proxyfleet/controller"
+	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/gen"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/pool/redisstore"
 )
 
 // tenants is a lease API over every namespace with token review, a
@@ -37,11 +39,18 @@ type tenants struct {
 
 func startTenants(t *testing.T, tenancy string) *tenants {
 	t.Helper()
+	return startTenantsOn(t, tenancy, nil)
+}
+
+// startTenantsOn is startTenants on backend (nil: the in-memory store).
+func startTenantsOn(t *testing.T, tenancy string, backend pool.LeaseStore) *tenants {
+	t.Helper()
 	a, b := env.Namespace(t), env.Namespace(t)
 	tn := &tenants{a: a, b: b, static: "operator-token", tag: map[string]string{"suite": b}}
 	tn.running = startAPIOn(t, a, "", tn.static, func(o *Options) {
 		o.Reviewer = &Reviewer{Client: env.Client, TTL: time.Minute}
 		o.Tenancy = tenancy
+		o.Backend = backend
 	}, func(mgr ctrl.Manager) error {
 		return (&controller.ProxyGrantReconciler{Recheck: time.Second, SkipNameValidation: true}).SetupWithManager(mgr)
 	})
@@ -148,8 +157,27 @@ func apiRefusal(err error) (status int, code, msg string) {
 	return 0, "", ""
 }
 
+// Tenancy lives above the store: the in-memory store and the shared Redis
+// store (a real redis-server) serve it alike.
 func TestANamespaceLeasesOnlyItsOwnProxiesAndWhatIsSharedWithIt(t *testing.T) {
-	tn := startTenants(t, TenancyNamespaced)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			var backend pool.LeaseStore
+			if store == "redis" {
+				r := redis.Start(t, redis.Options{})
+				rs, err := redisstore.NewRedisStore(redisstore.RedisOptions{URL: r.URL(), Prefix: "tenancy"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rs.Close() })
+				backend = rs
+			}
+			testTenancy(t, startTenantsOn(t, TenancyNamespaced, backend))
+		})
+	}
+}
+
+func testTenancy(t *testing.T, tn *tenants) {
 	ctx := context.Background()
 	pinned := tn.b + "/eu-1"
 
