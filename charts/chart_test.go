@@ -165,6 +165,7 @@ func TestChartValuesSchemaRejectsMistakes(t *testing.T) {
 		{"a cluster target in a public range", map[string]any{"clusterTargets": map[string]any{"cidrs": []any{"10.244.0.0/16", "203.0.113.0/24"}}}, "cidrs"},
 		{"a cluster target that is no CIDR", map[string]any{"clusterTargets": map[string]any{"cidrs": []any{"10.96.0.0"}}}, "cidrs"},
 		{"a default probe URL that is not http(s)", map[string]any{"controller": map[string]any{"defaultProbeURL": "www.gstatic.com/generate_204"}}, "defaultProbeURL"},
+		{"a tenancy that is neither namespaced nor cluster-wide", map[string]any{"leaseAPI": map[string]any{"tenancy": "open"}}, "tenancy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.vals)
@@ -442,7 +443,8 @@ func readmeDeployBlocks(t *testing.T) string {
 
 // TestREADMEDeployExamplesAreAcceptedByTheAPIServer: the crawler
 // Deployment (labelled for injection), its ServiceAccount and RoleBinding
-// to proxyfleet-lease-user, and the ProxyPool the README shows are valid
+// to proxyfleet-lease-user, and the ProxyPool and the ProxyGrant sharing it
+// with the crawler's namespace the README shows are valid
 // objects for a real API server with the chart's CRDs.
 func TestREADMEDeployExamplesAreAcceptedByTheAPIServer(t *testing.T) {
 	env := testenv.Start(t)
@@ -461,7 +463,7 @@ func TestREADMEDeployExamplesAreAcceptedByTheAPIServer(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if want := []string{"Deployment", "ProxyPool", "RoleBinding", "ServiceAccount"}; !slices.Equal(kinds, want) {
+	if want := []string{"Deployment", "ProxyGrant", "ProxyPool", "RoleBinding", "ServiceAccount"}; !slices.Equal(kinds, want) {
 		t.Fatalf("README deploy objects %v, want %v", kinds, want)
 	}
 	d := find(objs, "Deployment", "crawler")
@@ -531,5 +533,61 @@ func TestChartPassesTheClusterTargets(t *testing.T) {
 		if strings.HasPrefix(a, "--cluster-target-cidrs") {
 			t.Errorf("the defaults pass %s", a)
 		}
+	}
+}
+
+// leaseAPI.tenancy reaches the controller as --lease-api-tenancy (namespaced
+// unless told cluster-wide, the migration setting), and the controller may
+// read ProxyGrants and write their status, cluster-wide or, with
+// controller.proxyNamespace, in that namespace.
+func TestChartPassesTheTenancyAndLetsTheControllerReadGrants(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		want string
+	}{
+		{"the default is namespaced", nil, "--lease-api-tenancy=namespaced"},
+		{"cluster-wide for a migration", map[string]any{"leaseAPI": map[string]any{"tenancy": "cluster-wide"}}, "--lease-api-tenancy=cluster-wide"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if args := controllerArgs(t, tc.vals); !slices.Contains(args, tc.want) {
+				t.Errorf("controller args %q lack %s", args, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		kind string
+	}{
+		{"watching every namespace", nil, "ClusterRole"},
+		{"with controller.proxyNamespace", map[string]any{"controller": map[string]any{"proxyNamespace": "fleet"}}, "Role"},
+	} {
+		t.Run("RBAC "+tc.name, func(t *testing.T) {
+			manifest, err := render(t, tc.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string][]string{"proxygrants": {"get", "list", "watch"}, "proxygrants/status": {"patch"}}
+			for _, o := range objects(t, manifest) {
+				if o.GetKind() != tc.kind {
+					continue
+				}
+				rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+				for _, r := range rules {
+					rm := r.(map[string]any)
+					res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+					verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+					for _, rs := range res {
+						if need, ok := want[rs]; ok && !slices.ContainsFunc(need, func(v string) bool { return !slices.Contains(verbs, v) }) {
+							delete(want, rs)
+						}
+					}
+				}
+			}
+			if len(want) > 0 {
+				t.Errorf("no %s grants the controller %v", tc.kind, want)
+			}
+		})
 	}
 }

@@ -167,6 +167,50 @@ func TestProxyPoolAutoscalesOneStepUpOnRefusedLeaseRequests(t *testing.T) {
 	}
 }
 
+// The lease API gives every member proxyfleet.io/namespace and
+// proxyfleet.io/pool (docs/tenancy.md), and narrows a pod's requests to its
+// namespace's share with them: a refused request naming the pool grows it,
+// one narrowed to another namespace does not.
+func TestProxyPoolAutoscalesOnRefusalsThatNameItsOwner(t *testing.T) {
+	ph := startPool(t, poolSetup{})
+	for _, tc := range []struct {
+		name, pool string
+		sel        func(ns string) map[string]string
+		grows      bool
+	}{
+		{"a request naming the pool grows it", "named", func(string) map[string]string {
+			return map[string]string{v1alpha1.LabelPool: "named"}
+		}, true},
+		{"a request narrowed to the pool's namespace grows it", "mine", func(ns string) map[string]string {
+			return map[string]string{v1alpha1.AttributeNamespace: ns, "pool": "mine"}
+		}, true},
+		{"a request narrowed to another namespace does not", "theirs", func(string) map[string]string {
+			return map[string]string{v1alpha1.AttributeNamespace: "another-team", "pool": "theirs"}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ph.newPool(tc.pool, 0, func(p *v1alpha1.ProxyPool) {
+				p.Spec.Autoscaling = &v1alpha1.PoolAutoscaling{MinReplicas: ptr32(0), MaxReplicas: 1, TargetLeasesPerProxy: 100, ScaleDownDelaySeconds: ptr32(3600)}
+			})
+			_, err := ph.leases.Acquire(ph.ctx(), pool.AcquireRequest{Selector: tc.sel(ph.ns)})
+			var nm *pool.NoMatchError
+			if !errors.As(err, &nm) {
+				t.Fatalf("acquire = %v, want a 409", err)
+			}
+			if tc.grows {
+				ph.waitPool(tc.pool, "1 Proxy after the refusal", func(p *v1alpha1.ProxyPool, ps []v1alpha1.Proxy) bool {
+					return p.Replicas() == 1
+				})
+				return
+			}
+			time.Sleep(time.Second)
+			if got := ph.getPool(tc.pool); got.Replicas() != 0 {
+				t.Errorf("replicas %d after a refusal for another namespace, want 0", got.Replicas())
+			}
+		})
+	}
+}
+
 func TestProxyPoolAutoscalingWithoutALeaseStoreSaysSo(t *testing.T) {
 	ph := startPool(t, poolSetup{noLeases: true})
 	ph.newPool("blind", 2, func(p *v1alpha1.ProxyPool) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -87,7 +88,16 @@ func (ps *poolPass) autoscaleInput(leases LeaseStats, mem autoscaleTimes) autosc
 			in.LastLanded = t
 		}
 	}
-	attrs := p.Spec.Template.Spec.Attributes
+	// The pool's Proxies as the lease API offers them: the template's
+	// attributes and the two it sets itself, so that a refusal of a
+	// selector naming the pool (proxyfleet.io/pool=NAME), or one narrowed
+	// to a namespace's share of the fleet (docs/tenancy.md), counts for
+	// this pool, and one narrowed to another namespace does not.
+	attrs := maps.Clone(p.Spec.Template.Spec.Attributes)
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	attrs[v1alpha1.AttributeNamespace], attrs[v1alpha1.LabelPool] = p.Namespace, p.Name
 	in.LastRefusal = leases.LastRefusal(func(sel map[string]string, proxy string) bool {
 		if proxy != "" {
 			return names[proxy]

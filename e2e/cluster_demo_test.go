@@ -151,14 +151,22 @@ func startDemo(t *testing.T, c *node.Cluster) (siteIP, sitePodIP string, squids 
 	pool := filepath.Join(t.TempDir(), "pool.yaml")
 	if err := os.WriteFile(pool, []byte(fmt.Sprintf(`apiVersion: proxyfleet.io/v1alpha1
 kind: ProxyPool
-metadata: {name: %s, namespace: %s}
+metadata: {name: %[1]s, namespace: %[2]s}
 spec:
   replicas: 3
   template:
     spec:
       provider: in-cluster
-      healthCheck: {url: "http://%s/", intervalSeconds: 10, timeoutSeconds: 5}
-`, demoPool, demoEgressNS, siteIP)), 0o644); err != nil {
+      healthCheck: {url: "http://%[3]s/", intervalSeconds: 10, timeoutSeconds: 5}
+---
+# The crawlers lease the pool because its owner shares it (docs/tenancy.md).
+apiVersion: proxyfleet.io/v1alpha1
+kind: ProxyGrant
+metadata: {name: %[4]s, namespace: %[2]s}
+spec:
+  to: [{namespace: %[4]s}]
+  pools: [%[1]s]
+`, demoPool, demoEgressNS, siteIP, demoCrawlersNS)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c.Kubectl(t, "apply", "-f", pool)

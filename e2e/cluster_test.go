@@ -361,6 +361,14 @@ spec:
     spec:
       provider: in-cluster
       healthCheck: {url: "%s/health", intervalSeconds: 2, timeoutSeconds: 2}
+---
+# The crawlers lease the fleet's pool because its owner shares it (docs/tenancy.md).
+apiVersion: proxyfleet.io/v1alpha1
+kind: ProxyGrant
+metadata: {name: crawlers, namespace: fleet}
+spec:
+  to: [{namespace: crawlers}]
+  pools: [demo]
 `, site.URL())), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -36,8 +36,18 @@ import (
 // labelled pod created on the real API server comes back with the sidecar;
 // and that sidecar's command, run by the kubelet stand-in below with the
 // pod's own token, leases from the controller so the app container's
-// HTTPS_PROXY reaches the target through the fleet's Squid.
+// HTTPS_PROXY reaches the target through the fleet's Squid. The fleet's
+// Proxy is in the controller's namespace, the crawler in its own: it runs
+// both ways an installation from before ProxyGrants keeps its crawlers
+// working (docs/tenancy.md, "Upgrading"): the fleet's owner shares it with
+// a grant, or the controller runs --lease-api-tenancy cluster-wide.
 func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
+	for _, path := range []string{"shared by a ProxyGrant", "cluster-wide tenancy without a grant"} {
+		t.Run(path, func(t *testing.T) { testInjectedSidecar(t, path == "shared by a ProxyGrant") })
+	}
+}
+
+func testInjectedSidecar(t *testing.T, grant bool) {
 	bin := testutil.BuildBinary(t)
 	sidecarBin := testutil.BuildSidecarBinary(t)
 	env := testenv.Start(t)
@@ -46,6 +56,10 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 	configName := "proxyfleet-inject-" + ctlNS
 
 	kubeconfig := env.WriteKubeconfig(t)
+	tenancy := leases.TenancyNamespaced
+	if !grant {
+		tenancy = leases.TenancyClusterWide
+	}
 	_, addrs := testutil.StartProcessOnFreePorts(t, bin, 4, func(addrs []string) testutil.ProcessOptions {
 		return testutil.ProcessOptions{
 			Name: "controller[" + t.Name() + "]",
@@ -54,7 +68,7 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 				"--webhook-listen", addrs[3], "--status-listen", "0", "--gateway-image", "proxyfleet-sidecar:e2e",
 				"--webhook-configuration", configName, "--webhook-cert-hosts", "127.0.0.1",
 				"--sidecar-lease-api", "http://" + addrs[2], "--lease-api-token-review",
-				"--health-tick", "100ms", "--log-format", "text"},
+				"--health-tick", "100ms", "--log-format", "text", "--lease-api-tenancy", tenancy},
 			Env:             []string{"POD_NAMESPACE=" + ctlNS},
 			WaitAddrs:       addrs,
 			ExpectCleanExit: true,
@@ -109,6 +123,13 @@ func TestInjectedSidecarLeasesWithItsPodsToken(t *testing.T) {
 	must(env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "crawler-leases", Namespace: crawlNS},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: leases.LeaseUserClusterRole},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "crawler", Namespace: crawlNS}}}))
+	// The fleet's Proxies are the controller namespace's: its owner shares
+	// them with the crawler's namespace (docs/tenancy.md), unless tenancy
+	// is cluster-wide.
+	if grant {
+		must(env.Client.Create(ctx, &v1alpha1.ProxyGrant{ObjectMeta: metav1.ObjectMeta{Name: "crawlers", Namespace: ctlNS},
+			Spec: v1alpha1.ProxyGrantSpec{To: []v1alpha1.GrantSubject{{Namespace: crawlNS}}}}))
+	}
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "crawler", Namespace: crawlNS,

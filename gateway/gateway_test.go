@@ -1104,4 +1104,6 @@ func TestRemotePoolThroughTheLeaseAPI(t *testing.T) {
 // reviewerFunc adapts a function to leaseapi.TokenReviewer.
 type reviewerFunc func(ctx context.Context, token string) error
 
-func (f reviewerFunc) ReviewToken(ctx context.Context, token string) error { return f(ctx, token) }
+func (f reviewerFunc) ReviewToken(ctx context.Context, token string) (pool.Client, error) {
+	return pool.Client{}, f(ctx, token)
+}

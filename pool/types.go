@@ -226,9 +226,11 @@ var (
 	ErrTTLTooLong = errors.New("ttl above maximum")
 	// ErrUnreachable wraps a failure to reach a remote lease API.
 	ErrUnreachable = errors.New("lease API unreachable")
-	// ErrForbidden wraps a remote lease API's refusal of the caller's
-	// identity: a valid token whose service account has no right to lease
-	// (a 403). Asking again changes nothing until someone grants it.
+	// ErrForbidden wraps a refusal of the caller's identity: a valid token
+	// whose service account has no right to lease, or asks for members
+	// their owner did not share with it (the lease API's 403, which a
+	// client of a remote lease API gets back as this). Asking again
+	// changes nothing until someone grants it.
 	ErrForbidden = errors.New("not allowed to lease")
 )
 

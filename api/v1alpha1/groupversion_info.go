@@ -1,6 +1,7 @@
 // Package v1alpha1 holds the proxyfleet.io/v1alpha1 API: the Proxy an
 // operator declares (a managed or external upstream egress proxy), the
-// ProxyPool that keeps a number of them from a template, and the
+// ProxyPool that keeps a number of them from a template, the ProxyGrant
+// that shares a namespace's Proxies with other namespaces, and the
 // status-only ProviderHealth the controller publishes per configured provider.
 //
 // The types carry the kubebuilder markers that `make generate` turns into the
@@ -32,13 +33,14 @@ const (
 // owner references.
 var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
-// AddToScheme registers Proxy, ProxyPool, ProviderHealth and their lists with s. It is a
+// AddToScheme registers Proxy, ProxyPool, ProviderHealth, ProxyGrant and their lists with s. It is a
 // plain function so wiring stays explicit at the composition root.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&Proxy{}, &ProxyList{},
 		&ProxyPool{}, &ProxyPoolList{},
 		&ProviderHealth{}, &ProviderHealthList{},
+		&ProxyGrant{}, &ProxyGrantList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

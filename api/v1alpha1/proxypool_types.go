@@ -42,6 +42,12 @@ const (
 	// LabelPool on a Proxy names the ProxyPool that owns it; the pool's
 	// selector (status.selector, what /scale reports) is this label.
 	LabelPool = "proxyfleet.io/pool"
+	// AttributeNamespace is the member attribute the controller's lease
+	// API gives every Proxy: its namespace (with LabelPool, the pool's
+	// name, as the attribute of the same key), over whatever
+	// spec.attributes say, so that selectors and tenancy can name the
+	// owner (docs/tenancy.md).
+	AttributeNamespace = "proxyfleet.io/namespace"
 	// LabelPoolTemplateHash on a Proxy is the hash of the pool template it
 	// was created from; a Proxy whose hash differs from the current
 	// template's is replaced (rolled).

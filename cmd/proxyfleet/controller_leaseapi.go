@@ -24,6 +24,8 @@ const (
 	// tokens (TokenReview + SubjectAccessReview).
 	flagLeaseAPITokenReview   = "lease-api-token-review"
 	flagLeaseAPITokenAudience = "lease-api-token-audience"
+	// flagLeaseAPITenancy says what a pod identity may lease.
+	flagLeaseAPITenancy = "lease-api-tenancy"
 )
 
 // defaultLeaseAPIListen is where the controller serves the lease API.
@@ -37,6 +39,7 @@ func controllerLeaseAPIFlags() []cli.Flag {
 		pathFlag(flagLeaseAPITokenFile, "`FILE` holding the lease API's bearer token (exactly one; # comments); a non-loopback --lease-api-listen needs it, --lease-api-token-review or --insecure-allow-open"),
 		boolFlag(flagLeaseAPITokenReview, "also accept projected service-account tokens: a TokenReview, then a SubjectAccessReview for create leases.proxyfleet.io in the caller's namespace (bind ClusterRole proxyfleet-lease-user)"),
 		stringFlag(flagLeaseAPITokenAudience, leases.DefaultTokenAudience, "`AUDIENCE` the service-account tokens must be for"),
+		stringFlag(flagLeaseAPITenancy, leases.TenancyNamespaced, "`MODE` of a pod identity's leases: namespaced (its own namespace's Proxies and those a ProxyGrant shares with it) or cluster-wide (every namespace's, as before ProxyGrants; for a migration, docs/tenancy.md)"),
 		boolFlag(flagInsecureAllowOpen, "serve the lease API on a non-loopback --lease-api-listen without --lease-api-token-file or --lease-api-token-review (anyone who reaches the port can lease and report bans), and the status page on a non-loopback --status-listen (anyone who reaches it sees the fleet)"),
 		durationFlag(flagLeaseTTL, pool.DefaultLeaseTTL.String(), "lease lifetime when a request gives no ttlSeconds"),
 		durationFlag(flagMaxLeaseTTL, pool.DefaultMaxLeaseTTL.String(), "longest lease granted; a longer ttlSeconds is a 400"),
@@ -81,6 +84,11 @@ func leaseAPIFrom(c *cli.Context) (manager.LeaseAPI, error) {
 	s.TokenReview = c.Bool(flagLeaseAPITokenReview)
 	if s.Audience = strings.TrimSpace(c.String(flagLeaseAPITokenAudience)); s.TokenReview && s.Audience == "" {
 		return s, fmt.Errorf("--%s: empty", flagLeaseAPITokenAudience)
+	}
+	switch s.Tenancy = strings.TrimSpace(c.String(flagLeaseAPITenancy)); s.Tenancy {
+	case leases.TenancyNamespaced, leases.TenancyClusterWide:
+	default:
+		return s, fmt.Errorf("--%s %q: want %s or %s", flagLeaseAPITenancy, s.Tenancy, leases.TenancyNamespaced, leases.TenancyClusterWide)
 	}
 	s.Listen, err = optionalListen(c, flagLeaseAPIListen)
 	return s, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/proxyfleet/proxyfleet/controller/leases"
 	"github.com/proxyfleet/proxyfleet/pool"
 )
 
@@ -33,6 +34,7 @@ func TestControllerRejectsBadLeaseAPIFlagsNamingTheFlag(t *testing.T) {
 		{name: "negative failure cooldown", args: []string{"--failure-cooldown", "-1s"}, want: "--failure-cooldown"},
 		{name: "zero site failure cooldown", args: []string{"--site-failure-cooldown", "0s"}, want: "--site-failure-cooldown 0s: must be positive"},
 		{name: "negative lease cap", args: []string{"--max-leases-per-member", "-1"}, want: "--max-leases-per-member -1"},
+		{name: "unknown tenancy", args: []string{"--lease-api-tenancy", "open"}, want: `--lease-api-tenancy "open": want namespaced or cluster-wide`},
 		{name: "malformed lease store", args: []string{"--lease-store", "redis+sentinel://:pw@s:1"}, want: "--lease-store: lease store URL \"redis+sentinel://:xxxxx@s:1\""},
 	}
 	for _, tc := range tests {
@@ -115,6 +117,32 @@ func TestControllerWithDefaultFlagsRefusesAnOpenLeaseAPI(t *testing.T) {
 	// A wrong flag is named before the refusal.
 	if _, err := parseControllerConfigAsIs(t, "--drift-poll", "0s"); err == nil || !strings.Contains(err.Error(), "--drift-poll") {
 		t.Fatalf("error = %v, want one naming --drift-poll", err)
+	}
+}
+
+func TestLeaseAPITenancyIsNamespacedUnlessToldClusterWide(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  string
+		want string
+	}{
+		{"the default is namespaced", nil, "", leases.TenancyNamespaced},
+		{"cluster-wide keeps the behaviour before ProxyGrants", []string{"--lease-api-tenancy", "cluster-wide"}, "", leases.TenancyClusterWide},
+		{"the environment sets it too", nil, "cluster-wide", leases.TenancyClusterWide},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv("PROXYFLEET_LEASE_API_TENANCY", tt.env)
+			}
+			s, err := leaseAPIFrom(leaseAPIContext(t, tt.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Tenancy != tt.want {
+				t.Fatalf("tenancy %q, want %q", s.Tenancy, tt.want)
+			}
+		})
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -98,15 +99,29 @@ func startAPI(t *testing.T, token string) *running {
 // startAPIWith is startAPI with edit applied to the Options (nil: none).
 func startAPIWith(t *testing.T, token string, edit func(*Options)) *running {
 	t.Helper()
-	r := &running{ns: env.Namespace(t), logs: &logBuffer{}, rec: &countingRecorder{}}
+	ns := env.Namespace(t)
+	return startAPIOn(t, ns, ns, token, edit, nil)
+}
+
+// startAPIOn is startAPIWith on a manager whose cache holds the Proxies of
+// cacheNS ("": every namespace), with more (nil: nothing) added to the
+// manager before it starts; r.ns is ns.
+func startAPIOn(t *testing.T, ns, cacheNS, token string, edit func(*Options), more func(ctrl.Manager) error) *running {
+	t.Helper()
+	r := &running{ns: ns, logs: &logBuffer{}, rec: &countingRecorder{}}
 	log := logr.FromSlogHandler(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mgr, err := controller.NewManager(env.Config, controller.ManagerOptions{
-		ProxyNamespace: r.ns,
+		ProxyNamespace: cacheNS,
 		MetricsAddr:    "0",
 		Logger:         log,
 	})
 	if err != nil {
 		t.Fatalf("NewManager: %v", err)
+	}
+	if more != nil {
+		if err := more(mgr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	opts := Options{
 		Listen:   "127.0.0.1:0",

@@ -45,6 +45,11 @@ type Options struct {
 	// Reviewer, when set, also accepts projected service-account tokens
 	// (see Reviewer); authentication is then on even without Token.
 	Reviewer leaseapi.TokenReviewer
+	// Tenancy is what a pod identity may lease: TenancyNamespaced (the
+	// default, "") its own namespace's Proxies and those ProxyGrants share
+	// with it, read from Cache; TenancyClusterWide every Proxy, as before
+	// tenancy. Callers with the static Token lease every Proxy either way.
+	Tenancy string
 	// Store configures the lease store: TTLs, cooldowns, the per-member cap.
 	Store pool.StoreOptions
 	// Backend, when set, is the lease store to serve (a shared
@@ -84,7 +89,9 @@ type API struct {
 	srv    *http.Server
 	token  bool
 	grace  time.Duration
-	log    logr.Logger
+	// tenancy is what the start log says about who leases what.
+	tenancy string
+	log     logr.Logger
 
 	// refusals remembers recent 409s for the ProxyPool autoscaler.
 	refusals *refusalLog
@@ -104,6 +111,8 @@ func New(o Options) (*API, error) {
 		return nil, errors.New("lease API: Options.Credentials (the credentials Secret cache) is required: build the manager with controller.NewManager or set it")
 	case o.ShutdownGrace < 0:
 		return nil, fmt.Errorf("lease API: Options.ShutdownGrace %s must not be negative", o.ShutdownGrace)
+	case o.Tenancy != "" && o.Tenancy != TenancyNamespaced && o.Tenancy != TenancyClusterWide:
+		return nil, fmt.Errorf("lease API: tenancy %q: want %s or %s", o.Tenancy, TenancyNamespaced, TenancyClusterWide)
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = DefaultShutdownGrace
@@ -118,12 +127,23 @@ func New(o Options) (*API, error) {
 	}
 	// Only authenticated callers are handed logins: without a token, Proxies
 	// that have one are not offered at all.
-	source := newSource(o.Cache, store, log, sourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil})
+	namespaced := o.Tenancy != TenancyClusterWide
+	source := newSource(o.Cache, store, log, sourceOptions{Credentials: o.Credentials, WithholdLogins: o.Token == "" && o.Reviewer == nil, Grants: namespaced && o.Reviewer != nil})
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: cannot listen on %s: %w", o.Listen, err)
 	}
 	refusals := newRefusalLog(o.Clock)
+	// Only a reviewed token names a namespace; under namespaced tenancy
+	// its requests see the store through tenantStore. The refusal log sits
+	// below it, so a 409 is remembered per scope tried, with the scope's
+	// namespace (and pool) in its selector: the ProxyPool autoscaler then
+	// grows a pool for the requests that could have used it, not for a
+	// namespace it was never shared with.
+	var served pool.LeaseStore = recordingBackend{LeaseStore: store, refusals: refusals}
+	if source.grants {
+		served = tenantStore{LeaseStore: served, grants: o.Cache, owners: &source.owners}
+	}
 	return &API{
 		store:    store,
 		source:   source,
@@ -132,7 +152,8 @@ func New(o Options) (*API, error) {
 		grace:    o.ShutdownGrace,
 		log:      log,
 		refusals: refusals,
-		srv: httpserver.New(tracing.Handler(leaseapi.NewAPIServer(recordingBackend{LeaseStore: store, refusals: refusals}, leaseapi.APIOptions{
+		tenancy:  tenancyOf(o),
+		srv: httpserver.New(tracing.Handler(leaseapi.NewAPIServer(served, leaseapi.APIOptions{
 			Token:    o.Token,
 			Logger:   slog.New(logr.ToSlogHandler(log)),
 			Recorder: o.Recorder,
@@ -205,7 +226,10 @@ func (a *API) Start(ctx context.Context) error {
 		a.log.Info(AuthDisabledWarning+": no token file given; any client that reaches this port can lease upstreams (those with a login are withheld)",
 			"addr", a.ln.Addr().String())
 	}
-	a.log.Info("lease API serving", "addr", a.ln.Addr().String(), "auth", a.token)
+	if a.tenancy == TenancyClusterWide {
+		a.log.Info("WARNING: lease API tenancy cluster-wide: every pod identity the token review lets in may lease every namespace's Proxies; ProxyGrants are not read. Meant for migrating to namespaced tenancy (docs/tenancy.md)")
+	}
+	a.log.Info("lease API serving", "addr", a.ln.Addr().String(), "auth", a.token, "tenancy", a.tenancy)
 	served := make(chan error, 1)
 	go func() { served <- a.srv.Serve(a.ln) }()
 	select {
@@ -222,6 +246,18 @@ func (a *API) Start(ctx context.Context) error {
 		return fmt.Errorf("lease API on %s: %w", a.ln.Addr(), err)
 	}
 	return nil
+}
+
+// tenancyOf is the tenancy o asks for, as the start log names it: only a
+// reviewed token names a namespace, so without a Reviewer there is none.
+func tenancyOf(o Options) string {
+	switch {
+	case o.Reviewer == nil:
+		return "none (no token review)"
+	case o.Tenancy == "":
+		return TenancyNamespaced
+	}
+	return o.Tenancy
 }
 
 // pacerOf is the store's pace of sites (every lease store keeps one), so

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -49,7 +50,7 @@ var ErrWithheld = errors.New("login withheld: the lease API authenticates no cal
 // Members turns Proxies into pool members with their health: every Proxy
 // with an address (Address() not empty) that is not being deleted becomes a
 // member at urlFor's URL (scheme and login included; nil urlFor means
-// http://host:port) with spec.attributes, healthy when its Healthy condition
+// http://host:port) with spec.attributes and its owner's (ownedAttributes), healthy when its Healthy condition
 // is True for the address it has now, with status.latencyMillis as its
 // latency. Health belongs to an address: an External Proxy whose endpoint
 // host was just edited (status.ip still the old host until the reconciler
@@ -82,7 +83,7 @@ func Members(proxies []v1alpha1.Proxy, urlFor URLFunc) []pool.MemberHealth {
 			Member: pool.Member{
 				Name:       MemberName(p),
 				URL:        u,
-				Attributes: maps.Clone(p.Spec.Attributes),
+				Attributes: ownedAttributes(p),
 			},
 			// A draining Proxy (proxyfleet.io/draining) is out of service
 			// like an unhealthy one: its leases run on, no new ones come.
@@ -94,6 +95,33 @@ func Members(proxies []v1alpha1.Proxy, urlFor URLFunc) []pool.MemberHealth {
 	return out
 }
 
+// ownedAttributes is p's spec.attributes with AttributeNamespace and, for a
+// Proxy of a pool, AttributePool set to where it really belongs: a Proxy's
+// own attributes cannot claim another owner, so a selector naming them
+// means what it says and tenancy can narrow by them.
+func ownedAttributes(p *v1alpha1.Proxy) map[string]string {
+	attrs := maps.Clone(p.Spec.Attributes)
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	delete(attrs, AttributePool)
+	attrs[AttributeNamespace] = p.Namespace
+	if name := p.Labels[v1alpha1.LabelPool]; name != "" {
+		attrs[AttributePool] = name
+	}
+	return attrs
+}
+
+// ownersOf is who owns each member, from the attributes ownedAttributes set.
+func ownersOf(ms []pool.MemberHealth) *owners {
+	o := &owners{by: make(map[string]owner, len(ms)), attrs: make(map[string]map[string]string, len(ms))}
+	for _, m := range ms {
+		o.by[m.Name] = owner{ns: m.Attributes[AttributeNamespace], pool: m.Attributes[AttributePool]}
+		o.attrs[m.Name] = m.Attributes
+	}
+	return o
+}
+
 // Source keeps a pool.Store in step with the Proxies in a manager's cache.
 // An informer event handler wakes it on every Proxy change; it then lists
 // the cache and applies the whole member set at once (changes coalesce, and
@@ -103,12 +131,16 @@ type Source struct {
 	cache cache.Cache
 	creds cache.Cache
 	open  bool // the API authenticates nobody: logins are withheld
-	store pool.LeaseStore
-	log   logr.Logger
+	// grants: namespaced tenancy reads ProxyGrants from cache.
+	grants bool
+	store  pool.LeaseStore
+	log    logr.Logger
 
 	kick   chan struct{} // capacity 1: a pending rebuild
 	synced chan struct{} // closed after the first rebuild
 	last   []pool.MemberHealth
+	// owners is who owns each member now, for tenancy (tenantStore).
+	owners atomic.Pointer[owners]
 }
 
 // sourceOptions configure newSource.
@@ -120,6 +152,10 @@ type sourceOptions struct {
 	// API runs without a token, since only authenticated callers may be
 	// handed a login.
 	WithholdLogins bool
+	// Grants starts the ProxyGrant informer with the Proxies' and waits
+	// for it, so that namespaced tenancy reads every grant from the first
+	// request on.
+	Grants bool
 }
 
 // newSource returns a source that feeds store from c's Proxies, with the
@@ -130,6 +166,7 @@ func newSource(c cache.Cache, store pool.LeaseStore, log logr.Logger, o sourceOp
 		cache:  c,
 		creds:  o.Credentials,
 		open:   o.WithholdLogins,
+		grants: o.Grants,
 		store:  store,
 		log:    log,
 		kick:   make(chan struct{}, 1),
@@ -176,6 +213,13 @@ func (s *Source) Start(ctx context.Context) error {
 		return fmt.Errorf("lease API: watching credentials Secrets: %w", err)
 	}
 	defer func() { _ = sinf.RemoveEventHandler(sreg) }()
+	if s.grants {
+		// Grants are read per request from the cache; their informer
+		// starts here so the cache syncs them before the API answers.
+		if _, err := s.cache.GetInformer(ctx, &v1alpha1.ProxyGrant{}); err != nil {
+			return fmt.Errorf("lease API: ProxyGrant informer (is the proxygrants.proxyfleet.io CRD installed? docs/tenancy.md): %w", err)
+		}
+	}
 	if !s.cache.WaitForCacheSync(ctx) || !s.creds.WaitForCacheSync(ctx) {
 		if ctx.Err() != nil {
 			return nil
@@ -236,6 +280,7 @@ func (s *Source) sync(ctx context.Context) error {
 		s.log.Info(AuthDisabledWarning+": Proxies with a login are not offered, since their logins go only to authenticated callers; give --lease-api-token-file",
 			"withheld", logNames(withheld))
 	}
+	s.owners.Store(ownersOf(next))
 	s.store.SetMembersHealth(next)
 	added, removed, flipped := diffMembers(s.last, next)
 	healthy := 0

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
 )
 
@@ -63,6 +64,7 @@ type Reviewer struct {
 }
 
 type reviewEntry struct {
+	client  pool.Client
 	err     error
 	expires time.Time
 }
@@ -76,20 +78,22 @@ func (r *Reviewer) now() time.Time {
 	return r.Clock.Now()
 }
 
-// ReviewToken vouches for token or says why not (leaseapi.ErrTokenInvalid,
-// leaseapi.ErrTokenForbidden, or another error when the API server could not answer).
-func (r *Reviewer) ReviewToken(ctx context.Context, token string) error {
+// ReviewToken vouches for token, naming the pod identity it belongs to
+// (its namespace and service account), or says why not
+// (leaseapi.ErrTokenInvalid, leaseapi.ErrTokenForbidden, or another error
+// when the API server could not answer).
+func (r *Reviewer) ReviewToken(ctx context.Context, token string) (pool.Client, error) {
 	key := sha256.Sum256([]byte(token))
 	now := r.now()
 	r.mu.Lock()
 	if e, ok := r.entries[key]; ok && now.Before(e.expires) {
 		r.mu.Unlock()
-		return e.err
+		return e.client, e.err
 	}
 	r.mu.Unlock()
-	err, cache := r.review(ctx, token)
+	c, err, cache := r.review(ctx, token)
 	if !cache {
-		return err
+		return pool.Client{}, err
 	}
 	ttl := r.TTL
 	if ttl <= 0 {
@@ -100,8 +104,8 @@ func (r *Reviewer) ReviewToken(ctx context.Context, token string) error {
 			ttl = DefaultReviewNegativeTTL
 		}
 	}
-	r.store(key, reviewEntry{err: err, expires: now.Add(ttl)}, now)
-	return err
+	r.store(key, reviewEntry{client: c, err: err, expires: now.Add(ttl)}, now)
+	return c, err
 }
 
 // store adds e, first dropping expired entries and then arbitrary ones
@@ -141,25 +145,25 @@ func (r *Reviewer) Len() int {
 
 // review asks the API server; cache says whether the answer is a verdict
 // (an API failure is not).
-func (r *Reviewer) review(ctx context.Context, token string) (err error, cache bool) {
+func (r *Reviewer) review(ctx context.Context, token string) (c pool.Client, err error, cache bool) {
 	aud := r.Audience
 	if aud == "" {
 		aud = DefaultTokenAudience
 	}
 	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{aud}}}
 	if err := r.Client.Create(ctx, tr); err != nil {
-		return fmt.Errorf("TokenReview: %w", err), false
+		return pool.Client{}, fmt.Errorf("TokenReview: %w", err), false
 	}
 	if !tr.Status.Authenticated {
-		return fmt.Errorf("%w: not a valid service-account token for audience %q", leaseapi.ErrTokenInvalid, aud), true
+		return pool.Client{}, fmt.Errorf("%w: not a valid service-account token for audience %q", leaseapi.ErrTokenInvalid, aud), true
 	}
 	if len(tr.Status.Audiences) > 0 && !slices.Contains(tr.Status.Audiences, aud) {
-		return fmt.Errorf("%w: token is not for audience %q", leaseapi.ErrTokenInvalid, aud), true
+		return pool.Client{}, fmt.Errorf("%w: token is not for audience %q", leaseapi.ErrTokenInvalid, aud), true
 	}
 	u := tr.Status.User
 	ns, sa, ok := serviceAccountOf(u.Username)
 	if !ok {
-		return fmt.Errorf("%w: %s is not a service account; only pod identities lease with a token", leaseapi.ErrTokenForbidden, u.Username), true
+		return pool.Client{}, fmt.Errorf("%w: %s is not a service account; only pod identities lease with a token", leaseapi.ErrTokenForbidden, u.Username), true
 	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
@@ -170,13 +174,13 @@ func (r *Reviewer) review(ctx context.Context, token string) (err error, cache b
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: LeaseVerb, Group: LeaseGroup, Resource: LeaseResource},
 	}}
 	if err := r.Client.Create(ctx, sar); err != nil {
-		return fmt.Errorf("SubjectAccessReview: %w", err), false
+		return pool.Client{}, fmt.Errorf("SubjectAccessReview: %w", err), false
 	}
 	if !sar.Status.Allowed {
-		return fmt.Errorf("%w: service account %s/%s may not %s %s.%s in namespace %s (bind ClusterRole %s there)",
+		return pool.Client{}, fmt.Errorf("%w: service account %s/%s may not %s %s.%s in namespace %s (bind ClusterRole %s there)",
 			leaseapi.ErrTokenForbidden, ns, sa, LeaseVerb, LeaseResource, LeaseGroup, ns, LeaseUserClusterRole), true
 	}
-	return nil, true
+	return pool.Client{Namespace: ns, ServiceAccount: sa}, nil, true
 }
 
 // serviceAccountOf splits system:serviceaccount:NAMESPACE:NAME.

@@ -138,6 +138,9 @@ type LeaseAPI struct {
 	// TokenReview also accepts service-account tokens for Audience.
 	TokenReview bool
 	Audience    string
+	// Tenancy is what a pod identity may lease (leases.TenancyNamespaced,
+	// the default, or leases.TenancyClusterWide for a migration).
+	Tenancy string
 	// Store is the lease store's windows; LeaseStore where it lives.
 	Store      pool.StoreOptions
 	LeaseStore leasestore.Config

@@ -33,6 +33,7 @@ func (r *run) setupLeaseAPI(mgr ctrl.Manager) (*leases.API, error) {
 		Backend:  backend,
 		Recorder: metrics.NewLeaseRequests(r.reg, r.requests),
 		Logger:   r.log,
+		Tenancy:  s.Tenancy,
 	}
 	if r.tr != nil {
 		o.Tracing = r.tr.TracerProvider()

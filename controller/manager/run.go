@@ -176,5 +176,11 @@ func (r *run) setupLeasesAndPools(mgr ctrl.Manager) error {
 	if err := pr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ProxyPool reconciler: %w", err)
 	}
+	// ProxyGrants are read by the lease API; their Resolved condition is
+	// written by the leader, whether tenancy is namespaced or not, so an
+	// owner preparing a migration sees what a grant names is there.
+	if err := (&controller.ProxyGrantReconciler{}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ProxyGrant reconciler: %w", err)
+	}
 	return nil
 }

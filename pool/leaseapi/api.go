@@ -46,6 +46,9 @@ const (
 	LeaseOutcomeInvalid = "invalid"
 	// LeaseOutcomeError is a 5xx: the backend failed in an unexpected way.
 	LeaseOutcomeError = "error"
+	// LeaseOutcomeNotShared is a 403 not_shared: the caller asked for
+	// members its identity may not lease (tenancy, docs/tenancy.md).
+	LeaseOutcomeNotShared = "not_shared"
 )
 
 // Error codes of the lease API: the "error" field of every error body.
@@ -58,6 +61,7 @@ const (
 	apiErrUnknownLease  = "unknown_lease"
 	apiErrUnauthorized  = "unauthorized"
 	apiErrForbidden     = "forbidden"
+	apiErrNotShared     = "not_shared"
 	apiErrAuthDown      = "auth_unavailable"
 	apiErrTooLarge      = "body_too_large"
 	apiErrNotFound      = "not_found"
@@ -96,12 +100,14 @@ type APIOptions struct {
 }
 
 // TokenReviewer decides on a bearer token the static Token did not match.
-// It returns nil to let the request through, an error wrapping
+// It returns the caller it vouches for (put in the request's context,
+// pool.WithClient, for the backend to decide what it may lease) and a nil
+// error to let the request through, an error wrapping
 // ErrTokenInvalid for a 401, one wrapping ErrTokenForbidden for a 403, and
 // anything else for a 503 (the reviewer could not decide; the caller retries).
 // Its error messages are shown to the caller and must not contain the token.
 type TokenReviewer interface {
-	ReviewToken(ctx context.Context, token string) error
+	ReviewToken(ctx context.Context, token string) (pool.Client, error)
 }
 
 var (
@@ -450,9 +456,9 @@ func (s *apiServer) authenticate(next http.Handler) http.Handler {
 			unauthorized(w, r, "invalid bearer token")
 			return
 		}
-		switch err := s.reviewer.ReviewToken(r.Context(), token); {
+		switch c, err := s.reviewer.ReviewToken(r.Context(), token); {
 		case err == nil:
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(pool.WithClient(r.Context(), c)))
 		case errors.Is(err, ErrTokenInvalid):
 			unauthorized(w, r, err.Error())
 		case errors.Is(err, ErrTokenForbidden):
@@ -594,6 +600,12 @@ func (s *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, pool.ErrInvalidTTL):
 			s.record(LeaseOutcomeInvalid)
 			writeError(w, http.StatusBadRequest, apiErrInvalidTTL, err.Error())
+		case errors.Is(err, pool.ErrForbidden):
+			// The backend refused this caller what it asked for (members
+			// of a namespace that did not share them): a 403 that names
+			// them, never a 409 that would read as an empty pool.
+			s.record(LeaseOutcomeNotShared)
+			writeError(w, http.StatusForbidden, apiErrNotShared, err.Error())
 		default:
 			s.record(LeaseOutcomeError)
 			s.backendFailed(w, "lease acquire", err)

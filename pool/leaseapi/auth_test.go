@@ -21,7 +21,9 @@ import (
 // reviewerFunc adapts a function to leaseapi.TokenReviewer.
 type reviewerFunc func(ctx context.Context, token string) error
 
-func (f reviewerFunc) ReviewToken(ctx context.Context, token string) error { return f(ctx, token) }
+func (f reviewerFunc) ReviewToken(ctx context.Context, token string) (pool.Client, error) {
+	return pool.Client{}, f(ctx, token)
+}
 
 func TestAPIServerAsksTheReviewerAboutTokensOtherThanTheStaticOne(t *testing.T) {
 	var asked []string
@@ -208,6 +210,98 @@ func TestParseSelector(t *testing.T) {
 			}
 			if err != nil || fmt.Sprint(map[string]string(got)) != tc.want && !(len(got) == 0 && tc.want == "map[]") {
 				t.Fatalf("ParseSelector(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+// namingReviewer vouches for every token but "static" as a pod of the
+// namespace the token names.
+type namingReviewer struct{}
+
+func (namingReviewer) ReviewToken(_ context.Context, token string) (pool.Client, error) {
+	return pool.Client{Namespace: token, ServiceAccount: "crawler"}, nil
+}
+
+// clientBackend refuses, as the controller's tenancy does, every acquire of
+// a client whose namespace is "team-b", and records who asked.
+type clientBackend struct {
+	pool.APIBackend
+	mu    sync.Mutex
+	asked []pool.Client
+}
+
+func (b *clientBackend) Acquire(ctx context.Context, req pool.AcquireRequest) (pool.Lease, error) {
+	c := pool.ClientFrom(ctx)
+	b.mu.Lock()
+	b.asked = append(b.asked, c)
+	b.mu.Unlock()
+	if c.Namespace == "team-b" {
+		return pool.Lease{}, fmt.Errorf("%w: namespace team-b may not lease pool fleet/eu", pool.ErrForbidden)
+	}
+	return b.APIBackend.Acquire(ctx, req)
+}
+
+type outcomes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *outcomes) LeaseRequest(outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[outcome]++
+}
+
+// The caller a reviewer vouches for reaches the backend in the request's
+// context, and a backend's pool.ErrForbidden is a 403 not_shared with its
+// message, counted as its own outcome, that a client reads as
+// pool.ErrForbidden: the wire contract of tenancy (docs/tenancy.md).
+func TestAPIServerHandsTheReviewedClientToTheBackendAndAnswersItsRefusal(t *testing.T) {
+	store := pool.NewStore(pool.StoreOptions{})
+	store.SetMembers([]pool.Member{{Name: "fleet/eu-1", Attributes: map[string]string{"region": "eu"}}})
+	b := &clientBackend{APIBackend: store}
+	rec := &outcomes{n: map[string]int{}}
+	srv := httptest.NewServer(leaseapi.NewAPIServer(b, leaseapi.APIOptions{Token: "static", Reviewer: namingReviewer{}, Recorder: rec}))
+	defer srv.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, token string
+		want        pool.Client
+		refused     bool
+	}{
+		{"a reviewed pod's namespace reaches the backend", "team-a", pool.Client{Namespace: "team-a", ServiceAccount: "crawler"}, false},
+		{"the static token is the unnamed caller", "static", pool.Client{}, false},
+		{"a refusal of the backend is 403 not_shared with its message", "team-b", pool.Client{Namespace: "team-b", ServiceAccount: "crawler"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := leaseapi.NewClient(srv.URL, tc.token, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.Acquire(ctx, pool.AcquireRequest{Selector: map[string]string{"region": "eu"}})
+			b.mu.Lock()
+			got := b.asked[len(b.asked)-1]
+			b.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("backend saw %+v, want %+v", got, tc.want)
+			}
+			if !tc.refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = c.Release(ctx, l.ID)
+				return
+			}
+			var ae *leaseapi.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || ae.Code != "not_shared" ||
+				!strings.Contains(ae.Message, "team-b may not lease pool fleet/eu") || !errors.Is(err, pool.ErrForbidden) {
+				t.Fatalf("acquire = %v; want 403 not_shared with the backend's message, read as pool.ErrForbidden", err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if rec.n[leaseapi.LeaseOutcomeNotShared] != 1 {
+				t.Errorf("outcomes %v, want one %s", rec.n, leaseapi.LeaseOutcomeNotShared)
 			}
 		})
 	}

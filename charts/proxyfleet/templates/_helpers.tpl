@@ -83,6 +83,14 @@ app.kubernetes.io/component: controller
 - apiGroups: [proxyfleet.io]
   resources: [proxypools/scale]
   verbs: [get, update]
+# The lease API reads ProxyGrants (who may lease a namespace's Proxies)...
+- apiGroups: [proxyfleet.io]
+  resources: [proxygrants]
+  verbs: [get, list, watch]
+# ...and the ProxyGrant reconciler writes their Resolved condition.
+- apiGroups: [proxyfleet.io]
+  resources: [proxygrants/status]
+  verbs: [get, update, patch]
 # Cloud-init Secrets and proxy logins: two caches select on labels, but RBAC
 # cannot grant by label, so list/watch cover the watched namespaces' Secrets
 # (held in memory only when labelled). create/delete: generated VM logins.
