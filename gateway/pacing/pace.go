@@ -105,7 +105,7 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 		// A site with a pace of the operator's or the client's is known:
 		// it is paced as told, not trailed (and a request that takes a
 		// member free sooner would leave its count on the first).
-		if lim, _ := p.explicitFor(a.Site, a.Client); lim.IsZero() {
+		if lim, _ := p.o.explicitFor(a.Site, a.Client); lim.IsZero() {
 			if err := p.trail(ctx, client, a.Site, a.Member); err != nil {
 				return err
 			}
@@ -115,7 +115,7 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 		return nil
 	}
 	target := a.Site
-	lim, src := p.explicitFor(target, a.Client)
+	lim, src := p.o.explicitFor(target, a.Client)
 	now := time.Now()
 	p.mu.Lock()
 	var learnt rotation.LearntPace
@@ -171,7 +171,7 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 		sp.refused++
 		sp.lastLimit = limit
 		p.mu.Unlock()
-		return &Error{RetryAfter: slot.Wait, msg: "paced: " + limit + "; the next slot is in " + slot.Wait.Round(time.Millisecond).String() + ", past " + p.waitBound(t)}
+		return &Error{RetryAfter: slot.Wait, msg: "paced: " + limit + "; the next slot is in " + slot.Wait.Round(time.Millisecond).String() + ", past " + t.waitBound(p.o.MaxWait)}
 	}
 	return p.waitSlot(ctx, client, sp, target, req.Member, slot, by, limit)
 }
@@ -248,13 +248,13 @@ func (p *Pacer) reserve(ctx context.Context, req pool.SlotRequest, sp *sitePace)
 	return slot, by
 }
 
-// waitBound names what ended t's wait: --pacing-max-wait, or the
-// request's own deadline.
-func (p *Pacer) waitBound(t *Ticket) string {
+// waitBound names what ended t's wait: --pacing-max-wait (maxWait), or
+// the request's own deadline.
+func (t *Ticket) waitBound(maxWait time.Duration) string {
 	if t.dueHeld {
 		return "the request's deadline (--request-timeout)"
 	}
-	return "--pacing-max-wait " + p.o.MaxWait.String()
+	return "--pacing-max-wait " + maxWait.String()
 }
 
 func concSource(src string) string {
@@ -326,7 +326,7 @@ func (p *Pacer) waitPlace(ctx, client context.Context, t *Ticket, target string,
 			p.mu.Lock()
 			sp.refused++
 			p.mu.Unlock()
-			return &Error{RetryAfter: time.Second, msg: "paced: " + why + "; no place came free within " + p.waitBound(t)}
+			return &Error{RetryAfter: time.Second, msg: "paced: " + why + "; no place came free within " + t.waitBound(p.o.MaxWait)}
 		case <-client.Done():
 			pollT.Stop()
 			return fault.ErrClientGone

@@ -39,7 +39,7 @@ func FuzzClientPaceMeetsTheOperators(f *testing.F) {
 			return
 		}
 		pc := New(Options{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
-		if lim, _ := pc.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
+		if lim, _ := pc.o.explicitFor("example.com", p.Pace); lim.MinInterval < time.Second || lim.MinInterval < p.Pace {
 			t.Fatalf("pace %v with the operator's 1s gave %v", p.Pace, lim.MinInterval)
 		}
 	})

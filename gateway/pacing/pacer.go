@@ -122,10 +122,11 @@ type sitePace struct {
 	lastLimit string // the limit that held the last waiting request
 }
 
-// explicitFor is the operator's pace for target, met with the client's own.
-func (p *Pacer) explicitFor(target string, client time.Duration) (lim rotation.PaceLimits, src string) {
-	lim, src = p.o.Default, "--site-min-interval"
-	if l, ok := p.o.Sites.For(target); ok {
+// explicitFor is the operator's pace for target, met with the client's
+// own: the options' alone, so a value of Options, not of the Pacer.
+func (o Options) explicitFor(target string, client time.Duration) (lim rotation.PaceLimits, src string) {
+	lim, src = o.Default, "--site-min-interval"
+	if l, ok := o.Sites.For(target); ok {
 		lim, src = l, "--site-pace"
 	}
 	if client > lim.MinInterval {
@@ -254,7 +255,7 @@ func (p *Pacer) Status() []statuspage.SitePace {
 	p.mu.Lock()
 	out := make([]statuspage.SitePace, 0, len(p.sites))
 	for site, sp := range p.sites {
-		lim, _ := p.explicitFor(site, 0)
+		lim, _ := p.o.explicitFor(site, 0)
 		l := p.learntFor(sp, now)
 		by := string(l.Cause)
 		if by == "" && l.Slowed() {

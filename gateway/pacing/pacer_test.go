@@ -233,11 +233,11 @@ func TestAViewOfTheFleetsPaceDoesNotDecayByThisGatewaysClock(t *testing.T) {
 func TestClientPaceIsNeverLooserThanTheOperators(t *testing.T) {
 	// Without an operator's pace the client's own holds; a looser one
 	// than the operator's changes nothing.
-	if lim, src := New(Options{}, nil, nil).explicitFor("x", time.Millisecond); lim.MinInterval != time.Millisecond || src != "the client's pace" {
+	if lim, src := New(Options{}, nil, nil).o.explicitFor("x", time.Millisecond); lim.MinInterval != time.Millisecond || src != "the client's pace" {
 		t.Fatalf("client pace alone: %v %s", lim.MinInterval, src)
 	}
 	p := New(Options{Default: rotation.PaceLimits{MinInterval: time.Second}}, nil, nil)
-	if lim, src := p.explicitFor("x", time.Millisecond); lim.MinInterval != time.Second || src != "--site-min-interval" {
+	if lim, src := p.o.explicitFor("x", time.Millisecond); lim.MinInterval != time.Second || src != "--site-min-interval" {
 		t.Fatalf("a looser client pace won: %v %s", lim.MinInterval, src)
 	}
 }
