@@ -487,7 +487,9 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
 	case errors.Is(err, pool.ErrForbidden):
-		return &fault.Annotated{Err: err, Msg: "the lease API refused this gateway the right to lease: " + err.Error()}
+		// Its identity has no right to lease, or its namespace was not
+		// given the Proxies asked for (not_shared): the API's words say which.
+		return &fault.Annotated{Err: err, Msg: "the lease API refused the lease: " + err.Error()}
 	}
 	var sm *sessionLimitError
 	if errors.As(err, &sm) {
