@@ -214,6 +214,20 @@ func (e *NoMatchError) SetRetryAfter(d time.Duration) {
 	}
 }
 
+// Add counts o's refusal in e: the refusal of a lease asked of several
+// parts of the fleet in turn (a sharded store's groups, a tenant's
+// namespaces) is their sum, and the first member back in any part is the
+// first back.
+func (e *NoMatchError) Add(o *NoMatchError) {
+	e.Considered += o.Considered
+	e.AtCapacity += o.AtCapacity
+	e.InCooldown += o.InCooldown
+	e.Unhealthy += o.Unhealthy
+	if r := o.RetryAfterSeconds; r > 0 && (e.RetryAfterSeconds == 0 || r < e.RetryAfterSeconds) {
+		e.RetryAfterSeconds = r
+	}
+}
+
 func (e *NoMatchError) Error() string {
 	return fmt.Sprintf("no usable upstream: %d considered, %d unhealthy, %d in cooldown, %d at capacity",
 		e.Considered, e.Unhealthy, e.InCooldown, e.AtCapacity)

@@ -51,3 +51,29 @@ func TestMemberSameEndpoint(t *testing.T) {
 		})
 	}
 }
+
+func TestNoMatchErrorAddSumsThePartsAndKeepsTheFirstBack(t *testing.T) {
+	tests := []struct {
+		name  string
+		parts []NoMatchError
+		want  NoMatchError
+	}{
+		{"counts add up", []NoMatchError{{Considered: 2, InCooldown: 1, Unhealthy: 1}, {Considered: 3, AtCapacity: 3}},
+			NoMatchError{Considered: 5, InCooldown: 1, Unhealthy: 1, AtCapacity: 3}},
+		{"the first member back in any part is the first back", []NoMatchError{{Considered: 1, InCooldown: 1, RetryAfterSeconds: 30}, {Considered: 1, InCooldown: 1, RetryAfterSeconds: 5}, {}},
+			NoMatchError{Considered: 2, InCooldown: 2, RetryAfterSeconds: 5}},
+		{"a part without a known return adds none", []NoMatchError{{Considered: 1, Unhealthy: 1}, {Considered: 1, InCooldown: 1, RetryAfterSeconds: 9}},
+			NoMatchError{Considered: 2, Unhealthy: 1, InCooldown: 1, RetryAfterSeconds: 9}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sum NoMatchError
+			for i := range tt.parts {
+				sum.Add(&tt.parts[i])
+			}
+			if sum != tt.want {
+				t.Fatalf("sum %+v, want %+v", sum, tt.want)
+			}
+		})
+	}
+}

@@ -180,13 +180,7 @@ func (t tenantStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 		if !errors.As(err, &nm) {
 			return l, err
 		}
-		refused.Considered += nm.Considered
-		refused.AtCapacity += nm.AtCapacity
-		refused.InCooldown += nm.InCooldown
-		refused.Unhealthy += nm.Unhealthy
-		if r := nm.RetryAfterSeconds; r > 0 && (refused.RetryAfterSeconds == 0 || r < refused.RetryAfterSeconds) {
-			refused.RetryAfterSeconds = r
-		}
+		refused.Add(nm)
 	}
 	if refused.Considered == 0 {
 		// Nothing the client may use matched: never a silent empty pool

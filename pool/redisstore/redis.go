@@ -394,14 +394,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 		if !errors.As(err, &nm) {
 			return l, err
 		}
-		refused.Considered += nm.Considered
-		refused.AtCapacity += nm.AtCapacity
-		refused.InCooldown += nm.InCooldown
-		refused.Unhealthy += nm.Unhealthy
-		// The first member back in any group is the fleet's first back.
-		if r := nm.RetryAfterSeconds; r > 0 && (refused.RetryAfterSeconds == 0 || r < refused.RetryAfterSeconds) {
-			refused.RetryAfterSeconds = r
-		}
+		refused.Add(nm) // the first member back in any group is the fleet's first back
 	}
 	refused.SetRetryAfter(time.Duration(refused.RetryAfterSeconds) * time.Second)
 	return pool.Lease{}, &refused
