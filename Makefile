@@ -66,8 +66,9 @@ image: build sidecar
 run: build
 	$(PROXYFLEET) gateway --lease-api-listen 127.0.0.1:8090
 
-## test: install what is missing, then every check and every test suite.
-test: deps envtest-bins verify-generated fmt-check vet build sidecar unit fuzz e2e
+## test: install what is missing, then every check and every test suite, the cluster tests last
+## (root; cold, they add about 17 minutes on a quiet 2-core machine: docs/cluster.md).
+test: deps envtest-bins verify-generated fmt-check vet build sidecar unit fuzz e2e cluster-test
 
 deps:
 	@hack/install-deps.sh
@@ -169,7 +170,7 @@ crawler-rootfs: deps
 
 ## cluster-test: the tests on a real single-node cluster (internal/testkit/node: etcd, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, containerd, runc, CNI, kubelet, kube-proxy), built with
-## -tags cluster. Root; see docs/cluster.md.
+## -tags cluster. Root (they fail, never skip, without it); make test runs them. See docs/cluster.md.
 ## The chart is installed with the controller and sidecar images of make image, named proxyfleet.local/*:dev.
 cluster-test: deps build envtest-bins node-bins squid-rootfs crawler-rootfs
 	$(MAKE) image IMAGE_REPO=proxyfleet.local IMAGE_TAG=dev
