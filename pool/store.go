@@ -467,7 +467,7 @@ const (
 // earlier (or *back is zero): what a refusal's RetryAfterSeconds reads.
 func (s *Store) judge(ms *memberState, req AcquireRequest, now time.Time, back *time.Time) verdict {
 	switch {
-	case !matchSelector(ms.m.Attributes, req.Selector):
+	case !MatchSelector(ms.m.Attributes, req.Selector):
 		return verdictNotSelected
 	case !ms.healthy:
 		return verdictUnhealthy
@@ -512,7 +512,12 @@ func (s *Store) countUnindexed(nm *NoMatchError, req AcquireRequest, now time.Ti
 	}
 }
 
-func matchSelector(attrs, sel map[string]string) bool {
+// MatchSelector reports whether a member with attrs is one sel asks for:
+// every key of sel present with the same value (an empty selector matches
+// every member). The one reading of a selector in Go; the lease API's list
+// and the tenant store's refusal call it so a list, a lease and a 403
+// agree on which members a selector names.
+func MatchSelector(attrs, sel map[string]string) bool {
 	for k, want := range sel {
 		if v, ok := attrs[k]; !ok || v != want {
 			return false

@@ -97,7 +97,7 @@ func (s *Store) override(req AcquireRequest, now time.Time) *memberState {
 // overridable is judge without the failure rest: selected, healthy, not
 // resting for req's target, below capacity.
 func (s *Store) overridable(ms *memberState, req AcquireRequest, now time.Time) bool {
-	if !matchSelector(ms.m.Attributes, req.Selector) || !ms.healthy {
+	if !MatchSelector(ms.m.Attributes, req.Selector) || !ms.healthy {
 		return false
 	}
 	if req.Target != "" {

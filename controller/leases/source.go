@@ -114,9 +114,9 @@ func ownedAttributes(p *v1alpha1.Proxy) map[string]string {
 
 // ownersOf is who owns each member, from the attributes ownedAttributes set.
 func ownersOf(ms []pool.MemberHealth) *owners {
-	o := &owners{by: make(map[string]owner, len(ms)), attrs: make(map[string]map[string]string, len(ms))}
+	o := &owners{by: make(map[string]scope, len(ms)), attrs: make(map[string]map[string]string, len(ms))}
 	for _, m := range ms {
-		o.by[m.Name] = owner{ns: m.Attributes[AttributeNamespace], pool: m.Attributes[AttributePool]}
+		o.by[m.Name] = scope{ns: m.Attributes[AttributeNamespace], pool: m.Attributes[AttributePool]}
 		o.attrs[m.Name] = m.Attributes
 	}
 	return o

@@ -39,10 +39,21 @@ const (
 // maxNamedPools bounds the pools a refusal's message names.
 const maxNamedPools = 5
 
-// scope is a part of the fleet a client may lease from: every Proxy of a
-// namespace (pool ""), or the Proxies of one pool of it.
+// scope is a part of the fleet by namespace and pool. As what a client may
+// lease from it is every Proxy of a namespace (pool "") or the Proxies of
+// one pool of it; as where a member comes from (its owner) pool "" is a
+// Proxy of no pool, which only a whole-namespace scope covers.
 type scope struct {
 	ns, pool string
+}
+
+// compareScopes orders scopes by namespace, then pool: the order refusals
+// and scope lists are written in.
+func compareScopes(a, b scope) int {
+	if c := strings.Compare(a.ns, b.ns); c != 0 {
+		return c
+	}
+	return strings.Compare(a.pool, b.pool)
 }
 
 func (s scope) String() string {
@@ -98,24 +109,14 @@ func scopesOf(ns string, grants []v1alpha1.ProxyGrant) []scope {
 			rest = append(rest, s)
 		}
 	}
-	slices.SortFunc(rest, func(a, b scope) int {
-		if c := strings.Compare(a.ns, b.ns); c != 0 {
-			return c
-		}
-		return strings.Compare(a.pool, b.pool)
-	})
+	slices.SortFunc(rest, compareScopes)
 	return append(out, rest...)
-}
-
-// owner is where a member comes from: its namespace and pool.
-type owner struct {
-	ns, pool string
 }
 
 // owners is the Source's view of who owns each member, by member name,
 // with the attributes a selector matches; replaced whole on every rebuild.
 type owners struct {
-	by    map[string]owner
+	by    map[string]scope
 	attrs map[string]map[string]string
 }
 
@@ -163,7 +164,7 @@ func (t tenantStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 	own := t.ownersNow()
 	if req.Proxy != "" {
 		if o, ok := own.by[req.Proxy]; ok && !anyCovers(scopes, o) {
-			return pool.Lease{}, notShared(c, []owner{o})
+			return pool.Lease{}, notShared(c, []scope{o})
 		}
 		return t.LeaseStore.Acquire(ctx, req)
 	}
@@ -231,7 +232,7 @@ func narrow(sel map[string]string, s scope) (map[string]string, bool) {
 	return out, true
 }
 
-func anyCovers(scopes []scope, o owner) bool {
+func anyCovers(scopes []scope, o scope) bool {
 	for _, s := range scopes {
 		if s.covers(o.ns, o.pool) {
 			return true
@@ -242,37 +243,23 @@ func anyCovers(scopes []scope, o owner) bool {
 
 // matchingOwners are the owners, sorted and distinct, of the members sel
 // matches that no scope covers.
-func matchingOwners(own *owners, sel map[string]string, scopes []scope) []owner {
-	seen := map[owner]bool{}
+func matchingOwners(own *owners, sel map[string]string, scopes []scope) []scope {
+	seen := map[scope]bool{}
 	for name, o := range own.by {
-		if seen[o] || anyCovers(scopes, o) || !attrsMatch(own.attrs[name], sel) {
+		if seen[o] || anyCovers(scopes, o) || !pool.MatchSelector(own.attrs[name], sel) {
 			continue
 		}
 		seen[o] = true
 	}
 	out := slices.Collect(maps.Keys(seen))
-	slices.SortFunc(out, func(a, b owner) int {
-		if c := strings.Compare(a.ns, b.ns); c != 0 {
-			return c
-		}
-		return strings.Compare(a.pool, b.pool)
-	})
+	slices.SortFunc(out, compareScopes)
 	return out
-}
-
-func attrsMatch(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // notShared is the 403 for c asking for the members of others: it names
 // the client's namespace, the pools (or namespaces, for Proxies of no
 // pool) and what their owner must write.
-func notShared(c pool.Client, others []owner) error {
+func notShared(c pool.Client, others []scope) error {
 	names := make([]string, 0, min(len(others), maxNamedPools))
 	for i, o := range others {
 		if i == maxNamedPools {

@@ -527,7 +527,7 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 		if healthy != "" && strconv.FormatBool(m.Healthy) != healthy {
 			continue
 		}
-		if !attrsMatch(m.Attributes, attrs) {
+		if !pool.MatchSelector(m.Attributes, attrs) {
 			continue
 		}
 		p := proxyInfo(m)
@@ -542,15 +542,6 @@ func (s *apiServer) listProxies(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store") // as a lease answer: the body carries upstream credentials
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func attrsMatch(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 func proxyInfo(m pool.MemberStatus) ProxyInfo {
