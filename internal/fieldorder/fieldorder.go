@@ -9,7 +9,7 @@
 // (NewContext), and internal/httphead writes the fields of the request it
 // sends on in that order, with those names.
 //
-// It imports the standard library only.
+// It imports the standard library and internal/ascii only.
 package fieldorder
 
 import (
@@ -17,6 +17,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/proxyfleet/proxyfleet/internal/ascii"
 )
 
 // Order is one request head's field names in the order and case the
@@ -95,7 +97,7 @@ func Parse(head []byte) Order {
 		}
 		b.Write(line[:colon])
 		b.WriteByte('\n')
-		if nconn < len(conn) && equalFold(line[:colon], "Connection") {
+		if nconn < len(conn) && ascii.EqualFold(line[:colon], "Connection") {
 			conn[nconn] = line[colon+1:]
 			nconn++
 		}
@@ -120,7 +122,7 @@ func persistence(b *strings.Builder, from int, v []byte) {
 			v = nil
 		}
 		tok = trimOWS(tok)
-		if equalFold(tok, "keep-alive") || equalFold(tok, "close") {
+		if ascii.EqualFold(tok, "keep-alive") || ascii.EqualFold(tok, "close") {
 			if b.Len() > from {
 				b.WriteString(", ")
 			}
@@ -164,27 +166,6 @@ func trimOWS(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// equalFold reports ASCII case-insensitive equality without converting
-// b to a string.
-func equalFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 type ctxKey struct{}

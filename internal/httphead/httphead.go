@@ -6,7 +6,8 @@
 // client sent (internal/fieldorder), in that order and with the client's
 // names (writeOrdered). It says which field names are tokens
 // (ValidFieldName), the names it writes and the front end lets a request
-// carry. It imports the standard library and internal/fieldorder only.
+// carry. It imports the standard library, internal/ascii and
+// internal/fieldorder only.
 package httphead
 
 import (

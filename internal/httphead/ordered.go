@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proxyfleet/proxyfleet/internal/ascii"
 	"github.com/proxyfleet/proxyfleet/internal/fieldorder"
 )
 
@@ -200,29 +201,11 @@ func (l *lines) fill(o fieldorder.Order) bool {
 func (l *lines) count(name string, n int) int {
 	c := 0
 	for _, s := range l.name[:n] {
-		if len(s) == len(name) && asciiEqualFold(s, name) {
+		if ascii.EqualFold(s, name) {
 			c++
 		}
 	}
 	return c
-}
-
-func asciiEqualFold(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x != y {
-			if 'A' <= x && x <= 'Z' {
-				x += 'a' - 'A'
-			}
-			if 'A' <= y && y <= 'Z' {
-				y += 'a' - 'A'
-			}
-			if x != y {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // canonicalKey is name in textproto's canonical case, made in kb (no
@@ -395,7 +378,7 @@ func Reorder(dst, head []byte, o fieldorder.Order, proxy bool) []byte {
 	take := func(name string, k int) ([]byte, bool) {
 		for i, gl := range goLines[:n] {
 			colon := bytes.IndexByte(gl, ':')
-			if colon != len(name) || !asciiEqualFoldBytes(gl[:colon], name) {
+			if colon < 0 || !ascii.EqualFold(gl[:colon], name) {
 				continue
 			}
 			if k > 0 {
@@ -421,20 +404,20 @@ func Reorder(dst, head []byte, o fieldorder.Order, proxy bool) []byte {
 	wroteFraming, wroteConn := false, false
 	for i, name := range l.name[:l.n] {
 		switch {
-		case asciiEqualFoldLen(name, "Content-Length") || asciiEqualFoldLen(name, "Transfer-Encoding"):
+		case ascii.EqualFold(name, "Content-Length") || ascii.EqualFold(name, "Transfer-Encoding"):
 			if wroteFraming {
 				continue
 			}
 			wroteFraming = true
 			for _, f := range [2]string{"Content-Length", "Transfer-Encoding"} {
 				if v, ok := take(f, 0); ok {
-					if asciiEqualFoldLen(name, f) {
+					if ascii.EqualFold(name, f) {
 						f = name
 					}
 					line(f, v)
 				}
 			}
-		case asciiEqualFoldLen(name, "Connection"):
+		case ascii.EqualFold(name, "Connection"):
 			if wroteConn {
 				continue
 			}
@@ -447,10 +430,10 @@ func Reorder(dst, head []byte, o fieldorder.Order, proxy bool) []byte {
 				dst = append(dst, opts...)
 				dst = append(dst, crlf...)
 			}
-		case asciiEqualFoldLen(name, "Trailer"):
+		case ascii.EqualFold(name, "Trailer"):
 		default:
 			k := l.count(name, i)
-			if k > 0 && asciiEqualFoldLen(name, "Host") {
+			if k > 0 && ascii.EqualFold(name, "Host") {
 				continue
 			}
 			if v, ok := take(name, k); ok {
@@ -470,25 +453,3 @@ func Reorder(dst, head []byte, o fieldorder.Order, proxy bool) []byte {
 }
 
 var crlf = []byte("\r\n")
-
-// asciiEqualFoldBytes is asciiEqualFold for a name in bytes, of b's length.
-func asciiEqualFoldBytes(a []byte, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x != y {
-			if 'A' <= x && x <= 'Z' {
-				x += 'a' - 'A'
-			}
-			if 'A' <= y && y <= 'Z' {
-				y += 'a' - 'A'
-			}
-			if x != y {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// asciiEqualFoldLen is asciiEqualFold for strings of any lengths.
-func asciiEqualFoldLen(a, b string) bool { return len(a) == len(b) && asciiEqualFold(a, b) }
