@@ -179,6 +179,21 @@ type SiteTier struct {
 	Climbs int
 	// LastProbe is when a request last probed the tier below Level.
 	LastProbe time.Time
+	// Moves counts the site's changes of tier: a request remembers the
+	// count it started under, and an answer to one started under fewer
+	// was in flight when the site moved (MovedSent).
+	Moves int
+}
+
+// MovedSent is the send time Ban and Served want for an answer to a
+// request that started when the site had made seenMoves moves: before the
+// last move when it started under an earlier one, now otherwise. Stores
+// use it so that no gateway's clock meets the store's.
+func (s SiteTier) MovedSent(seenMoves int, now time.Time) time.Time {
+	if seenMoves < s.Moves {
+		return s.Since.Add(-time.Nanosecond)
+	}
+	return now
 }
 
 // Start is where a request to the site with range rg starts: the site's
@@ -225,7 +240,7 @@ func (s SiteTier) Ban(level int, sent, now time.Time, r TierRule, top int) SiteT
 	if s.Bans < r.Threshold || s.Level >= top {
 		return s
 	}
-	return SiteTier{Level: s.Level + 1, Since: now, Climbs: s.Climbs + 1, LastProbe: s.LastProbe}
+	return SiteTier{Level: s.Level + 1, Since: now, Climbs: s.Climbs + 1, LastProbe: s.LastProbe, Moves: s.Moves + 1}
 }
 
 // Served is s after a request sent at sent and carried by tier level was
@@ -238,7 +253,7 @@ func (s SiteTier) Served(level int, sent, now time.Time, r TierRule) SiteTier {
 		return s
 	}
 	if level < s.Level {
-		return SiteTier{Level: level, Since: now, Climbs: s.Climbs, LastProbe: s.LastProbe}
+		return SiteTier{Level: level, Since: now, Climbs: s.Climbs, LastProbe: s.LastProbe, Moves: s.Moves + 1}
 	}
 	// The last ban on this tier came at most Window after BansFrom.
 	h := r.hold(s.Climbs)
