@@ -96,6 +96,7 @@ func (a TierAnswer) Apply(p rotation.SiteTier, now time.Time) rotation.SiteTier 
 // StartOf is StartTier's decision on p at now: the start, and the place
 // after it (with the probe's time when one is claimed).
 func StartOf(p rotation.SiteTier, now time.Time, rg rotation.TierRange, rule rotation.TierRule) (TierStart, rotation.SiteTier) {
+	p = p.Settled(now, rule)
 	level, probe := p.Start(now, rule, rg)
 	if probe {
 		p = p.Probed(now)

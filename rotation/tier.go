@@ -179,6 +179,10 @@ type SiteTier struct {
 	Climbs int
 	// LastProbe is when a request last probed the tier below Level.
 	LastProbe time.Time
+	// Down says the site's last move was a step down: only a tier it
+	// stepped down to settles (Settled); the tier it climbed to is where
+	// it is expected to stay until probed.
+	Down bool
 	// Moves counts the site's changes of tier: a request remembers the
 	// count it started under, and an answer to one started under fewer
 	// was in flight when the site moved (MovedSent).
@@ -196,7 +200,8 @@ func (s SiteTier) MovedSent(seenMoves int, now time.Time) time.Time {
 	return now
 }
 
-// Start is where a request to the site with range rg starts: the site's
+// Start is where a request to the site with range rg starts (on s as
+// Settled leaves it): the site's
 // tier held within rg, and probe true when it is a probe of the tier below
 // (the hold is over and no probe went for ProbeEvery). The caller that
 // sends a probe stores Probed(now), so other requests and other gateways
@@ -244,21 +249,29 @@ func (s SiteTier) Ban(level int, sent, now time.Time, r TierRule, top int) SiteT
 }
 
 // Served is s after a request sent at sent and carried by tier level was
-// served, now. A cheaper tier than the site's serving it (a probe, or a
-// client's pin or cap) steps the site down to that tier. The site's own
-// tier serving it after a whole hold without a ban clears the climbs, so
-// the next climb holds for Hold again.
+// served, now: a cheaper tier than the site's serving it (a probe, or a
+// client's pin or cap) steps the site down to that tier. Its own tier
+// serving it teaches nothing (Settled clears the climbs).
 func (s SiteTier) Served(level int, sent, now time.Time, r TierRule) SiteTier {
-	if sent.Before(s.Since) || level > s.Level {
+	if sent.Before(s.Since) || level >= s.Level {
 		return s
 	}
-	if level < s.Level {
-		return SiteTier{Level: level, Since: now, Climbs: s.Climbs, LastProbe: s.LastProbe, Moves: s.Moves + 1}
+	return SiteTier{Level: level, Since: now, Climbs: s.Climbs, LastProbe: s.LastProbe, Down: true, Moves: s.Moves + 1}
+}
+
+// Settled is s as of now: a site that has held the tier it stepped down
+// to through a whole hold, with no ban on it for as long, has its climbs
+// cleared, so its next climb holds for Hold again. Stores apply it
+// where a request starts (StartTier), so a settled site costs no write of
+// its own.
+func (s SiteTier) Settled(now time.Time, r TierRule) SiteTier {
+	if s.Climbs == 0 || !s.Down {
+		return s
 	}
 	// The last ban on this tier came at most Window after BansFrom.
 	h := r.hold(s.Climbs)
-	if s.Climbs > 0 && now.Sub(s.Since) >= h && (s.Bans == 0 || now.Sub(s.BansFrom) >= r.Window+h) {
-		s.Climbs, s.Bans = 0, 0
+	if now.Sub(s.Since) >= h && (s.Bans == 0 || now.Sub(s.BansFrom) >= r.Window+h) {
+		s.Climbs, s.Bans, s.BansFrom = 0, 0, time.Time{}
 	}
 	return s
 }

@@ -156,6 +156,9 @@ func TestSiteTierSequence(t *testing.T) {
 		fmt.Fprintf(&b, "t+%-10v %-70s → %s\n", now.Sub(t0), what, s.String(tiers))
 	}
 	start := func() int {
+		if settled := s.Settled(now, r); settled != s {
+			step("the site has settled", settled)
+		}
 		level, probe := s.Start(now, r, tiers.AllTiers())
 		what := "a request starts on " + tiers[level]
 		if probe {
@@ -203,6 +206,12 @@ func TestSiteTierSequence(t *testing.T) {
 	served(start(), "a request")
 	now = now.Add(time.Second)
 	served(start(), "a request a whole doubled hold after the step down")
+	for i := range 3 {
+		now = now.Add(20 * time.Second)
+		ban(start(), fmt.Sprintf("settled, request %d", i+1), time.Second)
+	}
+	now = now.Add(r.Hold)
+	start()
 
 	path := filepath.Join("testdata", "tier_sequence.golden")
 	if *updatePace {

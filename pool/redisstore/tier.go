@@ -132,8 +132,12 @@ func formatSiteTier(p rotation.SiteTier) string {
 		}
 		return strconv.FormatInt(t.UnixMicro(), 10)
 	}
+	down := "0"
+	if p.Down {
+		down = "1"
+	}
 	return strings.Join([]string{"1", strconv.Itoa(p.Level), us(p.Since), strconv.Itoa(p.Bans), us(p.BansFrom),
-		strconv.Itoa(p.Climbs), us(p.LastProbe), strconv.Itoa(p.Moves)}, ":")
+		strconv.Itoa(p.Climbs), us(p.LastProbe), strconv.Itoa(p.Moves), down}, ":")
 }
 
 // parseSiteTier reads formatSiteTier's value ("1:" a version, so that a
@@ -143,7 +147,7 @@ func parseSiteTier(v string) (rotation.SiteTier, error) {
 		return rotation.SiteTier{}, nil
 	}
 	f := strings.Split(v, ":")
-	if len(f) != 8 || f[0] != "1" {
+	if len(f) != 9 || f[0] != "1" || (f[8] != "0" && f[8] != "1") {
 		return rotation.SiteTier{}, fmt.Errorf("lease store: tier: malformed place %q", v)
 	}
 	var n [7]int64
@@ -161,5 +165,5 @@ func parseSiteTier(v string) (rotation.SiteTier, error) {
 		return time.UnixMicro(x)
 	}
 	return rotation.SiteTier{Level: int(n[0]), Since: at(n[1]), Bans: int(n[2]), BansFrom: at(n[3]),
-		Climbs: int(n[4]), LastProbe: at(n[5]), Moves: int(n[6])}, nil
+		Climbs: int(n[4]), LastProbe: at(n[5]), Moves: int(n[6]), Down: f[8] == "1"}, nil
 }

@@ -202,14 +202,14 @@ func TestSiteTierEncodingRoundTrips(t *testing.T) {
 	for _, p := range []rotation.SiteTier{
 		{},
 		{Bans: 1, BansFrom: at},
-		{Level: 2, Since: at, Bans: 2, BansFrom: at.Add(time.Second), Climbs: 3, LastProbe: at.Add(time.Minute), Moves: 7},
+		{Level: 2, Since: at, Bans: 2, BansFrom: at.Add(time.Second), Climbs: 3, LastProbe: at.Add(time.Minute), Moves: 7, Down: true},
 	} {
 		got, err := parseSiteTier(formatSiteTier(p))
-		if err != nil || formatSiteTier(got) != formatSiteTier(p) || got.Level != p.Level || !got.Since.Equal(p.Since) || got.Moves != p.Moves {
+		if err != nil || formatSiteTier(got) != formatSiteTier(p) || got.Level != p.Level || !got.Since.Equal(p.Since) || got.Moves != p.Moves || got.Down != p.Down {
 			t.Fatalf("%+v reads back as %+v, %v", p, got, err)
 		}
 	}
-	for _, bad := range []string{"x", "2:0:0:0:0:0:0:0", "1:0:0:0:0:0:0", "1:-1:0:0:0:0:0:0", "1:a:0:0:0:0:0:0"} {
+	for _, bad := range []string{"x", "2:0:0:0:0:0:0:0:0", "1:0:0:0:0:0:0:0", "1:-1:0:0:0:0:0:0:0", "1:a:0:0:0:0:0:0:0", "1:0:0:0:0:0:0:0:2"} {
 		if _, err := parseSiteTier(bad); err == nil || !strings.Contains(err.Error(), "malformed place") {
 			t.Fatalf("parseSiteTier(%q) = %v, want malformed", bad, err)
 		}
