@@ -90,14 +90,19 @@ func (t *Tiering) Tiers() rotation.Tiers {
 
 // Ticket is what a request carries from Start to Answered.
 type Ticket struct {
-	// Level is the tier the request started on.
+	// Level is the tier the request is on now (Start's, then Up's).
 	Level int
+	// Hi is the costliest tier the request may go up to.
+	Hi int
 	// Moves is the site's moves the request started under.
 	Moves int
 	// Probe says the request probes the tier below the site's.
 	Probe bool
 	on    bool
 }
+
+// On reports whether the stage started the request (it narrowed it).
+func (tk Ticket) On() bool { return tk.on }
 
 // Start narrows a request to site with selector sel: sel with the tier
 // it starts on, and its ticket. A selector that names a tier pins the
@@ -126,18 +131,35 @@ func (t *Tiering) Start(ctx context.Context, site string, sel map[string]string,
 	out := make(map[string]string, len(sel)+1)
 	maps.Copy(out, sel)
 	out[AttributeTier] = t.o.Tiers[st.Level]
-	return out, Ticket{Level: st.Level, Moves: st.Moves, Probe: st.Probe, on: true}
+	return out, Ticket{Level: st.Level, Hi: rg.Hi, Moves: st.Moves, Probe: st.Probe, on: true}
+}
+
+// Up moves a request whose tier has no member it may use for its site
+// (every one resting for it, busy or down) one tier up, within what it may
+// use: sel with the next tier, and true; false when it is on its costliest
+// tier already. A probe that finds the cheaper tier unusable goes on as
+// an ordinary request of the site's tier: nothing was learnt, and the
+// client is not made to pay for the probe with a refusal.
+func (t *Tiering) Up(tk *Ticket, sel map[string]string) (map[string]string, bool) {
+	if t == nil || !tk.on || tk.Level >= tk.Hi {
+		return sel, false
+	}
+	tk.Level++
+	tk.Probe = false
+	out := maps.Clone(sel)
+	out[AttributeTier] = t.o.Tiers[tk.Level]
+	return out, true
 }
 
 // Level is the tier of member attributes attrs: its "tier", the
 // cheapest when it names none; ok false for a tier the gateway does not
 // have.
-func (t *Tiering) Level(attrs map[string]string) (level int, ok bool) {
+func (o Options) Level(attrs map[string]string) (level int, ok bool) {
 	name, named := attrs[AttributeTier]
 	if !named {
 		return 0, true
 	}
-	return t.o.Tiers.Index(name)
+	return o.Tiers.Index(name)
 }
 
 // Header is the X-Proxyfleet-Tier value of an answer carried by a member
@@ -147,7 +169,7 @@ func (t *Tiering) Header(attrs map[string]string) []string {
 	if t == nil {
 		return nil
 	}
-	if level, ok := t.Level(attrs); ok {
+	if level, ok := t.o.Level(attrs); ok {
 		return t.hdr[level]
 	}
 	return nil
@@ -161,7 +183,7 @@ func (t *Tiering) Answered(ctx context.Context, tk Ticket, site string, attrs ma
 	if t == nil || !tk.on || (!res.IsBan() && res != rotation.ResultOK) {
 		return
 	}
-	level, ok := t.Level(attrs)
+	level, ok := t.o.Level(attrs)
 	if !ok {
 		return
 	}
@@ -188,19 +210,19 @@ func (t *Tiering) Answered(ctx context.Context, tk Ticket, site string, attrs ma
 // request narrowed to that tier selects it), and one that names a tier the
 // gateway does not have is an error naming it (it would never be chosen).
 // Off, members are returned as they are.
-func (t *Tiering) Members(members []pool.Member) ([]pool.Member, error) {
-	if t == nil {
+func (o Options) Members(members []pool.Member) ([]pool.Member, error) {
+	if !o.On() {
 		return members, nil
 	}
 	out := make([]pool.Member, len(members))
 	for i, m := range members {
-		if _, ok := t.Level(m.Attributes); !ok {
-			return nil, fmt.Errorf("member %s: tier %q is not one of --tiers %s", m.Name, m.Attributes[AttributeTier], strings.Join(t.o.Tiers, ","))
+		if _, ok := o.Level(m.Attributes); !ok {
+			return nil, fmt.Errorf("member %s: tier %q is not one of --tiers %s", m.Name, m.Attributes[AttributeTier], strings.Join(o.Tiers, ","))
 		}
 		if _, named := m.Attributes[AttributeTier]; !named {
 			attrs := make(map[string]string, len(m.Attributes)+1)
 			maps.Copy(attrs, m.Attributes)
-			attrs[AttributeTier] = t.o.Tiers[0]
+			attrs[AttributeTier] = o.Tiers[0]
 			m.Attributes = attrs
 		}
 		out[i] = m
