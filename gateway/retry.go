@@ -164,10 +164,20 @@ func (rp *requestPath) acquireNext(ctx context.Context, rq *request) (held, erro
 	}
 }
 
-// tierAnswered tells the tier stage what the site answered through h.
+// tierAnswered tells the tier stage what the site answered through h. A
+// probe the site banned is retried on the site's own tier, not on another
+// member of the tier it just refused.
 func (rp *requestPath) tierAnswered(ctx context.Context, rq *request, h held, res rotation.Result) {
-	if rp.tiers != nil {
-		rp.tiers.Answered(ctx, rq.tier, rq.lr.target, h.mc.Member.Attributes, res)
+	if rp.tiers == nil {
+		return
+	}
+	rp.tiers.Answered(ctx, rq.tier, rq.lr.target, h.mc.Member.Attributes, res)
+	if res.IsBan() && rq.tier.Probe {
+		if sel, up := rp.tiers.Up(&rq.tier, rq.lr.p.Selector); up {
+			p := *rq.lr.p
+			p.Selector = sel
+			rq.lr.p = &p
+		}
 	}
 }
 

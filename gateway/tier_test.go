@@ -20,8 +20,9 @@ import (
 // addresses; site B bans nothing. A's first request is banned on both own
 // members, climbs (two bans), and is served on residential in the same
 // request; A's next requests start there, though the own members rest no
-// more; B stays on own. Once A forgives and the hold is over, a probe is
-// served on own and A steps down.
+// more; B stays on own. Past the hold a probe of own is banned and goes on
+// on residential. Once A forgives and the hold is over, a probe is served
+// on own and A steps down.
 func TestASiteThatBansTheCheapTierClimbsAloneAndStepsDownWhenItForgives(t *testing.T) {
 	squids := squid.StartAll(t,
 		squid.Options{Name: "own-1", OutgoingAddr: "127.0.0.61"},
@@ -37,9 +38,9 @@ func TestASiteThatBansTheCheapTierClimbsAloneAndStepsDownWhenItForgives(t *testi
 		}
 		members = append(members, pool.Member{Name: s.Name(), URL: u, Attributes: map[string]string{"tier": tiers[i]}})
 	}
-	// Cooldowns of a second, a hold of 15: once the banned members rest no
+	// Cooldowns of a second, a hold of 8: once the banned members rest no
 	// more, only the learnt tier keeps A's requests off them.
-	const hold = 15 * time.Second
+	const hold = 8 * time.Second
 	to := tiering.Options{Tiers: rotation.Tiers{"own", "residential"},
 		Rule: rotation.TierRule{Threshold: 2, Window: time.Minute, Hold: hold, ProbeEvery: time.Second}}
 	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true, Tiers: to},
@@ -78,8 +79,30 @@ func TestASiteThatBansTheCheapTierClimbsAloneAndStepsDownWhenItForgives(t *testi
 		t.Fatalf("site A saw %d requests from own members within the hold, want the 2 it banned", n)
 	}
 
-	// A forgives. Every request is served meanwhile; one probe, once the
-	// hold is over and the own members rest no more, steps A down.
+	// Past the hold, A still banning: a probe goes to own, is banned and
+	// is served on residential in the same request; one banned request
+	// more for A's own members, no more.
+	ownBefore := siteA.Count("127.0.0.61") + siteA.Count("127.0.0.62")
+	probeDeadline := time.Now().Add(hold + 60*time.Second)
+	for {
+		resp, a := get(t, c, siteA.URL()+"/probe", nil)
+		if resp.StatusCode != 200 || a.Source != "127.0.0.63" || resp.Header.Get(HeaderTier) != "residential" {
+			t.Fatalf("A's request past the hold: %d from %s, tier %q; want every one served on residential", resp.StatusCode, a.Source, resp.Header.Get(HeaderTier))
+		}
+		if resp.Header.Get(HeaderAttempts) == "2" {
+			break
+		}
+		if time.Now().After(probeDeadline) {
+			t.Fatalf("no probe of own within %v of the climb (hold %v)", hold+60*time.Second, hold)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := siteA.Count("127.0.0.61") + siteA.Count("127.0.0.62"); n != ownBefore+1 {
+		t.Fatalf("a banned probe cost A's own members %d requests, want 1 (it goes on on residential)", n-ownBefore)
+	}
+
+	// A forgives. Every request is served meanwhile; the next probe, once
+	// the hold (restarted by the banned one) is over, steps A down.
 	siteA.ClearRule("127.0.0.61")
 	siteA.ClearRule("127.0.0.62")
 	deadline := time.Now().Add(hold + 60*time.Second)
