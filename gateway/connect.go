@@ -98,6 +98,9 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	head = appendHeader(head, HeaderProxy, rq.member)
 	head = appendHeader(head, HeaderLease, h.id)
 	head = appendHeader(head, HeaderAttempts, attemptsValue(rq.attempts)[0])
+	if t := rp.tiers.Header(h.mc.Member.Attributes); t != nil {
+		head = appendHeader(head, HeaderTier, t[0])
+	}
 	head = append(head, "\r\n"...)
 	var upN, downN int64
 	if _, err := conn.Write(head); err != nil {

@@ -62,6 +62,11 @@
 //     target_unreachable, site_certificate, no_member, pool_unreachable,
 //     pool_error, upstream_failed, timeout, member_timeout, shutting_down,
 //     paced, session_lost, session_limit, gateway_overloaded, internal.
+//   - Tiers (Options.Tiers, gateway/tiering): with more than one, a request
+//     starts on its site's tier (the member attribute tier added to its
+//     selector), goes one tier up when its tier has no usable member, and
+//     its bans and served probes move the site (docs/tiers.md); relayed
+//     answers carry X-Proxyfleet-Tier.
 //   - Pacing (Options.Pacing, gateway/pacing) is a step of tryMembers: before each
 //     attempt the request waits for its site's place in flight and its
 //     member's next slot, or takes another member free sooner, or ends 503

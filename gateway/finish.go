@@ -13,6 +13,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
+	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -76,6 +77,8 @@ type request struct {
 	// pace is the request's place in its site's pace (pacing.Pacer.Pace,
 	// leavePace).
 	pace pacing.Ticket
+	// tier is where the request started on the tiers (tiering.Tiering.Start).
+	tier tiering.Ticket
 	// mirror is the MITM tunnel whose own site connections the request
 	// goes through, when the tunnel mirrors the client's handshake; nil
 	// for every other request.

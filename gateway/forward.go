@@ -213,8 +213,10 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 			return tryAnother, err
 		}
 		resp, used, res = got, h, rp.classifier.ClassifyAnswer(ans)
-		// Before anything else is sent: a ban cuts the site's pace now.
+		// Before anything else is sent: a ban cuts the site's pace now,
+		// and counts toward its climb to the next tier.
 		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
+		rp.tierAnswered(ctx, rq, h, res)
 		if !res.IsBan() {
 			return servedHere, nil
 		}
@@ -227,7 +229,7 @@ func (rp *requestPath) forwardWithRetry(ctx context.Context, r *http.Request, rq
 		if rule.retryable && attempt < rp.retries {
 			// Leased before the banned answer is let go: with no other
 			// member, the client gets the site's answer, not an error.
-			if n, err := rp.leases.acquire(ctx, &rq.lr); err == nil {
+			if n, err := rp.acquireNext(ctx, rq); err == nil {
 				discard(resp)
 				rq.next = n
 				deadline.Reset(rp.requestTimeout - time.Since(rq.start))
@@ -335,6 +337,9 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	dst[HeaderProxy] = h.mc.NameHdr
 	dst[HeaderLease] = []string{h.id}
 	dst[HeaderAttempts] = attemptsValue(attempts)
+	if t := rp.tiers.Header(h.mc.Member.Attributes); t != nil {
+		dst[HeaderTier] = t
+	}
 	w.WriteHeader(resp.StatusCode)
 	rp.rec.Request(name, outcomeOf(res), time.Since(start))
 	if r.ContentLength > 0 {

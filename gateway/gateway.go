@@ -22,6 +22,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sitelink"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
+	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
@@ -202,6 +203,11 @@ type Options struct {
 	// gateway on it paces a site together. Nil is Pool's when it is a
 	// pool.SitePacer, else a pace of this gateway's own.
 	Pacer pool.SitePacer
+	// Tiers is the tier stage (tiering.Options): the order of the tiers
+	// and how a site climbs them; fewer than two tiers (the zero value)
+	// narrow nothing. Where a site starts is kept by Pool when it is a
+	// pool.SiteTierKeeper, else by this gateway alone.
+	Tiers tiering.Options
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -314,6 +320,11 @@ func New(o Options) (*Gateway, error) {
 		sp, _ = o.Pool.(pool.SitePacer)
 	}
 	g.pacer = pacing.New(o.Pacing, sp, o.Logger)
+	if err := o.Tiers.Check(); err != nil {
+		return nil, fmt.Errorf("gateway: Options.Tiers: %w", err)
+	}
+	keeper, _ := o.Pool.(pool.SiteTierKeeper)
+	tiers := tiering.New(o.Tiers, keeper, o.Logger)
 	var m *mitm
 	if o.MITM != nil {
 		if m, err = newMITM(o.MITM); err != nil {
@@ -321,7 +332,7 @@ func New(o Options) (*Gateway, error) {
 		}
 	}
 	rp := &requestPath{
-		admit: g.admit, leases: g.leases, pacer: g.pacer, health: g.health, mitm: m,
+		admit: g.admit, leases: g.leases, pacer: g.pacer, tiers: tiers, health: g.health, mitm: m,
 		ex:      newExchange(o, g.links, m),
 		exit:    &finisher{rec: o.Metrics, tracer: o.Tracer, log: o.Logger, pace: g.pacer, leases: g.leases, health: g.health},
 		retries: o.Retries, classifier: o.Classifier, requestTimeout: o.RequestTimeout, dialTimeout: o.DialTimeout,

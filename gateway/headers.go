@@ -33,6 +33,10 @@ const (
 	// on the gateway's own answers after it tried members: how many members
 	// the request went through, so a crawler sees the retries it did not make.
 	HeaderAttempts = "X-Proxyfleet-Attempts"
+	// HeaderTier is set on every relayed answer and on the CONNECT 200
+	// when the gateway has tiers (--tiers): the tier of the member that
+	// carried it.
+	HeaderTier = "X-Proxyfleet-Tier"
 	// HeaderMITM on a CONNECT set to "off" keeps that tunnel a plain one
 	// when MITM is on (a pinned or mutual-TLS site); the gateway's own 200
 	// to a MITM'd CONNECT carries "on".

@@ -9,6 +9,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/health"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/relay"
+	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -20,8 +21,8 @@ import (
 //	MITM / port 80  serveConnect → serveMITM / serveHTTPTunnel → (each request inside) serveInnerRequest → forward
 //	WebSocket     forward → serveUpgrade → runTunnel
 //
-// Every protocol's attempts run on the one retry loop (tryMembers:
-// leasing → pacing → one exchange over a member link → judge → member
+// Every protocol's attempts run on the one retry loop (tryMembers: the
+// tier the request starts on → leasing → pacing → one exchange over a member link → judge → member
 // health), and every request ends in the finisher. The path holds the
 // stages and the settings of the protocols themselves; the stages hold
 // their own state and call no later stage except through the interface
@@ -30,6 +31,7 @@ type requestPath struct {
 	admit  *admission.Admission
 	leases *leasing
 	pacer  *pacing.Pacer
+	tiers  *tiering.Tiering // nil: one tier
 	ex     *exchange
 	health *health.Health
 	exit   *finisher

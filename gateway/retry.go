@@ -6,6 +6,7 @@ import (
 
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
+	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -43,12 +44,18 @@ const (
 // how to read the answer; a try whose member answered anything reports so
 // with a nil error, and the loop then credits the member (reached).
 func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *attempts, rule retryRule, try func(h held, attempt int) (served, error)) error {
+	rp.tier(ctx, rq)
 	for attempt := 0; ; attempt++ {
 		h := rq.next
 		rq.next = held{}
 		if h.mc == nil {
 			var err error
-			if h, err = rp.leases.lease(ctx, client, rq); err != nil {
+			for {
+				if h, err = rp.leases.lease(ctx, client, rq); err == nil || !rp.tierUp(rq, err) {
+					break
+				}
+			}
+			if err != nil {
 				if at.last == nil || errors.Is(err, fault.ErrClientGone) {
 					return err
 				}
@@ -108,6 +115,68 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 			return at.giveUp("")
 		case !rule.retryable:
 			return at.giveUp("; not tried on another member: a " + rule.method + " request or one with a body may not be sent twice")
+		}
+	}
+}
+
+// tier is the tier stage's step of tryMembers, once per request: its
+// lease request narrowed to the tier its site starts on (a copy of its
+// parameters with the tier in the selector, so a sticky session's pin on
+// another tier's member is let go as one on another selector is).
+func (rp *requestPath) tier(ctx context.Context, rq *request) {
+	if rp.tiers == nil {
+		return
+	}
+	sel, tk := rp.tiers.Start(ctx, rq.lr.target, rq.lr.p.Selector, rq.lr.p.Proxy)
+	if !tk.On() {
+		return
+	}
+	p := *rq.lr.p
+	p.Selector = sel
+	rq.lr.p, rq.tier = &p, tk
+}
+
+// tierUp moves rq one tier up when err is the pool's refusal of its
+// tier (tiering.Tiering.Up): true when the lease is worth asking again.
+func (rp *requestPath) tierUp(rq *request, err error) bool {
+	var nm *pool.NoMatchError
+	if rp.tiers == nil || !errors.As(err, &nm) {
+		return false
+	}
+	sel, up := rp.tiers.Up(&rq.tier, rq.lr.p.Selector)
+	if !up {
+		return false
+	}
+	p := *rq.lr.p
+	p.Selector = sel
+	rq.lr.p = &p
+	return true
+}
+
+// acquireNext is leasing's acquire of the next attempt's lease after a
+// ban, going up the tiers while rq's has no usable member left.
+func (rp *requestPath) acquireNext(ctx context.Context, rq *request) (held, error) {
+	for {
+		h, err := rp.leases.acquire(ctx, &rq.lr)
+		if err == nil || !rp.tierUp(rq, err) {
+			return h, err
+		}
+	}
+}
+
+// tierAnswered tells the tier stage what the site answered through h. A
+// probe the site banned is retried on the site's own tier, not on another
+// member of the tier it just refused.
+func (rp *requestPath) tierAnswered(ctx context.Context, rq *request, h held, res rotation.Result) {
+	if rp.tiers == nil {
+		return
+	}
+	rp.tiers.Answered(ctx, rq.tier, rq.lr.target, h.mc.Member.Attributes, res)
+	if res.IsBan() && rq.tier.Probe {
+		if sel, up := rp.tiers.Up(&rq.tier, rq.lr.p.Selector); up {
+			p := *rq.lr.p
+			p.Selector = sel
+			rq.lr.p = &p
 		}
 	}
 }

@@ -66,6 +66,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 		// else is sent, honours the site's Retry-After, and ends a strict
 		// session rather than moving it to another member.
 		rp.pacer.Answered(&rq.pace, rq.lr.target, rq.member, res)
+		rp.tierAnswered(ctx, rq, h, res)
 		if s.resp.StatusCode == http.StatusSwitchingProtocols || !res.IsBan() {
 			return servedHere, nil
 		}
@@ -76,7 +77,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 			return tryAnother, rp.leases.lostSession(rq, h, "was banned by the site ("+strconv.Itoa(s.resp.StatusCode)+", "+string(res)+")")
 		}
 		if attempt < rp.retries {
-			if n, err := rp.leases.acquire(ctx, &rq.lr); err == nil {
+			if n, err := rp.acquireNext(ctx, rq); err == nil {
 				_ = s.c.Close()
 				rq.next = n
 				return tryAnother, nil

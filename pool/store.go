@@ -128,8 +128,9 @@ func (o StoreOptions) WithDefaults() StoreOptions {
 // docs/architecture.md); only a refusal (NoMatchError, whose counts are
 // exact) scans the members.
 type Store struct {
-	o    StoreOptions
-	pace *Paces // the sites' pace (SitePacer), on the store's clock
+	o     StoreOptions
+	pace  *Paces     // the sites' pace (SitePacer), on the store's clock
+	tiers *SiteTiers // the sites' places on the tiers (SiteTierKeeper), likewise
 
 	mu      sync.Mutex
 	members map[string]*memberState
@@ -181,6 +182,7 @@ func NewStore(o StoreOptions) *Store {
 	s := &Store{
 		o:        o,
 		pace:     NewPaces(o.Clock),
+		tiers:    NewSiteTiers(o.Clock),
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
 		base:     o.Clock.Now(),

@@ -63,3 +63,29 @@ func FuzzParseStatusList(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseTiers: an order that reads has 1 to 16 tiers, each a valid
+// name once, and reads back the same when written out.
+func FuzzParseTiers(f *testing.F) {
+	for _, s := range []string{"", "own,datacenter,residential,mobile", " own , residential ", "own,,x", "own,own", "Own", "4g", "a-b,c9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		tiers, err := ParseTiers(v)
+		if err != nil {
+			return
+		}
+		if len(tiers) < 1 || len(tiers) > maxTiers {
+			t.Fatalf("%q: %d tiers", v, len(tiers))
+		}
+		for i, n := range tiers {
+			if !validTierName(n) || slices.Index(tiers, n) != i {
+				t.Fatalf("%q: tier %d %q invalid or named twice in %v", v, i, n, tiers)
+			}
+		}
+		again, err := ParseTiers(strings.Join(tiers, ","))
+		if err != nil || !slices.Equal(again, tiers) {
+			t.Fatalf("%q: %v reads back as %v, %v", v, tiers, again, err)
+		}
+	})
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/mirror"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
+	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/internal/clustertargets"
 	"github.com/proxyfleet/proxyfleet/internal/redact"
 	"github.com/proxyfleet/proxyfleet/pool"
@@ -89,6 +90,11 @@ const (
 	flagPacingWindow        = "pacing-window"
 	flagPacingIncreaseSteps = "pacing-increase-steps"
 	flagPacingMemory        = "pacing-memory"
+	flagTiers               = "tiers"
+	flagTierEscalateBans    = "tier-escalate-bans"
+	flagTierEscalateWindow  = "tier-escalate-window"
+	flagTierHold            = "tier-hold"
+	flagTierProbeEvery      = "tier-probe-every"
 	flagConfig              = "config"
 	flagLogLevel            = "log-level"
 	flagLogFormat           = "log-format"
@@ -245,6 +251,11 @@ func gatewayFlags() []cli.Flag {
 		durationFlag(flagPacingMaxWait, "30s", "longest a request waits for its slot in a site's pace; then 503 paced with Retry-After"),
 		durationFlag(flagPacingWindow, "10s", "with --pacing auto, the longest window of a site's limit the pool is kept from crossing after the site's first ban: the ban pauses the site this long (and a tenth), then each upstream makes what the banned one was served, less one, per window; before it one upstream leads and the others trail it (0: the fixed first cut, 1 request per second per upstream, no pause, no trail)"),
 		intFlag(flagPacingIncreaseSteps, rotation.DefaultPaceIncreaseSteps, "with --pacing auto, how many answers without a ban add a cut's rate once more (the rise, never past the rate the site refused)"),
+		stringFlag(flagTiers, "", "`NAMES`: the tiers of egress, cheapest first, comma-separated (e.g. own,datacenter,residential); a member's tier is its attribute tier (none: the cheapest). A site's requests start on the cheapest tier and climb one tier after --tier-escalate-bans bans within --tier-escalate-window, probing the tier below after --tier-hold; a client's tier=NAME pins one. Empty: one tier, nothing narrowed (docs/tiers.md)"),
+		intFlag(flagTierEscalateBans, rotation.DefaultTierThreshold, "with --tiers, how many bans on a site's tier within --tier-escalate-window move the site one tier up"),
+		durationFlag(flagTierEscalateWindow, "10m", "with --tiers, the span --tier-escalate-bans bans must fall in"),
+		durationFlag(flagTierHold, "30m", "with --tiers, how long a site stays on the tier it climbed to before one request per --tier-probe-every tries the tier below (doubled for each climb back, up to 24h)"),
+		durationFlag(flagTierProbeEvery, "1m", "with --tiers, the least time between two probes of a cheaper tier for one site (at most --tier-hold)"),
 		durationFlag(flagPacingMemory, "4h", "with --pacing auto, how slowly a learnt pace fades once its site went 10m without a ban: its interval halves every this long, so a site that banned yesterday is approached carefully today (0: forgotten after the 10m)"),
 		durationFlag(flagRequestTimeout, "60s", "how long a plain-HTTP request may take from its arrival to its answer's head, retries included (the answer's body then streams unbounded; tunnels are never cut)"),
 		configFileFlag(),
@@ -336,6 +347,9 @@ func (cfg *gatewayConfig) readTimings(c *cli.Context) (err error) {
 	}
 	if cfg.SiteTimeouts, err = sites.ParseDurations(c.StringSlice(flagSiteAnswerTimeout)); err != nil {
 		return fmt.Errorf("--%s: %w", flagSiteAnswerTimeout, err)
+	}
+	if cfg.Tiers, err = tiersFrom(c); err != nil {
+		return err
 	}
 	if cfg.Pacing, err = pacingFrom(c); err != nil {
 		return err
@@ -518,6 +532,28 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 			flagLeaseAPIListen, cfg.APIListen, flagLeaseAPITokenFile, flagInsecureAllowOpen)
 	}
 	return nil
+}
+
+// tiersFrom reads the tier flags.
+func tiersFrom(c *cli.Context) (tiering.Options, error) {
+	var o tiering.Options
+	var err error
+	if o.Tiers, err = rotation.ParseTiers(c.String(flagTiers)); err != nil {
+		return o, fmt.Errorf("--%s: %w", flagTiers, err)
+	}
+	o.Rule = rotation.TierRule{Threshold: c.Int(flagTierEscalateBans), Window: c.Duration(flagTierEscalateWindow),
+		Hold: c.Duration(flagTierHold), ProbeEvery: c.Duration(flagTierProbeEvery)}
+	switch {
+	case o.Rule.Threshold < 1 || o.Rule.Threshold > rotation.MaxTierThreshold:
+		return o, fmt.Errorf("--%s %d: must be 1 to %d", flagTierEscalateBans, o.Rule.Threshold, rotation.MaxTierThreshold)
+	case o.Rule.Window <= 0 || o.Rule.Window > rotation.MaxTierHold:
+		return o, fmt.Errorf("--%s %s: must be above 0 and at most %s", flagTierEscalateWindow, o.Rule.Window, rotation.MaxTierHold)
+	case o.Rule.Hold <= 0 || o.Rule.Hold > rotation.MaxTierHold:
+		return o, fmt.Errorf("--%s %s: must be above 0 and at most %s", flagTierHold, o.Rule.Hold, rotation.MaxTierHold)
+	case o.Rule.ProbeEvery <= 0 || o.Rule.ProbeEvery > o.Rule.Hold:
+		return o, fmt.Errorf("--%s %s: must be above 0 and at most --%s (%s)", flagTierProbeEvery, o.Rule.ProbeEvery, flagTierHold, o.Rule.Hold)
+	}
+	return o, nil
 }
 
 // pacingFrom reads the pacing flags: the default pace, the per-site ones,

@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
+	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/internal/httpserver"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
@@ -85,6 +86,10 @@ type Config struct {
 	ConnectHTTPPorts    []uint16
 	MaxSessions         int64
 	Pacing              pacing.Options
+	// Tiers is the tier stage (--tiers, --tier-*); a member of the own
+	// pool that names no tier is given the cheapest, one that names
+	// another is refused (at start, and on a reload of the file).
+	Tiers tiering.Options
 	// ShutdownGrace bounds the drain of in-flight requests and tunnels.
 	ShutdownGrace time.Duration
 	// HTTPTimeouts bound the lease API's and the metrics address's

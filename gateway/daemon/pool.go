@@ -27,7 +27,14 @@ func localPool(cfg *Config, store pool.LeaseStore, reload func([]pool.Member), r
 		fileSource = pool.NewFileSource(cfg.UpstreamsFile, pool.FileSourceOptions{
 			Static:   cfg.Static,
 			Interval: cfg.ReloadInterval,
-			OnChange: reload,
+			OnChange: func(next []pool.Member) {
+				next, err := cfg.Tiers.Members(next)
+				if err != nil {
+					log.Error("upstreams file rejected; keeping the current members", "err", err)
+					return
+				}
+				reload(next)
+			},
 			OnError: func(err error) {
 				log.Error("upstreams file rejected; keeping the current members", "err", err)
 			},
@@ -47,6 +54,13 @@ func localPool(cfg *Config, store pool.LeaseStore, reload func([]pool.Member), r
 		// configured but empty upstreams file never falls back to this, so a
 		// crawler meant to go through proxies never leaves from this host.
 		members = []pool.Member{pool.DirectMember()}
+	}
+	if members, err = cfg.Tiers.Members(members); err != nil {
+		from := or(cfg.Names.Static, "Static")
+		if cfg.UpstreamsFile != "" {
+			from = or(cfg.Names.UpstreamsFile, "UpstreamsFile")
+		}
+		return nil, nil, nil, fmt.Errorf("%s: %w", from, err)
 	}
 	store.SetMembers(members)
 

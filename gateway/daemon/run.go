@@ -142,6 +142,7 @@ func (r *run) build() error {
 		MemberAnswerTimeout: cfg.AnswerTimeout,
 		SiteAnswerTimeouts:  cfg.SiteTimeouts,
 		Pacing:              cfg.Pacing,
+		Tiers:               cfg.Tiers,
 		BanBodyBytes:        cfg.BanBodyBytes,
 		SiteRoots:           cfg.SiteRoots,
 		MITM:                cfg.MITM,
