@@ -208,6 +208,11 @@ type Options struct {
 	// narrow nothing. Where a site starts is kept by Pool when it is a
 	// pool.SiteTierKeeper, else by this gateway alone.
 	Tiers tiering.Options
+	// TierKeeper is where the sites' places on the tiers are kept: a lease
+	// store's (the Redis store, the lease API client), so every gateway on
+	// it starts a site where one learnt to. Nil is Pool's when it is a
+	// pool.SiteTierKeeper, else a place of this gateway's own.
+	TierKeeper pool.SiteTierKeeper
 }
 
 // Gateway is the forward proxy. Create it with New; serve it with Serve (or
@@ -323,7 +328,10 @@ func New(o Options) (*Gateway, error) {
 	if err := o.Tiers.Check(); err != nil {
 		return nil, fmt.Errorf("gateway: Options.Tiers: %w", err)
 	}
-	keeper, _ := o.Pool.(pool.SiteTierKeeper)
+	keeper := o.TierKeeper
+	if keeper == nil {
+		keeper, _ = o.Pool.(pool.SiteTierKeeper)
+	}
 	tiers := tiering.New(o.Tiers, keeper, o.Logger)
 	var m *mitm
 	if o.MITM != nil {

@@ -159,6 +159,7 @@ func New(o Options) (*API, error) {
 			Recorder: o.Recorder,
 			Reviewer: o.Reviewer,
 			Pacer:    pacerOf(store),
+			Tiers:    tiersOf(store),
 		}), o.Tracing, "leaseapi"), slog.New(logr.ToSlogHandler(log)), o.HTTPTimeouts),
 	}, nil
 }
@@ -266,4 +267,10 @@ func tenancyOf(o Options) string {
 func pacerOf(store pool.LeaseStore) pool.SitePacer {
 	p, _ := store.(pool.SitePacer)
 	return p
+}
+
+// tiersOf is store's keeper of the sites' tiers, nil when it keeps none.
+func tiersOf(store pool.LeaseStore) pool.SiteTierKeeper {
+	k, _ := store.(pool.SiteTierKeeper)
+	return k
 }

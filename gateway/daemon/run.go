@@ -121,15 +121,20 @@ func (r *run) build() error {
 	// The pace of sites is the lease store's (the in-process or Redis
 	// store), or in remote mode the controller's, so that every gateway
 	// on one store paces a site together.
-	var pacer pool.SitePacer
+	var (
+		pacer  pool.SitePacer
+		keeper pool.SiteTierKeeper
+	)
 	if r.remote != nil {
-		pacer = r.remote
+		pacer, keeper = r.remote, r.remote
 	} else {
 		pacer, _ = r.store.(pool.SitePacer)
+		keeper, _ = r.store.(pool.SiteTierKeeper)
 	}
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
 		Pacer:               pacer,
+		TierKeeper:          keeper,
 		Mode:                cfg.Mode,
 		LeaseTTL:            cfg.Store.DefaultTTL,
 		Retries:             cfg.Retries,

@@ -1,13 +1,15 @@
 package leaseapi
 
 import (
-	"github.com/proxyfleet/proxyfleet/pool"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
 // FuzzLeaseAPIBodies feeds lease and report request bodies and list
@@ -85,6 +87,37 @@ func FuzzPaceAPIBodies(f *testing.F) {
 		}
 		if sl, _ := store.ReserveSlot(ctx, pool.SlotRequest{Site: "example.com", Member: "a", MinInterval: time.Hour}); sl.Wait != 0 {
 			t.Fatalf("a refused body (%d) reserved a slot", rec.Code)
+		}
+	})
+}
+
+// FuzzTierAPIBodies feeds POST /v1/tier bodies: never a 5xx, and a refused
+// body changes no site's place.
+func FuzzTierAPIBodies(f *testing.F) {
+	rule := `"rule":{"threshold":1,"windowMillis":600000,"holdMillis":1800000,"probeEveryMillis":60000}`
+	f.Add(`{"op":"start","site":"example.com","lo":0,"hi":2,"top":2,` + rule + `}`)
+	f.Add(`{"op":"answer","site":"example.com","level":0,"seenMoves":0,"result":"banned","top":2,` + rule + `}`)
+	f.Add(`{"op":"answer","site":"example.com","level":3,"result":"banned","top":2,` + rule + `}`)
+	f.Add(`{"op":"start","site":"example.com","lo":2,"hi":1,"top":2,` + rule + `}`)
+	f.Add(`{"op":"answer","site":"example.com","result":"banned","top":2,"rule":{"threshold":1,"windowMillis":-1}}`)
+	f.Add(`{"op":"climb"}`)
+	f.Add(`[{"op":"start"}]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		store := pool.NewStore(pool.StoreOptions{})
+		h := NewAPIServer(store, APIOptions{})
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8090/v1/tier", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body.String())
+		}
+		if rec.Code < 400 {
+			return
+		}
+		st, _ := store.StartTier(t.Context(), "example.com", rotation.TierRange{Hi: 2}, rotation.DefaultTierRule)
+		if st.Level != 0 || st.Moves != 0 || st.Probe {
+			t.Fatalf("a refused body (%d) moved the site: %+v", rec.Code, st)
 		}
 	})
 }
