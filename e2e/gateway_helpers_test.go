@@ -224,6 +224,7 @@ type getResult struct {
 	lease  string // X-Proxyfleet-Lease
 	reason string // X-Proxyfleet-Reason
 	body   string
+	header http.Header // the whole answer head
 }
 
 // doGet sends one GET through c and reads the answer, whatever its status.
@@ -251,6 +252,7 @@ func doGet(c *http.Client, rawURL string, header http.Header) (getResult, error)
 		lease:  resp.Header.Get(hdrLease),
 		reason: resp.Header.Get(hdrReason),
 		body:   string(body),
+		header: resp.Header,
 	}, nil
 }
 
