@@ -12,17 +12,12 @@ package fpsite
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"strconv"
@@ -34,6 +29,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/proxyfleet/proxyfleet/internal/testkit/sitecert"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/tlsfp"
 )
 
@@ -97,7 +93,7 @@ func Start(t testing.TB, host string) *Site {
 	if ip == nil || !ip.IsLoopback() {
 		t.Fatalf("fingerprint site host %q must be a loopback IP", host)
 	}
-	cert, caDER, err := siteCert(ip)
+	cert, caDER, err := sitecert.Issue("fpsite", ip, "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,41 +115,6 @@ func Start(t testing.TB, host string) *Site {
 	go s.accept()
 	t.Cleanup(s.Close)
 	return s
-}
-
-// siteCert is a site's certificate for ip, issued by a CA of its own
-// (returned, DER), as a real site's is: Firefox refuses a self-signed CA
-// certificate as a server's. The chain sent is the leaf and the CA, so
-// Chromium's --ignore-certificate-errors-spki-list finds the CA's key in
-// it.
-func siteCert(ip net.IP) (tls.Certificate, []byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fpsite CA " + ip.String()},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	if ca, err = x509.ParseCertificate(caDER); err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "fpsite " + ip.String()},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IPAddresses: []net.IP{ip}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}, caDER, nil
 }
 
 func (s *Site) accept() {

@@ -11,15 +11,9 @@ package headsite
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http/httputil"
 	"strconv"
@@ -27,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxyfleet/internal/testkit/sitecert"
 )
 
 // maxHead bounds a recorded head; a longer one ends the connection.
@@ -73,7 +69,7 @@ func Start(t testing.TB, host string, withTLS bool) *Site {
 	}
 	s := &Site{tls: withTLS}
 	if withTLS {
-		cert, caDER, err := siteCert(ip)
+		cert, caDER, err := sitecert.Issue("headsite", ip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,36 +215,4 @@ func discardBody(br *bufio.Reader, raw string) bool {
 	}
 	_, err := io.CopyN(io.Discard, br, length)
 	return err == nil
-}
-
-// siteCert is a certificate for ip issued by a CA of its own (returned,
-// DER); the chain sent is the leaf and the CA.
-func siteCert(ip net.IP) (tls.Certificate, []byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "headsite CA " + ip.String()},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	if ca, err = x509.ParseCertificate(caDER); err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "headsite " + ip.String()},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IPAddresses: []net.IP{ip}}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}, caDER, nil
 }
