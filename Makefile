@@ -89,8 +89,8 @@ vet:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags $(SIDECAR_TAGS) ./gateway/...
 
 ## unit: under the race detector, which needs cgo: a compile of its own in any case.
-unit: deps envtest-bins
-	CGO_ENABLED=1 $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+unit: deps envtest-bins build
+	PROXYFLEET_BIN=$(PROXYFLEET) CGO_ENABLED=1 $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
 ## fuzz: a short run of each fuzz target (the seed corpus also runs in unit); FUZZTIME=2000000x for longer.
 ## The budget is a count, not a duration: with a duration, go1.26's fuzz coordinator can fail a clean run with

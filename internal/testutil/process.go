@@ -19,8 +19,12 @@ import (
 const maxCapturedOutput = 256 << 10
 
 // BuildBinary returns the proxyfleet binary to test: $PROXYFLEET_BIN when set
-// (make e2e builds it once), else a fresh `go build ./cmd/proxyfleet` into a
-// temp dir (cached by Go's build cache, so repeated calls are cheap).
+// (make e2e and make unit pass make build's), else a fresh
+// `go build ./cmd/proxyfleet` into a temp dir, static and -trimpath as make
+// build's is, so Go's build cache already holds its packages: under make
+// unit's CGO_ENABLED=1 (the race detector's) it would otherwise compile the
+// whole product again with cgo, which took a loaded run's charts test past
+// its 10 minutes.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
 	return buildBinary(t, "PROXYFLEET_BIN")
@@ -55,9 +59,10 @@ func buildBinary(t testing.TB, env string, flags ...string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "proxyfleet")
-	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/proxyfleet")
+	args := append(append([]string{"build", "-trimpath"}, flags...), "-o", out, "./cmd/proxyfleet")
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %v: %v\n%s", args, err, msg)
 	}
