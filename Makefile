@@ -127,6 +127,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway/pacing
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/clients
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteOrdered$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzReorder$$' -fuzztime $(FUZZTIME) ./internal/httphead

@@ -40,6 +40,7 @@ type leasing struct {
 	struck     struckSet
 	members    memberSource
 	watch      leaseWatcher
+	allow      allowance
 	rec        Recorder
 	log        *slog.Logger
 }
@@ -69,7 +70,7 @@ func newLeasing(o Options, members memberSource, watch leaseWatcher) (*leasing, 
 		maxSessTTL = mt.MaxTTL()
 	}
 	return &leasing{pool: o.Pool, later: later, mode: o.Mode, ttl: o.LeaseTTL, maxSessTTL: maxSessTTL, aff: aff,
-		members: members, watch: watch, rec: o.Metrics, log: o.Logger}, nil
+		members: members, watch: watch, allow: newAllowance(o.Clients, o.Pool), rec: o.Metrics, log: o.Logger}, nil
 }
 
 // pinReleaseWait bounds how long a stopping gateway spends handing its
@@ -206,7 +207,10 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 	if ttl == 0 && pin {
 		ttl = ls.ttl
 	}
-	l, err := ls.pool.Acquire(ctx, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
+	if lr.p.Client != "" {
+		ctx = pool.WithClient(ctx, pool.Client{Name: lr.p.Client})
+	}
+	l, err := ls.allow.acquire(ctx, ls.pool, lr.p.Client, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
 	if err != nil {
 		return held{}, err
 	}
@@ -486,6 +490,10 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 		return &fault.Annotated{Err: err, Msg: msg}
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
+	case errors.Is(err, pool.ErrForbidden) && lr.p.Client != "":
+		// A token client asked for members outside its allowance: the
+		// allowance's words name them.
+		return &fault.Annotated{Err: err, Msg: err.Error()}
 	case errors.Is(err, pool.ErrForbidden):
 		// Its identity has no right to lease, or its namespace was not
 		// given the Proxies asked for (not_shared): the API's words say which.

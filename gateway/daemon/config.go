@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/internal/httpserver"
@@ -75,7 +76,7 @@ type Config struct {
 	MITM                *gateway.MITMOptions // nil: MITM off; Run closes its CA
 	SiteRoots           *x509.CertPool       // nil: the system roots
 	Retries             int
-	Tokens              []string
+	Clients             []clients.Client
 	AllowPrivateTargets bool
 	ClusterTargets      []netip.Prefix
 	DialTimeout         time.Duration
@@ -121,8 +122,8 @@ type Names struct {
 	Static               string
 	UpstreamsFile, Probe string
 	OutageGrace          string
-	// Tokens and APIToken name where the tokens are read from.
-	Tokens, APIToken string
+	// Clients and APIToken name where the tokens are read from.
+	Clients, APIToken string
 }
 
 // or is name, or field when name is empty.

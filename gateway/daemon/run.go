@@ -134,7 +134,7 @@ func (r *run) build() error {
 		LeaseTTL:            cfg.Store.DefaultTTL,
 		Retries:             cfg.Retries,
 		Classifier:          cfg.Classifier,
-		Tokens:              cfg.Tokens,
+		Clients:             cfg.Clients,
 		AllowPrivateTargets: cfg.AllowPrivateTargets,
 		ClusterTargets:      cfg.ClusterTargets,
 		DialTimeout:         cfg.DialTimeout,

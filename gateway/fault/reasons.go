@@ -38,7 +38,7 @@ const (
 	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
 	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --lease-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
-	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease API refused the lease (no right to lease, or not shared with its namespace)
+	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease was refused (no right to lease, not shared with its namespace, outside the token client's allowance)
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
 	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
