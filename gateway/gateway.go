@@ -131,6 +131,10 @@ type Options struct {
 	// carry one's token (Proxy-Authorization: Basic user:token) and leases
 	// only what its line allows; empty means no client authentication.
 	Clients []clients.Client
+	// Quotas keeps the token clients' quotas (their lines' leases=, rps=,
+	// site-rps=): the lease store, so a quota holds across the gateways
+	// on it. Nil: a client with a quota is an error of New.
+	Quotas pool.QuotaKeeper
 	// AllowPrivateTargets lets clients reach loopback, private, link-local
 	// and unique-local addresses (tests, trusted networks).
 	AllowPrivateTargets bool

@@ -117,6 +117,9 @@ func newEnv(t testing.TB, o Options, so pool.StoreOptions, members ...pool.Membe
 	store.SetMembers(members)
 	rec := &testRecorder{}
 	o.Pool = store
+	if o.Quotas == nil {
+		o.Quotas = store
+	}
 	if o.Metrics == nil {
 		o.Metrics = rec
 	}

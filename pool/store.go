@@ -130,6 +130,8 @@ func (o StoreOptions) WithDefaults() StoreOptions {
 type Store struct {
 	o    StoreOptions
 	pace *Paces // the sites' pace (SitePacer), on the store's clock
+	// quotas are the clients' quotas (QuotaKeeper), on the store's clock.
+	quotas *Quotas
 
 	mu      sync.Mutex
 	members map[string]*memberState
@@ -181,6 +183,7 @@ func NewStore(o StoreOptions) *Store {
 	s := &Store{
 		o:        o,
 		pace:     NewPaces(o.Clock),
+		quotas:   NewQuotas(o.Clock),
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
 		base:     o.Clock.Now(),

@@ -1,9 +1,9 @@
 // Package clients reads a gateway's token clients (--auth-token-file): one
-// line per client, its name, its token (the Proxy-Authorization password)
-// and what it may use:
+// line per client, its name, its token (the Proxy-Authorization password),
+// what it may use and its quotas:
 //
-//	# NAME   TOKEN          WHAT IT MAY USE
-//	team-a   8Yc1Zt...      pool=fleet/eu pool=fleet/us
+//	# NAME   TOKEN          WHAT IT MAY USE                  QUOTAS
+//	team-a   8Yc1Zt...      pool=fleet/eu pool=fleet/us      leases=20 rps=50 site-rps=5
 //	team-b   Hq93Lm...      select=region=eu,tier=dc
 //	ops      c0FfEe...      all
 //
@@ -18,11 +18,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/quota"
 )
 
 // Client is one line of the file.
@@ -40,6 +43,9 @@ type Client struct {
 	// written (the order it leases in): each the members whose attributes
 	// carry every pair of the selector.
 	Scopes []Scope
+	// Quota is what it may take at once and per second (leases=, rps=,
+	// site-rps=); zero: no limit.
+	Quota quota.Limits
 }
 
 // Scope is one part of the fleet a client may use.
@@ -101,10 +107,14 @@ var (
 
 // Keys of a line's fields after the token.
 const (
-	keyPool   = "pool"
-	keySelect = "select"
-	keyTiers  = "tiers"
-	wordAll   = "all"
+	keyPool        = "pool"
+	keySelect      = "select"
+	keyTiers       = "tiers"
+	keyLeases      = "leases"
+	keyRPS         = "rps"
+	keySiteRPS     = "site-rps"
+	keyBytesPerDay = "bytes-per-day"
+	wordAll        = "all"
 )
 
 // Parse reads a token-clients file: blank lines and lines starting with #
@@ -159,13 +169,13 @@ func parseLine(n int, f []string) (Client, error) {
 		return Client{}, fmt.Errorf("line %d: the first word is not a client name (a DNS label: lower-case letters, digits and '-', at most 63); want NAME TOKEN all|pool=NS/POOL|select=K=V", n)
 	}
 	c := Client{Name: f[0], Token: f[1], Line: n}
-	if len(f) == 2 {
-		return Client{}, fmt.Errorf("line %d (client %s): says nothing of what it may use: add all, pool=NAMESPACE/POOL or select=K=V[,K=V]", n, c.Name)
-	}
 	for i, field := range f[2:] {
 		if err := c.set(i+3, field); err != nil {
 			return Client{}, fmt.Errorf("line %d (client %s): %w", n, c.Name, err)
 		}
+	}
+	if !c.All && len(c.Scopes) == 0 {
+		return Client{}, fmt.Errorf("line %d (client %s): says nothing of what it may use: add all, pool=NAMESPACE/POOL or select=K=V[,K=V]", n, c.Name)
 	}
 	if c.All && len(c.Scopes) > 0 {
 		return Client{}, fmt.Errorf("line %d (client %s): all with pool= or select=: all already means every member", n, c.Name)
@@ -203,11 +213,31 @@ func (c *Client) set(i int, field string) error {
 		return c.add(Scope{Name: "members with " + selectorString(sel), Selector: sel})
 	case keyTiers:
 		return errors.New("tiers= is reserved for member tiers, which this version does not have yet: leave it out")
+	case keyLeases:
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("leases=%s: want a whole number of leases (0: no limit)", v)
+		}
+		c.Quota.Leases = n
+		return c.Quota.Check()
+	case keyRPS, keySiteRPS:
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsInf(r, 0) {
+			return fmt.Errorf("%s=%s: want requests per second, such as 20 or 0.5 (0: no limit)", k, v)
+		}
+		if k == keyRPS {
+			c.Quota.RPS = r
+		} else {
+			c.Quota.SiteRPS = r
+		}
+		return c.Quota.Check()
+	case keyBytesPerDay:
+		return errors.New("bytes-per-day= is not kept by this version: leave it out (docs/tenancy.md#quotas)")
 	}
 	if keyPattern.MatchString(k) {
-		return fmt.Errorf("unknown field %s= (want all, pool=, select=)", k)
+		return fmt.Errorf("unknown field %s= (want all, pool=, select=, leases=, rps=, site-rps=)", k)
 	}
-	return fmt.Errorf("field %d: unknown key (want all, pool=, select=)", i)
+	return fmt.Errorf("field %d: unknown key (want all, pool=, select=, leases=, rps=, site-rps=)", i)
 }
 
 // add appends s unless the client has it already.

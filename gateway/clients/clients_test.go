@@ -4,6 +4,8 @@ import (
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/proxyfleet/proxyfleet/pool/quota"
 )
 
 const secret = "S3cr3t-t0ken_xyz"
@@ -26,6 +28,10 @@ func TestParseReadsWhatEachClientMayUse(t *testing.T) {
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}, {Name: "b", Token: "tok2", Line: 2, Scopes: []Scope{{Name: "members with region=eu", Selector: map[string]string{"region": "eu"}}}}}},
 		{"tabs separate fields too", "a\ttok1\tall\n",
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}}},
+		{"quotas beside what it may use", "a tok1 leases=20 all rps=50 site-rps=0.5\n",
+			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Quota: quota.Limits{Leases: 20, RPS: 50, SiteRPS: 0.5}}}},
+		{"a zero quota is no limit", "a tok1 all leases=0 rps=0\n",
+			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +52,7 @@ func TestParseReadsWhatEachClientMayUse(t *testing.T) {
 }
 
 func sameClient(a, b Client) bool {
-	if a.Name != b.Name || a.Token != b.Token || a.Line != b.Line || a.All != b.All || len(a.Scopes) != len(b.Scopes) {
+	if a.Name != b.Name || a.Token != b.Token || a.Line != b.Line || a.All != b.All || len(a.Scopes) != len(b.Scopes) || a.Quota != b.Quota {
 		return false
 	}
 	for i := range a.Scopes {
@@ -79,6 +85,14 @@ func TestParseRefusesBadLinesNamingTheLineNeverTheToken(t *testing.T) {
 		{"a name used twice", "a tok1 all\na tok2 all\n", "line 2: client a is already on line 1"},
 		{"a token used twice", "a " + secret + " all\nb " + secret + " all\n", "line 2 (client b): its token is already on line 1"},
 		{"no client at all", "# nothing\n\n", "holds no client"},
+		{"a quota without what it may use", "team-a " + secret + " leases=2\n", "says nothing of what it may use"},
+		{"a negative lease quota", "team-a " + secret + " all leases=-1\n", "line 1 (client team-a): leases=-1 is negative"},
+		{"a lease quota that is no number", "team-a " + secret + " all leases=many\n", "leases=many: want a whole number"},
+		{"a negative rate", "team-a " + secret + " all rps=-5\n", "line 1 (client team-a): rps=-5: want 0 (no limit) to"},
+		{"a site rate that is no number", "team-a " + secret + " all site-rps=fast\n", "site-rps=fast: want requests per second"},
+		{"an infinite rate", "team-a " + secret + " all rps=Inf\n", "rps=Inf: want requests per second"},
+		{"a rate past the largest", "team-a " + secret + " all rps=1e7\n", "rps=1e+07: want 0 (no limit) to"},
+		{"bytes per day are not kept yet", "team-a " + secret + " all bytes-per-day=10G\n", "bytes-per-day= is not kept by this version"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +146,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("# c\nteam-a tok pool=fleet/eu select=region=eu,tier=dc\n")
 	f.Add("tok\n")
 	f.Add("a tok tiers=x\n")
+	f.Add("a tok all leases=3 rps=0.5 site-rps=2\n")
 	f.Fuzz(func(t *testing.T, file string) {
 		cs, err := Parse(strings.NewReader(file))
 		if err != nil {
@@ -143,6 +158,9 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad client %+v", c)
 			}
 			names[c.Name] = true
+			if c.Quota.Check() != nil {
+				t.Fatalf("client %s: a quota Check refuses: %+v", c.Name, c.Quota)
+			}
 			if c.All == (len(c.Scopes) > 0) {
 				t.Fatalf("client %s: all %v with %d scopes", c.Name, c.All, len(c.Scopes))
 			}

@@ -127,6 +127,9 @@ func (r *run) build() error {
 	} else {
 		pacer, _ = r.store.(pool.SitePacer)
 	}
+	// Token clients' quotas live in the store the gateway holds (a
+	// --lease-api gateway holds none).
+	quotaKeeper, _ := r.store.(pool.QuotaKeeper)
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
 		Pacer:               pacer,
@@ -135,6 +138,7 @@ func (r *run) build() error {
 		Retries:             cfg.Retries,
 		Classifier:          cfg.Classifier,
 		Clients:             cfg.Clients,
+		Quotas:              quotaKeeper,
 		AllowPrivateTargets: cfg.AllowPrivateTargets,
 		ClusterTargets:      cfg.ClusterTargets,
 		DialTimeout:         cfg.DialTimeout,
