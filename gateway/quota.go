@@ -15,7 +15,8 @@ import (
 )
 
 // quotas is the part of the request path that keeps token clients to
-// their quotas (their --auth-token-file line's leases=, rps=, site-rps=)
+// their quotas (their --auth-token-file line's leases=, rps=, site-rps=,
+// bytes-per-day=)
 // in the lease store (pool.QuotaKeeper), so a quota holds across every
 // gateway on the store: a request's rates are taken before it leases
 // anything, a lease's place before the pool is asked, and a place is
@@ -89,13 +90,27 @@ func (q *quotas) refused(client string, err error) error {
 }
 
 // admit takes one request of lr's client to its site from the client's
-// rates.
+// rates, and refuses it once the client's bytes of today reached its
+// quota.
 func (q *quotas) admit(ctx context.Context, lr *leaseReq) error {
 	l, ok := q.by[lr.p.Client]
-	if !ok || (l.RPS <= 0 && l.SiteRPS <= 0) {
+	if !ok || (l.RPS <= 0 && l.SiteRPS <= 0 && l.BytesPerDay <= 0) {
 		return nil
 	}
 	return q.refused(lr.p.Client, q.keep.TakeRequest(ctx, lr.p.Client, lr.target, l))
+}
+
+// spent counts n bytes a request of client carried (both ways) toward its
+// bytes-per-day quota.
+func (q *quotas) spent(ctx context.Context, client string, n int64) {
+	if l, ok := q.by[client]; !ok || l.BytesPerDay <= 0 || n <= 0 {
+		return
+	}
+	ctx, cancel := bgCtx(ctx)
+	defer cancel()
+	if err := q.keep.AddBytes(ctx, client, n); err != nil {
+		q.log.Warn("quota bytes not counted: the lease store did not answer", "client", client, "bytes", n, "err", err)
+	}
 }
 
 // take takes a place in client's lease quota for a lease of ttl about to

@@ -95,6 +95,32 @@ func TestAClientPastItsQuotaIs429BeforeAnythingIsLeasedOrSent(t *testing.T) {
 		}
 	})
 
+	t.Run("bytes per day", func(t *testing.T) {
+		cs := mustClients(t, "big tok-b all bytes-per-day=2000\n")
+		e := newEnv(t, Options{AllowPrivateTargets: true, Clients: cs}, pool.StoreOptions{}, directMembers(1)...)
+		var got int
+		for i := range 200 {
+			code, reason, retry, b := do(t, e.client("crawler", "tok-b"), site.URL()+"/bytes")
+			if code == 200 {
+				got += len(b)
+				continue
+			}
+			if code != http.StatusTooManyRequests || reason != "quota_exceeded" || !strings.Contains(b, "client big: bytes-per-day quota of 2000 exceeded") {
+				t.Fatalf("request %d: %d %s %q, want 429 quota_exceeded naming bytes-per-day", i, code, reason, b)
+			}
+			if n, err := strconv.Atoi(retry); err != nil || n < 1 || n > 86400 {
+				t.Fatalf("Retry-After %q, want the rest of the UTC day", retry)
+			}
+			// The request that crossed the quota was served whole: the
+			// bytes a request carries are known once it has.
+			if got < 2000 {
+				t.Fatalf("refused after %d body bytes, before the day's 2000", got)
+			}
+			return
+		}
+		t.Fatalf("200 requests carried %d bytes and none was refused", got)
+	})
+
 	t.Run("per-request leases give their place back", func(t *testing.T) {
 		cs := mustClients(t, "one tok-1 all leases=1\n")
 		e := newEnv(t, Options{AllowPrivateTargets: true, Clients: cs, Mode: rotation.ModeRequest}, pool.StoreOptions{}, directMembers(2)...)

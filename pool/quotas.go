@@ -19,8 +19,11 @@ import (
 // TTL) and then leaves by itself.
 type QuotaKeeper interface {
 	// TakeRequest counts one request of client to site against l's rates
-	// (overall and per site): both fit and are taken, or neither.
+	// (overall and per site): both fit and are taken, or neither; and
+	// refuses it when the client's bytes of today reached l.BytesPerDay.
 	TakeRequest(ctx context.Context, client, site string, l quota.Limits) error
+	// AddBytes counts n bytes a request of client carried today.
+	AddBytes(ctx context.Context, client string, n int64) error
 	// TakeLease takes one of client's l.Leases places for holder (a unique
 	// id) for ttl, when fewer than l.Leases are held.
 	TakeLease(ctx context.Context, client, holder string, l quota.Limits, ttl time.Duration) error
@@ -44,6 +47,8 @@ type clientQuota struct {
 	tat    time.Time
 	sites  map[string]time.Time
 	leases map[string]time.Time
+	// day is the UTC day (quota.Day) bytes counts.
+	day, bytes int64
 }
 
 // minQuotaSweep is the client count below which Quotas never sweeps.
@@ -74,7 +79,7 @@ func (q *Quotas) client(name string) *clientQuota {
 func (q *Quotas) sweep(now time.Time) {
 	for name, c := range q.clients {
 		c.prune(now)
-		if c.tat.Before(now) && len(c.sites) == 0 && len(c.leases) == 0 {
+		if c.tat.Before(now) && len(c.sites) == 0 && len(c.leases) == 0 && c.day != quota.Day(now) {
 			delete(q.clients, name)
 		}
 	}
@@ -96,13 +101,22 @@ func (c *clientQuota) prune(now time.Time) {
 
 // TakeRequest is QuotaKeeper.TakeRequest (quota.TakeRates).
 func (q *Quotas) TakeRequest(_ context.Context, client, site string, l quota.Limits) error {
-	if l.RPS <= 0 && l.SiteRPS <= 0 {
+	if l.RPS <= 0 && l.SiteRPS <= 0 && l.BytesPerDay <= 0 {
 		return nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.clock.Now()
 	c := q.client(client)
+	if l.BytesPerDay > 0 {
+		used := int64(0)
+		if c.day == quota.Day(now) {
+			used = c.bytes
+		}
+		if ref := quota.TakeBytes(l, used, now); ref != nil {
+			return ref
+		}
+	}
 	var siteTat time.Time
 	if l.SiteRPS > 0 {
 		siteTat = c.sites[site]
@@ -120,6 +134,19 @@ func (q *Quotas) TakeRequest(_ context.Context, client, site string, l quota.Lim
 		}
 		c.sites[site] = st
 	}
+	return nil
+}
+
+// AddBytes is QuotaKeeper.AddBytes.
+func (q *Quotas) AddBytes(_ context.Context, client string, n int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	c := q.client(client)
+	if d := quota.Day(now); c.day != d {
+		c.day, c.bytes = d, 0
+	}
+	c.bytes += n
 	return nil
 }
 
@@ -161,6 +188,11 @@ func (q *Quotas) ReturnLease(_ context.Context, client, holder string) error {
 // TakeRequest is Quotas.TakeRequest on the store's quota book.
 func (s *Store) TakeRequest(ctx context.Context, client, site string, l quota.Limits) error {
 	return s.quotas.TakeRequest(ctx, client, site, l)
+}
+
+// AddBytes is Quotas.AddBytes on the store's quota book.
+func (s *Store) AddBytes(ctx context.Context, client string, n int64) error {
+	return s.quotas.AddBytes(ctx, client, n)
 }
 
 // TakeLease is Quotas.TakeLease on the store's quota book.

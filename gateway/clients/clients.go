@@ -43,8 +43,8 @@ type Client struct {
 	// written (the order it leases in): each the members whose attributes
 	// carry every pair of the selector.
 	Scopes []Scope
-	// Quota is what it may take at once and per second (leases=, rps=,
-	// site-rps=); zero: no limit.
+	// Quota is what it may take at once, per second and per day (leases=,
+	// rps=, site-rps=, bytes-per-day=); zero: no limit.
 	Quota quota.Limits
 }
 
@@ -232,12 +232,35 @@ func (c *Client) set(i int, field string) error {
 		}
 		return c.Quota.Check()
 	case keyBytesPerDay:
-		return errors.New("bytes-per-day= is not kept by this version: leave it out (docs/tenancy.md#quotas)")
+		n, err := parseBytes(v)
+		if err != nil {
+			return fmt.Errorf("bytes-per-day=%s: %w", v, err)
+		}
+		c.Quota.BytesPerDay = n
+		return c.Quota.Check()
 	}
 	if keyPattern.MatchString(k) {
-		return fmt.Errorf("unknown field %s= (want all, pool=, select=, leases=, rps=, site-rps=)", k)
+		return fmt.Errorf("unknown field %s= (want all, pool=, select=, leases=, rps=, site-rps=, bytes-per-day=)", k)
 	}
-	return fmt.Errorf("field %d: unknown key (want all, pool=, select=, leases=, rps=, site-rps=)", i)
+	return fmt.Errorf("field %d: unknown key (want all, pool=, select=, leases=, rps=, site-rps=, bytes-per-day=)", i)
+}
+
+// parseBytes reads a byte count: a whole number, optionally with a
+// decimal suffix K, M, G or T (10G is ten billion bytes, as bandwidth is
+// billed).
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	if v != "" {
+		if i := strings.IndexByte("KMGT", v[len(v)-1]); i >= 0 {
+			mult = int64(math.Pow(1000, float64(i+1)))
+			v = v[:len(v)-1]
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || (n > 0 && n > math.MaxInt64/mult) {
+		return 0, errors.New("want a whole number of bytes, optionally with K, M, G or T (0: no limit)")
+	}
+	return n * mult, nil
 }
 
 // add appends s unless the client has it already.

@@ -30,6 +30,10 @@ func TestParseReadsWhatEachClientMayUse(t *testing.T) {
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}}},
 		{"quotas beside what it may use", "a tok1 leases=20 all rps=50 site-rps=0.5\n",
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Quota: quota.Limits{Leases: 20, RPS: 50, SiteRPS: 0.5}}}},
+		{"a byte quota with a decimal suffix", "a tok1 all bytes-per-day=10G\n",
+			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Quota: quota.Limits{BytesPerDay: 10_000_000_000}}}},
+		{"a byte quota in plain bytes", "a tok1 all bytes-per-day=1500\n",
+			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Quota: quota.Limits{BytesPerDay: 1500}}}},
 		{"a zero quota is no limit", "a tok1 all leases=0 rps=0\n",
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}}},
 	}
@@ -92,7 +96,9 @@ func TestParseRefusesBadLinesNamingTheLineNeverTheToken(t *testing.T) {
 		{"a site rate that is no number", "team-a " + secret + " all site-rps=fast\n", "site-rps=fast: want requests per second"},
 		{"an infinite rate", "team-a " + secret + " all rps=Inf\n", "rps=Inf: want requests per second"},
 		{"a rate past the largest", "team-a " + secret + " all rps=1e7\n", "rps=1e+07: want 0 (no limit) to"},
-		{"bytes per day are not kept yet", "team-a " + secret + " all bytes-per-day=10G\n", "bytes-per-day= is not kept by this version"},
+		{"a negative byte quota", "team-a " + secret + " all bytes-per-day=-1\n", "bytes-per-day=-1 is negative"},
+		{"a byte quota with an unknown suffix", "team-a " + secret + " all bytes-per-day=10GiB\n", "bytes-per-day=10GiB: want a whole number of bytes"},
+		{"a byte quota past int64", "team-a " + secret + " all bytes-per-day=99999999999T\n", "bytes-per-day=99999999999T: want a whole number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +152,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("# c\nteam-a tok pool=fleet/eu select=region=eu,tier=dc\n")
 	f.Add("tok\n")
 	f.Add("a tok tiers=x\n")
-	f.Add("a tok all leases=3 rps=0.5 site-rps=2\n")
+	f.Add("a tok all leases=3 rps=0.5 site-rps=2 bytes-per-day=5G\n")
 	f.Fuzz(func(t *testing.T, file string) {
 		cs, err := Parse(strings.NewReader(file))
 		if err != nil {

@@ -23,6 +23,9 @@ type Limits struct {
 	RPS float64
 	// SiteRPS is its requests per second to any one site.
 	SiteRPS float64
+	// BytesPerDay is how many bytes its requests may carry (both ways,
+	// bodies and tunnels) in one UTC day.
+	BytesPerDay int64
 }
 
 // IsZero reports whether l limits nothing.
@@ -42,6 +45,8 @@ func (l Limits) Check() error {
 		return fmt.Errorf("rps=%g: want 0 (no limit) to %g", l.RPS, float64(MaxRPS))
 	case l.SiteRPS < 0 || math.IsNaN(l.SiteRPS) || l.SiteRPS > MaxRPS:
 		return fmt.Errorf("site-rps=%g: want 0 (no limit) to %g", l.SiteRPS, float64(MaxRPS))
+	case l.BytesPerDay < 0:
+		return fmt.Errorf("bytes-per-day=%d is negative", l.BytesPerDay)
 	}
 	return nil
 }
@@ -89,6 +94,7 @@ const (
 	WhichRPS     Which = "rps"
 	WhichSiteRPS Which = "site-rps"
 	WhichLeases  Which = "leases"
+	WhichBytes   Which = "bytes-per-day"
 )
 
 // Refusal is a request past a quota: which, the limit, and how long until
@@ -141,6 +147,22 @@ func TakeRates(l Limits, tat, siteTat, now time.Time) (time.Time, time.Time, *Re
 		return tat, siteTat, ref
 	}
 	return nt, nst, nil
+}
+
+// Day is the UTC day of t, as the stores key a client's bytes: days since
+// the Unix epoch.
+func Day(t time.Time) int64 { return t.Unix() / 86400 }
+
+// TakeBytes decides one request of a client that has carried used bytes
+// today (at now) under l: refused, until the UTC day ends, once used has
+// reached the day's quota. The request that crosses it is not cut off: its
+// size is known only once it has been carried.
+func TakeBytes(l Limits, used int64, now time.Time) *Refusal {
+	if l.BytesPerDay <= 0 || used < l.BytesPerDay {
+		return nil
+	}
+	next := time.Unix((Day(now)+1)*86400, 0)
+	return &Refusal{Which: WhichBytes, Limit: float64(l.BytesPerDay), RetryAfter: next.Sub(now)}
 }
 
 // LeaseRetry is the Retry-After of a refused lease: a lease ends with its

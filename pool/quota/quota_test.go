@@ -93,3 +93,17 @@ func TestRetryAfterSecondsRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeBytesRefusesUntilTheUTCDayEnds(t *testing.T) {
+	l := Limits{BytesPerDay: 100}
+	if TakeBytes(l, 99, t0) != nil || TakeBytes(Limits{}, 1<<40, t0) != nil {
+		t.Fatal("refused below the quota or without one")
+	}
+	r := TakeBytes(l, 100, t0) // t0 is noon UTC
+	if r == nil || r.Which != WhichBytes || r.RetryAfter != 12*time.Hour {
+		t.Fatalf("at the quota at noon: %+v, want bytes-per-day for 12h", r)
+	}
+	if Day(t0.Add(12*time.Hour)) != Day(t0)+1 || Day(t0.Add(12*time.Hour-time.Nanosecond)) != Day(t0) {
+		t.Fatal("Day does not turn at UTC midnight")
+	}
+}

@@ -19,6 +19,7 @@ import (
 //	C.."r"        STRING  the client's overall rate's theoretical arrival time (µs)
 //	C.."s:"..site STRING  its rate at site's
 //	C.."l"        ZSET    its leases' places: holder -> when the place ends (µs)
+//	C.."b:"..day  STRING  the bytes its requests carried on that UTC day (days since the epoch)
 //
 // Every key expires once it limits nothing: a rate when its burst is
 // whole again, the places with the last of them.
@@ -27,10 +28,17 @@ local C = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local op = ARGV[1]
+local day = math.floor(tonumber(t[1]) / 86400)
+local B = C .. 'b:' .. day
 
 if op == 'req' then
-  -- ARGV: site, interval µs, burst, site interval µs, site burst (0: no rate)
+  -- ARGV: site, interval µs, burst, site interval µs, site burst (0: no
+  -- rate), bytes per day (0: no limit)
   local R, S = C .. 'r', C .. 's:' .. ARGV[2]
+  local bpd = tonumber(ARGV[7])
+  if bpd > 0 and tonumber(redis.call('GET', B) or '0') >= bpd then
+    return {0, 'bytes-per-day', (day + 1) * 86400000000 - now}
+  end
   local function take(key, iv, burst)
     local tat = tonumber(redis.call('GET', key) or '0')
     local nxt = math.max(tat, now) + iv
@@ -61,6 +69,11 @@ elseif op == 'lease' then
   redis.call('ZADD', L, string.format('%d', now + ttl), ARGV[2])
   local ms = math.ceil(ttl / 1000) + 1000
   if redis.call('PTTL', L) < ms then redis.call('PEXPIRE', L, ms) end
+  return {1, '', 0}
+elseif op == 'bytes' then
+  -- ARGV: n; the count lasts its day and an hour.
+  redis.call('INCRBY', B, ARGV[2])
+  redis.call('PEXPIRE', B, math.ceil(((day + 1) * 86400000000 - now) / 1000) + 3600000)
   return {1, '', 0}
 elseif op == 'return' then
   redis.call('ZREM', C .. 'l', ARGV[2])
@@ -107,7 +120,7 @@ func (s *RedisStore) runQuota(ctx context.Context, op, client string, limit func
 // client's keys. Quota writes do not wait for a replica: a failover that
 // loses the last ones lets a client run one burst early.
 func (s *RedisStore) TakeRequest(ctx context.Context, client, site string, l quota.Limits) error {
-	if l.RPS <= 0 && l.SiteRPS <= 0 {
+	if l.RPS <= 0 && l.SiteRPS <= 0 && l.BytesPerDay <= 0 {
 		return nil
 	}
 	var iv, siv int64
@@ -118,11 +131,22 @@ func (s *RedisStore) TakeRequest(ctx context.Context, client, site string, l quo
 		siv = ceilMicros(quota.Interval(l.SiteRPS))
 	}
 	return s.runQuota(ctx, "req", client, func(w quota.Which) float64 {
-		if w == quota.WhichSiteRPS {
+		switch w {
+		case quota.WhichSiteRPS:
 			return l.SiteRPS
+		case quota.WhichBytes:
+			return float64(l.BytesPerDay)
 		}
 		return l.RPS
-	}, site, iv, quota.Burst(l.RPS), siv, quota.Burst(l.SiteRPS))
+	}, site, iv, quota.Burst(l.RPS), siv, quota.Burst(l.SiteRPS), max(l.BytesPerDay, 0))
+}
+
+// AddBytes is pool.QuotaKeeper.AddBytes.
+func (s *RedisStore) AddBytes(ctx context.Context, client string, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	return s.runQuota(ctx, "bytes", client, func(quota.Which) float64 { return 0 }, n)
 }
 
 // TakeLease is pool.QuotaKeeper.TakeLease.

@@ -162,3 +162,31 @@ func TestQuotaContractConcurrentTakersNeverPassTheLeaseQuota(t *testing.T) {
 		}
 	})
 }
+
+func TestQuotaContractBytesPerDayRefuseOnceTheDaysBytesAreSpent(t *testing.T) {
+	runQuotaContract(t, func(t *testing.T, q pool.QuotaKeeper) {
+		ctx := context.Background()
+		l := quota.Limits{BytesPerDay: 1000}
+		if err := q.TakeRequest(ctx, "a", "s.example", l); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.AddBytes(ctx, "a", 600); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.TakeRequest(ctx, "a", "s.example", l); err != nil {
+			t.Fatalf("600 of 1000 bytes spent: %v", err)
+		}
+		if err := q.AddBytes(ctx, "a", 600); err != nil {
+			t.Fatal(err)
+		}
+		r := refusal(t, q.TakeRequest(ctx, "a", "other.example", l))
+		now := time.Now().UTC()
+		midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		if r.Which != quota.WhichBytes || r.Limit != 1000 || r.RetryAfter <= 0 || r.RetryAfter > time.Until(midnight)+time.Second {
+			t.Fatalf("1200 of 1000 bytes spent: %+v, want bytes-per-day until the UTC day ends (in %v)", r, time.Until(midnight))
+		}
+		if err := q.TakeRequest(ctx, "b", "s.example", l); err != nil {
+			t.Fatalf("another client is refused by a's bytes: %v", err)
+		}
+	})
+}
