@@ -112,6 +112,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaderBlockGuard$$' -fuzztime $(FUZZTIME) ./gateway/sitelink
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzPaceAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
+	$(GO) test -run '^$$' -fuzz '^FuzzQuotaAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/kubernetes
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/gcp

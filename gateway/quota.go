@@ -57,7 +57,7 @@ func newQuotas(cs []clients.Client, keep pool.QuotaKeeper, log *slog.Logger) (*q
 			return nil, errors.New("gateway: client " + c.Name + ": " + err.Error())
 		}
 		if keep == nil {
-			return nil, errors.New("gateway: client " + c.Name + " has a quota, and this gateway's pool keeps none: quotas live in the lease store (--lease-store: memory for one gateway, redis:// for several); a --lease-api gateway cannot keep them")
+			return nil, errors.New("gateway: client " + c.Name + " has a quota, and this gateway's pool keeps none: quotas live in the lease store (--lease-store: memory for one gateway, redis:// for several, or the --lease-api's)")
 		}
 		q.by[c.Name] = c.Quota
 	}

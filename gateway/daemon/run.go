@@ -127,9 +127,14 @@ func (r *run) build() error {
 	} else {
 		pacer, _ = r.store.(pool.SitePacer)
 	}
-	// Token clients' quotas live in the store the gateway holds (a
-	// --lease-api gateway holds none).
-	quotaKeeper, _ := r.store.(pool.QuotaKeeper)
+	// Token clients' quotas live in the lease store: the one the gateway
+	// holds, or the lease API's in remote mode.
+	var quotaKeeper pool.QuotaKeeper
+	if r.remote != nil {
+		quotaKeeper = r.remote
+	} else {
+		quotaKeeper, _ = r.store.(pool.QuotaKeeper)
+	}
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
 		Pacer:               pacer,

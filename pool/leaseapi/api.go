@@ -97,6 +97,10 @@ type APIOptions struct {
 	// sites its callers share. Nil is the backend's when it is a
 	// pool.SitePacer; without one those routes answer 404.
 	Pacer pool.SitePacer
+	// Quotas serves POST /v1/quota: the quotas of token clients that
+	// --lease-api gateways keep together. Nil is the backend's when it is
+	// a pool.QuotaKeeper; without one the route answers 404.
+	Quotas pool.QuotaKeeper
 }
 
 // TokenReviewer decides on a bearer token the static Token did not match.
@@ -253,6 +257,7 @@ type apiServer struct {
 	log       *slog.Logger
 	recorder  LeaseRecorder
 	pacer     pool.SitePacer
+	quotas    pool.QuotaKeeper
 }
 
 // NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
@@ -264,6 +269,9 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	s := &apiServer{backend: b, log: o.Logger, recorder: o.Recorder, reviewer: o.Reviewer, authOn: o.Reviewer != nil, pacer: o.Pacer}
 	if s.pacer == nil {
 		s.pacer, _ = b.(pool.SitePacer)
+	}
+	if s.quotas = o.Quotas; s.quotas == nil {
+		s.quotas, _ = b.(pool.QuotaKeeper)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -280,6 +288,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.HandleFunc("POST /v1/leases/{id}/report", s.report)
 	mux.HandleFunc("POST /v1/pace", s.pace)
 	mux.HandleFunc("GET /v1/pace/slowed", s.slowedSites)
+	mux.HandleFunc("POST /v1/quota", s.quota)
 	// Method-less patterns are less specific than the ones above, so they
 	// only catch the wrong methods: a JSON 405 instead of the mux's text one.
 	mux.Handle("/healthz", methodNotAllowed("GET, HEAD"))
@@ -289,6 +298,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.Handle("/v1/leases/{id}/report", methodNotAllowed("POST"))
 	mux.Handle("/v1/pace", methodNotAllowed("POST"))
 	mux.Handle("/v1/pace/slowed", methodNotAllowed("GET, HEAD"))
+	mux.Handle("/v1/quota", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
