@@ -113,6 +113,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLeaseAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzPaceAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTierAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
+	$(GO) test -run '^$$' -fuzz '^FuzzQuotaAPIBodies$$' -fuzztime $(FUZZTIME) ./pool/leaseapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./providers
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/kubernetes
 	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(FUZZTIME) ./providers/gcp
@@ -128,6 +129,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSitePaces$$' -fuzztime $(FUZZTIME) ./gateway/pacing
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePorts$$' -fuzztime $(FUZZTIME) ./gateway/sites
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./rotation
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/clients
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteHead$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteOrdered$$' -fuzztime $(FUZZTIME) ./internal/httphead
 	$(GO) test -run '^$$' -fuzz '^FuzzReorder$$' -fuzztime $(FUZZTIME) ./internal/httphead

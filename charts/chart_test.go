@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/internal/testenv"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 )
@@ -533,6 +535,50 @@ func TestChartPassesTheClusterTargets(t *testing.T) {
 		if strings.HasPrefix(a, "--cluster-target-cidrs") {
 			t.Errorf("the defaults pass %s", a)
 		}
+	}
+}
+
+// The shared gateway's --auth-token-file is the Secret's "clients": the
+// client "shared" with sharedGateway.clientToken (the Secret's "tokens",
+// as before token clients) and every member, then sharedGateway.clients;
+// the gateway's own parser reads it.
+func TestChartWritesTheSharedGatewaysTokenClients(t *testing.T) {
+	vals := map[string]any{"sharedGateway": map[string]any{"enabled": true, "clientToken": "tok-shared",
+		"clients": "team-a tok-a pool=fleet/eu\nteam-b tok-b select=region=us\n"}}
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, manifest)
+	sec := find(objs, "Secret", releaseName+"-gateway-clients")
+	d := find(objs, "Deployment", releaseName+"-gateway")
+	if sec == nil || d == nil {
+		t.Fatal("no shared gateway Secret or Deployment")
+	}
+	data, _, _ := unstructured.NestedStringMap(sec.Object, "data")
+	raw, err := base64.StdEncoding.DecodeString(data["clients"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := base64.StdEncoding.DecodeString(data["tokens"]); string(tok) != "tok-shared" {
+		t.Errorf("tokens = %q, want the shared client's token alone", tok)
+	}
+	cs, err := clients.Parse(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("the chart's clients file is refused: %v\n%s", err, raw)
+	}
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Name+" "+c.Token+" "+c.Allowance())
+	}
+	want := []string{"shared tok-shared all", "team-a tok-a pool=fleet/eu", "team-b tok-b select=region=us"}
+	if !slices.Equal(got, want) {
+		t.Errorf("clients %q, want %q", got, want)
+	}
+	cs2, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs2[0].(map[string]any), "args")
+	if !slices.Contains(args, "--auth-token-file=/etc/proxyfleet/clients/clients") {
+		t.Errorf("gateway args %q do not read the clients key", args)
 	}
 }
 

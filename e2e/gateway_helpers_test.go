@@ -33,7 +33,8 @@ type gwConfig struct {
 	upstreamsFile string
 	// rotation is --rotation (sticky when empty: the gateway's default).
 	rotation string
-	// authToken, when set, is the one line of --auth-token-file.
+	// authToken, when set, is the token of the one client (e2e, allowed
+	// every member) of --auth-token-file.
 	authToken string
 	// api serves the lease API on a free port with a bearer token.
 	api bool
@@ -72,7 +73,7 @@ func startGateway(t *testing.T, bin string, cfg gwConfig) *gatewayProc {
 	}
 	if cfg.authToken != "" {
 		p := filepath.Join(dir, "auth-tokens")
-		writeFile(t, p, "# clients\n"+cfg.authToken+"\n")
+		writeFile(t, p, "# clients\ne2e "+cfg.authToken+" all\n")
 		fileArgs = append(fileArgs, "--auth-token-file", p)
 	}
 	if cfg.api {

@@ -15,6 +15,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/quota"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -190,6 +191,10 @@ func (f *finisher) finish(ctx context.Context, rq *request, err error) {
 				retry = nm.RetryAfterSeconds
 			}
 			h.Set("Retry-After", strconv.FormatInt(retry, 10))
+		case fault.ReasonQuota:
+			if ref := (*quota.Refusal)(nil); errors.As(err, &ref) {
+				h.Set("Retry-After", strconv.FormatInt(ref.RetryAfterSeconds(), 10))
+			}
 		case fault.ReasonOverloaded:
 			h.Set("Retry-After", "1")
 			f.log.Warn("the gateway could not open a connection: raise its open-file limit or spread the load", "err", err)

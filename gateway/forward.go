@@ -174,7 +174,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 	if res.IsBan() {
 		// The ban was reported and the lease let go; the client gets the
 		// site's answer.
-		ok := rp.deliver(w, r, resp, h, res, rq.attempts, start)
+		ok := rp.deliver(w, r, resp, h, res, rq.attempts, start, rq.lr.p.Client)
 		rp.exit.trace(ctx, rq, outcomeOf(res), "")
 		if !ok {
 			panic(http.ErrAbortHandler)
@@ -182,7 +182,7 @@ func (rp *requestPath) forward(rq *request, r *http.Request, p *params.Params, u
 		return
 	}
 	rp.leases.succeeded(ctx, &rq.lr, h)
-	ok := rp.deliver(w, r, resp, h, res, rq.attempts, start)
+	ok := rp.deliver(w, r, resp, h, res, rq.attempts, start, rq.lr.p.Client)
 	rp.leases.done(ctx, h)
 	rp.exit.trace(ctx, rq, outcomeOf(res), "")
 	if !ok {
@@ -324,7 +324,7 @@ func (rp *requestPath) forwardOnce(ctx context.Context, r *http.Request, rq *req
 
 // deliver streams resp to the client with the gateway's headers added. It
 // returns false when the upstream broke off mid-body.
-func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time) bool {
+func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *http.Response, h held, res rotation.Result, attempts int, start time.Time, client string) bool {
 	defer resp.Body.Close()
 	name := h.mc.Member.Name
 	dst := w.Header()
@@ -369,11 +369,13 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 		}
 		if rerr != nil {
 			rp.rec.BytesRelayed(DirectionDown, n)
+			rp.leases.quota.spent(r.Context(), client, max(r.ContentLength, 0)+n)
 			rp.log.Debug("answer body broke off", "member", name, "err", rerr)
 			return false
 		}
 	}
 	rp.rec.BytesRelayed(DirectionDown, n)
+	rp.leases.quota.spent(r.Context(), client, max(r.ContentLength, 0)+n)
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Trailer {
 		// The same filter as the head's: a site's trailer cannot pose as

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway/admission"
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/front"
 	"github.com/proxyfleet/proxyfleet/gateway/health"
@@ -127,9 +128,14 @@ type Options struct {
 	// Classifier reads statuses as ban signals; when both lists are nil,
 	// rotation.DefaultClassifier(). Empty non-nil lists turn a signal off.
 	Classifier rotation.Classifier
-	// Tokens are the accepted client tokens (Proxy-Authorization: Basic
-	// user:token); empty means no client authentication.
-	Tokens []string
+	// Clients are the token clients (--auth-token-file): each request must
+	// carry one's token (Proxy-Authorization: Basic user:token) and leases
+	// only what its line allows; empty means no client authentication.
+	Clients []clients.Client
+	// Quotas keeps the token clients' quotas (their lines' leases=, rps=,
+	// site-rps=): the lease store, so a quota holds across the gateways
+	// on it. Nil: a client with a quota is an error of New.
+	Quotas pool.QuotaKeeper
 	// AllowPrivateTargets lets clients reach loopback, private, link-local
 	// and unique-local addresses (tests, trusted networks).
 	AllowPrivateTargets bool
@@ -282,9 +288,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Classifier.RateLimit == nil && o.Classifier.Ban == nil {
 		o.Classifier = rotation.DefaultClassifier()
 	}
-	for i, t := range o.Tokens {
-		if t == "" {
-			return Options{}, errors.New("gateway: Options.Tokens[" + strconv.Itoa(i) + "] is empty")
+	for i, c := range o.Clients {
+		if c.Token == "" || c.Name == "" {
+			return Options{}, errors.New("gateway: Options.Clients[" + strconv.Itoa(i) + "] has an empty name or token")
 		}
 	}
 	if o.Resolver == nil {
@@ -305,7 +311,7 @@ func New(o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{admit: admission.New(admission.Options{Tokens: o.Tokens, AllowPrivate: o.AllowPrivateTargets, Cluster: o.ClusterTargets, Resolver: o.Resolver}), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
+	g := &Gateway{admit: admission.New(admission.Options{Clients: o.Clients, AllowPrivate: o.AllowPrivateTargets, Cluster: o.ClusterTargets, Resolver: o.Resolver}), health: health.New(health.Options{Pool: o.Pool, Recorder: o.Metrics, Logger: o.Logger, DialTimeout: o.DialTimeout,
 		FailureWindow: o.FailureWindow, BrokenMemberSites: o.BrokenMemberSites, BrokenMemberWindow: o.BrokenMemberWindow})}
 	g.links = newMemberLinks(o, g.admit)
 	if g.leases, err = newLeasing(o, g.links, g.health); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -116,6 +117,9 @@ func newEnv(t testing.TB, o Options, so pool.StoreOptions, members ...pool.Membe
 	store.SetMembers(members)
 	rec := &testRecorder{}
 	o.Pool = store
+	if o.Quotas == nil {
+		o.Quotas = store
+	}
 	if o.Metrics == nil {
 		o.Metrics = rec
 	}
@@ -201,7 +205,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{name: "negative retries", o: Options{Pool: store, Retries: -1}, want: "Retries"},
 		{name: "negative lease ttl", o: Options{Pool: store, LeaseTTL: -time.Second}, want: "LeaseTTL"},
 		{name: "negative dial timeout", o: Options{Pool: store, DialTimeout: -time.Second}, want: "DialTimeout"},
-		{name: "empty token", o: Options{Pool: store, Tokens: []string{"a", ""}}, want: "Tokens[1]"},
+		{name: "empty token", o: Options{Pool: store, Clients: []clients.Client{{Name: "a", Token: "a", All: true}, {Name: "b", All: true}}}, want: "Clients[1]"},
 		{name: "negative affinity size", o: Options{Pool: store, AffinityEntries: -1}, want: "AffinityEntries"},
 	}
 	for _, tt := range tests {
@@ -593,7 +597,7 @@ func TestGatewayLeaseTTLAboveThePoolMaximumIs503NotTheClientsFault(t *testing.T)
 }
 
 func TestClientAuthAndMalformedParametersAre407(t *testing.T) {
-	e := newEnv(t, Options{AllowPrivateTargets: true, Tokens: []string{"tok-1", "tok-2"}}, pool.StoreOptions{}, directMembers(1)...)
+	e := newEnv(t, Options{AllowPrivateTargets: true, Clients: []clients.Client{{Name: "a", Token: "tok-1", All: true}, {Name: "b", Token: "tok-2", All: true}}}, pool.StoreOptions{}, directMembers(1)...)
 	tg := testutil.StartTarget(t, testutil.TargetOptions{})
 	tests := []struct {
 		name, user, token string

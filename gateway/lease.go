@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ type leasing struct {
 	struck     struckSet
 	members    memberSource
 	watch      leaseWatcher
+	allow      allowance
+	quota      *quotas
 	rec        Recorder
 	log        *slog.Logger
 }
@@ -68,8 +71,12 @@ func newLeasing(o Options, members memberSource, watch leaseWatcher) (*leasing, 
 	if mt, ok := o.Pool.(interface{ MaxTTL() time.Duration }); ok {
 		maxSessTTL = mt.MaxTTL()
 	}
+	q, err := newQuotas(o.Clients, o.Quotas, o.Logger)
+	if err != nil {
+		return nil, err
+	}
 	return &leasing{pool: o.Pool, later: later, mode: o.Mode, ttl: o.LeaseTTL, maxSessTTL: maxSessTTL, aff: aff,
-		members: members, watch: watch, rec: o.Metrics, log: o.Logger}, nil
+		members: members, watch: watch, allow: newAllowance(o.Clients, o.Pool), quota: q, rec: o.Metrics, log: o.Logger}, nil
 }
 
 // pinReleaseWait bounds how long a stopping gateway spends handing its
@@ -95,6 +102,7 @@ func (ls *leasing) close() {
 		if ctx.Err() != nil {
 			break
 		}
+		ls.quota.ended(ctx, p.LeaseID)
 		if err := ls.pool.Release(ctx, p.LeaseID); err != nil {
 			ls.log.Debug("lease release failed", "lease", p.LeaseID, "err", err)
 			continue
@@ -206,10 +214,20 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 	if ttl == 0 && pin {
 		ttl = ls.ttl
 	}
-	l, err := ls.pool.Acquire(ctx, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
+	if lr.p.Client != "" {
+		ctx = pool.WithClient(ctx, pool.Client{Name: lr.p.Client})
+	}
+	// The client's lease quota is decided before the pool is asked.
+	holder, err := ls.quota.take(ctx, lr.p.Client, cmp.Or(ttl, ls.ttl))
 	if err != nil {
 		return held{}, err
 	}
+	l, err := ls.allow.acquire(ctx, ls.pool, lr.p.Client, pool.AcquireRequest{Selector: lr.p.Selector, Proxy: lr.p.Proxy, Target: lr.target, TTL: ttl})
+	if err != nil {
+		ls.quota.giveBack(ctx, lr.p.Client, holder)
+		return held{}, err
+	}
+	ls.quota.leased(lr.p.Client, holder, l.ID, l.ExpiresAt)
 	mc, err := ls.members.memberFor(l.Member)
 	if err != nil {
 		// A member the gateway cannot use (bad scheme): count it as failed so
@@ -218,6 +236,7 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 		ls.rec.UpstreamFailure(l.Member.Name)
 		_ = ls.pool.Report(ctx, l.ID, pool.Report{Result: rotation.ResultUpstreamFailed, Target: lr.target})
 		_ = ls.pool.Release(ctx, l.ID)
+		ls.quota.ended(ctx, l.ID)
 		return held{}, err
 	}
 	if pin {
@@ -226,6 +245,7 @@ func (ls *leasing) acquireFresh(ctx context.Context, lr leaseReq, pin bool) (hel
 				// Every place holds a live session: this new one gets no
 				// member rather than one it would not keep.
 				_ = ls.pool.Release(ctx, l.ID)
+				ls.quota.ended(ctx, l.ID)
 				return held{}, &sessionLimitError{max: ls.aff.Max()}
 			}
 		}
@@ -286,6 +306,7 @@ func (ls *leasing) done(ctx context.Context, h held) {
 	if h.pinned {
 		return
 	}
+	ls.quota.ended(ctx, h.id)
 	if ls.later != nil {
 		ls.later.ReleaseLater(h.id)
 		return
@@ -341,6 +362,7 @@ func (ls *leasing) release(ctx context.Context, lr leaseReq, h held) {
 			ls.aff.Delete(lr.session, lr.target)
 		}
 	}
+	ls.quota.ended(ctx, h.id)
 	if err := ls.pool.Release(ctx, h.id); err != nil {
 		ls.log.Debug("lease release failed", "lease", h.id, "err", err)
 	}
@@ -486,13 +508,18 @@ func (ls *leasing) poolRefusal(lr *leaseReq, err error) error {
 		return &fault.Annotated{Err: err, Msg: msg}
 	case errors.Is(err, pool.ErrUnreachable):
 		return err
+	case errors.Is(err, pool.ErrForbidden) && lr.p.Client != "":
+		// A token client asked for members outside its allowance: the
+		// allowance's words name them.
+		return &fault.Annotated{Err: err, Msg: err.Error()}
 	case errors.Is(err, pool.ErrForbidden):
 		// Its identity has no right to lease, or its namespace was not
 		// given the Proxies asked for (not_shared): the API's words say which.
 		return &fault.Annotated{Err: err, Msg: "the lease API refused the lease: " + err.Error()}
 	}
 	var sm *sessionLimitError
-	if errors.As(err, &sm) {
+	var qe *quotaError
+	if errors.As(err, &sm) || errors.As(err, &qe) {
 		return err
 	}
 	ls.log.Warn("lease acquire failed", "err", err)

@@ -80,6 +80,7 @@ func judge(err error) verdict {
 		pe  *pacing.Error
 		sl  *sessionLostError
 		sm  *sessionLimitError
+		qe  *quotaError
 	)
 	switch {
 	case errors.As(err, &cf):
@@ -100,6 +101,10 @@ func judge(err error) verdict {
 	case errors.As(err, &sm):
 		// Nothing was leased or sent.
 		return answer(fault.ReasonSessionLimit)
+	case errors.As(err, &qe):
+		// A token client past its quota: nothing was leased or sent, and
+		// no member or site is blamed.
+		return answer(fault.ReasonQuota)
 	case errors.As(err, &te):
 		return answer(te.Reason)
 	case errors.Is(err, errRequestTimeout):

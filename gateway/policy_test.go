@@ -23,6 +23,7 @@ import (
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/pool/leaseapi"
+	"github.com/proxyfleet/proxyfleet/pool/quota"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -54,6 +55,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 		{"the request deadline is 504 and no member's fault", &fault.Annotated{Err: errRequestTimeout, Msg: "slow"}, 504, fault.ReasonTimeout, fault.ReasonTimeout, "", false},
 		{"draining is 503", errShuttingDown, 503, fault.ReasonShuttingDown, fault.ReasonShuttingDown, "", false},
 		{"a new session beyond the limit is 503 session_limit, nothing leased", &sessionLimitError{max: 3}, 503, fault.ReasonSessionLimit, fault.ReasonSessionLimit, "", false},
+		{"a client past its quota is 429 quota_exceeded, nothing leased or blamed", &quotaError{client: "a", ref: &quota.Refusal{Which: quota.WhichRPS, Limit: 2}}, 429, fault.ReasonQuota, fault.ReasonQuota, "", false},
 		{"a member's answer about the site is reported as such and retried", site, 502, fault.ReasonTargetUnreachable, fault.ReasonTargetUnreachable, rotation.ResultTargetUnreachable, true},
 		{"a member's own failure is member-wide and retried", member, 502, fault.ReasonUpstreamFailed, fault.ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
 		{"wrapped attempt failures keep their verdict", fmt.Errorf("dial: %w", member), 502, fault.ReasonUpstreamFailed, fault.ReasonUpstreamFailed, rotation.ResultUpstreamFailed, true},
@@ -95,7 +97,7 @@ func TestJudgeTurnsEveryFailureIntoOneAnswer(t *testing.T) {
 
 func TestEveryReasonHasItsOwnAnswer(t *testing.T) {
 	reasons := []string{fault.ReasonBadRequest, fault.ReasonPrivateTarget, fault.ReasonAuth, fault.ReasonBadParams, fault.ReasonDNS, fault.ReasonTargetUnreachable,
-		fault.ReasonUpstreamFailed, fault.ReasonSiteCertificate, fault.ReasonNoMember, fault.ReasonPoolUnreachable, fault.ReasonPoolError, fault.ReasonPoolForbidden, fault.ReasonShuttingDown, fault.ReasonTimeout, fault.ReasonLoop, fault.ReasonClientTimeout, fault.ReasonMemberTimeout, fault.ReasonPaced, fault.ReasonSessionLost, fault.ReasonSessionLimit, fault.ReasonOverloaded}
+		fault.ReasonUpstreamFailed, fault.ReasonSiteCertificate, fault.ReasonNoMember, fault.ReasonPoolUnreachable, fault.ReasonPoolError, fault.ReasonPoolForbidden, fault.ReasonShuttingDown, fault.ReasonTimeout, fault.ReasonLoop, fault.ReasonClientTimeout, fault.ReasonMemberTimeout, fault.ReasonPaced, fault.ReasonSessionLost, fault.ReasonSessionLimit, fault.ReasonOverloaded, fault.ReasonQuota}
 	for _, r := range reasons {
 		if status, _ := answerFor(r); status == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)

@@ -44,6 +44,11 @@ const (
 // how to read the answer; a try whose member answered anything reports so
 // with a nil error, and the loop then credits the member (reached).
 func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *attempts, rule retryRule, try func(h held, attempt int) (served, error)) error {
+	// A token client past its rates is refused before anything is leased
+	// or sent; retries of the request are not requests of their own.
+	if err := rp.leases.quota.admit(ctx, &rq.lr); err != nil {
+		return err
+	}
 	rp.tier(ctx, rq)
 	for attempt := 0; ; attempt++ {
 		h := rq.next

@@ -95,7 +95,7 @@ func (rp *requestPath) serveUpgrade(ctx context.Context, rq *request, r, out *ht
 		if !res.IsBan() {
 			rp.leases.succeeded(ctx, &rq.lr, used)
 		}
-		ok := rp.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start)
+		ok := rp.deliver(rq.w, r, s.resp, used, res, rq.attempts, rq.start, rq.lr.p.Client)
 		if !res.IsBan() {
 			rp.leases.done(ctx, used)
 		}

@@ -2,8 +2,9 @@ package pool
 
 import "context"
 
-// Client is who asks for egress: today a pod identity, whose namespace a
-// reviewed service-account token names. Who may lease which member is
+// Client is who asks for egress: a pod identity, whose namespace a
+// reviewed service-account token names, or a gateway's token client
+// (--auth-token-file), whose line names it. Who may lease which member is
 // decided by it (the controller's tenancy, docs/tenancy.md), and it is the
 // one type that a token naming its client will also produce, so that
 // refusals, quotas and reports per client have one key whichever way the
@@ -17,15 +18,22 @@ type Client struct {
 	// ServiceAccount is the pod's service account in Namespace, for logs
 	// and messages.
 	ServiceAccount string
+	// Name is a token client's name (its --auth-token-file line); "" for
+	// a pod identity.
+	Name string
 }
 
 // IsZero reports whether c names nobody (the unrestricted caller).
 func (c Client) IsZero() bool { return c == Client{} }
 
-// String is "serviceaccount NS/NAME", or "" for the zero Client.
+// String is "service account NS/NAME", "client NAME" for a token
+// client, or "" for the zero Client.
 func (c Client) String() string {
-	if c.IsZero() {
+	switch {
+	case c.IsZero():
 		return ""
+	case c.Name != "":
+		return "client " + c.Name
 	}
 	return "service account " + c.Namespace + "/" + c.ServiceAccount
 }

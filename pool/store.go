@@ -131,6 +131,8 @@ type Store struct {
 	o     StoreOptions
 	pace  *Paces     // the sites' pace (SitePacer), on the store's clock
 	tiers *SiteTiers // the sites' places on the tiers (SiteTierKeeper), likewise
+	// quotas are the clients' quotas (QuotaKeeper), on the store's clock.
+	quotas *Quotas
 
 	mu      sync.Mutex
 	members map[string]*memberState
@@ -183,6 +185,7 @@ func NewStore(o StoreOptions) *Store {
 		o:        o,
 		pace:     NewPaces(o.Clock),
 		tiers:    NewSiteTiers(o.Clock),
+		quotas:   NewQuotas(o.Clock),
 		members:  map[string]*memberState{},
 		idx:      newSelectionIndex(),
 		base:     o.Clock.Now(),

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/internal/strictyaml"
 )
 
@@ -344,6 +345,21 @@ func readTokenFile(flagName, path string) ([]string, error) {
 		return nil, fmt.Errorf("--%s %s holds no token (want one token per line; # starts a comment)", flagName, path)
 	}
 	return tokens, nil
+}
+
+// readClientsFile reads the gateway's token clients (clients.Parse); its
+// errors name the flag, the file and the line, never a token.
+func readClientsFile(flagName, path string) ([]clients.Client, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	defer f.Close()
+	cs, err := clients.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagName, path, err)
+	}
+	return cs, nil
 }
 
 // readSingleToken reads a bearer token file for a client or server that

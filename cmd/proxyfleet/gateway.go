@@ -221,7 +221,7 @@ func gatewayFlags() []cli.Flag {
 		pathFlag(flagLeaseStoreCertFile, leaseStoreCertUsage),
 		pathFlag(flagLeaseStoreKeyFile, leaseStoreKeyUsage),
 		intFlag(flagLeaseStoreShards, 1, leaseStoreShardsUsage),
-		pathFlag(flagAuthTokenFile, "`FILE` of client tokens (the Proxy-Authorization password), one per line; # comments"),
+		pathFlag(flagAuthTokenFile, "`FILE` of token clients, one per line: NAME TOKEN (the Proxy-Authorization password) and what it may use: all, pool=NAMESPACE/POOL or select=K=V[,K=V] (docs/tenancy.md#token-clients); # comments"),
 		boolFlag(flagInsecureAllowOpen, "allow listening on a non-loopback address without client authentication (an open proxy)"),
 		boolFlag(flagAllowPrivateTargets, "allow targets in loopback, private, link-local and unique-local ranges (for tests)"),
 		listFlag(flagClusterTargetCIDRs, clusterTargetsUsage),
@@ -298,7 +298,7 @@ var gatewayNames = daemon.Names{
 	UpstreamsFile: "--" + flagUpstreamsFile,
 	Probe:         "--" + flagProbeURL,
 	OutageGrace:   "--" + flagPoolOutageGrace,
-	Tokens:        "--" + flagAuthTokenFile,
+	Clients:       "--" + flagAuthTokenFile,
 	APIToken:      "--" + flagLeaseAPITokenFile,
 }
 
@@ -505,11 +505,11 @@ func (cfg *gatewayConfig) readAuth(c *cli.Context) error {
 		return err
 	}
 	if f := c.Path(flagAuthTokenFile); f != "" {
-		if cfg.Tokens, err = readTokenFile(flagAuthTokenFile, f); err != nil {
+		if cfg.Clients, err = readClientsFile(flagAuthTokenFile, f); err != nil {
 			return err
 		}
 	}
-	if !loopback && cfg.Tokens == nil && !open {
+	if !loopback && cfg.Clients == nil && !open {
 		return fmt.Errorf("--%s %s is not loopback: set --%s, or --%s to run an open proxy",
 			flagListen, cfg.Listen, flagAuthTokenFile, flagInsecureAllowOpen)
 	}

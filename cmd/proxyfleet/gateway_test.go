@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func TestGatewayDefaults(t *testing.T) {
 		{"dial-timeout", cfg.DialTimeout, 10 * time.Second},
 		{"request-timeout", cfg.RequestTimeout, 60 * time.Second},
 		{"member-answer-timeout", cfg.AnswerTimeout, 15 * time.Second},
-		{"no tokens", cfg.Tokens == nil, true},
+		{"no token clients", cfg.Clients == nil, true},
 		{"no static members", len(cfg.Static), 0},
 	}
 	for _, c := range checks {
@@ -87,7 +88,7 @@ func TestGatewayDefaults(t *testing.T) {
 }
 
 func TestGatewayFlagsComeFromFlagEnvFileThenDefault(t *testing.T) {
-	tokens := writeFile(t, "tokens", "# crawler tokens\n\ns3cret-a\ns3cret-b\n")
+	tokens := writeFile(t, "tokens", "# crawler tokens\n\na s3cret-a all\nb s3cret-b pool=fleet/eu\n")
 	config := writeFile(t, "config.yaml", `
 lease-ttl: 90s            # overridden by the environment
 retries: 4                # overridden by the environment and then by the flag
@@ -121,7 +122,7 @@ probe-url: http://example.com/
 		{"ban-status from a YAML list", fmt.Sprint(cfg.Classifier.Ban), "[403 451]"},
 		{"rate-limit-status from a YAML number", fmt.Sprint(cfg.Classifier.RateLimit), "[429]"},
 		{"upstreams from a YAML list", len(cfg.Static), 2},
-		{"tokens from the file named in the config", strings.Join(cfg.Tokens, ","), "s3cret-a,s3cret-b"},
+		{"token clients from the file named in the config", clientNames(cfg), "a,b"},
 		{"probe on", cfg.Probe != nil && cfg.Probe.URL == "http://example.com/", true},
 		{"probe-interval default", cfg.Probe != nil && cfg.Probe.Interval == 10*time.Second, true},
 	}
@@ -134,7 +135,7 @@ probe-url: http://example.com/
 
 func TestConfigFileRelativePathsResolveAgainstTheFile(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte("tok\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte("c tok all\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yaml")
@@ -145,8 +146,8 @@ func TestConfigFileRelativePathsResolveAgainstTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Tokens) != 1 || cfg.Tokens[0] != "tok" {
-		t.Fatalf("tokens = %q, want [tok] read from the file next to the config", cfg.Tokens)
+	if len(cfg.Clients) != 1 || cfg.Clients[0].Token != "tok" {
+		t.Fatalf("clients = %s, want c read from the file next to the config", clientNames(cfg))
 	}
 }
 
@@ -208,7 +209,7 @@ func TestConfigFileErrorsNameTheKey(t *testing.T) {
 }
 
 func TestNonLoopbackListenWithoutAuthIsRefused(t *testing.T) {
-	tokens := writeFile(t, "tokens", "tok\n")
+	tokens := writeFile(t, "tokens", "c tok all\n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -257,6 +258,8 @@ func TestNonLoopbackListenWithoutAuthIsRefused(t *testing.T) {
 func TestBadFlagValuesNameTheFlag(t *testing.T) {
 	empty := writeFile(t, "tokens", "# no tokens yet\n\n")
 	two := writeFile(t, "tokens2", "a\nb\n")
+	oldTokens := writeFile(t, "old-tokens", "# from before token clients\nold-s3cret\n")
+	unknownField := writeFile(t, "unknown-field", "a s3cret region=eu\n")
 	tests := []struct {
 		name string
 		args []string
@@ -294,8 +297,10 @@ func TestBadFlagValuesNameTheFlag(t *testing.T) {
 		{name: "bad egress address", args: []string{"--egress-addr", "not-an-ip"}, want: []string{"--egress-addr", "not-an-ip"}},
 		{name: "listen without a port", args: []string{"--listen", "127.0.0.1"}, want: []string{"--listen"}},
 		{name: "metrics listen without a port", args: []string{"--metrics-listen", "localhost"}, want: []string{"--metrics-listen"}},
-		{name: "empty token file", args: []string{"--auth-token-file", empty}, want: []string{"--auth-token-file", "holds no token"}},
+		{name: "empty token file", args: []string{"--auth-token-file", empty}, want: []string{"--auth-token-file", "holds no client"}},
 		{name: "missing token file", args: []string{"--auth-token-file", filepath.Join(t.TempDir(), "nope")}, want: []string{"--auth-token-file", "no such file"}},
+		{name: "a token line without a client name", args: []string{"--auth-token-file", oldTokens}, want: []string{"--auth-token-file", "line 2: a token without a client name", "NAME TOKEN all"}, deny: []string{"old-s3cret"}},
+		{name: "a token client with an unknown field", args: []string{"--auth-token-file", unknownField}, want: []string{"--auth-token-file", "line 1 (client a): unknown field region="}, deny: []string{"s3cret"}},
 		{name: "api token file with two tokens", args: []string{"--lease-api-token-file", two}, want: []string{"--lease-api-token-file", "exactly one"}, deny: []string{"\na\n"}},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"--log-level"}},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{"--log-format"}},
@@ -462,12 +467,21 @@ func TestListenFailureNamesTheAddress(t *testing.T) {
 	}
 }
 
+// clientNames are cfg's token clients' names, joined by commas.
+func clientNames(cfg *gatewayConfig) string {
+	names := make([]string, len(cfg.Clients))
+	for i, c := range cfg.Clients {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ",")
+}
+
 func TestClientTokensFromTheTokenFileAreEnforced(t *testing.T) {
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer target.Close()
-	tokens := writeFile(t, "tokens", "# crawlers\ntok-1\ntok-2\n")
+	tokens := writeFile(t, "tokens", "# crawlers\na tok-1 all\nb tok-2 all\n")
 	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--allow-private-targets", "--auth-token-file", tokens)
 	if out := g.Stderr.String(); strings.Contains(out, "tok-1") || !strings.Contains(out, "http://crawler:$TOKEN@"+g.Proxy) {
 		t.Errorf("startup message must show where the token goes and never a token:\n%s", out)
@@ -554,5 +568,64 @@ func TestPacingRuleFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || cfg != nil {
 			t.Errorf("%v: %v, want a refusal %q before the runner", tc.args, err, tc.want)
 		}
+	}
+}
+
+// docsBlock is the first ```lang block after heading in a docs/ page.
+func docsBlock(t *testing.T, page, heading, lang string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../docs/" + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	i := strings.Index(text, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("docs/%s has no %q", page, heading)
+	}
+	text = text[i:]
+	j := strings.Index(text, "```"+lang+"\n")
+	if j < 0 {
+		t.Fatalf("no ```%s block after %q", lang, heading)
+	}
+	text = text[j+len(lang)+4:]
+	return text[:strings.Index(text, "```")]
+}
+
+// The upgrade of docs/tenancy.md#upgrading-a-token-file: a token file of
+// the format before token clients stops the gateway at start, naming the
+// line and never the token; the documented command migrates it; the same
+// token is then served.
+func TestAnOldTokenFileStopsTheGatewayUntilItIsMigrated(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer target.Close()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# crawler tokens\nold-tok-1\n\nold-tok-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := runConfig(t, "--auth-token-file", tokens)
+	if err == nil || !strings.Contains(err.Error(), "--auth-token-file "+tokens+": line 2: a token without a client name") || strings.Contains(err.Error(), "old-tok") {
+		t.Fatalf("an old token file: %v, want a refusal naming the flag and line 2, never the token", err)
+	}
+
+	cmd := exec.Command("sh", "-c", docsBlock(t, "tenancy.md", "### Upgrading a token file", "sh"))
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the documented migration failed: %v\n%s", err, out)
+	}
+	g := startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--allow-private-targets", "--auth-token-file", tokens)
+	for _, tok := range []string{"old-tok-1", "old-tok-2"} {
+		proxyURL := &url.URL{Scheme: "http", Host: g.Proxy, User: url.UserPassword("crawler", tok)}
+		client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
+		if code, body := daemontest.Get(t, client, target.URL); code != http.StatusOK {
+			t.Fatalf("%s after the migration: status %d (%q), want 200", tok, code, body)
+		}
+	}
+	migrated, _ := os.ReadFile(tokens)
+	if !strings.Contains(string(migrated), "client-1 old-tok-1 all\n") || !strings.Contains(string(migrated), "client-2 old-tok-2 all\n") || !strings.HasPrefix(string(migrated), "# crawler tokens\n") {
+		t.Fatalf("migrated file:\n%s", migrated)
 	}
 }

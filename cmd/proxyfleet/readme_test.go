@@ -121,7 +121,7 @@ func TestREADMEExampleConfigIsValid(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{
 		"config.yaml":   readmeBlock(t, "## Flags", "yaml"),
-		"tokens.txt":    "tok\n",
+		"tokens.txt":    readmeBlock(t, "### Token clients", "text"),
 		"upstreams.txt": "http://10.0.3.8:3128 region=eu\n",
 	} {
 		if err := os.WriteFile(dir+"/"+name, []byte(content), 0o600); err != nil {
@@ -132,8 +132,8 @@ func TestREADMEExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's example config.yaml is rejected: %v", err)
 	}
-	if cfg.Retries != 1 || cfg.Store.DefaultTTL.String() != "2m0s" || len(cfg.Classifier.Ban) != 2 || len(cfg.Tokens) != 1 {
-		t.Errorf("example config read as retries=%d lease-ttl=%s ban=%v tokens=%d", cfg.Retries, cfg.Store.DefaultTTL, cfg.Classifier.Ban, len(cfg.Tokens))
+	if cfg.Retries != 1 || cfg.Store.DefaultTTL.String() != "2m0s" || len(cfg.Classifier.Ban) != 2 || len(cfg.Clients) != 2 {
+		t.Errorf("example config read as retries=%d lease-ttl=%s ban=%v clients=%d", cfg.Retries, cfg.Store.DefaultTTL, cfg.Classifier.Ban, len(cfg.Clients))
 	}
 }
 

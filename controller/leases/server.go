@@ -160,6 +160,7 @@ func New(o Options) (*API, error) {
 			Reviewer: o.Reviewer,
 			Pacer:    pacerOf(store),
 			Tiers:    tiersOf(store),
+			Quotas:   quotasOf(store),
 		}), o.Tracing, "leaseapi"), slog.New(logr.ToSlogHandler(log)), o.HTTPTimeouts),
 	}, nil
 }
@@ -264,6 +265,13 @@ func tenancyOf(o Options) string {
 // pacerOf is the store's pace of sites (every lease store keeps one), so
 // gateways on the lease API pace a site with the fleet; nil when a store
 // keeps none.
+// quotasOf is the store's keeping of token clients' quotas, for the
+// --lease-api gateways that ask the API to keep them (nil: none).
+func quotasOf(store pool.LeaseStore) pool.QuotaKeeper {
+	q, _ := store.(pool.QuotaKeeper)
+	return q
+}
+
 func pacerOf(store pool.LeaseStore) pool.SitePacer {
 	p, _ := store.(pool.SitePacer)
 	return p

@@ -36,9 +36,6 @@ const (
 	TenancyClusterWide = "cluster-wide"
 )
 
-// maxNamedPools bounds the pools a refusal's message names.
-const maxNamedPools = 5
-
 // scope is a part of the fleet by namespace and pool. As what a client may
 // lease from it is every Proxy of a namespace (pool "") or the Proxies of
 // one pool of it; as where a member comes from (its owner) pool "" is a
@@ -168,20 +165,14 @@ func (t tenantStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 		}
 		return t.LeaseStore.Acquire(ctx, req)
 	}
-	var refused pool.NoMatchError
-	for _, s := range scopes {
-		sel, ok := narrow(req.Selector, s)
-		if !ok {
-			continue
-		}
-		r := req
-		r.Selector = sel
-		l, err := t.LeaseStore.Acquire(ctx, r)
-		var nm *pool.NoMatchError
-		if !errors.As(err, &nm) {
-			return l, err
-		}
-		refused.Add(nm)
+	sels := make([]map[string]string, len(scopes))
+	for i, s := range scopes {
+		sels[i] = s.selector()
+	}
+	l, err := pool.AcquireWithin(ctx, t.LeaseStore.Acquire, req, sels)
+	var refused *pool.NoMatchError
+	if !errors.As(err, &refused) {
+		return l, err
 	}
 	if refused.Considered == 0 {
 		// Nothing the client may use matched: never a silent empty pool
@@ -190,7 +181,7 @@ func (t tenantStore) Acquire(ctx context.Context, req pool.AcquireRequest) (pool
 			return pool.Lease{}, notShared(c, others)
 		}
 	}
-	return pool.Lease{}, &refused
+	return pool.Lease{}, refused
 }
 
 // ListMembers is the store's list, less the members c may not lease: a
@@ -214,22 +205,6 @@ func (t tenantStore) ListMembers(ctx context.Context) ([]pool.MemberStatus, erro
 		}
 	}
 	return out, nil
-}
-
-// narrow is sel within s: s's pairs added, or ok false when sel already
-// names another namespace or pool than s (that scope can match nothing).
-func narrow(sel map[string]string, s scope) (map[string]string, bool) {
-	out := maps.Clone(sel)
-	if out == nil {
-		out = map[string]string{}
-	}
-	for k, v := range s.selector() {
-		if have, ok := out[k]; ok && have != v {
-			return nil, false
-		}
-		out[k] = v
-	}
-	return out, true
 }
 
 func anyCovers(scopes []scope, o scope) bool {
@@ -260,18 +235,14 @@ func matchingOwners(own *owners, sel map[string]string, scopes []scope) []scope 
 // the client's namespace, the pools (or namespaces, for Proxies of no
 // pool) and what their owner must write.
 func notShared(c pool.Client, others []scope) error {
-	names := make([]string, 0, min(len(others), maxNamedPools))
-	for i, o := range others {
-		if i == maxNamedPools {
-			names = append(names, fmt.Sprintf("and %d more", len(others)-maxNamedPools))
-			break
-		}
+	names := make([]string, 0, len(others))
+	for _, o := range others {
 		if o.pool == "" {
 			names = append(names, "Proxies of namespace "+o.ns+" in no pool")
 		} else {
 			names = append(names, "pool "+o.ns+"/"+o.pool)
 		}
 	}
-	return fmt.Errorf("%w: namespace %s (%s) may not lease %s: not shared with namespace %s; the owner shares it with a ProxyGrant in its own namespace (docs/tenancy.md)",
-		pool.ErrForbidden, c.Namespace, c.String(), strings.Join(names, ", "), c.Namespace)
+	return pool.NotShared("namespace "+c.Namespace+" ("+c.String()+")", names,
+		"not shared with namespace "+c.Namespace+"; the owner shares it with a ProxyGrant in its own namespace (docs/tenancy.md)")
 }

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/proxyfleet/proxyfleet/api/v1alpha1"
+	"github.com/proxyfleet/proxyfleet/pool"
 )
 
 func grantOf(ns string, to []string, pools ...string) v1alpha1.ProxyGrant {
@@ -57,7 +58,7 @@ func TestNarrowKeepsTheCrawlersSelectorInsideTheScope(t *testing.T) {
 		{"a selector naming the scope's own namespace is kept", map[string]string{AttributeNamespace: "b"}, scope{"b", "eu"}, map[string]string{AttributeNamespace: "b", AttributePool: "eu"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := narrow(tc.sel, tc.s)
+			got, ok := pool.Narrow(tc.sel, tc.s.selector())
 			if ok != (tc.want != nil) || len(got) != len(tc.want) {
 				t.Fatalf("narrow = %v, %v; want %v", got, ok, tc.want)
 			}
@@ -67,5 +68,13 @@ func TestNarrowKeepsTheCrawlersSelectorInsideTheScope(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The pool package's copies of the controller's member attributes, which
+// a gateway's token clients select pools with, are the same keys.
+func TestPoolAttributesAreTheControllers(t *testing.T) {
+	if pool.AttributeNamespace != AttributeNamespace || pool.AttributePool != AttributePool {
+		t.Fatalf("pool's attributes %q, %q differ from the controller's %q, %q", pool.AttributeNamespace, pool.AttributePool, AttributeNamespace, AttributePool)
 	}
 }

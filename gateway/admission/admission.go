@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/fault"
 	"github.com/proxyfleet/proxyfleet/gateway/internal/echo"
 	"github.com/proxyfleet/proxyfleet/gateway/params"
@@ -32,6 +33,7 @@ import (
 // the gateway listens on; it calls no other stage.
 type Admission struct {
 	tokens       tokenSet
+	names        []string // names[i]: the client of tokens[i]
 	authRequired bool
 	allowPrivate bool
 	// cluster are the private ranges admitted all the same (Options.Cluster).
@@ -49,8 +51,8 @@ type Resolver interface {
 
 // Options configure the admission stage.
 type Options struct {
-	// Tokens are the client tokens (none: no authentication).
-	Tokens []string
+	// Clients are the token clients (none: no authentication).
+	Clients []clients.Client
 	// AllowPrivate lets targets in every private range through.
 	AllowPrivate bool
 	// Cluster are the private ranges admitted all the same (a cluster's
@@ -62,7 +64,12 @@ type Options struct {
 
 // New returns the admission stage.
 func New(o Options) *Admission {
-	return &Admission{tokens: newTokenSet(o.Tokens), authRequired: len(o.Tokens) > 0, allowPrivate: o.AllowPrivate, cluster: o.Cluster, resolver: o.Resolver}
+	tokens := make([]string, len(o.Clients))
+	names := make([]string, len(o.Clients))
+	for i, c := range o.Clients {
+		tokens[i], names[i] = c.Token, c.Name
+	}
+	return &Admission{tokens: newTokenSet(tokens), names: names, authRequired: len(o.Clients) > 0, allowPrivate: o.AllowPrivate, cluster: o.Cluster, resolver: o.Resolver}
 }
 
 // AuthError is a client whose token the gateway refuses before leasing:
@@ -95,12 +102,13 @@ func (ad *Admission) Listening(addr net.Addr) {
 	}
 }
 
-// Authenticate checks the client's token (when tokens are configured) and
-// reads its parameters. The token never reaches a log or an error text. A
+// Authenticate checks the client's token (when token clients are
+// configured), reads its parameters and names its token client in them
+// (Params.Client). The token never reaches a log or an error text. A
 // refused token is an *AuthError; a malformed parameter or credential is
 // the parser's *params.Error, which the gateway's judge answers as bad_params.
 func (ad *Admission) Authenticate(r *http.Request) (params.Params, error) {
-	var user string
+	var user, client string
 	pa := r.Header["Proxy-Authorization"]
 	switch {
 	case len(pa) > 1:
@@ -113,8 +121,12 @@ func (ad *Admission) Authenticate(r *http.Request) (params.Params, error) {
 			}
 			return params.Params{}, err
 		}
-		if ad.authRequired && !ad.tokens.match(token) {
-			return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
+		if ad.authRequired {
+			i := ad.tokens.match(token)
+			if i < 0 {
+				return params.Params{}, authFailed(errors.New("proxy authentication failed: unknown token"))
+			}
+			client = ad.names[i]
 		}
 		user = u
 	case ad.authRequired:
@@ -128,7 +140,9 @@ func (ad *Admission) Authenticate(r *http.Request) (params.Params, error) {
 	if err != nil {
 		return params.Params{}, err
 	}
-	return params.Merge(up, hp)
+	p, err := params.Merge(up, hp)
+	p.Client = client
+	return p, err
 }
 
 var (
@@ -333,11 +347,14 @@ func newTokenSet(tokens []string) tokenSet {
 	return s
 }
 
-func (s tokenSet) match(token string) bool {
+// match is the index of token in s, or -1: every token is compared, and
+// the index kept without a branch on the comparison.
+func (s tokenSet) match(token string) int {
 	got := sha256.Sum256([]byte(token))
-	found := 0
+	found := -1
 	for i := range s {
-		found |= subtle.ConstantTimeCompare(got[:], s[i][:])
+		eq := subtle.ConstantTimeCompare(got[:], s[i][:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
 	}
-	return found == 1
+	return found
 }

@@ -6,17 +6,17 @@ import (
 	"testing"
 )
 
-func TestTokenSet(t *testing.T) {
+func TestTokenSetFindsWhichClientsTokenMatched(t *testing.T) {
 	s := newTokenSet([]string{"alpha", "beta-long-token"})
 	for _, tc := range []struct {
 		tok  string
-		want bool
-	}{{"alpha", true}, {"beta-long-token", true}, {"alph", false}, {"alphaa", false}, {"", false}} {
+		want int
+	}{{"alpha", 0}, {"beta-long-token", 1}, {"alph", -1}, {"alphaa", -1}, {"", -1}} {
 		if got := s.match(tc.tok); got != tc.want {
 			t.Errorf("match(%q) = %v, want %v", tc.tok, got, tc.want)
 		}
 	}
-	if newTokenSet(nil).match("") {
+	if newTokenSet(nil).match("") != -1 {
 		t.Error("an empty token set matches the empty token")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/gateway"
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/pacing"
 	"github.com/proxyfleet/proxyfleet/gateway/sites"
 	"github.com/proxyfleet/proxyfleet/gateway/tiering"
@@ -76,7 +77,7 @@ type Config struct {
 	MITM                *gateway.MITMOptions // nil: MITM off; Run closes its CA
 	SiteRoots           *x509.CertPool       // nil: the system roots
 	Retries             int
-	Tokens              []string
+	Clients             []clients.Client
 	AllowPrivateTargets bool
 	ClusterTargets      []netip.Prefix
 	DialTimeout         time.Duration
@@ -126,8 +127,8 @@ type Names struct {
 	Static               string
 	UpstreamsFile, Probe string
 	OutageGrace          string
-	// Tokens and APIToken name where the tokens are read from.
-	Tokens, APIToken string
+	// Clients and APIToken name where the tokens are read from.
+	Clients, APIToken string
 }
 
 // or is name, or field when name is empty.

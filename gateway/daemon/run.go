@@ -131,6 +131,14 @@ func (r *run) build() error {
 		pacer, _ = r.store.(pool.SitePacer)
 		keeper, _ = r.store.(pool.SiteTierKeeper)
 	}
+	// Token clients' quotas live in the lease store: the one the gateway
+	// holds, or the lease API's in remote mode.
+	var quotaKeeper pool.QuotaKeeper
+	if r.remote != nil {
+		quotaKeeper = r.remote
+	} else {
+		quotaKeeper, _ = r.store.(pool.QuotaKeeper)
+	}
 	gw, err := gateway.New(gateway.Options{
 		Pool:                r.leases,
 		Pacer:               pacer,
@@ -139,7 +147,8 @@ func (r *run) build() error {
 		LeaseTTL:            cfg.Store.DefaultTTL,
 		Retries:             cfg.Retries,
 		Classifier:          cfg.Classifier,
-		Tokens:              cfg.Tokens,
+		Clients:             cfg.Clients,
+		Quotas:              quotaKeeper,
 		AllowPrivateTargets: cfg.AllowPrivateTargets,
 		ClusterTargets:      cfg.ClusterTargets,
 		DialTimeout:         cfg.DialTimeout,

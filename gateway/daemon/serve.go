@@ -194,7 +194,7 @@ func (r *run) started(proxyLn, apiLn, metricsLn, statusLn net.Listener) {
 	if statusLn != nil {
 		started = append(started, "statusListen", statusLn.Addr().String())
 	}
-	started = append(started, "rotation", string(cfg.Mode), "auth", len(cfg.Tokens) > 0)
+	started = append(started, "rotation", string(cfg.Mode), "auth", len(cfg.Clients) > 0)
 	if r.remote != nil {
 		r.log.Info("gateway started", append(started, "poolAPI", cfg.PoolAPI, "outageGrace", cfg.OutageGrace.String())...)
 		return

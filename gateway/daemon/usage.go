@@ -14,7 +14,7 @@ import (
 func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn, metricsLn, statusLn net.Listener) {
 	addr := reachableAddr(proxyLn.Addr())
 	proxyURL := "http://" + addr
-	if len(cfg.Tokens) > 0 {
+	if len(cfg.Clients) > 0 {
 		proxyURL = "http://crawler:$TOKEN@" + addr
 	}
 	var b strings.Builder
@@ -29,13 +29,13 @@ func printUsage(w io.Writer, cfg *Config, members []pool.Member, proxyLn, apiLn,
 		fmt.Fprintf(&b, "proxyfleet gateway listening on %s with %d %s (%s), rotation %s\n",
 			proxyLn.Addr(), len(members), noun, memberNames(members), cfg.Mode)
 	}
-	if len(cfg.Tokens) > 0 {
-		fmt.Fprintf(&b, "  TOKEN=<a token from %s>\n", or(cfg.Names.Tokens, "Tokens"))
+	if len(cfg.Clients) > 0 {
+		fmt.Fprintf(&b, "  TOKEN=<a token from %s>\n", or(cfg.Names.Clients, "Clients"))
 	}
 	fmt.Fprintf(&b, "  export HTTPS_PROXY=%s HTTP_PROXY=%s\n", proxyURL, proxyURL)
 	fmt.Fprintf(&b, "  curl -x %s https://example.com\n", proxyURL)
 	user := "crawler"
-	if len(cfg.Tokens) > 0 {
+	if len(cfg.Clients) > 0 {
 		user += "-session-s1:$TOKEN"
 	} else {
 		user += "-session-s1:"

@@ -38,7 +38,8 @@ const (
 	ReasonNoMember          = "no_member"          // 503: the pool has no usable member
 	ReasonPoolUnreachable   = "pool_unreachable"   // 503: the --lease-api does not answer
 	ReasonPoolError         = "pool_error"         // 503: the pool refused the lease
-	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease API refused the lease (no right to lease, or not shared with its namespace)
+	ReasonPoolForbidden     = "pool_forbidden"     // 403: the lease was refused (no right to lease, not shared with its namespace, outside the token client's allowance)
+	ReasonQuota             = "quota_exceeded"     // 429: a token client is past one of its quotas (leases, rps, site-rps)
 	ReasonShuttingDown      = "shutting_down"      // 503: the gateway is draining
 	ReasonPaced             = "paced"              // 503: the site's pace left no slot within --pacing-max-wait
 	ReasonSessionLost       = "session_lost"       // 502: a strict session's member was banned, failed or left
@@ -62,6 +63,8 @@ func AnswerStatus(reason string) int {
 		return http.StatusForbidden
 	case ReasonAuth, ReasonBadParams:
 		return http.StatusProxyAuthRequired
+	case ReasonQuota:
+		return http.StatusTooManyRequests
 	case ReasonDNS, ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate:
 		return http.StatusBadGateway
 	case ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError, ReasonShuttingDown, ReasonPaced, ReasonSessionLimit, ReasonOverloaded:
@@ -105,7 +108,9 @@ func ProxyStatusError(reason string) string {
 		return "http_request_denied"
 	case ReasonBadRequest, ReasonBadParams, ReasonClientTimeout:
 		return "http_request_error"
-	case ReasonSessionLimit, ReasonOverloaded:
+	case ReasonSessionLimit, ReasonOverloaded, ReasonQuota:
+		// A quota is the gateway's limit on its client, whatever the
+		// site: to a chaining gateway, that member's own.
 		return "connection_limit_reached"
 	case ReasonLoop:
 		return "proxy_loop_detected"

@@ -26,7 +26,7 @@ func TestProxyStatusTellsAChainedGatewayWhoseFailureItIs(t *testing.T) {
 		{ReasonUpstreamFailed, true}, {ReasonPoolUnreachable, true}, {ReasonPoolError, true},
 		// A gateway its pool refuses serves no site: its own trouble.
 		{ReasonPoolForbidden, true},
-		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true},
+		{ReasonShuttingDown, true}, {ReasonSessionLimit, true}, {ReasonOverloaded, true}, {ReasonQuota, true},
 		{ReasonLoop, true}, {ReasonInternal, true},
 	} {
 		status := AnswerStatus(tc.reason)
@@ -47,7 +47,7 @@ func TestEveryReasonHasAStatusOfItsOwn(t *testing.T) {
 	for _, r := range []string{ReasonBadRequest, ReasonClientTimeout, ReasonPrivateTarget, ReasonAuth, ReasonBadParams, ReasonDNS,
 		ReasonTargetUnreachable, ReasonUpstreamFailed, ReasonSiteCertificate, ReasonNoMember, ReasonPoolUnreachable, ReasonPoolError,
 		ReasonPoolForbidden, ReasonShuttingDown, ReasonPaced, ReasonSessionLost, ReasonSessionLimit, ReasonOverloaded, ReasonTimeout,
-		ReasonMemberTimeout, ReasonLoop} {
+		ReasonMemberTimeout, ReasonLoop, ReasonQuota} {
 		if AnswerStatus(r) == http.StatusInternalServerError {
 			t.Errorf("reason %q falls through to 500", r)
 		}

@@ -73,6 +73,10 @@ type Params struct {
 	// User is the client's name (the username before any parameter); "" when
 	// the client sent no credentials.
 	User string
+	// Client is the token client whose token the request carried (its
+	// --auth-token-file name), set by the admission stage, never parsed
+	// from what the client sent; "" without token clients.
+	Client string
 	// Session names the sticky session; "" is the user's default session.
 	Session string
 	// SessTTL is how long the session keeps its member; 0 is the gateway's default.
@@ -94,13 +98,19 @@ type Params struct {
 	strictSet bool
 }
 
-// SessionKey is the affinity key of the client's session: the user plus the
-// session name, so two users' sessions of the same name never share a member.
+// SessionKey is the affinity key of the client's session: the token
+// client, the user and the session name, so two users' sessions of the
+// same name never share a member, and neither do two token clients whose
+// crawlers chose the same user name (each may use other members).
 func (p *Params) SessionKey() string {
-	if p.Session == "" {
-		return p.User
+	k := p.User
+	if p.Session != "" {
+		k += "\x00" + p.Session
 	}
-	return p.User + "\x00" + p.Session
+	if p.Client != "" {
+		k = p.Client + "\x01" + k
+	}
+	return k
 }
 
 // Error is a malformed username, header or credential: the gateway answers

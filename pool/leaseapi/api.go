@@ -101,6 +101,10 @@ type APIOptions struct {
 	// callers share (docs/tiers.md). Nil is the backend's when it is a
 	// pool.SiteTierKeeper; without one the route answers 404.
 	Tiers pool.SiteTierKeeper
+	// Quotas serves POST /v1/quota: the quotas of token clients that
+	// --lease-api gateways keep together. Nil is the backend's when it is
+	// a pool.QuotaKeeper; without one the route answers 404.
+	Quotas pool.QuotaKeeper
 }
 
 // TokenReviewer decides on a bearer token the static Token did not match.
@@ -258,6 +262,7 @@ type apiServer struct {
 	recorder  LeaseRecorder
 	pacer     pool.SitePacer
 	tiers     pool.SiteTierKeeper
+	quotas    pool.QuotaKeeper
 }
 
 // NewAPIServer returns the lease API (docs/api.md) as an http.Handler:
@@ -272,6 +277,9 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	}
 	if s.tiers = o.Tiers; s.tiers == nil {
 		s.tiers, _ = b.(pool.SiteTierKeeper)
+	}
+	if s.quotas = o.Quotas; s.quotas == nil {
+		s.quotas, _ = b.(pool.QuotaKeeper)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -289,6 +297,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.HandleFunc("POST /v1/pace", s.pace)
 	mux.HandleFunc("GET /v1/pace/slowed", s.slowedSites)
 	mux.HandleFunc("POST /v1/tier", s.tier)
+	mux.HandleFunc("POST /v1/quota", s.quota)
 	// Method-less patterns are less specific than the ones above, so they
 	// only catch the wrong methods: a JSON 405 instead of the mux's text one.
 	mux.Handle("/healthz", methodNotAllowed("GET, HEAD"))
@@ -299,6 +308,7 @@ func NewAPIServer(b pool.APIBackend, o APIOptions) http.Handler {
 	mux.Handle("/v1/pace", methodNotAllowed("POST"))
 	mux.Handle("/v1/pace/slowed", methodNotAllowed("GET, HEAD"))
 	mux.Handle("/v1/tier", methodNotAllowed("POST"))
+	mux.Handle("/v1/quota", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusNotFound, apiErrNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

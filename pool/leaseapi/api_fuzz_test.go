@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/pool"
+	"github.com/proxyfleet/proxyfleet/pool/quota"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
@@ -87,6 +88,39 @@ func FuzzPaceAPIBodies(f *testing.F) {
 		}
 		if sl, _ := store.ReserveSlot(ctx, pool.SlotRequest{Site: "example.com", Member: "a", MinInterval: time.Hour}); sl.Wait != 0 {
 			t.Fatalf("a refused body (%d) reserved a slot", rec.Code)
+		}
+	})
+}
+
+// FuzzQuotaAPIBodies: whatever POST /v1/quota is sent, the answer is not
+// a 5xx, and a body refused as bad input (400) spends nothing of any
+// client's quota.
+func FuzzQuotaAPIBodies(f *testing.F) {
+	f.Add(`{"op":"request","client":"team-a","site":"example.com","rps":2,"siteRps":1,"bytesPerDay":1000}`)
+	f.Add(`{"op":"lease","client":"team-a","holder":"h","leases":1,"ttlMillis":60000}`)
+	f.Add(`{"op":"return","client":"team-a","holder":"h"}`)
+	f.Add(`{"op":"bytes","client":"team-a","bytes":500}`)
+	f.Add(`{"op":"request","client":"Team_A","site":"example.com","rps":-1}`)
+	f.Add(`{"op":"lease","client":"team-a","holder":"","leases":-1}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		store := pool.NewStore(pool.StoreOptions{})
+		h := NewAPIServer(store, APIOptions{})
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8090/v1/quota", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body.String())
+		}
+		if rec.Code != http.StatusBadRequest {
+			return
+		}
+		ctx := t.Context()
+		if err := store.TakeLease(ctx, "team-a", "probe", quota.Limits{Leases: 1}, time.Minute); err != nil {
+			t.Fatalf("a refused body took a place: %v", err)
+		}
+		if err := store.TakeRequest(ctx, "team-a", "example.com", quota.Limits{RPS: 1}); err != nil {
+			t.Fatalf("a refused body spent a request: %v", err)
 		}
 	})
 }
