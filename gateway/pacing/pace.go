@@ -147,11 +147,15 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 		return nil
 	}
 	req := pool.SlotRequest{Site: target, Member: a.Member, MinInterval: lim.MinInterval, Auto: p.o.Auto, MaxWait: time.Until(t.deadline)}
+	moved := false
+	if learnt.Slowed() && mv.Other != nil && p.bannedHere(sp, a.Member, now) {
+		req.Member, moved = p.moveOff(ctx, mv, a.Member), true
+	}
 	slot, by := p.reserve(ctx, req, sp)
 	if slot.Interval <= 0 {
 		return nil
 	}
-	if slot.Wait > time.Millisecond && mv.Other != nil {
+	if slot.Wait > time.Millisecond && mv.Other != nil && !moved {
 		req, slot, by = p.sooner(ctx, mv, sp, req, slot, by)
 	}
 	if req.Auto {
@@ -428,10 +432,65 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 		sp = p.site(target)
 	}
 	p.setLearnt(sp, l)
+	if res.IsBan() && l.Slowed() {
+		p.markBanned(sp, member, now)
+	}
 	p.mu.Unlock()
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
 		p.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", member, "pace", l.String())
 	}
+}
+
+// bannedMoveWindow is how long after a site banned a member a request
+// still holding a lease on that member is moved off it (moveOff): the
+// requests leased on it before the ban wait behind the site's leader or
+// for the cut's pause, and reach their slot well within it; the pool
+// leases the member to nobody for the site until its cooldown ends, so a
+// lease on it after this window is a new one, after the ban.
+func (p *Pacer) bannedMoveWindow() time.Duration { return p.o.MaxWait }
+
+// bannedHere reports whether site (its view sp) banned member within
+// bannedMoveWindow of now.
+func (p *Pacer) bannedHere(sp *sitePace, member string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := sp.banned[member]
+	if ok && !now.Before(until) {
+		delete(sp.banned, member)
+		return false
+	}
+	return ok
+}
+
+// markBanned records that site (its view sp) banned member at now
+// (p.mu held).
+func (p *Pacer) markBanned(sp *sitePace, member string, now time.Time) {
+	if sp.banned == nil {
+		sp.banned = map[string]time.Time{}
+	}
+	for m, until := range sp.banned {
+		if !now.Before(until) {
+			delete(sp.banned, m)
+		}
+	}
+	sp.banned[member] = now.Add(p.bannedMoveWindow())
+}
+
+// moveOff takes the request off member, which the site banned, onto
+// another member the leasing stage offers (mv), and returns the member it
+// goes through: the other, or member when the pool offers none. A request
+// leased on the member before its ban (it waited behind the site's
+// leader, or in the burst) would wait for the member's slot only to be
+// refused and retried at the back of the queue: with a pause of the
+// whole site and a long interval, that wait and the retry's pushed a burst
+// past --pacing-max-wait (25 of 60 served at 3 per 3s, concurrency 16).
+func (p *Pacer) moveOff(ctx context.Context, mv Move, member string) string {
+	other := mv.Other(ctx)
+	if other == "" {
+		return member
+	}
+	mv.Settle(ctx, true)
+	return other
 }
 
 // sooner asks the leasing stage for one other member (mv) and reserves

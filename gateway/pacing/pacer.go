@@ -111,7 +111,11 @@ func (p *Pacer) Close() {
 // sitePace is this gateway's view of one paced site, guarded by Pacer.mu.
 type sitePace struct {
 	// learnt is the site's learnt pace as the store last told it.
-	learnt   rotation.LearntPace
+	learnt rotation.LearntPace
+	// banned is the members this site refused with a ban signal, and
+	// until when a request leased on one before its ban is moved off it
+	// (moveOff); nil while none is.
+	banned   map[string]time.Time
 	inflight int           // places in flight held by requests here
 	wake     chan struct{} // closed (and replaced) when a place here is given back
 	queued   int

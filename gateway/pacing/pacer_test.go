@@ -241,3 +241,52 @@ func TestClientPaceIsNeverLooserThanTheOperators(t *testing.T) {
 		t.Fatalf("a looser client pace won: %v %s", lim.MinInterval, src)
 	}
 }
+
+func TestARequestLeasedOnAMemberTheSiteBannedMovesOffItBeforeWaiting(t *testing.T) {
+	const site = "moved.example"
+	for _, tc := range []struct {
+		name   string
+		member string // the request's lease
+		offer  string // what the leasing stage offers (Move.Other)
+		want   string // the member the request goes through
+	}{
+		{"leased on the banned member, another offered: it moves", "m1", "m2", "m2"},
+		{"leased on the banned member, none offered: it stays", "m1", "", "m1"},
+		{"leased on a member not banned: it stays", "m3", "m2", "m3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := pool.NewPaces(nil)
+			p := New(Options{Auto: true}, store, nil)
+			// m1 sent first and was refused: the site is slowed and m1
+			// banned by it.
+			p.Answered(&Ticket{}, site, "m1", rotation.ResultRateLimited)
+			// m1 took its first slot after the cut already (a request
+			// leased on it before the ban went out), m2 two: the banned
+			// member's next slot comes sooner than the other's, and is
+			// worth nothing. m3 has none, so a request on it goes at once.
+			for _, m := range []string{"m1", "m2", "m2"} {
+				if _, err := store.ReserveSlot(ctx, pool.SlotRequest{Site: site, Member: m, Auto: true, MaxWait: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			went := tc.member
+			offered := false
+			mv := Move{
+				Other: func(context.Context) string { offered = true; return tc.offer },
+				Settle: func(_ context.Context, keepOther bool) {
+					if keepOther {
+						went = tc.offer
+					}
+				},
+			}
+			var tk Ticket
+			if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: tc.member}, mv); err != nil {
+				t.Fatal(err)
+			}
+			if went != tc.want || (tc.member == "m3" && offered) {
+				t.Fatalf("the request went through %s (offered another: %v), want %s", went, offered, tc.want)
+			}
+		})
+	}
+}
