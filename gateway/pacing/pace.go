@@ -12,6 +12,12 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
+// settleWait bounds how long a ban waits for the answers to its
+// member's earlier sends before the cut is judged (evidenceLog.settle): a
+// round trip or so; a request not back by then is not counted, which
+// errs on the slow side.
+const settleWait = time.Second
+
 // callTimeout bounds a call to the store made after the request's
 // context may have ended (a place given back, a slot returned, an answer
 // fed to the learnt pace), as the gateway bounds its other calls to the
@@ -41,6 +47,7 @@ type Ticket struct {
 	Trail bool
 
 	place    Place
+	seq      int       // the attempt's place among its member's sends in the site's run (trail); 0 when not trailed
 	deadline time.Time // when waiting must end: MaxWait after the first wait, or Due
 	started  bool      // the deadline is set
 	dueHeld  bool      // Due, not MaxWait, set deadline
@@ -102,13 +109,16 @@ type Move struct {
 // member mv took is the request's all the same, for it to give back.
 func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move) error {
 	if t.Trail && p != nil && p.evidence != nil {
+		t.seq = 0
 		// A site with a pace of the operator's or the client's is known:
 		// it is paced as told, not trailed (and a request that takes a
 		// member free sooner would leave its count on the first).
 		if lim, _ := p.o.explicitFor(a.Site, a.Client); lim.IsZero() {
-			if err := p.trail(ctx, client, a.Site, a.Member); err != nil {
+			seq, err := p.trail(ctx, client, a.Site, a.Member)
+			if err != nil {
 				return err
 			}
+			t.seq = seq
 		}
 	}
 	if !p.paced(a.Client) {
@@ -192,7 +202,9 @@ func (p *Pacer) AttemptFailed(t *Ticket, site, member string) {
 // (evidenceLog.trail) until the site has served the leader more than the
 // member has sent, the site is slowed (its pace then holds the request),
 // or the lead comes to the member. It waits at most MaxWait, then sends.
-func (p *Pacer) trail(ctx, client context.Context, target, member string) error {
+// It returns the send's place in the member's run (0: not counted, the
+// site slowed or the wait over).
+func (p *Pacer) trail(ctx, client context.Context, target, member string) (int, error) {
 	var timer *time.Timer
 	for {
 		if p.learnt.Load() > 0 {
@@ -200,12 +212,12 @@ func (p *Pacer) trail(ctx, client context.Context, target, member string) error 
 			slowed := p.learntFor(p.sites[target], time.Now()).Slowed()
 			p.mu.Unlock()
 			if slowed {
-				return nil
+				return 0, nil
 			}
 		}
-		ok, wake := p.evidence.trail(target, member, time.Now())
-		if ok {
-			return nil
+		seq, wake := p.evidence.trail(target, member, time.Now())
+		if seq > 0 {
+			return seq, nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(p.o.MaxWait)
@@ -217,16 +229,16 @@ func (p *Pacer) trail(ctx, client context.Context, target, member string) error 
 		case <-takeover.C:
 		case <-timer.C:
 			takeover.Stop()
-			return nil
+			return 0, nil
 		case <-client.Done():
 			takeover.Stop()
-			return fault.ErrClientGone
+			return 0, fault.ErrClientGone
 		case <-ctx.Done():
 			takeover.Stop()
 			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				return err
+				return 0, err
 			}
-			return fault.ErrClientGone
+			return 0, fault.ErrClientGone
 		}
 		takeover.Stop()
 	}
@@ -405,6 +417,12 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 			return
 		}
 	}
+	if res.IsBan() {
+		// The member's sends before this one may be answered a moment
+		// after it: wait for them (at most settleWait), so the count the
+		// cut is judged by is what the site served.
+		p.evidence.settle(target, member, t.seq, settleWait)
+	}
 	now := time.Now()
 	if res.IsBan() {
 		defer p.evidence.unserved(target, member, now)
@@ -420,7 +438,13 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: member, Result: res, SeenCuts: t.cuts}
 	if res.IsBan() {
-		a.FirstCut = p.o.Rule.FirstCut(p.evidence.evidence(target, member, now))
+		ev := p.evidence.evidence(target, member, now)
+		// The others' sends are known when every request to the site
+		// trailed here: on this gateway's own pace (no other gateway sends
+		// through the members), before the site was slowed (after, the
+		// members go by the pace, untrailed).
+		ev.OthersKnown = p.alone && !was.Slowed()
+		a.FirstCut = p.o.Rule.FirstCut(ev)
 	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {

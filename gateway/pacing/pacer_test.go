@@ -290,3 +290,45 @@ func TestARequestLeasedOnAMemberTheSiteBannedMovesOffItBeforeWaiting(t *testing.
 		})
 	}
 }
+
+func TestAFirstCutSkipsThePauseOnlyWhereThisGatewaySawEverySend(t *testing.T) {
+	const site = "alone.example"
+	rule := rotation.PaceRule{Window: 10 * time.Second, IncreaseSteps: 50}
+	for _, tc := range []struct {
+		name      string
+		shared    bool // the store is another process's (Redis, a lease API)
+		wantPause time.Duration
+	}{
+		{"its own store: the others sent nothing, no pause", false, 0},
+		{"a shared store: another gateway may have sent through them, the full pause", true, 11 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := pool.NewPaces(nil)
+			var sp pool.SitePacer = store
+			if tc.shared {
+				sp = &struct{ *pool.Paces }{store}
+			}
+			p := New(Options{Auto: true, Rule: rule}, sp, nil)
+			defer p.Close()
+			// The leader is served twice; the others trail it and send
+			// nothing before its third request is refused.
+			for range 2 {
+				tk := Ticket{Trail: true}
+				if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: "lead"}, Move{}); err != nil {
+					t.Fatal(err)
+				}
+				p.Answered(&tk, site, "lead", rotation.ResultOK)
+			}
+			tk := Ticket{Trail: true}
+			if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: "lead"}, Move{}); err != nil {
+				t.Fatal(err)
+			}
+			p.Answered(&tk, site, "lead", rotation.ResultRateLimited)
+			l, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "other", Result: rotation.ResultOK})
+			if l.Pause != tc.wantPause || l.Interval != 5500*time.Millisecond {
+				t.Fatalf("cut %v (pause %v, interval %v), want a pause of %v and 2 per 11s", l, l.Pause, l.Interval, tc.wantPause)
+			}
+		})
+	}
+}
