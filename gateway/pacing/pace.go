@@ -470,7 +470,9 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 // requests leased on it before the ban wait behind the site's leader or
 // for the cut's pause, and reach their slot well within it; the pool
 // leases the member to nobody for the site until its cooldown ends, so a
-// lease on it after this window is a new one, after the ban.
+// lease on it after this window is a new one, after the ban (one within
+// it, after a Retry-After shorter than the window, is moved needlessly:
+// it costs the choice, not the request).
 func (p *Pacer) bannedMoveWindow() time.Duration { return p.o.MaxWait }
 
 // bannedHere reports whether site (its view sp) banned member within
