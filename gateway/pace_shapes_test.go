@@ -64,11 +64,15 @@ var siteHosts atomic.Int32
 
 // runCrawl is one burst crawl of n pages at concurrency conc through m
 // members with their own source addresses (directMembers), against a
-// fresh site of shape, through a gateway with the CLI's --retries.
+// fresh site of shape, through a gateway with the CLI's --retries and
+// per-request rotation (the crawl: without a session, sticky
+// rotation pins every request to a site on one member, and only pacing's
+// moves spread them).
 func runCrawl(b testing.TB, shape ratesite.Shape, m, conc, n int, o pacing.Options) (crawlResult, ratesite.Stats) {
 	members := directMembers(m)
 	opts := paceOptions(o)
 	opts.Retries = DefaultRetries // as the CLI: a banned request moves to another member
+	opts.Mode = rotation.ModeRequest
 	e := newEnv(b, opts, pool.StoreOptions{}, members...)
 	site := ratesite.Start(b, fmt.Sprintf("127.0.0.%d", 200+siteHosts.Add(1)%50), shape)
 	c := e.client("", "")
@@ -78,7 +82,7 @@ func runCrawl(b testing.TB, shape ratesite.Shape, m, conc, n int, o pacing.Optio
 }
 
 // BenchmarkPacingAgainstRateLimitShapes is a burst crawl of 60 pages
-// through 3 members against rate-limit shapes of the site stand-in
+// (per-request rotation) through 3 members against rate-limit shapes of the site stand-in
 // (internal/testkit/ratesite), four ways: the learning rule (a 5s window:
 // the shapes' windows are 2 to 5s), the fixed first cut (the automatic
 // pacing before it), no automatic pacing, and the oracle: the fastest

@@ -96,7 +96,8 @@ type SiteAnswer struct {
 	SeenCuts int
 	// FirstCut is what a ban sets when the site is not slowed
 	// (rotation.PaceRule.FirstCut from the gateway's evidence); the zero
-	// value is the fixed first cut.
+	// value is the fixed first cut. On a slowed site its Pause is the
+	// least a later cut pauses for (rotation.LearntPace.BanWith).
 	FirstCut rotation.Cut
 }
 

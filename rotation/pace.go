@@ -129,10 +129,19 @@ func (r PaceRule) Check() error {
 // BanEvidence is what the gateway saw of the banned member at a site
 // before its ban, within the rule's Window: the requests the site served
 // it (one still in flight then is not counted, which errs on the slow
-// side), and the span from the first of them to the ban.
+// side), and the span from the first of them to the ban; and of the other
+// members: the most requests any of them sent the site in the same run.
 type BanEvidence struct {
 	Served int
 	Span   time.Duration
+	// Others is the most requests any member but the banned one sent the
+	// site in the run (answered or still in flight), when OthersKnown.
+	Others int
+	// OthersKnown says Others counts every request sent to the site
+	// through the pool's members: the gateway that judged the ban is the
+	// only one pacing on its store. Otherwise another gateway may have
+	// sent through the same members, and each is taken to be at Served.
+	OthersKnown bool
 }
 
 // Cut is what a site's first ban sets (PaceRule.FirstCut); the zero value
@@ -151,10 +160,16 @@ type Cut struct {
 }
 
 // FirstCut is what a site's first ban sets under r, from what the banned
-// member did. Every member may make Served requests per pause, after a
-// pause of Window and a tenth in which the burst's requests leave the
-// site's window (the tenth: they went out a little before the ban came
-// back). The rise stops at the restart: the rate refused is Served+1
+// member did. Every member may make Served requests per Window and a
+// tenth (the tenth: the burst's requests went out a little before the ban
+// came back), after a pause in which the burst's requests leave the
+// site's window: the whole of that span when the other members may have
+// sent up to Served each (the full pause), and the share of it their
+// requests used when the evidence knows them (OthersKnown: a pause of
+// span*Others/Served; none when they sent nothing, as when they trailed a
+// leader refused before they were let go). A member that sent k then
+// makes at most ceil(Served/1.1-k) more within the window of its burst:
+// k and those are at most Served. The rise stops at the restart: the rate refused is Served+1
 // within some span between the burst's and Window, and the restart is
 // below its slowest reading.
 // Without evidence (fewer than two served within the window: an address
@@ -185,6 +200,15 @@ func (r PaceRule) FirstCut(ev BanEvidence) Cut {
 		// below 11 and less above; a shorter window of the site's sees
 		// fewer.
 		c.Interval = c.Pause / time.Duration(ev.Served)
+		if ev.OthersKnown {
+			// The pause only has to outlast what the others sent: a
+			// member at k of Served restarting after span*k/Served makes
+			// at most Served-k more before its burst leaves the window.
+			// (Measured: the trailing members had sent nothing at the
+			// first ban of a 3-per-3s site, and the full pause was 5.5s of
+			// a 52s crawl.)
+			c.Pause = c.Pause * time.Duration(min(max(ev.Others, 0), ev.Served)) / time.Duration(ev.Served)
+		}
 	}
 	c.Interval = min(max(c.Interval, c.Floor, PaceUnlimitedInterval), PaceMaxInterval)
 	if r.Window > 0 && ev.Served >= 2 {
@@ -254,6 +278,7 @@ func (p LearntPace) Ban(res Result, sent, now time.Time, known bool) LearntPace 
 // last cut (it was in flight when the site was slowed), or through a
 // member the site had banned since (its ban is older than the pace). So
 // one burst's bans cut once, not once per request.
+// A later cut's pause is the longer of the last one's and first's.
 func (p LearntPace) BanWith(res Result, sent, now time.Time, known bool, first Cut) LearntPace {
 	if !res.IsBan() {
 		return p
@@ -272,8 +297,13 @@ func (p LearntPace) BanWith(res Result, sent, now time.Time, known bool, first C
 	}
 	next := min(2*p.Interval, PaceMaxInterval)
 	floor := min(max(p.Floor, p.Interval+p.Interval/paceFloorMargin), next)
+	// A later cut pauses for the longer of the last cut's pause and the
+	// one first gives: a first cut's pause may have been shortened to what
+	// the other members had sent (BanEvidence.OthersKnown), while a later
+	// ban's cut is judged without that (the members went by the pace, not
+	// the trail, and any may be near the limit), so it is the full pause.
 	return LearntPace{Interval: next, CutInterval: next, Cause: res, CutAt: now, Cuts: p.Cuts + 1,
-		Pause: p.Pause, Floor: floor, Steps: p.Steps, Memory: p.Memory}
+		Pause: max(p.Pause, first.Pause), Floor: floor, Steps: p.Steps, Memory: p.Memory}
 }
 
 // Answered is the pace after a request to the site was answered without

@@ -27,6 +27,16 @@ func TestPaceRuleFirstCut(t *testing.T) {
 			Cut{Interval: PaceFirstCut, Floor: 11 * ms, Steps: 50, Memory: time.Hour}},
 		{"no window: no pause, the fixed first cut", PaceRule{IncreaseSteps: 50}, BanEvidence{Served: 5, Span: 100 * ms},
 			Cut{Interval: PaceFirstCut, Floor: 22 * ms, Steps: 50}},
+		{"the others known to have sent nothing: no pause, the same restart", r, BanEvidence{Served: 5, Span: 100 * ms, OthersKnown: true},
+			Cut{Interval: 2200 * ms, Floor: 2200 * ms, Steps: 50, Memory: time.Hour}},
+		{"the others known at 2 of 5: two fifths of the pause", r, BanEvidence{Served: 5, Span: 100 * ms, Others: 2, OthersKnown: true},
+			Cut{Interval: 2200 * ms, Pause: 4400 * ms, Floor: 2200 * ms, Steps: 50, Memory: time.Hour}},
+		{"the others known past what the banned one was served: the full pause", r, BanEvidence{Served: 5, Span: 100 * ms, Others: 7, OthersKnown: true},
+			Cut{Interval: 2200 * ms, Pause: 11 * time.Second, Floor: 2200 * ms, Steps: 50, Memory: time.Hour}},
+		{"the others not known (another gateway on the store): the full pause", r, BanEvidence{Served: 5, Span: 100 * ms, Others: 0},
+			Cut{Interval: 2200 * ms, Pause: 11 * time.Second, Floor: 2200 * ms, Steps: 50, Memory: time.Hour}},
+		{"an address banned at sight with the others known: still the fixed cut", r, BanEvidence{OthersKnown: true},
+			Cut{Interval: PaceFirstCut, Steps: 50, Memory: time.Hour}},
 		{"a restart past PaceMaxInterval is capped", PaceRule{Window: MaxPaceWindow, IncreaseSteps: 1}, BanEvidence{Served: 2, Span: 10 * ms},
 			Cut{Interval: PaceMaxInterval, Pause: MaxPaceWindow + MaxPaceWindow/10, Floor: PaceMaxInterval, Steps: 1}},
 	} {
@@ -41,6 +51,8 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 	first := PaceRule{Window: 10 * time.Second, IncreaseSteps: 2, Memory: time.Hour}.FirstCut(BanEvidence{Served: 5, Span: 100 * time.Millisecond})
 	cut := LearntPace{}.BanWith(ResultRateLimited, t0, t0, false, first)
 	second := cut.BanWith(ResultRateLimited, t0.Add(11*time.Second), t0.Add(11*time.Second), false, first)
+	unpaused := LearntPace{}.BanWith(ResultRateLimited, t0, t0, false,
+		PaceRule{Window: 10 * time.Second, IncreaseSteps: 2}.FirstCut(BanEvidence{Served: 5, Span: 100 * time.Millisecond, OthersKnown: true}))
 	risen := second
 	for range 1000 {
 		risen = risen.Answered()
@@ -58,9 +70,46 @@ func TestPaceRuleCutsPausesAndRises(t *testing.T) {
 		{"the rise adds the cut's rate per Steps answers", second.Answered(), 2933333333, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
 		{"the rise stops at the floor, never the rate refused", risen, 2420 * time.Millisecond, 2420 * time.Millisecond, t0.Add(22 * time.Second)},
 		{"the fixed first cut has no pause", LearntPace{}.Ban(ResultBanned, t0, t0, false), PaceFirstCut, 0, time.Time{}},
+		{"a first cut without a pause (the others sent nothing) does not pause", unpaused, 2200 * time.Millisecond, 2200 * time.Millisecond, time.Time{}},
+		{"a later ban after it pauses for the full window, as its own ban's cut says", unpaused.BanWith(ResultRateLimited, t0.Add(time.Second), t0.Add(time.Second), false, first),
+			4400 * time.Millisecond, 2420 * time.Millisecond, t0.Add(12 * time.Second)},
 	} {
 		if tc.got.Interval != tc.iv || tc.got.Floor != tc.floor || !tc.got.PausedUntil().Equal(tc.pausedUntil) {
 			t.Errorf("%s: interval %v floor %v paused until %v, want %v, %v, %v", tc.name, tc.got.Interval, tc.got.Floor, tc.got.PausedUntil(), tc.iv, tc.floor, tc.pausedUntil)
+		}
+	}
+}
+
+func TestPaceRuleShortPauseKeepsEveryMemberWithinWhatTheBannedOneWasServed(t *testing.T) {
+	// A member that sent k in the burst (at the cut, time 0) and then
+	// goes by the first cut's pace (the pause, then one per Interval)
+	// never has more than Served requests in any span of the site's
+	// window, for any window up to the rule's: the sliding count over
+	// (t-W, t] at each of its sends.
+	r := PaceRule{Window: 10 * time.Second, IncreaseSteps: 50}
+	for _, served := range []int{2, 3, 5, 10, 11, 50, 101} {
+		for _, k := range []int{0, 1, served / 2, served - 1, served} {
+			c := r.FirstCut(BanEvidence{Served: served, Span: 100 * time.Millisecond, Others: k, OthersKnown: true})
+			sends := make([]time.Duration, 0, k+3*served)
+			for range k {
+				sends = append(sends, 0)
+			}
+			for j := range 3 * served {
+				sends = append(sends, c.Pause+time.Duration(j)*c.Interval)
+			}
+			for _, w := range []time.Duration{r.Window, r.Window / 2, r.Window / 3, time.Second} {
+				for i, at := range sends {
+					n := 0
+					for _, b := range sends[:i+1] {
+						if at-b < w {
+							n++
+						}
+					}
+					if n > served {
+						t.Fatalf("served %d, others at %d (pause %v, interval %v): %d sends within %v at %v", served, k, c.Pause, c.Interval, n, w, at)
+					}
+				}
+			}
 		}
 	}
 }

@@ -171,7 +171,10 @@ func (r *siteRun) waiters() <-chan struct{} {
 // may send (ok, its request counted) or must wait for wake. The first
 // member of a run leads; a leader idle for trailTakeover hands the lead to
 // the member asking.
-func (l *evidenceLog) trail(site, member string, now time.Time) (ok bool, wake <-chan struct{}) {
+//
+// seq is the send's place among the member's sends in the run (1 for its
+// first), 0 when it must wait.
+func (l *evidenceLog) trail(site, member string, now time.Time) (seq int, wake <-chan struct{}) {
 	sh := l.shard(site)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -185,14 +188,51 @@ func (l *evidenceLog) trail(site, member string, now time.Time) (ok bool, wake <
 		r.leader = member
 	case r.leader == member:
 		if m.sent-m.answered >= max(m.served, 1) {
-			return false, r.waiters()
+			return 0, r.waiters()
 		}
 	case m.sent >= r.member(r.leader).served:
-		return false, r.waiters()
+		return 0, r.waiters()
 	}
 	m.sent++
 	r.touch(member, now)
-	return true, nil
+	return m.sent, nil
+}
+
+// settle waits, for at most wait, until member's sends at site before its
+// seq-th of the run (trail) have been answered, or the run is over. A ban
+// is judged by what the site served the member (evidence), and the
+// leader's slow start has more than one request in flight: one sent
+// before the refused one may be served a moment after the refusal comes
+// back (seen: a 3-per-3s site served the leader's third request in the
+// same millisecond it refused the fourth, and the cut read 2, a pace 50%
+// slower than the site allows). Answers to later sends count too, which
+// only shortens the wait (the count read is then the lower one).
+func (l *evidenceLog) settle(site, member string, seq int, wait time.Duration) {
+	if l == nil || seq <= 1 {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		sh := l.shard(site)
+		sh.mu.Lock()
+		r := sh.sites[site]
+		var m *memberRun
+		if r != nil {
+			m = r.members[member]
+		}
+		if m == nil || m.sent < seq || m.answered >= seq-1 {
+			sh.mu.Unlock()
+			return
+		}
+		wake := r.waiters()
+		sh.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timer.C:
+			return
+		}
+	}
 }
 
 // sweep forgets the sites with no request within window; when that frees
@@ -208,7 +248,9 @@ func (sh *evidenceShard) sweep(now time.Time, window time.Duration) {
 	}
 }
 
-// evidence is what site served member in its run up to a ban at now.
+// evidence is what site served member in its run up to a ban at now, and
+// the most any other member sent in the run (its trailed sends: the
+// caller says whether those are every send, BanEvidence.OthersKnown).
 func (l *evidenceLog) evidence(site, member string, now time.Time) rotation.BanEvidence {
 	if l == nil {
 		return rotation.BanEvidence{}
@@ -224,5 +266,11 @@ func (l *evidenceLog) evidence(site, member string, now time.Time) rotation.BanE
 	if m == nil || m.served == 0 {
 		return rotation.BanEvidence{}
 	}
-	return rotation.BanEvidence{Served: m.served, Span: now.Sub(m.first)}
+	ev := rotation.BanEvidence{Served: m.served, Span: now.Sub(m.first)}
+	for name, o := range r.members {
+		if name != member {
+			ev.Others = max(ev.Others, o.sent)
+		}
+	}
+	return ev
 }

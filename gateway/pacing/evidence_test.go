@@ -97,8 +97,8 @@ func TestTrailKeepsEveryMemberButTheLeaderBehindWhatTheSiteServed(t *testing.T) 
 			now := t0.Add(s.at)
 			switch s.op {
 			case "send":
-				if ok, _ := l.trail("s.example", s.member, now); ok != s.ok {
-					t.Errorf("%s: step %d (%s sends at +%v): ok %v, want %v", tc.name, i, s.member, s.at, ok, s.ok)
+				if seq, _ := l.trail("s.example", s.member, now); (seq > 0) != s.ok {
+					t.Errorf("%s: step %d (%s sends at +%v): ok %v, want %v", tc.name, i, s.member, s.at, seq > 0, s.ok)
 				}
 			case "served":
 				l.served("s.example", s.member, now)
@@ -106,5 +106,63 @@ func TestTrailKeepsEveryMemberButTheLeaderBehindWhatTheSiteServed(t *testing.T) 
 				l.unserved("s.example", s.member, now)
 			}
 		}
+	}
+}
+
+func TestABanIsJudgedAfterTheAnswersToItsMembersEarlierSends(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		thirdAfter time.Duration // when the leader's third send is served after the fourth's refusal; 0: never
+		want       int
+	}{
+		{"the third send served a moment after the fourth was refused: counted", 20 * time.Millisecond, 3},
+		{"the third never answered: the ban waits out the bound and reads what was served", 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newEvidenceLog(10 * time.Second)
+			now := time.Now()
+			seqs := []int{}
+			send := func() {
+				seq, _ := l.trail("s.example", "a", now)
+				if seq == 0 {
+					t.Fatalf("the leader could not send (seqs %v)", seqs)
+				}
+				seqs = append(seqs, seq)
+			}
+			// The leader's slow start: one, then two in flight.
+			send()
+			l.served("s.example", "a", now)
+			send()
+			l.served("s.example", "a", now)
+			send()
+			send() // the fourth: refused, while the third is in flight
+			if tc.thirdAfter > 0 {
+				go func() {
+					time.Sleep(tc.thirdAfter)
+					l.served("s.example", "a", time.Now())
+				}()
+			}
+			l.settle("s.example", "a", seqs[3], 300*time.Millisecond)
+			if got := l.evidence("s.example", "a", time.Now()); got.Served != tc.want {
+				t.Fatalf("judged by %+v, want %d served", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBanEvidenceCountsWhatTheOtherMembersSent(t *testing.T) {
+	l := newEvidenceLog(10 * time.Second)
+	now := time.Now()
+	l.trail("s.example", "a", now) // the leader
+	l.served("s.example", "a", now)
+	l.trail("s.example", "a", now)
+	l.served("s.example", "a", now)
+	for _, m := range []string{"b", "b", "c"} {
+		if seq, _ := l.trail("s.example", m, now); seq == 0 {
+			t.Fatalf("%s could not trail a leader served twice", m)
+		}
+	}
+	if got := l.evidence("s.example", "a", now); got.Served != 2 || got.Others != 2 {
+		t.Fatalf("%+v, want the leader's 2 served and the others' most sent, 2 (b)", got)
 	}
 }

@@ -12,6 +12,12 @@ import (
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
 
+// settleWait bounds how long a ban waits for the answers to its
+// member's earlier sends before the cut is judged (evidenceLog.settle): a
+// round trip or so; a request not back by then is not counted, which
+// errs on the slow side.
+const settleWait = time.Second
+
 // callTimeout bounds a call to the store made after the request's
 // context may have ended (a place given back, a slot returned, an answer
 // fed to the learnt pace), as the gateway bounds its other calls to the
@@ -41,6 +47,7 @@ type Ticket struct {
 	Trail bool
 
 	place    Place
+	seq      int       // the attempt's place among its member's sends in the site's run (trail); 0 when not trailed
 	deadline time.Time // when waiting must end: MaxWait after the first wait, or Due
 	started  bool      // the deadline is set
 	dueHeld  bool      // Due, not MaxWait, set deadline
@@ -102,13 +109,16 @@ type Move struct {
 // member mv took is the request's all the same, for it to give back.
 func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move) error {
 	if t.Trail && p != nil && p.evidence != nil {
+		t.seq = 0
 		// A site with a pace of the operator's or the client's is known:
 		// it is paced as told, not trailed (and a request that takes a
 		// member free sooner would leave its count on the first).
 		if lim, _ := p.o.explicitFor(a.Site, a.Client); lim.IsZero() {
-			if err := p.trail(ctx, client, a.Site, a.Member); err != nil {
+			seq, err := p.trail(ctx, client, a.Site, a.Member)
+			if err != nil {
 				return err
 			}
+			t.seq = seq
 		}
 	}
 	if !p.paced(a.Client) {
@@ -147,11 +157,15 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 		return nil
 	}
 	req := pool.SlotRequest{Site: target, Member: a.Member, MinInterval: lim.MinInterval, Auto: p.o.Auto, MaxWait: time.Until(t.deadline)}
+	moved := false
+	if learnt.Slowed() && mv.Other != nil && p.bannedHere(sp, a.Member, now) {
+		req.Member, moved = p.moveOff(ctx, mv, a.Member), true
+	}
 	slot, by := p.reserve(ctx, req, sp)
 	if slot.Interval <= 0 {
 		return nil
 	}
-	if slot.Wait > time.Millisecond && mv.Other != nil {
+	if slot.Wait > time.Millisecond && mv.Other != nil && !moved {
 		req, slot, by = p.sooner(ctx, mv, sp, req, slot, by)
 	}
 	if req.Auto {
@@ -188,7 +202,9 @@ func (p *Pacer) AttemptFailed(t *Ticket, site, member string) {
 // (evidenceLog.trail) until the site has served the leader more than the
 // member has sent, the site is slowed (its pace then holds the request),
 // or the lead comes to the member. It waits at most MaxWait, then sends.
-func (p *Pacer) trail(ctx, client context.Context, target, member string) error {
+// It returns the send's place in the member's run (0: not counted, the
+// site slowed or the wait over).
+func (p *Pacer) trail(ctx, client context.Context, target, member string) (int, error) {
 	var timer *time.Timer
 	for {
 		if p.learnt.Load() > 0 {
@@ -196,12 +212,12 @@ func (p *Pacer) trail(ctx, client context.Context, target, member string) error 
 			slowed := p.learntFor(p.sites[target], time.Now()).Slowed()
 			p.mu.Unlock()
 			if slowed {
-				return nil
+				return 0, nil
 			}
 		}
-		ok, wake := p.evidence.trail(target, member, time.Now())
-		if ok {
-			return nil
+		seq, wake := p.evidence.trail(target, member, time.Now())
+		if seq > 0 {
+			return seq, nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(p.o.MaxWait)
@@ -213,16 +229,16 @@ func (p *Pacer) trail(ctx, client context.Context, target, member string) error 
 		case <-takeover.C:
 		case <-timer.C:
 			takeover.Stop()
-			return nil
+			return 0, nil
 		case <-client.Done():
 			takeover.Stop()
-			return fault.ErrClientGone
+			return 0, fault.ErrClientGone
 		case <-ctx.Done():
 			takeover.Stop()
 			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				return err
+				return 0, err
 			}
-			return fault.ErrClientGone
+			return 0, fault.ErrClientGone
 		}
 		takeover.Stop()
 	}
@@ -401,6 +417,12 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 			return
 		}
 	}
+	if res.IsBan() {
+		// The member's sends before this one may be answered a moment
+		// after it: wait for them (at most settleWait), so the count the
+		// cut is judged by is what the site served.
+		p.evidence.settle(target, member, t.seq, settleWait)
+	}
 	now := time.Now()
 	if res.IsBan() {
 		defer p.evidence.unserved(target, member, now)
@@ -416,7 +438,13 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 	defer cancel()
 	a := pool.SiteAnswer{Site: target, Member: member, Result: res, SeenCuts: t.cuts}
 	if res.IsBan() {
-		a.FirstCut = p.o.Rule.FirstCut(p.evidence.evidence(target, member, now))
+		ev := p.evidence.evidence(target, member, now)
+		// The others' sends are known when every request to the site
+		// trailed here: on this gateway's own pace (no other gateway sends
+		// through the members), before the site was slowed (after, the
+		// members go by the pace, untrailed).
+		ev.OthersKnown = p.alone && !was.Slowed()
+		a.FirstCut = p.o.Rule.FirstCut(ev)
 	}
 	l, err := p.store.SiteAnswered(ctx, a)
 	if err != nil {
@@ -428,10 +456,67 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 		sp = p.site(target)
 	}
 	p.setLearnt(sp, l)
+	if res.IsBan() && l.Slowed() {
+		p.markBanned(sp, member, now)
+	}
 	p.mu.Unlock()
 	if l.Cuts > was.Cuts || (l.Slowed() && !was.Slowed()) {
 		p.log.Info("site answered with a ban signal: slowed for the whole pool", "target", target, "answer", string(res), "member", member, "pace", l.String())
 	}
+}
+
+// bannedMoveWindow is how long after a site banned a member a request
+// still holding a lease on that member is moved off it (moveOff): the
+// requests leased on it before the ban wait behind the site's leader or
+// for the cut's pause, and reach their slot well within it; the pool
+// leases the member to nobody for the site until its cooldown ends, so a
+// lease on it after this window is a new one, after the ban (one within
+// it, after a Retry-After shorter than the window, is moved needlessly:
+// it costs the choice, not the request).
+func (p *Pacer) bannedMoveWindow() time.Duration { return p.o.MaxWait }
+
+// bannedHere reports whether site (its view sp) banned member within
+// bannedMoveWindow of now.
+func (p *Pacer) bannedHere(sp *sitePace, member string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := sp.banned[member]
+	if ok && !now.Before(until) {
+		delete(sp.banned, member)
+		return false
+	}
+	return ok
+}
+
+// markBanned records that site (its view sp) banned member at now
+// (p.mu held).
+func (p *Pacer) markBanned(sp *sitePace, member string, now time.Time) {
+	if sp.banned == nil {
+		sp.banned = map[string]time.Time{}
+	}
+	for m, until := range sp.banned {
+		if !now.Before(until) {
+			delete(sp.banned, m)
+		}
+	}
+	sp.banned[member] = now.Add(p.bannedMoveWindow())
+}
+
+// moveOff takes the request off member, which the site banned, onto
+// another member the leasing stage offers (mv), and returns the member it
+// goes through: the other, or member when the pool offers none. A request
+// leased on the member before its ban (it waited behind the site's
+// leader, or in the burst) would wait for the member's slot only to be
+// refused and retried at the back of the queue: with a pause of the
+// whole site and a long interval, that wait and the retry's pushed a burst
+// past --pacing-max-wait (25 of 60 served at 3 per 3s, concurrency 16).
+func (p *Pacer) moveOff(ctx context.Context, mv Move, member string) string {
+	other := mv.Other(ctx)
+	if other == "" {
+		return member
+	}
+	mv.Settle(ctx, true)
+	return other
 }
 
 // sooner asks the leasing stage for one other member (mv) and reserves

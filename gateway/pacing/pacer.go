@@ -60,6 +60,10 @@ type Pacer struct {
 	learnt   atomic.Int64 // sites slowed in the view now
 	store    pool.SitePacer
 	own      *pool.Paces // this process's pace: the store when no other is given, the fallback while it fails
+	// alone says the store is this process's (no other gateway paces
+	// on it, so the evidence log sees every trailed send through the
+	// members: rotation.BanEvidence.OthersKnown).
+	alone    bool
 	log      *slog.Logger
 	evidence *evidenceLog       // what a first ban is judged by; nil without a rule
 	stop     context.CancelFunc // ends the refresh of slowed sites; nil when there is none
@@ -89,8 +93,9 @@ func New(o Options, store pool.SitePacer, log *slog.Logger) *Pacer {
 	p.store = store
 	switch store.(type) {
 	case nil:
-		p.store = p.own
+		p.store, p.alone = p.own, true
 	case *pool.Store, *pool.Paces:
+		p.alone = true
 	default:
 		if o.Auto {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -111,7 +116,11 @@ func (p *Pacer) Close() {
 // sitePace is this gateway's view of one paced site, guarded by Pacer.mu.
 type sitePace struct {
 	// learnt is the site's learnt pace as the store last told it.
-	learnt   rotation.LearntPace
+	learnt rotation.LearntPace
+	// banned is the members this site refused with a ban signal, and
+	// until when a request leased on one before its ban is moved off it
+	// (moveOff); nil while none is.
+	banned   map[string]time.Time
 	inflight int           // places in flight held by requests here
 	wake     chan struct{} // closed (and replaced) when a place here is given back
 	queued   int

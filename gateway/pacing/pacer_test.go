@@ -241,3 +241,94 @@ func TestClientPaceIsNeverLooserThanTheOperators(t *testing.T) {
 		t.Fatalf("a looser client pace won: %v %s", lim.MinInterval, src)
 	}
 }
+
+func TestARequestLeasedOnAMemberTheSiteBannedMovesOffItBeforeWaiting(t *testing.T) {
+	const site = "moved.example"
+	for _, tc := range []struct {
+		name   string
+		member string // the request's lease
+		offer  string // what the leasing stage offers (Move.Other)
+		want   string // the member the request goes through
+	}{
+		{"leased on the banned member, another offered: it moves", "m1", "m2", "m2"},
+		{"leased on the banned member, none offered: it stays", "m1", "", "m1"},
+		{"leased on a member not banned: it stays", "m3", "m2", "m3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := pool.NewPaces(nil)
+			p := New(Options{Auto: true}, store, nil)
+			// m1 sent first and was refused: the site is slowed and m1
+			// banned by it.
+			p.Answered(&Ticket{}, site, "m1", rotation.ResultRateLimited)
+			// m1 took its first slot after the cut already (a request
+			// leased on it before the ban went out), m2 two: the banned
+			// member's next slot comes sooner than the other's, and is
+			// worth nothing. m3 has none, so a request on it goes at once.
+			for _, m := range []string{"m1", "m2", "m2"} {
+				if _, err := store.ReserveSlot(ctx, pool.SlotRequest{Site: site, Member: m, Auto: true, MaxWait: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			went := tc.member
+			offered := false
+			mv := Move{
+				Other: func(context.Context) string { offered = true; return tc.offer },
+				Settle: func(_ context.Context, keepOther bool) {
+					if keepOther {
+						went = tc.offer
+					}
+				},
+			}
+			var tk Ticket
+			if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: tc.member}, mv); err != nil {
+				t.Fatal(err)
+			}
+			if went != tc.want || (tc.member == "m3" && offered) {
+				t.Fatalf("the request went through %s (offered another: %v), want %s", went, offered, tc.want)
+			}
+		})
+	}
+}
+
+func TestAFirstCutSkipsThePauseOnlyWhereThisGatewaySawEverySend(t *testing.T) {
+	const site = "alone.example"
+	rule := rotation.PaceRule{Window: 10 * time.Second, IncreaseSteps: 50}
+	for _, tc := range []struct {
+		name      string
+		shared    bool // the store is another process's (Redis, a lease API)
+		wantPause time.Duration
+	}{
+		{"its own store: the others sent nothing, no pause", false, 0},
+		{"a shared store: another gateway may have sent through them, the full pause", true, 11 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := pool.NewPaces(nil)
+			var sp pool.SitePacer = store
+			if tc.shared {
+				sp = &struct{ *pool.Paces }{store}
+			}
+			p := New(Options{Auto: true, Rule: rule}, sp, nil)
+			defer p.Close()
+			// The leader is served twice; the others trail it and send
+			// nothing before its third request is refused.
+			for range 2 {
+				tk := Ticket{Trail: true}
+				if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: "lead"}, Move{}); err != nil {
+					t.Fatal(err)
+				}
+				p.Answered(&tk, site, "lead", rotation.ResultOK)
+			}
+			tk := Ticket{Trail: true}
+			if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: "lead"}, Move{}); err != nil {
+				t.Fatal(err)
+			}
+			p.Answered(&tk, site, "lead", rotation.ResultRateLimited)
+			l, _ := store.SiteAnswered(ctx, pool.SiteAnswer{Site: site, Member: "other", Result: rotation.ResultOK})
+			if l.Pause != tc.wantPause || l.Interval != 5500*time.Millisecond {
+				t.Fatalf("cut %v (pause %v, interval %v), want a pause of %v and 2 per 11s", l, l.Pause, l.Interval, tc.wantPause)
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ type paceRequest struct {
 	SeenCuts      int    `json:"seenCuts,omitempty"`
 	// FirstCut is what a ban sets when the site is not slowed (the
 	// gateway's rotation.PaceRule.FirstCut); absent: the fixed first cut.
+	// On a slowed site its pause is the least a later cut pauses for.
 	FirstCut *cutWire `json:"firstCut,omitempty"`
 }
 

@@ -228,7 +228,33 @@ func TestPaceContractTheRulesFirstCutPausesFloorsAndTravels(t *testing.T) {
 		}
 		second := answered(t, p, pool.SiteAnswer{Site: site, Member: "m4", Result: rotation.ResultBanned, SeenCuts: 1, FirstCut: rotation.Cut{Interval: time.Millisecond}})
 		if second.Interval != 2*fc.Floor || second.Floor != fc.Floor+fc.Floor/10 || second.Pause != fc.Pause || second.Cuts != 2 {
-			t.Fatalf("second cut %+v, want %v floored at %v, paused again (a later cut ignores a first cut's)", second, 2*fc.Floor, fc.Floor+fc.Floor/10)
+			t.Fatalf("second cut %+v, want %v floored at %v, paused again (a later cut takes the longer pause of the last and its own)", second, 2*fc.Floor, fc.Floor+fc.Floor/10)
+		}
+	})
+}
+
+// TestPaceContractALaterCutPausesForTheLongerOfTheLastPauseAndItsOwn: a
+// first cut without a pause (the gateway saw the other members send
+// nothing) lets every member go at once; a later ban, whose own cut
+// carries the full pause, pauses the site for it in every store.
+func TestPaceContractALaterCutPausesForTheLongerOfTheLastPauseAndItsOwn(t *testing.T) {
+	runPaceContract(t, func(t *testing.T, p pool.SitePacer) {
+		const site = "later.example"
+		fc := rotation.Cut{Interval: 2 * time.Second, Floor: 2 * time.Second, Steps: 50}
+		first := answered(t, p, pool.SiteAnswer{Site: site, Member: "m1", Result: rotation.ResultRateLimited, FirstCut: fc})
+		if first.Pause != 0 || first.Interval != fc.Interval {
+			t.Fatalf("first cut %+v, want the rule's %+v", first, fc)
+		}
+		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m2", Auto: true, MaxWait: time.Minute}); !s.Reserved || s.Wait > 100*time.Millisecond {
+			t.Fatalf("slot after a cut without a pause %+v, want one at once", s)
+		}
+		own := rotation.Cut{Interval: 2 * time.Second, Pause: 5 * time.Second, Floor: 2 * time.Second, Steps: 50}
+		second := answered(t, p, pool.SiteAnswer{Site: site, Member: "m2", Result: rotation.ResultBanned, SeenCuts: 1, FirstCut: own})
+		if second.Cuts != 2 || second.Pause != own.Pause || second.Interval != 4*time.Second {
+			t.Fatalf("second cut %+v, want 4s paused %v", second, own.Pause)
+		}
+		if s := reserve(t, p, pool.SlotRequest{Site: site, Member: "m3", Auto: true, MaxWait: time.Minute}); !s.Reserved || !near(s.Wait, own.Pause) {
+			t.Fatalf("slot after the later cut %+v, want one at its pause's end (%v)", s, own.Pause)
 		}
 	})
 }

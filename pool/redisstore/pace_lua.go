@@ -168,7 +168,9 @@ elseif op == 'answer' then
   if L then
     local nx = math.min(2 * L.iv, maxiv)
     local fl = math.min(math.max(L.floor, L.iv + math.floor(L.iv / 10)), nx)
-    L = {iv = nx, cut = nx, cause = res, at = now, cuts = L.cuts + 1, pause = L.pause, floor = fl, steps = L.steps, memory = L.memory, faded = 0}
+    -- A later cut pauses for the longer of the last pause and its own
+    -- ban's cut's (rotation.LearntPace.BanWith).
+    L = {iv = nx, cut = nx, cause = res, at = now, cuts = L.cuts + 1, pause = math.max(L.pause, tonumber(ARGV[11])), floor = fl, steps = L.steps, memory = L.memory, faded = 0}
   else
     local nx = tonumber(ARGV[7])
     if nx <= 0 then nx = tonumber(ARGV[8]) end
