@@ -334,6 +334,19 @@ func New(o Options) (*Gateway, error) {
 	if err := o.Tiers.Check(); err != nil {
 		return nil, fmt.Errorf("gateway: Options.Tiers: %w", err)
 	}
+	for _, c := range o.Clients {
+		if c.Tiers == nil {
+			continue
+		}
+		rg, err := o.Tiers.Range(c.Tiers)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: client %s (line %d): %w", c.Name, c.Line, err)
+		}
+		if o.Tiers.Clients == nil {
+			o.Tiers.Clients = map[string]rotation.TierRange{}
+		}
+		o.Tiers.Clients[c.Name] = rg
+	}
 	keeper := o.TierKeeper
 	if keeper == nil {
 		keeper, _ = o.Pool.(pool.SiteTierKeeper)

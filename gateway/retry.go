@@ -49,7 +49,9 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 	if err := rp.leases.quota.admit(ctx, &rq.lr); err != nil {
 		return err
 	}
-	rp.tier(ctx, rq)
+	if err := rp.tier(ctx, rq); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		h := rq.next
 		rq.next = held{}
@@ -128,17 +130,18 @@ func (rp *requestPath) tryMembers(ctx, client context.Context, rq *request, at *
 // lease request narrowed to the tier its site starts on (a copy of its
 // parameters with the tier in the selector, so a sticky session's pin on
 // another tier's member is let go as one on another selector is).
-func (rp *requestPath) tier(ctx context.Context, rq *request) {
+func (rp *requestPath) tier(ctx context.Context, rq *request) error {
 	if rp.tiers == nil {
-		return
+		return nil
 	}
-	sel, tk := rp.tiers.Start(ctx, rq.lr.target, rq.lr.p.Selector, rq.lr.p.Proxy)
-	if !tk.On() {
-		return
+	sel, tk, err := rp.tiers.Start(ctx, rq.lr.target, rq.lr.p.Client, rq.lr.p.Selector, rq.lr.p.Proxy)
+	if err != nil || !tk.On() {
+		return err
 	}
 	p := *rq.lr.p
 	p.Selector = sel
 	rq.lr.p, rq.tier = &p, tk
+	return nil
 }
 
 // tierUp moves rq one tier up when err is the pool's refusal of its

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxyfleet/gateway/clients"
 	"github.com/proxyfleet/proxyfleet/gateway/tiering"
 	"github.com/proxyfleet/proxyfleet/internal/testkit/squid"
 	"github.com/proxyfleet/proxyfleet/internal/testutil"
@@ -181,5 +182,101 @@ func TestTierOptionsGiveMembersTheirTier(t *testing.T) {
 	}
 	if got, err := (tiering.Options{}).Members(ms); err != nil || got[0].Attributes != nil {
 		t.Fatalf("one tier: members changed to %+v, %v", got, err)
+	}
+}
+
+// TestATokenClientsTiersBoundWhereItsRequestsGo: a client whose line says
+// tiers=residential starts every site there; one that says tiers=own never
+// goes up, even when own has no usable member, and pinning residential is
+// its 403 pool_forbidden, with nothing sent.
+func TestATokenClientsTiersBoundWhereItsRequestsGo(t *testing.T) {
+	ms := directMembers(2)
+	ms[0].Attributes = map[string]string{"tier": "own"}
+	ms[1].Attributes = map[string]string{"tier": "residential"}
+	cs, err := clients.Parse(strings.NewReader("rich tok-r all tiers=residential\ncheap tok-c all tiers=own\nany tok-a all\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := tiering.Options{Tiers: rotation.Tiers{"own", "residential"}, Rule: rotation.DefaultTierRule}
+	e := newEnv(t, Options{Mode: rotation.ModeRequest, Retries: 2, AllowPrivateTargets: true, Tiers: to, Clients: cs},
+		pool.StoreOptions{Cooldown: rotation.CooldownPolicy{Default: time.Minute, Max: time.Minute}}, ms...)
+	site := testutil.StartTarget(t, testutil.TargetOptions{})
+	for _, tc := range []struct{ name, token, tier, source string }{
+		{"a residential client starts a fresh site on residential", "tok-r", "residential", sourceOf(ms[1])},
+		{"an unbounded client starts it on the cheapest", "tok-a", "own", sourceOf(ms[0])},
+		{"an own client starts it on own", "tok-c", "own", sourceOf(ms[0])},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, a := get(t, e.client("crawler", tc.token), site.URL()+"/p", nil)
+			if resp.StatusCode != 200 || resp.Header.Get(HeaderTier) != tc.tier || a.Source != tc.source {
+				t.Fatalf("%d from %s, tier %q; want 200 from %s on %s", resp.StatusCode, a.Source, resp.Header.Get(HeaderTier), tc.source, tc.tier)
+			}
+		})
+	}
+	t.Run("an own client pinning residential is refused", func(t *testing.T) {
+		before := site.Total()
+		req, err := http.NewRequest(http.MethodGet, site.URL()+"/pin", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Proxyfleet-Select", "tier=residential")
+		resp, err := e.client("crawler", "tok-c").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := body(t, resp)
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != "pool_forbidden" || !strings.Contains(b, "client cheap may not lease tier residential") || site.Total() != before {
+			t.Fatalf("%d %s %q (site saw %d more); want 403 pool_forbidden naming the client and the tier, nothing sent", resp.StatusCode, resp.Header.Get(HeaderReason), b, site.Total()-before)
+		}
+	})
+	t.Run("an own client whose tier is banned stays on it", func(t *testing.T) {
+		site.SetRule(sourceOf(ms[0]), http.StatusForbidden, nil)
+		resp, a := get(t, e.client("crawler", "tok-c"), site.URL()+"/banned", nil)
+		if resp.StatusCode != http.StatusForbidden || a.Source != sourceOf(ms[0]) {
+			t.Fatalf("%d from %s; want the site's 403 through own, never residential", resp.StatusCode, a.Source)
+		}
+		resp, _ = get(t, e.client("crawler", "tok-c"), site.URL()+"/after", nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || site.Count(sourceOf(ms[1])) != 1 {
+			t.Fatalf("%d, residential saw %d; want 503 (own rests) and residential used only by the residential client", resp.StatusCode, site.Count(sourceOf(ms[1])))
+		}
+	})
+}
+
+func TestTierOptionsReadAClientsTiers(t *testing.T) {
+	o := tiering.Options{Tiers: rotation.Tiers{"own", "datacenter", "residential"}, Rule: rotation.DefaultTierRule}
+	for _, tc := range []struct {
+		name  string
+		names []string
+		want  rotation.TierRange
+		err   string
+	}{
+		{"none is every tier", nil, rotation.TierRange{Lo: 0, Hi: 2}, ""},
+		{"one tier", []string{"datacenter"}, rotation.TierRange{Lo: 1, Hi: 1}, ""},
+		{"a run in any order", []string{"residential", "datacenter"}, rotation.TierRange{Lo: 1, Hi: 2}, ""},
+		{"a gap", []string{"own", "residential"}, rotation.TierRange{}, "tiers=own,residential: not a run of --tiers own,datacenter,residential"},
+		{"an unknown tier", []string{"mobile"}, rotation.TierRange{}, `tiers=mobile: "mobile" is not one of --tiers`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := o.Range(tc.names)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Range(%v) = %v, %v; want an error with %q", tc.names, got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Range(%v) = %v, %v; want %v", tc.names, got, err, tc.want)
+			}
+		})
+	}
+	if _, err := (tiering.Options{}).Range([]string{"own"}); err == nil || !strings.Contains(err.Error(), "the gateway has no --tiers") {
+		t.Fatalf("a client's tiers on a gateway of one tier: %v", err)
+	}
+	cs, err := clients.Parse(strings.NewReader("c tok all tiers=own,residential\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Pool: pool.NewStore(pool.StoreOptions{}), Tiers: o, Clients: cs}); err == nil || !strings.Contains(err.Error(), "client c (line 1): tiers=own,residential: not a run") {
+		t.Fatalf("a gateway given a client of a gap in its tiers: %v", err)
 	}
 }

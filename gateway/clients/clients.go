@@ -46,6 +46,10 @@ type Client struct {
 	// Quota is what it may take at once, per second and per day (leases=,
 	// rps=, site-rps=, bytes-per-day=); zero: no limit.
 	Quota quota.Limits
+	// Tiers are the tiers of egress it may use (tiers=NAME,NAME: a run of
+	// the gateway's --tiers, checked against them at start by
+	// tiering.Options.Range); nil: every tier.
+	Tiers []string
 }
 
 // Scope is one part of the fleet a client may use.
@@ -212,7 +216,16 @@ func (c *Client) set(i int, field string) error {
 		}
 		return c.add(Scope{Name: "members with " + selectorString(sel), Selector: sel})
 	case keyTiers:
-		return errors.New("tiers= is reserved for member tiers, which this version does not have yet: leave it out")
+		if c.Tiers != nil {
+			return errors.New("tiers= is given twice: write the tiers once, comma-separated")
+		}
+		for _, n := range strings.Split(v, ",") {
+			if n == "" || slices.Contains(c.Tiers, n) {
+				return fmt.Errorf("tiers=%s: want tier names, each once, comma-separated (a run of the gateway's --tiers)", v)
+			}
+			c.Tiers = append(c.Tiers, n)
+		}
+		return nil
 	case keyLeases:
 		n, err := strconv.Atoi(v)
 		if err != nil {

@@ -2,6 +2,7 @@ package clients
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,6 +37,8 @@ func TestParseReadsWhatEachClientMayUse(t *testing.T) {
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Quota: quota.Limits{BytesPerDay: 1500}}}},
 		{"a zero quota is no limit", "a tok1 all leases=0 rps=0\n",
 			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true}}},
+		{"the tiers it may use, as written", "a tok1 all tiers=own,datacenter\n",
+			[]Client{{Name: "a", Token: "tok1", Line: 1, All: true, Tiers: []string{"own", "datacenter"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,7 +59,7 @@ func TestParseReadsWhatEachClientMayUse(t *testing.T) {
 }
 
 func sameClient(a, b Client) bool {
-	if a.Name != b.Name || a.Token != b.Token || a.Line != b.Line || a.All != b.All || len(a.Scopes) != len(b.Scopes) || a.Quota != b.Quota {
+	if a.Name != b.Name || a.Token != b.Token || a.Line != b.Line || a.All != b.All || len(a.Scopes) != len(b.Scopes) || a.Quota != b.Quota || !slices.Equal(a.Tiers, b.Tiers) {
 		return false
 	}
 	for i := range a.Scopes {
@@ -85,7 +88,9 @@ func TestParseRefusesBadLinesNamingTheLineNeverTheToken(t *testing.T) {
 		{"a bad selector", "team-a " + secret + " select=region\n", "select=: selector"},
 		{"an empty selector", "team-a " + secret + " select=\n", "select= is empty"},
 		{"a scope given twice", "team-a " + secret + " pool=f/eu pool=f/eu\n", "pool f/eu is given twice"},
-		{"tiers are reserved", "team-a " + secret + " all tiers=gold\n", "tiers= is reserved"},
+		{"tiers given twice", "team-a " + secret + " all tiers=own tiers=residential\n", "tiers= is given twice"},
+		{"a tier named twice", "team-a " + secret + " all tiers=own,own\n", "tiers=own,own: want tier names, each once"},
+		{"an empty tier", "team-a " + secret + " all tiers=own,\n", "tiers=own,: want tier names"},
 		{"a name used twice", "a tok1 all\na tok2 all\n", "line 2: client a is already on line 1"},
 		{"a token used twice", "a " + secret + " all\nb " + secret + " all\n", "line 2 (client b): its token is already on line 1"},
 		{"no client at all", "# nothing\n\n", "holds no client"},

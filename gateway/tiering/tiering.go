@@ -37,6 +37,36 @@ type Options struct {
 	Tiers rotation.Tiers
 	// Rule is how a site climbs and comes back down (--tier-*).
 	Rule rotation.TierRule
+	// Clients are the tiers each token client may use (its line's tiers=,
+	// read by Range); a client not named may use every tier.
+	Clients map[string]rotation.TierRange
+}
+
+// Range is the tiers names say, a run of o.Tiers in their order (a token
+// client's tiers=): nil is every tier; a name o.Tiers does not have, or a
+// run with a gap, is an error naming them.
+func (o Options) Range(names []string) (rotation.TierRange, error) {
+	if names == nil {
+		return o.Tiers.AllTiers(), nil
+	}
+	if !o.On() {
+		return rotation.TierRange{}, fmt.Errorf("tiers=%s: the gateway has no --tiers", strings.Join(names, ","))
+	}
+	lo, hi := -1, -1
+	for _, n := range names {
+		l, ok := o.Tiers.Index(n)
+		if !ok {
+			return rotation.TierRange{}, fmt.Errorf("tiers=%s: %q is not one of --tiers %s", strings.Join(names, ","), n, strings.Join(o.Tiers, ","))
+		}
+		if lo < 0 || l < lo {
+			lo = l
+		}
+		hi = max(hi, l)
+	}
+	if hi-lo+1 != len(names) {
+		return rotation.TierRange{}, fmt.Errorf("tiers=%s: not a run of --tiers %s (a client's tiers are the cheapest it may use up to the costliest, none left out between)", strings.Join(names, ","), strings.Join(o.Tiers, ","))
+	}
+	return rotation.TierRange{Lo: lo, Hi: hi}, nil
 }
 
 // On reports whether the stage does anything.
@@ -104,22 +134,31 @@ type Ticket struct {
 // On reports whether the stage started the request (it narrowed it).
 func (tk Ticket) On() bool { return tk.on }
 
-// Start narrows a request to site with selector sel: sel with the tier
-// it starts on, and its ticket. A selector that names a tier pins the
-// request there (one the gateway does not have is left to match nothing,
+// Start narrows a request of client to site with selector sel: sel with
+// the tier it starts on, within the tiers the client may use, and its
+// ticket. A selector that names a tier pins the request there (one
+// outside the client's tiers is pool.NotShared's refusal, the gateway's
+// 403 pool_forbidden) (one the gateway does not have is left to match nothing,
 // as any attribute no member has); a request that names its member
 // (proxy=) is left as it is. When the store cannot say (it is down), the
 // request starts on the cheapest tier: the lease that follows meets the
 // same store anyway.
-func (t *Tiering) Start(ctx context.Context, site string, sel map[string]string, proxy string) (map[string]string, Ticket) {
+func (t *Tiering) Start(ctx context.Context, site, client string, sel map[string]string, proxy string) (map[string]string, Ticket, error) {
 	if t == nil || proxy != "" {
-		return sel, Ticket{}
+		return sel, Ticket{}, nil
 	}
-	rg := t.o.Tiers.AllTiers()
+	rg, limited := t.o.Clients[client]
+	if !limited {
+		rg = t.o.Tiers.AllTiers()
+	}
 	if name, ok := sel[AttributeTier]; ok {
 		level, known := t.o.Tiers.Index(name)
 		if !known {
-			return sel, Ticket{}
+			return sel, Ticket{}, nil
+		}
+		if level < rg.Lo || level > rg.Hi {
+			return nil, Ticket{}, pool.NotShared("client "+client, []string{"tier " + name},
+				"its line's tiers= allows "+strings.Join(t.o.Tiers[rg.Lo:rg.Hi+1], ",")+" (--auth-token-file)")
 		}
 		rg = rotation.TierRange{Lo: level, Hi: level}
 	}
@@ -131,7 +170,7 @@ func (t *Tiering) Start(ctx context.Context, site string, sel map[string]string,
 	out := make(map[string]string, len(sel)+1)
 	maps.Copy(out, sel)
 	out[AttributeTier] = t.o.Tiers[st.Level]
-	return out, Ticket{Level: st.Level, Hi: rg.Hi, Moves: st.Moves, Probe: st.Probe, on: true}
+	return out, Ticket{Level: st.Level, Hi: rg.Hi, Moves: st.Moves, Probe: st.Probe, on: true}, nil
 }
 
 // Up moves a request whose tier has no member it may use for its site
