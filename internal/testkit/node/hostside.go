@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,26 +22,10 @@ import (
 // calling test (the parent side's one child, the cluster's PID namespace's
 // init), or 0 while there is none.
 func ChildPID() int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	self := strconv.Itoa(os.Getpid())
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == self {
-			return pid
+	self := os.Getpid()
+	for _, p := range processes() {
+		if p.ppid == self {
+			return p.pid
 		}
 	}
 	return 0

@@ -87,38 +87,24 @@ func tailFile(path string, n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// killNamespace kills every process of the PID namespace but the caller
-// (its init): the containers, their shims, anything a component left.
-func killNamespace() {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+// procStat is what the harness reads of a process's /proc/PID/stat.
+type procStat struct {
+	pid, ppid, pgrp int
+	state           string
 }
 
-// reapOrphans collects the exit status of processes that ended as children
-// of the namespace's init (the caller) without being started by it: a
-// container runtime's shims daemonize (in a process group of their own) and
-// are re-parented here when their parent exits. Children of the caller's
-// own process group are os/exec's, whose Wait must not lose them.
-func reapOrphans() {
+// processes are the processes /proc shows (those of the caller's PID
+// namespace and below), with their stat; one that ends while /proc is read
+// is left out.
+func processes() []procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return
+		return nil
 	}
-	self := os.Getpid()
-	pgrp := syscall.Getpgrp()
+	var out []procStat
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -131,10 +117,42 @@ func reapOrphans() {
 			continue
 		}
 		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 3 || f[0] != "Z" || f[1] != strconv.Itoa(self) || f[2] == strconv.Itoa(pgrp) {
+		if len(f) < 3 {
+			continue
+		}
+		ppid, err1 := strconv.Atoi(f[1])
+		pgrp, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0]})
+	}
+	return out
+}
+
+// killNamespace kills every process of the PID namespace but the caller
+// (its init): the containers, their shims, anything a component left.
+func killNamespace() {
+	self := os.Getpid()
+	for _, p := range processes() {
+		if p.pid != self {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// reapOrphans collects the exit status of processes that ended as children
+// of the namespace's init (the caller) without being started by it: a
+// container runtime's shims daemonize (in a process group of their own) and
+// are re-parented here when their parent exits. Children of the caller's
+// own process group are os/exec's, whose Wait must not lose them.
+func reapOrphans() {
+	self, pgrp := os.Getpid(), syscall.Getpgrp()
+	for _, p := range processes() {
+		if p.state != "Z" || p.ppid != self || p.pgrp == pgrp {
 			continue
 		}
 		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		_, _ = syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
 	}
 }
