@@ -133,9 +133,7 @@ func (rp *requestPath) runTunnel(ctx context.Context, w http.ResponseWriter, rq 
 	ctx = context.WithoutCancel(ctx)
 	t.Start(&rp.bufs, rp.tunnelIdle, func(up, down int64) {
 		rp.tunnels.Remove(t)
-		rp.rec.BytesRelayed(DirectionUp, upN+up)
-		rp.rec.BytesRelayed(DirectionDown, downN+down)
-		rp.leases.quota.spent(ctx, rq.lr.p.Client, upN+up+downN+down)
+		rp.relayed(ctx, rq.lr.p.Client, upN+up, downN+down)
 		rp.leases.done(ctx, h) // per-request rotation ends the lease here
 	})
 }

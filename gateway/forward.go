@@ -342,9 +342,6 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 	}
 	w.WriteHeader(resp.StatusCode)
 	rp.rec.Request(name, outcomeOf(res), time.Since(start))
-	if r.ContentLength > 0 {
-		rp.rec.BytesRelayed(DirectionUp, r.ContentLength)
-	}
 
 	bp := rp.bufs.Get()
 	defer rp.bufs.Put(bp)
@@ -368,14 +365,12 @@ func (rp *requestPath) deliver(w http.ResponseWriter, r *http.Request, resp *htt
 			break
 		}
 		if rerr != nil {
-			rp.rec.BytesRelayed(DirectionDown, n)
-			rp.leases.quota.spent(r.Context(), client, max(r.ContentLength, 0)+n)
+			rp.relayed(r.Context(), client, max(r.ContentLength, 0), n)
 			rp.log.Debug("answer body broke off", "member", name, "err", rerr)
 			return false
 		}
 	}
-	rp.rec.BytesRelayed(DirectionDown, n)
-	rp.leases.quota.spent(r.Context(), client, max(r.ContentLength, 0)+n)
+	rp.relayed(r.Context(), client, max(r.ContentLength, 0), n)
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Trailer {
 		// The same filter as the head's: a site's trailer cannot pose as

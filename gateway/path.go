@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -50,6 +51,18 @@ type requestPath struct {
 	bufs    relay.Bufs
 	rec     Recorder
 	log     *slog.Logger
+}
+
+// relayed counts what one relayed answer or tunnel carried, once, at its
+// end: the bytes metric per direction and the token client's day of bytes
+// (its quota). Every byte count of the path is made here, so another
+// account of bytes (cost per tier) is one more line, not one per protocol.
+func (rp *requestPath) relayed(ctx context.Context, client string, up, down int64) {
+	if up > 0 {
+		rp.rec.BytesRelayed(DirectionUp, up)
+	}
+	rp.rec.BytesRelayed(DirectionDown, down)
+	rp.leases.quota.spent(ctx, client, up+down)
 }
 
 // serve handles one proxy request: CONNECT or an absolute-URI HTTP request.
