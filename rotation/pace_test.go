@@ -10,7 +10,26 @@ import (
 	"time"
 )
 
-var updatePace = flag.Bool("update", false, "rewrite rotation/testdata/*.golden from this run")
+var updateGolden = flag.Bool("update", false, "rewrite rotation/testdata/*.golden from this run")
+
+// matchGolden compares got with testdata/name, a transcript of a sequence
+// the tests pin; -update writes it from this run.
+func matchGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *updateGolden {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("the sequence differs from %s (rerun with -update if intended):\n%s", path, got)
+	}
+}
 
 func TestPaceLimitsStricter(t *testing.T) {
 	for _, tc := range []struct {
@@ -104,17 +123,5 @@ func TestLearntPaceSequence(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "from one cut, %d successes without a ban end the pace\n", n)
 
-	path := filepath.Join("testdata", "pace_aimd.golden")
-	if *updatePace {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("AIMD sequence differs from %s (rerun with -update if intended):\n%s", path, b.String())
-	}
+	matchGolden(t, "pace_aimd.golden", b.String())
 }

@@ -2,8 +2,6 @@ package rotation
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -213,17 +211,5 @@ func TestSiteTierSequence(t *testing.T) {
 	now = now.Add(r.Hold)
 	start()
 
-	path := filepath.Join("testdata", "tier_sequence.golden")
-	if *updatePace {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("tier sequence differs from %s (rerun with -update if intended):\n%s", path, b.String())
-	}
+	matchGolden(t, "tier_sequence.golden", b.String())
 }

@@ -219,16 +219,23 @@ func (s *apiServer) slowedSites(w http.ResponseWriter, r *http.Request) {
 
 // pace is one POST /v1/pace.
 func (c *Client) pace(ctx context.Context, b paceRequest) (paceAnswer, error) {
-	status, raw, err := c.do(ctx, http.MethodPost, "/v1/pace", b)
+	return decide[paceAnswer](ctx, c, "/v1/pace", "pace", b)
+}
+
+// decide is one POST of a store decision (/v1/pace, /v1/tier) and its
+// answer: a status other than 200 is the API's error, an answer that does
+// not read is one naming what.
+func decide[T any](ctx context.Context, c *Client, path, what string, body any) (T, error) {
+	var out T
+	status, raw, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
-		return paceAnswer{}, err
+		return out, err
 	}
 	if status != http.StatusOK {
-		return paceAnswer{}, apiError(status, raw)
+		return out, apiError(status, raw)
 	}
-	var out paceAnswer
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return paceAnswer{}, fmt.Errorf("lease API: pace: malformed answer: %w", err)
+		return out, fmt.Errorf("lease API: %s: malformed answer: %w", what, err)
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package leaseapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -157,18 +156,7 @@ func (s *apiServer) tier(w http.ResponseWriter, r *http.Request) {
 
 // tier is one POST /v1/tier.
 func (c *Client) tier(ctx context.Context, b tierRequest) (tierAnswer, error) {
-	status, raw, err := c.do(ctx, http.MethodPost, "/v1/tier", b)
-	if err != nil {
-		return tierAnswer{}, err
-	}
-	if status != http.StatusOK {
-		return tierAnswer{}, apiError(status, raw)
-	}
-	var out tierAnswer
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return tierAnswer{}, fmt.Errorf("lease API: tier: malformed answer: %w", err)
-	}
-	return out, nil
+	return decide[tierAnswer](ctx, c, "/v1/tier", "tier", b)
 }
 
 // StartTier is pool.SiteTierKeeper.StartTier. The caller's costliest tier
