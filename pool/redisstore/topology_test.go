@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testkit/redis"
-	"github.com/proxyfleet/proxyfleet/internal/testutil"
 	"github.com/proxyfleet/proxyfleet/pool"
 	"github.com/proxyfleet/proxyfleet/rotation"
 )
@@ -185,14 +185,27 @@ func TestRedisStoreOverTLSVerifiesTheServer(t *testing.T) {
 func TestRedisStoreSaysWhatIsWrongWithATopology(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// No Sentinel answers: three addresses nobody listens on.
+	// No Sentinel answers: three addresses of this test's own that close
+	// every connection at once. (Addresses nobody listened on were free
+	// only when looked at: a parallel test's redis-server took one, and
+	// the store met a Redis that is no Sentinel.)
 	var addrs []string
 	for range 3 {
-		a, err := testutil.FreeAddr()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		addrs = append(addrs, a)
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		addrs = append(addrs, ln.Addr().String())
 	}
 	s := topoStore(t, "redis+sentinel://:hunter2@"+strings.Join(addrs, ",")+"/leases", "topo", RedisOptions{FailoverWait: 500 * time.Millisecond})
 	t0 := time.Now()
