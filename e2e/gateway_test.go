@@ -565,8 +565,7 @@ func gatewayAnswers503WhenNoMemberIsUsable(t *testing.T, bin string, trio []*squ
 		}
 	})
 	t.Run("every upstream dead", func(t *testing.T) {
-		dead1, _ := testutil.FreeAddr()
-		dead2, _ := testutil.FreeAddr()
+		dead1, dead2 := testutil.RefusedAddr(t), testutil.RefusedAddr(t)
 		g := startGateway(t, bin, gwConfig{upstreams: []string{"http://" + dead1, "http://" + dead2}, args: []string{"--failure-cooldown", "1m"}})
 		target := testutil.StartTarget(t, testutil.TargetOptions{Host: "127.0.0.73"})
 		c := g.client(t, "", nil)

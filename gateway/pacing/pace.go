@@ -52,6 +52,7 @@ type Ticket struct {
 	started  bool      // the deadline is set
 	dueHeld  bool      // Due, not MaxWait, set deadline
 	cuts     int       // the learnt pace's cuts the last attempt was paced under
+	began    time.Time // the request's first attempt came to the pacer (moveOff)
 }
 
 // Place is a place in flight among a site's requests, held by a request
@@ -108,6 +109,9 @@ type Move struct {
 // request (the client left, or the wait would pass MaxWait: *Error); a
 // member mv took is the request's all the same, for it to give back.
 func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move) error {
+	if t.began.IsZero() {
+		t.began = time.Now()
+	}
 	if t.Trail && p != nil && p.evidence != nil {
 		t.seq = 0
 		// A site with a pace of the operator's or the client's is known:
@@ -158,7 +162,7 @@ func (p *Pacer) Pace(ctx, client context.Context, t *Ticket, a Attempt, mv Move)
 	}
 	req := pool.SlotRequest{Site: target, Member: a.Member, MinInterval: lim.MinInterval, Auto: p.o.Auto, MaxWait: time.Until(t.deadline)}
 	moved := false
-	if learnt.Slowed() && mv.Other != nil && p.bannedHere(sp, a.Member, now) {
+	if learnt.Slowed() && mv.Other != nil && p.bannedHere(sp, a.Member, t.began, now) {
 		req.Member, moved = p.moveOff(ctx, mv, a.Member), true
 	}
 	slot, by := p.reserve(ctx, req, sp)
@@ -476,16 +480,19 @@ func (p *Pacer) Answered(t *Ticket, site, member string, res rotation.Result) {
 func (p *Pacer) bannedMoveWindow() time.Duration { return p.o.MaxWait }
 
 // bannedHere reports whether site (its view sp) banned member within
-// bannedMoveWindow of now.
-func (p *Pacer) bannedHere(sp *sitePace, member string, now time.Time) bool {
+// bannedMoveWindow of now, after a request that began at began: only a
+// request leased on the member before its ban is moved off it. One that
+// began after it was leased the member once the pool let it (its cooldown
+// over: a Retry-After of 2s is 2s, not bannedMoveWindow).
+func (p *Pacer) bannedHere(sp *sitePace, member string, began, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	until, ok := sp.banned[member]
-	if ok && !now.Before(until) {
+	at, ok := sp.banned[member]
+	if ok && !now.Before(at.Add(p.bannedMoveWindow())) {
 		delete(sp.banned, member)
 		return false
 	}
-	return ok
+	return ok && began.Before(at)
 }
 
 // markBanned records that site (its view sp) banned member at now
@@ -494,12 +501,12 @@ func (p *Pacer) markBanned(sp *sitePace, member string, now time.Time) {
 	if sp.banned == nil {
 		sp.banned = map[string]time.Time{}
 	}
-	for m, until := range sp.banned {
-		if !now.Before(until) {
+	for m, at := range sp.banned {
+		if !now.Before(at.Add(p.bannedMoveWindow())) {
 			delete(sp.banned, m)
 		}
 	}
-	sp.banned[member] = now.Add(p.bannedMoveWindow())
+	sp.banned[member] = now
 }
 
 // moveOff takes the request off member, which the site banned, onto

@@ -249,15 +249,20 @@ func TestARequestLeasedOnAMemberTheSiteBannedMovesOffItBeforeWaiting(t *testing.
 		member string // the request's lease
 		offer  string // what the leasing stage offers (Move.Other)
 		want   string // the member the request goes through
+		after  bool   // the request began after the ban
 	}{
-		{"leased on the banned member, another offered: it moves", "m1", "m2", "m2"},
-		{"leased on the banned member, none offered: it stays", "m1", "", "m1"},
-		{"leased on a member not banned: it stays", "m3", "m2", "m3"},
+		{"leased on the banned member, another offered: it moves", "m1", "m2", "m2", false},
+		{"leased on the banned member, none offered: it stays", "m1", "", "m1", false},
+		{"leased on a member not banned: it stays", "m3", "m2", "m3", false},
+		{"a request that began after the ban stays: the pool leased it the member once its cooldown ended", "m1", "m2", "m1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			store := pool.NewPaces(nil)
 			p := New(Options{Auto: true}, store, nil)
+			// The request began before the ban (its first attempt came to
+			// the pacer), unless the case says otherwise.
+			tk := Ticket{began: time.Now().Add(-time.Second)}
 			// m1 sent first and was refused: the site is slowed and m1
 			// banned by it.
 			p.Answered(&Ticket{}, site, "m1", rotation.ResultRateLimited)
@@ -280,7 +285,9 @@ func TestARequestLeasedOnAMemberTheSiteBannedMovesOffItBeforeWaiting(t *testing.
 					}
 				},
 			}
-			var tk Ticket
+			if tc.after {
+				tk = Ticket{}
+			}
 			if err := p.Pace(ctx, ctx, &tk, Attempt{Site: site, Member: tc.member}, mv); err != nil {
 				t.Fatal(err)
 			}

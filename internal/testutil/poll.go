@@ -22,6 +22,9 @@ package testutil
 import (
 	"errors"
 	"net"
+	"strconv"
+	"syscall"
+	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxyfleet/internal/testutil/poll"
@@ -61,3 +64,26 @@ func WaitListening(addr string, timeout time.Duration) error {
 // errAddrInUse marks a start that failed because a port was taken; the
 // starters retry with another port.
 var errAddrInUse = errors.New("address already in use")
+
+// RefusedAddr is a loopback address that refuses every connection and
+// stays so for the test: a TCP socket bound to a free port and never
+// listening, closed at cleanup. A dial gets "connection refused", and no
+// other process can take the port meanwhile, which an address FreeAddr
+// found free cannot promise (a parallel test's server may listen there
+// by the time it is dialled).
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+}

@@ -693,10 +693,7 @@ func TestFailuresAgainstRealLibvirtOverSSH(t *testing.T) {
 	if err := os.WriteFile(emptyKnownHosts, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadAddr, err := testutil.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	deadAddr := testutil.RefusedAddr(t)
 	notAKey := filepath.Join(t.TempDir(), "id.pub")
 	if err := os.WriteFile(notAKey, []byte("ssh-ed25519 AAAA not a private key\n"), 0o600); err != nil {
 		t.Fatal(err)
