@@ -143,8 +143,8 @@ func TestNewRefusesAQuotaNoStoreKeeps(t *testing.T) {
 	}
 }
 
-// The acceptance of issue 49's quotas: client A's quota holds across two
-// gateways on one real redis-server while A loads both, and client B,
+// A quota is the store's, not a process's: client A's quota holds across
+// two gateways on one real redis-server while A loads both, and client B,
 // unlimited, is served meanwhile; the figures are in the test log.
 func TestAQuotaHoldsAcrossTwoGatewaysOnOneRedis(t *testing.T) {
 	rs := redis.Start(t, redis.Options{})
